@@ -1,0 +1,12 @@
+# Two commands do all the set-up on a fresh machine (see scripts/bootstrap.sh):
+#   make run    the main job (default: BM25 vs all-MiniLM-L6-v2 on beir/scifact/test); ARGS="..." passes options to `selfsup run`
+#   make test   the whole test suite (what CI runs); PYTEST_ARGS="..." passes options to pytest
+SHELL := /bin/bash
+.DEFAULT_GOAL := run
+.PHONY: run test
+
+run:
+	@source scripts/bootstrap.sh && selfsup run $(ARGS)
+
+test:
+	@source scripts/bootstrap.sh && python -m pytest $(PYTEST_ARGS)

@@ -1,0 +1,5 @@
+import sys
+
+from pyterrier_selfsup.cli import main
+
+sys.exit(main())

@@ -1,0 +1,77 @@
+"""Where built artefacts (indexes) live, and how they get there whole or not at all."""
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Optional, Union
+
+logger = logging.getLogger(__name__)
+
+CACHE_ENV = 'SELFSUP_CACHE'
+_COMPLETE = '.selfsup-complete'
+
+
+def cache_root(cache_dir: Optional[Union[str, Path]] = None) -> Path:
+    """``cache_dir`` if given, else ``$SELFSUP_CACHE``, else ``~/.cache/pyterrier-selfsup``."""
+    if cache_dir is not None:
+        return Path(cache_dir)
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    return Path.home() / '.cache' / 'pyterrier-selfsup'
+
+
+def cache_key(name: str, settings: dict) -> str:
+    """A directory name readable by people (``name``) and unique to ``settings``."""
+    slug = re.sub(r'[^A-Za-z0-9._-]+', '_', name).strip('_')
+    digest = hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return f'{slug}-{digest}'
+
+
+def is_complete(path: Path) -> bool:
+    return (path / _COMPLETE).is_file()
+
+
+def build_once(path: Union[str, Path], build: Callable[[Path], None]) -> Path:
+    """Returns ``path``, first running ``build(staging_dir)`` if no complete build is there.
+
+    A build writes into a staging directory that is renamed to ``path`` only after
+    ``build`` returns, so a build killed half-way never leaves something that looks
+    finished. What such a build left behind (the staging directory, or a ``path``
+    without the completion marker) is reported and rebuilt, never used. A file lock
+    makes concurrent processes wait for one build instead of racing.
+    """
+    path = Path(path)
+    if is_complete(path):
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(path.with_name(path.name + '.lock')):
+        if is_complete(path):  # another process finished it while we waited
+            return path
+        staging = path.with_name(path.name + '.partial')
+        for leftover in (path, staging):
+            if leftover.exists():
+                logger.warning('%s is an incomplete build (interrupted?); removing it and rebuilding', leftover)
+                shutil.rmtree(leftover)
+        try:
+            build(staging)
+            (staging / _COMPLETE).touch()
+            os.replace(staging, path)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    return path
+
+
+@contextmanager
+def _locked(lock_path: Path):
+    with open(lock_path, 'w') as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

@@ -1,0 +1,310 @@
+"""Classic test collections in the Glasgow/SMART format (CISI, ADI, MED, CACM, ...).
+
+A collection ``NAME`` is three files: ``NAME.ALL`` (documents), ``NAME.QRY`` (queries)
+and ``NAME.REL`` (judgments), found in a directory either as files or inside
+``NAME.tar.gz`` there. ``import pyterrier_selfsup`` registers ``classic/cisi`` and
+``classic/adi`` with ir_datasets, read from ``$SELFSUP_CLASSIC_DATA``;
+:func:`register_classic` points them (or any other collection) at a directory::
+
+    pyterrier_selfsup.register_classic('/data/glasgow')       # every collection found there
+    pt.get_dataset('irds:classic/cisi').get_topics()
+
+Format: a record starts with ``.I <id>``; ``.T`` title, ``.W`` text, ``.A`` authors and
+``.B`` source are kept, other fields (``.X`` cross-references, ``.K``, ``.N``, ...) are
+skipped. Judgments are either ``qid docid ...`` (CISI, ADI: every listed pair relevant)
+or TREC's ``qid 0 docid rel``. Identifiers compare without leading zeros. Queries
+with no judgment are dropped, as they cannot be evaluated.
+"""
+import os
+import re
+import tarfile
+from pathlib import Path
+from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple, Union
+
+import ir_datasets
+from ir_datasets.datasets.base import Dataset
+from ir_datasets.formats import BaseDocs, BaseQrels, BaseQueries, GenericQuery, TrecQrel
+from ir_datasets.indices import Docstore
+
+CLASSIC_DATA_ENV = 'SELFSUP_CLASSIC_DATA'
+BUILTIN = ('cisi', 'adi')
+_PARTS = ('ALL', 'QRY', 'REL')
+_FIELD = re.compile(r'\.([A-Z])(?:\s|$)')
+
+
+class ClassicDoc(NamedTuple):
+    doc_id: str
+    title: str
+    text: str
+    author: str
+    bib: str
+
+    def default_text(self) -> str:
+        """title + text: what both BM25 and the neural models see."""
+        return ' '.join(x for x in (self.title, self.text) if x)
+
+
+# ---------------------------------------------------------------------------------------
+# Parsing
+
+
+def normalise_id(raw: str) -> str:
+    """``'007'`` and ``'7'`` name the same record."""
+    return raw.strip().lstrip('0') or '0'
+
+
+def parse_records(lines: Iterable[str]) -> Iterator[Tuple[str, Dict[str, str]]]:
+    """``(id, {field letter: text})`` for each ``.I`` record; whitespace is collapsed."""
+    record_id, fields, current = None, {}, None
+
+    def finished():
+        return record_id, {k: ' '.join(' '.join(v).split()) for k, v in fields.items()}
+
+    for line in lines:
+        line = line.rstrip('\r\n')
+        match = _FIELD.match(line)
+        if match and match.group(1) == 'I':
+            if record_id is not None:
+                yield finished()
+            record_id, fields, current = normalise_id(line[2:]), {}, None
+        elif match:
+            current = match.group(1)
+            fields.setdefault(current, []).append(line[2:])
+        elif current is not None:
+            fields[current].append(line)
+    if record_id is not None:
+        yield finished()
+
+
+def parse_docs(lines: Iterable[str]) -> Iterator[ClassicDoc]:
+    for doc_id, f in parse_records(lines):
+        yield ClassicDoc(doc_id, f.get('T', ''), f.get('W', ''), f.get('A', ''), f.get('B', ''))
+
+
+def parse_queries(lines: Iterable[str]) -> Iterator[GenericQuery]:
+    # Some collections (CISI) give part of their queries as title + abstract: keep both.
+    for query_id, f in parse_records(lines):
+        yield GenericQuery(query_id, ' '.join(x for x in (f.get('T', ''), f.get('W', '')) if x))
+
+
+def parse_qrels(lines: Iterable[str]) -> List[TrecQrel]:
+    """Judgments, de-duplicated (the highest grade wins), in file order."""
+    rows = [line.split() for line in lines if line.strip()]
+    trec = bool(rows) and all(len(r) >= 4 and r[1] in ('0', 'Q0') for r in rows)
+    grades: Dict[Tuple[str, str], int] = {}
+    for row in rows:
+        if trec:
+            key, grade = (row[0], row[2]), int(float(row[3]))
+        elif len(row) >= 2:
+            key, grade = (row[0], row[1]), 1
+        else:
+            raise ValueError(f'judgment line {" ".join(row)!r} has fewer than two columns (qid docid)')
+        key = (normalise_id(key[0]), normalise_id(key[1]))
+        grades[key] = max(grade, grades.get(key, grade))
+    return [TrecQrel(qid, docid, grade, '0') for (qid, docid), grade in grades.items()]
+
+
+# ---------------------------------------------------------------------------------------
+# Locating the files
+
+
+class ClassicSource:
+    """The three files of collection ``name`` (``cisi``) under a directory.
+
+    The directory is ``directory`` when given, else ``$SELFSUP_CLASSIC_DATA`` at the
+    time of reading, so that setting the variable after import still works.
+    """
+
+    def __init__(self, name: str, directory: Optional[Union[str, Path]] = None):
+        self.name = name.lower()
+        self.directory = Path(directory) if directory is not None else None
+
+    def resolve(self) -> Path:
+        directory = self.directory
+        if directory is None:
+            if not os.environ.get(CLASSIC_DATA_ENV):
+                raise FileNotFoundError(
+                    f'classic/{self.name}: no data directory. Set ${CLASSIC_DATA_ENV} or call '
+                    f'pyterrier_selfsup.register_classic(directory).')
+            directory = Path(os.environ[CLASSIC_DATA_ENV])
+        if not directory.is_dir():
+            raise FileNotFoundError(f'classic/{self.name}: data directory {directory} does not exist')
+        return directory
+
+    def check(self) -> None:
+        """Raises FileNotFoundError naming every missing file; reads nothing else."""
+        directory = self.resolve()
+        missing = self._missing(directory)
+        if missing:
+            raise self._missing_error(directory, missing)
+
+    def lines(self, part: str) -> List[str]:
+        directory = self.resolve()
+        path = self._file(directory, part)
+        if path is not None:
+            return path.read_text(encoding='utf8', errors='replace').splitlines()
+        tarball = self._tarball(directory)
+        if tarball is not None:
+            with tarfile.open(tarball) as tar:
+                member = self._members(tar).get(f'{self.name.upper()}.{part}')
+                if member is not None:
+                    return tar.extractfile(member).read().decode('utf8', errors='replace').splitlines()
+        raise self._missing_error(directory, self._missing(directory))
+
+    def _missing(self, directory: Path) -> List[str]:
+        in_tarball = set()
+        tarball = self._tarball(directory)
+        if tarball is not None:
+            with tarfile.open(tarball) as tar:
+                in_tarball = set(self._members(tar))
+        wanted = {part: f'{self.name.upper()}.{part}' for part in _PARTS}
+        return [name for part, name in wanted.items()
+                if self._file(directory, part) is None and name not in in_tarball]
+
+    def _missing_error(self, directory: Path, missing: List[str]) -> FileNotFoundError:
+        tarball = self._tarball(directory)
+        where = f'{directory}' + (f' (nor in {tarball.name})' if tarball else '')
+        return FileNotFoundError(
+            f'classic/{self.name}: {", ".join(missing)} not found in {where}; '
+            f'a collection needs {self.name.upper()}.ALL, .QRY and .REL')
+
+    @staticmethod
+    def _members(tar: tarfile.TarFile) -> Dict[str, tarfile.TarInfo]:
+        return {Path(m.name).name.upper(): m for m in tar.getmembers() if m.isfile()}
+
+    def _file(self, directory: Path, part: str) -> Optional[Path]:
+        for candidate in (f'{self.name.upper()}.{part}', f'{self.name}.{part.lower()}'):
+            if (directory / candidate).is_file():
+                return directory / candidate
+        return None
+
+    def _tarball(self, directory: Path) -> Optional[Path]:
+        for candidate in (f'{self.name}.tar.gz', f'{self.name.upper()}.tar.gz', f'{self.name}.tgz'):
+            if (directory / candidate).is_file():
+                return directory / candidate
+        return None
+
+
+# ---------------------------------------------------------------------------------------
+# ir_datasets components
+
+
+class ClassicDocs(BaseDocs):
+    def __init__(self, source: ClassicSource):
+        self._source = source
+
+    def docs_iter(self):
+        return parse_docs(self._source.lines('ALL'))
+
+    def docs_cls(self):
+        return ClassicDoc
+
+    def docs_store(self, field='doc_id'):
+        return _MemoryDocstore(self.docs_iter())
+
+    def docs_count(self):
+        return sum(1 for _ in self.docs_iter())
+
+    def docs_namespace(self):
+        return f'classic/{self._source.name}'
+
+    def docs_lang(self):
+        return 'en'
+
+
+class ClassicQueries(BaseQueries):
+    def __init__(self, source: ClassicSource):
+        self._source = source
+
+    def queries_iter(self):
+        judged = {q.query_id for q in parse_qrels(self._source.lines('REL'))}
+        return (q for q in parse_queries(self._source.lines('QRY')) if q.query_id in judged)
+
+    def queries_cls(self):
+        return GenericQuery
+
+    def queries_namespace(self):
+        return f'classic/{self._source.name}'
+
+    def queries_lang(self):
+        return 'en'
+
+
+class ClassicQrels(BaseQrels):
+    def __init__(self, source: ClassicSource):
+        self._source = source
+
+    def qrels_iter(self):
+        return iter(parse_qrels(self._source.lines('REL')))
+
+    def qrels_cls(self):
+        return TrecQrel
+
+    def qrels_defs(self):
+        return {1: 'relevant', 0: 'judged not relevant'}
+
+
+class _MemoryDocstore(Docstore):
+    """These collections have at most a few thousand documents: a dict is the right store."""
+
+    def __init__(self, docs: Iterable[ClassicDoc]):
+        super().__init__(ClassicDoc)
+        self._docs = {d.doc_id: d for d in docs}
+
+    def get_many_iter(self, doc_ids):
+        for doc_id in doc_ids:
+            doc = self._docs.get(normalise_id(str(doc_id)))
+            if doc is not None:
+                yield doc
+
+
+# ---------------------------------------------------------------------------------------
+# Registration
+
+_SOURCES: Dict[str, ClassicSource] = {}
+
+
+def register_classic(directory: Optional[Union[str, Path]] = None,
+                     names: Optional[Iterable[str]] = None) -> List[str]:
+    """Registers ``classic/<name>`` with ir_datasets for collections under ``directory``.
+
+    Args:
+        directory: where the files or tarballs are; ``None`` reads ``$SELFSUP_CLASSIC_DATA``
+            whenever the collection is used.
+        names: which collections (``['cisi']``); by default every collection found in
+            ``directory``, or the built-in ones when ``directory`` is None.
+
+    Returns the registered dataset ids. A named collection that lacks one of its files
+    raises FileNotFoundError naming it, and nothing is registered.
+    """
+    if names is None:
+        names = BUILTIN if directory is None else _discover(Path(directory))
+    sources = [ClassicSource(name, directory) for name in names]
+    if directory is not None:
+        for source in sources:
+            source.check()
+    ids = []
+    for source in sources:
+        dataset_id = f'classic/{source.name}'
+        if dataset_id in _SOURCES:
+            # ir_datasets refuses re-registration: re-point the registered components instead.
+            _SOURCES[dataset_id].directory = source.directory
+        else:
+            _SOURCES[dataset_id] = source
+            ir_datasets.registry.register(dataset_id, Dataset(
+                ClassicDocs(source), ClassicQueries(source), ClassicQrels(source)))
+        ids.append(dataset_id)
+    return ids
+
+
+def _discover(directory: Path) -> List[str]:
+    if not directory.is_dir():
+        raise FileNotFoundError(f'classic collections: directory {directory} does not exist')
+    names = set()
+    for path in directory.iterdir():
+        match = re.fullmatch(r'(.+?)\.(?:tar\.gz|tgz)', path.name) or re.fullmatch(r'(.+)\.all', path.name, re.I)
+        if match:
+            names.add(match.group(1).lower())
+    if not names:
+        raise FileNotFoundError(f'classic collections: no NAME.ALL or NAME.tar.gz in {directory}')
+    return sorted(names)

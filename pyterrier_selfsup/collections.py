@@ -1,0 +1,68 @@
+"""A test collection by name: its corpus as the models see it, its topics and its qrels."""
+import difflib
+from functools import cached_property
+from typing import Dict, Iterator, Optional
+
+import ir_datasets
+import pandas as pd
+import pyterrier as pt
+
+
+class UnknownCollectionError(KeyError):
+    def __str__(self):  # KeyError's default repr-quotes the whole message
+        return str(self.args[0])
+
+
+class Collection:
+    """A collection that ir_datasets knows (``beir/scifact/test``, ``cranfield``,
+    ``classic/cisi``, ...), optionally written ``irds:beir/scifact/test``.
+
+    Every component sees the same document text: ir_datasets' ``default_text()``,
+    which is title + text for the collections that have titles.
+    """
+
+    def __init__(self, name: str):
+        name = name[len('irds:'):] if name.startswith('irds:') else name
+        try:
+            ir_datasets.registry[name]
+        except KeyError:
+            raise UnknownCollectionError(_unknown_message(name)) from None
+        self.name = name
+        self.dataset = pt.get_dataset(f'irds:{name}')
+
+    def __repr__(self):
+        return f'Collection({self.name!r})'
+
+    @property
+    def irds(self):
+        return self.dataset.irds_ref()
+
+    def corpus_iter(self, verbose: bool = False) -> Iterator[Dict[str, str]]:
+        """``{'docno', 'text'}`` for every document, streamed."""
+        docs = self.irds.docs_iter()
+        if verbose:
+            docs = pt.tqdm(docs, total=self.irds.docs_count(), desc=f'{self.name} documents', unit='doc')
+        for doc in docs:
+            yield {'docno': doc.doc_id, 'text': doc.default_text()}
+
+    @cached_property
+    def docs_count(self) -> Optional[int]:
+        return self.irds.docs_count()
+
+    def topics(self) -> pd.DataFrame:
+        """``qid``, ``query`` (the query's default text)."""
+        return pd.DataFrame(
+            [{'qid': q.query_id, 'query': q.default_text()} for q in self.irds.queries_iter()],
+            columns=['qid', 'query'])
+
+    def qrels(self) -> pd.DataFrame:
+        """``qid``, ``docno``, ``label``."""
+        return self.dataset.get_qrels()[['qid', 'docno', 'label']]
+
+
+def _unknown_message(name: str) -> str:
+    known = sorted(ir_datasets.registry)
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    hint = f' Did you mean {", ".join(repr(c) for c in close)}?' if close else ''
+    return (f'unknown collection {name!r}: ir_datasets has no dataset of that name.{hint} '
+            f'Collections used here: beir/scifact/test, cranfield, vaswani, classic/cisi, classic/adi.')

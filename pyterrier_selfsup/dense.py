@@ -1,0 +1,69 @@
+"""Zero-shot dense retrieval with a sentence-transformers model, through pyterrier-dr.
+
+all-MiniLM-L6-v2 is the starting point that the trainers adapt to a corpus. Its
+sentence-transformers configuration does what its model card asks: mean pooling and
+L2 normalisation, so a dot product is a cosine. Documents are encoded once into a
+:class:`~pyterrier_dr.FlexIndex` and searched exactly.
+"""
+from pathlib import Path
+from typing import Optional, Union
+
+import pandas as pd
+from pyterrier_dr import FlexIndex, SBertBiEncoder
+
+from pyterrier_selfsup._cache import build_once, cache_key, cache_root
+from pyterrier_selfsup._retriever import Retriever
+from pyterrier_selfsup.collections import Collection
+
+MINILM = 'sentence-transformers/all-MiniLM-L6-v2'
+
+
+def sbert_encoder(model_name: str = MINILM, *, max_length: Optional[int] = None,
+                  batch_size: int = 32, device: Optional[str] = None) -> SBertBiEncoder:
+    """A pyterrier-dr bi-encoder for a sentence-transformers model; ``max_length`` (in
+    tokens) overrides the model's own truncation length."""
+    encoder = SBertBiEncoder(model_name, batch_size=batch_size, device=device)
+    if max_length is not None:
+        encoder.model.max_seq_length = max_length
+    return encoder
+
+
+def flex_index(collection: Union[str, Collection], encoder: SBertBiEncoder, *,
+               cache_dir: Optional[Union[str, Path]] = None, verbose: bool = False) -> FlexIndex:
+    """``collection``'s documents (title + text) encoded by ``encoder``, built on first use
+    under ``<cache>/flex/<collection>.<model>-<hash of the settings>``."""
+    collection = Collection(collection) if isinstance(collection, str) else collection
+    settings = {'model': encoder.model_name, 'max_length': encoder.model.max_seq_length, 'text': 'default_text'}
+    name = f'{collection.name}.{encoder.model_name.rsplit("/", 1)[-1]}'
+    path = cache_root(cache_dir) / 'flex' / cache_key(name, settings)
+
+    def build(staging: Path):
+        pipeline = encoder.doc_encoder(verbose=False) >> FlexIndex(str(staging), verbose=False)
+        pipeline.index(collection.corpus_iter(verbose=verbose))
+
+    return FlexIndex(str(build_once(path, build)), verbose=False)
+
+
+class DenseRetriever(Retriever):
+    """Exhaustive (exact) dot-product search of a FlexIndex with a bi-encoder's query vectors."""
+
+    def __init__(self, encoder: SBertBiEncoder, index: FlexIndex, *, num_results: int = 1000):
+        self.encoder = encoder
+        self.index = index
+        self.num_results = num_results
+        self._pipeline = (encoder.query_encoder()
+                          >> index.np_retriever(num_results=num_results, drop_query_vec=True))
+
+    @classmethod
+    def from_collection(cls, collection: Union[str, Collection], model_name: str = MINILM, *,
+                        max_length: Optional[int] = None, batch_size: int = 32, num_results: int = 1000,
+                        cache_dir: Optional[Union[str, Path]] = None, verbose: bool = False) -> 'DenseRetriever':
+        encoder = sbert_encoder(model_name, max_length=max_length, batch_size=batch_size)
+        return cls(encoder, flex_index(collection, encoder, cache_dir=cache_dir, verbose=verbose),
+                   num_results=num_results)
+
+    def retrieve(self, topics: pd.DataFrame) -> pd.DataFrame:
+        return self._pipeline(topics)
+
+    def __repr__(self):
+        return f'DenseRetriever({self.encoder!r}, {self.index!r}, num_results={self.num_results})'

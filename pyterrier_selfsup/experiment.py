@@ -1,0 +1,169 @@
+"""The experiment harness: named pipelines over a list of collections, one
+``pt.Experiment`` per collection, and results files that say what produced them.
+
+Metrics: nDCG@10 (the headline, as in BEIR), R@100, RR@10 and mean response time;
+every pipeline is compared with the first (the baseline) by a paired t-test over
+queries, Holm-corrected across the pipelines.
+"""
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Union
+
+import pandas as pd
+import pyterrier as pt
+from ir_measures import RR, R, nDCG
+
+from pyterrier_selfsup import provenance
+from pyterrier_selfsup.collections import Collection
+from pyterrier_selfsup.pipelines import PipelineSpec, get_pipeline
+
+MEASURES = [nDCG @ 10, R @ 100, RR @ 10]
+MEASURE_NAMES = [str(m) for m in MEASURES]
+TEST = 't'
+CORRECTION = 'holm'
+ALPHA = 0.05
+
+
+@dataclass
+class CollectionResult:
+    collection: str
+    docs: Optional[int]
+    topics: int
+    qrels: int
+    table: pd.DataFrame  # pt.Experiment's frame, one row per pipeline
+    setup_seconds: Dict[str, float]  # per pipeline: building or reopening its index, loading its model
+
+
+@dataclass
+class ExperimentResult:
+    name: str
+    header: Dict[str, str]
+    pipelines: List[PipelineSpec]
+    results: List[CollectionResult]
+
+    def table(self) -> pd.DataFrame:
+        """All collections in one frame, with a ``collection`` column first."""
+        return pd.concat([r.table.assign(collection=r.collection) for r in self.results], ignore_index=True)[
+            ['collection'] + list(self.results[0].table.columns)]
+
+
+def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *, name: str = 'experiment',
+                   cache_dir: Optional[Union[str, Path]] = None, verbose: bool = False,
+                   log=print) -> ExperimentResult:
+    """Evaluates every pipeline on every collection. Names are checked before any work."""
+    specs = [get_pipeline(p) for p in pipelines]
+    if not specs:
+        raise ValueError('no pipelines to evaluate')
+    colls = [Collection(c) for c in collections]
+    if not colls:
+        raise ValueError('no collections to evaluate on')
+    started = time.time()
+    results = []
+    for coll in colls:
+        log(f'== {coll.name}')
+        systems, setup_seconds = [], {}
+        for spec in specs:
+            t0 = time.time()
+            systems.append(spec.build(coll, cache_dir=cache_dir, verbose=verbose))
+            setup_seconds[spec.name] = time.time() - t0
+        topics, qrels = coll.topics(), coll.qrels()
+        table = pt.Experiment(
+            systems, topics, qrels, MEASURES + ['mrt'], names=[s.name for s in specs],
+            baseline=0 if len(specs) > 1 else None, test=TEST, correction=CORRECTION if len(specs) > 1 else None,
+            correction_alpha=ALPHA, verbose=verbose)
+        results.append(CollectionResult(coll.name, coll.docs_count, len(topics), len(qrels), table, setup_seconds))
+        log(format_table(table))
+    header = provenance.header()
+    header['wall time'] = f'{time.time() - started:.0f} s'
+    return ExperimentResult(name, header, specs, results)
+
+
+# ---------------------------------------------------------------------------------------
+# Rendering
+
+
+def format_table(table: pd.DataFrame) -> str:
+    """A markdown table: each measure, and for non-baseline rows the corrected p-value
+    against the baseline (``*`` where significant at ALPHA)."""
+    has_test = f'{MEASURE_NAMES[0]} p-value corrected' in table.columns
+    rows = []
+    for i, row in table.iterrows():
+        cells = [str(row['name'])]
+        for m in MEASURE_NAMES:
+            cell = f'{row[m]:.4f}'
+            if has_test and i > 0:
+                p = row[f'{m} p-value corrected']
+                cell += f' (p={p:.3g}{"*" if row[f"{m} reject"] else ""})'
+            cells.append(cell)
+        cells.append(f'{row["mrt"]:.1f}')
+        rows.append(cells)
+    head = ['pipeline'] + MEASURE_NAMES + ['mrt (ms)']
+    lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+    lines += ['| ' + ' | '.join(cells) + ' |' for cells in rows]
+    return '\n'.join(lines)
+
+
+def describe_settings(result: ExperimentResult) -> Dict[str, str]:
+    lines = {}
+    models = sorted({provenance.model_revision(m) for s in result.pipelines for m in s.models})
+    lines['models'] = ', '.join(models) or 'none'
+    lines['data'] = '; '.join(
+        f'{r.collection} ({r.docs} docs, {r.topics} topics, {r.qrels} judgments)' for r in result.results)
+    for spec in result.pipelines:
+        settings = ', '.join(f'{k}={v}' for k, v in spec.settings.items())
+        lines[f'pipeline {spec.name}'] = f'{spec.description} ({settings})'
+    lines['evaluation'] = (f'{", ".join(MEASURE_NAMES)}, mean response time; baseline {result.pipelines[0].name}; '
+                           f'paired {TEST}-test, {CORRECTION} correction, alpha {ALPHA}')
+    return lines
+
+
+def header_lines(result: ExperimentResult) -> List[str]:
+    return [f'{k}: {v}' for k, v in {**result.header, **describe_settings(result)}.items()]
+
+
+def write_results(result: ExperimentResult, results_dir: Union[str, Path]) -> List[Path]:
+    """Writes ``<name>.md``, ``<name>.csv`` and ``<name>.png``, each headed by provenance."""
+    results_dir = Path(results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    base = results_dir / result.name
+    header = header_lines(result)
+
+    md = [f'# {result.name}', ''] + [f'- {line}' for line in header] + ['']
+    for r in result.results:
+        setup = ', '.join(f'{k} {v:.0f} s' for k, v in r.setup_seconds.items())
+        md += [f'## {r.collection}', '', format_table(r.table), '',
+               f'{r.docs} documents, {r.topics} topics, {r.qrels} judgments. Set-up (building or reopening '
+               f'indexes, loading models): {setup}.', '']
+    base.with_suffix('.md').write_text('\n'.join(md))
+
+    with open(base.with_suffix('.csv'), 'w') as fh:
+        fh.writelines(f'# {line}\n' for line in header)
+        result.table().to_csv(fh, index=False)
+
+    _plot(result, header, base.with_suffix('.png'))
+    return [base.with_suffix(s) for s in ('.md', '.csv', '.png')]
+
+
+def _plot(result: ExperimentResult, header: List[str], path: Path):
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    colls = [r.collection for r in result.results]
+    names = [s.name for s in result.pipelines]
+    width = 0.8 / len(names)
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(colls) + 2), 5.5))
+    for j, name in enumerate(names):
+        values = [r.table.set_index('name').loc[name, MEASURE_NAMES[0]] for r in result.results]
+        bars = ax.bar([i + (j - (len(names) - 1) / 2) * width for i in range(len(colls))], values, width, label=name)
+        ax.bar_label(bars, fmt='%.3f', fontsize=7)
+    ax.set_xticks(range(len(colls)), colls, rotation=15)
+    ax.set_ylabel(MEASURE_NAMES[0])
+    ax.set_title(result.name)
+    ax.legend()
+    short = [line for line in header if line.split(':')[0] in ('date', 'code', 'machine', 'models')]
+    fig.text(0.01, 0.01, '\n'.join(short), fontsize=6, va='bottom', family='monospace', wrap=True)
+    fig.subplots_adjust(bottom=0.28)
+    fig.savefig(path, dpi=120, metadata={'Description': '\n'.join(header)})
+    plt.close(fig)

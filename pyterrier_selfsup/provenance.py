@@ -1,0 +1,84 @@
+"""What produced a result: machine, package versions, models, code revision, command."""
+import datetime
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Dict, Optional
+
+PACKAGES = ('pyterrier-selfsup', 'torch', 'transformers', 'sentence-transformers', 'pyterrier', 'python-terrier',
+            'pyterrier-pisa', 'pyterrier-dr', 'faiss-cpu', 'faiss-gpu-cu12', 'ir-datasets', 'ir-measures',
+            'numpy', 'pandas')
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open('/proc/cpuinfo') as fh:
+            cpu = next(line.split(':', 1)[1].strip() for line in fh if line.startswith('model name'))
+    except (OSError, StopIteration):
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+    memory = ''
+    try:
+        memory = f', {os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30:.0f} GiB RAM'
+    except (ValueError, OSError, AttributeError):
+        pass
+    return f'{platform.system()} {platform.machine()}, {cpu}, {cores} cores{memory}, GPU: {gpu()}'
+
+
+def gpu() -> str:
+    import torch
+    if not torch.cuda.is_available():
+        return 'none'
+    return ', '.join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+
+
+def packages() -> str:
+    found = []
+    for name in PACKAGES:
+        try:
+            found.append(f'{name} {metadata.version(name)}')
+        except metadata.PackageNotFoundError:
+            pass
+    return f'python {platform.python_version()}; ' + ', '.join(found)
+
+
+def code_revision() -> str:
+    """The git commit of this package's checkout (with ``+uncommitted`` if dirty), if it is one."""
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(['git', 'rev-parse', '--short=12', 'HEAD'], cwd=here, capture_output=True,
+                                text=True, check=True).stdout.strip()
+        dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'], cwd=here,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return 'not a git checkout'
+    return commit + ('+uncommitted' if dirty else '')
+
+
+def model_revision(name: str) -> str:
+    """``name@<hub commit>`` for a Hugging Face hub model in the local cache, else ``name``."""
+    if Path(name).exists():
+        return str(Path(name).resolve())
+    try:
+        from huggingface_hub import try_to_load_from_cache
+        path = try_to_load_from_cache(name, 'config.json')
+    except Exception:  # a malformed repo id, or an old huggingface_hub
+        path = None
+    if isinstance(path, str) and '/snapshots/' in path:
+        return f'{name}@{path.split("/snapshots/")[1].split("/")[0]}'
+    return name
+
+
+def header(command: Optional[str] = None) -> Dict[str, str]:
+    return {
+        'date': datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'),
+        'command': command or ' '.join(shlex.quote(a) for a in [Path(sys.argv[0]).name] + sys.argv[1:]),
+        'code': f'pyterrier-selfsup {code_revision()}',
+        'machine': machine(),
+        'packages': packages(),
+    }

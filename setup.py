@@ -1,0 +1,40 @@
+from pathlib import Path
+from setuptools import find_packages, setup
+
+setup(
+    name='pyterrier-selfsup',
+    version='0.1.0',
+    description='Self-supervised neural retrieval for PyTerrier: adapt retrievers to a corpus without relevance labels',
+    long_description=Path(__file__).with_name('README.md').read_text(encoding='utf8'),
+    long_description_content_type='text/markdown',
+    packages=find_packages(include=['pyterrier_selfsup', 'pyterrier_selfsup.*']),
+    python_requires='>=3.10',
+    install_requires=[
+        'torch>=2.1,<3',
+        'transformers>=4.46',
+        'sentence-transformers>=3.0',
+        'pyterrier>=1.0',
+        'python-terrier>=1.0',
+        'pyterrier-alpha>=0.12',
+        'pyterrier-pisa>=0.4.9',
+        'pyterrier-dr>=0.8',
+        'ir-datasets>=0.5.9',
+        'ir-measures>=0.3.7',
+        'gguf>=0.10',
+        'accelerate>=1.0',
+        'matplotlib>=3.7',
+        'pandas>=2.0',
+        'numpy>=1.24',
+    ],
+    # FAISS comes in two builds that install the same `faiss` module, so it is
+    # chosen by an extra rather than listed above: `.[cpu]` (what every command
+    # in the README installs) or `.[gpu]` on CUDA machines.
+    extras_require={
+        'cpu': ['faiss-cpu>=1.8'],
+        'gpu': ['faiss-gpu-cu12>=1.8'],
+        'test': ['pytest>=7'],
+    },
+    entry_points={
+        'console_scripts': ['selfsup = pyterrier_selfsup.cli:main'],
+    },
+)
