@@ -223,6 +223,9 @@ class ClassicQueries(BaseQueries):
     def queries_cls(self):
         return GenericQuery
 
+    def queries_count(self):
+        return sum(1 for _ in self.queries_iter())
+
     def queries_namespace(self):
         return f'classic/{self._source.name}'
 
@@ -240,6 +243,9 @@ class ClassicQrels(BaseQrels):
     def qrels_cls(self):
         return TrecQrel
 
+    def qrels_count(self):
+        return len(parse_qrels(self._source.lines('REL')))
+
     def qrels_defs(self):
         return {1: 'relevant', 0: 'judged not relevant'}
 
@@ -251,11 +257,13 @@ class _MemoryDocstore(Docstore):
         super().__init__(ClassicDoc)
         self._docs = {d.doc_id: d for d in docs}
 
+    def get_many(self, doc_ids, field=None):
+        # keyed by the ids as asked for, which may carry leading zeros
+        found = {doc_id: self._docs.get(normalise_id(str(doc_id))) for doc_id in doc_ids}
+        return {k: (d if field is None else getattr(d, field)) for k, d in found.items() if d is not None}
+
     def get_many_iter(self, doc_ids):
-        for doc_id in doc_ids:
-            doc = self._docs.get(normalise_id(str(doc_id)))
-            if doc is not None:
-                yield doc
+        return iter(self.get_many(doc_ids).values())
 
 
 # ---------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import sys
 from pyterrier_selfsup.classic import BUILTIN
 from pyterrier_selfsup.collections import UnknownCollectionError
 from pyterrier_selfsup.experiment import run_experiment, write_results
-from pyterrier_selfsup.pipelines import PIPELINES
+from pyterrier_selfsup.pipelines import PIPELINES, UnknownPipelineError
 
 DEFAULT_COLLECTIONS = ['beir/scifact/test']
 DEFAULT_PIPELINES = ['bm25', 'minilm']
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
         result = run_experiment(args.collections, args.pipelines, name=args.save or 'selfsup run',
                                 cache_dir=args.cache_dir, verbose=args.verbose,
                                 log=lambda s: print(s, flush=True))
-    except (UnknownCollectionError, KeyError, FileNotFoundError) as e:
+    except (UnknownCollectionError, UnknownPipelineError, FileNotFoundError) as e:
         print(f'selfsup: error: {e}', file=sys.stderr)
         return 2
     if args.save:

@@ -8,9 +8,8 @@ import pandas as pd
 import pyterrier as pt
 
 
-class UnknownCollectionError(KeyError):
-    def __str__(self):  # KeyError's default repr-quotes the whole message
-        return str(self.args[0])
+class UnknownCollectionError(ValueError):
+    pass
 
 
 class Collection:
@@ -58,6 +57,28 @@ class Collection:
     def qrels(self) -> pd.DataFrame:
         """``qid``, ``docno``, ``label``."""
         return self.dataset.get_qrels()[['qid', 'docno', 'label']]
+
+    def text_loader(self) -> 'TextLoader':
+        """A transformer that adds each result's document text (title + text), for re-rankers."""
+        return TextLoader(self)
+
+
+class TextLoader(pt.Transformer):
+    """Adds ``text``: the document text that the indexes saw, looked up by ``docno``."""
+
+    def __init__(self, collection: Collection):
+        self.collection = collection
+
+    def transform(self, results: pd.DataFrame) -> pd.DataFrame:
+        pt.validate.columns(results, includes=['docno'])
+        docs = self.collection.irds.docs_store().get_many(results['docno'].unique())
+        missing = set(results['docno']) - set(docs)
+        if missing:
+            raise KeyError(f'{self.collection.name} has no documents {sorted(missing)[:5]}')
+        return results.assign(text=[docs[d].default_text() for d in results['docno']])
+
+    def __repr__(self):
+        return f'{self.collection!r}.text_loader()'
 
 
 def _unknown_message(name: str) -> str:

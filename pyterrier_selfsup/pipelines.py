@@ -34,6 +34,10 @@ class PipelineSpec:
 PIPELINES: Dict[str, PipelineSpec] = {}
 
 
+class UnknownPipelineError(ValueError):
+    pass
+
+
 def register(spec: PipelineSpec) -> PipelineSpec:
     PIPELINES[spec.name] = spec
     return spec
@@ -41,7 +45,7 @@ def register(spec: PipelineSpec) -> PipelineSpec:
 
 def get_pipeline(name: str) -> PipelineSpec:
     if name not in PIPELINES:
-        raise KeyError(f'unknown pipeline {name!r}; known: {", ".join(sorted(PIPELINES))}')
+        raise UnknownPipelineError(f'unknown pipeline {name!r}; known: {", ".join(sorted(PIPELINES))}')
     return PIPELINES[name]
 
 

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# BM25 vs all-MiniLM-L6-v2 zero-shot on the five collections used in this project.
+# Writes experiments/results/baseline.{md,csv,png}. About 15 minutes on 2 CPU cores,
+# most of it encoding the corpora (indexes are cached for later runs).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/bootstrap.sh
+selfsup run -c beir/scifact/test cranfield vaswani classic/cisi classic/adi -p bm25 minilm --save baseline "$@"
