@@ -15,7 +15,6 @@ setup(
         'sentence-transformers>=3.0',
         'pyterrier>=1.0',
         'python-terrier>=1.0',
-        'pyterrier-alpha>=0.12',
         'pyterrier-pisa>=0.4.9',
         'pyterrier-dr>=0.8',
         'ir-datasets>=0.5.9',

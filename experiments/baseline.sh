@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # BM25 vs all-MiniLM-L6-v2 zero-shot on the five collections used in this project.
-# Writes experiments/results/baseline.{md,csv,png}. About 15 minutes on 2 CPU cores,
-# most of it encoding the corpora (indexes are cached for later runs).
+# Writes experiments/results/baseline.{md,csv,png}. About ten minutes on 2 CPU cores
+# from a cold cache ('wall time' in the results header), nearly all of it encoding the
+# corpora with MiniLM; indexes are cached, so a second run takes seconds.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/bootstrap.sh

@@ -58,6 +58,7 @@ def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *, name
     colls = [Collection(c) for c in collections]
     if not colls:
         raise ValueError('no collections to evaluate on')
+    header = provenance.header()  # the code and machine as they are when the work starts
     started = time.time()
     results = []
     for coll in colls:
@@ -74,7 +75,6 @@ def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *, name
             correction_alpha=ALPHA, verbose=verbose)
         results.append(CollectionResult(coll.name, coll.docs_count, len(topics), len(qrels), table, setup_seconds))
         log(format_table(table))
-    header = provenance.header()
     header['wall time'] = f'{time.time() - started:.0f} s'
     return ExperimentResult(name, header, specs, results)
 
