@@ -2,6 +2,7 @@
 from pyterrier_selfsup.classic import register_classic
 from pyterrier_selfsup.collections import Collection, UnknownCollectionError
 from pyterrier_selfsup.bm25 import BM25, pisa_index
+from pyterrier_selfsup.dual_encoder import DualEncoder, DualEncoderModel
 from pyterrier_selfsup.dense import MINILM, DenseRetriever, flex_index, sbert_encoder
 from pyterrier_selfsup.pipelines import PIPELINES, PipelineSpec, register
 from pyterrier_selfsup.experiment import run_experiment, write_results
@@ -12,6 +13,6 @@ register_classic()  # classic/cisi and classic/adi, read from $SELFSUP_CLASSIC_D
 
 __all__ = [
     'register_classic', 'Collection', 'UnknownCollectionError', 'BM25', 'pisa_index',
-    'MINILM', 'DenseRetriever', 'flex_index', 'sbert_encoder',
+    'DualEncoder', 'DualEncoderModel', 'MINILM', 'DenseRetriever', 'flex_index', 'sbert_encoder',
     'PIPELINES', 'PipelineSpec', 'register', 'run_experiment', 'write_results',
 ]

@@ -1,11 +1,14 @@
 """A test collection by name: its corpus as the models see it, its topics and its qrels."""
 import difflib
+import logging
 from functools import cached_property
 from typing import Dict, Iterator, Optional
 
 import ir_datasets
 import pandas as pd
 import pyterrier as pt
+
+logger = logging.getLogger(__name__)
 
 
 class UnknownCollectionError(ValueError):
@@ -37,12 +40,20 @@ class Collection:
         return self.dataset.irds_ref()
 
     def corpus_iter(self, verbose: bool = False) -> Iterator[Dict[str, str]]:
-        """``{'docno', 'text'}`` for every document, streamed."""
+        """``{'docno', 'text'}`` for every document, streamed. A docno seen before is
+        skipped (the first wins), so that no index holds two entries for one docno."""
         docs = self.irds.docs_iter()
         if verbose:
             docs = pt.tqdm(docs, total=self.irds.docs_count(), desc=f'{self.name} documents', unit='doc')
+        seen, duplicates = set(), 0
         for doc in docs:
+            if doc.doc_id in seen:
+                duplicates += 1
+                continue
+            seen.add(doc.doc_id)
             yield {'docno': doc.doc_id, 'text': doc.default_text()}
+        if duplicates:
+            logger.warning('%s: skipped %d documents whose docno had been seen before', self.name, duplicates)
 
     @cached_property
     def docs_count(self) -> Optional[int]:

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Optional, Union
 
 import pandas as pd
-from pyterrier_dr import FlexIndex, SBertBiEncoder
+from pyterrier_dr import BiEncoder, FlexIndex, SBertBiEncoder
 
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root
 from pyterrier_selfsup._retriever import Retriever
 from pyterrier_selfsup.collections import Collection
+from pyterrier_selfsup.dual_encoder import DualEncoder
 
 MINILM = 'sentence-transformers/all-MiniLM-L6-v2'
 
@@ -28,18 +29,28 @@ def sbert_encoder(model_name: str = MINILM, *, max_length: Optional[int] = None,
     return encoder
 
 
-def flex_index(collection: Union[str, Collection], encoder: SBertBiEncoder, *,
+# Documents reach the encoder in chunks of this many: large enough that sorting a chunk
+# by length leaves little padding, small enough that memory stays bounded on any corpus.
+INDEX_CHUNK = 4096
+
+
+def flex_index(collection: Union[str, Collection], encoder: BiEncoder, *,
                cache_dir: Optional[Union[str, Path]] = None, verbose: bool = False) -> FlexIndex:
     """``collection``'s documents (title + text) encoded by ``encoder``, built on first use
-    under ``<cache>/flex/<collection>.<model>-<hash of the settings>``."""
+    under ``<cache>/flex/<collection>.<model>-<hash>``, the hash covering the model's
+    identity (a :class:`DualEncoder`'s weights, a sentence-transformers model's name)."""
     collection = Collection(collection) if isinstance(collection, str) else collection
-    settings = {'model': encoder.model_name, 'max_length': encoder.model.max_seq_length, 'text': 'default_text'}
-    name = f'{collection.name}.{encoder.model_name.rsplit("/", 1)[-1]}'
+    if isinstance(encoder, DualEncoder):
+        model, settings = encoder.name, {'weights': encoder.fingerprint(), 'dtype': str(encoder.compute_dtype())}
+    else:
+        model, settings = encoder.model_name, {'model': encoder.model_name, 'max_length': encoder.model.max_seq_length}
+    settings['text'] = 'default_text'
+    name = f'{collection.name}.{model.rstrip("/").rsplit("/", 1)[-1]}'
     path = cache_root(cache_dir) / 'flex' / cache_key(name, settings)
 
     def build(staging: Path):
         pipeline = encoder.doc_encoder(verbose=False) >> FlexIndex(str(staging), verbose=False)
-        pipeline.index(collection.corpus_iter(verbose=verbose))
+        pipeline.index(collection.corpus_iter(verbose=verbose), batch_size=INDEX_CHUNK)
 
     return FlexIndex(str(build_once(path, build)), verbose=False)
 
@@ -47,7 +58,7 @@ def flex_index(collection: Union[str, Collection], encoder: SBertBiEncoder, *,
 class DenseRetriever(Retriever):
     """Exhaustive (exact) dot-product search of a FlexIndex with a bi-encoder's query vectors."""
 
-    def __init__(self, encoder: SBertBiEncoder, index: FlexIndex, *, num_results: int = 1000):
+    def __init__(self, encoder: BiEncoder, index: FlexIndex, *, num_results: int = 1000):
         self.encoder = encoder
         self.index = index
         self.num_results = num_results

@@ -1,0 +1,271 @@
+"""The thesis' dense dual encoder (§4.2.1), trainable, as a pyterrier-dr ``BiEncoder``.
+
+One shared Hugging Face encoder; its pooled output (``cls``, as in the thesis, or
+``mean``, as sentence-transformers models are trained) goes through separate linear
+projections ``W_Q`` and ``W_P`` to dimension ``d`` (or none); the score is the dot
+product, and p(z|x) is the softmax of score / temperature over the candidates.
+
+Because it is a ``BiEncoder``, pyterrier-dr gives it ``FlexIndex`` indexing, FAISS
+retrievers and ``.scorer()`` re-ranking; :meth:`DualEncoder.encode` keeps gradients
+for training.
+"""
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Union
+
+import numpy as np
+import pyterrier as pt
+import torch
+from pyterrier_dr import BiEncoder
+from transformers import AutoModel, AutoTokenizer
+
+CONFIG_FILE = 'dual_encoder.json'
+PROJECTIONS_FILE = 'projections.pt'
+POOLINGS = ('cls', 'mean')
+
+
+class DualEncoderModel(torch.nn.Module):
+    """The trainable part: encoder, pooling, the two projections, optional normalisation."""
+
+    def __init__(self, encoder: torch.nn.Module, pooling: str = 'cls', dim: Optional[int] = None,
+                 normalize: bool = False):
+        super().__init__()
+        if pooling not in POOLINGS:
+            raise ValueError(f'pooling must be one of {POOLINGS}, not {pooling!r}')
+        self.encoder = encoder
+        self.pooling = pooling
+        self.normalize = normalize
+        self.dim = dim
+        hidden = encoder.config.hidden_size
+        if dim is None:
+            self.query_proj = self.passage_proj = None
+        else:
+            self.query_proj = torch.nn.Linear(hidden, dim, bias=False)
+            self.passage_proj = torch.nn.Linear(hidden, dim, bias=False)
+            # Both start as the same (semi-)orthogonal map, so that the start model ranks
+            # as its pooled encoder does: for dim >= hidden it preserves dot products
+            # exactly, below that it keeps the top of a random rotation.
+            torch.nn.init.orthogonal_(self.query_proj.weight)
+            with torch.no_grad():
+                self.passage_proj.weight.copy_(self.query_proj.weight)
+
+    @property
+    def out_dim(self) -> int:
+        return self.dim or self.encoder.config.hidden_size
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, side: str) -> torch.Tensor:
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        if self.pooling == 'cls':
+            pooled = hidden[:, 0]
+        else:  # as sentence-transformers computes it
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        proj = self.query_proj if side == 'query' else self.passage_proj
+        if proj is not None:
+            pooled = proj(pooled)
+        if self.normalize:
+            pooled = torch.nn.functional.normalize(pooled, dim=-1)
+        return pooled
+
+
+class DualEncoder(BiEncoder):
+    """A dense retriever with a trainable shared encoder and query/passage projections.
+
+    Build one with :meth:`from_pretrained` (any Hugging Face encoder, a
+    sentence-transformers model, or a directory written by :meth:`save_pretrained`).
+    """
+
+    def __init__(self, model: DualEncoderModel, tokenizer, *, name: str = 'dual-encoder',
+                 max_length: int = 256, query_max_length: Optional[int] = None, temperature: float = 1.0,
+                 batch_size: int = 32, device: Optional[str] = None, precision: str = 'auto',
+                 verbose: bool = False):
+        """``precision``: ``'fp32'``, ``'bf16'``, ``'fp16'`` (autocast), or ``'auto'``: bf16 where
+        the hardware multiplies bf16 natively (CUDA, or a CPU with AVX512-BF16/AMX; fp16 on
+        older GPUs), fp32 elsewhere."""
+        super().__init__(batch_size=batch_size, text_field='text', verbose=verbose)
+        self.device = torch.device(device or ('cuda' if torch.cuda.is_available() else 'cpu'))
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.max_length = max_length
+        self.query_max_length = query_max_length or max_length
+        self.temperature = temperature
+        self.precision = precision
+
+    # -- construction and persistence -------------------------------------------------
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, *, pooling: Optional[str] = None, dim: Optional[int] = None,
+                        normalize: Optional[bool] = None, max_length: Optional[int] = None,
+                        query_max_length: Optional[int] = None, temperature: Optional[float] = None,
+                        **kwargs) -> 'DualEncoder':
+        """Loads a model by hub name or path; arguments left as None come from the model:
+
+        - a directory from :meth:`save_pretrained`: everything as saved;
+        - a sentence-transformers model: its pooling, normalisation and max length, so
+          that its embeddings are reproduced; no projection unless ``dim`` is given;
+        - any other encoder: ``cls`` pooling and no normalisation (the thesis).
+
+        ``temperature`` defaults to 0.05 for normalised embeddings (cosines need sharpening
+        to make a useful softmax; sentence-transformers' in-batch loss uses the same) and
+        1 for raw dot products (the thesis).
+        """
+        saved = _read_json(name_or_path, CONFIG_FILE)
+        st = {} if saved else _sentence_transformers_config(name_or_path)
+        base = saved or st or {'pooling': 'cls', 'normalize': False, 'max_length': 512}
+        pooling = pooling or base['pooling']
+        normalize = base['normalize'] if normalize is None else normalize
+        if dim is None and saved:
+            dim = saved['dim']
+        encoder = AutoModel.from_pretrained(name_or_path)
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+        model = DualEncoderModel(encoder, pooling=pooling, dim=dim, normalize=normalize)
+        if saved and saved['dim'] is not None:
+            model.load_state_dict(torch.load(Path(name_or_path) / PROJECTIONS_FILE, map_location='cpu'),
+                                  strict=False)
+        if temperature is None:
+            temperature = base.get('temperature', 0.05 if normalize else 1.0)
+        # the tokenizer's limit is often a placeholder (1e30): the position table is the real one
+        max_length = max_length or min(base['max_length'], tokenizer.model_max_length,
+                                       getattr(encoder.config, 'max_position_embeddings', math.inf))
+        return cls(model, tokenizer, name=saved.get('name', str(name_or_path)) if saved else str(name_or_path),
+                   max_length=max_length, query_max_length=query_max_length or (saved or {}).get('query_max_length'),
+                   temperature=temperature, **kwargs)
+
+    def config(self) -> Dict:
+        return {'name': self.name, 'pooling': self.model.pooling, 'dim': self.model.dim,
+                'normalize': self.model.normalize, 'max_length': self.max_length,
+                'query_max_length': self.query_max_length, 'temperature': self.temperature}
+
+    def save_pretrained(self, path: Union[str, Path]) -> Path:
+        """Writes encoder, tokenizer, projections and settings; :meth:`from_pretrained` reads them back."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.encoder.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+        if self.model.dim is not None:
+            torch.save({k: v for k, v in self.model.state_dict().items() if k.endswith('_proj.weight')},
+                       path / PROJECTIONS_FILE)
+        (path / CONFIG_FILE).write_text(json.dumps(self.config(), indent=2))
+        return path
+
+    def fingerprint(self) -> str:
+        """A digest of the weights and settings: two encoders with equal fingerprints
+        produce equal vectors (used to key cached indexes)."""
+        digest = hashlib.sha1(json.dumps(self.config(), sort_keys=True).encode())
+        for name, tensor in sorted(self.model.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()[:16]
+
+    # -- encoding ---------------------------------------------------------------------
+
+    def tokenize(self, texts: List[str], side: str, padding: Union[bool, str] = True):
+        max_length = self.query_max_length if side == 'query' else self.max_length
+        return self.tokenizer(_clean(texts), padding=padding, truncation=True, max_length=max_length,
+                              return_tensors='pt' if padding else None)
+
+    def encode(self, texts: List[str], side: str) -> torch.Tensor:
+        """Embeddings of ``texts`` with gradients, in one batch (for training)."""
+        batch = self.tokenize(texts, side).to(self.device)
+        with self._autocast():
+            return self.model(batch['input_ids'], batch['attention_mask'], side).float()
+
+    def encode_queries_torch(self, texts, batch_size=None) -> torch.Tensor:
+        return self.encode(list(texts), 'query')
+
+    def encode_queries(self, texts, batch_size=None) -> np.ndarray:
+        return self._encode_fast(texts, 'query', batch_size or self.batch_size)
+
+    def encode_docs(self, texts, batch_size=None) -> np.ndarray:
+        return self._encode_fast(texts, 'passage', batch_size or self.batch_size)
+
+    def _encode_fast(self, texts: Iterable[str], side: str, batch_size: int) -> np.ndarray:
+        """Inference: texts sorted by length so that each batch pads to its own longest
+        text (dynamic padding); inference mode; autocast where the precision asks for it.
+        Memory: the token ids of ``texts`` and the output; callers stream large corpora
+        in chunks (see :func:`pyterrier_selfsup.dense.flex_index`)."""
+        texts = list(texts)
+        out = np.empty((len(texts), self.model.out_dim), dtype=np.float32)
+        if not texts:
+            return out
+        ids = self.tokenize(texts, side, padding=False)['input_ids']
+        order = np.argsort([-len(x) for x in ids], kind='stable')  # longest first: fail fast on memory
+        batches = range(0, len(order), batch_size)
+        if self.verbose and len(batches) > 1:
+            batches = pt.tqdm(batches, desc=f'encoding {side}s', unit='batch')
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode(), self._autocast():
+                for start in batches:
+                    idx = order[start:start + batch_size]
+                    batch = self.tokenizer.pad({'input_ids': [ids[i] for i in idx]}, return_tensors='pt')
+                    emb = self.model(batch['input_ids'].to(self.device), batch['attention_mask'].to(self.device), side)
+                    out[idx] = emb.float().cpu().numpy()
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype matrix products run in, as ``precision`` resolves on this device."""
+        if self.precision == 'auto':
+            if self.device.type == 'cuda':
+                return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            return torch.bfloat16 if self.device.type == 'cpu' and _cpu_has_native_bf16() else torch.float32
+        return {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}[self.precision]
+
+    def _autocast(self):
+        dtype = self.compute_dtype()
+        return torch.autocast(self.device.type, dtype=dtype, enabled=dtype != torch.float32)
+
+    def __repr__(self):
+        return f'DualEncoder({self.name!r}, pooling={self.model.pooling!r}, dim={self.model.dim})'
+
+
+def _cpu_has_native_bf16() -> bool:
+    """AVX512-BF16 or AMX: bf16 matrix products at 2-3x the fp32 rate (measured on an EPYC
+    with AVX512-BF16: 421 vs 154 GFLOP/s, experiments/results/encoding_benchmark.md); without
+    them bf16 is emulated and slower than fp32."""
+    try:
+        with open('/proc/cpuinfo') as fh:
+            flags = next((line for line in fh if line.startswith('flags')), '').split()
+    except OSError:
+        return False
+    return 'avx512_bf16' in flags or 'amx_bf16' in flags
+
+
+def _clean(texts: List) -> List[str]:
+    """None, NaN and other non-strings become empty strings."""
+    return [t if isinstance(t, str) else '' if t is None or (isinstance(t, float) and math.isnan(t)) else str(t)
+            for t in texts]
+
+
+def _read_json(name_or_path: str, filename: str) -> Optional[dict]:
+    """``filename`` of a local directory or a hub repository (through the local cache), or None."""
+    local = Path(name_or_path) / filename
+    if Path(name_or_path).is_dir():
+        return json.loads(local.read_text()) if local.is_file() else None
+    try:
+        from huggingface_hub import hf_hub_download
+        return json.loads(Path(hf_hub_download(name_or_path, filename)).read_text())
+    except Exception:  # not in that repository (or not a repository): nothing to read
+        return None
+
+
+def _sentence_transformers_config(name_or_path: str) -> Optional[dict]:
+    modules = _read_json(name_or_path, 'modules.json')
+    if not modules:
+        return None
+    types = {m['type'].rsplit('.', 1)[-1]: m for m in modules}
+    pooling_cfg = _read_json(name_or_path, f'{types["Pooling"]["path"]}/config.json') if 'Pooling' in types else {}
+    if pooling_cfg.get('pooling_mode_cls_token'):
+        pooling = 'cls'
+    elif pooling_cfg.get('pooling_mode_mean_tokens', True):
+        pooling = 'mean'
+    else:
+        raise ValueError(f'{name_or_path}: sentence-transformers pooling {pooling_cfg} is neither cls nor mean')
+    st = _read_json(name_or_path, 'sentence_bert_config.json') or {}
+    return {'pooling': pooling, 'normalize': 'Normalize' in types, 'max_length': st.get('max_seq_length', 512)}
