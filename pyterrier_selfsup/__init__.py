@@ -4,6 +4,8 @@ from pyterrier_selfsup.collections import Collection, UnknownCollectionError
 from pyterrier_selfsup.bm25 import BM25, pisa_index
 from pyterrier_selfsup.dual_encoder import DualEncoder, DualEncoderModel
 from pyterrier_selfsup.dense import MINILM, DenseRetriever, flex_index, sbert_encoder
+from pyterrier_selfsup.distant import DistantSupervision, in_batch_loss
+from pyterrier_selfsup.queries import corpus_sentences, cropped_spans, given_topics
 from pyterrier_selfsup.pipelines import PIPELINES, PipelineSpec, register
 from pyterrier_selfsup.experiment import run_experiment, write_results
 
@@ -14,5 +16,6 @@ register_classic()  # classic/cisi and classic/adi, read from $SELFSUP_CLASSIC_D
 __all__ = [
     'register_classic', 'Collection', 'UnknownCollectionError', 'BM25', 'pisa_index',
     'DualEncoder', 'DualEncoderModel', 'MINILM', 'DenseRetriever', 'flex_index', 'sbert_encoder',
+    'DistantSupervision', 'in_batch_loss', 'corpus_sentences', 'cropped_spans', 'given_topics',
     'PIPELINES', 'PipelineSpec', 'register', 'run_experiment', 'write_results',
 ]

@@ -2,7 +2,7 @@
 import difflib
 import logging
 from functools import cached_property
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, List, Optional, Sequence
 
 import ir_datasets
 import pandas as pd
@@ -69,6 +69,14 @@ class Collection:
         """``qid``, ``docno``, ``label``."""
         return self.dataset.get_qrels()[['qid', 'docno', 'label']]
 
+    def texts(self, docnos: Sequence[str]) -> List[str]:
+        """The text (title + text) of each document, in order; KeyError names unknown docnos."""
+        docs = self.irds.docs_store().get_many(set(docnos))
+        missing = set(docnos) - set(docs)
+        if missing:
+            raise KeyError(f'{self.name} has no documents {sorted(missing)[:5]}')
+        return [docs[d].default_text() for d in docnos]
+
     def text_loader(self) -> 'TextLoader':
         """A transformer that adds each result's document text (title + text), for re-rankers."""
         return TextLoader(self)
@@ -82,11 +90,7 @@ class TextLoader(pt.Transformer):
 
     def transform(self, results: pd.DataFrame) -> pd.DataFrame:
         pt.validate.columns(results, includes=['docno'])
-        docs = self.collection.irds.docs_store().get_many(results['docno'].unique())
-        missing = set(results['docno']) - set(docs)
-        if missing:
-            raise KeyError(f'{self.collection.name} has no documents {sorted(missing)[:5]}')
-        return results.assign(text=[docs[d].default_text() for d in results['docno']])
+        return results.assign(text=self.collection.texts(list(results['docno'])))
 
     def __repr__(self):
         return f'{self.collection!r}.text_loader()'

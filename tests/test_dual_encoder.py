@@ -6,7 +6,6 @@ import pytest
 import torch
 from huggingface_hub import snapshot_download
 from sentence_transformers import SentenceTransformer
-from transformers import AutoTokenizer, BertConfig, BertModel
 
 from pyterrier_selfsup import MINILM, Collection, DenseRetriever, DualEncoder, flex_index
 
@@ -17,19 +16,6 @@ TEXTS = ['Dense retrieval with a dual encoder.', 'BM25 is a strong baseline', 's
 @pytest.fixture(scope='module')
 def minilm():
     return DualEncoder.from_pretrained(MINILM, precision='fp32', device='cpu')
-
-
-@pytest.fixture(scope='module')
-def tiny_dir(tmp_path_factory):
-    """A randomly initialised 2-layer BERT, with MiniLM's tokenizer, saved as a hub-style directory."""
-    path = tmp_path_factory.mktemp('tiny-bert')
-    tokenizer = AutoTokenizer.from_pretrained(MINILM)
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128)
-    BertModel(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
 
 
 @pytest.mark.parametrize('source', ['hub name', 'local directory'])

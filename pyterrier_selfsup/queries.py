@@ -1,0 +1,81 @@
+"""Training queries without a query log, for every trainer in this package.
+
+Each source returns a topics frame (``qid``, ``query``); the corpus-derived ones add
+``source_docno``, the passage a query was cut from, which trainers must not retrieve
+as its answer (REALM prohibits such trivial retrievals). Sampling is deterministic
+under ``seed`` and streams the corpus once (reservoir sampling), so it works on
+corpora that do not fit in memory.
+"""
+import random
+import re
+from typing import Iterable, List, Tuple
+
+import pandas as pd
+
+from pyterrier_selfsup.collections import Collection
+
+_SENTENCE_END = re.compile(r'(?<=[.!?])\s+(?=[A-Z0-9"(\[])')
+
+
+def given_topics(topics: pd.DataFrame) -> pd.DataFrame:
+    """Query texts of existing topics; anything else in the frame (labels) is dropped."""
+    if 'query' not in topics.columns:
+        raise ValueError(f'topics need a query column; they have {list(topics.columns)}')
+    return topics[['qid', 'query']].reset_index(drop=True)
+
+
+def sentences(text: str) -> List[str]:
+    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+
+
+def corpus_sentences(collection: Collection, n: int, *, seed: int = 0, min_words: int = 5,
+                     max_words: int = 40) -> pd.DataFrame:
+    """``n`` sentences, one from each of ``n`` documents drawn uniformly at random; a
+    document's sentence is drawn among those of ``min_words``..``max_words`` words."""
+    rng = random.Random(seed)
+
+    def pick(doc):
+        fitting = [s for s in sentences(doc['text']) if min_words <= len(s.split()) <= max_words]
+        return rng.choice(fitting) if fitting else None
+
+    return _frame('sent', _sample(collection.corpus_iter(), n, rng, pick))
+
+
+def cropped_spans(collection: Collection, n: int, *, seed: int = 0, min_words: int = 5,
+                  max_words: int = 30) -> pd.DataFrame:
+    """``n`` random contiguous word spans (length uniform in ``min_words``..``max_words``),
+    one from each of ``n`` documents drawn uniformly at random (Contriever's cropping)."""
+    rng = random.Random(seed)
+
+    def pick(doc):
+        words = doc['text'].split()
+        if len(words) < min_words:
+            return None
+        length = rng.randint(min_words, min(max_words, len(words)))
+        start = rng.randint(0, len(words) - length)
+        return ' '.join(words[start:start + length])
+
+    return _frame('span', _sample(collection.corpus_iter(), n, rng, pick))
+
+
+def _sample(docs: Iterable[dict], n: int, rng: random.Random, pick) -> List[Tuple[str, str]]:
+    """Reservoir sampling of ``n`` (docno, text picked from the document) pairs over the
+    documents for which ``pick`` finds something."""
+    reservoir, seen = [], 0
+    for doc in docs:
+        query = pick(doc)
+        if query is None:
+            continue
+        seen += 1
+        if len(reservoir) < n:
+            reservoir.append((doc['docno'], query))
+        else:
+            j = rng.randrange(seen)
+            if j < n:
+                reservoir[j] = (doc['docno'], query)
+    return reservoir
+
+
+def _frame(prefix: str, pairs: List[Tuple[str, str]]) -> pd.DataFrame:
+    return pd.DataFrame({'qid': [f'{prefix}-{i}' for i in range(len(pairs))],
+                         'query': [q for _, q in pairs], 'source_docno': [d for d, _ in pairs]})

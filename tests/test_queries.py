@@ -1,0 +1,33 @@
+from pyterrier_selfsup import Collection
+from pyterrier_selfsup.queries import corpus_sentences, cropped_spans, given_topics, sentences
+
+
+def test_sentence_split():
+    assert sentences('One sentence here. Another one? Yes! e.g. not split. 3 ends') == [
+        'One sentence here.', 'Another one?', 'Yes! e.g. not split.', '3 ends']
+
+
+def test_corpus_sentences_are_deterministic_and_from_their_document():
+    coll = Collection('classic/cisi')
+    texts = {d['docno']: d['text'] for d in coll.corpus_iter()}
+    a = corpus_sentences(coll, 50, seed=1)
+    assert a.equals(corpus_sentences(coll, 50, seed=1))
+    assert not a['query'].equals(corpus_sentences(coll, 50, seed=2)['query'])
+    assert len(a) == 50 and a['qid'].is_unique and a['source_docno'].is_unique
+    for docno, query in zip(a['source_docno'], a['query']):
+        assert query in texts[docno] and 5 <= len(query.split()) <= 40
+
+
+def test_cropped_spans():
+    coll = Collection('classic/adi')
+    texts = {d['docno']: ' '.join(d['text'].split()) for d in coll.corpus_iter()}
+    spans = cropped_spans(coll, 20, seed=0, min_words=4, max_words=8)
+    assert spans.equals(cropped_spans(coll, 20, seed=0, min_words=4, max_words=8))
+    for docno, query in zip(spans['source_docno'], spans['query']):
+        assert query in texts[docno] and 4 <= len(query.split()) <= 8
+    assert len(cropped_spans(coll, 500, seed=0)) == 82  # at most one per document
+
+
+def test_given_topics_keep_only_text():
+    topics = Collection('classic/adi').topics().assign(label=1)
+    assert list(given_topics(topics).columns) == ['qid', 'query']
