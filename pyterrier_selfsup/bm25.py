@@ -38,7 +38,7 @@ def pisa_index(collection: Union[str, Collection], *, stemmer: str = 'porter2', 
     """
     collection = Collection(collection) if isinstance(collection, str) else collection
     settings = {'stemmer': stemmer, 'stops': stops, 'k1': k1, 'b': b, 'text': 'default_text'}
-    path = cache_root(cache_dir) / 'pisa' / cache_key(collection.name, settings)
+    path = cache_root(cache_dir) / 'pisa' / cache_key(collection.corpus_id, settings)
 
     def build(staging: Path):
         with contextlib.nullcontext() if verbose else _engine_output_hidden():

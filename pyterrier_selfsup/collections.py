@@ -56,6 +56,15 @@ class Collection:
             logger.warning('%s: skipped %d documents whose docno had been seen before', self.name, duplicates)
 
     @cached_property
+    def corpus_id(self) -> str:
+        """The corpus' name, shared by collections that differ only in their topics
+        (beir/scifact/train and /test): indexes and trained models are keyed by it."""
+        try:
+            return self.irds.docs_namespace() or self.name
+        except TypeError:  # ir_datasets' cranfield declares docs_namespace without self
+            return self.name
+
+    @cached_property
     def docs_count(self) -> Optional[int]:
         return self.irds.docs_count()
 

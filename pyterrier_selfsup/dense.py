@@ -45,7 +45,7 @@ def flex_index(collection: Union[str, Collection], encoder: BiEncoder, *,
     else:
         model, settings = encoder.model_name, {'model': encoder.model_name, 'max_length': encoder.model.max_seq_length}
     settings['text'] = 'default_text'
-    name = f'{collection.name}.{model.rstrip("/").rsplit("/", 1)[-1]}'
+    name = f'{collection.corpus_id}.{model.rstrip("/").rsplit("/", 1)[-1]}'
     path = cache_root(cache_dir) / 'flex' / cache_key(name, settings)
 
     def build(staging: Path):
@@ -70,6 +70,15 @@ class DenseRetriever(Retriever):
                         max_length: Optional[int] = None, batch_size: int = 32, num_results: int = 1000,
                         cache_dir: Optional[Union[str, Path]] = None, verbose: bool = False) -> 'DenseRetriever':
         encoder = sbert_encoder(model_name, max_length=max_length, batch_size=batch_size)
+        return cls(encoder, flex_index(collection, encoder, cache_dir=cache_dir, verbose=verbose),
+                   num_results=num_results)
+
+    @classmethod
+    def from_dual_encoder(cls, collection: Union[str, Collection], model_name: str = MINILM, *,
+                          dim: Optional[int] = None, num_results: int = 1000,
+                          cache_dir: Optional[Union[str, Path]] = None, verbose: bool = False) -> 'DenseRetriever':
+        """The project's own :class:`DualEncoder` loaded from ``model_name``, over ``collection``."""
+        encoder = DualEncoder.from_pretrained(model_name, dim=dim)
         return cls(encoder, flex_index(collection, encoder, cache_dir=cache_dir, verbose=verbose),
                    num_results=num_results)
 

@@ -29,11 +29,12 @@ import torch
 import torch.nn.functional as F
 from transformers import get_linear_schedule_with_warmup
 
+from pyterrier_selfsup._cache import build_once, cache_key, cache_root
 from pyterrier_selfsup.bm25 import BM25
 from pyterrier_selfsup.collections import Collection
-from pyterrier_selfsup.dense import DenseRetriever, flex_index
+from pyterrier_selfsup.dense import MINILM, DenseRetriever, flex_index
 from pyterrier_selfsup.dual_encoder import DualEncoder
-from pyterrier_selfsup.queries import given_topics
+from pyterrier_selfsup.queries import corpus_sentences, cropped_spans, given_topics
 
 logger = logging.getLogger(__name__)
 
@@ -297,3 +298,38 @@ def plot_training_curve(log: List[Dict], path: Path, title: str = ''):
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def adapted_model_dir(collection: Collection, settings: Dict, cache_dir=None) -> Path:
+    """Where :func:`adapted_retriever` keeps the model trained with ``settings`` (its
+    checkpoints, ``training_log.jsonl`` and ``training_curve.png``)."""
+    return cache_root(cache_dir) / 'models' / cache_key(f'{collection.corpus_id}.ds', settings)
+
+
+def adapted_retriever(collection: Union[str, Collection], *, model_name: str = MINILM, queries: str = 'sentences',
+                      n_queries: int = 5000, negatives: str = 'none', epochs: int = 1, batch_size: int = 32,
+                      lr: float = 2e-5, dim: Optional[int] = None, seed: int = 0,
+                      cache_dir: Optional[Union[str, Path]] = None, verbose: bool = False) -> DenseRetriever:
+    """``model_name`` trained by :class:`DistantSupervision` on ``collection``, then a dense
+    retriever over it. Training queries: ``sentences`` or ``spans`` (``n_queries`` of them,
+    from the corpus), or the name of a collection whose topic texts are used (its qrels
+    are not). The trained model is cached like an index: built once per settings."""
+    collection = Collection(collection) if isinstance(collection, str) else collection
+    settings = dict(model_name=model_name, queries=queries, n_queries=n_queries, negatives=negatives,
+                    epochs=epochs, batch_size=batch_size, lr=lr, dim=dim, seed=seed)
+    path = adapted_model_dir(collection, settings, cache_dir)
+
+    def train(staging: Path):
+        if queries == 'sentences':
+            topics = corpus_sentences(collection, n_queries, seed=seed)
+        elif queries == 'spans':
+            topics = cropped_spans(collection, n_queries, seed=seed)
+        else:
+            topics = Collection(queries).topics()
+        torch.manual_seed(seed)
+        encoder = DualEncoder.from_pretrained(model_name, dim=dim)
+        DistantSupervision(encoder, collection, negatives=negatives, batch_size=batch_size, epochs=epochs, lr=lr,
+                           output_dir=staging, seed=seed, cache_dir=cache_dir, verbose=verbose).fit(topics)
+
+    return DenseRetriever.from_dual_encoder(collection, str(build_once(path, train) / 'final'),
+                                            cache_dir=cache_dir, verbose=verbose)

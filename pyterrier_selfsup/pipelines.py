@@ -4,7 +4,7 @@ A :class:`PipelineSpec` holds a factory and the settings it is called with, so t
 what a results file reports as the settings is exactly what built the pipeline.
 Later components add themselves with :func:`register`.
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Union
 
@@ -13,6 +13,7 @@ import pyterrier as pt
 from pyterrier_selfsup.bm25 import BM25
 from pyterrier_selfsup.collections import Collection
 from pyterrier_selfsup.dense import MINILM, DenseRetriever
+from pyterrier_selfsup.distant import adapted_retriever
 
 
 @dataclass(frozen=True)
@@ -43,10 +44,37 @@ def register(spec: PipelineSpec) -> PipelineSpec:
     return spec
 
 
-def get_pipeline(name: str) -> PipelineSpec:
+def get_pipeline(spec: str) -> PipelineSpec:
+    """A registered pipeline by ``name``, or ``name:key=value,...`` to change its settings
+    (``ds:negatives=bm25,epochs=2``); values take the type of the setting's default."""
+    name, _, overrides = spec.partition(':')
     if name not in PIPELINES:
         raise UnknownPipelineError(f'unknown pipeline {name!r}; known: {", ".join(sorted(PIPELINES))}')
-    return PIPELINES[name]
+    base = PIPELINES[name]
+    if not overrides:
+        return base
+    settings = dict(base.settings)
+    for item in overrides.split(','):
+        key, sep, value = item.partition('=')
+        if not sep or key not in base.settings:
+            raise UnknownPipelineError(f'{spec!r}: {name} has no setting {key!r}; its settings: '
+                                       f'{", ".join(f"{k}={v}" for k, v in base.settings.items())}')
+        settings[key] = _parse(value, base.settings[key])
+    return replace(base, name=spec, settings=settings)
+
+
+def _parse(value: str, default: Any) -> Any:
+    if value.lower() == 'none':
+        return None
+    if isinstance(default, bool):
+        return value.lower() in ('1', 'true', 'yes')
+    for kind in ((type(default),) if default is not None else (int, float)):
+        try:
+            return kind(value)
+        except ValueError:
+            if default is not None:
+                raise UnknownPipelineError(f'{value!r} is not a {kind.__name__}') from None
+    return value
 
 
 register(PipelineSpec(
@@ -56,3 +84,14 @@ register(PipelineSpec(
 register(PipelineSpec(
     'minilm', 'all-MiniLM-L6-v2 zero-shot: mean pooling, L2-normalised, exact dot-product search',
     DenseRetriever.from_collection, dict(model_name=MINILM, max_length=256, batch_size=32, num_results=1000)))
+
+register(PipelineSpec(
+    'dual', 'all-MiniLM-L6-v2 zero-shot through the trainable DualEncoder (precision auto: bf16 where the '
+            'hardware has it), the trainers\' starting point',
+    DenseRetriever.from_dual_encoder, dict(model_name=MINILM, dim=None)))
+
+register(PipelineSpec(
+    'ds', 'all-MiniLM-L6-v2 adapted to the collection by distant supervision (BM25 top-1 positives, '
+          'in-batch negatives); queries: corpus sentences, or a collection whose topic texts are used',
+    adapted_retriever, dict(model_name=MINILM, queries='sentences', n_queries=5000, negatives='none', epochs=1,
+                            batch_size=32, lr=2e-5, dim=None, seed=0)))

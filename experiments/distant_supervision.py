@@ -1,0 +1,55 @@
+"""Distant-supervision adaptation of all-MiniLM-L6-v2 on beir/scifact (issue 3, item 5).
+
+Three groups, each one results file (written as soon as the group finishes):
+  ds_main        start (zero-shot) vs training on the 809 train-query texts (1 and 3
+                 epochs) and on 5,000 corpus sentences (no query log at all)
+  ds_negatives   thesis Table 6.1 at small scale: extra hard negatives none / random /
+                 BM25 ranks 2..30 / current retriever (train queries, 1 epoch)
+  ds_dims        thesis §6.1.2 at small scale: projection to d = 64 .. 768 (train queries, 1 epoch)
+
+Every group is evaluated on beir/scifact/train (the qrels of the queries whose texts were
+used for training: the split on which choices may be made) and beir/scifact/test
+(reported, never used for choices). Relevance labels are never used for training.
+Training curves and logs are copied to experiments/results/ds_curves/.
+
+    python experiments/distant_supervision.py [group ...]
+"""
+import shutil
+import sys
+from pathlib import Path
+
+from pyterrier_selfsup import Collection
+from pyterrier_selfsup.distant import adapted_model_dir
+from pyterrier_selfsup.experiment import run_experiment, write_results
+from pyterrier_selfsup.pipelines import get_pipeline
+
+RESULTS = Path(__file__).parent / 'results'
+COLLECTIONS = ['beir/scifact/train', 'beir/scifact/test']
+TRAIN = 'ds:queries=beir/scifact/train'
+GROUPS = {
+    'ds_main': ['bm25', 'dual', TRAIN, f'{TRAIN},epochs=3', 'ds:queries=sentences,n_queries=5000'],
+    'ds_negatives': ['bm25', TRAIN] + [f'{TRAIN},negatives={n}' for n in ('random', 'bm25', 'retriever')],
+    'ds_dims': ['bm25', 'dual'] + [f'{TRAIN},dim={d}' for d in (64, 128, 256, 768)] + [TRAIN],
+}
+
+
+def copy_curves(pipelines):
+    corpus = Collection(COLLECTIONS[0])
+    for spec in map(get_pipeline, pipelines):
+        if spec.name.startswith('ds'):
+            source = adapted_model_dir(corpus, spec.settings)
+            target = RESULTS / 'ds_curves' / spec.name.replace(':', '_').replace(',', '_').replace('/', '-')
+            target.mkdir(parents=True, exist_ok=True)
+            for name in ('training_curve.png', 'training_log.jsonl'):
+                shutil.copy(source / name, target / name)
+
+
+def main(groups):
+    for group in groups:
+        result = run_experiment(COLLECTIONS, GROUPS[group], name=group, verbose=True)
+        write_results(result, RESULTS)
+        copy_curves(GROUPS[group])
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:] or list(GROUPS))
