@@ -2,6 +2,7 @@
 
     selfsup run                         # BM25 vs all-MiniLM-L6-v2 zero-shot on beir/scifact/test
     selfsup run -c cranfield classic/cisi -p bm25 minilm --save baseline
+    selfsup run -p bm25 dual "ds:queries=beir/scifact/train,epochs=3"
     selfsup list                        # the pipelines and collections it knows
 """
 import argparse
@@ -27,8 +28,8 @@ def main(argv=None) -> int:
     run.add_argument('-c', '--collections', nargs='+', default=DEFAULT_COLLECTIONS, metavar='NAME',
                      help=f'ir_datasets ids (default: {" ".join(DEFAULT_COLLECTIONS)})')
     run.add_argument('-p', '--pipelines', nargs='+', default=DEFAULT_PIPELINES, metavar='NAME',
-                     help=f'named pipelines, the first is the baseline (default: {" ".join(DEFAULT_PIPELINES)}; '
-                          f'known: {", ".join(PIPELINES)})')
+                     help=f'named pipelines, the first is the baseline, NAME:key=value,... changes settings '
+                          f'(default: {" ".join(DEFAULT_PIPELINES)}; known: {", ".join(PIPELINES)})')
     run.add_argument('--save', metavar='NAME', help='write <results-dir>/NAME.md, .csv and .png')
     run.add_argument('--results-dir', default='experiments/results', help='default: %(default)s')
     run.add_argument('--cache-dir', help='where indexes are built (default: $SELFSUP_CACHE or '
@@ -43,6 +44,7 @@ def main(argv=None) -> int:
     if args.command == 'list':
         for name, spec in PIPELINES.items():
             print(f'pipeline {name}: {spec.description}')
+            print(f'    settings: {", ".join(f"{k}={v}" for k, v in spec.settings.items())}')
         for name in COLLECTIONS_HERE:
             print(f'collection {name}')
         return 0

@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import random
+import tempfile
 import time
 from dataclasses import dataclass
 from functools import cached_property
@@ -27,12 +28,13 @@ import pandas as pd
 import pyterrier as pt
 import torch
 import torch.nn.functional as F
+from pyterrier_dr import FlexIndex
 from transformers import get_linear_schedule_with_warmup
 
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root
 from pyterrier_selfsup.bm25 import BM25
 from pyterrier_selfsup.collections import Collection
-from pyterrier_selfsup.dense import MINILM, DenseRetriever, flex_index
+from pyterrier_selfsup.dense import INDEX_CHUNK, MINILM, DenseRetriever, flex_index
 from pyterrier_selfsup.dual_encoder import DualEncoder
 from pyterrier_selfsup.queries import corpus_sentences, cropped_spans, given_topics
 
@@ -157,7 +159,7 @@ class DistantSupervision(pt.Estimator):
                 self.log.append({'step': state['step'], 'epoch': epoch, 'loss': float(np.mean(window)),
                                  'lr': scheduler.get_last_lr()[0], 'time': time.time()})
                 progress.update(1)
-                progress.set_postfix(loss=f'{np.mean([r["loss"] for r in self.log[-20:]]):.4f}')
+                progress.set_postfix(loss=f'{np.mean([r["loss"] for r in self.log[-20:] if "loss" in r]):.4f}')
                 window = []
                 if self.checkpoint_every and state['step'] % self.checkpoint_every == 0:
                     self._checkpoint(state, optimizer, scheduler)
@@ -238,8 +240,12 @@ class DistantSupervision(pt.Estimator):
         return hard
 
     def _validate(self, topics, qrels) -> float:
+        """nDCG@10 of the encoder as it is now, over an index that is thrown away after."""
         from ir_measures import nDCG
-        result = pt.Experiment([self.retriever()], topics, qrels, [nDCG @ 10])
+        with tempfile.TemporaryDirectory() as tmp:
+            index = FlexIndex(f'{tmp}/validation.flex', verbose=False)
+            (self.encoder.doc_encoder() >> index).index(self.collection.corpus_iter(), batch_size=INDEX_CHUNK)
+            result = pt.Experiment([DenseRetriever(self.encoder, index)], topics, qrels, [nDCG @ 10])
         self.encoder.model.train()
         return float(result['nDCG@10'][0])
 
@@ -271,7 +277,7 @@ class DistantSupervision(pt.Estimator):
         with open(self.output_dir / 'training_log.jsonl', 'w') as fh:
             fh.writelines(json.dumps(r) + '\n' for r in self.log)
         plot_training_curve(self.log, self.output_dir / 'training_curve.png',
-                            title=f'distant supervision on {self.collection.name} ({self.negatives} negatives)')
+                            title=f'distant supervision on {self.collection.corpus_id} ({self.negatives} negatives)')
 
 
 def plot_training_curve(log: List[Dict], path: Path, title: str = ''):

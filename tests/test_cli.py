@@ -1,3 +1,4 @@
+import os
 import re
 import subprocess
 import sys
@@ -52,3 +53,34 @@ def test_list():
     proc = selfsup('list', cwd='.')
     assert proc.returncode == 0
     assert 'pipeline bm25' in proc.stdout and 'collection classic/cisi' in proc.stdout
+
+
+def test_pipeline_settings_from_the_command_line():
+    from pyterrier_selfsup.pipelines import UnknownPipelineError, get_pipeline
+    spec = get_pipeline('ds:negatives=bm25,epochs=2,dim=128,lr=1e-4')
+    assert spec.name == 'ds:negatives=bm25,epochs=2,dim=128,lr=1e-4'
+    assert {k: spec.settings[k] for k in ('negatives', 'epochs', 'dim', 'lr', 'queries')} == {
+        'negatives': 'bm25', 'epochs': 2, 'dim': 128, 'lr': 1e-4, 'queries': 'sentences'}
+    assert get_pipeline('ds').settings['epochs'] == 1  # the registered default is untouched
+    with pytest.raises(UnknownPipelineError, match="ds has no setting 'epoch'"):
+        get_pipeline('ds:epoch=2')
+    with pytest.raises(UnknownPipelineError, match="'two' is not a int"):
+        get_pipeline('ds:epochs=two')
+
+
+def test_adaptation_runs_from_the_command_line(tmp_path, cache_dir):
+    ds = 'ds:queries=classic/adi,batch_size=16,seed=1'
+    proc = selfsup('run', '-c', 'classic/adi', '-p', 'minilm', 'dual', ds, '--save', 'ds',
+                   '--results-dir', str(tmp_path), '--cache-dir', str(cache_dir), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    table = pd.read_csv(tmp_path / 'ds.csv', comment='#').set_index('name')
+    # the DualEncoder reproduces the sentence-transformers start (bf16 where native: ranks barely move)
+    assert table.loc['dual', 'nDCG@10'] == pytest.approx(table.loc['minilm', 'nDCG@10'], abs=5e-3)
+    assert table.loc[ds, 'nDCG@10'] != table.loc['dual', 'nDCG@10']  # 3 steps of training changed the model
+    models = [p for p in (cache_dir / 'models').glob('classic_adi.ds-*') if p.is_dir()]
+    assert len(models) == 1 and (models[0] / 'final' / 'dual_encoder.json').exists()
+    assert (models[0] / 'training_curve.png').exists()
+    trained = os.stat(models[0] / 'final' / 'dual_encoder.json').st_mtime_ns
+    again = selfsup('run', '-c', 'classic/adi', '-p', ds, '--cache-dir', str(cache_dir), cwd=tmp_path)
+    assert os.stat(models[0] / 'final' / 'dual_encoder.json').st_mtime_ns == trained  # reused, not retrained
+    assert f"{table.loc[ds, 'nDCG@10']:.4f}" in again.stdout

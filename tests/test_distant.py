@@ -95,3 +95,15 @@ def test_resumed_run_continues_with_the_same_losses(tiny_dir, cache_dir, tmp_pat
     np.testing.assert_allclose([r['loss'] for r in resumed.log], [r['loss'] for r in full.log], rtol=1e-5)
     for a, b in zip(full.encoder.model.parameters(), resumed.encoder.model.parameters()):
         torch.testing.assert_close(a, b)
+
+
+def test_validation_is_logged_and_leaves_no_index(tiny_dir, tmp_path):
+    coll = Collection('classic/adi')
+    cache = tmp_path / 'cache'
+    trainer = DistantSupervision(tiny(tiny_dir), coll, batch_size=7, epochs=2, lr=3e-3, output_dir=tmp_path / 'out',
+                                 cache_dir=cache, verbose=True)
+    trainer.fit(coll.topics(), None, coll.topics(), coll.qrels())
+    validation = [r['validation nDCG@10'] for r in trainer.log if 'validation nDCG@10' in r]
+    assert len(validation) == 2 and all(0 < v < 1 for v in validation)
+    assert [r['step'] for r in trainer.log if 'validation nDCG@10' in r] == [5, 10]
+    assert not (cache / 'flex').exists()  # validation indexes are temporary
