@@ -192,6 +192,7 @@ class ClassicSource:
 class ClassicDocs(BaseDocs):
     def __init__(self, source: ClassicSource):
         self._source = source
+        self._store: Optional[Tuple[Path, '_MemoryDocstore']] = None  # (the directory it was read from, store)
 
     def docs_iter(self):
         return parse_docs(self._source.lines('ALL'))
@@ -200,7 +201,11 @@ class ClassicDocs(BaseDocs):
         return ClassicDoc
 
     def docs_store(self, field='doc_id'):
-        return _MemoryDocstore(self.docs_iter())
+        # trainers look texts up every batch: parse once per directory, not per call
+        directory = self._source.resolve()
+        if self._store is None or self._store[0] != directory:
+            self._store = (directory, _MemoryDocstore(self.docs_iter()))
+        return self._store[1]
 
     def docs_count(self):
         return sum(1 for _ in self.docs_iter())

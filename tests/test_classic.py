@@ -122,3 +122,13 @@ def test_missing_directory_and_unset_variable(tmp_path, monkeypatch):
     monkeypatch.delenv('SELFSUP_CLASSIC_DATA')
     with pytest.raises(FileNotFoundError, match=r'Set \$SELFSUP_CLASSIC_DATA'):
         list(ir_datasets.load('classic/adi').docs_iter())
+
+
+def test_docstore_is_parsed_once_per_directory(tmp_path, restore_registration):
+    docs = ir_datasets.load('classic/adi').docs_store
+    assert docs() is docs()
+    with tarfile.open(Path(os.environ['SELFSUP_CLASSIC_DATA']) / 'adi.tar.gz') as tar:
+        tar.extractall(tmp_path, filter='data')
+    (tmp_path / 'ADI.ALL').write_text('.I 1\n.T\nreplaced\n.W\ntext\n')
+    register_classic(tmp_path, names=['adi'])
+    assert docs().get('1').title == 'replaced'  # a new directory is read afresh
