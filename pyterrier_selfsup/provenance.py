@@ -60,6 +60,11 @@ def code_revision() -> str:
     return commit + ('+uncommitted' if dirty else '')
 
 
+# Taken when the package is imported: the code this process runs, even if the checkout
+# moves on while a long experiment is under way.
+CODE_AT_IMPORT = code_revision()
+
+
 def model_revision(name: str) -> str:
     """``name@<hub commit>`` for a Hugging Face hub model in the local cache, else ``name``."""
     if Path(name).exists():
@@ -78,7 +83,7 @@ def header(command: Optional[str] = None) -> Dict[str, str]:
     return {
         'date': datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'),
         'command': command or ' '.join(shlex.quote(a) for a in [Path(sys.argv[0]).name] + sys.argv[1:]),
-        'code': f'pyterrier-selfsup {code_revision()}',
+        'code': f'pyterrier-selfsup {CODE_AT_IMPORT}',
         'machine': machine(),
         'packages': packages(),
     }

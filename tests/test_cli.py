@@ -84,3 +84,9 @@ def test_adaptation_runs_from_the_command_line(tmp_path, cache_dir):
     again = selfsup('run', '-c', 'classic/adi', '-p', ds, '--cache-dir', str(cache_dir), cwd=tmp_path)
     assert os.stat(models[0] / 'final' / 'dual_encoder.json').st_mtime_ns == trained  # reused, not retrained
     assert f"{table.loc[ds, 'nDCG@10']:.4f}" in again.stdout
+
+
+def test_code_revision_is_the_one_the_process_imported(tmp_path, monkeypatch):
+    from pyterrier_selfsup import provenance
+    monkeypatch.setattr(provenance, 'code_revision', lambda: 'moved-on')
+    assert provenance.header()['code'] == f'pyterrier-selfsup {provenance.CODE_AT_IMPORT}'
