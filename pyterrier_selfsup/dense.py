@@ -49,10 +49,18 @@ def flex_index(collection: Union[str, Collection], encoder: BiEncoder, *,
     path = cache_root(cache_dir) / 'flex' / cache_key(name, settings)
 
     def build(staging: Path):
-        pipeline = encoder.doc_encoder(verbose=False) >> FlexIndex(str(staging), verbose=False)
-        pipeline.index(collection.corpus_iter(verbose=verbose), batch_size=INDEX_CHUNK)
+        encode_into(staging, collection, encoder, verbose=verbose)
 
     return FlexIndex(str(build_once(path, build)), verbose=False)
+
+
+def encode_into(path: Union[str, Path], collection: Collection, encoder: BiEncoder, *,
+                verbose: bool = False) -> FlexIndex:
+    """A new FlexIndex at ``path`` holding ``collection``'s documents encoded by ``encoder``."""
+    index = FlexIndex(str(path), verbose=False)
+    (encoder.doc_encoder(verbose=False) >> index).index(collection.corpus_iter(verbose=verbose),
+                                                        batch_size=INDEX_CHUNK)
+    return index
 
 
 class DenseRetriever(Retriever):

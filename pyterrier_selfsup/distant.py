@@ -28,13 +28,12 @@ import pandas as pd
 import pyterrier as pt
 import torch
 import torch.nn.functional as F
-from pyterrier_dr import FlexIndex
 from transformers import get_linear_schedule_with_warmup
 
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root
 from pyterrier_selfsup.bm25 import BM25
 from pyterrier_selfsup.collections import Collection
-from pyterrier_selfsup.dense import INDEX_CHUNK, MINILM, DenseRetriever, flex_index
+from pyterrier_selfsup.dense import MINILM, DenseRetriever, encode_into, flex_index
 from pyterrier_selfsup.dual_encoder import DualEncoder
 from pyterrier_selfsup.queries import corpus_sentences, cropped_spans, given_topics
 
@@ -243,8 +242,7 @@ class DistantSupervision(pt.Estimator):
         """nDCG@10 of the encoder as it is now, over an index that is thrown away after."""
         from ir_measures import nDCG
         with tempfile.TemporaryDirectory() as tmp:
-            index = FlexIndex(f'{tmp}/validation.flex', verbose=False)
-            (self.encoder.doc_encoder() >> index).index(self.collection.corpus_iter(), batch_size=INDEX_CHUNK)
+            index = encode_into(f'{tmp}/validation.flex', self.collection, self.encoder)
             result = pt.Experiment([DenseRetriever(self.encoder, index)], topics, qrels, [nDCG @ 10])
         self.encoder.model.train()
         return float(result['nDCG@10'][0])
