@@ -21,6 +21,8 @@ import torch
 from pyterrier_dr import BiEncoder
 from transformers import AutoModel, AutoTokenizer
 
+from pyterrier_selfsup._precision import autocast, compute_dtype
+
 CONFIG_FILE = 'dual_encoder.json'
 PROJECTIONS_FILE = 'projections.pt'
 POOLINGS = ('cls', 'mean')
@@ -211,30 +213,13 @@ class DualEncoder(BiEncoder):
 
     def compute_dtype(self) -> torch.dtype:
         """The dtype matrix products run in, as ``precision`` resolves on this device."""
-        if self.precision == 'auto':
-            if self.device.type == 'cuda':
-                return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-            return torch.bfloat16 if self.device.type == 'cpu' and _cpu_has_native_bf16() else torch.float32
-        return {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}[self.precision]
+        return compute_dtype(self.precision, self.device)
 
     def _autocast(self):
-        dtype = self.compute_dtype()
-        return torch.autocast(self.device.type, dtype=dtype, enabled=dtype != torch.float32)
+        return autocast(self.device, self.compute_dtype())
 
     def __repr__(self):
         return f'DualEncoder({self.name!r}, pooling={self.model.pooling!r}, dim={self.model.dim})'
-
-
-def _cpu_has_native_bf16() -> bool:
-    """AVX512-BF16 or AMX: bf16 matrix products at 2-3x the fp32 rate (measured on an EPYC
-    with AVX512-BF16: 421 vs 154 GFLOP/s, experiments/results/encoding_benchmark.md); without
-    them bf16 is emulated and slower than fp32."""
-    try:
-        with open('/proc/cpuinfo') as fh:
-            flags = next((line for line in fh if line.startswith('flags')), '').split()
-    except OSError:
-        return False
-    return 'avx512_bf16' in flags or 'amx_bf16' in flags
 
 
 def _clean(texts: List) -> List[str]:

@@ -14,6 +14,7 @@ from pyterrier_selfsup.bm25 import BM25
 from pyterrier_selfsup.collections import Collection
 from pyterrier_selfsup.dense import MINILM, DenseRetriever
 from pyterrier_selfsup.distant import adapted_retriever
+from pyterrier_selfsup.generator import SMOLLM2, SMOLLM2_GGUF, Generator, score_cache_dir
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,10 @@ class PipelineSpec:
 
     @property
     def models(self) -> list:
-        return [self.settings['model_name']] if 'model_name' in self.settings else []
+        if 'model_name' not in self.settings:
+            return []
+        gguf = self.settings.get('gguf_file')
+        return [f"{self.settings['model_name']}/{gguf}" if gguf else self.settings['model_name']]
 
 
 PIPELINES: Dict[str, PipelineSpec] = {}
@@ -77,6 +81,18 @@ def _parse(value: str, default: Any) -> Any:
     return value
 
 
+def reconstruction_reranker(collection: Collection, *, model_name: str, gguf_file: Optional[str], depth: int,
+                            normalise: str, max_passage_length: int, precision: str,
+                            cache_dir: Optional[Union[str, Path]] = None, verbose: bool = False) -> pt.Transformer:
+    """BM25's top ``depth`` re-ranked by log p(query | document) under a generator; the
+    generator's scores are cached on disk, so a second run costs nothing."""
+    gen = Generator.from_pretrained(model_name, gguf_file=gguf_file or None, cache_dir=cache_dir,
+                                    max_passage_length=max_passage_length, precision=precision, verbose=verbose)
+    bm25 = BM25.from_collection(collection, num_results=depth, cache_dir=cache_dir)
+    return bm25 >> collection.text_loader() >> gen.scorer(
+        normalise=normalise, cache=score_cache_dir(collection.corpus_id, gen, cache_dir))
+
+
 register(PipelineSpec(
     'bm25', 'BM25 over a PISA index of title + text',
     BM25.from_collection, dict(k1=0.9, b=0.4, stemmer='porter2', stops='terrier', num_results=1000)))
@@ -95,3 +111,9 @@ register(PipelineSpec(
           'in-batch negatives); queries: corpus sentences, or a collection whose topic texts are used',
     adapted_retriever, dict(model_name=MINILM, queries='sentences', n_queries=5000, negatives='none', epochs=1,
                             batch_size=32, lr=2e-5, dim=None, seed=0)))
+
+register(PipelineSpec(
+    'recon', 'BM25 top 100 re-ranked by a generator\'s query likelihood log p(query | document) '
+             '(SmolLM2-135M-Instruct, prompted), the reconstruction scorer',
+    reconstruction_reranker, dict(model_name=SMOLLM2, gguf_file=SMOLLM2_GGUF, depth=100, normalise='mean',
+                                  max_passage_length=256, precision='auto')))

