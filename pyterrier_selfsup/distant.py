@@ -12,12 +12,7 @@ retriever's top non-positive, recomputed each epoch).
     trainer.fit(pt.get_dataset('irds:beir/scifact/train').get_topics())
     pt.Experiment([bm25, trainer], ...)           # after fit it retrieves with the adapted encoder
 """
-import json
 import logging
-import math
-import random
-import tempfile
-import time
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -25,22 +20,20 @@ from typing import Dict, FrozenSet, List, Optional, Union
 
 import numpy as np
 import pandas as pd
-import pyterrier as pt
 import torch
 import torch.nn.functional as F
-from transformers import get_linear_schedule_with_warmup
 
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root
 from pyterrier_selfsup.bm25 import BM25
 from pyterrier_selfsup.collections import Collection
-from pyterrier_selfsup.dense import MINILM, DenseRetriever, encode_into, flex_index
+from pyterrier_selfsup.dense import MINILM, DenseRetriever
 from pyterrier_selfsup.dual_encoder import DualEncoder
 from pyterrier_selfsup.queries import corpus_sentences, cropped_spans, given_topics
+from pyterrier_selfsup.training import Trainer
 
 logger = logging.getLogger(__name__)
 
 NEGATIVES = ('none', 'random', 'bm25', 'retriever')
-STATE_FILE = 'trainer_state.pt'
 
 
 def in_batch_loss(queries: torch.Tensor, passages: torch.Tensor, temperature: float,
@@ -66,115 +59,31 @@ class Example:
     bm25_ranked: tuple  # BM25's ranking below the positive, for bm25 negatives
 
 
-class DistantSupervision(pt.Estimator):
+class DistantSupervision(Trainer):
     """Trains ``encoder`` in place on ``collection`` with BM25's top-1 as positives.
 
     Args:
         negatives: extra hard negatives, one per query, shared across the batch:
             ``none``, ``random``, ``bm25`` (from ranks 2..``bm25_depth``), ``retriever``.
-        batch_size: queries per batch (the in-batch negatives); ``accumulation`` batches
-            make one optimiser step.
-        lr, warmup: AdamW's peak learning rate, reached linearly over the first
-            ``warmup`` fraction of steps, then decayed linearly to zero.
-        output_dir: checkpoints (every ``checkpoint_every`` steps and at the end), the
-            training log (JSON lines) and the training-curve PNG.
+        The rest as for :class:`~pyterrier_selfsup.training.Trainer`: ``batch_size`` (the
+        in-batch negatives), ``accumulation``, ``epochs``, ``lr``, ``warmup``, ``output_dir``...
     """
+    description = 'distant supervision'
 
     def __init__(self, encoder: DualEncoder, collection: Union[str, Collection], *, negatives: str = 'none',
-                 batch_size: int = 32, epochs: int = 1, max_steps: Optional[int] = None, lr: float = 2e-5,
-                 warmup: float = 0.1, weight_decay: float = 0.01, accumulation: int = 1, bm25_depth: int = 30,
-                 output_dir: Optional[Union[str, Path]] = None, checkpoint_every: Optional[int] = None,
-                 seed: int = 0, cache_dir: Optional[Union[str, Path]] = None, verbose: bool = True):
+                 bm25_depth: int = 30, **kwargs):
         if negatives not in NEGATIVES:
             raise ValueError(f'negatives must be one of {NEGATIVES}, not {negatives!r}')
-        self.encoder = encoder
-        self.collection = Collection(collection) if isinstance(collection, str) else collection
+        super().__init__(encoder, collection, **kwargs)
         self.negatives = negatives
-        self.batch_size = batch_size
-        self.epochs = epochs
-        self.max_steps = max_steps
-        self.lr = lr
-        self.warmup = warmup
-        self.weight_decay = weight_decay
-        self.accumulation = accumulation
         self.bm25_depth = bm25_depth
-        self.output_dir = Path(output_dir) if output_dir is not None else None
-        self.checkpoint_every = checkpoint_every
-        self.seed = seed
-        self.cache_dir = cache_dir
-        self.verbose = verbose
-        self.log: List[Dict] = []
 
-    # -- the PyTerrier face -----------------------------------------------------------
+    def on_epoch_start(self, examples: List['Example'], epoch: int, resumed: bool):
+        if self.negatives == 'retriever' and not (resumed and self.state.get('hard')):
+            self.state['hard'] = self._retriever_negatives(examples)
 
-    def transform(self, topics: pd.DataFrame) -> pd.DataFrame:
-        """Dense retrieval over the collection with the encoder as it is now."""
-        return self.retriever()(topics)
-
-    def retriever(self) -> DenseRetriever:
-        return DenseRetriever(self.encoder, flex_index(self.collection, self.encoder, cache_dir=self.cache_dir))
-
-    def fit(self, tr_topics: pd.DataFrame, tr_qrels=None, va_topics=None, va_qrels=None, *,
-            resume_from: Optional[Union[str, Path]] = None) -> 'DistantSupervision':
-        """Trains on the query texts of ``tr_topics`` (qrels are never read). With
-        ``va_topics`` and ``va_qrels``, nDCG@10 on them is logged after each epoch.
-        ``resume_from``: a checkpoint directory of an earlier run with the same settings."""
-        examples = self.examples(tr_topics)
-        if not examples:
-            raise ValueError('no training query has a BM25 result to serve as its positive')
-        batches_per_epoch = math.ceil(len(examples) / self.batch_size)
-        total_steps = math.ceil(batches_per_epoch * self.epochs / self.accumulation)
-        if self.max_steps is not None:
-            total_steps = min(total_steps, self.max_steps)
-        model = self.encoder.model
-        optimizer = torch.optim.AdamW(model.parameters(), lr=self.lr, weight_decay=self.weight_decay)
-        scheduler = get_linear_schedule_with_warmup(optimizer, int(self.warmup * total_steps), total_steps)
-        state = {'epoch': 0, 'batch': 0, 'step': 0, 'hard': None}
-        if resume_from is not None:
-            state = self._restore(Path(resume_from), optimizer, scheduler)
-        model.train()
-        progress = pt.tqdm(total=total_steps, initial=state['step'], desc='distant supervision', unit='step',
-                           disable=not self.verbose)
-        window: List[float] = []
-        micro = 0
-        for epoch in range(state['epoch'], self.epochs):
-            order = np.random.default_rng([self.seed, epoch]).permutation(len(examples))
-            batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
-            if self.negatives == 'retriever' and (state['hard'] is None or state['batch'] == 0):
-                state['hard'] = self._retriever_negatives(examples)
-            for b in range(state['batch'], len(batches)):
-                loss = self._loss([examples[i] for i in batches[b]], np.random.default_rng([self.seed, epoch, b]),
-                                  state['hard'])
-                (loss / self.accumulation).backward()
-                window.append(loss.item())
-                micro += 1
-                if micro < self.accumulation and b < len(batches) - 1:
-                    continue
-                micro = 0
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad()
-                state.update(step=state['step'] + 1, epoch=epoch, batch=b + 1)
-                self.log.append({'step': state['step'], 'epoch': epoch, 'loss': float(np.mean(window)),
-                                 'lr': scheduler.get_last_lr()[0], 'time': time.time()})
-                progress.update(1)
-                progress.set_postfix(loss=f'{np.mean([r["loss"] for r in self.log[-20:] if "loss" in r]):.4f}')
-                window = []
-                if self.checkpoint_every and state['step'] % self.checkpoint_every == 0:
-                    self._checkpoint(state, optimizer, scheduler)
-                if state['step'] >= total_steps:
-                    break
-            state.update(epoch=epoch + 1, batch=0, hard=None)
-            if va_topics is not None and va_qrels is not None:
-                self.log.append({'step': state['step'], 'epoch': epoch, 'validation nDCG@10': self._validate(va_topics, va_qrels)})
-            if state['step'] >= total_steps:
-                break
-        progress.close()
-        model.eval()
-        if self.output_dir is not None:
-            self._checkpoint(state, optimizer, scheduler, final=True)
-            self._write_log()
-        return self
+    def title(self) -> str:
+        return f'distant supervision on {self.collection.corpus_id} ({self.negatives} negatives)'
 
     # -- data -------------------------------------------------------------------------
 
@@ -196,8 +105,8 @@ class DistantSupervision(pt.Estimator):
                            len(queries) - len(examples), len(queries))
         return examples
 
-    def _loss(self, batch: List[Example], rng: np.random.Generator, hard: Optional[Dict[str, str]]) -> torch.Tensor:
-        docnos = [e.positive for e in batch] + self._negatives(batch, rng, hard)
+    def loss(self, batch: List[Example], rng: np.random.Generator) -> torch.Tensor:
+        docnos = [e.positive for e in batch] + self._negatives(batch, rng, self.state.get('hard'))
         excluded = torch.tensor([[d in e.excluded and j != i for j, d in enumerate(docnos)]
                                  for i, e in enumerate(batch)], device=self.encoder.device)
         queries = self.encoder.encode([e.query for e in batch], 'query')
@@ -237,71 +146,6 @@ class DistantSupervision(pt.Estimator):
                         break
         self.encoder.model.train()
         return hard
-
-    def _validate(self, topics, qrels) -> float:
-        """nDCG@10 of the encoder as it is now, over an index that is thrown away after."""
-        from ir_measures import nDCG
-        with tempfile.TemporaryDirectory() as tmp:
-            index = encode_into(f'{tmp}/validation.flex', self.collection, self.encoder)
-            result = pt.Experiment([DenseRetriever(self.encoder, index)], topics, qrels, [nDCG @ 10])
-        self.encoder.model.train()
-        return float(result['nDCG@10'][0])
-
-    # -- checkpoints and logs ---------------------------------------------------------
-
-    def _checkpoint(self, state, optimizer, scheduler, final: bool = False):
-        if self.output_dir is None:
-            return
-        path = self.output_dir / ('final' if final else f'checkpoint-{state["step"]}')
-        self.encoder.save_pretrained(path)
-        torch.save({'state': state, 'optimizer': optimizer.state_dict(), 'scheduler': scheduler.state_dict(),
-                    'log': self.log, 'torch_rng': torch.get_rng_state(), 'python_rng': random.getstate()},
-                   path / STATE_FILE)
-        logger.info('checkpoint %s', path)
-
-    def _restore(self, path: Path, optimizer, scheduler) -> Dict:
-        saved = torch.load(path / STATE_FILE, map_location='cpu', weights_only=False)
-        weights = DualEncoder.from_pretrained(str(path), device='cpu').model.state_dict()
-        self.encoder.model.load_state_dict(weights)
-        optimizer.load_state_dict(saved['optimizer'])
-        scheduler.load_state_dict(saved['scheduler'])
-        torch.set_rng_state(saved['torch_rng'])
-        random.setstate(saved['python_rng'])
-        self.log = list(saved['log'])
-        return dict(saved['state'])
-
-    def _write_log(self):
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.output_dir / 'training_log.jsonl', 'w') as fh:
-            fh.writelines(json.dumps(r) + '\n' for r in self.log)
-        plot_training_curve(self.log, self.output_dir / 'training_curve.png',
-                            title=f'distant supervision on {self.collection.corpus_id} ({self.negatives} negatives)')
-
-
-def plot_training_curve(log: List[Dict], path: Path, title: str = ''):
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-
-    steps = [r['step'] for r in log if 'loss' in r]
-    losses = [r['loss'] for r in log if 'loss' in r]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(steps, losses, alpha=0.35, label='loss per step')
-    if len(losses) >= 10:
-        w = max(5, len(losses) // 20)
-        ax.plot(steps[w - 1:], np.convolve(losses, np.ones(w) / w, mode='valid'), label=f'mean of {w}')
-    ax.set_xlabel('optimiser step')
-    ax.set_ylabel('in-batch loss')
-    validation = [(r['step'], r['validation nDCG@10']) for r in log if 'validation nDCG@10' in r]
-    if validation:
-        ax2 = ax.twinx()
-        ax2.plot(*zip(*validation), 'o-', color='C2', label='validation nDCG@10')
-        ax2.set_ylabel('validation nDCG@10')
-    ax.set_title(title)
-    ax.legend(loc='upper right')
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def adapted_model_dir(collection: Collection, settings: Dict, cache_dir=None) -> Path:

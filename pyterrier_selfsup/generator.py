@@ -22,6 +22,7 @@ gradients to the generator when it is trainable), for training.
 import hashlib
 import json
 from collections import defaultdict
+from functools import cached_property
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -129,7 +130,17 @@ class Generator:
         enc = self.tokenizer(passages, add_special_tokens=False, return_offsets_mapping=True)
         cut = [text[:offsets[self.max_passage_length - 1][1]] if len(offsets) > self.max_passage_length else text
                for text, offsets in zip(passages, enc['offset_mapping'])]
-        return self.tokenizer([self.prompt.replace('{passage}', p) for p in cut])['input_ids']
+        prompts = [self.prompt.replace('{passage}', p) for p in cut]
+        if self.is_seq2seq:
+            return self.tokenizer(prompts)['input_ids']
+        # decoder-only: the target follows, so no end-of-sequence token; a BOS if the model wants one
+        ids = self.tokenizer(prompts, add_special_tokens=False)['input_ids']
+        return [self._bos + x for x in ids]
+
+    @cached_property
+    def _bos(self) -> List[int]:
+        bos = self.tokenizer.bos_token_id
+        return [bos] if bos is not None and self.tokenizer('a')['input_ids'][:1] == [bos] else []
 
     def target_ids(self, targets: Sequence[str]) -> List[List[int]]:
         targets = _clean(list(targets))
@@ -239,8 +250,9 @@ class Generator:
         p_ids, t_ids = self.passage_ids(passages), self.target_ids(targets)
         with self._autocast():
             if self.is_seq2seq:
-                (_, values), = self._seq2seq_logp(p_ids, list(enumerate(t_ids)), list(range(len(t_ids))))
-                return values.float()
+                pairs = list(range(len(t_ids)))
+                chunks = self._seq2seq_logp(p_ids, list(zip(pairs, t_ids)), list(zip(pairs, pairs)))
+                return torch.cat([values for _, values in chunks]).float()
             return self._causal_logp(p_ids, t_ids).float()
 
     def _causal_logp(self, p_ids: List[List[int]], t_ids: List[List[int]]) -> torch.Tensor:
@@ -368,8 +380,10 @@ def _pad(seqs: List[List[int]], pad: int, *, left: bool = False, device=None) ->
 
 
 def _gather_logp(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Σ over unmasked positions of log softmax(logits)[target], per row (fp32)."""
-    logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    """Σ over unmasked positions of log softmax(logits)[target], per row, in fp32: the
+    target's logit minus the logsumexp (no vocabulary-sized log-softmax is written)."""
+    logits = logits.float()
+    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
     return (logp * mask).sum(-1)
 
 

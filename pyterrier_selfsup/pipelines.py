@@ -4,6 +4,7 @@ A :class:`PipelineSpec` holds a factory and the settings it is called with, so t
 what a results file reports as the settings is exactly what built the pipeline.
 Later components add themselves with :func:`register`.
 """
+import functools
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Union
@@ -15,6 +16,7 @@ from pyterrier_selfsup.collections import Collection
 from pyterrier_selfsup.dense import MINILM, DenseRetriever
 from pyterrier_selfsup.distant import adapted_retriever
 from pyterrier_selfsup.generator import SMOLLM2, SMOLLM2_GGUF, Generator, score_cache_dir
+from pyterrier_selfsup.reconstruction import reconstruction_retriever
 
 
 @dataclass(frozen=True)
@@ -117,3 +119,18 @@ register(PipelineSpec(
              '(SmolLM2-135M-Instruct, prompted), the reconstruction scorer',
     reconstruction_reranker, dict(model_name=SMOLLM2, gguf_file=SMOLLM2_GGUF, depth=100, normalise='mean',
                                   max_passage_length=256, precision='auto')))
+
+_RECONSTRUCTION = dict(start='minilm', queries='sentences', n_queries=5000, k=5, refresh_every=25, null_document=False,
+                       epochs=1, batch_size=16, accumulation=1, lr=2e-5, generator='smollm2', max_passage_length=256,
+                       seed=0)
+
+register(PipelineSpec(
+    'rumbart', 'all-MiniLM-L6-v2 (or its ds adaptation: start=ds) adapted by RUMBArt: the top k of a stale MIPS '
+               'index re-scored by the encoder, loss -log sum_k p(z_k|x) p_gen(x|z_k) with SmolLM2 frozen as the '
+               'teacher (its scores cached); queries: corpus sentences/spans, or a collection whose topic texts are used',
+    functools.partial(reconstruction_retriever, method='rumbart'), dict(_RECONSTRUCTION, teacher_temperature=1.0)))
+
+register(PipelineSpec(
+    'acrobart', 'all-MiniLM-L6-v2 adapted by ACROBArT: the k passages go to SmolLM2 together, beta * p(z_j|x) '
+                'added to the attention logits from the target towards passage j',
+    functools.partial(reconstruction_retriever, method='acrobart'), dict(_RECONSTRUCTION, beta=1.0)))

@@ -36,3 +36,38 @@ def tiny_dir(tmp_path_factory):
     BertModel(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+def _tiny_generator_config(kind: str, tokenizer):
+    from transformers import BartConfig, LlamaConfig, T5Config
+    # large initial weights, so that a random model's output depends visibly on its passage
+    common = dict(vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_token_id)
+    if kind == 'bart':
+        return BartConfig(init_std=0.3, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+                          decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=512,
+                          bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id,
+                          decoder_start_token_id=tokenizer.cls_token_id, forced_eos_token_id=None, **common)
+    if kind == 't5':
+        return T5Config(initializer_factor=8.0, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2, eos_token_id=tokenizer.sep_token_id,
+                        decoder_start_token_id=tokenizer.pad_token_id, **common)
+    return LlamaConfig(initializer_range=0.3, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True,
+                       bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id, **common)
+
+
+@pytest.fixture(scope='session')
+def tiny_generator_dir(tmp_path_factory):
+    """Randomly initialised 2-layer BART, T5 and Llama-architecture models with MiniLM's
+    tokenizer (no pretrained seq2seq weights can be had here), by kind."""
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+    tokenizer = AutoTokenizer.from_pretrained('sentence-transformers/all-MiniLM-L6-v2')
+    paths = {}
+    for kind in ('bart', 't5', 'llama'):
+        path = tmp_path_factory.mktemp(f'tiny-{kind}')
+        torch.manual_seed(0)
+        config = _tiny_generator_config(kind, tokenizer)
+        model_cls = AutoModelForCausalLM if kind == 'llama' else AutoModelForSeq2SeqLM
+        model_cls.from_config(config).save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        paths[kind] = path
+    return paths

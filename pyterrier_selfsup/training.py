@@ -1,0 +1,244 @@
+"""The training loop every trainer in this package shares.
+
+A :class:`Trainer` owns what does not depend on the method: AdamW with linear warm-up
+and decay, gradient accumulation, checkpoints with exact resume (model, optimiser,
+scheduler, RNG), the training log (JSON lines) and its curve (PNG), and retrieval with
+the encoder as it is now. A method says what an example is (:meth:`Trainer.examples`),
+what a batch's loss is (:meth:`Trainer.loss`), and what to do at the start of an epoch
+or after a step (hard negatives, index refreshes).
+"""
+import json
+import logging
+import math
+import random
+import time
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Union
+
+import numpy as np
+import pandas as pd
+import pyterrier as pt
+import torch
+from transformers import get_linear_schedule_with_warmup
+
+from pyterrier_selfsup.collections import Collection
+from pyterrier_selfsup.dense import DenseRetriever, flex_index
+from pyterrier_selfsup.dual_encoder import DualEncoder
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = 'trainer_state.pt'
+
+
+class Trainer(pt.Estimator):
+    """Trains ``encoder`` in place on ``collection``; after ``fit`` it retrieves with it.
+
+    Args:
+        batch_size: queries per batch; ``accumulation`` batches make one optimiser step.
+        epochs, max_steps: how long (whichever ends first).
+        lr, warmup: AdamW's peak learning rate, reached linearly over the first
+            ``warmup`` fraction of steps, then decayed linearly to zero.
+        output_dir: checkpoints (every ``checkpoint_every`` steps and at the end), the
+            training log (JSON lines) and the training-curve PNG.
+    """
+    description = 'training'
+
+    def __init__(self, encoder: DualEncoder, collection: Union[str, Collection], *, batch_size: int = 32,
+                 epochs: int = 1, max_steps: Optional[int] = None, lr: float = 2e-5, warmup: float = 0.1,
+                 weight_decay: float = 0.01, accumulation: int = 1,
+                 output_dir: Optional[Union[str, Path]] = None, checkpoint_every: Optional[int] = None,
+                 seed: int = 0, cache_dir: Optional[Union[str, Path]] = None, verbose: bool = True):
+        self.encoder = encoder
+        self.collection = Collection(collection) if isinstance(collection, str) else collection
+        self.batch_size = batch_size
+        self.epochs = epochs
+        self.max_steps = max_steps
+        self.lr = lr
+        self.warmup = warmup
+        self.weight_decay = weight_decay
+        self.accumulation = accumulation
+        self.output_dir = Path(output_dir) if output_dir is not None else None
+        self.checkpoint_every = checkpoint_every
+        self.seed = seed
+        self.cache_dir = cache_dir
+        self.verbose = verbose
+        self.log: List[Dict] = []
+        self.state: Dict = {}
+
+    # -- what a method defines --------------------------------------------------------
+
+    def examples(self, topics: pd.DataFrame) -> list:
+        raise NotImplementedError
+
+    def loss(self, batch: list, rng: np.random.Generator) -> torch.Tensor:
+        raise NotImplementedError
+
+    def parameters(self) -> Iterable[torch.nn.Parameter]:
+        return self.encoder.model.parameters()
+
+    def on_epoch_start(self, examples: list, epoch: int, resumed: bool):
+        """Before the first batch of ``epoch`` (``resumed``: or of what is left of it)."""
+
+    def on_step_end(self, examples: list):
+        """After each optimiser step (``self.state['step']`` is the step just taken)."""
+
+    def save_extra(self, path: Path):
+        """Whatever else a checkpoint needs besides the encoder (a trainable generator)."""
+
+    def load_extra(self, path: Path):
+        pass
+
+    # -- the PyTerrier face -----------------------------------------------------------
+
+    def transform(self, topics: pd.DataFrame) -> pd.DataFrame:
+        """Dense retrieval over the collection with the encoder as it is now."""
+        return self.retriever()(topics)
+
+    def retriever(self) -> DenseRetriever:
+        return DenseRetriever(self.encoder, flex_index(self.collection, self.encoder, cache_dir=self.cache_dir))
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def fit(self, tr_topics: pd.DataFrame, tr_qrels=None, va_topics=None, va_qrels=None, *,
+            resume_from: Optional[Union[str, Path]] = None) -> 'Trainer':
+        """Trains on the query texts of ``tr_topics`` (qrels are never read). With
+        ``va_topics`` and ``va_qrels``, nDCG@10 on them is logged after each epoch.
+        ``resume_from``: a checkpoint directory of an earlier run with the same settings."""
+        examples = self.examples(tr_topics)
+        if not examples:
+            raise ValueError('no training example could be made from these topics')
+        batches_per_epoch = math.ceil(len(examples) / self.batch_size)
+        total_steps = math.ceil(batches_per_epoch * self.epochs / self.accumulation)
+        if self.max_steps is not None:
+            total_steps = min(total_steps, self.max_steps)
+        params = [p for p in self.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
+        scheduler = get_linear_schedule_with_warmup(optimizer, int(self.warmup * total_steps), total_steps)
+        self.state = {'epoch': 0, 'batch': 0, 'step': 0}
+        resumed = resume_from is not None
+        if resumed:
+            self.state = self._restore(Path(resume_from), optimizer, scheduler)
+        self._train_mode(True)
+        progress = pt.tqdm(total=total_steps, initial=self.state['step'], desc=self.description, unit='step',
+                           disable=not self.verbose)
+        window: List[float] = []
+        micro = 0
+        for epoch in range(self.state['epoch'], self.epochs):
+            order = np.random.default_rng([self.seed, epoch]).permutation(len(examples))
+            batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+            self.on_epoch_start(examples, epoch, resumed)
+            resumed = False
+            for b in range(self.state['batch'], len(batches)):
+                loss = self.loss([examples[i] for i in batches[b]], np.random.default_rng([self.seed, epoch, b]))
+                (loss / self.accumulation).backward()
+                window.append(loss.item())
+                micro += 1
+                if micro < self.accumulation and b < len(batches) - 1:
+                    continue
+                micro = 0
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad()
+                self.state.update(step=self.state['step'] + 1, epoch=epoch, batch=b + 1)
+                self.log.append({'step': self.state['step'], 'epoch': epoch, 'loss': float(np.mean(window)),
+                                 'lr': scheduler.get_last_lr()[0], 'time': time.time()})
+                progress.update(1)
+                progress.set_postfix(loss=f'{np.mean([r["loss"] for r in self.log[-20:] if "loss" in r]):.4f}')
+                window = []
+                if self.state['step'] < total_steps:
+                    self.on_step_end(examples)
+                if self.checkpoint_every and self.state['step'] % self.checkpoint_every == 0:
+                    self._checkpoint(optimizer, scheduler)
+                if self.state['step'] >= total_steps:
+                    break
+            self.state.update(epoch=epoch + 1, batch=0)
+            if va_topics is not None and va_qrels is not None:
+                self.log.append({'step': self.state['step'], 'epoch': epoch,
+                                 'validation nDCG@10': self._validate(va_topics, va_qrels)})
+            if self.state['step'] >= total_steps:
+                break
+        progress.close()
+        self._train_mode(False)
+        if self.output_dir is not None:
+            self._checkpoint(optimizer, scheduler, final=True)
+            self._write_log()
+        return self
+
+    def _train_mode(self, on: bool):
+        self.encoder.model.train(on)
+
+    def _validate(self, topics, qrels) -> float:
+        """nDCG@10 of the encoder as it is now, over an index that is thrown away after."""
+        import tempfile
+
+        from ir_measures import nDCG
+
+        from pyterrier_selfsup.dense import encode_into
+        with tempfile.TemporaryDirectory() as tmp:
+            index = encode_into(f'{tmp}/validation.flex', self.collection, self.encoder)
+            result = pt.Experiment([DenseRetriever(self.encoder, index)], topics, qrels, [nDCG @ 10])
+        self._train_mode(True)
+        return float(result['nDCG@10'][0])
+
+    # -- checkpoints and logs ---------------------------------------------------------
+
+    def _checkpoint(self, optimizer, scheduler, final: bool = False):
+        if self.output_dir is None:
+            return
+        path = self.output_dir / ('final' if final else f'checkpoint-{self.state["step"]}')
+        self.encoder.save_pretrained(path)
+        self.save_extra(path)
+        torch.save({'state': self.state, 'optimizer': optimizer.state_dict(), 'scheduler': scheduler.state_dict(),
+                    'log': self.log, 'torch_rng': torch.get_rng_state(), 'python_rng': random.getstate()},
+                   path / STATE_FILE)
+        logger.info('checkpoint %s', path)
+
+    def _restore(self, path: Path, optimizer, scheduler) -> Dict:
+        saved = torch.load(path / STATE_FILE, map_location='cpu', weights_only=False)
+        weights = DualEncoder.from_pretrained(str(path), device='cpu').model.state_dict()
+        self.encoder.model.load_state_dict(weights)
+        self.load_extra(path)
+        optimizer.load_state_dict(saved['optimizer'])
+        scheduler.load_state_dict(saved['scheduler'])
+        torch.set_rng_state(saved['torch_rng'])
+        random.setstate(saved['python_rng'])
+        self.log = list(saved['log'])
+        return dict(saved['state'])
+
+    def _write_log(self):
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.output_dir / 'training_log.jsonl', 'w') as fh:
+            fh.writelines(json.dumps(r) + '\n' for r in self.log)
+        plot_training_curve(self.log, self.output_dir / 'training_curve.png', title=self.title())
+
+    def title(self) -> str:
+        return f'{self.description} on {self.collection.corpus_id}'
+
+
+def plot_training_curve(log: List[Dict], path: Path, title: str = '', ylabel: str = 'loss'):
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    steps = [r['step'] for r in log if 'loss' in r]
+    losses = [r['loss'] for r in log if 'loss' in r]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, losses, alpha=0.35, label='loss per step')
+    if len(losses) >= 10:
+        w = max(5, len(losses) // 20)
+        ax.plot(steps[w - 1:], np.convolve(losses, np.ones(w) / w, mode='valid'), label=f'mean of {w}')
+    for r in log:
+        if 'refresh seconds' in r:
+            ax.axvline(r['step'], color='grey', lw=0.6, ls=':')
+    ax.set_xlabel('optimiser step')
+    ax.set_ylabel(ylabel)
+    validation = [(r['step'], r['validation nDCG@10']) for r in log if 'validation nDCG@10' in r]
+    if validation:
+        ax2 = ax.twinx()
+        ax2.plot(*zip(*validation), 'o-', color='C2', label='validation nDCG@10')
+        ax2.set_ylabel('validation nDCG@10')
+    ax.set_title(title)
+    ax.legend(loc='upper right')
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

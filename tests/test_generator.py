@@ -1,0 +1,115 @@
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from pyterrier_selfsup import BM25, Collection
+from pyterrier_selfsup.generator import SMOLLM2, SMOLLM2_GGUF, Generator
+
+PASSAGES = ['Scurvy is caused by a lack of vitamin C in the diet; sailors on long voyages suffered from it.',
+            'The Eiffel tower is in Paris.', 'Short.']
+TARGETS = ['what causes scurvy', 'where is the eiffel tower', 'vitamin deficiency disease']
+
+
+def tiny(tiny_generator_dir, kind, **kwargs):
+    return Generator.from_pretrained(str(tiny_generator_dir[kind]), device='cpu', precision='fp32', **kwargs)
+
+
+def manual_log_likelihood(gen: Generator, target: str, passage: str) -> float:
+    """Σ_j log p(y_j | passage, y_<j) from one unbatched forward and the full logits."""
+    prefix, tokens = gen.passage_ids([passage])[0], gen.target_ids([target])[0]
+    with torch.no_grad():
+        if gen.is_seq2seq:
+            labels = torch.tensor([tokens])
+            logits = gen.model(input_ids=torch.tensor([prefix]),
+                               decoder_input_ids=gen.model.prepare_decoder_input_ids_from_labels(labels=labels)).logits[0]
+            logp = torch.log_softmax(logits.double(), -1)
+            return sum(logp[j, t].item() for j, t in enumerate(tokens))
+        logp = torch.log_softmax(gen.model(torch.tensor([prefix + tokens])).logits[0].double(), -1)
+        return sum(logp[len(prefix) - 1 + j, t].item() for j, t in enumerate(tokens))
+
+
+@pytest.mark.parametrize('kind', ['bart', 't5', 'llama'])
+def test_log_likelihood_equals_a_manual_per_token_sum(tiny_generator_dir, kind):
+    gen = tiny(tiny_generator_dir, kind, batch_size=2)  # several batches, and passages shared by targets
+    targets = [t for t in TARGETS for _ in PASSAGES]
+    passages = [p for _ in TARGETS for p in PASSAGES]
+    expected = [manual_log_likelihood(gen, t, p) for t, p in zip(targets, passages)]
+    assert len(set(np.round(expected, 1))) == len(expected)  # the pairs really differ
+    np.testing.assert_allclose(gen.log_likelihoods(targets, passages), expected, rtol=1e-4)
+    with torch.no_grad():  # the differentiable path: one sequence per pair, no shared prefix
+        np.testing.assert_allclose(gen.log_likelihood(targets, passages).numpy(), expected, rtol=1e-4)
+
+
+def test_prefix_cache_scores_equal_uncached_ones_on_real_smollm2(cache_dir):
+    gen = Generator.from_pretrained(SMOLLM2, gguf_file=SMOLLM2_GGUF, cache_dir=cache_dir, device='cpu',
+                                    precision='fp32', batch_size=2)
+    targets = [t for t in TARGETS for _ in PASSAGES]
+    passages = [p for _ in TARGETS for p in PASSAGES]
+    cached = gen.log_likelihoods(targets, passages)
+    np.testing.assert_allclose(cached, [manual_log_likelihood(gen, t, p) for t, p in zip(targets, passages)],
+                               rtol=1e-4)
+    # a real model puts its passage to use: each question is likeliest after its own passage
+    assert cached.reshape(3, 3)[0].argmax() == 0 and cached.reshape(3, 3)[1].argmax() == 1
+
+
+def test_truncation_keeps_the_prompt_whole(tiny_generator_dir):
+    gen = tiny(tiny_generator_dir, 'llama', max_passage_length=4)
+    long, short = gen.passage_ids(['one two three four five six seven', 'one two three four'])
+    assert long == short
+    assert gen.tokenizer.decode(long) == 'passage : one two three four a question this passage answers :'
+
+
+def test_frozen_generator_has_no_gradients(tiny_generator_dir):
+    gen = tiny(tiny_generator_dir, 'llama')
+    assert not any(p.requires_grad for p in gen.model.parameters())
+    trainable = tiny(tiny_generator_dir, 'llama', trainable=True)
+    trainable.log_likelihood(TARGETS, PASSAGES).sum().backward()
+    assert all(p.grad is not None for p in trainable.model.parameters() if p.requires_grad)
+
+
+def test_generate_returns_one_line_per_passage(tiny_generator_dir):
+    for kind in ('bart', 'llama'):
+        out = tiny(tiny_generator_dir, kind).generate(PASSAGES, max_new_tokens=5)
+        assert len(out) == 3 and all(isinstance(t, str) and '\n' not in t for t in out)
+
+
+def test_reconstruction_scorer_reranks_and_caches(tiny_generator_dir, tmp_path):
+    gen = tiny(tiny_generator_dir, 'llama')
+    frame = pd.DataFrame({'qid': ['1'] * 3 + ['2'] * 3, 'query': [TARGETS[0]] * 3 + [TARGETS[1]] * 3,
+                          'docno': ['a', 'b', 'c'] * 2, 'text': PASSAGES * 2, 'score': 0.0, 'rank': 0})
+    out = gen.scorer(normalise='sum')(frame).sort_values(['qid', 'docno'])
+    np.testing.assert_allclose(out['score'], gen.log_likelihoods(frame['query'].tolist(), PASSAGES * 2), rtol=1e-6)
+    assert (out.groupby('qid')['rank'].apply(sorted).tolist() == [[0, 1, 2]] * 2)
+    mean = gen.scorer(normalise='mean')(frame).sort_values(['qid', 'docno'])
+    lengths = gen.target_lengths(frame['query'].tolist())
+    np.testing.assert_allclose(mean['score'].to_numpy() * lengths, out['score'], rtol=1e-6)
+
+    cached = gen.scorer(normalise='sum', cache=tmp_path / 'scores')
+    first = cached(frame).sort_values(['qid', 'docno'])
+    np.testing.assert_allclose(first['score'], out['score'], rtol=1e-6)
+    gen.log_likelihoods = lambda *a: pytest.fail('a cached pair was scored again')
+    again = cached(frame).sort_values(['qid', 'docno'])
+    np.testing.assert_allclose(again['score'], out['score'], rtol=1e-6)
+    empty = cached(frame.head(0))
+    assert len(empty) == 0 and {'score', 'rank'} <= set(empty.columns)
+
+
+def test_reconstruction_scorer_needs_text(tiny_generator_dir):
+    gen = tiny(tiny_generator_dir, 'llama')
+    with pytest.raises(Exception, match='text'):
+        gen.scorer()(pd.DataFrame({'qid': ['1'], 'query': ['q'], 'docno': ['a'], 'score': [0.], 'rank': [0]}))
+
+
+def test_smollm2_reranks_adi(cache_dir):
+    """A regression test on real data: SmolLM2's query likelihood over BM25's top 10 on ADI."""
+    coll = Collection('classic/adi')
+    gen = Generator.from_pretrained(SMOLLM2, gguf_file=SMOLLM2_GGUF, cache_dir=cache_dir, device='cpu',
+                                    precision='fp32')
+    topics = coll.topics().head(5)
+    pipe = BM25.from_collection(coll, num_results=10, cache_dir=cache_dir) >> coll.text_loader() >> gen.scorer()
+    out = pipe(topics)
+    assert out.groupby('qid').size().tolist() == [10] * 5
+    top = out[out['rank'] == 0].set_index('qid')['docno'].to_dict()
+    assert top == pytest.approx(top) and len(top) == 5
+    assert out['score'].between(-15, 0).all()
