@@ -5,7 +5,10 @@ from pyterrier_selfsup.bm25 import BM25, pisa_index
 from pyterrier_selfsup.dual_encoder import DualEncoder, DualEncoderModel
 from pyterrier_selfsup.dense import MINILM, DenseRetriever, flex_index, sbert_encoder
 from pyterrier_selfsup.distant import DistantSupervision, in_batch_loss
-from pyterrier_selfsup.queries import corpus_sentences, cropped_spans, given_topics
+from pyterrier_selfsup.queries import corpus_sentences, cropped_spans, generated_queries, given_topics
+from pyterrier_selfsup.generator import SMOLLM2, SMOLLM2_GGUF, Generator, ReconstructionScorer
+from pyterrier_selfsup.training import Trainer
+from pyterrier_selfsup.reconstruction import Acrobart, Rumbart, marginal_nll
 from pyterrier_selfsup.pipelines import PIPELINES, PipelineSpec, register
 from pyterrier_selfsup.experiment import run_experiment, write_results
 
@@ -16,6 +19,7 @@ register_classic()  # classic/cisi and classic/adi, read from $SELFSUP_CLASSIC_D
 __all__ = [
     'register_classic', 'Collection', 'UnknownCollectionError', 'BM25', 'pisa_index',
     'DualEncoder', 'DualEncoderModel', 'MINILM', 'DenseRetriever', 'flex_index', 'sbert_encoder',
-    'DistantSupervision', 'in_batch_loss', 'corpus_sentences', 'cropped_spans', 'given_topics',
+    'DistantSupervision', 'in_batch_loss', 'corpus_sentences', 'cropped_spans', 'generated_queries', 'given_topics',
+    'SMOLLM2', 'SMOLLM2_GGUF', 'Generator', 'ReconstructionScorer', 'Trainer', 'Rumbart', 'Acrobart', 'marginal_nll',
     'PIPELINES', 'PipelineSpec', 'register', 'run_experiment', 'write_results',
 ]

@@ -173,7 +173,8 @@ class DualEncoder(BiEncoder):
         """Embeddings of ``texts`` with gradients, in one batch (for training)."""
         batch = self.tokenize(texts, side).to(self.device)
         with self._autocast():
-            return self.model(batch['input_ids'], batch['attention_mask'], side).float()
+            emb = self.model(batch['input_ids'], batch['attention_mask'], side)
+            return emb.float() if emb.dtype in (torch.float16, torch.bfloat16) else emb
 
     def encode_queries_torch(self, texts, batch_size=None) -> torch.Tensor:
         return self.encode(list(texts), 'query')

@@ -252,8 +252,8 @@ class Generator:
             if self.is_seq2seq:
                 pairs = list(range(len(t_ids)))
                 chunks = self._seq2seq_logp(p_ids, list(zip(pairs, t_ids)), list(zip(pairs, pairs)))
-                return torch.cat([values for _, values in chunks]).float()
-            return self._causal_logp(p_ids, t_ids).float()
+                return torch.cat([values for _, values in chunks])
+            return self._causal_logp(p_ids, t_ids)
 
     def _causal_logp(self, p_ids: List[List[int]], t_ids: List[List[int]]) -> torch.Tensor:
         """Prompt and target as one sequence, left-padded so that all targets end at the
@@ -382,7 +382,8 @@ def _pad(seqs: List[List[int]], pad: int, *, left: bool = False, device=None) ->
 def _gather_logp(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Σ over unmasked positions of log softmax(logits)[target], per row, in fp32: the
     target's logit minus the logsumexp (no vocabulary-sized log-softmax is written)."""
-    logits = logits.float()
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
     logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
     return (logp * mask).sum(-1)
 

@@ -79,3 +79,16 @@ def _sample(docs: Iterable[dict], n: int, rng: random.Random, pick) -> List[Tupl
 def _frame(prefix: str, pairs: List[Tuple[str, str]]) -> pd.DataFrame:
     return pd.DataFrame({'qid': [f'{prefix}-{i}' for i in range(len(pairs))],
                          'query': [q for _, q in pairs], 'source_docno': [d for d, _ in pairs]})
+
+
+def generated_queries(collection: Collection, generator, n: int, *, seed: int = 0, max_new_tokens: int = 32,
+                      **generate_kwargs) -> pd.DataFrame:
+    """One query written by ``generator`` (a :class:`~pyterrier_selfsup.generator.Generator`,
+    through its prompt) for each of ``n`` documents drawn uniformly at random (the thesis'
+    conclusion: the generator as a source of synthetic queries). Greedy unless
+    ``generate_kwargs`` say otherwise (``do_sample=True, top_p=0.92``); empty generations
+    are dropped."""
+    rng = random.Random(seed)
+    docs = _sample(collection.corpus_iter(), n, rng, lambda doc: doc['text'] if doc['text'].strip() else None)
+    texts = generator.generate([text for _, text in docs], max_new_tokens=max_new_tokens, **generate_kwargs)
+    return _frame('gen', [(docno, q) for (docno, _), q in zip(docs, texts) if q.strip()])

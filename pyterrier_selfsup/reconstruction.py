@@ -186,6 +186,7 @@ class Rumbart(RetrieveAndReconstruct):
     and a batch only looks them up. A trainable generator is scored with gradients.
     ``teacher_temperature`` divides log p_θ before marginalising (1: the thesis)."""
     description = 'RUMBArt'
+    TEACHER_CHUNK = 256  # queries per bulk teacher pass
 
     def __init__(self, *args, teacher_temperature: float = 1.0, **kwargs):
         super().__init__(*args, **kwargs)
@@ -201,10 +202,11 @@ class Rumbart(RetrieveAndReconstruct):
         t0 = time.time()
         vectors = self.encoder.encode_queries([q.query for q in examples])
         self._train_mode(True)
-        docnos = []
-        for start in range(0, len(examples), 1024):
-            docnos += self.retrieve(vectors[start:start + 1024], examples[start:start + 1024])
-        self.teacher_logp(examples, docnos, self.texts(docnos))
+        # in chunks, so that the cache commits as it goes: an interrupted pass keeps its work
+        for start in range(0, len(examples), self.TEACHER_CHUNK):
+            chunk = examples[start:start + self.TEACHER_CHUNK]
+            docnos = self.retrieve(vectors[start:start + self.TEACHER_CHUNK], chunk)
+            self.teacher_logp(chunk, docnos, self.texts(docnos))
         self.log.append({'step': self.state.get('step', 0), 'teacher seconds': time.time() - t0})
 
     def teacher_logp(self, batch: List[Query], docnos: List[List[str]], texts: List[List[str]]) -> torch.Tensor:
@@ -247,6 +249,11 @@ def _biased_attention(module, query, key, value, attention_mask, **kwargs):
         elif attention_mask.dtype == torch.bool:
             attention_mask = torch.zeros_like(attention_mask, dtype=query.dtype).masked_fill(
                 ~attention_mask, torch.finfo(query.dtype).min)
+        # Masked logits must stay finite in the dtype the softmax runs in (fp32 for
+        # Llama even in fp64): a padding row masked with -inf everywhere gives NaN, and
+        # NaN values at padding positions leak into real rows through 0 * NaN.
+        floor = max(torch.finfo(query.dtype).min, torch.finfo(torch.float32).min) / 2
+        attention_mask = attention_mask.to(query.dtype).clamp(min=floor)
         attention_mask = attention_mask[..., -q_len:, -kv_len:] + bias[..., -q_len:, -kv_len:].to(query.dtype)
     return eager(module, query, key, value, attention_mask, **kwargs)
 
@@ -324,7 +331,7 @@ def acrobart_log_likelihood(generator: Generator, targets: List[str], passages: 
     # decoder-only: [head][z_1][sep][z_2]...[z_k][tail][target], left-padded
     tok = generator.tokenizer
     head, tail = generator.prompt.split('{passage}', 1)
-    head_ids = tok(head)['input_ids'] if head else []
+    head_ids = generator._bos + (tok(head, add_special_tokens=False)['input_ids'] if head else [])
     tail_ids = tok(tail, add_special_tokens=False)['input_ids'] if tail else []
     sep_ids = tok('\n\n', add_special_tokens=False)['input_ids']
     seqs, owners = [], []
@@ -412,10 +419,13 @@ def reconstruction_model_dir(collection: Collection, settings: dict, cache_dir=N
     return cache_root(cache_dir) / 'models' / cache_key(f'{collection.corpus_id}.{settings["method"]}', settings)
 
 
-def training_topics(collection: Collection, queries: str, n_queries: int, seed: int) -> pd.DataFrame:
-    """``sentences`` or ``spans`` (``n_queries`` from the corpus), or the name of a
-    collection whose topic texts are used (never its qrels)."""
-    from pyterrier_selfsup.queries import corpus_sentences, cropped_spans
+def training_topics(collection: Collection, queries: str, n_queries: int, seed: int,
+                    generator: Optional[Generator] = None) -> pd.DataFrame:
+    """``sentences``, ``spans`` or ``generated`` (by ``generator``): ``n_queries`` from the
+    corpus; or the name of a collection whose topic texts are used (never its qrels)."""
+    from pyterrier_selfsup.queries import corpus_sentences, cropped_spans, generated_queries
+    if queries == 'generated':
+        return generated_queries(collection, generator, n_queries, seed=seed)
     if queries == 'sentences':
         return corpus_sentences(collection, n_queries, seed=seed)
     if queries == 'spans':
@@ -468,7 +478,7 @@ def reconstruction_retriever(collection: Union[str, Collection], *, method: str 
                                   refresh_every=refresh_every, null_document=null_document, epochs=epochs,
                                   batch_size=batch_size, accumulation=accumulation, lr=lr, output_dir=staging,
                                   seed=seed, cache_dir=cache_dir, verbose=verbose, **extra)
-        trainer.fit(training_topics(collection, queries, n_queries, seed))
+        trainer.fit(training_topics(collection, queries, n_queries, seed, gen))
 
     return DenseRetriever.from_dual_encoder(collection, str(build_once(path, train) / 'final'),
                                             cache_dir=cache_dir, verbose=verbose)

@@ -31,3 +31,16 @@ def test_cropped_spans():
 def test_given_topics_keep_only_text():
     topics = Collection('classic/adi').topics().assign(label=1)
     assert list(given_topics(topics).columns) == ['qid', 'query']
+
+
+def test_generated_queries_come_from_the_generator_with_their_source(tiny_generator_dir):
+    from pyterrier_selfsup.generator import Generator
+    from pyterrier_selfsup.queries import generated_queries
+    coll = Collection('classic/adi')
+    gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu', precision='fp32',
+                                    max_passage_length=32)
+    topics = generated_queries(coll, gen, 6, seed=1, max_new_tokens=4)
+    assert list(topics.columns) == ['qid', 'query', 'source_docno'] and 0 < len(topics) <= 6
+    assert topics['query'].tolist() == [t for t in gen.generate(coll.texts(list(topics['source_docno'])),
+                                                                max_new_tokens=4) if t]
+    assert generated_queries(coll, gen, 6, seed=1, max_new_tokens=4).equals(topics)  # deterministic

@@ -1,0 +1,182 @@
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from pyterrier_selfsup import Collection, DualEncoder
+from pyterrier_selfsup.generator import Generator
+from pyterrier_selfsup.queries import cropped_spans
+from pyterrier_selfsup.reconstruction import (NULL_DOCNO, Acrobart, Rumbart, acrobart_log_likelihood,
+                                              marginal_nll)
+
+
+def encoder(tiny_dir, **kwargs):
+    torch.manual_seed(0)
+    return DualEncoder.from_pretrained(str(tiny_dir), dim=16, pooling='mean', device='cpu', precision='fp32',
+                                       max_length=48, **kwargs)
+
+
+def generator(tiny_generator_dir, kind='llama', **kwargs):
+    return Generator.from_pretrained(str(tiny_generator_dir[kind]), device='cpu', precision='fp32',
+                                     max_passage_length=32, **kwargs)
+
+
+def test_marginal_nll_equals_the_brute_force_formula():
+    logits = torch.tensor([[2.0, 0.5, -1.0], [0.0, 0.0, 3.0]], dtype=torch.float64)
+    teacher = torch.tensor([[-20.0, -18.0, -25.0], [-7.0, -9.0, -30.0]], dtype=torch.float64)
+    expected = np.mean([-math.log(sum(math.exp(l) / sum(math.exp(m) for m in row_l) * math.exp(t)
+                                      for l, t in zip(row_l, row_t)))
+                        for row_l, row_t in zip(logits.tolist(), teacher.tolist())])
+    assert marginal_nll(logits, teacher).item() == pytest.approx(expected, rel=1e-12)
+
+
+def test_rumbart_loss_equals_the_formula_from_its_parts(tiny_dir, tiny_generator_dir, tmp_path):
+    coll = Collection('classic/adi')
+    enc, gen = encoder(tiny_dir), generator(tiny_generator_dir)
+    trainer = Rumbart(enc, gen, coll, k=4, cache_dir=tmp_path, verbose=False)
+    batch = trainer.examples(coll.topics().head(3))
+    trainer.refresh(batch, initial=True)
+    enc.model.eval()  # no dropout, so that the parts can be recomputed
+    with torch.no_grad():
+        loss = trainer.loss(batch, np.random.default_rng(0)).item()
+        q = enc.encode([e.query for e in batch], 'query')
+        docnos = trainer.retrieve(q.numpy(), batch)
+        # the stale index is the start encoder's: its top 4 are the encoder's own top 4
+        all_docnos = list(trainer._docnos)
+        scores = q @ enc.encode(coll.texts(all_docnos), 'passage').T
+        for row, s in zip(docnos, scores.numpy()):
+            chosen = np.isin(all_docnos, row)
+            assert chosen.sum() == 4 and s[chosen].min() >= s[~chosen].max() - 1e-5
+        expected = []
+        for e, row in zip(batch, docnos):
+            texts = coll.texts(row)
+            p_eta = torch.softmax(enc.encode([e.query], 'query') @ enc.encode(texts, 'passage').T
+                                  / enc.temperature, -1)[0].double()
+            p_theta = torch.tensor(gen.log_likelihoods([e.query] * len(row), texts)).exp()
+            expected.append(-torch.log((p_eta * p_theta).sum()).item())
+    assert loss == pytest.approx(np.mean(expected), rel=1e-4)
+
+
+@pytest.mark.parametrize('kind', ['llama', 'bart', 't5'])
+def test_acrobart_gradient_reaches_the_retriever_and_matches_finite_differences(tiny_dir, tiny_generator_dir, kind):
+    enc, gen = encoder(tiny_dir), generator(tiny_generator_dir, kind)
+    enc.model.double()
+    gen.model.double()
+    queries = ['what is information retrieval', 'indexing of documents']
+    passages = [['retrieval of information from documents', 'a library of books', 'indexing terms'],
+                ['automatic indexing', 'documents and their terms', 'the weather today']]
+    weight = enc.model.passage_proj.weight
+
+    def loss():
+        q = enc.encode(queries, 'query')
+        p = enc.encode([t for row in passages for t in row], 'passage').view(2, 3, -1)
+        weights = 4.0 * torch.softmax(torch.einsum('bd,bkd->bk', q, p) / enc.temperature, -1)
+        return -acrobart_log_likelihood(gen, queries, passages, weights).sum()
+
+    value = loss()
+    value.backward()
+    grad = weight.grad.clone()
+    assert grad.abs().max() > 1e-6  # the reconstruction loss reaches the retriever
+    # the models' attention softmax runs in fp32 even in an fp64 model, so the loss is
+    # exact to ~1e-6 relative only: a step of 1e-2 keeps that noise under 1%
+    eps = 1e-2
+    for i, j in [(0, 0), (3, 5), (15, 31)]:
+        with torch.no_grad():
+            weight[i, j] += eps
+            up = loss().item()
+            weight[i, j] -= 2 * eps
+            down = loss().item()
+            weight[i, j] += eps
+        assert grad[i, j].item() == pytest.approx((up - down) / (2 * eps), rel=2e-2, abs=1e-4)
+
+
+def test_acrobart_with_zero_bias_is_the_plain_likelihood_of_the_concatenation(tiny_generator_dir):
+    gen = generator(tiny_generator_dir, 'llama')
+    with torch.no_grad():
+        biased = acrobart_log_likelihood(gen, ['a query'], [['first passage', 'second']], torch.zeros(1, 2))
+        gen_plain = generator(tiny_generator_dir, 'llama', prompt='Passage: {passage}\nA question this passage answers:')
+        plain = gen_plain.log_likelihoods(['a query'], ['first passage\n\nsecond'])
+    assert biased.item() == pytest.approx(plain[0], rel=1e-4)
+    with torch.no_grad():
+        moved = acrobart_log_likelihood(gen, ['a query'], [['first passage', 'second']], torch.tensor([[5.0, 0.0]]))
+    assert abs(moved.item() - biased.item()) > 1e-3  # the bias changes what the generator reads
+
+
+def test_refresh_rebuilds_the_index_from_the_updated_encoder(tiny_dir, tiny_generator_dir, tmp_path):
+    coll = Collection('classic/adi')
+    enc = encoder(tiny_dir)
+    trainer = Rumbart(enc, generator(tiny_generator_dir), coll, cache_dir=tmp_path, verbose=False)
+    examples = trainer.examples(coll.topics().head(2))
+    trainer.refresh(examples, initial=True)
+    before = trainer._index.reconstruct_n(0, 5)
+    with torch.no_grad():
+        enc.model.passage_proj.weight.mul_(-2.0)
+    trainer.refresh(examples)
+    after = trainer._index.reconstruct_n(0, len(trainer._docnos))
+    np.testing.assert_allclose(after, enc.encode_docs(coll.texts(list(trainer._docnos))), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(after[:5], -2 * before, rtol=1e-4, atol=1e-6)
+    assert [r for r in trainer.log if 'refresh seconds' in r][-1]['step'] == 0
+
+
+def test_rumbart_reuses_cached_teacher_scores_and_leaves_a_frozen_generator_alone(tiny_dir, tiny_generator_dir,
+                                                                                 tmp_path):
+    coll = Collection('classic/adi')
+    gen = generator(tiny_generator_dir)
+    weights = {k: v.clone() for k, v in gen.model.state_dict().items()}
+    calls = []
+    score = gen.log_likelihoods
+    gen.log_likelihoods = lambda targets, passages: calls.append(list(zip(targets, passages))) or score(targets,
+                                                                                                      passages)
+    trainer = Rumbart(encoder(tiny_dir), gen, coll, k=3, refresh_every=None, batch_size=7, epochs=2, lr=1e-3,
+                      cache_dir=tmp_path, output_dir=tmp_path / 'out', verbose=False)
+    trainer.fit(coll.topics())
+    # one bulk pass after the index was built scored the pairs of all 35 queries at once;
+    # batches then score only pairs that the changing query encoder newly retrieves
+    assert len(calls[0]) == 35 * 3  # (35 queries: one chunk)
+    scored = [pair for call in calls for pair in call]
+    assert len(scored) == len(set(scored))  # no pair is ever scored twice
+    batch = trainer.examples(coll.topics().head(7))
+    docnos, texts, _ = trainer.candidates(batch)
+    trainer.teacher_logp(batch, docnos, texts)
+    n_calls = len(calls)
+    again = trainer.teacher_logp(batch, docnos, texts)
+    assert len(calls) == n_calls and again.shape == (7, 3)
+    for k, v in gen.model.state_dict().items():
+        torch.testing.assert_close(v, weights[k])
+    assert len([r for r in trainer.log if 'loss' in r]) == 10
+    assert (tmp_path / 'out' / 'training_curve.png').read_bytes().startswith(b'\x89PNG')
+
+
+def test_corpus_queries_never_retrieve_their_source_and_null_document(tiny_dir, tiny_generator_dir, tmp_path):
+    coll = Collection('classic/adi')
+    enc = encoder(tiny_dir)
+    trainer = Rumbart(enc, generator(tiny_generator_dir), coll, k=3, null_document=True, cache_dir=tmp_path,
+                      verbose=False)
+    sents = cropped_spans(coll, 20, seed=0)
+    examples = trainer.examples(sents)
+    trainer.refresh(examples, initial=True)
+    docnos, texts, logits = trainer.candidates(examples)
+    assert logits.shape == (20, 4)
+    for row, row_texts, source in zip(docnos, texts, sents['source_docno']):
+        assert source not in row and row[-1] == NULL_DOCNO and row_texts[-1] == ''
+    # a sentence's own passage is what a similarity search would find first without the rule
+    with torch.no_grad():
+        own = trainer.retrieve(enc.encode(sents['query'].tolist(), 'query').numpy(),
+                               trainer.examples(sents[['qid', 'query']]))
+    assert sum(s in row for s, row in zip(sents['source_docno'], own)) > 0
+
+
+def test_trainable_generator_is_trained_and_checkpointed(tiny_dir, tiny_generator_dir, tmp_path):
+    coll = Collection('classic/adi')
+    gen = generator(tiny_generator_dir, trainable=True)
+    before = gen.model.lm_head.weight.detach().clone()
+    trainer = Acrobart(encoder(tiny_dir), gen, coll, k=2, batch_size=12, epochs=1, lr=1e-3, cache_dir=tmp_path,
+                       output_dir=tmp_path / 'out', verbose=False)
+    beta = trainer.beta.item()
+    trainer.fit(coll.topics())
+    assert not torch.equal(before, gen.model.lm_head.weight)
+    assert trainer.beta.item() != beta
+    assert (tmp_path / 'out' / 'final' / 'generator' / 'model.safetensors').exists()
+    assert torch.load(tmp_path / 'out' / 'final' / 'acrobart.pt')['beta'].item() == pytest.approx(trainer.beta.item())
