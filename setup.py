@@ -11,12 +11,13 @@ setup(
     python_requires='>=3.10',
     install_requires=[
         'torch>=2.1,<3',
-        'transformers>=4.46',
+        'transformers>=5.23',  # the attention and mask interfaces ACROBArT plugs into
         'sentence-transformers>=3.0',
         'pyterrier>=1.0',
         'python-terrier>=1.0',
         'pyterrier-pisa>=0.4.9',
         'pyterrier-dr>=0.8',
+        'pyterrier-caching>=0.5',
         'ir-datasets>=0.5.9',
         'ir-measures>=0.3.7',
         'gguf>=0.10',

@@ -1,9 +1,11 @@
 """Generator scoring throughput: ours against the plain one-pair-per-forward loop.
 
-The pairs are what a re-ranker sees in ``pt.Experiment``: the first N beir/scifact test
-queries, each with BM25's top k documents (title + text, 256 passage tokens), all
-passed at once. Every method runs in this one process on the same pairs with the same
-model (SmolLM2-135M-Instruct, de-quantised from its GGUF to fp32 weights):
+The pairs are what a re-ranker sees in ``pt.Experiment``: queries with BM25's top k
+documents (title + text, 256 passage tokens), all passed at once. Two workloads: a slice
+of scifact test (20 queries x top 20: passages rarely recur) and the whole of ADI (35
+queries x all 82 documents: every passage serves every query). Every method runs in this
+one process on the same pairs with the same model (SmolLM2-135M-Instruct, de-quantised
+from its GGUF to fp32 weights):
 
 - plain loop:         for each pair, prompt + query as one sequence, one forward, the
                       full logits, log-softmax, gather (fp32)
@@ -12,8 +14,8 @@ model (SmolLM2-135M-Instruct, de-quantised from its GGUF to fp32 weights):
                       length-sorted batches, output layer only on target positions
 - ours, auto:         the same with precision 'auto' (bf16 autocast on this CPU)
 
-    python experiments/generator_benchmark.py [--queries 40] [--depth 20]
-writes experiments/results/generator_benchmark.{md,json}.
+    python experiments/generator_benchmark.py [scifact] [adi]
+writes experiments/results/generator_benchmark.{md,json} (about 20 minutes on 2 cores).
 """
 import argparse
 import json
@@ -41,64 +43,72 @@ def plain_loop(gen: Generator, targets, passages) -> np.ndarray:
     return np.array(out)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--queries', type=int, default=40)
-    parser.add_argument('--depth', type=int, default=20)
-    parser.add_argument('--output', default='generator_benchmark')
-    args = parser.parse_args()
+WORKLOADS = {
+    # a slice of a large re-ranking run: few passages recur, so this measures batching and bf16
+    'scifact': ('beir/scifact/test', 20, 20),
+    # a whole re-ranking run over a small collection: every passage serves every query
+    'adi': ('classic/adi', 35, 100),
+}
 
-    collection = Collection('beir/scifact/test')
-    topics = collection.topics().head(args.queries)
-    pairs = (BM25.from_collection(collection, num_results=args.depth) >> collection.text_loader())(topics)
+
+def measure(name, collection_name, n_queries, depth):
+    collection = Collection(collection_name)
+    topics = collection.topics().head(n_queries)
+    pairs = (BM25.from_collection(collection, num_results=depth) >> collection.text_loader())(topics)
     targets, passages = pairs['query'].tolist(), pairs['text'].tolist()
-
-    gen = Generator.from_pretrained(SMOLLM2, gguf_file=SMOLLM2_GGUF, precision='fp32', device='cpu')
-    prefix_tokens = [len(x) for x in gen.passage_ids(passages)]
-    target_tokens = [len(x) for x in gen.target_ids(targets)]
-
-    runs, scores = {}, {}
-    t0 = time.perf_counter()
-    scores['plain'] = plain_loop(gen, targets, passages)
-    runs['plain loop, one pair per forward'] = ('fp32', time.perf_counter() - t0)
-    t0 = time.perf_counter()
-    scores['fp32'] = gen.log_likelihoods(targets, passages)
-    runs['ours: grouped by passage, prefix cache, fp32'] = ('fp32', time.perf_counter() - t0)
+    fp32 = Generator.from_pretrained(SMOLLM2, gguf_file=SMOLLM2_GGUF, precision='fp32', device='cpu')
     auto = Generator.from_pretrained(SMOLLM2, gguf_file=SMOLLM2_GGUF, precision='auto', device='cpu')
     dtype = str(auto.compute_dtype()).split('.')[1]
-    t0 = time.perf_counter()
-    scores['auto'] = auto.log_likelihoods(targets, passages)
-    runs[f'ours: the same, precision auto ({dtype})'] = (dtype, time.perf_counter() - t0)
+    prefix_tokens = [len(x) for x in fp32.passage_ids(passages)]
+    target_tokens = [len(x) for x in fp32.target_ids(targets)]
 
+    runs, scores = {}, {}
+    for key, label, run in [
+            ('plain', 'plain loop, one pair per forward', lambda: plain_loop(fp32, targets, passages)),
+            ('fp32', 'ours: grouped by passage, prefix cache, fp32', lambda: fp32.log_likelihoods(targets, passages)),
+            ('auto', f'ours: the same, precision auto ({dtype})', lambda: auto.log_likelihoods(targets, passages))]:
+        t0 = time.perf_counter()
+        scores[key] = run()
+        runs[label] = (dtype if key == 'auto' else 'fp32', time.perf_counter() - t0)
     plain_rate = len(pairs) / runs['plain loop, one pair per forward'][1]
-    rows = [{'method': name, 'dtype': dtype, 'seconds': s, 'pairs_per_s': len(pairs) / s,
-             'speedup': len(pairs) / s / plain_rate} for name, (dtype, s) in runs.items()]
+    rows = [{'workload': name, 'method': label, 'dtype': dt, 'seconds': sec, 'pairs_per_s': len(pairs) / sec,
+             'speedup': len(pairs) / sec / plain_rate} for label, (dt, sec) in runs.items()]
     per_query = pairs.assign(auto=scores['auto'], plain=scores['plain']).groupby('qid')
     quality = {
         'ours fp32 vs plain loop, max |diff| (nats)': float(np.abs(scores['fp32'] - scores['plain']).max()),
-        'ours auto vs plain loop, max |diff| (nats)': float(np.abs(scores['auto'] - scores['plain']).max()),
-        'ours auto vs plain loop, mean per-query Spearman': float(np.mean(
-            [spearmanr(g['auto'], g['plain'])[0] for _, g in per_query])),
+        'ours bf16 vs plain loop, max |diff| (nats)': float(np.abs(scores['auto'] - scores['plain']).max()),
+        'ours bf16 vs plain loop, mean per-query Spearman': float(np.mean(
+            [spearmanr(g['auto'], g['plain'])[0] for _, g in per_query if len(g) > 1])),
     }
-    settings = {
-        'model': f'{SMOLLM2}/{SMOLLM2_GGUF}', 'prompt': gen.prompt,
-        'data': f'first {args.queries} beir/scifact test queries x BM25 top {args.depth} = {len(pairs)} pairs, '
-                f'{pairs["docno"].nunique()} distinct passages ({len(pairs) / pairs["docno"].nunique():.2f} '
-                f'targets per passage)',
-        'tokens': f'prompt+passage mean {np.mean(prefix_tokens):.0f} (max {gen.max_passage_length} passage '
-                  f'tokens), query mean {np.mean(target_tokens):.1f}',
-        'batch size (passages)': gen.batch_size, 'torch threads': torch.get_num_threads(),
-    }
+    data = (f'{collection_name}: first {len(topics)} queries x BM25 top {depth} = {len(pairs)} pairs over '
+            f'{pairs["docno"].nunique()} distinct passages ({len(pairs) / pairs["docno"].nunique():.2f} targets per '
+            f'passage); prompt+passage tokens mean {np.mean(prefix_tokens):.0f}, query tokens mean '
+            f'{np.mean(target_tokens):.1f}')
+    return rows, quality, data
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('workloads', nargs='*', default=list(WORKLOADS), choices=list(WORKLOADS))
+    args = parser.parse_args()
     header = provenance.header()
+    rows, quality, data = [], {}, {}
+    for name in args.workloads:
+        r, q, d = measure(name, *WORKLOADS[name])
+        rows += r
+        quality[name], data[f'workload {name}'] = q, d
+    settings = {'model': f'{SMOLLM2}/{SMOLLM2_GGUF}', 'prompt': repr(Generator.from_pretrained(
+                    SMOLLM2, gguf_file=SMOLLM2_GGUF, device='cpu').prompt), **data,
+                'max passage tokens': 256, 'batch size (passages)': 16, 'torch threads': torch.get_num_threads()}
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f'{args.output}.json').write_text(json.dumps(
+    (RESULTS / 'generator_benchmark.json').write_text(json.dumps(
         {'header': header, 'settings': settings, 'runs': rows, 'quality': quality}, indent=2))
     md = ['# Generator scoring benchmark', ''] + [f'- {k}: {v}' for k, v in {**header, **settings}.items()] + ['']
-    md += ['| method | dtype | pairs/s | × plain loop | seconds |', '|---|---|---|---|---|']
-    md += [f'| {r["method"]} | {r["dtype"]} | {r["pairs_per_s"]:.1f} | {r["speedup"]:.2f} | {r["seconds"]:.1f} |'
-           for r in rows]
-    md += ['', 'Agreement: ' + '; '.join(f'{k} {v:.4g}' for k, v in quality.items()) + '.', '']
-    (RESULTS / f'{args.output}.md').write_text('\n'.join(md))
+    md += ['| workload | method | dtype | pairs/s | x plain loop | seconds |', '|---|---|---|---|---|---|']
+    md += [f'| {r["workload"]} | {r["method"]} | {r["dtype"]} | {r["pairs_per_s"]:.1f} | {r["speedup"]:.2f} | '
+           f'{r["seconds"]:.1f} |' for r in rows]
+    md += [''] + [f'Agreement on {w}: ' + '; '.join(f'{k} {v:.4g}' for k, v in q.items()) + '.' for w, q in quality.items()]
+    (RESULTS / 'generator_benchmark.md').write_text('\n'.join(md) + '\n')
     print('\n'.join(md))
 
 

@@ -35,6 +35,7 @@ import pandas as pd
 import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
+from transformers.modeling_outputs import BaseModelOutput
 
 from pyterrier_selfsup.collections import Collection
 from pyterrier_selfsup.dense import flex_index
@@ -71,6 +72,9 @@ class RetrieveAndReconstruct(Trainer):
             many optimiser steps (REALM/thesis Alg. 2); None: never (it stays as built at
             the start). Each rebuild's time is logged as ``refresh seconds``.
         null_document: add the empty passage to every query's candidates (REALM).
+        Resuming from a checkpoint rebuilds the index from the checkpoint's encoder (a
+        refresh at the resume step), so a resumed run matches an uninterrupted one
+        exactly only when the checkpoint falls on a refresh.
         The rest as for :class:`~pyterrier_selfsup.training.Trainer` (thesis defaults:
         lr 1e-4 with warm-up and linear decay, gradient ``accumulation``).
     """
@@ -319,7 +323,6 @@ def acrobart_log_likelihood(generator: Generator, targets: List[str], passages: 
             owner[i, :len(h)] = torch.as_tensor(spans[i], device=device)
         labels, t_mask = _pad(t_ids, pad, device=device)
         bias = _owner_bias(weights, owner)[:, None, None, :].expand(b, 1, labels.shape[1], width)
-        from transformers.modeling_outputs import BaseModelOutput
         decoder_input = generator.model.prepare_decoder_input_ids_from_labels(
             labels=labels.masked_fill(t_mask == 0, -100))
         with attention_bias(bias), generator._autocast():

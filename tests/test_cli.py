@@ -1,3 +1,4 @@
+import json
 import os
 import re
 import subprocess
@@ -84,6 +85,24 @@ def test_adaptation_runs_from_the_command_line(tmp_path, cache_dir):
     again = selfsup('run', '-c', 'classic/adi', '-p', ds, '--cache-dir', str(cache_dir), cwd=tmp_path)
     assert os.stat(models[0] / 'final' / 'dual_encoder.json').st_mtime_ns == trained  # reused, not retrained
     assert f"{table.loc[ds, 'nDCG@10']:.4f}" in again.stdout
+
+
+def test_rumbart_and_acrobart_run_from_the_command_line(tmp_path, cache_dir):
+    """The acceptance path with the real models: MiniLM adapted on ADI with SmolLM2 frozen
+    as the teacher, on 20 corpus spans (2 steps each), then evaluated beside BM25."""
+    small = 'queries=spans,n_queries=20,k=2,batch_size=10,refresh_every=1,max_passage_length=64'
+    rumbart, acrobart = f'rumbart:{small}', f'acrobart:{small}'
+    proc = selfsup('run', '-c', 'classic/adi', '-p', 'bm25', 'dual', rumbart, acrobart, '--save', 'rr',
+                   '--results-dir', str(tmp_path), '--cache-dir', str(cache_dir), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    table = pd.read_csv(tmp_path / 'rr.csv', comment='#').set_index('name')
+    for name in (rumbart, acrobart):
+        assert 0.3 < table.loc[name, 'nDCG@10'] < 0.7
+        assert table.loc[name, 'nDCG@10'] != table.loc['dual', 'nDCG@10']  # training changed the model
+    log = [p for p in (cache_dir / 'models').glob('classic_adi.rumbart-*')][0] / 'training_log.jsonl'
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r['step'] for r in records if 'refresh seconds' in r] == [0, 1]  # built, then refreshed after step 1
+    assert len([r for r in records if 'loss' in r]) == 2
 
 
 def test_code_revision_is_the_one_the_process_imported(tmp_path, monkeypatch):
