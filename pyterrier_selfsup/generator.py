@@ -337,7 +337,11 @@ class ReconstructionScorer(pt.Transformer):
         if not len(out):
             return out.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
         if self.cache is not None:
-            scores = self.cache(out)['loglik'].to_numpy(dtype=np.float64)
+            # one row per (query, docno): the same query text under two qids would
+            # otherwise be scored and inserted into the cache twice
+            pairs = out.drop_duplicates(['query', 'docno'])
+            looked_up = self.cache(pairs).set_index(['query', 'docno'])['loglik']
+            scores = looked_up.reindex(pd.MultiIndex.from_frame(out[['query', 'docno']])).to_numpy(dtype=np.float64)
         else:
             scores = self.generator.log_likelihoods(out['query'].tolist(), out[self.text_field].tolist())
         if self.normalise == 'mean':

@@ -85,6 +85,13 @@ def test_reconstruction_scorer_reranks_and_caches(tiny_generator_dir, tmp_path):
     lengths = gen.target_lengths(frame['query'].tolist())
     np.testing.assert_allclose(mean['score'].to_numpy() * lengths, out['score'], rtol=1e-6)
 
+    # the same query text under two qids (scifact's train topics have such pairs): each
+    # (query, docno) is scored and stored once, and both qids get its score
+    twice = pd.concat([frame, frame.assign(qid=frame['qid'] + 'b')])
+    both = gen.scorer(normalise='sum', cache=tmp_path / 'scores-twice')(twice).sort_values(['qid', 'docno'])
+    np.testing.assert_allclose(both['score'], np.repeat(out['score'].to_numpy().reshape(2, 3), 2, axis=0).reshape(-1),
+                               rtol=1e-6)
+
     cached = gen.scorer(normalise='sum', cache=tmp_path / 'scores')
     first = cached(frame).sort_values(['qid', 'docno'])
     np.testing.assert_allclose(first['score'], out['score'], rtol=1e-6)
