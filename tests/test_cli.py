@@ -99,7 +99,8 @@ def test_rumbart_and_acrobart_run_from_the_command_line(tmp_path, cache_dir):
     for name in (rumbart, acrobart):
         assert 0.3 < table.loc[name, 'nDCG@10'] < 0.7
         assert table.loc[name, 'nDCG@10'] != table.loc['dual', 'nDCG@10']  # training changed the model
-    log = [p for p in (cache_dir / 'models').glob('classic_adi.rumbart-*')][0] / 'training_log.jsonl'
+    model, = [p for p in (cache_dir / 'models').glob('classic_adi.rumbart-*') if p.is_dir()]
+    log = model / 'training_log.jsonl'
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [r['step'] for r in records if 'refresh seconds' in r] == [0, 1]  # built, then refreshed after step 1
     assert len([r for r in records if 'loss' in r]) == 2
