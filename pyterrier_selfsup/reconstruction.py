@@ -238,7 +238,11 @@ class Rumbart(RetrieveAndReconstruct):
     def loss(self, batch: List[Query], rng: np.random.Generator) -> torch.Tensor:
         docnos, texts, logits = self.candidates(batch)
         teacher = self.teacher_logp(batch, docnos, texts) / self.teacher_temperature
-        return marginal_nll(logits, teacher)
+        loss = marginal_nll(logits, teacher)
+        # the loss cannot go below -mean(max_z log p(x|z)) (all of p(z|x) on the teacher's
+        # best): the excess is what the retriever can still gain, comparable across batches
+        self.record('excess loss', (loss + teacher.max(dim=1).values.mean()).item())
+        return loss
 
 
 # -- ACROBArT ---------------------------------------------------------------------------

@@ -64,6 +64,11 @@ class Trainer(pt.Estimator):
         self.verbose = verbose
         self.log: List[Dict] = []
         self.state: Dict = {}
+        self._metrics: Dict[str, List[float]] = {}
+
+    def record(self, name: str, value: float):
+        """A quantity a loss wants logged besides itself, averaged over the step's batches."""
+        self._metrics.setdefault(name, []).append(float(value))
 
     # -- what a method defines --------------------------------------------------------
 
@@ -141,7 +146,9 @@ class Trainer(pt.Estimator):
                 optimizer.zero_grad()
                 self.state.update(step=self.state['step'] + 1, epoch=epoch, batch=b + 1)
                 self.log.append({'step': self.state['step'], 'epoch': epoch, 'loss': float(np.mean(window)),
-                                 'lr': scheduler.get_last_lr()[0], 'time': time.time()})
+                                 'lr': scheduler.get_last_lr()[0], 'time': time.time(),
+                                 **{k: float(np.mean(v)) for k, v in self._metrics.items()}})
+                self._metrics = {}
                 progress.update(1)
                 progress.set_postfix(loss=f'{np.mean([r["loss"] for r in self.log[-20:] if "loss" in r]):.4f}')
                 window = []
@@ -220,8 +227,13 @@ def plot_training_curve(log: List[Dict], path: Path, title: str = '', ylabel: st
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
 
-    steps = [r['step'] for r in log if 'loss' in r]
-    losses = [r['loss'] for r in log if 'loss' in r]
+    # a loss whose scale moves with the batch (RUMBArt's includes the teacher's log p(x|z))
+    # is plotted as its excess over the batch's lower bound, when the trainer logs it
+    key = 'excess loss' if any('excess loss' in r for r in log) else 'loss'
+    if key == 'excess loss':
+        ylabel = 'loss above its lower bound'
+    steps = [r['step'] for r in log if key in r]
+    losses = [r[key] for r in log if key in r]
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(steps, losses, alpha=0.35, label='loss per step')
     if len(losses) >= 10:
