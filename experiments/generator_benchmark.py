@@ -89,8 +89,12 @@ def measure(name, collection_name, n_queries, depth):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('workloads', nargs='*', default=list(WORKLOADS), choices=list(WORKLOADS))
+    parser.add_argument('workloads', nargs='*', metavar='WORKLOAD', help=f'of {list(WORKLOADS)} (default: all)')
     args = parser.parse_args()
+    unknown = set(args.workloads) - set(WORKLOADS)
+    if unknown:
+        parser.error(f'unknown workloads {sorted(unknown)}; known: {list(WORKLOADS)}')
+    args.workloads = args.workloads or list(WORKLOADS)
     header = provenance.header()
     rows, quality, data = [], {}, {}
     for name in args.workloads:
