@@ -15,6 +15,8 @@ ones; every target paired with the passage is then scored from it. Passages are 
 length into batches (little padding), matrix products run in bf16 where the hardware has
 it, and only the target positions reach the output layer.
 (``experiments/generator_benchmark.py`` measures it against the one-pair-per-forward loop.)
+transformers has no call for scoring many continuations of one prefix, so the sharing is
+written here, on its ``DynamicCache``.
 
 :meth:`Generator.log_likelihood` is the differentiable version (one sequence per pair,
 gradients to the generator when it is trainable), for training.
