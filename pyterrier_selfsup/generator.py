@@ -320,6 +320,8 @@ class ReconstructionScorer(pt.Transformer):
     again. It must belong to one corpus and one generator (see :func:`score_cache_dir`).
     """
 
+    CHUNK = 512  # passages per cache commit
+
     def __init__(self, generator: Generator, *, normalise: str = 'mean', text_field: str = 'text',
                  cache: Optional[Union[str, Path]] = None):
         if normalise not in NORMALISATIONS:
@@ -342,7 +344,13 @@ class ReconstructionScorer(pt.Transformer):
             # one row per (query, docno): the same query text under two qids would
             # otherwise be scored and inserted into the cache twice
             pairs = out.drop_duplicates(['query', 'docno'])
-            looked_up = self.cache(pairs).set_index(['query', 'docno'])['loglik']
+            # By passage, so that each passage's queries are scored together (its prompt
+            # encoded once) and the cache commits after every CHUNK passages: a long
+            # scoring run that is interrupted keeps what it did.
+            passages = pairs['docno'].unique()
+            looked_up = pd.concat([
+                self.cache(pairs[pairs['docno'].isin(set(passages[i:i + self.CHUNK]))])
+                for i in range(0, len(passages), self.CHUNK)]).set_index(['query', 'docno'])['loglik']
             scores = looked_up.reindex(pd.MultiIndex.from_frame(out[['query', 'docno']])).to_numpy(dtype=np.float64)
         else:
             scores = self.generator.log_likelihoods(out['query'].tolist(), out[self.text_field].tolist())

@@ -190,7 +190,6 @@ class Rumbart(RetrieveAndReconstruct):
     and a batch only looks them up. A trainable generator is scored with gradients.
     ``teacher_temperature`` divides log p_θ before marginalising (1: the thesis)."""
     description = 'RUMBArt'
-    TEACHER_CHUNK = 512  # passages per commit of the bulk teacher pass
 
     def __init__(self, *args, teacher_temperature: float = 1.0, **kwargs):
         super().__init__(*args, **kwargs)
@@ -209,16 +208,9 @@ class Rumbart(RetrieveAndReconstruct):
         docnos = []
         for start in range(0, len(examples), 1024):
             docnos += self.retrieve(vectors[start:start + 1024], examples[start:start + 1024])
-        pairs = pd.DataFrame([(q.qid, q.query, d) for q, row in zip(examples, docnos) for d in row],
-                             columns=['qid', 'query', 'docno'])
-        # By passage: all the queries of a passage are scored together (its prompt is
-        # encoded once), and the cache commits after each chunk, so that an interrupted
-        # pass keeps its work.
-        passages = pairs['docno'].unique()
-        for start in range(0, len(passages), self.TEACHER_CHUNK):
-            chunk = pairs[pairs['docno'].isin(set(passages[start:start + self.TEACHER_CHUNK]))]
-            texts = dict(zip(chunk['docno'].unique(), self.texts([list(chunk['docno'].unique())])[0]))
-            self._teacher(chunk.assign(text=chunk['docno'].map(texts).fillna('')))
+        # one call for all pairs: the scorer goes by passage (each passage's prompt encoded
+        # once for all its queries) and commits to the cache as it goes
+        self.teacher_logp(examples, docnos, self.texts(docnos))
         self.log.append({'step': self.state.get('step', 0), 'teacher seconds': time.time() - t0})
 
     def teacher_logp(self, batch: List[Query], docnos: List[List[str]], texts: List[List[str]]) -> torch.Tensor:

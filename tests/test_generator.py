@@ -120,3 +120,20 @@ def test_smollm2_reranks_adi(cache_dir):
     top = out[out['rank'] == 0].set_index('qid')['docno'].to_dict()
     assert top == pytest.approx(top) and len(top) == 5
     assert out['score'].between(-15, 0).all()
+
+
+def test_cached_scoring_goes_by_passage_and_commits_each_chunk(tiny_generator_dir, tmp_path):
+    gen = tiny(tiny_generator_dir, 'llama')
+    frame = pd.DataFrame({'qid': ['1'] * 3 + ['2'] * 3, 'query': [TARGETS[0]] * 3 + [TARGETS[1]] * 3,
+                          'docno': ['a', 'b', 'c'] * 2, 'text': PASSAGES * 2})
+    expected = gen.scorer(normalise='sum')(frame).sort_values(['qid', 'docno'])['score'].to_numpy()
+    calls = []
+    score = gen.log_likelihoods
+    gen.log_likelihoods = lambda targets, passages: calls.append(sorted(set(passages))) or score(targets, passages)
+    scorer = gen.scorer(normalise='sum', cache=tmp_path / 'scores')
+    scorer.CHUNK = 2
+    np.testing.assert_allclose(scorer(frame).sort_values(['qid', 'docno'])['score'], expected, rtol=1e-6)
+    assert calls == [sorted(PASSAGES[:2]), [PASSAGES[2]]]  # both queries of a passage in one call
+    import sqlite3
+    with sqlite3.connect(tmp_path / 'scores' / 'db.sqlite3') as db:
+        assert db.execute('SELECT COUNT(*) FROM cache').fetchone()[0] == 6

@@ -134,7 +134,7 @@ def test_rumbart_reuses_cached_teacher_scores_and_leaves_a_frozen_generator_alon
     trainer.fit(coll.topics())
     # one bulk pass after the index was built scored the pairs of all 35 queries at once;
     # batches then score only pairs that the changing query encoder newly retrieves
-    assert len(calls[0]) == 35 * 3  # (35 queries, at most 105 passages: one chunk)
+    assert len(calls[0]) == 35 * 3  # (at most 105 passages: one chunk)
     scored = [pair for call in calls for pair in call]
     assert len(scored) == len(set(scored))  # no pair is ever scored twice
     batch = trainer.examples(coll.topics().head(7))
