@@ -14,14 +14,10 @@ Training curves and logs are copied to experiments/results/ds_curves/.
 
     python experiments/distant_supervision.py [group ...]
 """
-import shutil
 import sys
 from pathlib import Path
 
-from pyterrier_selfsup import Collection
-from pyterrier_selfsup.distant import adapted_model_dir
-from pyterrier_selfsup.experiment import run_experiment, write_results
-from pyterrier_selfsup.pipelines import get_pipeline
+from pyterrier_selfsup.experiment import copy_training_curves, run_experiment, write_results
 
 RESULTS = Path(__file__).parent / 'results'
 COLLECTIONS = ['beir/scifact/train', 'beir/scifact/test']
@@ -33,22 +29,11 @@ GROUPS = {
 }
 
 
-def copy_curves(pipelines):
-    corpus = Collection(COLLECTIONS[0])
-    for spec in map(get_pipeline, pipelines):
-        if spec.name.startswith('ds'):
-            source = adapted_model_dir(corpus, spec.settings)
-            target = RESULTS / 'ds_curves' / spec.name.replace(':', '_').replace(',', '_').replace('/', '-')
-            target.mkdir(parents=True, exist_ok=True)
-            for name in ('training_curve.png', 'training_log.jsonl'):
-                shutil.copy(source / name, target / name)
-
-
 def main(groups):
     for group in groups:
         result = run_experiment(COLLECTIONS, GROUPS[group], name=group, verbose=True)
         write_results(result, RESULTS)
-        copy_curves(GROUPS[group])
+        copy_training_curves(GROUPS[group], COLLECTIONS[0], RESULTS / 'ds_curves')
 
 
 if __name__ == '__main__':

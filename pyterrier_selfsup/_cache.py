@@ -32,6 +32,17 @@ def cache_key(name: str, settings: dict) -> str:
     return f'{slug}-{digest}'
 
 
+def weights_fingerprint(config: dict, model) -> str:
+    """A digest of a model's settings and weights (a torch module): equal fingerprints,
+    equal outputs. Keys what is cached from a model's outputs (indexes, scores)."""
+    import torch
+    digest = hashlib.sha1(json.dumps(config, sort_keys=True).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
 def is_complete(path: Path) -> bool:
     return (path / _COMPLETE).is_file()
 

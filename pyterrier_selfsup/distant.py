@@ -154,6 +154,11 @@ def adapted_model_dir(collection: Collection, settings: Dict, cache_dir=None) ->
     return cache_root(cache_dir) / 'models' / cache_key(f'{collection.corpus_id}.ds', settings)
 
 
+# The ds pipeline's settings; RUMBArt/ACROBArT's start=ds trains (or reuses) this model.
+DS_DEFAULTS = dict(model_name=MINILM, queries='sentences', n_queries=5000, negatives='none', epochs=1,
+                   batch_size=32, lr=2e-5, dim=None, seed=0)
+
+
 def adapted_retriever(collection: Union[str, Collection], *, model_name: str = MINILM, queries: str = 'sentences',
                       n_queries: int = 5000, negatives: str = 'none', epochs: int = 1, batch_size: int = 32,
                       lr: float = 2e-5, dim: Optional[int] = None, seed: int = 0,

@@ -9,7 +9,6 @@ Because it is a ``BiEncoder``, pyterrier-dr gives it ``FlexIndex`` indexing, FAI
 retrievers and ``.scorer()`` re-ranking; :meth:`DualEncoder.encode` keeps gradients
 for training.
 """
-import hashlib
 import json
 import math
 from pathlib import Path
@@ -21,6 +20,7 @@ import torch
 from pyterrier_dr import BiEncoder
 from transformers import AutoModel, AutoTokenizer
 
+from pyterrier_selfsup._cache import weights_fingerprint
 from pyterrier_selfsup._precision import autocast, compute_dtype
 
 CONFIG_FILE = 'dual_encoder.json'
@@ -156,11 +156,7 @@ class DualEncoder(BiEncoder):
     def fingerprint(self) -> str:
         """A digest of the weights and settings: two encoders with equal fingerprints
         produce equal vectors (used to key cached indexes)."""
-        digest = hashlib.sha1(json.dumps(self.config(), sort_keys=True).encode())
-        for name, tensor in sorted(self.model.state_dict().items()):
-            digest.update(name.encode())
-            digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-        return digest.hexdigest()[:16]
+        return weights_fingerprint(self.config(), self.model)
 
     # -- encoding ---------------------------------------------------------------------
 

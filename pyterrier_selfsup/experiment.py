@@ -5,6 +5,7 @@ Metrics: nDCG@10 (the headline, as in BEIR), R@100, RR@10 and mean response time
 every pipeline is compared with the first (the baseline) by a paired t-test over
 queries, Holm-corrected across the pipelines.
 """
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +78,24 @@ def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *, name
         log(format_table(table))
     header['wall time'] = f'{time.time() - started:.0f} s'
     return ExperimentResult(name, header, specs, results)
+
+
+def copy_training_curves(pipelines: Sequence[str], collection: str, target: Union[str, Path],
+                         cache_dir: Optional[Union[str, Path]] = None) -> List[Path]:
+    """Copies the training curve and log of every pipeline that trained a model on
+    ``collection`` into ``target/<pipeline name>/``, so that they can be committed."""
+    corpus = Collection(collection)
+    copied = []
+    for spec in map(get_pipeline, pipelines):
+        if spec.model_dir is None:
+            continue
+        source = spec.model_dir(corpus, spec.settings, cache_dir)
+        folder = Path(target) / spec.name.replace(':', '_').replace(',', '_').replace('/', '-')
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in ('training_curve.png', 'training_log.jsonl'):
+            shutil.copy(source / name, folder / name)
+        copied.append(folder)
+    return copied
 
 
 # ---------------------------------------------------------------------------------------

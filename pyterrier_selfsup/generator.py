@@ -21,8 +21,6 @@ written here, on its ``DynamicCache``.
 :meth:`Generator.log_likelihood` is the differentiable version (one sequence per pair,
 gradients to the generator when it is trainable), for training.
 """
-import hashlib
-import json
 from collections import defaultdict
 from functools import cached_property
 from pathlib import Path
@@ -35,7 +33,7 @@ import torch
 from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, DynamicCache)
 from transformers.modeling_outputs import BaseModelOutput
 
-from pyterrier_selfsup._cache import build_once, cache_key, cache_root
+from pyterrier_selfsup._cache import build_once, cache_key, cache_root, weights_fingerprint
 from pyterrier_selfsup._precision import autocast, compute_dtype
 from pyterrier_selfsup.dual_encoder import _clean
 
@@ -103,11 +101,7 @@ class Generator:
     def fingerprint(self) -> str:
         """A digest of the settings and weights: equal fingerprints give equal scores
         (keys the teacher-score caches)."""
-        digest = hashlib.sha1(json.dumps(self.config(), sort_keys=True).encode())
-        for name, tensor in sorted(self.model.state_dict().items()):
-            digest.update(name.encode())
-            digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-        return digest.hexdigest()[:16]
+        return weights_fingerprint(self.config(), self.model)
 
     def save_pretrained(self, path: Union[str, Path]) -> Path:
         path = Path(path)
@@ -229,20 +223,22 @@ class Generator:
             yield pair_rows, values.double().cpu().numpy()
 
     def _seq2seq_logp(self, passages, items, rows):
-        pad = self.tokenizer.pad_token_id
-        ids, mask = _pad(passages, pad, device=self.device)
+        ids, mask = _pad(passages, self.tokenizer.pad_token_id, device=self.device)
         encoded = self.model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
         chunk = 4 * self.batch_size
         for start in range(0, len(items), chunk):
             part = items[start:start + chunk]
             idx = torch.tensor([row for row, _ in part], device=self.device)
-            labels, t_mask = _pad([t for _, t in part], pad, device=self.device)
-            decoder_input = self.model.prepare_decoder_input_ids_from_labels(
-                labels=labels.masked_fill(t_mask == 0, -100))
-            logits = self.model(encoder_outputs=BaseModelOutput(last_hidden_state=encoded.index_select(0, idx)),
-                                attention_mask=mask.index_select(0, idx), decoder_input_ids=decoder_input,
-                                decoder_attention_mask=t_mask, use_cache=False).logits
-            yield [rows[start + i][0] for i in range(len(part))], _gather_logp(logits, labels, t_mask)
+            yield ([rows[start + i][0] for i in range(len(part))],
+                   self._decode_logp(encoded.index_select(0, idx), mask.index_select(0, idx), [t for _, t in part]))
+
+    def _decode_logp(self, encoded: torch.Tensor, encoder_mask: torch.Tensor, t_ids: List[List[int]]) -> torch.Tensor:
+        """Σ log p(target) per row, decoded from given encoder outputs (seq2seq)."""
+        labels, t_mask = _pad(t_ids, self.tokenizer.pad_token_id, device=self.device)
+        decoder_input = self.model.prepare_decoder_input_ids_from_labels(labels=labels.masked_fill(t_mask == 0, -100))
+        logits = self.model(encoder_outputs=BaseModelOutput(last_hidden_state=encoded), attention_mask=encoder_mask,
+                            decoder_input_ids=decoder_input, decoder_attention_mask=t_mask, use_cache=False).logits
+        return _gather_logp(logits, labels, t_mask)
 
     def log_likelihood(self, targets: Sequence[str], passages: Sequence[str]) -> torch.Tensor:
         """Σ_j log p(target_j | passage, target_<j) per pair as a tensor that carries
@@ -258,9 +254,12 @@ class Generator:
             return self._causal_logp(p_ids, t_ids)
 
     def _causal_logp(self, p_ids: List[List[int]], t_ids: List[List[int]]) -> torch.Tensor:
-        """Prompt and target as one sequence, left-padded so that all targets end at the
-        last position; only the last ``max target length + 1`` positions reach the output layer."""
-        seqs = [p + t for p, t in zip(p_ids, t_ids)]
+        return self._sequence_logp([p + t for p, t in zip(p_ids, t_ids)], t_ids)
+
+    def _sequence_logp(self, seqs: List[List[int]], t_ids: List[List[int]]) -> torch.Tensor:
+        """Σ log p(target) per row of a decoder-only model, each sequence ending with its
+        target: left-padded so that all targets end at the last position, and only the
+        last ``max target length + 1`` positions reach the output layer."""
         ids, mask = _pad(seqs, self.tokenizer.pad_token_id, left=True, device=self.device)
         width = max(1, max(len(t) for t in t_ids))
         positions = (mask.cumsum(-1) - 1).clamp(min=0)

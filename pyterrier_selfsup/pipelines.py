@@ -14,9 +14,9 @@ import pyterrier as pt
 from pyterrier_selfsup.bm25 import BM25
 from pyterrier_selfsup.collections import Collection
 from pyterrier_selfsup.dense import MINILM, DenseRetriever
-from pyterrier_selfsup.distant import adapted_retriever
+from pyterrier_selfsup.distant import DS_DEFAULTS, adapted_model_dir, adapted_retriever
 from pyterrier_selfsup.generator import SMOLLM2, SMOLLM2_GGUF, Generator, score_cache_dir
-from pyterrier_selfsup.reconstruction import reconstruction_retriever
+from pyterrier_selfsup.reconstruction import reconstruction_model_dir, reconstruction_retriever
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,9 @@ class PipelineSpec:
     description: str
     factory: Callable[..., pt.Transformer]  # factory(collection, cache_dir=, verbose=, **settings)
     settings: Dict[str, Any] = field(default_factory=dict)
+    # for pipelines that train a model on first use: model_dir(collection, settings, cache_dir)
+    # is where it lives (checkpoints, training_log.jsonl, training_curve.png)
+    model_dir: Optional[Callable[..., Path]] = None
 
     def build(self, collection: Collection, *, cache_dir: Optional[Union[str, Path]] = None,
               verbose: bool = False) -> pt.Transformer:
@@ -111,8 +114,7 @@ register(PipelineSpec(
 register(PipelineSpec(
     'ds', 'all-MiniLM-L6-v2 adapted to the collection by distant supervision (BM25 top-1 positives, '
           'in-batch negatives); queries: corpus sentences, or a collection whose topic texts are used',
-    adapted_retriever, dict(model_name=MINILM, queries='sentences', n_queries=5000, negatives='none', epochs=1,
-                            batch_size=32, lr=2e-5, dim=None, seed=0)))
+    adapted_retriever, dict(DS_DEFAULTS), model_dir=adapted_model_dir))
 
 register(PipelineSpec(
     'recon', 'BM25 top 100 re-ranked by a generator\'s query likelihood log p(query | document) '
@@ -128,9 +130,11 @@ register(PipelineSpec(
     'rumbart', 'all-MiniLM-L6-v2 (or its ds adaptation: start=ds) adapted by RUMBArt: the top k of a stale MIPS '
                'index re-scored by the encoder, loss -log sum_k p(z_k|x) p_gen(x|z_k) with SmolLM2 frozen as the '
                'teacher (its scores cached); queries: corpus sentences/spans, or a collection whose topic texts are used',
-    functools.partial(reconstruction_retriever, method='rumbart'), dict(_RECONSTRUCTION, teacher_temperature=1.0)))
+    functools.partial(reconstruction_retriever, method='rumbart'), dict(_RECONSTRUCTION, teacher_temperature=1.0),
+    model_dir=functools.partial(reconstruction_model_dir, method='rumbart')))
 
 register(PipelineSpec(
     'acrobart', 'all-MiniLM-L6-v2 adapted by ACROBArT: the k passages go to SmolLM2 together, beta * p(z_j|x) '
                 'added to the attention logits from the target towards passage j',
-    functools.partial(reconstruction_retriever, method='acrobart'), dict(_RECONSTRUCTION, beta=1.0)))
+    functools.partial(reconstruction_retriever, method='acrobart'), dict(_RECONSTRUCTION, beta=1.0),
+    model_dir=functools.partial(reconstruction_model_dir, method='acrobart')))

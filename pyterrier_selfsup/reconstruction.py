@@ -35,13 +35,14 @@ import pandas as pd
 import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
-from transformers.modeling_outputs import BaseModelOutput
 
+from pyterrier_selfsup._cache import build_once, cache_key, cache_root
 from pyterrier_selfsup.collections import Collection
-from pyterrier_selfsup.dense import flex_index
+from pyterrier_selfsup.dense import MINILM, DenseRetriever, flex_index
+from pyterrier_selfsup.distant import DS_DEFAULTS, adapted_model_dir, adapted_retriever
 from pyterrier_selfsup.dual_encoder import DualEncoder
-from pyterrier_selfsup.generator import Generator, _gather_logp, _pad, score_cache_dir
-from pyterrier_selfsup.queries import given_topics
+from pyterrier_selfsup.generator import SMOLLM2, SMOLLM2_GGUF, Generator, _pad, score_cache_dir
+from pyterrier_selfsup.queries import corpus_sentences, cropped_spans, generated_queries, given_topics
 from pyterrier_selfsup.training import Trainer
 
 logger = logging.getLogger(__name__)
@@ -325,15 +326,10 @@ def acrobart_log_likelihood(generator: Generator, targets: List[str], passages: 
         for i, h in enumerate(hidden):
             enc[i, :len(h)], enc_mask[i, :len(h)] = h, 1
             owner[i, :len(h)] = torch.as_tensor(spans[i], device=device)
-        labels, t_mask = _pad(t_ids, pad, device=device)
-        bias = _owner_bias(weights, owner)[:, None, None, :].expand(b, 1, labels.shape[1], width)
-        decoder_input = generator.model.prepare_decoder_input_ids_from_labels(
-            labels=labels.masked_fill(t_mask == 0, -100))
+        target_width = max(1, max(len(t) for t in t_ids))
+        bias = _owner_bias(weights, owner)[:, None, None, :].expand(b, 1, target_width, width)
         with attention_bias(bias), generator._autocast():
-            logits = generator.model(encoder_outputs=BaseModelOutput(last_hidden_state=enc), attention_mask=enc_mask,
-                                     decoder_input_ids=decoder_input, decoder_attention_mask=t_mask,
-                                     use_cache=False).logits
-        return _gather_logp(logits, labels, t_mask)
+            return generator._decode_logp(enc, enc_mask, t_ids)
 
     # decoder-only: [head][z_1][sep][z_2]...[z_k][tail][target], left-padded
     tok = generator.tokenizer
@@ -352,26 +348,15 @@ def acrobart_log_likelihood(generator: Generator, targets: List[str], passages: 
         seq += tail_ids + target
         owner += [-1] * (len(tail_ids) + len(target))
         seqs.append((seq, owner, len(tail_ids) + len(target)))
-    length = max(len(s) for s, _, _ in seqs)
-    ids, mask = _pad([s for s, _, _ in seqs], pad, left=True, device=device)
+    length = max(len(s) for s, _, _ in seqs)  # left-padded to this by _sequence_logp
     owner = torch.full((b, length), -1, dtype=torch.long, device=device)
     after = torch.zeros((b, length), dtype=torch.bool, device=device)
     for i, (s, o, n_after) in enumerate(seqs):
         owner[i, length - len(s):] = torch.as_tensor(o, device=device)
         after[i, length - n_after:] = True  # the prompt's tail and the target
     bias = _owner_bias(weights, owner)[:, None, None, :] * after[:, None, :, None]
-    width = max(len(t) for t in t_ids)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
     with attention_bias(bias), generator._autocast():
-        logits = generator.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
-                                 logits_to_keep=width + 1).logits[:, :-1]
-    targets = torch.zeros((b, width), dtype=torch.long, device=device)
-    target_mask = torch.zeros_like(targets)
-    for i, t in enumerate(t_ids):
-        if t:
-            targets[i, width - len(t):] = torch.tensor(t)
-            target_mask[i, width - len(t):] = 1
-    return _gather_logp(logits, targets, target_mask)
+        return generator._sequence_logp([s for s, _, _ in seqs], t_ids)
 
 
 def _owner_bias(weights: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
@@ -419,10 +404,12 @@ class Acrobart(RetrieveAndReconstruct):
 METHODS = {'rumbart': Rumbart, 'acrobart': Acrobart}
 
 
-def reconstruction_model_dir(collection: Collection, settings: dict, cache_dir=None) -> Path:
+def reconstruction_model_dir(collection: Collection, settings: dict, cache_dir=None, *,
+                             method: Optional[str] = None) -> Path:
     """Where :func:`reconstruction_retriever` keeps the model trained with ``settings``
-    (checkpoints, ``training_log.jsonl``, ``training_curve.png``)."""
-    from pyterrier_selfsup._cache import cache_key, cache_root
+    (checkpoints, ``training_log.jsonl``, ``training_curve.png``); ``method`` if the
+    settings do not name it."""
+    settings = dict(settings, method=method or settings['method'])
     return cache_root(cache_dir) / 'models' / cache_key(f'{collection.corpus_id}.{settings["method"]}', settings)
 
 
@@ -430,7 +417,6 @@ def training_topics(collection: Collection, queries: str, n_queries: int, seed: 
                     generator: Optional[Generator] = None) -> pd.DataFrame:
     """``sentences``, ``spans`` or ``generated`` (by ``generator``): ``n_queries`` from the
     corpus; or the name of a collection whose topic texts are used (never its qrels)."""
-    from pyterrier_selfsup.queries import corpus_sentences, cropped_spans, generated_queries
     if queries == 'generated':
         return generated_queries(collection, generator, n_queries, seed=seed)
     if queries == 'sentences':
@@ -451,10 +437,6 @@ def reconstruction_retriever(collection: Union[str, Collection], *, method: str 
     generator, starting from all-MiniLM-L6-v2 (``start='minilm'``) or from its
     distant-supervision adaptation on the same queries (``start='ds'``). Trained on first
     use and cached by corpus and settings."""
-    from pyterrier_selfsup._cache import build_once
-    from pyterrier_selfsup.dense import MINILM, DenseRetriever
-    from pyterrier_selfsup.distant import adapted_model_dir, adapted_retriever
-    from pyterrier_selfsup.generator import SMOLLM2, SMOLLM2_GGUF
     if method not in METHODS:
         raise ValueError(f'method must be one of {sorted(METHODS)}, not {method!r}')
     collection = Collection(collection) if isinstance(collection, str) else collection
@@ -467,9 +449,8 @@ def reconstruction_retriever(collection: Union[str, Collection], *, method: str 
     path = reconstruction_model_dir(collection, settings, cache_dir)
 
     def train(staging: Path):
-        if start == 'ds':  # the ds pipeline's defaults, on the same queries
-            ds = dict(model_name=MINILM, queries=queries, n_queries=n_queries, negatives='none', epochs=1,
-                      batch_size=32, lr=2e-5, dim=None, seed=seed)
+        if start == 'ds':  # the ds pipeline's model, trained on the same queries
+            ds = dict(DS_DEFAULTS, queries=queries, n_queries=n_queries, seed=seed)
             adapted_retriever(collection, cache_dir=cache_dir, verbose=verbose, **ds)
             start_path = str(adapted_model_dir(collection, ds, cache_dir) / 'final')
         else:

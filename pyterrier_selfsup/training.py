@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import random
+import tempfile
 import time
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Union
@@ -19,10 +20,11 @@ import numpy as np
 import pandas as pd
 import pyterrier as pt
 import torch
+from ir_measures import nDCG
 from transformers import get_linear_schedule_with_warmup
 
 from pyterrier_selfsup.collections import Collection
-from pyterrier_selfsup.dense import DenseRetriever, flex_index
+from pyterrier_selfsup.dense import DenseRetriever, encode_into, flex_index
 from pyterrier_selfsup.dual_encoder import DualEncoder
 
 logger = logging.getLogger(__name__)
@@ -176,11 +178,6 @@ class Trainer(pt.Estimator):
 
     def _validate(self, topics, qrels) -> float:
         """nDCG@10 of the encoder as it is now, over an index that is thrown away after."""
-        import tempfile
-
-        from ir_measures import nDCG
-
-        from pyterrier_selfsup.dense import encode_into
         with tempfile.TemporaryDirectory() as tmp:
             index = encode_into(f'{tmp}/validation.flex', self.collection, self.encoder)
             result = pt.Experiment([DenseRetriever(self.encoder, index)], topics, qrels, [nDCG @ 10])
