@@ -4,6 +4,10 @@ Groups, each one results file (written as soon as the group finishes):
   rumbart_main   start (zero-shot) vs RUMBArt with SmolLM2-135M-Instruct frozen as the
                  teacher, trained on the 809 train-query texts (labels unused)
   acrobart_main  the same with ACROBArT (k=3, 128 passage tokens)
+  rumbart_teacher  the teacher's temperature: 1 (the thesis) against 4, the value that
+                 teacher_diagnostics.py picked on the train split (posterior P@1)
+  rumbart_sentences  corpus-only queries: as many corpus sentences as there are train
+                 queries (809), the sentence's own passage excluded from retrieval
 
 Every group is evaluated on beir/scifact/train (the qrels of the queries whose texts were
 used for training: the split on which choices may be made) and beir/scifact/test
@@ -25,6 +29,9 @@ GROUPS = {
     # ACROBArT reads all k passages in one sequence, fwd and bwd through SmolLM2: k=3 and
     # 128 passage tokens keep a step under a minute on 2 cores
     'acrobart_main': ['bm25', 'dual', f'acrobart:{TRAIN},k=3,max_passage_length=128'],
+    'rumbart_teacher': ['bm25', 'dual', f'rumbart:{TRAIN}', f'rumbart:{TRAIN},teacher_temperature=4'],
+    'rumbart_sentences': ['bm25', 'dual', 'rumbart:queries=sentences,n_queries=809',
+                          'rumbart:queries=sentences,n_queries=809,teacher_temperature=4'],
 }
 
 
