@@ -180,6 +180,9 @@ class Generator:
             with torch.inference_mode(), self._autocast():
                 for batch in batches:
                     rows = [(pair, row) for row, p in enumerate(batch) for pair in pairs_of[p]]
+                    # targets are scored in chunks padded to their longest: sorted by length,
+                    # a chunk pads little (the target pass is most of the work when passages recur)
+                    rows.sort(key=lambda pair_row: len(t_ids[pair_target[pair_row[0]]]))
                     score = self._score_seq2seq if self.is_seq2seq else self._score_causal
                     for pair_rows, values in score([p_ids[p] for p in batch],
                                                    [(row, t_ids[pair_target[pair]]) for pair, row in rows], rows):
