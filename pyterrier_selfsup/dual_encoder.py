@@ -1,6 +1,7 @@
 """The thesis' dense dual encoder (§4.2.1), trainable, as a pyterrier-dr ``BiEncoder``.
 
-One shared Hugging Face encoder; its pooled output (``cls``, as in the thesis, or
+One shared Hugging Face encoder (or, after :meth:`DualEncoderModel.untie`, a query tower
+and a separate passage tower, as RAG fine-tunes its retriever); its pooled output (``cls``, as in the thesis, or
 ``mean``, as sentence-transformers models are trained) goes through separate linear
 projections ``W_Q`` and ``W_P`` to dimension ``d`` (or none); the score is the dot
 product, and p(z|x) is the softmax of score / temperature over the candidates.
@@ -9,6 +10,7 @@ Because it is a ``BiEncoder``, pyterrier-dr gives it ``FlexIndex`` indexing, FAI
 retrievers and ``.scorer()`` re-ranking; :meth:`DualEncoder.encode` keeps gradients
 for training.
 """
+import copy
 import json
 import math
 from pathlib import Path
@@ -25,6 +27,7 @@ from pyterrier_selfsup._precision import autocast, compute_dtype
 
 CONFIG_FILE = 'dual_encoder.json'
 PROJECTIONS_FILE = 'projections.pt'
+PASSAGE_ENCODER_DIR = 'passage_encoder'
 POOLINGS = ('cls', 'mean')
 
 
@@ -37,6 +40,7 @@ class DualEncoderModel(torch.nn.Module):
         if pooling not in POOLINGS:
             raise ValueError(f'pooling must be one of {POOLINGS}, not {pooling!r}')
         self.encoder = encoder
+        self.passage_encoder: Optional[torch.nn.Module] = None  # None: ``encoder`` serves both sides
         self.pooling = pooling
         self.normalize = normalize
         self.dim = dim
@@ -57,8 +61,27 @@ class DualEncoderModel(torch.nn.Module):
     def out_dim(self) -> int:
         return self.dim or self.encoder.config.hidden_size
 
+    @property
+    def tied(self) -> bool:
+        return self.passage_encoder is None
+
+    def untie(self) -> 'DualEncoderModel':
+        """Gives passages their own copy of the encoder: ``encoder`` (and its parameters,
+        wherever an optimiser holds them) goes on encoding queries only."""
+        if self.tied:
+            self.passage_encoder = copy.deepcopy(self.encoder)
+        return self
+
+    def passage_parameters(self) -> List[torch.nn.Parameter]:
+        """What only passages go through (empty while tied): the passage tower and projection."""
+        if self.tied:
+            return []
+        return list(self.passage_encoder.parameters()) + (
+            [self.passage_proj.weight] if self.passage_proj is not None else [])
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, side: str) -> torch.Tensor:
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        encoder = self.passage_encoder if side == 'passage' and not self.tied else self.encoder
+        hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         if self.pooling == 'cls':
             pooled = hidden[:, 0]
         else:  # as sentence-transformers computes it
@@ -124,6 +147,8 @@ class DualEncoder(BiEncoder):
         encoder = AutoModel.from_pretrained(name_or_path)
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
         model = DualEncoderModel(encoder, pooling=pooling, dim=dim, normalize=normalize)
+        if saved and not saved.get('tied', True):
+            model.passage_encoder = AutoModel.from_pretrained(str(Path(name_or_path) / PASSAGE_ENCODER_DIR))
         if saved and saved['dim'] is not None:
             model.load_state_dict(torch.load(Path(name_or_path) / PROJECTIONS_FILE, map_location='cpu'),
                                   strict=False)
@@ -137,15 +162,20 @@ class DualEncoder(BiEncoder):
                    temperature=temperature, **kwargs)
 
     def config(self) -> Dict:
-        return {'name': self.name, 'pooling': self.model.pooling, 'dim': self.model.dim,
-                'normalize': self.model.normalize, 'max_length': self.max_length,
-                'query_max_length': self.query_max_length, 'temperature': self.temperature}
+        config = {'name': self.name, 'pooling': self.model.pooling, 'dim': self.model.dim,
+                  'normalize': self.model.normalize, 'max_length': self.max_length,
+                  'query_max_length': self.query_max_length, 'temperature': self.temperature}
+        if not self.model.tied:  # only then: the fingerprints of tied models stay as they were
+            config['tied'] = False
+        return config
 
     def save_pretrained(self, path: Union[str, Path]) -> Path:
         """Writes encoder, tokenizer, projections and settings; :meth:`from_pretrained` reads them back."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.model.encoder.save_pretrained(path)
+        if not self.model.tied:
+            self.model.passage_encoder.save_pretrained(path / PASSAGE_ENCODER_DIR)
         self.tokenizer.save_pretrained(path)
         if self.model.dim is not None:
             torch.save({k: v for k, v in self.model.state_dict().items() if k.endswith('_proj.weight')},

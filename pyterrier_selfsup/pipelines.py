@@ -123,6 +123,7 @@ register(PipelineSpec(
                                   max_passage_length=256, precision='auto')))
 
 _RECONSTRUCTION = dict(start='minilm', queries='sentences', n_queries=5000, k=5, refresh_every=25, null_document=False,
+                       train_passages=True,
                        epochs=1, batch_size=16, accumulation=1, lr=2e-5, generator='smollm2', max_passage_length=256,
                        seed=0)
 

@@ -14,7 +14,10 @@ re-scored with the current encoder: p_η(z|x) = softmax over the k of q·p / tem
   self-attention for decoder-only ones); loss = -log p_θ(x | z_1..z_k, p_η).
 
 Options from REALM: a null document (the empty passage, always a candidate) and, for
-queries cut from the corpus, never retrieving the passage they came from.
+queries cut from the corpus, never retrieving the passage they came from. From RAG
+(Lewis et al., 2020, §2.4): ``train_passages=False`` unties the encoder and freezes the
+passage tower, so that only queries are encoded with gradients (a step costs a fraction
+of the full one) and the index never goes stale (a refresh only re-retrieves).
 
     trainer = Rumbart(DualEncoder.from_pretrained(MINILM), Generator.from_pretrained(SMOLLM2, gguf_file=...),
                       'beir/scifact/test', output_dir='runs/rumbart')
@@ -73,6 +76,9 @@ class RetrieveAndReconstruct(Trainer):
             many optimiser steps (REALM/thesis Alg. 2); None: never (it stays as built at
             the start). Each rebuild's time is logged as ``refresh seconds``.
         null_document: add the empty passage to every query's candidates (REALM).
+        train_passages: False: passages get their own frozen copy of the start encoder
+            and only the query tower trains (RAG); candidates are scored against the
+            index's own vectors, and refreshes re-retrieve without re-encoding.
         Resuming from a checkpoint rebuilds the index from the checkpoint's encoder (a
         refresh at the resume step), so a resumed run matches an uninterrupted one
         exactly only when the checkpoint falls on a refresh.
@@ -82,13 +88,15 @@ class RetrieveAndReconstruct(Trainer):
 
     def __init__(self, encoder: DualEncoder, generator: Generator, collection: Union[str, Collection], *,
                  k: int = 5, refresh_every: Optional[int] = 50, null_document: bool = False,
-                 batch_size: int = 16, lr: float = 1e-4, **kwargs):
+                 train_passages: bool = True, batch_size: int = 16, lr: float = 1e-4, **kwargs):
         super().__init__(encoder, collection, batch_size=batch_size, lr=lr, **kwargs)
         self.generator = generator
         self.k = k
         self.refresh_every = refresh_every
         self.null_document = null_document
+        self.train_passages = train_passages
         self._index = None
+        self._vectors: Optional[np.ndarray] = None  # the index's, in corpus order
 
     def parameters(self):
         yield from self.encoder.model.parameters()
@@ -121,6 +129,14 @@ class RetrieveAndReconstruct(Trainer):
     def _docnos(self) -> np.ndarray:
         return np.array([d['docno'] for d in self.collection.corpus_iter()], dtype=object)
 
+    @cached_property
+    def _rows(self) -> dict:
+        return {d: i for i, d in enumerate(self._docnos)}
+
+    @cached_property
+    def _null_vector(self) -> np.ndarray:
+        return self.encoder.encode_docs([''])[0]
+
     def on_epoch_start(self, examples: List[Query], epoch: int, resumed: bool):
         if self._index is None:
             self.refresh(examples, initial=True)
@@ -134,16 +150,23 @@ class RetrieveAndReconstruct(Trainer):
         vectors come from the cached FlexIndex when it exists (built once per weights)."""
         import faiss
         t0 = time.time()
-        if initial:
-            docnos, vectors, _ = flex_index(self.collection, self.encoder, cache_dir=self.cache_dir).payload()
-            if list(docnos.fwd[np.arange(len(vectors))]) != list(self._docnos):
-                raise RuntimeError('the cached index lists the documents in another order than the corpus')
-            vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if self._index is not None and not self.train_passages:
+            pass  # the passage tower is frozen: its vectors are what the index already holds
         else:
-            vectors = self.encoder.encode_docs(self.collection.texts(list(self._docnos)))
-        index = faiss.IndexFlatIP(vectors.shape[1])
-        index.add(vectors)
-        self._index = index
+            if initial and self.encoder.model.tied:
+                docnos, vectors, _ = flex_index(self.collection, self.encoder, cache_dir=self.cache_dir).payload()
+                if list(docnos.fwd[np.arange(len(vectors))]) != list(self._docnos):
+                    raise RuntimeError('the cached index lists the documents in another order than the corpus')
+                vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+            else:
+                vectors = self.encoder.encode_docs(self.collection.texts(list(self._docnos)))
+            index = faiss.IndexFlatIP(vectors.shape[1])
+            index.add(vectors)
+            self._index, self._vectors = index, vectors
+        if not self.train_passages:
+            self.encoder.model.untie()
+            for p in self.encoder.model.passage_parameters():
+                p.requires_grad_(False)
         self._train_mode(True)
         self.log.append({'step': self.state.get('step', 0), 'refresh seconds': time.time() - t0})
         logger.info('MIPS index %s in %.0f s', 'built' if initial else 'refreshed', time.time() - t0)
@@ -172,7 +195,11 @@ class RetrieveAndReconstruct(Trainer):
         width = min(len(d) for d in docnos)
         docnos = [d[:width] for d in docnos]  # a corpus smaller than k + exclusions
         texts = self.texts(docnos)
-        passages = self.encoder.encode([t for row in texts for t in row], 'passage').view(len(batch), width, -1)
+        if self.train_passages:
+            passages = self.encoder.encode([t for row in texts for t in row], 'passage').view(len(batch), width, -1)
+        else:  # the frozen tower's vectors, as the index holds them
+            passages = torch.from_numpy(np.stack([[self._null_vector if d == NULL_DOCNO else self._vectors[self._rows[d]]
+                                                   for d in row] for row in docnos])).to(queries.device)
         logits = torch.einsum('bd,bkd->bk', queries, passages) / self.encoder.temperature
         return docnos, texts, logits
 
@@ -404,12 +431,19 @@ class Acrobart(RetrieveAndReconstruct):
 METHODS = {'rumbart': Rumbart, 'acrobart': Acrobart}
 
 
+# options added after models had been cached: left out of the cache key at their default
+_LATER_DEFAULTS = {'train_passages': True}
+
+
 def reconstruction_model_dir(collection: Collection, settings: dict, cache_dir=None, *,
                              method: Optional[str] = None) -> Path:
     """Where :func:`reconstruction_retriever` keeps the model trained with ``settings``
     (checkpoints, ``training_log.jsonl``, ``training_curve.png``); ``method`` if the
     settings do not name it."""
     settings = dict(settings, method=method or settings['method'])
+    for name, default in _LATER_DEFAULTS.items():  # keys of models cached before the option existed
+        if settings.get(name) == default:
+            del settings[name]
     return cache_root(cache_dir) / 'models' / cache_key(f'{collection.corpus_id}.{settings["method"]}', settings)
 
 
@@ -428,7 +462,8 @@ def training_topics(collection: Collection, queries: str, n_queries: int, seed: 
 
 def reconstruction_retriever(collection: Union[str, Collection], *, method: str = 'rumbart', start: str = 'minilm',
                              queries: str = 'sentences', n_queries: int = 5000, k: int = 5,
-                             refresh_every: Optional[int] = 25, null_document: bool = False, epochs: int = 1,
+                             refresh_every: Optional[int] = 25, null_document: bool = False,
+                             train_passages: bool = True, epochs: int = 1,
                              batch_size: int = 16, accumulation: int = 1, lr: float = 2e-5,
                              teacher_temperature: float = 1.0, beta: float = 1.0, generator: str = 'smollm2',
                              max_passage_length: int = 256, seed: int = 0,
@@ -436,13 +471,14 @@ def reconstruction_retriever(collection: Union[str, Collection], *, method: str 
     """A dense retriever adapted to ``collection`` by RUMBArt or ACROBArT with a frozen
     generator, starting from all-MiniLM-L6-v2 (``start='minilm'``) or from its
     distant-supervision adaptation on the same queries (``start='ds'``). Trained on first
-    use and cached by corpus and settings."""
+    use and cached by corpus and settings. ``train_passages=False``: only the query tower
+    trains, the passages keep the start encoder (RAG's choice; see :class:`RetrieveAndReconstruct`)."""
     if method not in METHODS:
         raise ValueError(f'method must be one of {sorted(METHODS)}, not {method!r}')
     collection = Collection(collection) if isinstance(collection, str) else collection
     settings = dict(method=method, start=start, queries=queries, n_queries=n_queries, k=k,
-                    refresh_every=refresh_every, null_document=null_document, epochs=epochs, batch_size=batch_size,
-                    accumulation=accumulation, lr=lr, generator=generator, max_passage_length=max_passage_length,
+                    refresh_every=refresh_every, null_document=null_document, train_passages=train_passages,
+                    epochs=epochs, batch_size=batch_size, accumulation=accumulation, lr=lr, generator=generator, max_passage_length=max_passage_length,
                     seed=seed)
     extra = {'teacher_temperature': teacher_temperature} if method == 'rumbart' else {'beta': beta}
     settings.update(extra)
@@ -463,7 +499,8 @@ def reconstruction_retriever(collection: Union[str, Collection], *, method: str 
                                             verbose=verbose)
         torch.manual_seed(seed)
         trainer = METHODS[method](DualEncoder.from_pretrained(start_path), gen, collection, k=k,
-                                  refresh_every=refresh_every, null_document=null_document, epochs=epochs,
+                                  refresh_every=refresh_every, null_document=null_document,
+                                  train_passages=train_passages, epochs=epochs,
                                   batch_size=batch_size, accumulation=accumulation, lr=lr, output_dir=staging,
                                   seed=seed, cache_dir=cache_dir, verbose=verbose, **extra)
         trainer.fit(training_topics(collection, queries, n_queries, seed, gen))

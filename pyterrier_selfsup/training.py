@@ -199,8 +199,10 @@ class Trainer(pt.Estimator):
 
     def _restore(self, path: Path, optimizer, scheduler) -> Dict:
         saved = torch.load(path / STATE_FILE, map_location='cpu', weights_only=False)
-        weights = DualEncoder.from_pretrained(str(path), device='cpu').model.state_dict()
-        self.encoder.model.load_state_dict(weights)
+        saved_model = DualEncoder.from_pretrained(str(path), device='cpu').model
+        if not saved_model.tied:  # a run that untied its encoder (RUMBArt with train_passages=False)
+            self.encoder.model.untie()
+        self.encoder.model.load_state_dict(saved_model.state_dict())
         self.load_extra(path)
         optimizer.load_state_dict(saved['optimizer'])
         scheduler.load_state_dict(saved['scheduler'])

@@ -183,3 +183,48 @@ def test_trainable_generator_is_trained_and_checkpointed(tiny_dir, tiny_generato
     assert trainer.beta.item() != beta
     assert (tmp_path / 'out' / 'final' / 'generator' / 'model.safetensors').exists()
     assert torch.load(tmp_path / 'out' / 'final' / 'acrobart.pt')['beta'].item() == pytest.approx(trainer.beta.item())
+
+
+def test_frozen_passages_train_the_query_tower_only_and_never_re_encode(tiny_dir, tiny_generator_dir, tmp_path):
+    coll = Collection('classic/adi')
+    enc = encoder(tiny_dir)
+    start = {k: v.clone() for k, v in enc.model.state_dict().items()}
+    start_fingerprint = enc.fingerprint()
+    docnos = [d['docno'] for d in coll.corpus_iter()]
+    start_vectors = enc.encode_docs(coll.texts(docnos))
+
+    def trainer(enc, out):
+        return Rumbart(enc, generator(tiny_generator_dir), coll, k=3, refresh_every=2, train_passages=False,
+                       batch_size=7, epochs=1, lr=1e-2, checkpoint_every=2, cache_dir=tmp_path, output_dir=out,
+                       verbose=False)
+
+    run = trainer(enc, tmp_path / 'out')
+    run.fit(coll.topics())
+    assert not enc.model.tied
+    for name, value in enc.model.passage_encoder.state_dict().items():
+        torch.testing.assert_close(value, start[f'encoder.{name}'])
+    torch.testing.assert_close(enc.model.passage_proj.weight, start['passage_proj.weight'])
+    assert not torch.equal(enc.model.query_proj.weight, start['query_proj.weight'])
+    assert any(not torch.equal(v, start[f'encoder.{k}']) for k, v in enc.model.encoder.state_dict().items())
+    # 5 steps: the index built at the start, re-retrieved (not re-encoded) at steps 2 and 4
+    assert [r['step'] for r in run.log if 'refresh seconds' in r] == [0, 2, 4]
+    np.testing.assert_allclose(run._index.reconstruct_n(0, len(docnos)), start_vectors, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(enc.encode_docs(coll.texts(docnos)), start_vectors, rtol=1e-5, atol=1e-6)
+    # the retriever's logits: the query tower against the index's vectors
+    batch = run.examples(coll.topics().head(4))
+    with torch.no_grad():
+        cand, texts, logits = run.candidates(batch)
+        q = enc.encode([e.query for e in batch], 'query')
+        p = enc.encode([t for row in texts for t in row], 'passage').view(4, 3, -1)
+    torch.testing.assert_close(logits, torch.einsum('bd,bkd->bk', q, p) / enc.temperature, rtol=1e-4, atol=1e-5)
+
+    # saved untied, reloaded untied; a tied encoder's fingerprint does not mention tying
+    loaded = DualEncoder.from_pretrained(str(tmp_path / 'out' / 'final'), device='cpu', precision='fp32')
+    assert not loaded.model.tied and loaded.fingerprint() == enc.fingerprint() != start_fingerprint
+    assert 'tied' not in encoder(tiny_dir).config()
+
+    # resuming (on a refresh boundary) from a fresh, tied start gives the same model
+    resumed_enc = encoder(tiny_dir)
+    trainer(resumed_enc, tmp_path / 'resumed').fit(coll.topics(), resume_from=tmp_path / 'out' / 'checkpoint-4')
+    for name, value in resumed_enc.model.state_dict().items():
+        torch.testing.assert_close(value, enc.model.state_dict()[name], rtol=1e-4, atol=1e-6)
