@@ -6,6 +6,9 @@ Groups, each one results file (written as soon as the group finishes):
   acrobart_main  the same with ACROBArT (k=3, 128 passage tokens)
   rumbart_teacher  the teacher's temperature: 1 (the thesis) against 4, the value that
                  teacher_diagnostics.py picked on the train split (posterior P@1)
+  rumbart_frozen  RAG's choice (train_passages=False): the passage tower stays MiniLM and
+                 only queries train, a step costing a fraction of a full one; one epoch as
+                 above, and ten at the thesis' lr 1e-4, which only this makes affordable here
   rumbart_sentences  corpus-only queries: as many corpus sentences as there are train
                  queries (809), the sentence's own passage excluded from retrieval
 
@@ -30,8 +33,10 @@ GROUPS = {
     # 128 passage tokens keep a step under a minute on 2 cores
     'acrobart_main': ['bm25', 'dual', f'acrobart:{TRAIN},k=3,max_passage_length=128'],
     'rumbart_teacher': ['bm25', 'dual', f'rumbart:{TRAIN}', f'rumbart:{TRAIN},teacher_temperature=4'],
-    'rumbart_sentences': ['bm25', 'dual', 'rumbart:queries=sentences,n_queries=809',
-                          'rumbart:queries=sentences,n_queries=809,teacher_temperature=4'],
+    'rumbart_frozen': ['bm25', 'dual', f'rumbart:{TRAIN},teacher_temperature=4',
+                       f'rumbart:{TRAIN},teacher_temperature=4,train_passages=false',
+                       f'rumbart:{TRAIN},teacher_temperature=4,train_passages=false,epochs=10,lr=1e-4'],
+    'rumbart_sentences': ['bm25', 'dual', 'rumbart:queries=sentences,n_queries=809,teacher_temperature=4'],
 }
 
 
