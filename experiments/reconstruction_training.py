@@ -9,6 +9,9 @@ Groups, each one results file (written as soon as the group finishes):
   rumbart_frozen  RAG's choice (train_passages=False): the passage tower stays MiniLM and
                  only queries train, a step costing a fraction of a full one; one epoch as
                  above, and ten at the thesis' lr 1e-4, which only this makes affordable here
+  rumbart_k      the number of candidates k (3, 5, 10), with the frozen passage tower
+                 (one epoch, lr 2e-5, T=4): k=10 raises the ceiling of what reordering can
+                 reach, and costs new teacher pairs, not encoder work
   rumbart_sentences  corpus-only queries: as many corpus sentences as there are train
                  queries (809), the sentence's own passage excluded from retrieval
 
@@ -36,6 +39,8 @@ GROUPS = {
     'rumbart_frozen': ['bm25', 'dual', f'rumbart:{TRAIN},teacher_temperature=4',
                        f'rumbart:{TRAIN},teacher_temperature=4,train_passages=false',
                        f'rumbart:{TRAIN},teacher_temperature=4,train_passages=false,epochs=10,lr=1e-4'],
+    'rumbart_k': ['bm25', 'dual'] + [f'rumbart:{TRAIN},teacher_temperature=4,train_passages=false,k={k}'
+                                     for k in (3, 5, 10)],
     'rumbart_sentences': ['bm25', 'dual', 'rumbart:queries=sentences,n_queries=809,teacher_temperature=4'],
 }
 
