@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
+import numpy as np
 import pandas as pd
 import pyterrier as pt
 from ir_measures import RR, R, nDCG
@@ -113,7 +114,10 @@ def format_table(table: pd.DataFrame) -> str:
             cell = f'{row[m]:.4f}'
             if has_test and i > 0:
                 p = row[f'{m} p-value corrected']
-                cell += f' (p={p:.3g}{"*" if row[f"{m} reject"] else ""})'
+                if np.isnan(p):  # every per-query value equals the baseline's: no test to make
+                    cell += ' (= baseline)'
+                else:
+                    cell += f' (p={p:.3g}{"*" if row[f"{m} reject"] else ""})'
             cells.append(cell)
         cells.append(f'{row["mrt"]:.1f}')
         rows.append(cells)

@@ -110,3 +110,14 @@ def test_code_revision_is_the_one_the_process_imported(tmp_path, monkeypatch):
     from pyterrier_selfsup import provenance
     monkeypatch.setattr(provenance, 'code_revision', lambda: 'moved-on')
     assert provenance.header()['code'] == f'pyterrier-selfsup {provenance.CODE_AT_IMPORT}'
+
+
+def test_a_measure_equal_to_the_baseline_on_every_query_is_not_marked_significant():
+    from pyterrier_selfsup.experiment import MEASURE_NAMES, format_table
+    row = {'name': 'bm25', 'mrt': 1.0, **{m: 0.5 for m in MEASURE_NAMES}}
+    other = dict(row, name='rerank', **{f'{m} p-value corrected': 0.01 for m in MEASURE_NAMES},
+                 **{f'{m} reject': True for m in MEASURE_NAMES})
+    other[f'{MEASURE_NAMES[1]} p-value corrected'] = float('nan')  # pyterrier rejects on nan
+    table = pd.DataFrame([row, other])
+    lines = format_table(table).splitlines()
+    assert '0.5000 (= baseline)' in lines[-1] and '0.5000 (p=0.01*)' in lines[-1]
