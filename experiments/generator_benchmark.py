@@ -82,8 +82,8 @@ def measure(name, collection_name, n_queries, depth):
     }
     # what sharing alone can save: tokens through the model, the loop's against ours (each
     # distinct passage's prompt once); the rest of a speed-up is batching and precision
-    distinct = [len(x) for x in fp32.passage_ids(list(dict.fromkeys(passages)))]
-    token_bound = (sum(prefix_tokens) + sum(target_tokens)) / (sum(distinct) + sum(target_tokens))
+    distinct = dict(zip(passages, prefix_tokens))  # prompt tokens of each distinct passage
+    token_bound = (sum(prefix_tokens) + sum(target_tokens)) / (sum(distinct.values()) + sum(target_tokens))
     data = (f'{collection_name}: first {len(topics)} queries x BM25 top {depth} = {len(pairs)} pairs over '
             f'{pairs["docno"].nunique()} distinct passages ({len(pairs) / pairs["docno"].nunique():.2f} targets per '
             f'passage); prompt+passage tokens mean {np.mean(prefix_tokens):.0f}, query tokens mean '

@@ -1,10 +1,11 @@
 """The thesis' dense dual encoder (§4.2.1), trainable, as a pyterrier-dr ``BiEncoder``.
 
 One shared Hugging Face encoder (or, after :meth:`DualEncoderModel.untie`, a query tower
-and a separate passage tower, as RAG fine-tunes its retriever); its pooled output (``cls``, as in the thesis, or
-``mean``, as sentence-transformers models are trained) goes through separate linear
-projections ``W_Q`` and ``W_P`` to dimension ``d`` (or none); the score is the dot
-product, and p(z|x) is the softmax of score / temperature over the candidates.
+and a separate passage tower, as RAG fine-tunes its retriever); its pooled output
+(``cls``, as in the thesis, or ``mean``, as sentence-transformers models are trained)
+goes through separate linear projections ``W_Q`` and ``W_P`` to dimension ``d`` (or
+none); the score is the dot product, and p(z|x) is the softmax of score / temperature
+over the candidates.
 
 Because it is a ``BiEncoder``, pyterrier-dr gives it ``FlexIndex`` indexing, FAISS
 retrievers and ``.scorer()`` re-ranking; :meth:`DualEncoder.encode` keeps gradients

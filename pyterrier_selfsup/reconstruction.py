@@ -150,9 +150,8 @@ class RetrieveAndReconstruct(Trainer):
         vectors come from the cached FlexIndex when it exists (built once per weights)."""
         import faiss
         t0 = time.time()
-        if self._index is not None and not self.train_passages:
-            pass  # the passage tower is frozen: its vectors are what the index already holds
-        else:
+        # a frozen passage tower's vectors never change: its index is built once
+        if self._index is None or self.train_passages:
             if initial and self.encoder.model.tied:
                 docnos, vectors, _ = flex_index(self.collection, self.encoder, cache_dir=self.cache_dir).payload()
                 if list(docnos.fwd[np.arange(len(vectors))]) != list(self._docnos):
@@ -163,10 +162,10 @@ class RetrieveAndReconstruct(Trainer):
             index = faiss.IndexFlatIP(vectors.shape[1])
             index.add(vectors)
             self._index, self._vectors = index, vectors
-        if not self.train_passages:
-            self.encoder.model.untie()
-            for p in self.encoder.model.passage_parameters():
-                p.requires_grad_(False)
+            if not self.train_passages:
+                self.encoder.model.untie()
+                for p in self.encoder.model.passage_parameters():
+                    p.requires_grad_(False)
         self._train_mode(True)
         self.log.append({'step': self.state.get('step', 0), 'refresh seconds': time.time() - t0})
         logger.info('MIPS index %s in %.0f s', 'built' if initial else 'refreshed', time.time() - t0)
@@ -198,8 +197,9 @@ class RetrieveAndReconstruct(Trainer):
         if self.train_passages:
             passages = self.encoder.encode([t for row in texts for t in row], 'passage').view(len(batch), width, -1)
         else:  # the frozen tower's vectors, as the index holds them
-            passages = torch.from_numpy(np.stack([[self._null_vector if d == NULL_DOCNO else self._vectors[self._rows[d]]
-                                                   for d in row] for row in docnos])).to(queries.device)
+            vectors = [[self._null_vector if d == NULL_DOCNO else self._vectors[self._rows[d]] for d in row]
+                       for row in docnos]
+            passages = torch.from_numpy(np.stack(vectors)).to(queries.device)
         logits = torch.einsum('bd,bkd->bk', queries, passages) / self.encoder.temperature
         return docnos, texts, logits
 
@@ -478,8 +478,8 @@ def reconstruction_retriever(collection: Union[str, Collection], *, method: str 
     collection = Collection(collection) if isinstance(collection, str) else collection
     settings = dict(method=method, start=start, queries=queries, n_queries=n_queries, k=k,
                     refresh_every=refresh_every, null_document=null_document, train_passages=train_passages,
-                    epochs=epochs, batch_size=batch_size, accumulation=accumulation, lr=lr, generator=generator, max_passage_length=max_passage_length,
-                    seed=seed)
+                    epochs=epochs, batch_size=batch_size, accumulation=accumulation, lr=lr, generator=generator,
+                    max_passage_length=max_passage_length, seed=seed)
     extra = {'teacher_temperature': teacher_temperature} if method == 'rumbart' else {'beta': beta}
     settings.update(extra)
     path = reconstruction_model_dir(collection, settings, cache_dir)
