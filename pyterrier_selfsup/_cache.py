@@ -33,11 +33,13 @@ def cache_key(name: str, settings: dict) -> str:
 
 
 def weights_fingerprint(config: dict, model) -> str:
-    """A digest of a model's settings and weights (a torch module): equal fingerprints,
-    equal outputs. Keys what is cached from a model's outputs (indexes, scores)."""
+    """A digest of a model's settings and weights (a torch module, or its state dict):
+    equal fingerprints, equal outputs. Keys what is cached from a model's outputs
+    (indexes, scores)."""
     import torch
     digest = hashlib.sha1(json.dumps(config, sort_keys=True).encode())
-    for name, tensor in sorted(model.state_dict().items()):
+    state = model if isinstance(model, dict) else model.state_dict()
+    for name, tensor in sorted(state.items()):
         digest.update(name.encode())
         digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()[:16]

@@ -38,10 +38,11 @@ def flex_index(collection: Union[str, Collection], encoder: BiEncoder, *,
                cache_dir: Optional[Union[str, Path]] = None, verbose: bool = False) -> FlexIndex:
     """``collection``'s documents (title + text) encoded by ``encoder``, built on first use
     under ``<cache>/flex/<collection>.<model>-<hash>``, the hash covering the model's
-    identity (a :class:`DualEncoder`'s weights, a sentence-transformers model's name)."""
+    identity (a :class:`DualEncoder`'s passage side, a sentence-transformers model's name)."""
     collection = Collection(collection) if isinstance(collection, str) else collection
     if isinstance(encoder, DualEncoder):
-        model, settings = encoder.name, {'weights': encoder.fingerprint(), 'dtype': str(encoder.compute_dtype())}
+        model = encoder.name
+        settings = {'weights': encoder.passage_fingerprint(), 'dtype': str(encoder.compute_dtype())}
     else:
         model, settings = encoder.model_name, {'model': encoder.model_name, 'max_length': encoder.model.max_seq_length}
     settings['text'] = 'default_text'

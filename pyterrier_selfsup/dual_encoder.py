@@ -189,6 +189,19 @@ class DualEncoder(BiEncoder):
         produce equal vectors (used to key cached indexes)."""
         return weights_fingerprint(self.config(), self.model)
 
+    def passage_fingerprint(self) -> str:
+        """A digest of what passage vectors depend on (keys indexes): the fingerprint of
+        the tied encoder that encodes passages as this one does. Equal for a tied encoder
+        and an untied one whose passage tower is a frozen copy of it, so training only the
+        query tower keeps the start's index."""
+        if self.model.tied:
+            return self.fingerprint()
+        config = {k: v for k, v in self.config().items() if k != 'tied'}
+        state = {f'encoder.{k}': v for k, v in self.model.passage_encoder.state_dict().items()}
+        if self.model.dim is not None:
+            state['query_proj.weight'] = state['passage_proj.weight'] = self.model.passage_proj.weight
+        return weights_fingerprint(config, state)
+
     # -- encoding ---------------------------------------------------------------------
 
     def tokenize(self, texts: List[str], side: str, padding: Union[bool, str] = True):

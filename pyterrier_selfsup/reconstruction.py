@@ -147,12 +147,12 @@ class RetrieveAndReconstruct(Trainer):
 
     def refresh(self, examples: List[Query], initial: bool = False):
         """Rebuilds the MIPS index from the current passage encoder. The start encoder's
-        vectors come from the cached FlexIndex when it exists (built once per weights)."""
+        vectors come from the cached FlexIndex when it exists (built once per passage side)."""
         import faiss
         t0 = time.time()
         # a frozen passage tower's vectors never change: its index is built once
         if self._index is None or self.train_passages:
-            if initial and self.encoder.model.tied:
+            if initial:
                 docnos, vectors, _ = flex_index(self.collection, self.encoder, cache_dir=self.cache_dir).payload()
                 if list(docnos.fwd[np.arange(len(vectors))]) != list(self._docnos):
                     raise RuntimeError('the cached index lists the documents in another order than the corpus')

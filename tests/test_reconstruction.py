@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from pyterrier_selfsup import Collection, DualEncoder
+from pyterrier_selfsup.dense import flex_index
 from pyterrier_selfsup.generator import Generator
 from pyterrier_selfsup.queries import cropped_spans
 from pyterrier_selfsup.reconstruction import (NULL_DOCNO, Acrobart, Rumbart, acrobart_log_likelihood,
@@ -221,6 +222,14 @@ def test_frozen_passages_train_the_query_tower_only_and_never_re_encode(tiny_dir
     # saved untied, reloaded untied; a tied encoder's fingerprint does not mention tying
     loaded = DualEncoder.from_pretrained(str(tmp_path / 'out' / 'final'), device='cpu', precision='fp32')
     assert not loaded.model.tied and loaded.fingerprint() == enc.fingerprint() != start_fingerprint
+    # indexes are keyed by the passage side: the frozen tower's is the start's, so the
+    # trained model is evaluated on the start's index; a changed passage tower is not
+    assert loaded.passage_fingerprint() == start_fingerprint
+    assert flex_index(coll, loaded, cache_dir=tmp_path).index_path == flex_index(coll, encoder(tiny_dir),
+                                                                                cache_dir=tmp_path).index_path
+    with torch.no_grad():
+        loaded.model.passage_proj.weight.mul_(2)
+    assert loaded.passage_fingerprint() != start_fingerprint
     assert 'tied' not in encoder(tiny_dir).config()
 
     # resuming (on a refresh boundary) from a fresh, tied start gives the same model
