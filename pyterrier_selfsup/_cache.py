@@ -49,14 +49,17 @@ def is_complete(path: Path) -> bool:
     return (path / _COMPLETE).is_file()
 
 
-def build_once(path: Union[str, Path], build: Callable[[Path], None]) -> Path:
+def build_once(path: Union[str, Path], build: Callable[[Path], None], *, resumable: bool = False) -> Path:
     """Returns ``path``, first running ``build(staging_dir)`` if no complete build is there.
 
     A build writes into a staging directory that is renamed to ``path`` only after
     ``build`` returns, so a build killed half-way never leaves something that looks
     finished. What such a build left behind (the staging directory, or a ``path``
-    without the completion marker) is reported and rebuilt, never used. A file lock
-    makes concurrent processes wait for one build instead of racing.
+    without the completion marker) is reported and rebuilt, never used, unless the
+    build is ``resumable``: then a staging directory left by an interrupted or failed
+    build is kept and handed to ``build`` again, which resumes from what it finds
+    there (a training run from its last checkpoint). A file lock makes concurrent
+    processes wait for one build instead of racing.
     """
     path = Path(path)
     if is_complete(path):
@@ -66,7 +69,9 @@ def build_once(path: Union[str, Path], build: Callable[[Path], None]) -> Path:
         if is_complete(path):  # another process finished it while we waited
             return path
         staging = path.with_name(path.name + '.partial')
-        for leftover in (path, staging):
+        if resumable and staging.exists():
+            logger.warning('%s is an interrupted build; resuming it', staging)
+        for leftover in (path,) if resumable else (path, staging):
             if leftover.exists():
                 logger.warning('%s is an incomplete build (interrupted?); removing it and rebuilding', leftover)
                 shutil.rmtree(leftover)
@@ -75,7 +80,8 @@ def build_once(path: Union[str, Path], build: Callable[[Path], None]) -> Path:
             (staging / _COMPLETE).touch()
             os.replace(staging, path)
         except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
+            if not resumable:
+                shutil.rmtree(staging, ignore_errors=True)
             raise
     return path
 

@@ -46,7 +46,7 @@ from pyterrier_selfsup.distant import DS_DEFAULTS, adapted_model_dir, adapted_re
 from pyterrier_selfsup.dual_encoder import DualEncoder
 from pyterrier_selfsup.generator import SMOLLM2, SMOLLM2_GGUF, Generator, _pad, score_cache_dir
 from pyterrier_selfsup.queries import corpus_sentences, cropped_spans, generated_queries, given_topics
-from pyterrier_selfsup.training import Trainer
+from pyterrier_selfsup.training import Trainer, fit_resumably
 
 logger = logging.getLogger(__name__)
 
@@ -429,6 +429,7 @@ class Acrobart(RetrieveAndReconstruct):
 # -- trained on first use, like an index ------------------------------------------------
 
 METHODS = {'rumbart': Rumbart, 'acrobart': Acrobart}
+CHECKPOINT_EVERY = 25  # steps, where no refresh period sets it
 
 
 # options added after models had been cached: left out of the cache key at their default
@@ -438,8 +439,8 @@ _LATER_DEFAULTS = {'train_passages': True}
 def reconstruction_model_dir(collection: Collection, settings: dict, cache_dir=None, *,
                              method: Optional[str] = None) -> Path:
     """Where :func:`reconstruction_retriever` keeps the model trained with ``settings``
-    (checkpoints, ``training_log.jsonl``, ``training_curve.png``); ``method`` if the
-    settings do not name it."""
+    (``final/``, ``training_log.jsonl``, ``training_curve.png``; while it trains, under
+    ``<dir>.partial`` with its last step checkpoint); ``method`` if the settings do not name it."""
     settings = dict(settings, method=method or settings['method'])
     for name, default in _LATER_DEFAULTS.items():  # keys of models cached before the option existed
         if settings.get(name) == default:
@@ -498,12 +499,17 @@ def reconstruction_retriever(collection: Union[str, Collection], *, method: str 
             gen = Generator.from_pretrained(generator, cache_dir=cache_dir, max_passage_length=max_passage_length,
                                             verbose=verbose)
         torch.manual_seed(seed)
+        # A run resumes exactly from a checkpoint taken right after a refresh (its index is
+        # rebuilt from the checkpoint's encoder); a frozen passage tower's index never changes.
+        checkpoint_every = refresh_every or (None if train_passages else CHECKPOINT_EVERY)
         trainer = METHODS[method](DualEncoder.from_pretrained(start_path), gen, collection, k=k,
                                   refresh_every=refresh_every, null_document=null_document,
                                   train_passages=train_passages, epochs=epochs,
                                   batch_size=batch_size, accumulation=accumulation, lr=lr, output_dir=staging,
+                                  checkpoint_every=checkpoint_every, keep_checkpoints=1,
                                   seed=seed, cache_dir=cache_dir, verbose=verbose, **extra)
-        trainer.fit(training_topics(collection, queries, n_queries, seed, gen))
+        fit_resumably(trainer, training_topics(collection, queries, n_queries, seed, gen))
 
-    return DenseRetriever.from_dual_encoder(collection, str(build_once(path, train) / 'final'),
+    # an interrupted training run continues from its last checkpoint when asked for again
+    return DenseRetriever.from_dual_encoder(collection, str(build_once(path, train, resumable=True) / 'final'),
                                             cache_dir=cache_dir, verbose=verbose)

@@ -10,7 +10,9 @@ or after a step (hard negatives, index refreshes).
 import json
 import logging
 import math
+import os
 import random
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -32,6 +34,27 @@ logger = logging.getLogger(__name__)
 STATE_FILE = 'trainer_state.pt'
 
 
+def checkpoints(output_dir: Union[str, Path]) -> List[Path]:
+    """The whole step checkpoints a :class:`Trainer` wrote under ``output_dir``, oldest first
+    (the last one is what ``fit(resume_from=...)`` continues from)."""
+    found = [p for p in Path(output_dir).glob('checkpoint-*')
+             if p.name.split('-', 1)[1].isdigit() and (p / STATE_FILE).is_file()]
+    return sorted(found, key=lambda p: int(p.name.split('-', 1)[1]))
+
+
+def fit_resumably(trainer: 'Trainer', topics: pd.DataFrame) -> 'Trainer':
+    """``trainer.fit(topics)``, continuing from the last checkpoint in ``trainer.output_dir``
+    if an interrupted run left one there; the step checkpoints are removed once the final
+    model is written. (Exact where the trainer's checkpoints are: see its ``resume_from``.)"""
+    done = checkpoints(trainer.output_dir)
+    if done:
+        logger.info('resuming from %s', done[-1])
+    trainer.fit(topics, resume_from=done[-1] if done else None)
+    for checkpoint in checkpoints(trainer.output_dir):
+        shutil.rmtree(checkpoint)
+    return trainer
+
+
 class Trainer(pt.Estimator):
     """Trains ``encoder`` in place on ``collection``; after ``fit`` it retrieves with it.
 
@@ -42,6 +65,7 @@ class Trainer(pt.Estimator):
             ``warmup`` fraction of steps, then decayed linearly to zero.
         output_dir: checkpoints (every ``checkpoint_every`` steps and at the end), the
             training log (JSON lines) and the training-curve PNG.
+        keep_checkpoints: how many of the latest step checkpoints stay on disk (None: all).
     """
     description = 'training'
 
@@ -49,6 +73,7 @@ class Trainer(pt.Estimator):
                  epochs: int = 1, max_steps: Optional[int] = None, lr: float = 2e-5, warmup: float = 0.1,
                  weight_decay: float = 0.01, accumulation: int = 1,
                  output_dir: Optional[Union[str, Path]] = None, checkpoint_every: Optional[int] = None,
+                 keep_checkpoints: Optional[int] = None,
                  seed: int = 0, cache_dir: Optional[Union[str, Path]] = None, verbose: bool = True):
         self.encoder = encoder
         self.collection = Collection(collection) if isinstance(collection, str) else collection
@@ -61,6 +86,7 @@ class Trainer(pt.Estimator):
         self.accumulation = accumulation
         self.output_dir = Path(output_dir) if output_dir is not None else None
         self.checkpoint_every = checkpoint_every
+        self.keep_checkpoints = keep_checkpoints
         self.seed = seed
         self.cache_dir = cache_dir
         self.verbose = verbose
@@ -192,10 +218,16 @@ class Trainer(pt.Estimator):
         path = self.output_dir / ('final' if final else f'checkpoint-{self.state["step"]}')
         self.encoder.save_pretrained(path)
         self.save_extra(path)
+        # written last and renamed into place: a checkpoint with a state file is whole
         torch.save({'state': self.state, 'optimizer': optimizer.state_dict(), 'scheduler': scheduler.state_dict(),
                     'log': self.log, 'torch_rng': torch.get_rng_state(), 'python_rng': random.getstate()},
-                   path / STATE_FILE)
+                   path / (STATE_FILE + '.tmp'))
+        os.replace(path / (STATE_FILE + '.tmp'), path / STATE_FILE)
         logger.info('checkpoint %s', path)
+        if not final and self.keep_checkpoints is not None:
+            written = checkpoints(self.output_dir)
+            for old in written[:max(0, len(written) - self.keep_checkpoints)]:
+                shutil.rmtree(old)
 
     def _restore(self, path: Path, optimizer, scheduler) -> Dict:
         saved = torch.load(path / STATE_FILE, map_location='cpu', weights_only=False)

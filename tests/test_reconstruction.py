@@ -1,4 +1,6 @@
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -10,7 +12,8 @@ from pyterrier_selfsup.dense import flex_index
 from pyterrier_selfsup.generator import Generator
 from pyterrier_selfsup.queries import cropped_spans
 from pyterrier_selfsup.reconstruction import (NULL_DOCNO, Acrobart, Rumbart, acrobart_log_likelihood,
-                                              marginal_nll)
+                                              marginal_nll, reconstruction_retriever)
+from pyterrier_selfsup.training import checkpoints
 
 
 def encoder(tiny_dir, **kwargs):
@@ -237,3 +240,35 @@ def test_frozen_passages_train_the_query_tower_only_and_never_re_encode(tiny_dir
     trainer(resumed_enc, tmp_path / 'resumed').fit(coll.topics(), resume_from=tmp_path / 'out' / 'checkpoint-4')
     for name, value in resumed_enc.model.state_dict().items():
         torch.testing.assert_close(value, enc.model.state_dict()[name], rtol=1e-4, atol=1e-6)
+
+
+def test_an_interrupted_cached_run_resumes_from_its_last_checkpoint(tiny_dir, tiny_generator_dir, tmp_path,
+                                                                     monkeypatch):
+    coll = Collection('classic/adi')
+    settings = dict(method='rumbart', start=str(tiny_dir), queries='classic/adi', k=3, refresh_every=2,
+                    batch_size=7, lr=1e-2, generator=str(tiny_generator_dir['llama']), max_passage_length=32)
+    whole = reconstruction_retriever(coll, cache_dir=tmp_path / 'whole', **settings).encoder
+
+    loss, steps = Rumbart.loss, []
+
+    def interrupted(self, batch, rng):  # 35 topics, 7 a batch: 5 steps; stopped in the 4th
+        steps.append(len(steps) + 1)
+        if len(steps) == 4:
+            raise KeyboardInterrupt
+        return loss(self, batch, rng)
+
+    monkeypatch.setattr(Rumbart, 'loss', interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        reconstruction_retriever(coll, cache_dir=tmp_path / 'cut', **settings)
+    staging, = (tmp_path / 'cut' / 'models').glob('*.partial')
+    assert [c.name for c in checkpoints(staging)] == ['checkpoint-2']  # taken after its refresh; one kept
+
+    monkeypatch.setattr(Rumbart, 'loss', loss)
+    resumed = reconstruction_retriever(coll, cache_dir=tmp_path / 'cut', **settings)
+    model_dir = staging.with_name(staging.name[:-len('.partial')])
+    assert not staging.exists() and not checkpoints(model_dir)
+    log = [json.loads(line) for line in (model_dir / 'training_log.jsonl').read_text().splitlines()]
+    assert [r['step'] for r in log if 'loss' in r] == [1, 2, 3, 4, 5]
+    assert [r['step'] for r in log if 'refresh seconds' in r] == [0, 2, 2, 4]  # step 2's index rebuilt on resuming
+    for name, value in resumed.encoder.model.state_dict().items():
+        torch.testing.assert_close(value, whole.model.state_dict()[name], rtol=1e-3, atol=1e-5)
