@@ -12,8 +12,17 @@ Groups, each one results file (written as soon as the group finishes):
   rumbart_k      the number of candidates k (3, 5, 10), with the frozen passage tower
                  (one epoch, lr 2e-5, T=4): k=10 raises the ceiling of what reordering can
                  reach, and costs new teacher pairs, not encoder work
-  rumbart_sentences  corpus-only queries: as many corpus sentences as there are train
-                 queries (809), the sentence's own passage excluded from retrieval
+  rumbart_seeds  the frozen-passage run of rumbart_frozen under three seeds (batch order,
+                 and so what each refresh retrieves): how much of a difference is noise
+  rumbart_queries  corpus-only queries against the train-query texts (frozen passage
+                 tower, T=4): as many corpus sentences, and as many queries SmolLM2 wrote
+                 for sampled passages, as there are train queries (809); a query's own
+                 passage is excluded from its retrieval
+  rumbart_start  RUMBArt from the distant-supervision model trained on the same query
+                 texts (start=ds; ds_main's ds:queries=beir/scifact/train) instead of MiniLM,
+                 with the frozen passage tower and with both towers trained
+  rumbart_refresh  the refresh period (both towers trained, T=4): every 10 steps, every
+                 25 (the default), never (the start's index throughout)
 
 Every group is evaluated on beir/scifact/train (the qrels of the queries whose texts were
 used for training: the split on which choices may be made) and beir/scifact/test
@@ -30,6 +39,7 @@ from pyterrier_selfsup.experiment import copy_training_curves, run_experiment, w
 RESULTS = Path(__file__).parent / 'results'
 COLLECTIONS = ['beir/scifact/train', 'beir/scifact/test']
 TRAIN = 'queries=beir/scifact/train'
+FROZEN = f'rumbart:{TRAIN},teacher_temperature=4,train_passages=false'  # the cheap configuration
 GROUPS = {
     'rumbart_main': ['bm25', 'dual', f'rumbart:{TRAIN}'],
     # ACROBArT reads all k passages in one sequence, fwd and bwd through SmolLM2: k=3 and
@@ -41,7 +51,13 @@ GROUPS = {
                        f'rumbart:{TRAIN},teacher_temperature=4,train_passages=false,epochs=10,lr=1e-4'],
     'rumbart_k': ['bm25', 'dual'] + [f'rumbart:{TRAIN},teacher_temperature=4,train_passages=false,k={k}'
                                      for k in (3, 5, 10)],
-    'rumbart_sentences': ['bm25', 'dual', 'rumbart:queries=sentences,n_queries=809,teacher_temperature=4'],
+    'rumbart_seeds': ['bm25', 'dual'] + [f'{FROZEN},seed={seed}' if seed else FROZEN for seed in (0, 1, 2)],
+    'rumbart_queries': ['bm25', 'dual', FROZEN] + [
+        f'rumbart:queries={source},n_queries=809,teacher_temperature=4,train_passages=false'
+        for source in ('sentences', 'generated')],
+    'rumbart_start': ['bm25', f'ds:{TRAIN}', f'{FROZEN},start=ds', f'rumbart:{TRAIN},teacher_temperature=4,start=ds'],
+    'rumbart_refresh': ['bm25', 'dual'] + [f'rumbart:{TRAIN},teacher_temperature=4,refresh_every={r}'
+                                           for r in (10, 25, 0)],
 }
 
 
