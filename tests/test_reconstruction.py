@@ -251,9 +251,9 @@ def test_an_interrupted_cached_run_resumes_from_its_last_checkpoint(tiny_dir, ti
 
     loss, steps = Rumbart.loss, []
 
-    def interrupted(self, batch, rng):  # 35 topics, 7 a batch: 5 steps; stopped in the 4th
+    def interrupted(self, batch, rng):  # 35 topics, 7 a batch: 5 steps; stopped in the 5th
         steps.append(len(steps) + 1)
-        if len(steps) == 4:
+        if len(steps) == 5:
             raise KeyboardInterrupt
         return loss(self, batch, rng)
 
@@ -261,7 +261,7 @@ def test_an_interrupted_cached_run_resumes_from_its_last_checkpoint(tiny_dir, ti
     with pytest.raises(KeyboardInterrupt):
         reconstruction_retriever(coll, cache_dir=tmp_path / 'cut', **settings)
     staging, = (tmp_path / 'cut' / 'models').glob('*.partial')
-    assert [c.name for c in checkpoints(staging)] == ['checkpoint-2']  # taken after its refresh; one kept
+    assert [c.name for c in checkpoints(staging)] == ['checkpoint-4']  # taken after refreshes; the last kept
 
     monkeypatch.setattr(Rumbart, 'loss', loss)
     resumed = reconstruction_retriever(coll, cache_dir=tmp_path / 'cut', **settings)
@@ -269,6 +269,6 @@ def test_an_interrupted_cached_run_resumes_from_its_last_checkpoint(tiny_dir, ti
     assert not staging.exists() and not checkpoints(model_dir)
     log = [json.loads(line) for line in (model_dir / 'training_log.jsonl').read_text().splitlines()]
     assert [r['step'] for r in log if 'loss' in r] == [1, 2, 3, 4, 5]
-    assert [r['step'] for r in log if 'refresh seconds' in r] == [0, 2, 2, 4]  # step 2's index rebuilt on resuming
+    assert [r['step'] for r in log if 'refresh seconds' in r] == [0, 2, 4, 4]  # step 4's index rebuilt on resuming
     for name, value in resumed.encoder.model.state_dict().items():  # bit for bit
         assert torch.equal(value, whole.model.state_dict()[name]), name
