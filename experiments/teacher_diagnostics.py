@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pyterrier_selfsup import MINILM, Collection, DualEncoder, provenance
+from pyterrier_selfsup import MINILM, Collection, provenance
 from pyterrier_selfsup.dense import DenseRetriever
 from pyterrier_selfsup.generator import SMOLLM2, SMOLLM2_GGUF, Generator, score_cache_dir
 
@@ -37,13 +37,13 @@ def main():
     topics, qrels = train.topics(), train.qrels()
     relevant = qrels[qrels['label'] > 0].groupby('qid')['docno'].apply(set).to_dict()
 
-    encoder = DualEncoder.from_pretrained(MINILM)
-    candidates = (DenseRetriever.from_dual_encoder(train, MINILM, num_results=args.k) >> train.text_loader())(topics)
+    retriever = DenseRetriever.from_dual_encoder(train, MINILM, num_results=args.k)
+    candidates = (retriever >> train.text_loader())(topics)
     gen = Generator.from_pretrained(SMOLLM2, gguf_file=SMOLLM2_GGUF)
     teacher = gen.scorer(normalise='sum', cache=score_cache_dir(train.corpus_id, gen))
     scored = teacher(candidates.drop(columns=['score', 'rank'])).rename(columns={'score': 'teacher'})
     frame = candidates.merge(scored[['qid', 'docno', 'teacher']], on=['qid', 'docno'])
-    frame['retriever'] = frame['score'] / encoder.temperature  # DenseRetriever scores are raw dot products
+    frame['retriever'] = frame['score'] / retriever.encoder.temperature  # its scores are raw dot products
 
     def first_is_relevant(column):
         top = frame.loc[frame.groupby('qid')[column].idxmax(), ['qid', 'docno']]

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from scipy import stats
 
-from pyterrier_selfsup import MINILM, Collection, DualEncoder, provenance
+from pyterrier_selfsup import MINILM, Collection, provenance
 from pyterrier_selfsup.dense import DenseRetriever
 from pyterrier_selfsup.generator import CAUSAL_PROMPT, SMOLLM2, SMOLLM2_GGUF, Generator, score_cache_dir
 
@@ -51,6 +51,10 @@ def reciprocal_ranks(frame, column, relevant):
     return out
 
 
+def summary(rr: dict, k: int) -> dict:
+    return {'P@1': float(np.mean([v == 1 for v in rr.values()])), f'MRR@{k}': float(np.mean(list(rr.values())))}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--queries', type=int, default=200)
@@ -62,15 +66,16 @@ def main():
     topics = topics.sample(n=min(args.queries, len(topics)), random_state=args.seed).sort_values('qid')
     relevant = qrels[qrels['label'] > 0].groupby('qid')['docno'].apply(set).to_dict()
 
-    encoder = DualEncoder.from_pretrained(MINILM)
-    candidates = (DenseRetriever.from_dual_encoder(train, MINILM, num_results=args.k) >> train.text_loader())(topics)
-    candidates['retriever'] = candidates['score'] / encoder.temperature  # raw dot products / temperature
+    retriever = DenseRetriever.from_dual_encoder(train, MINILM, num_results=args.k)
+    candidates = (retriever >> train.text_loader())(topics)
+    candidates['retriever'] = candidates['score'] / retriever.encoder.temperature  # raw dot products / temperature
     candidates['log_eta'] = candidates.groupby('qid')['retriever'].transform(
         lambda s: torch.log_softmax(torch.tensor(s.to_numpy()), 0).numpy())
 
     base = Generator.from_pretrained(SMOLLM2, gguf_file=SMOLLM2_GGUF)
+    candidate_prompts = prompts(base.tokenizer)
     rows, per_query = {}, {}
-    for name, prompt in prompts(base.tokenizer).items():
+    for name, prompt in candidate_prompts.items():
         gen = Generator(base.model, base.tokenizer, name=base.name, prompt=prompt,
                         max_passage_length=base.max_passage_length)
         teacher = gen.scorer(normalise='sum', cache=score_cache_dir(train.corpus_id, gen))
@@ -81,13 +86,12 @@ def main():
         for column in ('teacher', 'posterior'):
             rr = reciprocal_ranks(frame, column, relevant)
             per_query[name, column] = rr
-            rows[name, column] = {'P@1': float(np.mean([v == 1 for v in rr.values()])),
-                                  f'MRR@{args.k}': float(np.mean(list(rr.values())))}
+            rows[name, column] = summary(rr, args.k)
         print(name, rows[name, 'teacher'], rows[name, 'posterior'], flush=True)
-    student = reciprocal_ranks(candidates, 'retriever', relevant)
+    student = summary(reciprocal_ranks(candidates, 'retriever', relevant), args.k)
     ceiling = float(np.mean([bool(set(g['docno']) & relevant.get(q, set())) for q, g in candidates.groupby('qid')]))
 
-    first = next(iter(prompts(base.tokenizer)))
+    first = next(iter(candidate_prompts))
     for (name, column), rr in per_query.items():
         reference = per_query[first, column]
         qids = sorted(rr)
@@ -105,19 +109,16 @@ def main():
     RESULTS.mkdir(exist_ok=True)
     table = [{'prompt': name, 'ordering': column, **values} for (name, column), values in rows.items()]
     (RESULTS / 'teacher_prompts.json').write_text(json.dumps(
-        {'header': header, 'settings': settings, 'prompts': prompts(base.tokenizer), 'rows': table,
-         'retriever alone': {'P@1': float(np.mean([v == 1 for v in student.values()])),
-                             f'MRR@{args.k}': float(np.mean(list(student.values())))},
-         'relevant among the k (ceiling)': ceiling}, indent=2))
+        {'header': header, 'settings': settings, 'prompts': candidate_prompts, 'rows': table,
+         'retriever alone': student, 'relevant among the k (ceiling)': ceiling}, indent=2))
     md = ['# Teacher prompts (scifact train)', ''] + [f'- {k}: {v}' for k, v in {**header, **settings}.items()]
     md += ['', 'Prompts (`{passage}` is the passage):', '']
-    md += [f'- {name}: `{prompt!r}`' for name, prompt in prompts(base.tokenizer).items()]
+    md += [f'- {name}: `{prompt!r}`' for name, prompt in candidate_prompts.items()]
     md += ['', f'| prompt | ordering | P@1 | MRR@{args.k} | p (RR vs the prompt so far, paired t-test) |',
            '|---|---|---|---|---|']
     md += [f'| {r["prompt"]} | {r["ordering"]} | {r["P@1"]:.4f} | {r[f"MRR@{args.k}"]:.4f} | '
            f'{"" if np.isnan(r["p vs so far"]) else format(r["p vs so far"], ".3g")} |' for r in table]
-    md += [f'| (retriever alone) | MiniLM | {np.mean([v == 1 for v in student.values()]):.4f} | '
-           f'{np.mean(list(student.values())):.4f} | |',
+    md += [f'| (retriever alone) | MiniLM | {student["P@1"]:.4f} | {student[f"MRR@{args.k}"]:.4f} | |',
            '', f'Relevant passage among the k (the ceiling of any reordering): {ceiling:.4f}.']
     (RESULTS / 'teacher_prompts.md').write_text('\n'.join(md) + '\n')
     print('\n'.join(md))
