@@ -1,0 +1,61 @@
+"""Timings and losses read from the committed training logs (``results/*_curves/*/training_log.jsonl``),
+so that the figures `experiments/README.md` quotes from them can be recomputed.
+
+Per run: optimiser steps; the median time between consecutive steps (the log's timestamps:
+encoder work plus whatever a step waited for, such as teacher scoring of newly retrieved
+pairs; a refresh falls between two steps and is counted there); each refresh's seconds and
+the teacher-scoring seconds logged with it; and, where logged, the mean excess loss over
+the first and the last 25 steps.
+
+    python experiments/training_logs.py
+writes experiments/results/training_logs.md.
+"""
+import json
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).parent / 'results'
+WINDOW = 25
+
+
+def summarise(log_file: Path) -> dict:
+    records = [json.loads(line) for line in log_file.read_text().splitlines() if line.strip()]
+    steps = [r for r in records if 'loss' in r]
+    times = np.array([r['time'] for r in steps])
+    excess = [r['excess loss'] for r in steps if 'excess loss' in r]
+    refreshes = [r for r in records if 'refresh seconds' in r]
+    return {
+        'steps': len(steps),
+        'median step s': float(np.median(np.diff(times))) if len(times) > 1 else float('nan'),
+        # each refresh as seconds (step), or their number and total where there are many
+        'refresh s (step)': (', '.join(f'{r["refresh seconds"]:.0f} ({r["step"]})' for r in refreshes)
+                             if len(refreshes) <= 6 else
+                             f'{len(refreshes)} refreshes, {sum(r["refresh seconds"] for r in refreshes):.0f} in all'),
+        'teacher s': f'{sum(r["teacher seconds"] for r in records if "teacher seconds" in r):.0f}',
+        f'excess loss, first / last {WINDOW} steps': (f'{np.mean(excess[:WINDOW]):.2f} / {np.mean(excess[-WINDOW:]):.2f}'
+                                                      if excess else ''),
+    }
+
+
+def main():
+    lines = ['# Training logs', '', 'From `python experiments/training_logs.py`; see its docstring for what each '
+             'column is. Seconds are wall-clock on the machine named in the matching results file.', '']
+    for curves in sorted(RESULTS.glob('*_curves')):
+        rows = {run.name: summarise(run / 'training_log.jsonl')
+                for run in sorted(curves.iterdir()) if (run / 'training_log.jsonl').is_file()}
+        if not rows:
+            continue
+        columns = list(next(iter(rows.values())))
+        lines += [f'## {curves.name}', '', '| run | ' + ' | '.join(columns) + ' |',
+                  '|---|' + '---|' * len(columns)]
+        for name, row in rows.items():
+            cells = [f'{v:.1f}' if isinstance(v, float) else str(v) for v in row.values()]
+            lines.append(f'| {name} | ' + ' | '.join(cells) + ' |')
+        lines.append('')
+    (RESULTS / 'training_logs.md').write_text('\n'.join(lines))
+    print('\n'.join(lines))
+
+
+if __name__ == '__main__':
+    main()
