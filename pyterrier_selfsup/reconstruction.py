@@ -422,6 +422,7 @@ class Acrobart(RetrieveAndReconstruct):
 
     def loss(self, batch: List[Query], rng: np.random.Generator) -> torch.Tensor:
         docnos, texts, logits = self.candidates(batch)
+        self.record('beta', self.beta.item())  # the value this step uses, before its update
         weights = self.beta * torch.softmax(logits, dim=-1)
         return -acrobart_log_likelihood(self.generator, [q.query for q in batch], texts, weights).mean()
 

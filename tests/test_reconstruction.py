@@ -185,6 +185,8 @@ def test_trainable_generator_is_trained_and_checkpointed(tiny_dir, tiny_generato
     trainer.fit(coll.topics())
     assert not torch.equal(before, gen.model.lm_head.weight)
     assert trainer.beta.item() != beta
+    logged = [entry['beta'] for entry in trainer.log if 'beta' in entry]
+    assert logged[0] == pytest.approx(beta) and logged[-1] != pytest.approx(beta)
     assert (tmp_path / 'out' / 'final' / 'generator' / 'model.safetensors').exists()
     assert torch.load(tmp_path / 'out' / 'final' / 'acrobart.pt')['beta'].item() == pytest.approx(trainer.beta.item())
 
