@@ -19,7 +19,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 
 from pyterrier_selfsup import MINILM, Collection, provenance

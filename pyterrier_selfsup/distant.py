@@ -28,8 +28,9 @@ from pyterrier_selfsup.bm25 import BM25
 from pyterrier_selfsup.collections import Collection
 from pyterrier_selfsup.dense import MINILM, DenseRetriever
 from pyterrier_selfsup.dual_encoder import DualEncoder
-from pyterrier_selfsup.queries import corpus_sentences, cropped_spans, given_topics
-from pyterrier_selfsup.training import Trainer
+from pyterrier_selfsup.generator import load_generator
+from pyterrier_selfsup.queries import given_topics, training_topics
+from pyterrier_selfsup.training import Trainer, keep_final_only
 
 logger = logging.getLogger(__name__)
 
@@ -164,25 +165,25 @@ def adapted_retriever(collection: Union[str, Collection], *, model_name: str = M
                       lr: float = 2e-5, dim: Optional[int] = None, seed: int = 0,
                       cache_dir: Optional[Union[str, Path]] = None, verbose: bool = False) -> DenseRetriever:
     """``model_name`` trained by :class:`DistantSupervision` on ``collection``, then a dense
-    retriever over it. Training queries: ``sentences`` or ``spans`` (``n_queries`` of them,
-    from the corpus), or the name of a collection whose topic texts are used (its qrels
-    are not). The trained model is cached like an index: built once per settings."""
+    retriever over it. Training queries: ``sentences``, ``spans`` or ``generated`` by
+    SmolLM2 (``n_queries`` of them, from the corpus), or the name of a collection whose
+    topic texts are used (its qrels are not); see :func:`~pyterrier_selfsup.queries.training_topics`.
+    The trained model is cached like an index: built once per settings."""
     collection = Collection(collection) if isinstance(collection, str) else collection
     settings = dict(model_name=model_name, queries=queries, n_queries=n_queries, negatives=negatives,
                     epochs=epochs, batch_size=batch_size, lr=lr, dim=dim, seed=seed)
     path = adapted_model_dir(collection, settings, cache_dir)
 
     def train(staging: Path):
-        if queries == 'sentences':
-            topics = corpus_sentences(collection, n_queries, seed=seed)
-        elif queries == 'spans':
-            topics = cropped_spans(collection, n_queries, seed=seed)
-        else:
-            topics = Collection(queries).topics()
+        # generated queries are the same ones RUMBArt trains on (SmolLM2, its default settings)
+        generator = load_generator(cache_dir=cache_dir, verbose=verbose) if queries == 'generated' else None
+        topics = training_topics(collection, queries, n_queries, seed=seed, generator=generator, cache_dir=cache_dir)
+        del generator  # not needed for training: its memory back
         torch.manual_seed(seed)
         encoder = DualEncoder.from_pretrained(model_name, dim=dim)
         DistantSupervision(encoder, collection, negatives=negatives, batch_size=batch_size, epochs=epochs, lr=lr,
                            output_dir=staging, seed=seed, cache_dir=cache_dir, verbose=verbose).fit(topics)
+        keep_final_only(staging)
 
     return DenseRetriever.from_dual_encoder(collection, str(build_once(path, train) / 'final'),
                                             cache_dir=cache_dir, verbose=verbose)

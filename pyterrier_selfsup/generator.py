@@ -376,6 +376,14 @@ class _LogLikelihood(pt.Transformer):
         return inp.assign(loglik=self.generator.log_likelihoods(inp['query'].tolist(), inp[self.text_field].tolist()))
 
 
+def load_generator(name: str = 'smollm2', **kwargs) -> Generator:
+    """The pipelines' generators by name: ``smollm2`` (SmolLM2-135M-Instruct, from its
+    GGUF), or any hub name or path :meth:`Generator.from_pretrained` takes."""
+    if name == 'smollm2':
+        return Generator.from_pretrained(SMOLLM2, gguf_file=SMOLLM2_GGUF, **kwargs)
+    return Generator.from_pretrained(name, **kwargs)
+
+
 def score_cache_dir(corpus_id: str, generator: Generator, cache_dir=None) -> Path:
     """Where the summed log-likelihoods of ``generator`` on ``corpus_id``'s documents are
     cached: keyed by the generator's fingerprint (weights and settings)."""

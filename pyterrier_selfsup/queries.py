@@ -8,11 +8,15 @@ corpora that do not fit in memory.
 """
 import random
 import re
-from typing import Iterable, List, Tuple
+from pathlib import Path
+from typing import Iterable, List, Optional, Tuple, Union
 
 import pandas as pd
 
+from pyterrier_selfsup._cache import build_once, cache_key, cache_root
 from pyterrier_selfsup.collections import Collection
+
+SOURCES = ('sentences', 'spans', 'generated')  # or the name of a collection whose topic texts are used
 
 _SENTENCE_END = re.compile(r'(?<=[.!?])\s+(?=[A-Z0-9"(\[])')
 
@@ -92,3 +96,29 @@ def generated_queries(collection: Collection, generator, n: int, *, seed: int = 
     docs = _sample(collection.corpus_iter(), n, rng, lambda doc: doc['text'] if doc['text'].strip() else None)
     texts = generator.generate([text for _, text in docs], max_new_tokens=max_new_tokens, **generate_kwargs)
     return _frame('gen', [(docno, q) for (docno, _), q in zip(docs, texts) if q.strip()])
+
+
+def training_topics(collection: Collection, queries: str, n_queries: int, *, seed: int = 0, generator=None,
+                    cache_dir: Optional[Union[str, Path]] = None) -> pd.DataFrame:
+    """The training queries a pipeline names by ``queries``: ``n_queries`` corpus
+    ``sentences`` or ``spans``, ``n_queries`` queries ``generated`` by ``generator`` (kept
+    under ``<cache>/queries/``, keyed by the generator's fingerprint, so that every trainer
+    given the same source trains on the same queries, written once), or the name of a
+    collection whose topic texts are used (never its qrels)."""
+    if queries == 'sentences':
+        return corpus_sentences(collection, n_queries, seed=seed)
+    if queries == 'spans':
+        return cropped_spans(collection, n_queries, seed=seed)
+    if queries != 'generated':
+        return given_topics(Collection(queries).topics())
+    if generator is None:
+        raise ValueError("queries='generated' needs a generator")
+    settings = {'generator': generator.fingerprint(), 'n': n_queries, 'seed': seed}
+    path = cache_root(cache_dir) / 'queries' / cache_key(f'{collection.corpus_id}.generated', settings)
+
+    def write(staging: Path):
+        staging.mkdir(parents=True)
+        generated_queries(collection, generator, n_queries, seed=seed).to_json(
+            staging / 'topics.jsonl', orient='records', lines=True)
+
+    return pd.read_json(build_once(path, write) / 'topics.jsonl', orient='records', lines=True, dtype=False)

@@ -44,8 +44,8 @@ from pyterrier_selfsup.collections import Collection
 from pyterrier_selfsup.dense import MINILM, DenseRetriever, flex_index
 from pyterrier_selfsup.distant import DS_DEFAULTS, adapted_model_dir, adapted_retriever
 from pyterrier_selfsup.dual_encoder import DualEncoder
-from pyterrier_selfsup.generator import SMOLLM2, SMOLLM2_GGUF, Generator, _pad, score_cache_dir
-from pyterrier_selfsup.queries import corpus_sentences, cropped_spans, generated_queries, given_topics
+from pyterrier_selfsup.generator import Generator, _pad, load_generator, score_cache_dir
+from pyterrier_selfsup.queries import given_topics, training_topics
 from pyterrier_selfsup.training import Trainer, fit_resumably
 
 logger = logging.getLogger(__name__)
@@ -364,7 +364,7 @@ def acrobart_log_likelihood(generator: Generator, targets: List[str], passages: 
     head_ids = generator._bos + (tok(head, add_special_tokens=False)['input_ids'] if head else [])
     tail_ids = tok(tail, add_special_tokens=False)['input_ids'] if tail else []
     sep_ids = tok('\n\n', add_special_tokens=False)['input_ids']
-    seqs, owners = [], []
+    seqs = []
     for row, target in zip(passages, t_ids):
         bodies = [_truncated_ids(generator, p) for p in row]
         seq, owner = list(head_ids), [-1] * len(head_ids)
@@ -449,19 +449,6 @@ def reconstruction_model_dir(collection: Collection, settings: dict, cache_dir=N
     return cache_root(cache_dir) / 'models' / cache_key(f'{collection.corpus_id}.{settings["method"]}', settings)
 
 
-def training_topics(collection: Collection, queries: str, n_queries: int, seed: int,
-                    generator: Optional[Generator] = None) -> pd.DataFrame:
-    """``sentences``, ``spans`` or ``generated`` (by ``generator``): ``n_queries`` from the
-    corpus; or the name of a collection whose topic texts are used (never its qrels)."""
-    if queries == 'generated':
-        return generated_queries(collection, generator, n_queries, seed=seed)
-    if queries == 'sentences':
-        return corpus_sentences(collection, n_queries, seed=seed)
-    if queries == 'spans':
-        return cropped_spans(collection, n_queries, seed=seed)
-    return Collection(queries).topics()
-
-
 def reconstruction_retriever(collection: Union[str, Collection], *, method: str = 'rumbart', start: str = 'minilm',
                              queries: str = 'sentences', n_queries: int = 5000, k: int = 5,
                              refresh_every: Optional[int] = 25, null_document: bool = False,
@@ -493,12 +480,7 @@ def reconstruction_retriever(collection: Union[str, Collection], *, method: str 
             start_path = str(adapted_model_dir(collection, ds, cache_dir) / 'final')
         else:
             start_path = MINILM if start == 'minilm' else start
-        if generator == 'smollm2':
-            gen = Generator.from_pretrained(SMOLLM2, gguf_file=SMOLLM2_GGUF, cache_dir=cache_dir,
-                                            max_passage_length=max_passage_length, verbose=verbose)
-        else:
-            gen = Generator.from_pretrained(generator, cache_dir=cache_dir, max_passage_length=max_passage_length,
-                                            verbose=verbose)
+        gen = load_generator(generator, cache_dir=cache_dir, max_passage_length=max_passage_length, verbose=verbose)
         torch.manual_seed(seed)
         # A run resumes exactly from a checkpoint taken right after a refresh (its index is
         # rebuilt from the checkpoint's encoder); a frozen passage tower's index never changes.
@@ -509,7 +491,8 @@ def reconstruction_retriever(collection: Union[str, Collection], *, method: str 
                                   batch_size=batch_size, accumulation=accumulation, lr=lr, output_dir=staging,
                                   checkpoint_every=checkpoint_every, keep_checkpoints=1,
                                   seed=seed, cache_dir=cache_dir, verbose=verbose, **extra)
-        fit_resumably(trainer, training_topics(collection, queries, n_queries, seed, gen))
+        fit_resumably(trainer, training_topics(collection, queries, n_queries, seed=seed, generator=gen,
+                                               cache_dir=cache_dir))
 
     # an interrupted training run continues from its last checkpoint when asked for again
     return DenseRetriever.from_dual_encoder(collection, str(build_once(path, train, resumable=True) / 'final'),

@@ -44,15 +44,23 @@ def checkpoints(output_dir: Union[str, Path]) -> List[Path]:
 
 def fit_resumably(trainer: 'Trainer', topics: pd.DataFrame) -> 'Trainer':
     """``trainer.fit(topics)``, continuing from the last checkpoint in ``trainer.output_dir``
-    if an interrupted run left one there; the step checkpoints are removed once the final
-    model is written. (Exact where the trainer's checkpoints are: see its ``resume_from``.)"""
+    if an interrupted run left one there; then :func:`keep_final_only`. (Exact where the
+    trainer's checkpoints are: see its ``resume_from``.)"""
     done = checkpoints(trainer.output_dir)
     if done:
         logger.info('resuming from %s', done[-1])
     trainer.fit(topics, resume_from=done[-1] if done else None)
-    for checkpoint in checkpoints(trainer.output_dir):
-        shutil.rmtree(checkpoint)
+    keep_final_only(trainer.output_dir)
     return trainer
+
+
+def keep_final_only(output_dir: Union[str, Path]):
+    """Removes what only a resumed run needs once training is over: the step checkpoints
+    and the final model's optimiser state (twice the model's size; the log is kept in
+    ``training_log.jsonl``). For the cached pipelines, whose models are finished products."""
+    for checkpoint in checkpoints(output_dir):
+        shutil.rmtree(checkpoint)
+    (Path(output_dir) / 'final' / STATE_FILE).unlink(missing_ok=True)
 
 
 class Trainer(pt.Estimator):

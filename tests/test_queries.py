@@ -1,3 +1,5 @@
+import pytest
+
 from pyterrier_selfsup import Collection
 from pyterrier_selfsup.queries import corpus_sentences, cropped_spans, given_topics, sentences
 
@@ -44,3 +46,36 @@ def test_generated_queries_come_from_the_generator_with_their_source(tiny_genera
     assert topics['query'].tolist() == [t for t in gen.generate(coll.texts(list(topics['source_docno'])),
                                                                 max_new_tokens=4) if t]
     assert generated_queries(coll, gen, 6, seed=1, max_new_tokens=4).equals(topics)  # deterministic
+
+
+def test_generated_training_topics_are_written_once_and_shared_by_every_trainer(tiny_dir, tiny_generator_dir,
+                                                                             tmp_path, monkeypatch):
+    from pyterrier_selfsup import distant
+    from pyterrier_selfsup.generator import Generator
+    from pyterrier_selfsup.queries import generated_queries, training_topics
+    coll = Collection('classic/adi')
+    gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu', precision='fp32',
+                                    max_passage_length=32)
+    first = training_topics(coll, 'generated', 8, seed=3, generator=gen, cache_dir=tmp_path)
+    assert first.equals(generated_queries(coll, gen, 8, seed=3)) and len(first) > 0
+    assert first['source_docno'].map(type).eq(str).all()  # '12' stays a docno, not a number
+
+    def never(*args, **kwargs):
+        raise AssertionError('generated again')
+    monkeypatch.setattr(gen, 'generate', never)
+    assert training_topics(coll, 'generated', 8, seed=3, generator=gen, cache_dir=tmp_path).equals(first)
+    # the distant-supervision pipeline reads the same file (its generator is SmolLM2's; here the tiny one)
+    monkeypatch.setattr(distant, 'load_generator', lambda **kwargs: gen)
+    class Trained(Exception):
+        pass
+
+    def fit(self, topics):
+        raise Trained(topics)
+    monkeypatch.setattr(distant.DistantSupervision, 'fit', fit)
+    with pytest.raises(Trained) as trained:
+        distant.adapted_retriever(coll, model_name=str(tiny_dir), queries='generated', n_queries=8, seed=3,
+                                  cache_dir=tmp_path)
+    assert trained.value.args[0].equals(first)
+    with pytest.raises(ValueError, match='needs a generator'):
+        training_topics(coll, 'generated', 8)
+    assert list(training_topics(coll, 'classic/adi', 0).columns) == ['qid', 'query']

@@ -1,9 +1,7 @@
 import json
 import math
-from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 
@@ -13,7 +11,7 @@ from pyterrier_selfsup.generator import Generator
 from pyterrier_selfsup.queries import cropped_spans
 from pyterrier_selfsup.reconstruction import (NULL_DOCNO, Acrobart, Rumbart, acrobart_log_likelihood,
                                               marginal_nll, reconstruction_retriever)
-from pyterrier_selfsup.training import checkpoints
+from pyterrier_selfsup.training import STATE_FILE, checkpoints
 
 
 def encoder(tiny_dir, **kwargs):
@@ -269,6 +267,7 @@ def test_an_interrupted_cached_run_resumes_from_its_last_checkpoint(tiny_dir, ti
     resumed = reconstruction_retriever(coll, cache_dir=tmp_path / 'cut', **settings)
     model_dir = staging.with_name(staging.name[:-len('.partial')])
     assert not staging.exists() and not checkpoints(model_dir)
+    assert not (model_dir / 'final' / STATE_FILE).exists()  # a finished model keeps no optimiser state
     log = [json.loads(line) for line in (model_dir / 'training_log.jsonl').read_text().splitlines()]
     assert [r['step'] for r in log if 'loss' in r] == [1, 2, 3, 4, 5]
     assert [r['step'] for r in log if 'refresh seconds' in r] == [0, 2, 4, 4]  # step 4's index rebuilt on resuming
