@@ -23,6 +23,11 @@ Groups, each one results file (written as soon as the group finishes):
                  with the frozen passage tower and with both towers trained
   rumbart_refresh  the refresh period (both towers trained, T=4): every 10 steps, every
                  25 (the default), never (the start's index throughout)
+  rumbart_null   REALM's null document (the empty passage, always a candidate) with the
+                 frozen passage tower, T=4: the teacher's mass can go to "no passage helps"
+  acrobart_sources  ACROBArT (k=3, 128 passage tokens) with the frozen passage tower, which
+                 makes it affordable enough to run it on each query source and start: the
+                 train-query texts, corpus sentences, generated queries (809 each), start=ds
 
 Every group is evaluated on beir/scifact/train (the qrels of the queries whose texts were
 used for training: the split on which choices may be made) and beir/scifact/test
@@ -40,6 +45,7 @@ RESULTS = Path(__file__).parent / 'results'
 COLLECTIONS = ['beir/scifact/train', 'beir/scifact/test']
 TRAIN = 'queries=beir/scifact/train'
 FROZEN = f'rumbart:{TRAIN},teacher_temperature=4,train_passages=false'  # the cheap configuration
+ACROBART = 'acrobart:k=3,max_passage_length=128,train_passages=false'  # + the queries
 GROUPS = {
     'rumbart_main': ['bm25', 'dual', f'rumbart:{TRAIN}'],
     # ACROBArT reads all k passages in one sequence, fwd and bwd through SmolLM2: k=3 and
@@ -58,6 +64,9 @@ GROUPS = {
     'rumbart_start': ['bm25', f'ds:{TRAIN}', f'{FROZEN},start=ds', f'rumbart:{TRAIN},teacher_temperature=4,start=ds'],
     'rumbart_refresh': ['bm25', 'dual'] + [f'rumbart:{TRAIN},teacher_temperature=4,refresh_every={r}'
                                            for r in (10, 25, 0)],
+    'rumbart_null': ['bm25', 'dual', FROZEN, f'{FROZEN},null_document=true'],
+    'acrobart_sources': ['bm25', 'dual', f'{ACROBART},{TRAIN}', f'{ACROBART},{TRAIN},start=ds'] + [
+        f'{ACROBART},queries={source},n_queries=809' for source in ('sentences', 'generated')],
 }
 
 

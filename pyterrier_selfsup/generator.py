@@ -42,6 +42,7 @@ SMOLLM2_GGUF = 'SmolLM2-135M-Instruct.Q4_1.gguf'
 CAUSAL_PROMPT = 'Passage: {passage}\nA question this passage answers:'
 SEQ2SEQ_PROMPT = '{passage}'
 NORMALISATIONS = ('sum', 'mean')
+MAX_PASSAGE_LENGTH = 256  # tokens of a passage the generator reads, by default
 
 
 class Generator:
@@ -59,7 +60,7 @@ class Generator:
     """
 
     def __init__(self, model, tokenizer, *, name: str = 'generator', prompt: Optional[str] = None,
-                 max_passage_length: int = 256, max_target_length: int = 64, batch_size: int = 16,
+                 max_passage_length: int = MAX_PASSAGE_LENGTH, max_target_length: int = 64, batch_size: int = 16,
                  trainable: bool = False, device: Optional[str] = None, precision: str = 'auto',
                  verbose: bool = False):
         self.is_seq2seq = bool(model.config.is_encoder_decoder)

@@ -44,7 +44,7 @@ from pyterrier_selfsup.collections import Collection
 from pyterrier_selfsup.dense import MINILM, DenseRetriever, flex_index
 from pyterrier_selfsup.distant import DS_DEFAULTS, adapted_model_dir, adapted_retriever
 from pyterrier_selfsup.dual_encoder import DualEncoder
-from pyterrier_selfsup.generator import Generator, _pad, load_generator, score_cache_dir
+from pyterrier_selfsup.generator import MAX_PASSAGE_LENGTH, Generator, _pad, load_generator, score_cache_dir
 from pyterrier_selfsup.queries import given_topics, training_topics
 from pyterrier_selfsup.training import Trainer, fit_resumably
 
@@ -455,7 +455,7 @@ def reconstruction_retriever(collection: Union[str, Collection], *, method: str 
                              train_passages: bool = True, epochs: int = 1,
                              batch_size: int = 16, accumulation: int = 1, lr: float = 2e-5,
                              teacher_temperature: float = 1.0, beta: float = 1.0, generator: str = 'smollm2',
-                             max_passage_length: int = 256, seed: int = 0,
+                             max_passage_length: int = MAX_PASSAGE_LENGTH, seed: int = 0,
                              cache_dir: Optional[Union[str, Path]] = None, verbose: bool = False):
     """A dense retriever adapted to ``collection`` by RUMBArt or ACROBArT with a frozen
     generator, starting from all-MiniLM-L6-v2 (``start='minilm'``) or from its
@@ -491,8 +491,15 @@ def reconstruction_retriever(collection: Union[str, Collection], *, method: str 
                                   batch_size=batch_size, accumulation=accumulation, lr=lr, output_dir=staging,
                                   checkpoint_every=checkpoint_every, keep_checkpoints=1,
                                   seed=seed, cache_dir=cache_dir, verbose=verbose, **extra)
-        fit_resumably(trainer, training_topics(collection, queries, n_queries, seed=seed, generator=gen,
-                                               cache_dir=cache_dir))
+        # generated queries are written by the generator at its default settings, whatever this
+        # run's passage length, so that every trainer given that source trains on the same queries
+        writer = None
+        if queries == 'generated':
+            writer = gen if max_passage_length == MAX_PASSAGE_LENGTH else load_generator(
+                generator, cache_dir=cache_dir, verbose=verbose)
+        topics = training_topics(collection, queries, n_queries, seed=seed, generator=writer, cache_dir=cache_dir)
+        del writer
+        fit_resumably(trainer, topics)
 
     # an interrupted training run continues from its last checkpoint when asked for again
     return DenseRetriever.from_dual_encoder(collection, str(build_once(path, train, resumable=True) / 'final'),

@@ -273,3 +273,28 @@ def test_an_interrupted_cached_run_resumes_from_its_last_checkpoint(tiny_dir, ti
     assert [r['step'] for r in log if 'refresh seconds' in r] == [0, 2, 4, 4]  # step 4's index rebuilt on resuming
     for name, value in resumed.encoder.model.state_dict().items():  # bit for bit
         assert torch.equal(value, whole.model.state_dict()[name]), name
+
+
+def test_generated_queries_do_not_depend_on_the_trainers_passage_length(tiny_dir, tiny_generator_dir, tmp_path,
+                                                                        monkeypatch):
+    from pyterrier_selfsup import reconstruction
+    from pyterrier_selfsup.queries import training_topics
+    coll = Collection('classic/adi')
+
+    class Trained(Exception):
+        pass
+
+    def fit(trainer, topics):
+        raise Trained(trainer.generator.max_passage_length, topics)
+    monkeypatch.setattr(reconstruction, 'fit_resumably', fit)
+    seen = []
+    for length in (32, 256):  # ACROBArT's shorter passages, and the default
+        with pytest.raises(Trained) as trained:
+            reconstruction.reconstruction_retriever(coll, method='acrobart', start=str(tiny_dir), queries='generated',
+                                                    n_queries=6, generator=str(tiny_generator_dir['llama']),
+                                                    max_passage_length=length, cache_dir=tmp_path)
+        assert trained.value.args[0] == length
+        seen.append(trained.value.args[1])
+    writer = Generator.from_pretrained(str(tiny_generator_dir['llama']))  # its default settings
+    assert seen[0].equals(seen[1])
+    assert seen[0].equals(training_topics(coll, 'generated', 6, generator=writer, cache_dir=tmp_path / 'fresh'))
