@@ -5,7 +5,7 @@ Per run: optimiser steps; the median time between consecutive steps (the log's t
 encoder work plus whatever a step waited for, such as teacher scoring of newly retrieved
 pairs; a refresh falls between two steps and is counted there); each refresh's seconds and
 the teacher-scoring seconds logged with it; and, where logged, the mean excess loss over
-the first and the last 25 steps.
+the first and the last 25 steps; the β ACROBArT's first and last steps used.
 
     python experiments/training_logs.py
 writes experiments/results/training_logs.md.
@@ -25,6 +25,7 @@ def summarise(log_file: Path) -> dict:
     times = np.array([r['time'] for r in steps])
     excess = [r['excess loss'] for r in steps if 'excess loss' in r]
     refreshes = [r for r in records if 'refresh seconds' in r]
+    beta = [r['beta'] for r in steps if 'beta' in r]
     return {
         'steps': len(steps),
         'median step s': float(np.median(np.diff(times))) if len(times) > 1 else float('nan'),
@@ -35,6 +36,8 @@ def summarise(log_file: Path) -> dict:
         'teacher s': f'{sum(r["teacher seconds"] for r in records if "teacher seconds" in r):.0f}',
         f'excess loss, first / last {WINDOW} steps': (f'{np.mean(excess[:WINDOW]):.2f} / {np.mean(excess[-WINDOW:]):.2f}'
                                                       if excess else ''),
+        # the β ACROBArT's first and last steps used (in logs written since it is logged)
+        'β first / last': f'{beta[0]:.4f} / {beta[-1]:.4f}' if beta else '',
     }
 
 
