@@ -74,7 +74,8 @@ def main(groups):
     for group in groups:
         result = run_experiment(COLLECTIONS, GROUPS[group], name=group, verbose=True)
         write_results(result, RESULTS)
-        copy_training_curves(GROUPS[group], COLLECTIONS[0], RESULTS / 'reconstruction_curves')
+        trained_here = [p for p in GROUPS[group] if p.startswith(('rumbart', 'acrobart'))]  # ds's are in ds_curves/
+        copy_training_curves(trained_here, COLLECTIONS[0], RESULTS / 'reconstruction_curves')
 
 
 if __name__ == '__main__':
