@@ -25,6 +25,8 @@ Groups, each one results file (written as soon as the group finishes):
                  25 (the default), never (the start's index throughout)
   rumbart_null   REALM's null document (the empty passage, always a candidate) with the
                  frozen passage tower, T=4: the teacher's mass can go to "no passage helps"
+  rumbart_start_seeds  rumbart_start's frozen-passage run under seeds 0-2; the seed also
+                 trains the distant-supervision start anew, so the spread is the whole pipeline's
   acrobart_sources  ACROBArT (k=3, 128 passage tokens) with the frozen passage tower, which
                  makes it affordable enough to run it on each query source and start: the
                  train-query texts, corpus sentences, generated queries (809 each), start=ds
@@ -65,6 +67,8 @@ GROUPS = {
     'rumbart_refresh': ['bm25', 'dual'] + [f'rumbart:{TRAIN},teacher_temperature=4,refresh_every={r}'
                                            for r in (10, 25, 0)],
     'rumbart_null': ['bm25', 'dual', FROZEN, f'{FROZEN},null_document=true'],
+    'rumbart_start_seeds': ['bm25'] + [f'{FROZEN},start=ds,seed={seed}' if seed else f'{FROZEN},start=ds'
+                                       for seed in (0, 1, 2)],
     'acrobart_sources': ['bm25', 'dual', f'{ACROBART},{TRAIN}', f'{ACROBART},{TRAIN},start=ds'] + [
         f'{ACROBART},queries={source},n_queries=809' for source in ('sentences', 'generated')],
 }
