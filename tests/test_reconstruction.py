@@ -189,7 +189,9 @@ def test_trainable_generator_is_trained_and_checkpointed(tiny_dir, tiny_generato
     assert torch.load(tmp_path / 'out' / 'final' / 'acrobart.pt')['beta'].item() == pytest.approx(trainer.beta.item())
 
 
-def test_frozen_passages_train_the_query_tower_only_and_never_re_encode(tiny_dir, tiny_generator_dir, tmp_path):
+@pytest.mark.parametrize('method', [Rumbart, Acrobart])
+def test_frozen_passages_train_the_query_tower_only_and_never_re_encode(tiny_dir, tiny_generator_dir, tmp_path,
+                                                                        method):
     coll = Collection('classic/adi')
     enc = encoder(tiny_dir)
     start = {k: v.clone() for k, v in enc.model.state_dict().items()}
@@ -198,7 +200,7 @@ def test_frozen_passages_train_the_query_tower_only_and_never_re_encode(tiny_dir
     start_vectors = enc.encode_docs(coll.texts(docnos))
 
     def trainer(enc, out):
-        return Rumbart(enc, generator(tiny_generator_dir), coll, k=3, refresh_every=2, train_passages=False,
+        return method(enc, generator(tiny_generator_dir), coll, k=3, refresh_every=2, train_passages=False,
                        batch_size=7, epochs=1, lr=1e-2, checkpoint_every=2, cache_dir=tmp_path, output_dir=out,
                        verbose=False)
 
