@@ -23,6 +23,9 @@ Groups, each one results file (written as soon as the group finishes):
                  with the frozen passage tower and with both towers trained
   rumbart_refresh  the refresh period (both towers trained, T=4): every 10 steps, every
                  25 (the default), never (the start's index throughout)
+  rumbart_roundtrip  generated queries as in rumbart_queries, against generated queries kept
+                 only if BM25 finds their passage in its top 10 (round-trip filtering;
+                 query_sources.md shows why: most generated queries are generic)
   rumbart_null   REALM's null document (the empty passage, always a candidate) with the
                  frozen passage tower, T=4: the teacher's mass can go to "no passage helps"
   rumbart_start_seeds  rumbart_start's frozen-passage run under seeds 0-2; the seed also
@@ -66,6 +69,9 @@ GROUPS = {
     'rumbart_start': ['bm25', f'ds:{TRAIN}', f'{FROZEN},start=ds', f'rumbart:{TRAIN},teacher_temperature=4,start=ds'],
     'rumbart_refresh': ['bm25', 'dual'] + [f'rumbart:{TRAIN},teacher_temperature=4,refresh_every={r}'
                                            for r in (10, 25, 0)],
+    'rumbart_roundtrip': ['bm25', 'dual', FROZEN] + [
+        f'rumbart:queries={source},n_queries=809,teacher_temperature=4,train_passages=false'
+        for source in ('generated', 'roundtrip')],
     'rumbart_null': ['bm25', 'dual', FROZEN, f'{FROZEN},null_document=true'],
     'rumbart_start_seeds': ['bm25'] + [f'{FROZEN},start=ds,seed={seed}' if seed else f'{FROZEN},start=ds'
                                        for seed in (0, 1, 2)],

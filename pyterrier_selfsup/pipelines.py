@@ -113,7 +113,7 @@ register(PipelineSpec(
 
 register(PipelineSpec(
     'ds', 'all-MiniLM-L6-v2 adapted to the collection by distant supervision (BM25 top-1 positives, '
-          'in-batch negatives); queries: corpus sentences/spans, SmolLM2-generated, or a collection\'s topic texts',
+          'in-batch negatives); queries: corpus sentences/spans, SmolLM2-generated (roundtrip: BM25-checked), or a collection\'s topic texts',
     adapted_retriever, dict(DS_DEFAULTS), model_dir=adapted_model_dir))
 
 register(PipelineSpec(
@@ -130,7 +130,7 @@ _RECONSTRUCTION = dict(start='minilm', queries='sentences', n_queries=5000, k=5,
 register(PipelineSpec(
     'rumbart', 'all-MiniLM-L6-v2 (or its ds adaptation: start=ds) adapted by RUMBArt: the top k of a stale MIPS '
                'index re-scored by the encoder, loss -log sum_k p(z_k|x) p_gen(x|z_k) with SmolLM2 frozen as the '
-               'teacher (its scores cached); queries: corpus sentences/spans, SmolLM2-generated, or a collection\'s topic texts',
+               'teacher (its scores cached); queries: corpus sentences/spans, SmolLM2-generated (roundtrip: BM25-checked), or a collection\'s topic texts',
     functools.partial(reconstruction_retriever, method='rumbart'), dict(_RECONSTRUCTION, teacher_temperature=1.0),
     model_dir=functools.partial(reconstruction_model_dir, method='rumbart')))
 

@@ -16,7 +16,8 @@ import pandas as pd
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root
 from pyterrier_selfsup.collections import Collection
 
-SOURCES = ('sentences', 'spans', 'generated')  # or the name of a collection whose topic texts are used
+GENERATED = ('generated', 'roundtrip')  # the sources that need a generator
+ROUND_TRIP_DEPTH = 10
 
 _SENTENCE_END = re.compile(r'(?<=[.!?])\s+(?=[A-Z0-9"(\[])')
 
@@ -98,27 +99,66 @@ def generated_queries(collection: Collection, generator, n: int, *, seed: int = 
     return _frame('gen', [(docno, q) for (docno, _), q in zip(docs, texts) if q.strip()])
 
 
+def round_trip_queries(collection: Collection, generator, n: int, retriever, *, depth: int = 10, seed: int = 0,
+                       max_tries: int = 10, max_new_tokens: int = 32, **generate_kwargs) -> pd.DataFrame:
+    """Up to ``n`` generated queries that pass a round-trip check: ``retriever`` (BM25 in
+    the pipelines) ranks the passage a query was written for in its top ``depth``, and no
+    earlier kept query has the same text (Promptagator's round-trip filtering, with a
+    lexical retriever). A small generator falls back on generic questions that fit any
+    passage ("What is the purpose of the study?"); those fail the check. Passages are
+    drawn at random, ``n`` a round, until ``n`` queries are kept or ``max_tries * n``
+    passages have been tried."""
+    rng = random.Random(seed)
+    docs = _sample(collection.corpus_iter(), max_tries * n, rng,
+                   lambda doc: doc['text'] if doc['text'].strip() else None)
+    rng.shuffle(docs)  # rounds of n from a uniform order (a reservoir's slots keep corpus order)
+    kept, seen = [], set()
+    for start in range(0, len(docs), n):
+        batch = docs[start:start + n]
+        texts = generator.generate([text for _, text in batch], max_new_tokens=max_new_tokens, **generate_kwargs)
+        pairs = [(docno, q) for (docno, _), q in zip(batch, texts) if q.strip()]
+        if pairs:
+            topics = pd.DataFrame({'qid': [str(i) for i in range(len(pairs))], 'query': [q for _, q in pairs]})
+            run = retriever(topics)
+            found = set(zip(run.loc[run['rank'] < depth, 'qid'], run.loc[run['rank'] < depth, 'docno']))
+            for i, (docno, query) in enumerate(pairs):
+                if (str(i), docno) in found and query not in seen and len(kept) < n:
+                    kept.append((docno, query))
+                    seen.add(query)
+        if len(kept) == n:
+            break
+    return _frame('rt', kept)
+
+
 def training_topics(collection: Collection, queries: str, n_queries: int, *, seed: int = 0, generator=None,
                     cache_dir: Optional[Union[str, Path]] = None) -> pd.DataFrame:
     """The training queries a pipeline names by ``queries``: ``n_queries`` corpus
-    ``sentences`` or ``spans``, ``n_queries`` queries ``generated`` by ``generator`` (kept
-    under ``<cache>/queries/``, keyed by the generator's fingerprint, so that every trainer
-    given the same source trains on the same queries, written once), or the name of a
-    collection whose topic texts are used (never its qrels)."""
+    ``sentences`` or ``spans``; ``n_queries`` queries ``generated`` by ``generator``, or
+    generated and kept by BM25's ``roundtrip`` check (:func:`round_trip_queries`, top 10),
+    both kept under ``<cache>/queries/``, keyed by the generator's fingerprint, so that
+    every trainer given the same source trains on the same queries, written once; or the
+    name of a collection whose topic texts are used (never its qrels)."""
     if queries == 'sentences':
         return corpus_sentences(collection, n_queries, seed=seed)
     if queries == 'spans':
         return cropped_spans(collection, n_queries, seed=seed)
-    if queries != 'generated':
+    if queries not in GENERATED:
         return given_topics(Collection(queries).topics())
     if generator is None:
-        raise ValueError("queries='generated' needs a generator")
+        raise ValueError(f'queries={queries!r} needs a generator')
     settings = {'generator': generator.fingerprint(), 'n': n_queries, 'seed': seed}
-    path = cache_root(cache_dir) / 'queries' / cache_key(f'{collection.corpus_id}.generated', settings)
+    if queries == 'roundtrip':
+        settings['check'] = f'bm25 top {ROUND_TRIP_DEPTH}'
+    path = cache_root(cache_dir) / 'queries' / cache_key(f'{collection.corpus_id}.{queries}', settings)
 
     def write(staging: Path):
         staging.mkdir(parents=True)
-        generated_queries(collection, generator, n_queries, seed=seed).to_json(
-            staging / 'topics.jsonl', orient='records', lines=True)
+        if queries == 'generated':
+            topics = generated_queries(collection, generator, n_queries, seed=seed)
+        else:
+            from pyterrier_selfsup.bm25 import BM25
+            bm25 = BM25.from_collection(collection, cache_dir=cache_dir) % ROUND_TRIP_DEPTH
+            topics = round_trip_queries(collection, generator, n_queries, bm25, depth=ROUND_TRIP_DEPTH, seed=seed)
+        topics.to_json(staging / 'topics.jsonl', orient='records', lines=True)
 
     return pd.read_json(build_once(path, write) / 'topics.jsonl', orient='records', lines=True, dtype=False)

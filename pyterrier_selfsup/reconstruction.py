@@ -45,7 +45,7 @@ from pyterrier_selfsup.dense import MINILM, DenseRetriever, flex_index
 from pyterrier_selfsup.distant import DS_DEFAULTS, adapted_model_dir, adapted_retriever
 from pyterrier_selfsup.dual_encoder import DualEncoder
 from pyterrier_selfsup.generator import MAX_PASSAGE_LENGTH, Generator, _pad, load_generator, score_cache_dir
-from pyterrier_selfsup.queries import given_topics, training_topics
+from pyterrier_selfsup.queries import GENERATED, given_topics, training_topics
 from pyterrier_selfsup.training import Trainer, fit_resumably
 
 logger = logging.getLogger(__name__)
@@ -494,7 +494,7 @@ def reconstruction_retriever(collection: Union[str, Collection], *, method: str 
         # generated queries are written by the generator at its default settings, whatever this
         # run's passage length, so that every trainer given that source trains on the same queries
         writer = None
-        if queries == 'generated':
+        if queries in GENERATED:
             writer = gen if max_passage_length == MAX_PASSAGE_LENGTH else load_generator(
                 generator, cache_dir=cache_dir, verbose=verbose)
         topics = training_topics(collection, queries, n_queries, seed=seed, generator=writer, cache_dir=cache_dir)

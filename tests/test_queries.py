@@ -79,3 +79,40 @@ def test_generated_training_topics_are_written_once_and_shared_by_every_trainer(
     with pytest.raises(ValueError, match='needs a generator'):
         training_topics(coll, 'generated', 8)
     assert list(training_topics(coll, 'classic/adi', 0).columns) == ['qid', 'query']
+
+
+class EchoOrGeneric:
+    """A stand-in generator: the passage's first words for every other passage (a query
+    BM25 finds its passage with), a generic question for the rest."""
+    calls = 0
+
+    def fingerprint(self):
+        return 'echo-or-generic'
+
+    def generate(self, passages, **kwargs):
+        EchoOrGeneric.calls += 1
+        return [' '.join(p.split()[:8]) if i % 2 == 0 else 'What is the purpose of the study?'
+                for i, p in enumerate(passages)]
+
+
+def test_round_trip_queries_keep_only_queries_that_find_their_passage(tmp_path):
+    from pyterrier_selfsup import BM25
+    from pyterrier_selfsup.queries import generated_queries, training_topics
+    coll = Collection('classic/adi')
+    bm25 = BM25.from_collection(coll, cache_dir=tmp_path) % 10
+    plain = generated_queries(coll, EchoOrGeneric(), 20, seed=0)
+    assert (plain['query'] == 'What is the purpose of the study?').sum() == 10
+    kept = training_topics(coll, 'roundtrip', 20, seed=0, generator=EchoOrGeneric(), cache_dir=tmp_path)
+    assert len(kept) == 20 and kept['query'].is_unique
+    generic = kept['query'] == 'What is the purpose of the study?'
+    assert generic.sum() <= 1  # kept once at most, and only where BM25 happens to find its passage with it
+    run = bm25(kept[['qid', 'query']])
+    top = set(zip(run['qid'], run['docno']))
+    assert all((q, d) in top for q, d in zip(kept['qid'], kept['source_docno']))
+    texts = dict(zip(kept['source_docno'], coll.texts(list(kept['source_docno']))))
+    assert all(texts[d].split()[:8] == q.split() for d, q in zip(kept['source_docno'][~generic], kept['query'][~generic]))
+    calls = EchoOrGeneric.calls
+    assert training_topics(coll, 'roundtrip', 20, seed=0, generator=EchoOrGeneric(), cache_dir=tmp_path).equals(kept)
+    assert EchoOrGeneric.calls == calls  # read from the cache
+    # ADI has 82 documents: asking for more than pass the check keeps all that do
+    assert len(training_topics(coll, 'roundtrip', 60, seed=0, generator=EchoOrGeneric(), cache_dir=tmp_path)) < 60
