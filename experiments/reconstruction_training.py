@@ -51,6 +51,13 @@ COLLECTIONS = ['beir/scifact/train', 'beir/scifact/test']
 TRAIN = 'queries=beir/scifact/train'
 FROZEN = f'rumbart:{TRAIN},teacher_temperature=4,train_passages=false'  # the cheap configuration
 ACROBART = 'acrobart:k=3,max_passage_length=128,train_passages=false'  # + the queries
+
+
+def frozen_on(source: str) -> str:
+    """FROZEN trained on 809 corpus-only queries from ``source`` instead of the train texts."""
+    return f'rumbart:queries={source},n_queries=809,teacher_temperature=4,train_passages=false'
+
+
 GROUPS = {
     'rumbart_main': ['bm25', 'dual', f'rumbart:{TRAIN}'],
     # ACROBArT reads all k passages in one sequence, fwd and bwd through SmolLM2: k=3 and
@@ -63,15 +70,11 @@ GROUPS = {
     'rumbart_k': ['bm25', 'dual'] + [f'rumbart:{TRAIN},teacher_temperature=4,train_passages=false,k={k}'
                                      for k in (3, 5, 10)],
     'rumbart_seeds': ['bm25', 'dual'] + [f'{FROZEN},seed={seed}' if seed else FROZEN for seed in (0, 1, 2)],
-    'rumbart_queries': ['bm25', 'dual', FROZEN] + [
-        f'rumbart:queries={source},n_queries=809,teacher_temperature=4,train_passages=false'
-        for source in ('sentences', 'generated')],
+    'rumbart_queries': ['bm25', 'dual', FROZEN, frozen_on('sentences'), frozen_on('generated')],
     'rumbart_start': ['bm25', f'ds:{TRAIN}', f'{FROZEN},start=ds', f'rumbart:{TRAIN},teacher_temperature=4,start=ds'],
     'rumbart_refresh': ['bm25', 'dual'] + [f'rumbart:{TRAIN},teacher_temperature=4,refresh_every={r}'
                                            for r in (10, 25, 0)],
-    'rumbart_roundtrip': ['bm25', 'dual', FROZEN] + [
-        f'rumbart:queries={source},n_queries=809,teacher_temperature=4,train_passages=false'
-        for source in ('generated', 'roundtrip')],
+    'rumbart_roundtrip': ['bm25', 'dual', FROZEN, frozen_on('generated'), frozen_on('roundtrip')],
     'rumbart_null': ['bm25', 'dual', FROZEN, f'{FROZEN},null_document=true'],
     'rumbart_start_seeds': ['bm25'] + [f'{FROZEN},start=ds,seed={seed}' if seed else f'{FROZEN},start=ds'
                                        for seed in (0, 1, 2)],

@@ -28,8 +28,7 @@ from pyterrier_selfsup.bm25 import BM25
 from pyterrier_selfsup.collections import Collection
 from pyterrier_selfsup.dense import MINILM, DenseRetriever
 from pyterrier_selfsup.dual_encoder import DualEncoder
-from pyterrier_selfsup.generator import load_generator
-from pyterrier_selfsup.queries import GENERATED, given_topics, training_topics
+from pyterrier_selfsup.queries import given_topics, training_topics
 from pyterrier_selfsup.training import Trainer, keep_final_only
 
 logger = logging.getLogger(__name__)
@@ -176,9 +175,7 @@ def adapted_retriever(collection: Union[str, Collection], *, model_name: str = M
 
     def train(staging: Path):
         # generated queries are the same ones RUMBArt trains on (SmolLM2, its default settings)
-        generator = load_generator(cache_dir=cache_dir, verbose=verbose) if queries in GENERATED else None
-        topics = training_topics(collection, queries, n_queries, seed=seed, generator=generator, cache_dir=cache_dir)
-        del generator  # not needed for training: its memory back
+        topics = training_topics(collection, queries, n_queries, seed=seed, generator='smollm2', cache_dir=cache_dir)
         torch.manual_seed(seed)
         encoder = DualEncoder.from_pretrained(model_name, dim=dim)
         DistantSupervision(encoder, collection, negatives=negatives, batch_size=batch_size, epochs=epochs, lr=lr,

@@ -81,6 +81,10 @@ def _sample(docs: Iterable[dict], n: int, rng: random.Random, pick) -> List[Tupl
     return reservoir
 
 
+def _text_if_any(doc: dict):
+    return doc['text'] if doc['text'].strip() else None
+
+
 def _frame(prefix: str, pairs: List[Tuple[str, str]]) -> pd.DataFrame:
     return pd.DataFrame({'qid': [f'{prefix}-{i}' for i in range(len(pairs))],
                          'query': [q for _, q in pairs], 'source_docno': [d for d, _ in pairs]})
@@ -94,7 +98,7 @@ def generated_queries(collection: Collection, generator, n: int, *, seed: int = 
     ``generate_kwargs`` say otherwise (``do_sample=True, top_p=0.92``); empty generations
     are dropped."""
     rng = random.Random(seed)
-    docs = _sample(collection.corpus_iter(), n, rng, lambda doc: doc['text'] if doc['text'].strip() else None)
+    docs = _sample(collection.corpus_iter(), n, rng, _text_if_any)
     texts = generator.generate([text for _, text in docs], max_new_tokens=max_new_tokens, **generate_kwargs)
     return _frame('gen', [(docno, q) for (docno, _), q in zip(docs, texts) if q.strip()])
 
@@ -109,8 +113,7 @@ def round_trip_queries(collection: Collection, generator, n: int, retriever, *, 
     drawn at random, ``n`` a round, until ``n`` queries are kept or ``max_tries * n``
     passages have been tried."""
     rng = random.Random(seed)
-    docs = _sample(collection.corpus_iter(), max_tries * n, rng,
-                   lambda doc: doc['text'] if doc['text'].strip() else None)
+    docs = _sample(collection.corpus_iter(), max_tries * n, rng, _text_if_any)
     rng.shuffle(docs)  # rounds of n from a uniform order (a reservoir's slots keep corpus order)
     kept, seen = [], set()
     for start in range(0, len(docs), n):
@@ -119,8 +122,8 @@ def round_trip_queries(collection: Collection, generator, n: int, retriever, *, 
         pairs = [(docno, q) for (docno, _), q in zip(batch, texts) if q.strip()]
         if pairs:
             topics = pd.DataFrame({'qid': [str(i) for i in range(len(pairs))], 'query': [q for _, q in pairs]})
-            run = retriever(topics)
-            found = set(zip(run.loc[run['rank'] < depth, 'qid'], run.loc[run['rank'] < depth, 'docno']))
+            top = retriever(topics).query('rank < @depth')
+            found = set(zip(top['qid'], top['docno']))
             for i, (docno, query) in enumerate(pairs):
                 if (str(i), docno) in found and query not in seen and len(kept) < n:
                     kept.append((docno, query))
@@ -137,7 +140,10 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
     generated and kept by BM25's ``roundtrip`` check (:func:`round_trip_queries`, top 10),
     both kept under ``<cache>/queries/``, keyed by the generator's fingerprint, so that
     every trainer given the same source trains on the same queries, written once; or the
-    name of a collection whose topic texts are used (never its qrels)."""
+    name of a collection whose topic texts are used (never its qrels). ``generator`` is a
+    :class:`~pyterrier_selfsup.generator.Generator` or a name for
+    :func:`~pyterrier_selfsup.generator.load_generator` (then loaded at its default
+    settings, and only for a source that needs it)."""
     if queries == 'sentences':
         return corpus_sentences(collection, n_queries, seed=seed)
     if queries == 'spans':
@@ -146,6 +152,9 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
         return given_topics(Collection(queries).topics())
     if generator is None:
         raise ValueError(f'queries={queries!r} needs a generator')
+    if isinstance(generator, str):
+        from pyterrier_selfsup.generator import load_generator
+        generator = load_generator(generator, cache_dir=cache_dir)
     settings = {'generator': generator.fingerprint(), 'n': n_queries, 'seed': seed}
     if queries == 'roundtrip':
         settings['check'] = f'bm25 top {ROUND_TRIP_DEPTH}'

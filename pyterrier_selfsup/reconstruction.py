@@ -45,7 +45,7 @@ from pyterrier_selfsup.dense import MINILM, DenseRetriever, flex_index
 from pyterrier_selfsup.distant import DS_DEFAULTS, adapted_model_dir, adapted_retriever
 from pyterrier_selfsup.dual_encoder import DualEncoder
 from pyterrier_selfsup.generator import MAX_PASSAGE_LENGTH, Generator, _pad, load_generator, score_cache_dir
-from pyterrier_selfsup.queries import GENERATED, given_topics, training_topics
+from pyterrier_selfsup.queries import given_topics, training_topics
 from pyterrier_selfsup.training import Trainer, fit_resumably
 
 logger = logging.getLogger(__name__)
@@ -493,13 +493,9 @@ def reconstruction_retriever(collection: Union[str, Collection], *, method: str 
                                   seed=seed, cache_dir=cache_dir, verbose=verbose, **extra)
         # generated queries are written by the generator at its default settings, whatever this
         # run's passage length, so that every trainer given that source trains on the same queries
-        writer = None
-        if queries in GENERATED:
-            writer = gen if max_passage_length == MAX_PASSAGE_LENGTH else load_generator(
-                generator, cache_dir=cache_dir, verbose=verbose)
-        topics = training_topics(collection, queries, n_queries, seed=seed, generator=writer, cache_dir=cache_dir)
-        del writer
-        fit_resumably(trainer, topics)
+        writer = gen if max_passage_length == MAX_PASSAGE_LENGTH else generator
+        fit_resumably(trainer, training_topics(collection, queries, n_queries, seed=seed, generator=writer,
+                                               cache_dir=cache_dir))
 
     # an interrupted training run continues from its last checkpoint when asked for again
     return DenseRetriever.from_dual_encoder(collection, str(build_once(path, train, resumable=True) / 'final'),

@@ -65,7 +65,8 @@ def test_generated_training_topics_are_written_once_and_shared_by_every_trainer(
     monkeypatch.setattr(gen, 'generate', never)
     assert training_topics(coll, 'generated', 8, seed=3, generator=gen, cache_dir=tmp_path).equals(first)
     # the distant-supervision pipeline reads the same file (its generator is SmolLM2's; here the tiny one)
-    monkeypatch.setattr(distant, 'load_generator', lambda **kwargs: gen)
+    from pyterrier_selfsup import generator as generator_module
+    monkeypatch.setattr(generator_module, 'load_generator', lambda *args, **kwargs: gen)
     class Trained(Exception):
         pass
 
