@@ -5,7 +5,10 @@ Per run: optimiser steps; the median time between consecutive steps (the log's t
 encoder work plus whatever a step waited for, such as teacher scoring of newly retrieved
 pairs; a refresh falls between two steps and is counted there); each refresh's seconds and
 the teacher-scoring seconds logged with it; and, where logged, the mean excess loss over
-the first and the last 25 steps; the β ACROBArT's first and last steps used.
+the first and the last 25 steps; the β ACROBArT's first and last steps used; where logged
+(runs since these were added), the mean share of the query's candidates a refresh left in
+place (``stale overlap``: the current queries' top k from the stale index that the rebuilt
+one also returns) and the null document's mean share of p(z|x) and of the posterior.
 
     python experiments/training_logs.py
 writes experiments/results/training_logs.md.
@@ -26,6 +29,8 @@ def summarise(log_file: Path) -> dict:
     excess = [r['excess loss'] for r in steps if 'excess loss' in r]
     refreshes = [r for r in records if 'refresh seconds' in r]
     beta = [r['beta'] for r in steps if 'beta' in r]
+    overlap = [r['stale overlap'] for r in refreshes if 'stale overlap' in r]
+    null = {name: [r[name] for r in steps if name in r] for name in ('null prior', 'null posterior')}
     return {
         'steps': len(steps),
         'median step s': float(np.median(np.diff(times))) if len(times) > 1 else float('nan'),
@@ -38,6 +43,9 @@ def summarise(log_file: Path) -> dict:
                                                       if excess else ''),
         # the β ACROBArT's first and last steps used (in logs written since it is logged)
         'β first / last': f'{beta[0]:.4f} / {beta[-1]:.4f}' if beta else '',
+        'stale overlap, mean (min)': f'{np.mean(overlap):.3f} ({min(overlap):.3f})' if overlap else '',
+        'null share of prior / posterior': (f'{np.mean(null["null prior"]):.3f} / {np.mean(null["null posterior"]):.3f}'
+                                            if null['null prior'] else ''),
     }
 
 

@@ -51,6 +51,17 @@ from pyterrier_selfsup.training import Trainer, fit_resumably
 logger = logging.getLogger(__name__)
 
 NULL_DOCNO = '__null__'
+STALENESS_PROBE = 1000  # training queries whose candidates are compared before and after a refresh
+
+
+def candidate_overlap(before: List[List[str]], after: List[List[str]]) -> float:
+    """Mean over queries of the share of one's real candidates (the null document aside)
+    that the other list also has."""
+    shares = []
+    for a, b in zip(before, after):
+        a = [d for d in a if d != NULL_DOCNO]
+        shares.append(len(set(a) & set(b)) / len(a) if a else 1.0)
+    return float(np.mean(shares)) if shares else float('nan')
 
 
 def marginal_nll(retriever_logits: torch.Tensor, teacher_logp: torch.Tensor) -> torch.Tensor:
@@ -150,6 +161,12 @@ class RetrieveAndReconstruct(Trainer):
         vectors come from the cached FlexIndex when it exists (built once per passage side)."""
         import faiss
         t0 = time.time()
+        # how stale the index had become: the current queries' top k from it and from the
+        # rebuilt one (logged, so that a refresh period can be judged by what it changes)
+        probe = examples[:STALENESS_PROBE] if self._index is not None and self.train_passages else []
+        if probe:
+            probe_vectors = self.encoder.encode_queries([q.query for q in probe])
+            stale = self.retrieve(probe_vectors, probe)
         # a frozen passage tower's vectors never change: its index is built once
         if self._index is None or self.train_passages:
             if initial:
@@ -167,7 +184,10 @@ class RetrieveAndReconstruct(Trainer):
                 for p in self.encoder.model.passage_parameters():
                     p.requires_grad_(False)
         self._train_mode(True)
-        self.log.append({'step': self.state.get('step', 0), 'refresh seconds': time.time() - t0})
+        record = {'step': self.state.get('step', 0), 'refresh seconds': time.time() - t0}
+        if probe:
+            record['stale overlap'] = candidate_overlap(stale, self.retrieve(probe_vectors, probe))
+        self.log.append(record)
         logger.info('MIPS index %s in %.0f s', 'built' if initial else 'refreshed', time.time() - t0)
         self.after_refresh(examples)
 
@@ -201,6 +221,8 @@ class RetrieveAndReconstruct(Trainer):
                        for row in docnos]
             passages = torch.from_numpy(np.stack(vectors)).to(queries.device)
         logits = torch.einsum('bd,bkd->bk', queries, passages) / self.encoder.temperature
+        if self.null_document:  # the prior's share on the null document (the last candidate)
+            self.record('null prior', torch.softmax(logits.detach(), dim=-1)[:, -1].mean().item())
         return docnos, texts, logits
 
     def texts(self, docnos: List[List[str]]) -> List[List[str]]:
@@ -259,6 +281,9 @@ class Rumbart(RetrieveAndReconstruct):
         docnos, texts, logits = self.candidates(batch)
         teacher = self.teacher_logp(batch, docnos, texts) / self.teacher_temperature
         loss = marginal_nll(logits, teacher)
+        if self.null_document:  # the posterior's share on it: how often it explains the query best
+            posterior = torch.softmax(torch.log_softmax(logits.detach(), dim=-1) + teacher, dim=-1)
+            self.record('null posterior', posterior[:, -1].mean().item())
         # the loss cannot go below -mean(max_z log p(x|z)) (all of p(z|x) on the teacher's
         # best): the excess is what the retriever can still gain, comparable across batches
         self.record('excess loss', (loss + teacher.max(dim=1).values.mean()).item())

@@ -112,14 +112,22 @@ def test_refresh_rebuilds_the_index_from_the_updated_encoder(tiny_dir, tiny_gene
     trainer = Rumbart(enc, generator(tiny_generator_dir), coll, cache_dir=tmp_path, verbose=False)
     examples = trainer.examples(coll.topics().head(2))
     trainer.refresh(examples, initial=True)
+
+    def last_refresh():
+        return [r for r in trainer.log if 'refresh seconds' in r][-1]
+    assert 'stale overlap' not in last_refresh()  # nothing to compare with yet
+    trainer.refresh(examples)
+    assert last_refresh()['stale overlap'] == pytest.approx(1.0)  # the encoder did not change
     before = trainer._index.reconstruct_n(0, 5)
     with torch.no_grad():
         enc.model.passage_proj.weight.mul_(-2.0)
     trainer.refresh(examples)
+    # every score negated: the fresh top 5 are the stale index's bottom 5 of 82
+    assert last_refresh()['stale overlap'] == 0.0
     after = trainer._index.reconstruct_n(0, len(trainer._docnos))
     np.testing.assert_allclose(after, enc.encode_docs(coll.texts(list(trainer._docnos))), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(after[:5], -2 * before, rtol=1e-4, atol=1e-6)
-    assert [r for r in trainer.log if 'refresh seconds' in r][-1]['step'] == 0
+    assert last_refresh()['step'] == 0
 
 
 def test_rumbart_reuses_cached_teacher_scores_and_leaves_a_frozen_generator_alone(tiny_dir, tiny_generator_dir,
@@ -166,6 +174,12 @@ def test_corpus_queries_never_retrieve_their_source_and_null_document(tiny_dir, 
     assert logits.shape == (20, 4)
     for row, row_texts, source in zip(docnos, texts, sents['source_docno']):
         assert source not in row and row[-1] == NULL_DOCNO and row_texts[-1] == ''
+    # the null document's share of the prior and of the posterior are logged
+    trainer._metrics = {}
+    with torch.no_grad():
+        trainer.loss(examples, np.random.default_rng(0))
+    prior, posterior = trainer._metrics['null prior'], trainer._metrics['null posterior']
+    assert 0 < prior[0] < 1 and 0 < posterior[0] < 1 and prior[0] != pytest.approx(posterior[0])
     # a sentence's own passage is what a similarity search would find first without the rule
     with torch.no_grad():
         own = trainer.retrieve(enc.encode(sents['query'].tolist(), 'query').numpy(),
