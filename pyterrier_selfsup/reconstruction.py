@@ -474,6 +474,20 @@ def reconstruction_model_dir(collection: Collection, settings: dict, cache_dir=N
     return cache_root(cache_dir) / 'models' / cache_key(f'{collection.corpus_id}.{settings["method"]}', settings)
 
 
+def _ds_settings(settings: dict) -> dict:
+    return dict(DS_DEFAULTS, queries=settings['queries'], n_queries=settings['n_queries'], seed=settings['seed'])
+
+
+def start_model(collection: Collection, settings: dict, cache_dir=None) -> str:
+    """The model that a :func:`reconstruction_retriever` run with ``settings`` starts from:
+    all-MiniLM-L6-v2, the ds pipeline's model trained on the same queries (``start='ds'``),
+    or a path."""
+    start = settings['start']
+    if start == 'ds':
+        return str(adapted_model_dir(collection, _ds_settings(settings), cache_dir) / 'final')
+    return MINILM if start == 'minilm' else start
+
+
 def reconstruction_retriever(collection: Union[str, Collection], *, method: str = 'rumbart', start: str = 'minilm',
                              queries: str = 'sentences', n_queries: int = 5000, k: int = 5,
                              refresh_every: Optional[int] = 25, null_document: bool = False,
@@ -499,12 +513,9 @@ def reconstruction_retriever(collection: Union[str, Collection], *, method: str 
     path = reconstruction_model_dir(collection, settings, cache_dir)
 
     def train(staging: Path):
-        if start == 'ds':  # the ds pipeline's model, trained on the same queries
-            ds = dict(DS_DEFAULTS, queries=queries, n_queries=n_queries, seed=seed)
-            adapted_retriever(collection, cache_dir=cache_dir, verbose=verbose, **ds)
-            start_path = str(adapted_model_dir(collection, ds, cache_dir) / 'final')
-        else:
-            start_path = MINILM if start == 'minilm' else start
+        if start == 'ds':  # the ds pipeline's model, trained on the same queries (on first use)
+            adapted_retriever(collection, cache_dir=cache_dir, verbose=verbose, **_ds_settings(settings))
+        start_path = start_model(collection, settings, cache_dir)
         gen = load_generator(generator, cache_dir=cache_dir, max_passage_length=max_passage_length, verbose=verbose)
         torch.manual_seed(seed)
         # A run resumes exactly from a checkpoint taken right after a refresh (its index is
