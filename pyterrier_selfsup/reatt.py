@@ -1,0 +1,376 @@
+"""Retrieval as Attention (ReAtt; Jiang et al., 2022, §2.2): a transformer's own attention
+as a token-level late-interaction retriever.
+
+The first B layers of an encoder encode query and document independently (a bi-encoder).
+At layer B+1, head h's pre-softmax attention from query tokens to document tokens,
+A = Q_q K_dᵀ (times the layer's own scaling: 1/√e for BERT, 1 for T5), scores the pair:
+
+    r_h(q, d) = mean over query tokens of the max over document tokens of A      (Eq. 1)
+    r(q, d)   = Σ_h softmax(w / τ)_h · r_h(q, d)
+
+with w learnable and τ low, so that training ends up selecting one *retrieval head*.
+
+Backbones: BERT-family encoders (all-MiniLM-L6-v2 here: 6 layers, 12 heads of 32
+dimensions) and the T5 encoder (ReAtt's own choice; pre-norm, so layer B+1's attention
+reads its layer norm of the B-th layer's output). Every real token counts, special tokens
+included ([CLS]/[SEP] for BERT, </s> for T5), as ColBERT keeps its markers.
+
+    reatt = ReAtt.from_pretrained('sentence-transformers/all-MiniLM-L6-v2', retrieval_layer=3)
+    bm25 % 100 >> collection.text_loader() >> reatt.scorer()
+"""
+import copy
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Union
+
+import numpy as np
+import pandas as pd
+import pyterrier as pt
+import torch
+from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+from pyterrier_selfsup._cache import weights_fingerprint
+from pyterrier_selfsup._precision import autocast, compute_dtype
+from pyterrier_selfsup.dual_encoder import _clean
+
+CONFIG_FILE = 'reatt.json'
+HEAD_WEIGHTS_FILE = 'reatt_heads.pt'
+
+
+@dataclass
+class _Attention:
+    """Layer B+1's self-attention, as far as retrieval needs it."""
+    query: torch.nn.Linear
+    key: torch.nn.Linear
+    norm: Optional[torch.nn.Module]  # a pre-norm transformer's layer norm before attention (T5)
+    heads: int
+    head_dim: int
+    scaling: float
+
+
+def _stack(model: torch.nn.Module):
+    """(the module that runs the layers, the name of its layer list)."""
+    encoder = model.encoder if hasattr(model, 'encoder') else model
+    for name in ('layer', 'block'):
+        if isinstance(getattr(encoder, name, None), torch.nn.ModuleList):
+            return encoder, name
+    raise ValueError(f'{type(model).__name__}: no layer list (neither encoder.layer nor encoder.block)')
+
+
+def n_layers(model: torch.nn.Module) -> int:
+    stack, name = _stack(model)
+    return len(getattr(stack, name))
+
+
+def retrieval_attention(model: torch.nn.Module, layer: int) -> _Attention:
+    """The self-attention of ``model``'s layer ``layer`` (1-based: layer B+1 for a
+    bi-encoder of B layers)."""
+    stack, name = _stack(model)
+    block = getattr(stack, name)[layer - 1]
+    if name == 'layer':  # BERT family: post-norm, the previous layer's output goes in as is
+        attn = block.attention.self
+        return _Attention(attn.query, attn.key, None, attn.num_attention_heads, attn.attention_head_size,
+                          float(attn.scaling))
+    sub = block.layer[0]  # T5: pre-norm, unscaled dot products
+    attn = sub.SelfAttention
+    return _Attention(attn.q, attn.k, sub.layer_norm, attn.n_heads, attn.key_value_proj_dim, 1.0)
+
+
+def first_layers(model: torch.nn.Module, n: int) -> torch.nn.Module:
+    """A view of ``model`` that runs its embeddings and only its first ``n`` layers,
+    sharing its parameters (a T5 stack's final layer norm is left out: it belongs to
+    the last layer's output). Its ``last_hidden_state`` is the bi-encoder's output."""
+    stack, name = _stack(model)
+    view_stack = copy.copy(stack)
+    view_stack._modules = dict(stack._modules)  # nn.Module keeps submodules in this dict
+    setattr(view_stack, name, torch.nn.ModuleList(list(getattr(stack, name))[:n]))
+    if hasattr(view_stack, 'final_layer_norm'):
+        view_stack.final_layer_norm = torch.nn.Identity()
+    if stack is model:
+        return view_stack
+    view = copy.copy(model)
+    view._modules = dict(model._modules)
+    view.encoder = view_stack
+    return view
+
+
+class ReAttModel(torch.nn.Module):
+    """The trainable part: the encoder, its retrieval layer, and the head weights w."""
+
+    def __init__(self, encoder: torch.nn.Module, retrieval_layer: int, *, head_temperature: float = 0.1):
+        super().__init__()
+        total = n_layers(encoder)
+        if not 1 <= retrieval_layer <= total:
+            raise ValueError(f'retrieval_layer must be in 1..{total} (layer B+1 after B bi-encoder layers), '
+                             f'not {retrieval_layer}')
+        self.encoder = encoder
+        self.retrieval_layer = retrieval_layer
+        self.head_temperature = head_temperature
+        self.attention = retrieval_attention(encoder, retrieval_layer)
+        self.head_logits = torch.nn.Parameter(torch.zeros(self.attention.heads))  # w: uniform to start
+        self._bi_encoder = [first_layers(encoder, retrieval_layer - 1)]  # a list: not a registered submodule
+
+    @property
+    def head_weights(self) -> torch.Tensor:
+        """P_head = softmax(w / τ)."""
+        return torch.softmax(self.head_logits / self.head_temperature, dim=0)
+
+    @property
+    def retrieval_head(self) -> int:
+        return int(self.head_logits.argmax())
+
+    def select_head(self, head: int, margin: float = 1.0):
+        """Puts (nearly) all of P_head on ``head``: w = ``margin`` there, 0 elsewhere."""
+        with torch.no_grad():
+            self.head_logits.zero_()
+            self.head_logits[head] = margin
+
+    def states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The bi-encoder's output: hidden states after the first B layers, (b, L, hidden)."""
+        return self._bi_encoder[0](input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    def project(self, hidden: torch.Tensor, side: str) -> torch.Tensor:
+        """Layer B+1's query (``side='query'``) or key vectors per head, (b, H, L, e)."""
+        att = self.attention
+        if att.norm is not None:
+            hidden = att.norm(hidden)
+        proj = att.query if side == 'query' else att.key
+        b, length, _ = hidden.shape
+        return proj(hidden).view(b, length, att.heads, att.head_dim).transpose(1, 2)
+
+    def head_scores(self, q: torch.Tensor, q_mask: torch.Tensor, k: torch.Tensor, k_mask: torch.Tensor,
+                    chunk: int = 64) -> torch.Tensor:
+        """r_h(q_i, d_j) for every query i and document j, (n_q, n_d, H); documents in
+        chunks of ``chunk`` to bound memory (n_q · chunk · H · L_q · L_d logits at once)."""
+        out = []
+        q_mask = q_mask.to(q.dtype)
+        n_tokens = q_mask.sum(1).clamp(min=1)  # (n_q,)
+        for start in range(0, len(k), chunk):
+            kc, mc = k[start:start + chunk], k_mask[start:start + chunk]
+            logits = torch.einsum('ihqe,jhde->ijhqd', q, kc) * self.attention.scaling
+            logits = logits.masked_fill(~mc.bool()[None, :, None, None, :], torch.finfo(logits.dtype).min)
+            best = logits.max(dim=-1).values  # (n_q, c, H, L_q): each query token's best document token
+            r = (best * q_mask[:, None, None, :]).sum(-1) / n_tokens[:, None, None]
+            # a document with no token to score (nothing left after truncation) cannot be retrieved
+            out.append(r.masked_fill(~mc.bool().any(1)[None, :, None], float('-inf')))
+        return torch.cat(out, dim=1) if out else q.new_zeros((len(q), 0, self.attention.heads))
+
+    def scores(self, q: torch.Tensor, q_mask: torch.Tensor, k: torch.Tensor, k_mask: torch.Tensor) -> torch.Tensor:
+        """r(q_i, d_j) = Σ_h P_head,h r_h, (n_q, n_d)."""
+        return self.head_scores(q, q_mask, k, k_mask) @ self.head_weights.to(q.dtype)
+
+
+class ReAtt:
+    """A ReAtt retriever over any BERT-family or T5 encoder: tokenisation, encoding of
+    query and document tokens, scoring, a re-ranker (:meth:`scorer`), save and load.
+
+    ``retrieval_layer`` is B+1, the layer whose attention retrieves (1-based; ReAtt takes
+    B as half the encoder's depth). ``head_temperature`` is τ."""
+
+    def __init__(self, model: ReAttModel, tokenizer, *, name: str = 'reatt', max_length: int = 256,
+                 query_max_length: int = 64, special_tokens: bool = True, batch_size: int = 32,
+                 device: Optional[str] = None, precision: str = 'auto', verbose: bool = False):
+        self.device = torch.device(device or ('cuda' if torch.cuda.is_available() else 'cpu'))
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.max_length = max_length
+        self.query_max_length = query_max_length
+        self.special_tokens = special_tokens
+        self.batch_size = batch_size
+        self.precision = precision
+        self.verbose = verbose
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, *, retrieval_layer: Optional[int] = None,
+                        head_temperature: Optional[float] = None, head: Optional[int] = None,
+                        max_length: Optional[int] = None, **kwargs) -> 'ReAtt':
+        """A hub name or path: any encoder (a T5 checkpoint gives its encoder), or a
+        directory written by :meth:`save_pretrained` (its settings and head weights).
+        ``retrieval_layer`` defaults to half the depth plus one; ``head`` puts P_head on
+        one head (from a head analysis), else heads start uniform."""
+        saved = _read_config(name_or_path)
+        config = AutoConfig.from_pretrained(name_or_path)
+        if getattr(config, 'is_encoder_decoder', False):  # a seq2seq checkpoint: its encoder only
+            from transformers import T5EncoderModel
+            encoder = T5EncoderModel.from_pretrained(name_or_path)
+        else:
+            encoder = AutoModel.from_pretrained(name_or_path)
+        retrieval_layer = retrieval_layer or saved.get('retrieval_layer') or n_layers(encoder) // 2 + 1
+        model = ReAttModel(encoder, retrieval_layer,
+                           head_temperature=head_temperature or saved.get('head_temperature', 0.1))
+        if saved and (Path(name_or_path) / HEAD_WEIGHTS_FILE).is_file():
+            model.head_logits.data.copy_(torch.load(Path(name_or_path) / HEAD_WEIGHTS_FILE, map_location='cpu'))
+        if head is not None:
+            model.select_head(head)
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+        limit = min(tokenizer.model_max_length, getattr(config, 'max_position_embeddings', math.inf))
+        max_length = max_length or saved.get('max_length') or int(min(256, limit))
+        for key in ('query_max_length', 'special_tokens', 'name'):
+            if key in saved:
+                kwargs.setdefault(key, saved[key])
+        kwargs.setdefault('name', str(name_or_path))
+        return cls(model, tokenizer, max_length=max_length, **kwargs)
+
+    def config(self) -> Dict:
+        return {'name': self.name, 'retrieval_layer': self.model.retrieval_layer,
+                'head_temperature': self.model.head_temperature, 'max_length': self.max_length,
+                'query_max_length': self.query_max_length, 'special_tokens': self.special_tokens}
+
+    def save_pretrained(self, path: Union[str, Path]) -> Path:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.encoder.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+        torch.save(self.model.head_logits.detach().cpu(), path / HEAD_WEIGHTS_FILE)
+        (path / CONFIG_FILE).write_text(json.dumps(self.config(), indent=2))
+        return path
+
+    def fingerprint(self) -> str:
+        return weights_fingerprint(self.config(), self.model)
+
+    # -- encoding ---------------------------------------------------------------------
+
+    def tokenize(self, texts: Sequence[str], side: str) -> Dict[str, torch.Tensor]:
+        max_length = self.query_max_length if side == 'query' else self.max_length
+        batch = self.tokenizer(_clean(list(texts)), padding=True, truncation=True, max_length=max_length, return_tensors='pt',
+                               return_special_tokens_mask=True)
+        out = {'input_ids': batch['input_ids'].to(self.device), 'attention_mask': batch['attention_mask'].to(self.device)}
+        # which tokens score: all real ones, or (special_tokens=False) those of the text itself
+        out['score_mask'] = out['attention_mask'] * (1 if self.special_tokens else
+                                                     1 - batch['special_tokens_mask'].to(self.device))
+        return out
+
+    def encode(self, texts: Sequence[str], side: str):
+        """(vectors (b, H, L, e), mask (b, L)) of layer B+1's queries or keys, with gradients."""
+        batch = self.tokenize(texts, side)
+        with self._autocast():
+            vectors = self.model.project(self.model.states(batch['input_ids'], batch['attention_mask']), side)
+        return vectors.float(), batch['score_mask']
+
+    def token_vectors(self, texts: Sequence[str], side: str) -> List[torch.Tensor]:
+        """Inference: each text's layer-B+1 query or key vectors, (L, H, e) without padding;
+        texts batched by length so that a batch pads little."""
+        texts = list(texts)
+        order = np.argsort([-len(t) if isinstance(t, str) else 0 for t in texts], kind='stable')
+        out: List[Optional[torch.Tensor]] = [None] * len(texts)
+        batches = range(0, len(texts), self.batch_size)
+        if self.verbose and len(batches) > 1:
+            batches = pt.tqdm(batches, desc=f'ReAtt {side}s', unit='batch')
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                for start in batches:
+                    idx = order[start:start + self.batch_size]
+                    vectors, mask = self.encode([texts[i] for i in idx], side)
+                    for row, i in enumerate(idx):
+                        out[i] = vectors[row, :, mask[row].bool()].transpose(0, 1).contiguous()
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def score_texts(self, queries: Sequence[str], docs: Sequence[str], *, per_head: bool = False) -> np.ndarray:
+        """r(q_i, d_i) for aligned pairs (``per_head``: r_h for every head, (n, H)), in
+        inference mode; each distinct query and document is encoded once."""
+        uq, qi = np.unique(np.asarray(_clean(list(queries)), dtype=object), return_inverse=True)
+        ud, di = np.unique(np.asarray(_clean(list(docs)), dtype=object), return_inverse=True)
+        q_vectors, d_vectors = self.token_vectors(uq, 'query'), self.token_vectors(ud, 'passage')
+        out = np.empty((len(qi), self.model.attention.heads), dtype=np.float32)
+        with torch.inference_mode():
+            for i in range(len(uq)):
+                rows = np.flatnonzero(qi == i)
+                q, q_mask = pad_tokens([q_vectors[i]])
+                k, k_mask = pad_tokens([d_vectors[j] for j in di[rows]])
+                out[rows] = self.model.head_scores(q, q_mask, k, k_mask)[0].cpu().numpy()
+        return out if per_head else out @ self.model.head_weights.detach().float().cpu().numpy()
+
+    def compute_dtype(self) -> torch.dtype:
+        return compute_dtype(self.precision, self.device)
+
+    def _autocast(self):
+        return autocast(self.device, self.compute_dtype())
+
+    # -- PyTerrier --------------------------------------------------------------------
+
+    def scorer(self, *, text_field: str = 'text', per_head: bool = False) -> pt.Transformer:
+        """A re-ranker: scores each (query, text) row by r(q, d) (``per_head``: adds one
+        column ``head_<h>`` of r_h for every head as well)."""
+        return ReAttScorer(self, text_field=text_field, per_head=per_head)
+
+    def __repr__(self):
+        return f'ReAtt({self.name!r}, retrieval_layer={self.model.retrieval_layer}, heads={self.model.attention.heads})'
+
+
+class ReAttScorer(pt.Transformer):
+    def __init__(self, reatt: ReAtt, *, text_field: str = 'text', per_head: bool = False):
+        self.reatt = reatt
+        self.text_field = text_field
+        self.per_head = per_head
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        pt.validate.columns(inp, includes=['qid', 'query', self.text_field])
+        out = inp.copy()
+        if not len(out):
+            out['score'] = pd.Series(dtype=float)
+            return pt.model.add_ranks(out)
+        heads = self.reatt.score_texts(out['query'].tolist(), out[self.text_field].tolist(), per_head=True)
+        out['score'] = heads @ self.reatt.model.head_weights.detach().float().cpu().numpy()
+        if self.per_head:
+            for h in range(heads.shape[1]):
+                out[f'head_{h}'] = heads[:, h]
+        return pt.model.add_ranks(out)
+
+
+def pad_tokens(pieces: List[torch.Tensor]):
+    """Per-text token vectors (L_i, H, e) as one padded batch (b, H, L, e) and its mask (b, L)."""
+    width = max(1, max(len(p) for p in pieces))  # at least one (masked) position: empty texts
+    vectors = pieces[0].new_zeros((len(pieces), width) + tuple(pieces[0].shape[1:]))
+    for i, p in enumerate(pieces):
+        vectors[i, :len(p)] = p
+    vectors = vectors.permute(0, 2, 1, 3)
+    mask = torch.zeros(vectors.shape[0], width, dtype=torch.long, device=vectors.device)
+    for i, p in enumerate(pieces):
+        mask[i, :len(p)] = 1
+    return vectors, mask
+
+
+def _read_config(name_or_path: str) -> dict:
+    path = Path(name_or_path) / CONFIG_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def head_analysis(collection, model_name: str, *, depth: int = 100, layers: Optional[Sequence[int]] = None,
+                  measures=None, cache_dir=None, verbose: bool = False, **kwargs) -> pd.DataFrame:
+    """How well each (layer, head) of ``model_name`` retrieves zero-shot (ReAtt §2.3): BM25's
+    top ``depth`` for every topic of ``collection`` re-ranked by r_h at each layer, one row
+    per (layer, head) with the ``measures`` (default nDCG@10 and R@10) averaged over the
+    judged topics, plus a row for BM25 itself (``layer`` 0, ``head`` -1). Queries and
+    documents are encoded once per layer, through that layer only."""
+    import ir_measures
+    from ir_measures import R, nDCG
+
+    from pyterrier_selfsup.bm25 import BM25
+    from pyterrier_selfsup.collections import Collection
+
+    collection = Collection(collection) if isinstance(collection, str) else collection
+    measures = measures or [nDCG @ 10, R @ 10]
+    qrels = collection.qrels().rename(columns={'qid': 'query_id', 'docno': 'doc_id', 'label': 'relevance'})
+    qrels['relevance'] = qrels['relevance'].astype(int)
+    run = (BM25.from_collection(collection, num_results=depth, cache_dir=cache_dir)
+           >> collection.text_loader())(collection.topics())
+    run = run[run['qid'].isin(set(qrels['query_id']))].reset_index(drop=True)
+
+    def evaluate(scores: np.ndarray) -> dict:
+        frame = pd.DataFrame({'query_id': run['qid'], 'doc_id': run['docno'], 'score': scores.astype(float)})
+        return {str(m): v for m, v in ir_measures.calc_aggregate(measures, qrels, frame).items()}
+
+    rows = [{'layer': 0, 'head': -1, **evaluate(run['score'].to_numpy())}]
+    total = n_layers(ReAtt.from_pretrained(model_name, retrieval_layer=1, **kwargs).model.encoder)
+    for layer in layers or range(1, total + 1):
+        reatt = ReAtt.from_pretrained(model_name, retrieval_layer=layer, verbose=verbose, **kwargs)
+        per_head = reatt.score_texts(run['query'].tolist(), run['text'].tolist(), per_head=True)
+        rows += [{'layer': layer, 'head': h, **evaluate(per_head[:, h])} for h in range(per_head.shape[1])]
+    return pd.DataFrame(rows)

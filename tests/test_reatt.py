@@ -1,0 +1,114 @@
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from pyterrier_selfsup.reatt import ReAtt, retrieval_attention
+
+QUERIES = ['what is information retrieval', 'automatic indexing of documents']
+DOCS = ['retrieval of information from a library of documents', 'indexing', 'the weather today is fine and dry',
+        'automatic indexing assigns terms to documents']
+
+
+def reatt(path, layer=2, **kwargs):
+    torch.manual_seed(0)
+    return ReAtt.from_pretrained(str(path), retrieval_layer=layer, device='cpu', precision='fp32', **kwargs)
+
+
+def captured_projections(model, layer, texts, tokenizer):
+    """The query and key vectors that ``model``'s own layer ``layer`` computes in a full
+    forward pass of each text alone (hooks on its projections), (L, H, e) each."""
+    att = retrieval_attention(model, layer)
+    seen = {}
+    hooks = [att.query.register_forward_hook(lambda m, i, o: seen.__setitem__('q', o)),
+             att.key.register_forward_hook(lambda m, i, o: seen.__setitem__('k', o))]
+    out = []
+    try:
+        for text in texts:
+            ids = tokenizer([text], return_tensors='pt')
+            with torch.no_grad():
+                model(input_ids=ids['input_ids'], attention_mask=ids['attention_mask'])
+            out.append({s: seen[s][0].view(-1, att.heads, att.head_dim) for s in 'qk'})
+    finally:
+        for h in hooks:
+            h.remove()
+    return out, att.scaling
+
+
+@pytest.mark.parametrize('kind,layer', [('bert', 1), ('bert', 2), ('t5', 2)])
+def test_head_scores_equal_a_manual_computation_from_the_models_own_attention(tiny_dir, tiny_generator_dir,
+                                                                            kind, layer):
+    path = tiny_dir if kind == 'bert' else tiny_generator_dir['t5']
+    r = reatt(path, layer)
+    got = r.score_texts([QUERIES[0]] * len(DOCS) + [QUERIES[1]] * len(DOCS), DOCS * 2, per_head=True)
+    q_seen, scaling = captured_projections(r.model.encoder, layer, QUERIES, r.tokenizer)
+    d_seen, _ = captured_projections(r.model.encoder, layer, DOCS, r.tokenizer)
+    expected = []
+    for q in q_seen:
+        for d in d_seen:
+            a = torch.einsum('qhe,dhe->hqd', q['q'], d['k']) * scaling  # pre-softmax attention
+            expected.append(a.max(dim=2).values.mean(dim=1).numpy())  # avg over query tokens of max
+    expected = np.stack(expected)  # fp32 sums: exact to ~1e-7 of the largest magnitude involved
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6 * np.abs(expected).max())
+    assert got.shape == (8, 2) and np.ptp(got[:4], axis=0).min() > 1e-4  # the documents score differently
+
+
+def test_the_projections_are_the_ones_the_model_attends_with(tiny_dir):
+    """softmax(Q Kᵀ · scaling) of a text with itself is the model's own attention map at that layer."""
+    r = reatt(tiny_dir, 2)
+    ids = r.tokenizer([QUERIES[0]], return_tensors='pt')
+    r.model.encoder.set_attn_implementation('eager')
+    with torch.no_grad():
+        own = r.model.encoder(**ids, output_attentions=True).attentions[1][0]  # layer 2, (H, L, L)
+        q = r.model.project(r.model.states(ids['input_ids'], ids['attention_mask']), 'query')[0]
+        k = r.model.project(r.model.states(ids['input_ids'], ids['attention_mask']), 'passage')[0]
+    torch.testing.assert_close(torch.softmax(q @ k.transpose(1, 2) * r.model.attention.scaling, -1), own,
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_a_pairs_score_does_not_depend_on_its_batch(tiny_dir):
+    r = reatt(tiny_dir)
+    alone = [r.score_texts([QUERIES[0]], [d])[0] for d in DOCS]
+    together = r.score_texts([QUERIES[0]] * len(DOCS), DOCS)  # padded to the longest document
+    np.testing.assert_allclose(together, alone, rtol=1e-5, atol=1e-6)
+
+
+def test_head_weights_mix_the_heads_and_save_and_load(tiny_dir, tmp_path):
+    r = reatt(tiny_dir)
+    per_head = r.score_texts([QUERIES[0]] * 4, DOCS, per_head=True)
+    np.testing.assert_allclose(r.score_texts([QUERIES[0]] * 4, DOCS), per_head.mean(1), rtol=1e-5)  # uniform
+    r.model.select_head(1, margin=1.0)  # τ=0.1: weight e^10 / (e^10 + 1) on head 1
+    assert r.model.retrieval_head == 1 and r.model.head_weights[1].item() == pytest.approx(1 / (1 + np.exp(-10)))
+    mixed = r.score_texts([QUERIES[0]] * 4, DOCS)
+    np.testing.assert_allclose(mixed, per_head @ r.model.head_weights.detach().numpy(), rtol=1e-5)
+    r.save_pretrained(tmp_path / 'saved')
+    again = ReAtt.from_pretrained(str(tmp_path / 'saved'), device='cpu', precision='fp32')
+    assert again.model.retrieval_layer == 2 and again.fingerprint() == r.fingerprint()
+    np.testing.assert_allclose(again.score_texts([QUERIES[0]] * 4, DOCS), mixed, rtol=1e-6)
+
+
+def test_scorer_reranks_with_per_head_columns(tiny_dir):
+    r = reatt(tiny_dir)
+    frame = pd.DataFrame({'qid': ['1'] * 4 + ['2'] * 4, 'query': [QUERIES[0]] * 4 + [QUERIES[1]] * 4,
+                          'docno': [f'd{i}' for i in range(4)] * 2, 'text': DOCS * 2})
+    out = r.scorer(per_head=True)(frame)
+    assert set(out.columns) >= {'score', 'rank', 'head_0', 'head_1'} and len(out) == 8
+    np.testing.assert_allclose(out['score'], out[['head_0', 'head_1']].mean(axis=1), rtol=1e-5)
+    assert out.groupby('qid')['rank'].apply(sorted).tolist() == [[0, 1, 2, 3]] * 2
+    assert r.scorer()(frame.head(0)).empty
+
+
+def test_bad_input_empty_texts_and_out_of_range_layer(tiny_dir):
+    r = reatt(tiny_dir)
+    scores = r.score_texts(['', QUERIES[0]], ['', ''])  # special tokens alone still score
+    assert np.isfinite(scores).all()
+    # without special tokens, an empty document has no token to match: it ranks last
+    r = reatt(tiny_dir, special_tokens=False)
+    scores = r.score_texts([QUERIES[0]] * 3, ['', DOCS[0], None])
+    assert np.isneginf(scores[[0, 2]]).all() and np.isfinite(scores[1])
+    assert r.score_texts([''], [DOCS[0]])[0] == 0.0  # an empty query: nothing to average
+    # and the text's own tokens score as they did with the special tokens around them
+    with_special = reatt(tiny_dir).score_texts([QUERIES[0]], [DOCS[0]], per_head=True)
+    assert not np.allclose(r.score_texts([QUERIES[0]], [DOCS[0]], per_head=True), with_special)
+    with pytest.raises(ValueError, match='retrieval_layer'):
+        reatt(tiny_dir, layer=3)
