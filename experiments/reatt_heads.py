@@ -1,0 +1,102 @@
+"""Zero-shot ReAtt head analysis (issue 5, item 1; ReAtt §2.3): how well each (layer, head)
+of all-MiniLM-L6-v2's attention retrieves, as r_h re-ranking BM25's top 100.
+
+Choices are made on beir/scifact/train only (its qrels; no training happens here):
+whether special tokens ([CLS], [SEP]) take part in the scoring, and which (layer, head)
+is *the* retrieval head. That head is then reported on every collection beside the best
+head of each collection (an oracle, shown to say how far the transferred choice is from
+it, never used for a choice), BM25 and the per-layer best.
+
+    python experiments/reatt_heads.py
+writes experiments/results/reatt_heads.{md,csv,png}.
+"""
+import time
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+
+from pyterrier_selfsup import MINILM, provenance
+from pyterrier_selfsup.reatt import head_analysis
+
+matplotlib.use('Agg')
+import matplotlib.pyplot as plt  # noqa: E402
+
+RESULTS = Path(__file__).parent / 'results'
+CHOICE = 'beir/scifact/train'
+COLLECTIONS = ['beir/scifact/test', 'cranfield', 'vaswani', 'classic/cisi', 'classic/adi']
+DEPTH = 100
+MEASURE = 'nDCG@10'
+
+
+def main():
+    header = provenance.header()
+    started = time.time()
+    frames, seconds = [], {}
+    for special in (True, False):
+        t0 = time.time()
+        frames.append(head_analysis(CHOICE, MINILM, depth=DEPTH, special_tokens=special, verbose=True)
+                      .assign(collection=CHOICE, special_tokens=special))
+        seconds[f'{CHOICE}, special_tokens={special}'] = time.time() - t0
+    train = pd.concat(frames, ignore_index=True)
+    heads = train[train['head'] >= 0]
+    best = heads.loc[heads[MEASURE].idxmax()]
+    special, layer, head = bool(best['special_tokens']), int(best['layer']), int(best['head'])
+    print(f'chosen on {CHOICE}: special_tokens={special}, layer {layer}, head {head}', flush=True)
+    for name in COLLECTIONS:
+        t0 = time.time()
+        frames.append(head_analysis(name, MINILM, depth=DEPTH, special_tokens=special, verbose=True)
+                      .assign(collection=name, special_tokens=special))
+        seconds[name] = time.time() - t0
+    table = pd.concat(frames, ignore_index=True).drop_duplicates(['collection', 'special_tokens', 'layer', 'head'])
+    RESULTS.mkdir(exist_ok=True)
+    table.to_csv(RESULTS / 'reatt_heads.csv', index=False)
+
+    rows = []
+    for (name, sp), frame in table.groupby(['collection', 'special_tokens'], sort=False):
+        hs = frame[frame['head'] >= 0]
+        top = hs.loc[hs[MEASURE].idxmax()]
+        chosen = hs[(hs['layer'] == layer) & (hs['head'] == head)].iloc[0]
+        rows.append({'collection': name, 'special tokens': sp,
+                     'BM25': frame.loc[frame['head'] < 0, MEASURE].iloc[0],
+                     f'chosen head (layer {layer}, head {head})': chosen[MEASURE],
+                     'best head (oracle)': top[MEASURE], 'its layer, head': f'{int(top["layer"])}, {int(top["head"])}',
+                     **{f'best of layer {ly}': v for ly, v in hs.groupby('layer')[MEASURE].max().items()}})
+    summary = pd.DataFrame(rows)
+
+    settings = {'model': provenance.model_revision(MINILM),
+                'scoring': f'r_h = mean over query tokens of the max over document tokens of layer-l head-h '
+                           f'pre-softmax attention; BM25 (PISA, porter2, k1=0.9, b=0.4) top {DEPTH} re-ranked; '
+                           'queries cut at 64 tokens, documents at 256',
+                'choices': f'special tokens and the retrieval head chosen on {CHOICE} by {MEASURE}',
+                'measure': f'{MEASURE} and R@10 over the judged topics; all (layer, head) rows in reatt_heads.csv',
+                'seconds': ', '.join(f'{k}: {v:.0f}' for k, v in seconds.items()),
+                'wall time': f'{time.time() - started:.0f} s'}
+    md = ['# Zero-shot ReAtt heads of all-MiniLM-L6-v2', ''] + [f'- {k}: {v}' for k, v in {**header, **settings}.items()]
+    md += ['', f'{MEASURE}:', '', '| ' + ' | '.join(summary.columns) + ' |', '|---|' + '---|' * (len(summary.columns) - 1)]
+    for _, row in summary.iterrows():
+        md.append('| ' + ' | '.join(f'{v:.4f}' if isinstance(v, float) else str(v) for v in row.values) + ' |')
+    (RESULTS / 'reatt_heads.md').write_text('\n'.join(md) + '\n')
+    print('\n'.join(md))
+
+    chosen_frames = [(n, f) for (n, sp), f in table.groupby(['collection', 'special_tokens'], sort=False)
+                     if sp == special]
+    fig, axes = plt.subplots(1, len(chosen_frames), figsize=(3.2 * len(chosen_frames), 3.2), squeeze=False)
+    for ax, (name, frame) in zip(axes[0], chosen_frames):
+        hs = frame[frame['head'] >= 0].pivot(index='layer', columns='head', values=MEASURE)
+        im = ax.imshow(hs.to_numpy(), aspect='auto', cmap='viridis', origin='lower',
+                       extent=(-0.5, hs.shape[1] - 0.5, hs.index.min() - 0.5, hs.index.max() + 0.5))
+        bm25 = frame.loc[frame['head'] < 0, MEASURE].iloc[0]
+        ax.set_title(f'{name}\n(BM25 {bm25:.3f}, max {np.nanmax(hs.to_numpy()):.3f})', fontsize=8)
+        ax.set_xlabel('head')
+        ax.set_ylabel('layer')
+        fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.suptitle(f'{MEASURE} per MiniLM head, BM25 top {DEPTH} re-ranked '
+                 f'(special tokens {"in" if special else "out"})', fontsize=8)
+    fig.tight_layout()
+    fig.savefig(RESULTS / 'reatt_heads.png', dpi=120)
+
+
+if __name__ == '__main__':
+    main()
