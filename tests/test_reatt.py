@@ -112,3 +112,50 @@ def test_bad_input_empty_texts_and_out_of_range_layer(tiny_dir):
     assert not np.allclose(r.score_texts([QUERIES[0]], [DOCS[0]], per_head=True), with_special)
     with pytest.raises(ValueError, match='retrieval_layer'):
         reatt(tiny_dir, layer=3)
+
+
+@pytest.fixture(scope='module')
+def adi_index(tiny_dir, tmp_path_factory):
+    from pyterrier_selfsup import Collection
+    from pyterrier_selfsup.token_index import reatt_index
+    r = reatt(tiny_dir)
+    r.model.select_head(1, margin=1.0)
+    coll = Collection('classic/adi')
+    return r, coll, reatt_index(coll, r, nlist=8, cache_dir=tmp_path_factory.mktemp('reatt-cache'))
+
+
+def test_token_index_exhaustive_scores_equal_the_retrieval_heads_scores(adi_index):
+    r, coll, index = adi_index
+    assert len(index) == 82 and index.meta['retrieval_head'] == 1 and index.meta['tokens'] == index.offsets[-1]
+    topics = coll.topics().head(3)
+    results = index.exhaustive(r, num_results=5)(topics)
+    assert len(results) == 15 and results.groupby('qid')['rank'].apply(list).tolist() == [[0, 1, 2, 3, 4]] * 3
+    expected = r.score_texts(results['query'].tolist(), coll.texts(results['docno'].tolist()), per_head=True)[:, 1]
+    np.testing.assert_allclose(results['score'], expected, rtol=2e-3, atol=2e-3)  # keys stored in fp16
+    # and these are the top 5 of all 82 documents under the retrieval head
+    every = r.score_texts([topics['query'].iloc[0]] * 82, coll.texts(list(index.docnos)), per_head=True)[:, 1]
+    assert set(results[results['qid'] == topics['qid'].iloc[0]]['docno']) == set(index.docnos[np.argsort(-every)[:5]])
+
+
+def test_two_stage_search_is_exact_when_it_reaches_every_token_and_exact_on_its_candidates_otherwise(adi_index):
+    r, coll, index = adi_index
+    topics = coll.topics()
+    exact = index.exhaustive(r, num_results=10)(topics)
+    covering = index.retriever(r, num_results=10, candidate_tokens=int(index.meta['tokens']), nprobe=8)(topics)
+    pd.testing.assert_frame_equal(covering, exact)
+    narrow = index.retriever(r, num_results=10, candidate_tokens=2, nprobe=1)(topics)
+    merged = narrow.merge(exact[['qid', 'docno', 'score']], on=['qid', 'docno'], how='left', suffixes=('', '_exact'))
+    found = merged['score_exact'].notna()  # a document in both lists has the same score in both
+    np.testing.assert_allclose(merged.loc[found, 'score'], merged.loc[found, 'score_exact'], rtol=1e-6)
+    assert 0.2 < found.mean() < 1  # 2 tokens per query token, one list of 8: an approximation
+
+
+def test_token_index_reopens_and_refuses_another_model(adi_index, tiny_dir):
+    from pyterrier_selfsup.token_index import ReAttIndex
+    r, coll, index = adi_index
+    again = ReAttIndex(index.path)
+    topics = coll.topics().head(2)
+    pd.testing.assert_frame_equal(again.exhaustive(r, num_results=3)(topics), index.exhaustive(r, num_results=3)(topics))
+    other = reatt(tiny_dir)  # uniform head weights: another fingerprint
+    with pytest.raises(ValueError, match='another model'):
+        index.retriever(other)

@@ -1,0 +1,243 @@
+"""A token-level index for ReAtt retrieval (ReAtt §2.2 "End-to-end Retrieval with
+Attention"; ColBERT's two-stage search).
+
+The retrieval head's key vector of every document token is stored (fp16, documents one
+after another, with offsets), and the same vectors go into a FAISS IVF index. A query:
+
+1. each query token's vector (layer B+1, the retrieval head) fetches its top K' document
+   tokens from the IVF index (``nprobe`` of its lists searched);
+2. the documents those tokens belong to are the candidates;
+3. each candidate is scored exactly, r(q, d) = mean over query tokens of the max over
+   its tokens, from the stored keys.
+
+With K' and ``nprobe`` large enough to reach every token, this is exhaustive exact
+scoring; :meth:`ReAttIndex.exhaustive` is that reference, computed directly.
+
+The index serves the model's retrieval head (the argmax of its head weights): ReAtt's
+low head temperature makes the mixture select one head, and test-time retrieval uses
+only that one, as the paper does.
+"""
+import json
+import time
+from pathlib import Path
+from typing import Iterable, Iterator, Dict, List, Optional, Union
+
+import numpy as np
+import pandas as pd
+import pyterrier as pt
+
+from pyterrier_selfsup._cache import build_once, cache_key, cache_root
+
+META_FILE = 'pt_meta.json'
+KEYS_FILE = 'keys.f16'
+OFFSETS_FILE = 'offsets.npy'
+DOCNOS_FILE = 'docnos.json'
+IVF_FILE = 'tokens.faiss'
+CHUNK = 2048  # documents encoded at a time
+
+
+def default_nlist(n_tokens: int) -> int:
+    """FAISS' guidance for an IVF index: about 4·√N lists (a power of two), at least 1."""
+    return max(1, 2 ** int(round(np.log2(max(1.0, 4 * np.sqrt(n_tokens))))))
+
+
+class ReAttIndex(pt.Artifact):
+    """The retrieval head's key vectors of every token of a corpus; build with :meth:`build`
+    or :func:`reatt_index`, search with :meth:`retriever`."""
+
+    def __init__(self, path: Union[str, Path]):
+        super().__init__(path)
+        self.meta = json.loads((self.path / META_FILE).read_text())
+        self.offsets = np.load(self.path / OFFSETS_FILE)
+        self.docnos = np.array(json.loads((self.path / DOCNOS_FILE).read_text()), dtype=object)
+        self.keys = np.memmap(self.path / KEYS_FILE, dtype=np.float16, mode='r',
+                              shape=(int(self.offsets[-1]), self.meta['dim']))
+        self._ivf = None
+        self._keys32 = None
+
+    def __len__(self) -> int:
+        return len(self.docnos)
+
+    @property
+    def ivf(self):
+        if self._ivf is None:
+            import faiss
+            self._ivf = faiss.read_index(str(self.path / IVF_FILE))
+        return self._ivf
+
+    @property
+    def keys32(self) -> np.ndarray:
+        """All keys in fp32, in memory (for exhaustive scoring and large candidate sets)."""
+        if self._keys32 is None:
+            self._keys32 = np.asarray(self.keys, dtype=np.float32)
+        return self._keys32
+
+    def size_bytes(self) -> Dict[str, int]:
+        return {f: (self.path / f).stat().st_size for f in (KEYS_FILE, OFFSETS_FILE, DOCNOS_FILE, IVF_FILE)}
+
+    # -- building ---------------------------------------------------------------------
+
+    @classmethod
+    def build(cls, path: Union[str, Path], reatt, docs: Iterable[Dict[str, str]], *, nlist: Optional[int] = None,
+              train_sample: int = 256, seed: int = 0, verbose: bool = False) -> 'ReAttIndex':
+        """Encodes ``docs`` (``{'docno', 'text'}``) with ``reatt`` and writes the index at
+        ``path``. ``nlist``: IVF lists (default :func:`default_nlist`); the coarse
+        quantiser is trained on ``train_sample`` tokens per list at most."""
+        import faiss
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        head = reatt.model.retrieval_head
+        docnos, offsets = [], [0]
+        t0 = time.time()
+        with open(path / KEYS_FILE, 'wb') as out:
+            for chunk in _chunks(docs, CHUNK):
+                vectors = reatt.token_vectors([d['text'] for d in chunk], 'passage')
+                for doc, v in zip(chunk, vectors):
+                    keys = v[:, head].cpu().numpy().astype(np.float16)
+                    out.write(keys.tobytes())
+                    docnos.append(doc['docno'])
+                    offsets.append(offsets[-1] + len(keys))
+                if verbose:
+                    print(f'ReAttIndex: {len(docnos)} documents, {offsets[-1]} tokens', flush=True)
+        encode_seconds = time.time() - t0
+        offsets = np.asarray(offsets, dtype=np.int64)
+        np.save(path / OFFSETS_FILE, offsets)
+        (path / DOCNOS_FILE).write_text(json.dumps(docnos))
+        dim = reatt.model.attention.head_dim
+        keys = np.fromfile(path / KEYS_FILE, dtype=np.float16).reshape(-1, dim).astype(np.float32)
+        nlist = min(nlist or default_nlist(len(keys)), max(1, len(keys)))
+        t0 = time.time()
+        ivf = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        rng = np.random.default_rng(seed)
+        sample = keys[rng.choice(len(keys), min(len(keys), train_sample * nlist), replace=False)]
+        ivf.cp.seed = seed
+        ivf.train(sample)
+        ivf.add(keys)
+        faiss.write_index(ivf, str(path / IVF_FILE))
+        meta = {'type': 'token_index', 'format': 'reatt', 'package_hint': 'pyterrier-selfsup',
+                'model': reatt.name, 'fingerprint': reatt.fingerprint(), 'retrieval_layer': reatt.model.retrieval_layer,
+                'retrieval_head': head, 'dim': dim, 'documents': len(docnos), 'tokens': int(offsets[-1]),
+                'nlist': nlist, 'special_tokens': reatt.special_tokens,
+                'encode_seconds': encode_seconds, 'ivf_seconds': time.time() - t0}
+        (path / META_FILE).write_text(json.dumps(meta, indent=2))
+        return cls(path)
+
+    # -- scoring ----------------------------------------------------------------------
+
+    def check(self, reatt):
+        if reatt.fingerprint() != self.meta['fingerprint']:
+            raise ValueError(f'{self.path} was built with another model ({self.meta["model"]}, '
+                             f'fingerprint {self.meta["fingerprint"]}): rebuild it for this one')
+
+    def query_vectors(self, reatt, queries: List[str]) -> List[np.ndarray]:
+        """Each query's retrieval-head vectors (L_q, e), times the layer's attention scaling,
+        so that q·k is the pre-softmax attention."""
+        head, scaling = self.meta['retrieval_head'], reatt.model.attention.scaling
+        return [v[:, head].cpu().numpy().astype(np.float32) * np.float32(scaling)
+                for v in reatt.token_vectors(queries, 'query')]
+
+    def exact_scores(self, q: np.ndarray, docs: np.ndarray) -> np.ndarray:
+        """r(q, d) for the documents at positions ``docs`` (sorted ascending), from the stored keys."""
+        if len(q) == 0:
+            return np.zeros(len(docs), dtype=np.float32)
+        starts, ends = self.offsets[docs], self.offsets[docs + 1]
+        if len(docs) == len(self):
+            keys, bounds = self.keys32, starts
+        else:  # the candidates' tokens, gathered into one block
+            index = np.concatenate([np.arange(s, e) for s, e in zip(starts, ends)]) if len(docs) else \
+                np.zeros(0, dtype=np.int64)
+            keys = self.keys32[index] if self._keys32 is not None else np.asarray(self.keys[index], dtype=np.float32)
+            bounds = np.concatenate([[0], np.cumsum(ends - starts)[:-1]])
+        scores = q @ keys.T  # (L_q, tokens)
+        out = np.full(len(docs), -np.inf, dtype=np.float32)
+        nonempty = ends > starts
+        if nonempty.any():
+            # reduceat over each document's run of columns: the max over its tokens
+            best = np.maximum.reduceat(scores, bounds[nonempty], axis=1)
+            out[nonempty] = best.mean(axis=0)
+        return out
+
+    def search(self, q: np.ndarray, num_results: int, candidate_tokens: Optional[int], nprobe: int):
+        """(document positions, scores) of one query's top ``num_results``; exhaustive
+        when ``candidate_tokens`` is None."""
+        if candidate_tokens is None or len(q) == 0:
+            docs = np.arange(len(self))
+        else:
+            self.ivf.nprobe = nprobe
+            _, tokens = self.ivf.search(np.ascontiguousarray(q), candidate_tokens)
+            tokens = tokens[tokens >= 0]
+            docs = np.unique(np.searchsorted(self.offsets, tokens, side='right') - 1)
+        scores = self.exact_scores(q, docs)
+        top = np.argsort(-scores, kind='stable')[:num_results]
+        top = top[np.isfinite(scores[top])]  # a document without tokens is never retrieved
+        return docs[top], scores[top]
+
+    def retriever(self, reatt, *, num_results: int = 1000, candidate_tokens: Optional[int] = 128,
+                  nprobe: int = 32) -> 'ReAttRetriever':
+        """Two-stage retrieval: each query token's ``candidate_tokens`` (K') nearest
+        document tokens (``nprobe`` IVF lists searched) give the candidates, scored exactly."""
+        self.check(reatt)
+        return ReAttRetriever(self, reatt, num_results=num_results, candidate_tokens=candidate_tokens, nprobe=nprobe)
+
+    def exhaustive(self, reatt, *, num_results: int = 1000) -> 'ReAttRetriever':
+        """Every document scored exactly: the reference the two-stage search approximates."""
+        self.check(reatt)
+        return ReAttRetriever(self, reatt, num_results=num_results, candidate_tokens=None)
+
+    def __repr__(self):
+        return f'ReAttIndex({str(self.path)!r})'
+
+
+class ReAttRetriever(pt.Transformer):
+    def __init__(self, index: ReAttIndex, reatt, *, num_results: int = 1000, candidate_tokens: Optional[int] = 128,
+                 nprobe: int = 32):
+        self.index = index
+        self.reatt = reatt
+        self.num_results = num_results
+        self.candidate_tokens = candidate_tokens
+        self.nprobe = nprobe
+
+    def transform(self, topics: pd.DataFrame) -> pd.DataFrame:
+        pt.validate.query_frame(topics, extra_columns=['query'])
+        vectors = self.index.query_vectors(self.reatt, topics['query'].tolist())
+        frames = []
+        for (_, topic), q in zip(topics.iterrows(), vectors):
+            docs, scores = self.index.search(q, self.num_results, self.candidate_tokens, self.nprobe)
+            frame = pd.DataFrame({'docno': self.index.docnos[docs], 'score': scores.astype(np.float64),
+                                  'rank': np.arange(len(docs))})
+            for column, value in topic.items():
+                frame[column] = value
+            frames.append(frame)
+        columns = list(topics.columns) + ['docno', 'score', 'rank']
+        if not frames:
+            return pd.DataFrame(columns=columns)
+        return pd.concat(frames, ignore_index=True)[columns]
+
+    def __repr__(self):
+        how = 'exhaustive' if self.candidate_tokens is None else f"K'={self.candidate_tokens}, nprobe={self.nprobe}"
+        return f'ReAttRetriever({self.index!r}, {how}, num_results={self.num_results})'
+
+
+def reatt_index(collection, reatt, *, nlist: Optional[int] = None, cache_dir=None, verbose: bool = False) -> ReAttIndex:
+    """``collection``'s token index for ``reatt``, built on first use under
+    ``<cache>/reatt/<corpus>.<model>-<hash>`` (the hash covering the model's weights and
+    settings, its retrieval head, and ``nlist``)."""
+    from pyterrier_selfsup.collections import Collection
+    collection = Collection(collection) if isinstance(collection, str) else collection
+    settings = {'model': reatt.fingerprint(), 'head': reatt.model.retrieval_head, 'nlist': nlist}
+    name = f'{collection.corpus_id}.{reatt.name.rstrip("/").rsplit("/", 1)[-1]}'
+    path = cache_root(cache_dir) / 'reatt' / cache_key(name, settings)
+    built = build_once(path, lambda staging: ReAttIndex.build(staging, reatt, collection.corpus_iter(verbose=verbose),
+                                                              nlist=nlist, verbose=verbose))
+    return ReAttIndex(built)
+
+
+def _chunks(items: Iterable, size: int) -> Iterator[list]:
+    chunk = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
