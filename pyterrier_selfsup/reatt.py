@@ -248,7 +248,9 @@ class ReAtt:
         batch = self.tokenize(texts, side)
         with self._autocast():
             vectors = self.model.project(self.model.states(batch['input_ids'], batch['attention_mask']), side)
-        return vectors.float(), batch['score_mask']
+        if vectors.dtype in (torch.float16, torch.bfloat16):  # autocast's: scores are summed in fp32
+            vectors = vectors.float()
+        return vectors, batch['score_mask']
 
     def token_vectors(self, texts: Sequence[str], side: str) -> List[torch.Tensor]:
         """Inference: each text's layer-B+1 query or key vectors, (L, H, e) without padding;

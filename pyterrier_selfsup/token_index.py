@@ -62,6 +62,8 @@ class ReAttIndex(pt.Artifact):
     def ivf(self):
         if self._ivf is None:
             import faiss
+            if not (self.path / IVF_FILE).is_file():
+                raise ValueError(f'{self.path} was built without its IVF index (ivf=False): search it exhaustively')
             self._ivf = faiss.read_index(str(self.path / IVF_FILE))
         return self._ivf
 
@@ -73,16 +75,18 @@ class ReAttIndex(pt.Artifact):
         return self._keys32
 
     def size_bytes(self) -> Dict[str, int]:
-        return {f: (self.path / f).stat().st_size for f in (KEYS_FILE, OFFSETS_FILE, DOCNOS_FILE, IVF_FILE)}
+        return {f: (self.path / f).stat().st_size for f in (KEYS_FILE, OFFSETS_FILE, DOCNOS_FILE, IVF_FILE)
+                if (self.path / f).is_file()}
 
     # -- building ---------------------------------------------------------------------
 
     @classmethod
     def build(cls, path: Union[str, Path], reatt, docs: Iterable[Dict[str, str]], *, nlist: Optional[int] = None,
-              train_sample: int = 256, seed: int = 0, verbose: bool = False) -> 'ReAttIndex':
+              train_sample: int = 256, seed: int = 0, ivf: bool = True, verbose: bool = False) -> 'ReAttIndex':
         """Encodes ``docs`` (``{'docno', 'text'}``) with ``reatt`` and writes the index at
         ``path``. ``nlist``: IVF lists (default :func:`default_nlist`); the coarse
-        quantiser is trained on ``train_sample`` tokens per list at most."""
+        quantiser is trained on ``train_sample`` tokens per list at most. ``ivf=False``:
+        keys only, for exhaustive search (a trainer's throw-away index)."""
         import faiss
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
@@ -104,16 +108,18 @@ class ReAttIndex(pt.Artifact):
         np.save(path / OFFSETS_FILE, offsets)
         (path / DOCNOS_FILE).write_text(json.dumps(docnos))
         dim = reatt.model.attention.head_dim
-        keys = np.fromfile(path / KEYS_FILE, dtype=np.float16).reshape(-1, dim).astype(np.float32)
-        nlist = min(nlist or default_nlist(len(keys)), max(1, len(keys)))
         t0 = time.time()
-        ivf = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
-        rng = np.random.default_rng(seed)
-        sample = keys[rng.choice(len(keys), min(len(keys), train_sample * nlist), replace=False)]
-        ivf.cp.seed = seed
-        ivf.train(sample)
-        ivf.add(keys)
-        faiss.write_index(ivf, str(path / IVF_FILE))
+        if ivf:
+            keys = np.fromfile(path / KEYS_FILE, dtype=np.float16).reshape(-1, dim).astype(np.float32)
+            nlist = min(nlist or default_nlist(len(keys)), max(1, len(keys)))
+            index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
+            rng = np.random.default_rng(seed)
+            index.cp.seed = seed
+            index.train(keys[rng.choice(len(keys), min(len(keys), train_sample * nlist), replace=False)])
+            index.add(keys)
+            faiss.write_index(index, str(path / IVF_FILE))
+        else:
+            nlist = None
         meta = {'type': 'token_index', 'format': 'reatt', 'package_hint': 'pyterrier-selfsup',
                 'model': reatt.name, 'fingerprint': reatt.fingerprint(), 'retrieval_layer': reatt.model.retrieval_layer,
                 'retrieval_head': head, 'dim': dim, 'documents': len(docnos), 'tokens': int(offsets[-1]),

@@ -129,6 +129,13 @@ class Trainer(pt.Estimator):
     def load_extra(self, path: Path):
         pass
 
+    def load_encoder(self, path: Path):
+        """Loads the encoder's weights saved at ``path`` into ``self.encoder`` (resuming)."""
+        saved_model = DualEncoder.from_pretrained(str(path), device='cpu').model
+        if not saved_model.tied:  # a run that untied its encoder (RUMBArt with train_passages=False)
+            self.encoder.model.untie()
+        self.encoder.model.load_state_dict(saved_model.state_dict())
+
     # -- the PyTerrier face -----------------------------------------------------------
 
     def transform(self, topics: pd.DataFrame) -> pd.DataFrame:
@@ -239,10 +246,7 @@ class Trainer(pt.Estimator):
 
     def _restore(self, path: Path, optimizer, scheduler) -> Dict:
         saved = torch.load(path / STATE_FILE, map_location='cpu', weights_only=False)
-        saved_model = DualEncoder.from_pretrained(str(path), device='cpu').model
-        if not saved_model.tied:  # a run that untied its encoder (RUMBArt with train_passages=False)
-            self.encoder.model.untie()
-        self.encoder.model.load_state_dict(saved_model.state_dict())
+        self.load_encoder(path)
         self.load_extra(path)
         optimizer.load_state_dict(saved['optimizer'])
         scheduler.load_state_dict(saved['scheduler'])

@@ -1,0 +1,201 @@
+"""ReAtt's cross-document adjustment (Jiang et al., 2022, §3), trained without labels.
+
+For each training query q, K *close* documents: BM25's top K in the first iteration, the
+current ReAtt model's own top K (exact search over a freshly encoded token index) in
+every later one (§3.1, iterative close-document sub-sampling). The close documents of
+the other queries in the batch are q's *random* documents (in-batch). Over all of them,
+
+    P_retrieval(q) = softmax_d r(q, d)
+    P_target(q)    = the generator's judgement of q's close documents, 0 for the random ones
+    loss           = α · KL(P_target ‖ P_retrieval)   (+ the generation loss, for a
+                     trainable generator)
+
+P_target comes from the generator reconstructing q from each close document:
+``target='likelihood'`` is softmax_d(log p_gen(q | d) / T) over q's close documents (any
+generator; a frozen generator's scores are cached on disk, as RUMBArt's are).
+
+Queries come from any source of :func:`~pyterrier_selfsup.queries.training_topics`; a
+query cut from the corpus never has its own passage among its close documents.
+"""
+import logging
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, FrozenSet, List, Union
+
+import numpy as np
+import pandas as pd
+import torch
+
+from pyterrier_selfsup.collections import Collection
+from pyterrier_selfsup.generator import Generator, score_cache_dir
+from pyterrier_selfsup.queries import given_topics
+from pyterrier_selfsup.reatt import ReAtt
+from pyterrier_selfsup.training import Trainer
+
+logger = logging.getLogger(__name__)
+
+TARGETS = ('likelihood',)
+
+
+@dataclass(frozen=True)
+class Query:
+    qid: str
+    query: str
+    excluded: FrozenSet[str]  # the passage a corpus query was cut from
+
+
+def adjustment_loss(retrieval_logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean over queries of KL(target ‖ softmax(retrieval_logits)), rows over all the
+    batch's documents; ``target`` rows sum to one and are 0 off each query's close
+    documents (their terms vanish: 0 · log 0 = 0)."""
+    log_p = torch.log_softmax(retrieval_logits, dim=-1)
+    entropy_part = torch.where(target > 0, target * torch.log(target.clamp(min=1e-30)), torch.zeros_like(target))
+    return (entropy_part - target * log_p).sum(-1).mean()
+
+
+class CrossDocumentAdjustment(Trainer):
+    """Trains a :class:`~pyterrier_selfsup.reatt.ReAtt` retriever (its first B layers, its
+    layer-B+1 query/key projections and the head weights w) by cross-document adjustment.
+
+    Args:
+        generator: the teacher (frozen here: its scores are cached).
+        k: close documents per query (ReAtt: 100 on 8 A100s; a few here).
+        epochs: iterations; each after the first re-retrieves the close documents with
+            the model as it is then (§3.1).
+        alpha: the weight of the KL term.
+        target: how P_target is derived from the generator (see the module docstring).
+        teacher_temperature: T of the likelihood target.
+        The rest as for :class:`~pyterrier_selfsup.training.Trainer`.
+    """
+    description = 'ReAtt adjustment'
+
+    def __init__(self, reatt: ReAtt, generator: Generator, collection: Union[str, Collection], *, k: int = 8,
+                 alpha: float = 1.0, target: str = 'likelihood', teacher_temperature: float = 1.0,
+                 batch_size: int = 8, **kwargs):
+        super().__init__(reatt, collection, batch_size=batch_size, **kwargs)
+        if target not in TARGETS:
+            raise ValueError(f'target must be one of {TARGETS}, not {target!r}')
+        if generator.trainable:
+            raise NotImplementedError('a trainable generator (with the generation loss) is not supported yet')
+        self.generator = generator
+        self.k = k
+        self.alpha = alpha
+        self.target = target
+        self.teacher_temperature = teacher_temperature
+        self.close: Dict[str, List[str]] = {}  # qid -> its close documents this iteration
+        self._teacher = generator.scorer(normalise='sum', cache=score_cache_dir(self.collection.corpus_id, generator,
+                                                                               self.cache_dir))
+
+    def parameters(self):
+        return (p for p in self.encoder.model.parameters() if p.requires_grad)
+
+    def _train_mode(self, on: bool):
+        self.encoder.model.train(on)
+
+    def examples(self, topics: pd.DataFrame) -> List[Query]:
+        queries = given_topics(topics)
+        sources = topics['source_docno'] if 'source_docno' in topics.columns else [None] * len(topics)
+        return [Query(qid, query, frozenset([s]) if isinstance(s, str) else frozenset())
+                for qid, query, s in zip(queries['qid'], queries['query'], sources)]
+
+    # -- close documents, once per iteration ------------------------------------------
+
+    def on_epoch_start(self, examples: List[Query], epoch: int, resumed: bool):
+        t0 = time.time()
+        if epoch == 0:
+            self.close = self._bm25_close(examples)
+            source = 'bm25'
+        else:  # the model as it is now: its own exact top k over a fresh token index
+            self.close = self._own_close(examples)
+            source = 'model'
+        self._score_pairs(examples)
+        self._train_mode(True)
+        self.log.append({'step': self.state.get('step', 0), 'close documents': source,
+                         'retrieval seconds': time.time() - t0})
+
+    def _bm25_close(self, examples: List[Query]) -> Dict[str, List[str]]:
+        from pyterrier_selfsup.bm25 import BM25
+        extra = max((len(q.excluded) for q in examples), default=0)
+        bm25 = BM25.from_collection(self.collection, num_results=self.k + extra, cache_dir=self.cache_dir)
+        results = bm25(pd.DataFrame({'qid': [q.qid for q in examples], 'query': [q.query for q in examples]}))
+        ranked = results.sort_values(['qid', 'rank']).groupby('qid')['docno'].apply(list).to_dict()
+        return {q.qid: [d for d in ranked.get(q.qid, []) if d not in q.excluded][:self.k] for q in examples}
+
+    def _own_close(self, examples: List[Query]) -> Dict[str, List[str]]:
+        from pyterrier_selfsup.token_index import ReAttIndex
+        with tempfile.TemporaryDirectory() as tmp:
+            index = ReAttIndex.build(Path(tmp) / 'index', self.encoder, self.collection.corpus_iter(), ivf=False)
+            vectors = index.query_vectors(self.encoder, [q.query for q in examples])
+            extra = max((len(q.excluded) for q in examples), default=0)
+            close = {}
+            for q, v in zip(examples, vectors):
+                docs, _ = index.search(v, self.k + extra, None, 0)
+                close[q.qid] = [d for d in index.docnos[docs] if d not in q.excluded][:self.k]
+        return close
+
+    def _score_pairs(self, examples: List[Query]):
+        """The generator's log p(q | d) of every (query, close document) pair, in one pass
+        (cached: pairs scored before cost nothing)."""
+        frame = self._pairs(examples)
+        if len(frame):
+            self._teacher(frame)
+
+    def _pairs(self, batch: List[Query]) -> pd.DataFrame:
+        rows = [(q.qid, q.query, d) for q in batch for d in self.close.get(q.qid, [])]
+        frame = pd.DataFrame(rows, columns=['qid', 'query', 'docno'])
+        return frame.assign(text=self.collection.texts(frame['docno'].tolist()) if len(frame) else [])
+
+    # -- the loss ---------------------------------------------------------------------
+
+    def target_distribution(self, batch: List[Query], docnos: List[str]) -> torch.Tensor:
+        """P_target, (b, len(docnos)): each query's close documents by the generator, 0 elsewhere."""
+        frame = self._pairs(batch)
+        scored = self._teacher(frame).set_index(['qid', 'docno'])['score']
+        column = {d: j for j, d in enumerate(docnos)}
+        target = torch.zeros((len(batch), len(docnos)), dtype=torch.float32)
+        for i, q in enumerate(batch):
+            close = self.close.get(q.qid, [])
+            if not close:
+                continue
+            logp = torch.tensor([float(scored[(q.qid, d)]) for d in close])
+            target[i, [column[d] for d in close]] = torch.softmax(logp / self.teacher_temperature, dim=0)
+        return target
+
+    def loss(self, batch: List[Query], rng: np.random.Generator) -> torch.Tensor:
+        batch = [q for q in batch if self.close.get(q.qid)]
+        if not batch:
+            return torch.zeros((), requires_grad=True)
+        docnos = list(dict.fromkeys(d for q in batch for d in self.close[q.qid]))  # close ∪ in-batch random
+        q_vectors, q_mask = self.encoder.encode([q.query for q in batch], 'query')
+        k_vectors, k_mask = self.encoder.encode(self.collection.texts(docnos), 'passage')
+        logits = self.encoder.model.scores(q_vectors, q_mask, k_vectors, k_mask)  # (b, documents)
+        target = self.target_distribution(batch, docnos).to(logits.device)
+        loss = self.alpha * adjustment_loss(logits, target)
+        with torch.no_grad():  # how much of P_retrieval the close documents hold (in-batch random: the rest)
+            p = torch.softmax(logits, dim=-1)
+            self.record('close mass', float((p * (target > 0)).sum(-1).mean()))
+            self.record('head weight max', float(self.encoder.model.head_weights.max()))
+        return loss
+
+    # -- what the base class does with a DualEncoder ------------------------------------
+
+    def load_encoder(self, path: Path):
+        saved = ReAtt.from_pretrained(str(path), device='cpu')
+        self.encoder.model.load_state_dict(saved.model.state_dict())
+
+    def retriever(self):
+        from pyterrier_selfsup.token_index import reatt_index
+        return reatt_index(self.collection, self.encoder, cache_dir=self.cache_dir).exhaustive(self.encoder)
+
+    def _validate(self, topics, qrels) -> float:
+        import pyterrier as pt
+        from ir_measures import nDCG
+
+        from pyterrier_selfsup.token_index import ReAttIndex
+        with tempfile.TemporaryDirectory() as tmp:
+            index = ReAttIndex.build(Path(tmp) / 'index', self.encoder, self.collection.corpus_iter(), ivf=False)
+            result = pt.Experiment([index.exhaustive(self.encoder, num_results=100)], topics, qrels, [nDCG @ 10])
+        self._train_mode(True)
+        return float(result['nDCG@10'][0])

@@ -1,0 +1,118 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from pyterrier_selfsup import Collection
+from pyterrier_selfsup.adjustment import CrossDocumentAdjustment, adjustment_loss
+from pyterrier_selfsup.generator import Generator
+from pyterrier_selfsup.queries import cropped_spans
+from pyterrier_selfsup.reatt import ReAtt
+
+QUERIES = ['what is information retrieval', 'automatic indexing of documents']
+DOCS = ['retrieval of information from a library of documents', 'indexing', 'the weather today is fine and dry',
+        'automatic indexing assigns terms to documents']
+
+
+def reatt(path, layer=2, **kwargs):
+    torch.manual_seed(0)
+    return ReAtt.from_pretrained(str(path), retrieval_layer=layer, device='cpu', precision='fp32', **kwargs)
+
+
+def generator(tiny_generator_dir):
+    return Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu', precision='fp32',
+                                     max_passage_length=32)
+
+
+def test_adjustment_loss_is_the_kl_divergence_with_zero_target_terms_left_out():
+    logits = torch.tensor([[1.0, 0.5, -2.0, 3.0], [0.0, 2.0, 1.0, -1.0]], dtype=torch.float64)
+    target = torch.tensor([[0.7, 0.3, 0.0, 0.0], [0.0, 0.0, 0.4, 0.6]], dtype=torch.float64)
+    expected = []
+    for row_l, row_t in zip(logits.tolist(), target.tolist()):
+        z = sum(math.exp(v) for v in row_l)
+        expected.append(sum(t * (math.log(t) - (l - math.log(z))) for l, t in zip(row_l, row_t) if t > 0))
+    assert adjustment_loss(logits, target).item() == pytest.approx(np.mean(expected), rel=1e-12)
+    assert adjustment_loss(torch.log(target + 1e-300), target).item() == pytest.approx(0.0, abs=1e-9)
+
+
+def test_kl_gradient_reaches_the_bi_encoder_and_head_weights_and_matches_finite_differences(tiny_dir):
+    r = reatt(tiny_dir)
+    r.model.double()
+    target = torch.tensor([[0.6, 0.4, 0.0, 0.0], [0.0, 0.0, 0.1, 0.9]], dtype=torch.float64)
+
+    def loss():
+        q, qm = r.encode(QUERIES, 'query')
+        k, km = r.encode(DOCS, 'passage')
+        return adjustment_loss(r.model.scores(q, qm, k, km), target)
+
+    r.model.zero_grad()
+    value = loss()
+    value.backward()
+    layer1 = r.model.encoder.encoder.layer[0].attention.self.query.weight  # inside the bi-encoder (B=1)
+    key = r.model.attention.key.weight  # layer B+1's key projection
+    assert layer1.grad.abs().max() > 0 and key.grad.abs().max() > 0 and r.model.head_logits.grad.abs().max() > 0
+    assert r.model.encoder.encoder.layer[1].attention.self.value.weight.grad is None  # unused by retrieval
+    eps = 1e-6
+    for weight, (i, j) in [(key, (0, 0)), (key, (7, 20)), (layer1, (3, 5))]:
+        with torch.no_grad():
+            weight[i, j] += eps
+            up = loss().item()
+            weight[i, j] -= 2 * eps
+            down = loss().item()
+            weight[i, j] += eps
+        assert weight.grad[i, j].item() == pytest.approx((up - down) / (2 * eps), rel=1e-4, abs=1e-9)
+
+
+@pytest.fixture
+def trainer(tiny_dir, tiny_generator_dir, tmp_path):
+    coll = Collection('classic/adi')
+    return CrossDocumentAdjustment(reatt(tiny_dir), generator(tiny_generator_dir), coll, k=3, batch_size=4,
+                                   epochs=2, lr=1e-3, teacher_temperature=2.0, cache_dir=tmp_path,
+                                   output_dir=tmp_path / 'out', verbose=False)
+
+
+def test_target_is_the_generators_softmax_over_close_documents_and_zero_elsewhere(trainer, tiny_generator_dir):
+    coll = trainer.collection
+    batch = trainer.examples(coll.topics().head(2))
+    trainer.on_epoch_start(batch, 0, False)
+    docnos = list(dict.fromkeys(d for q in batch for d in trainer.close[q.qid]))
+    target = trainer.target_distribution(batch, docnos)
+    gen = generator(tiny_generator_dir)
+    for i, q in enumerate(batch):
+        close = trainer.close[q.qid]
+        logp = gen.log_likelihoods([q.query] * len(close), coll.texts(close))
+        expected = torch.softmax(torch.tensor(logp) / 2.0, 0)
+        cols = [docnos.index(d) for d in close]
+        torch.testing.assert_close(target[i, cols], expected.float(), rtol=1e-4, atol=1e-6)
+        assert target[i].sum().item() == pytest.approx(1.0) and (target[i] > 0).sum() == len(close)
+
+
+def test_close_documents_come_from_bm25_then_from_the_model_and_training_moves_it(trainer, tmp_path):
+    from pyterrier_selfsup.bm25 import BM25
+    coll = trainer.collection
+    topics = coll.topics().head(8)
+    before = {k: v.clone() for k, v in trainer.encoder.model.state_dict().items()}
+    trainer.fit(topics)
+    bm25 = BM25.from_collection(coll, num_results=3, cache_dir=tmp_path)(topics)
+    sources = [r['close documents'] for r in trainer.log if 'close documents' in r]
+    assert sources == ['bm25', 'model']
+    # the second iteration's close documents are the trained model's own top 3 at that point,
+    # which differ from BM25's for some query
+    bm25_close = bm25.sort_values(['qid', 'rank']).groupby('qid')['docno'].apply(list).to_dict()
+    assert any(trainer.close[q] != bm25_close[q] for q in topics['qid'])
+    steps = [r for r in trainer.log if 'loss' in r]
+    assert len(steps) == 4 and all(0 < r['close mass'] <= 1 for r in steps)
+    after = trainer.encoder.model.state_dict()
+    assert not torch.equal(after['head_logits'], before['head_logits'])
+    assert torch.equal(after['encoder.encoder.layer.1.output.dense.weight'],
+                       before['encoder.encoder.layer.1.output.dense.weight'])  # past layer B+1's attention
+    assert (tmp_path / 'out' / 'final' / 'reatt.json').is_file()
+
+
+def test_corpus_queries_never_have_their_source_among_close_documents(trainer):
+    spans = cropped_spans(trainer.collection, 10, seed=0)
+    examples = trainer.examples(spans)
+    trainer.on_epoch_start(examples, 0, False)
+    assert all(s not in trainer.close[q] and len(trainer.close[q]) == 3
+               for q, s in zip(spans['qid'], spans['source_docno']))
