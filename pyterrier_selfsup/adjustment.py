@@ -12,7 +12,10 @@ the other queries in the batch are q's *random* documents (in-batch). Over all o
 
 P_target comes from the generator reconstructing q from each close document:
 ``target='likelihood'`` is softmax_d(log p_gen(q | d) / T) over q's close documents (any
-generator; a frozen generator's scores are cached on disk, as RUMBArt's are).
+generator; a frozen generator's scores are cached on disk, as RUMBArt's are);
+``target='attention'`` is the generator's attention to each close document while it reads
+them all together (:func:`attention_target`: the paper's decoder-to-encoder attention for
+seq2seq generators, its decoder-only equivalent otherwise), computed once per iteration.
 
 Queries come from any source of :func:`~pyterrier_selfsup.queries.training_topics`; a
 query cut from the corpus never has its own passage among its close documents.
@@ -27,6 +30,7 @@ from typing import Dict, FrozenSet, List, Union
 import numpy as np
 import pandas as pd
 import torch
+from transformers.modeling_outputs import BaseModelOutput
 
 from pyterrier_selfsup.collections import Collection
 from pyterrier_selfsup.generator import Generator, score_cache_dir
@@ -36,7 +40,8 @@ from pyterrier_selfsup.training import Trainer
 
 logger = logging.getLogger(__name__)
 
-TARGETS = ('likelihood',)
+TARGETS = ('likelihood', 'attention')
+ATTENTION_CHUNK = 4  # queries whose k passages go through the generator at once
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,50 @@ class Query:
     qid: str
     query: str
     excluded: FrozenSet[str]  # the passage a corpus query was cut from
+
+
+def attention_target(generator: Generator, targets: List[str], passages: List[List[str]]) -> torch.Tensor:
+    """P_target from the generator's attention while it reads all k passages at once to
+    reconstruct the target, (b, k); no gradients.
+
+    Seq2seq (ReAtt §3.2, as the paper): the passages encoded one by one and concatenated
+    (FiD); the last decoder layer's cross-attention from the first decoder position,
+    softmaxed over all tokens of all passages, summed per passage, averaged over heads.
+    Decoder-only: the passages one after another in the prompt; the last layer's
+    self-attention from the positions that predict the target's tokens, the mass on each
+    passage's tokens renormalised over the passages (the prompt's own tokens hold the
+    rest), averaged over those positions and the heads."""
+    from pyterrier_selfsup.reconstruction import (concatenated_encoding, concatenated_prompts,
+                                                  enable_attention_bias)
+    from pyterrier_selfsup.generator import _pad
+    enable_attention_bias(generator)  # eager attention, which returns its weights (no bias is set)
+    b, k = len(passages), len(passages[0])
+    t_ids = generator.target_ids(targets)
+    with torch.no_grad(), generator._autocast():
+        if generator.is_seq2seq:
+            enc, enc_mask, owner = concatenated_encoding(generator, passages)
+            start = torch.full((b, 1), generator.model.config.decoder_start_token_id, device=generator.device)
+            out = generator.model(encoder_outputs=BaseModelOutput(last_hidden_state=enc), attention_mask=enc_mask,
+                                  decoder_input_ids=start,
+                                  output_attentions=True, use_cache=False)
+            weights = out.cross_attentions[-1][:, :, 0, :].float()  # (b, H, width): softmax over all tokens
+            one_hot = torch.nn.functional.one_hot(owner.clamp(min=0), k).float() * (owner >= 0)[..., None]
+            return torch.einsum('bhw,bwk->bhk', weights, one_hot).mean(1)
+        seqs, owner, _ = concatenated_prompts(generator, passages, t_ids)
+        ids, mask = _pad(seqs, generator.tokenizer.pad_token_id, left=True, device=generator.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = generator.model(input_ids=ids, attention_mask=mask, position_ids=positions, output_attentions=True,
+                              use_cache=False)
+        attn = out.attentions[-1].float()  # (b, H, L, L)
+        one_hot = torch.nn.functional.one_hot(owner.clamp(min=0), k).float() * (owner >= 0)[..., None]
+        mass = torch.einsum('bhql,blk->bhqk', attn, one_hot)  # each row's attention on each passage
+        length = ids.shape[1]
+        rows = torch.zeros((b, length), dtype=torch.bool, device=ids.device)
+        for i, t in enumerate(t_ids):  # the positions whose outputs predict target tokens
+            rows[i, length - len(t) - 1:length - 1] = True
+        mass = mass / mass.sum(-1, keepdim=True).clamp(min=1e-30)
+        per_row = (mass * rows[:, None, :, None]).sum(2) / rows.sum(1).clamp(min=1)[:, None, None]
+        return per_row.mean(1)
 
 
 def adjustment_loss(retrieval_logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -85,6 +134,7 @@ class CrossDocumentAdjustment(Trainer):
         self.target = target
         self.teacher_temperature = teacher_temperature
         self.close: Dict[str, List[str]] = {}  # qid -> its close documents this iteration
+        self._attention: Dict[str, torch.Tensor] = {}  # qid -> its attention target this iteration
         self._teacher = generator.scorer(normalise='sum', cache=score_cache_dir(self.collection.corpus_id, generator,
                                                                                self.cache_dir))
 
@@ -137,7 +187,20 @@ class CrossDocumentAdjustment(Trainer):
 
     def _score_pairs(self, examples: List[Query]):
         """The generator's log p(q | d) of every (query, close document) pair, in one pass
-        (cached: pairs scored before cost nothing)."""
+        (cached: pairs scored before cost nothing); or its attention target of every query."""
+        if self.target == 'attention':
+            self._attention = {}
+            with_close = [q for q in examples if self.close.get(q.qid)]
+            by_size: Dict[int, List[Query]] = {}
+            for q in with_close:  # rows of one call need the same number of passages
+                by_size.setdefault(len(self.close[q.qid]), []).append(q)
+            for group in by_size.values():
+                for start in range(0, len(group), ATTENTION_CHUNK):
+                    chunk = group[start:start + ATTENTION_CHUNK]
+                    passages = [self.collection.texts(self.close[q.qid]) for q in chunk]
+                    values = attention_target(self.generator, [q.query for q in chunk], passages)
+                    self._attention.update({q.qid: v.cpu() for q, v in zip(chunk, values)})
+            return
         frame = self._pairs(examples)
         if len(frame):
             self._teacher(frame)
@@ -151,16 +214,21 @@ class CrossDocumentAdjustment(Trainer):
 
     def target_distribution(self, batch: List[Query], docnos: List[str]) -> torch.Tensor:
         """P_target, (b, len(docnos)): each query's close documents by the generator, 0 elsewhere."""
-        frame = self._pairs(batch)
-        scored = self._teacher(frame).set_index(['qid', 'docno'])['score']
+        scored = None
+        if self.target == 'likelihood':
+            scored = self._teacher(self._pairs(batch)).set_index(['qid', 'docno'])['score']
         column = {d: j for j, d in enumerate(docnos)}
         target = torch.zeros((len(batch), len(docnos)), dtype=torch.float32)
         for i, q in enumerate(batch):
             close = self.close.get(q.qid, [])
             if not close:
                 continue
-            logp = torch.tensor([float(scored[(q.qid, d)]) for d in close])
-            target[i, [column[d] for d in close]] = torch.softmax(logp / self.teacher_temperature, dim=0)
+            if scored is None:
+                values = self._attention[q.qid]
+            else:
+                logp = torch.tensor([float(scored[(q.qid, d)]) for d in close])
+                values = torch.softmax(logp / self.teacher_temperature, dim=0)
+            target[i, [column[d] for d in close]] = values
         return target
 
     def loss(self, batch: List[Query], rng: np.random.Generator) -> torch.Tensor:

@@ -358,57 +358,74 @@ def acrobart_log_likelihood(generator: Generator, targets: List[str], passages: 
     that follow the passages (the prompt's tail and the target)."""
     enable_attention_bias(generator)
     b, k = weights.shape
-    device = generator.device
     t_ids = generator.target_ids(targets)
-    pad = generator.tokenizer.pad_token_id
     if generator.is_seq2seq:
-        p_ids = generator.passage_ids([p for row in passages for p in row])
-        ids, mask = _pad(p_ids, pad, device=device)
-        encoded = generator.model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
-        hidden, enc_mask, spans = [], [], []
-        for i in range(b):
-            rows = range(i * k, (i + 1) * k)
-            lengths = [int(mask[r].sum()) for r in rows]
-            hidden.append(torch.cat([encoded[r, :n] for r, n in zip(rows, lengths)]))
-            spans.append(np.repeat(np.arange(k), lengths))
-        width = max(len(h) for h in hidden)
-        enc = torch.zeros((b, width, encoded.shape[-1]), dtype=encoded.dtype, device=device)
-        enc_mask = torch.zeros((b, width), dtype=torch.long, device=device)
-        owner = torch.full((b, width), -1, dtype=torch.long, device=device)
-        for i, h in enumerate(hidden):
-            enc[i, :len(h)], enc_mask[i, :len(h)] = h, 1
-            owner[i, :len(h)] = torch.as_tensor(spans[i], device=device)
+        enc, enc_mask, owner = concatenated_encoding(generator, passages)
         target_width = max(1, max(len(t) for t in t_ids))
-        bias = _owner_bias(weights, owner)[:, None, None, :].expand(b, 1, target_width, width)
+        bias = _owner_bias(weights, owner)[:, None, None, :].expand(b, 1, target_width, enc.shape[1])
         with attention_bias(bias), generator._autocast():
             return generator._decode_logp(enc, enc_mask, t_ids)
+    seqs, owner, after = concatenated_prompts(generator, passages, t_ids)
+    bias = _owner_bias(weights, owner)[:, None, None, :] * after[:, None, :, None]
+    with attention_bias(bias), generator._autocast():
+        return generator._sequence_logp(seqs, t_ids)
 
-    # decoder-only: [head][z_1][sep][z_2]...[z_k][tail][target], left-padded
+
+def concatenated_encoding(generator: Generator, passages: List[List[str]]):
+    """Seq2seq: each row's passages encoded one by one and their encoder outputs
+    concatenated (FiD; thesis Eq. 4.10): (outputs (b, width, d), mask (b, width), owner
+    (b, width): the passage each position belongs to, -1 for padding)."""
+    device = generator.device
+    b, k = len(passages), len(passages[0])
+    p_ids = generator.passage_ids([p for row in passages for p in row])
+    ids, mask = _pad(p_ids, generator.tokenizer.pad_token_id, device=device)
+    encoded = generator.model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+    hidden, spans = [], []
+    for i in range(b):
+        rows = range(i * k, (i + 1) * k)
+        lengths = [int(mask[r].sum()) for r in rows]
+        hidden.append(torch.cat([encoded[r, :n] for r, n in zip(rows, lengths)]))
+        spans.append(np.repeat(np.arange(k), lengths))
+    width = max(len(h) for h in hidden)
+    enc = torch.zeros((b, width, encoded.shape[-1]), dtype=encoded.dtype, device=device)
+    enc_mask = torch.zeros((b, width), dtype=torch.long, device=device)
+    owner = torch.full((b, width), -1, dtype=torch.long, device=device)
+    for i, h in enumerate(hidden):
+        enc[i, :len(h)], enc_mask[i, :len(h)] = h, 1
+        owner[i, :len(h)] = torch.as_tensor(spans[i], device=device)
+    return enc, enc_mask, owner
+
+
+def concatenated_prompts(generator: Generator, passages: List[List[str]], t_ids: List[List[int]]):
+    """Decoder-only: one sequence per row, [head][z_1][sep][z_2]...[z_k][tail][target]
+    (the prompt's head and tail around all k passages): (sequences, owner (b, length):
+    the passage each position belongs to, -1 elsewhere, and after (b, length): the
+    positions after the passages, the prompt's tail and the target), the tensors
+    left-padded as :meth:`Generator._sequence_logp` pads the sequences."""
+    device = generator.device
     tok = generator.tokenizer
     head, tail = generator.prompt.split('{passage}', 1)
     head_ids = generator._bos + (tok(head, add_special_tokens=False)['input_ids'] if head else [])
     tail_ids = tok(tail, add_special_tokens=False)['input_ids'] if tail else []
     sep_ids = tok('\n\n', add_special_tokens=False)['input_ids']
-    seqs = []
+    built = []
     for row, target in zip(passages, t_ids):
         bodies = [_truncated_ids(generator, p) for p in row]
-        seq, owner = list(head_ids), [-1] * len(head_ids)
+        seq, own = list(head_ids), [-1] * len(head_ids)
         for j, body in enumerate(bodies):
             piece = body + (sep_ids if j < len(bodies) - 1 else [])
             seq += piece
-            owner += [j] * len(body) + [-1] * (len(piece) - len(body))
+            own += [j] * len(body) + [-1] * (len(piece) - len(body))
         seq += tail_ids + target
-        owner += [-1] * (len(tail_ids) + len(target))
-        seqs.append((seq, owner, len(tail_ids) + len(target)))
-    length = max(len(s) for s, _, _ in seqs)  # left-padded to this by _sequence_logp
-    owner = torch.full((b, length), -1, dtype=torch.long, device=device)
-    after = torch.zeros((b, length), dtype=torch.bool, device=device)
-    for i, (s, o, n_after) in enumerate(seqs):
-        owner[i, length - len(s):] = torch.as_tensor(o, device=device)
-        after[i, length - n_after:] = True  # the prompt's tail and the target
-    bias = _owner_bias(weights, owner)[:, None, None, :] * after[:, None, :, None]
-    with attention_bias(bias), generator._autocast():
-        return generator._sequence_logp([s for s, _, _ in seqs], t_ids)
+        own += [-1] * (len(tail_ids) + len(target))
+        built.append((seq, own, len(tail_ids) + len(target)))
+    length = max(len(s) for s, _, _ in built)
+    owner = torch.full((len(built), length), -1, dtype=torch.long, device=device)
+    after = torch.zeros((len(built), length), dtype=torch.bool, device=device)
+    for i, (seq, own, n_after) in enumerate(built):
+        owner[i, length - len(seq):] = torch.as_tensor(own, device=device)
+        after[i, length - n_after:] = True
+    return [seq for seq, _, _ in built], owner, after
 
 
 def _owner_bias(weights: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
