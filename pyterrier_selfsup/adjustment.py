@@ -81,9 +81,17 @@ def attention_target(generator: Generator, targets: List[str], passages: List[Li
         seqs, owner, _ = concatenated_prompts(generator, passages, t_ids)
         ids, mask = _pad(seqs, generator.tokenizer.pad_token_id, left=True, device=generator.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = generator.model(input_ids=ids, attention_mask=mask, position_ids=positions, output_attentions=True,
-                              use_cache=False)
-        attn = out.attentions[-1].float()  # (b, H, L, L)
+        # the last layer's weights only, caught on their way out (all layers' would be
+        # layers x heads x L^2 floats: gigabytes for k long passages)
+        last = [m for m in generator.model.modules() if getattr(m, '_selfsup_biased', False)][-1]
+        caught = {}
+        hook = last.register_forward_hook(lambda module, args, output: caught.__setitem__('weights', output[1]))
+        try:
+            generator.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
+                            logits_to_keep=1)
+        finally:
+            hook.remove()
+        attn = caught['weights'].float()  # (b, H, L, L)
         one_hot = torch.nn.functional.one_hot(owner.clamp(min=0), k).float() * (owner >= 0)[..., None]
         mass = torch.einsum('bhql,blk->bhqk', attn, one_hot)  # each row's attention on each passage
         length = ids.shape[1]
