@@ -68,13 +68,13 @@ def attention_target(generator: Generator, targets: List[str], passages: List[Li
     enable_attention_bias(generator)  # eager attention, which returns its weights (no bias is set)
     b, k = len(passages), len(passages[0])
     t_ids = generator.target_ids(targets)
-    with torch.no_grad(), generator._autocast():
+    with torch.no_grad():
         if generator.is_seq2seq:
-            enc, enc_mask, owner = concatenated_encoding(generator, passages)
-            start = torch.full((b, 1), generator.model.config.decoder_start_token_id, device=generator.device)
-            out = generator.model(encoder_outputs=BaseModelOutput(last_hidden_state=enc), attention_mask=enc_mask,
-                                  decoder_input_ids=start,
-                                  output_attentions=True, use_cache=False)
+            with generator._autocast():
+                enc, enc_mask, owner = concatenated_encoding(generator, passages)
+                start = torch.full((b, 1), generator.model.config.decoder_start_token_id, device=generator.device)
+                out = generator.model(encoder_outputs=BaseModelOutput(last_hidden_state=enc), attention_mask=enc_mask,
+                                      decoder_input_ids=start, output_attentions=True, use_cache=False)
             weights = out.cross_attentions[-1][:, :, 0, :].float()  # (b, H, width): softmax over all tokens
             one_hot = torch.nn.functional.one_hot(owner.clamp(min=0), k).float() * (owner >= 0)[..., None]
             return torch.einsum('bhw,bwk->bhk', weights, one_hot).mean(1)
@@ -87,8 +87,9 @@ def attention_target(generator: Generator, targets: List[str], passages: List[Li
         caught = {}
         hook = last.register_forward_hook(lambda module, args, output: caught.__setitem__('weights', output[1]))
         try:
-            generator.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
-                            logits_to_keep=1)
+            with generator._autocast():
+                generator.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
+                                logits_to_keep=1)
         finally:
             hook.remove()
         attn = caught['weights'].float()  # (b, H, L, L)
