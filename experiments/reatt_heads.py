@@ -69,6 +69,8 @@ def main():
                 'scoring': f'r_h = mean over query tokens of the max over document tokens of layer-l head-h '
                            f'pre-softmax attention; BM25 (PISA, porter2, k1=0.9, b=0.4) top {DEPTH} re-ranked; '
                            'queries cut at 64 tokens, documents at 256',
+                'layers': 'layer l is retrieval_layer B counted from 0: the attention of the (B+1)-th layer, '
+                          'after B bi-encoder layers (the released ReAtt checkpoints count the same way)',
                 'choices': f'special tokens and the retrieval head chosen on {CHOICE} by {MEASURE}',
                 'measure': f'{MEASURE} and R@10 over the judged topics; all (layer, head) rows in reatt_heads.csv',
                 'seconds': ', '.join(f'{k}: {v:.0f}' for k, v in seconds.items()),

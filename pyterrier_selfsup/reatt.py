@@ -15,7 +15,7 @@ dimensions) and the T5 encoder (ReAtt's own choice; pre-norm, so layer B+1's att
 reads its layer norm of the B-th layer's output). Every real token counts, special tokens
 included ([CLS]/[SEP] for BERT, </s> for T5), as ColBERT keeps its markers.
 
-    reatt = ReAtt.from_pretrained('sentence-transformers/all-MiniLM-L6-v2', retrieval_layer=3)
+    reatt = ReAtt.from_pretrained('sentence-transformers/all-MiniLM-L6-v2', retrieval_layer=3, head=...)
     bm25 % 100 >> collection.text_loader() >> reatt.scorer()
 """
 import copy
@@ -65,10 +65,10 @@ def n_layers(model: torch.nn.Module) -> int:
 
 
 def retrieval_attention(model: torch.nn.Module, layer: int) -> _Attention:
-    """The self-attention of ``model``'s layer ``layer`` (1-based: layer B+1 for a
-    bi-encoder of B layers)."""
+    """The self-attention of ``model``'s layer ``layer``, counted from 0 (so layer B+1 of
+    the paper, after B bi-encoder layers, is ``layer=B``)."""
     stack, name = _stack(model)
-    block = getattr(stack, name)[layer - 1]
+    block = getattr(stack, name)[layer]
     if name == 'layer':  # BERT family: post-norm, the previous layer's output goes in as is
         attn = block.attention.self
         return _Attention(attn.query, attn.key, None, attn.num_attention_heads, attn.attention_head_size,
@@ -102,15 +102,15 @@ class ReAttModel(torch.nn.Module):
     def __init__(self, encoder: torch.nn.Module, retrieval_layer: int, *, head_temperature: float = 0.1):
         super().__init__()
         total = n_layers(encoder)
-        if not 1 <= retrieval_layer <= total:
-            raise ValueError(f'retrieval_layer must be in 1..{total} (layer B+1 after B bi-encoder layers), '
-                             f'not {retrieval_layer}')
+        if not 0 <= retrieval_layer < total:
+            raise ValueError(f'retrieval_layer must be in 0..{total - 1} (B: the layers before it are the '
+                             f'bi-encoder), not {retrieval_layer}')
         self.encoder = encoder
         self.retrieval_layer = retrieval_layer
         self.head_temperature = head_temperature
         self.attention = retrieval_attention(encoder, retrieval_layer)
         self.head_logits = torch.nn.Parameter(torch.zeros(self.attention.heads))  # w: uniform to start
-        self._bi_encoder = [first_layers(encoder, retrieval_layer - 1)]  # a list: not a registered submodule
+        self._bi_encoder = [first_layers(encoder, retrieval_layer)]  # a list: not a registered submodule
 
     @property
     def head_weights(self) -> torch.Tensor:
@@ -166,8 +166,9 @@ class ReAtt:
     """A ReAtt retriever over any BERT-family or T5 encoder: tokenisation, encoding of
     query and document tokens, scoring, a re-ranker (:meth:`scorer`), save and load.
 
-    ``retrieval_layer`` is B+1, the layer whose attention retrieves (1-based; ReAtt takes
-    B as half the encoder's depth). ``head_temperature`` is τ."""
+    ``retrieval_layer`` is B: the layer whose attention retrieves, counted from 0, so that
+    the B layers before it are the bi-encoder (ReAtt takes half the encoder's depth; the
+    released checkpoints' ``retrieval_layer`` counts the same way). ``head_temperature`` is τ."""
 
     def __init__(self, model: ReAttModel, tokenizer, *, name: str = 'reatt', max_length: int = 256,
                  query_max_length: int = 64, special_tokens: bool = True, batch_size: int = 32,
@@ -189,8 +190,9 @@ class ReAtt:
                         max_length: Optional[int] = None, **kwargs) -> 'ReAtt':
         """A hub name or path: any encoder (a T5 checkpoint gives its encoder), or a
         directory written by :meth:`save_pretrained` (its settings and head weights).
-        ``retrieval_layer`` defaults to half the depth plus one; ``head`` puts P_head on
-        one head (from a head analysis), else heads start uniform."""
+        ``retrieval_layer`` defaults to the checkpoint's own (a ReAtt checkpoint's config has
+        ``retrieval_layer`` and ``retrieval_head``), else to half the depth; ``head`` puts
+        P_head on one head (from a head analysis, or the checkpoint's), else heads start uniform."""
         saved = _read_config(name_or_path)
         config = AutoConfig.from_pretrained(name_or_path)
         if getattr(config, 'is_encoder_decoder', False):  # a seq2seq checkpoint: its encoder only
@@ -198,7 +200,11 @@ class ReAtt:
             encoder = T5EncoderModel.from_pretrained(name_or_path)
         else:
             encoder = AutoModel.from_pretrained(name_or_path)
-        retrieval_layer = retrieval_layer or saved.get('retrieval_layer') or n_layers(encoder) // 2 + 1
+        for value in (saved.get('retrieval_layer'), getattr(config, 'retrieval_layer', None), n_layers(encoder) // 2):
+            if retrieval_layer is None:
+                retrieval_layer = value
+        if head is None and not saved:
+            head = getattr(config, 'retrieval_head', None)
         model = ReAttModel(encoder, retrieval_layer,
                            head_temperature=head_temperature or saved.get('head_temperature', 0.1))
         if saved and (Path(name_or_path) / HEAD_WEIGHTS_FILE).is_file():
@@ -347,9 +353,10 @@ def _read_config(name_or_path: str) -> dict:
 def head_analysis(collection, model_name: str, *, depth: int = 100, layers: Optional[Sequence[int]] = None,
                   measures=None, cache_dir=None, verbose: bool = False, **kwargs) -> pd.DataFrame:
     """How well each (layer, head) of ``model_name`` retrieves zero-shot (ReAtt §2.3): BM25's
-    top ``depth`` for every topic of ``collection`` re-ranked by r_h at each layer, one row
-    per (layer, head) with the ``measures`` (default nDCG@10 and R@10) averaged over the
-    judged topics, plus a row for BM25 itself (``layer`` 0, ``head`` -1). Queries and
+    top ``depth`` for every topic of ``collection`` re-ranked by r_h at each layer (its
+    ``retrieval_layer``, from 0), one row per (layer, head) with the ``measures`` (default
+    nDCG@10 and R@10) averaged over the judged topics, plus a row for BM25 itself
+    (``layer`` -1, ``head`` -1). Queries and
     documents are encoded once per layer, through that layer only."""
     import ir_measures
     from ir_measures import R, nDCG
@@ -369,9 +376,9 @@ def head_analysis(collection, model_name: str, *, depth: int = 100, layers: Opti
         frame = pd.DataFrame({'query_id': run['qid'], 'doc_id': run['docno'], 'score': scores.astype(float)})
         return {str(m): v for m, v in ir_measures.calc_aggregate(measures, qrels, frame).items()}
 
-    rows = [{'layer': 0, 'head': -1, **evaluate(run['score'].to_numpy())}]
-    total = n_layers(ReAtt.from_pretrained(model_name, retrieval_layer=1, **kwargs).model.encoder)
-    for layer in layers or range(1, total + 1):
+    rows = [{'layer': -1, 'head': -1, **evaluate(run['score'].to_numpy())}]
+    total = n_layers(ReAtt.from_pretrained(model_name, retrieval_layer=0, **kwargs).model.encoder)
+    for layer in layers or range(total):
         reatt = ReAtt.from_pretrained(model_name, retrieval_layer=layer, verbose=verbose, **kwargs)
         per_head = reatt.score_texts(run['query'].tolist(), run['text'].tolist(), per_head=True)
         rows += [{'layer': layer, 'head': h, **evaluate(per_head[:, h])} for h in range(per_head.shape[1])]

@@ -15,7 +15,7 @@ DOCS = ['retrieval of information from a library of documents', 'indexing', 'the
         'automatic indexing assigns terms to documents']
 
 
-def reatt(path, layer=2, **kwargs):
+def reatt(path, layer=1, **kwargs):
     torch.manual_seed(0)
     return ReAtt.from_pretrained(str(path), retrieval_layer=layer, device='cpu', precision='fp32', **kwargs)
 

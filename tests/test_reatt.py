@@ -10,7 +10,7 @@ DOCS = ['retrieval of information from a library of documents', 'indexing', 'the
         'automatic indexing assigns terms to documents']
 
 
-def reatt(path, layer=2, **kwargs):
+def reatt(path, layer=1, **kwargs):
     torch.manual_seed(0)
     return ReAtt.from_pretrained(str(path), retrieval_layer=layer, device='cpu', precision='fp32', **kwargs)
 
@@ -35,7 +35,7 @@ def captured_projections(model, layer, texts, tokenizer):
     return out, att.scaling
 
 
-@pytest.mark.parametrize('kind,layer', [('bert', 1), ('bert', 2), ('t5', 2)])
+@pytest.mark.parametrize('kind,layer', [('bert', 0), ('bert', 1), ('t5', 1)])
 def test_head_scores_equal_a_manual_computation_from_the_models_own_attention(tiny_dir, tiny_generator_dir,
                                                                             kind, layer):
     path = tiny_dir if kind == 'bert' else tiny_generator_dir['t5']
@@ -55,11 +55,11 @@ def test_head_scores_equal_a_manual_computation_from_the_models_own_attention(ti
 
 def test_the_projections_are_the_ones_the_model_attends_with(tiny_dir):
     """softmax(Q Kᵀ · scaling) of a text with itself is the model's own attention map at that layer."""
-    r = reatt(tiny_dir, 2)
+    r = reatt(tiny_dir, 1)
     ids = r.tokenizer([QUERIES[0]], return_tensors='pt')
     r.model.encoder.set_attn_implementation('eager')
     with torch.no_grad():
-        own = r.model.encoder(**ids, output_attentions=True).attentions[1][0]  # layer 2, (H, L, L)
+        own = r.model.encoder(**ids, output_attentions=True).attentions[1][0]  # layer 1, (H, L, L)
         q = r.model.project(r.model.states(ids['input_ids'], ids['attention_mask']), 'query')[0]
         k = r.model.project(r.model.states(ids['input_ids'], ids['attention_mask']), 'passage')[0]
     torch.testing.assert_close(torch.softmax(q @ k.transpose(1, 2) * r.model.attention.scaling, -1), own,
@@ -83,7 +83,7 @@ def test_head_weights_mix_the_heads_and_save_and_load(tiny_dir, tmp_path):
     np.testing.assert_allclose(mixed, per_head @ r.model.head_weights.detach().numpy(), rtol=1e-5)
     r.save_pretrained(tmp_path / 'saved')
     again = ReAtt.from_pretrained(str(tmp_path / 'saved'), device='cpu', precision='fp32')
-    assert again.model.retrieval_layer == 2 and again.fingerprint() == r.fingerprint()
+    assert again.model.retrieval_layer == 1 and again.fingerprint() == r.fingerprint()
     np.testing.assert_allclose(again.score_texts([QUERIES[0]] * 4, DOCS), mixed, rtol=1e-6)
 
 
@@ -111,7 +111,7 @@ def test_bad_input_empty_texts_and_out_of_range_layer(tiny_dir):
     with_special = reatt(tiny_dir).score_texts([QUERIES[0]], [DOCS[0]], per_head=True)
     assert not np.allclose(r.score_texts([QUERIES[0]], [DOCS[0]], per_head=True), with_special)
     with pytest.raises(ValueError, match='retrieval_layer'):
-        reatt(tiny_dir, layer=3)
+        reatt(tiny_dir, layer=2)
 
 
 @pytest.fixture(scope='module')
@@ -159,3 +159,16 @@ def test_token_index_reopens_and_refuses_another_model(adi_index, tiny_dir):
     other = reatt(tiny_dir)  # uniform head weights: another fingerprint
     with pytest.raises(ValueError, match='another model'):
         index.retriever(other)
+
+
+def test_a_reatt_checkpoints_config_names_its_retrieval_layer_and_head(tiny_generator_dir, tmp_path):
+    """As neulab/reatt-large-nq's config does (retrieval_layer counted from 0, retrieval_head)."""
+    import json
+    import shutil
+    path = tmp_path / 'reatt-t5'
+    shutil.copytree(tiny_generator_dir['t5'], path)
+    config = json.loads((path / 'config.json').read_text())
+    (path / 'config.json').write_text(json.dumps(dict(config, retrieval_layer=1, retrieval_head=1)))
+    r = ReAtt.from_pretrained(str(path), device='cpu', precision='fp32')
+    assert r.model.retrieval_layer == 1 and r.model.retrieval_head == 1 and r.model.head_weights[1] > 0.99
+    assert ReAtt.from_pretrained(str(tiny_generator_dir['t5']), device='cpu').model.retrieval_layer == 1  # depth // 2
