@@ -63,6 +63,50 @@ def cropped_spans(collection: Collection, n: int, *, seed: int = 0, min_words: i
     return _frame('span', _sample(collection.corpus_iter(), n, rng, pick))
 
 
+MASK = '<extra_id_0>'  # T5's first sentinel: what a masked span is replaced by, by default
+_WORD = re.compile(r"[\w][\w'\-/.]*[\w]|\w")
+
+
+def salient_span(sentence: str, rng: random.Random) -> Optional[Tuple[int, int]]:
+    """(start, end) of a span of ``sentence`` worth reconstructing, or None: a heuristic
+    stand-in for the named entities and dates of salient span masking (REALM, ReAtt §3.3),
+    as no NER model is at hand. In order of preference, one drawn at random among: words
+    with a digit (numbers, p53, IL-6), capitalised words that do not open the sentence
+    (names, acronyms), words of at least 8 letters (rare words more than function words)."""
+    words = [(m.start(), m.end(), m.group()) for m in _WORD.finditer(sentence)]
+    classes = [
+        [w for w in words if any(c.isdigit() for c in w[2])],
+        [w for i, w in enumerate(words) if i > 0 and w[2][:1].isupper()],
+        [w for w in words if len(w[2]) >= 8 and w[2].isalpha()],
+    ]
+    for candidates in classes:
+        if candidates:
+            start, end, _ = rng.choice(candidates)
+            return start, end
+    return None
+
+
+def masked_spans(collection: Collection, n: int, *, seed: int = 0, mask: str = MASK, min_words: int = 5,
+                 max_words: int = 40) -> pd.DataFrame:
+    """ReAtt's unsupervised queries (§3.3): ``n`` corpus sentences (one from each of ``n``
+    documents drawn at random) with one salient span (:func:`salient_span`) replaced by
+    ``mask``; the span is the ``answer`` a reader generates."""
+    rng = random.Random(seed)
+
+    def pick(doc):
+        fitting = [s for s in sentences(doc['text']) if min_words <= len(s.split()) <= max_words]
+        rng.shuffle(fitting)
+        for sentence in fitting:
+            span = salient_span(sentence, rng)
+            if span is not None:
+                return sentence[:span[0]] + mask + sentence[span[1]:], sentence[span[0]:span[1]]
+        return None
+
+    pairs = _sample(collection.corpus_iter(), n, rng, pick)
+    return pd.DataFrame({'qid': [f'mask-{i}' for i in range(len(pairs))], 'query': [q for _, (q, _) in pairs],
+                         'answer': [a for _, (_, a) in pairs], 'source_docno': [d for d, _ in pairs]})
+
+
 def _sample(docs: Iterable[dict], n: int, rng: random.Random, pick) -> List[Tuple[str, str]]:
     """Reservoir sampling of ``n`` (docno, text picked from the document) pairs over the
     documents for which ``pick`` finds something."""
@@ -136,7 +180,7 @@ def round_trip_queries(collection: Collection, generator, n: int, retriever, *, 
 def training_topics(collection: Collection, queries: str, n_queries: int, *, seed: int = 0, generator=None,
                     cache_dir: Optional[Union[str, Path]] = None) -> pd.DataFrame:
     """The training queries a pipeline names by ``queries``: ``n_queries`` corpus
-    ``sentences`` or ``spans``; ``n_queries`` queries ``generated`` by ``generator``, or
+    ``sentences``, ``spans`` or ``masked`` sentences (with their ``answer``); ``n_queries`` queries ``generated`` by ``generator``, or
     generated and kept by BM25's ``roundtrip`` check (:func:`round_trip_queries`, top 10),
     both kept under ``<cache>/queries/``, keyed by the generator's fingerprint, so that
     every trainer given the same source trains on the same queries, written once; or the
@@ -148,6 +192,8 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
         return corpus_sentences(collection, n_queries, seed=seed)
     if queries == 'spans':
         return cropped_spans(collection, n_queries, seed=seed)
+    if queries == 'masked':
+        return masked_spans(collection, n_queries, seed=seed)
     if queries not in GENERATED:
         return given_topics(Collection(queries).topics())
     if generator is None:

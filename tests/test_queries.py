@@ -117,3 +117,22 @@ def test_round_trip_queries_keep_only_queries_that_find_their_passage(tmp_path):
     assert EchoOrGeneric.calls == calls  # read from the cache
     # ADI has 82 documents: asking for more than pass the check keeps all that do
     assert len(training_topics(coll, 'roundtrip', 60, seed=0, generator=EchoOrGeneric(), cache_dir=tmp_path)) < 60
+
+
+def test_masked_spans_hide_one_salient_span_of_a_sentence_of_their_source():
+    import random
+
+    from pyterrier_selfsup.queries import MASK, masked_spans, salient_span, sentences
+    coll = Collection('classic/cisi')  # ADI's abstracts have no sentence boundaries to split at
+    spans = masked_spans(coll, 12, seed=0)
+    assert len(spans) == 12 and spans['qid'].is_unique
+    for query, answer, source in zip(spans['query'], spans['answer'], spans['source_docno']):
+        assert query.count(MASK) == 1 and answer.strip()
+        assert query.replace(MASK, answer) in sentences(coll.texts([source])[0])
+    # numbers and names before long words; None when nothing qualifies
+    rng = random.Random(0)
+    s = 'Vitamin C deficiency causes scurvy in 1747 sailors'
+    assert s[slice(*salient_span(s, rng))] == '1747'
+    s = 'deficiency of Vitamin causes scurvy'
+    assert s[slice(*salient_span(s, rng))] == 'Vitamin'
+    assert salient_span('a b c', rng) is None
