@@ -25,7 +25,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, FrozenSet, List, Union
+from typing import Dict, FrozenSet, List, Optional, Union
 
 import numpy as np
 import pandas as pd
@@ -49,6 +49,7 @@ class Query:
     qid: str
     query: str
     excluded: FrozenSet[str]  # the passage a corpus query was cut from
+    answer: Optional[str] = None  # what a reader generates (queries=masked: the masked span)
 
 
 def attention_target(generator: Generator, targets: List[str], passages: List[List[str]]) -> torch.Tensor:
@@ -114,50 +115,77 @@ def adjustment_loss(retrieval_logits: torch.Tensor, target: torch.Tensor) -> tor
 
 
 class CrossDocumentAdjustment(Trainer):
-    """Trains a :class:`~pyterrier_selfsup.reatt.ReAtt` retriever (its first B layers, its
-    layer-B+1 query/key projections and the head weights w) by cross-document adjustment.
+    """Trains a ReAtt retriever by cross-document adjustment: a :class:`~pyterrier_selfsup.reatt.ReAtt`
+    (its first B layers, its layer-B+1 query/key projections and the head weights w) taught
+    by a separate frozen ``generator``, or a single-model :class:`~pyterrier_selfsup.reatt_t5.ReAttT5`
+    that teaches itself (ReAtt proper: P_target is its own decoder's attention, and its
+    generation loss trains the reader; queries need an ``answer``: ``queries=masked``).
 
     Args:
-        generator: the teacher (frozen here: its scores are cached).
+        generator: the teacher of a separate retriever (frozen: its scores are cached);
+            None for a single model.
         k: close documents per query (ReAtt: 100 on 8 A100s; a few here).
         epochs: iterations; each after the first re-retrieves the close documents with
             the model as it is then (§3.1).
-        alpha: the weight of the KL term.
-        target: how P_target is derived from the generator (see the module docstring).
+        alpha: the weight of the KL term (ReAtt: 8 beside the generation loss).
+        target: how P_target is derived from a separate generator (module docstring).
         teacher_temperature: T of the likelihood target.
+        generation_weight: the weight of a single model's generation loss.
         The rest as for :class:`~pyterrier_selfsup.training.Trainer`.
     """
     description = 'ReAtt adjustment'
 
-    def __init__(self, reatt: ReAtt, generator: Generator, collection: Union[str, Collection], *, k: int = 8,
+    def __init__(self, model, generator: Optional[Generator], collection: Union[str, Collection], *, k: int = 8,
                  alpha: float = 1.0, target: str = 'likelihood', teacher_temperature: float = 1.0,
-                 batch_size: int = 8, **kwargs):
-        super().__init__(reatt, collection, batch_size=batch_size, **kwargs)
-        if target not in TARGETS:
-            raise ValueError(f'target must be one of {TARGETS}, not {target!r}')
-        if generator.trainable:
-            raise NotImplementedError('a trainable generator (with the generation loss) is not supported yet')
+                 generation_weight: float = 1.0, batch_size: int = 8, **kwargs):
+        from pyterrier_selfsup.reatt_t5 import ReAttT5
+        super().__init__(model, collection, batch_size=batch_size, **kwargs)
+        self.reader = model if isinstance(model, ReAttT5) else None
+        self.reatt: ReAtt = model.retriever if self.reader is not None else model
+        if self.reader is None:
+            if generator is None:
+                raise ValueError('a separate ReAtt retriever needs a generator to teach it')
+            if target not in TARGETS:
+                raise ValueError(f'target must be one of {TARGETS}, not {target!r}')
+            if generator.trainable:
+                raise NotImplementedError('a trainable separate generator is not supported: use a single-model '
+                                          'ReAttT5, whose reader trains')
         self.generator = generator
         self.k = k
         self.alpha = alpha
-        self.target = target
+        self.target = 'reader' if self.reader is not None else target
         self.teacher_temperature = teacher_temperature
+        self.generation_weight = generation_weight
         self.close: Dict[str, List[str]] = {}  # qid -> its close documents this iteration
         self._attention: Dict[str, torch.Tensor] = {}  # qid -> its attention target this iteration
-        self._teacher = generator.scorer(normalise='sum', cache=score_cache_dir(self.collection.corpus_id, generator,
-                                                                               self.cache_dir))
+        self._teacher = None
+        if self.reader is None:
+            self._teacher = generator.scorer(normalise='sum', cache=score_cache_dir(self.collection.corpus_id,
+                                                                                   generator, self.cache_dir))
 
     def parameters(self):
-        return (p for p in self.encoder.model.parameters() if p.requires_grad)
+        modules = [self.reader.model, self.reatt.model] if self.reader is not None else [self.reatt.model]
+        seen = set()
+        for module in modules:  # the reader and its retriever share the encoder: each parameter once
+            for p in module.parameters():
+                if p.requires_grad and id(p) not in seen:
+                    seen.add(id(p))
+                    yield p
 
     def _train_mode(self, on: bool):
-        self.encoder.model.train(on)
+        self.reatt.model.train(on)
+        if self.reader is not None:
+            self.reader.model.train(on)
 
     def examples(self, topics: pd.DataFrame) -> List[Query]:
         queries = given_topics(topics)
         sources = topics['source_docno'] if 'source_docno' in topics.columns else [None] * len(topics)
-        return [Query(qid, query, frozenset([s]) if isinstance(s, str) else frozenset())
-                for qid, query, s in zip(queries['qid'], queries['query'], sources)]
+        answers = topics['answer'] if 'answer' in topics.columns else [None] * len(topics)
+        if self.reader is not None and 'answer' not in topics.columns:
+            raise ValueError('a single-model ReAtt reads to generate an answer: its topics need an answer column '
+                             '(queries=masked)')
+        return [Query(qid, query, frozenset([s]) if isinstance(s, str) else frozenset(), a if isinstance(a, str) else None)
+                for qid, query, s, a in zip(queries['qid'], queries['query'], sources, answers)]
 
     # -- close documents, once per iteration ------------------------------------------
 
@@ -185,8 +213,8 @@ class CrossDocumentAdjustment(Trainer):
     def _own_close(self, examples: List[Query]) -> Dict[str, List[str]]:
         from pyterrier_selfsup.token_index import ReAttIndex
         with tempfile.TemporaryDirectory() as tmp:
-            index = ReAttIndex.build(Path(tmp) / 'index', self.encoder, self.collection.corpus_iter(), ivf=False)
-            vectors = index.query_vectors(self.encoder, [q.query for q in examples])
+            index = ReAttIndex.build(Path(tmp) / 'index', self.reatt, self.collection.corpus_iter(), ivf=False)
+            vectors = index.query_vectors(self.reatt, [q.query for q in examples])
             extra = max((len(q.excluded) for q in examples), default=0)
             close = {}
             for q, v in zip(examples, vectors):
@@ -197,6 +225,8 @@ class CrossDocumentAdjustment(Trainer):
     def _score_pairs(self, examples: List[Query]):
         """The generator's log p(q | d) of every (query, close document) pair, in one pass
         (cached: pairs scored before cost nothing); or its attention target of every query."""
+        if self.reader is not None:  # its own attention, read with the current weights at each step
+            return
         if self.target == 'attention':
             self._attention = {}
             with_close = [q for q in examples if self.close.get(q.qid)]
@@ -245,26 +275,58 @@ class CrossDocumentAdjustment(Trainer):
         if not batch:
             return torch.zeros((), requires_grad=True)
         docnos = list(dict.fromkeys(d for q in batch for d in self.close[q.qid]))  # close ∪ in-batch random
-        q_vectors, q_mask = self.encoder.encode([q.query for q in batch], 'query')
-        k_vectors, k_mask = self.encoder.encode(self.collection.texts(docnos), 'passage')
-        logits = self.encoder.model.scores(q_vectors, q_mask, k_vectors, k_mask)  # (b, documents)
-        target = self.target_distribution(batch, docnos).to(logits.device)
-        loss = self.alpha * adjustment_loss(logits, target)
+        q_vectors, q_mask = self.reatt.encode([q.query for q in batch], 'query')
+        k_vectors, k_mask = self.reatt.encode(self.collection.texts(docnos), 'passage')
+        logits = self.reatt.model.scores(q_vectors, q_mask, k_vectors, k_mask)  # (b, documents)
+        if self.reader is not None:
+            loss, target = self._reader_loss(batch, docnos)
+            target = target.to(logits.device)
+            loss = loss + self.alpha * adjustment_loss(logits, target)
+        else:
+            target = self.target_distribution(batch, docnos).to(logits.device)
+            loss = self.alpha * adjustment_loss(logits, target)
         with torch.no_grad():  # how much of P_retrieval the close documents hold (in-batch random: the rest)
             p = torch.softmax(logits, dim=-1)
             self.record('close mass', float((p * (target > 0)).sum(-1).mean()))
-            self.record('head weight max', float(self.encoder.model.head_weights.max()))
+            self.record('head weight max', float(self.reatt.model.head_weights.max()))
         return loss
+
+    def _reader_loss(self, batch: List[Query], docnos: List[str]):
+        """A single model's generation loss over each query's close documents (fused), and
+        its own target attention (detached) placed on the batch's document columns."""
+        column = {d: j for j, d in enumerate(docnos)}
+        target = torch.zeros((len(batch), len(docnos)), dtype=torch.float32)
+        nll = []
+        by_size: Dict[int, List[int]] = {}
+        for i, q in enumerate(batch):  # rows read together need the same number of documents
+            by_size.setdefault(len(self.close[q.qid]), []).append(i)
+        for rows in by_size.values():
+            group = [batch[i] for i in rows]
+            logp, attention = self.reader.read([q.query for q in group],
+                                               [self.collection.texts(self.close[q.qid]) for q in group],
+                                               [q.answer or '' for q in group])
+            nll.append(-logp)
+            for i, q, values in zip(rows, group, attention.cpu()):
+                target[i, [column[d] for d in self.close[q.qid]]] = values
+        nll = torch.cat(nll)
+        self.record('generation nll', float(nll.detach().mean()))
+        return self.generation_weight * nll.mean(), target
 
     # -- what the base class does with a DualEncoder ------------------------------------
 
     def load_encoder(self, path: Path):
+        if self.reader is not None:
+            from pyterrier_selfsup.reatt_t5 import ReAttT5
+            saved = ReAttT5.from_pretrained(str(path), device='cpu')
+            self.reader.model.load_state_dict(saved.model.state_dict())
+            self.reatt.model.head_logits.data.copy_(saved.retriever.model.head_logits.data)
+            return
         saved = ReAtt.from_pretrained(str(path), device='cpu')
-        self.encoder.model.load_state_dict(saved.model.state_dict())
+        self.reatt.model.load_state_dict(saved.model.state_dict())
 
     def retriever(self):
         from pyterrier_selfsup.token_index import reatt_index
-        return reatt_index(self.collection, self.encoder, cache_dir=self.cache_dir).exhaustive(self.encoder)
+        return reatt_index(self.collection, self.reatt, cache_dir=self.cache_dir).exhaustive(self.reatt)
 
     def _validate(self, topics, qrels) -> float:
         import pyterrier as pt
@@ -272,7 +334,7 @@ class CrossDocumentAdjustment(Trainer):
 
         from pyterrier_selfsup.token_index import ReAttIndex
         with tempfile.TemporaryDirectory() as tmp:
-            index = ReAttIndex.build(Path(tmp) / 'index', self.encoder, self.collection.corpus_iter(), ivf=False)
-            result = pt.Experiment([index.exhaustive(self.encoder, num_results=100)], topics, qrels, [nDCG @ 10])
+            index = ReAttIndex.build(Path(tmp) / 'index', self.reatt, self.collection.corpus_iter(), ivf=False)
+            result = pt.Experiment([index.exhaustive(self.reatt, num_results=100)], topics, qrels, [nDCG @ 10])
         self._train_mode(True)
         return float(result['nDCG@10'][0])

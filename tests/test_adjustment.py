@@ -154,3 +154,29 @@ def test_trainer_with_the_attention_target_uses_it_for_each_querys_close_documen
         assert target[i].sum().item() == pytest.approx(1.0)
     with pytest.raises(ValueError, match='target'):
         CrossDocumentAdjustment(reatt(tiny_dir), gen, coll, target='cross', cache_dir=tmp_path)
+
+
+def test_a_single_t5_teaches_its_own_retrieval_from_masked_sentences(tiny_generator_dir, tmp_path):
+    import json
+
+    from pyterrier_selfsup.queries import masked_spans
+    from pyterrier_selfsup.reatt_t5 import ReAttT5
+    torch.manual_seed(0)
+    model = ReAttT5.from_pretrained(str(tiny_generator_dir['t5']), retrieval_layer=1, device='cpu', precision='fp32')
+    coll = Collection('classic/cisi')
+    topics = masked_spans(coll, 6, seed=0)
+    decoder = model.model.decoder.block[0].layer[0].SelfAttention.q.weight.detach().clone()
+    bi_encoder = model.model.encoder.block[0].layer[0].SelfAttention.k.weight.detach().clone()
+    trainer = CrossDocumentAdjustment(model, None, coll, k=2, batch_size=3, epochs=2, lr=1e-3, alpha=8.0,
+                                      cache_dir=tmp_path, output_dir=tmp_path / 'out', verbose=False)
+    trainer.fit(topics)
+    steps = [r for r in trainer.log if 'loss' in r]
+    assert len(steps) == 4 and all(r['generation nll'] > 0 and 0 <= r['close mass'] <= 1 for r in steps)
+    assert [r['close documents'] for r in trainer.log if 'close documents' in r] == ['bm25', 'model']
+    # the generation loss trains the reader, the KL term the retriever: both move
+    assert not torch.equal(model.model.decoder.block[0].layer[0].SelfAttention.q.weight, decoder)
+    assert not torch.equal(model.model.encoder.block[0].layer[0].SelfAttention.k.weight, bi_encoder)
+    config = json.loads((tmp_path / 'out' / 'final' / 'config.json').read_text())
+    assert config['retrieval_layer'] == 1 and 'retrieval_head' in config
+    with pytest.raises(ValueError, match='answer'):
+        trainer.examples(coll.topics().head(2))
