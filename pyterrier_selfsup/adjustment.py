@@ -338,3 +338,52 @@ class CrossDocumentAdjustment(Trainer):
             result = pt.Experiment([index.exhaustive(self.reatt, num_results=100)], topics, qrels, [nDCG @ 10])
         self._train_mode(True)
         return float(result['nDCG@10'][0])
+
+
+# -- trained on first use, like an index ------------------------------------------------
+
+def adjusted_model_dir(collection: Collection, settings: dict, cache_dir=None) -> Path:
+    """Where :func:`adjusted_retriever` keeps the model trained with ``settings``."""
+    from pyterrier_selfsup._cache import cache_key, cache_root
+    return cache_root(cache_dir) / 'models' / cache_key(f'{collection.corpus_id}.reatt', settings)
+
+
+def adjusted_retriever(collection: Union[str, Collection], *, model_name: str, retrieval_layer: int, head: int,
+                       special_tokens: bool = True, queries: str = 'sentences', n_queries: int = 5000, k: int = 8,
+                       epochs: int = 2, batch_size: int = 8, lr: float = 2e-5, alpha: float = 1.0,
+                       target: str = 'likelihood', teacher_temperature: float = 1.0, generator: str = 'smollm2',
+                       seed: int = 0, candidate_tokens: Optional[int] = 128, nprobe: int = 32,
+                       num_results: int = 1000, cache_dir=None, verbose: bool = False):
+    """``model_name``'s ReAtt retriever (layer ``retrieval_layer``, head ``head`` to start)
+    adapted to ``collection`` by cross-document adjustment with ``generator`` as the
+    teacher, on ``n_queries`` training queries from ``queries`` (any source of
+    :func:`~pyterrier_selfsup.queries.training_topics`); trained on first use and cached
+    by corpus and settings; searched through its token index."""
+    from pyterrier_selfsup._cache import build_once
+    from pyterrier_selfsup.generator import load_generator
+    from pyterrier_selfsup.queries import training_topics
+    from pyterrier_selfsup.token_index import reatt_index
+    from pyterrier_selfsup.training import keep_final_only
+    collection = Collection(collection) if isinstance(collection, str) else collection
+    settings = dict(model_name=model_name, retrieval_layer=retrieval_layer, head=head, special_tokens=special_tokens,
+                    queries=queries, n_queries=n_queries, k=k, epochs=epochs, batch_size=batch_size, lr=lr,
+                    alpha=alpha, target=target, teacher_temperature=teacher_temperature, generator=generator,
+                    seed=seed)
+    path = adjusted_model_dir(collection, settings, cache_dir)
+
+    def train(staging: Path):
+        gen = load_generator(generator, cache_dir=cache_dir, verbose=verbose)
+        topics = training_topics(collection, queries, n_queries, seed=seed, generator=gen, cache_dir=cache_dir)
+        torch.manual_seed(seed)
+        reatt = ReAtt.from_pretrained(model_name, retrieval_layer=retrieval_layer, head=head,
+                                      special_tokens=special_tokens)
+        CrossDocumentAdjustment(reatt, gen, collection, k=k, alpha=alpha, target=target,
+                                teacher_temperature=teacher_temperature, epochs=epochs, batch_size=batch_size,
+                                lr=lr, output_dir=staging, seed=seed, cache_dir=cache_dir, verbose=verbose).fit(topics)
+        keep_final_only(staging)
+
+    reatt = ReAtt.from_pretrained(str(build_once(path, train) / 'final'), verbose=verbose)
+    index = reatt_index(collection, reatt, cache_dir=cache_dir, verbose=verbose)
+    if candidate_tokens is None:
+        return index.exhaustive(reatt, num_results=num_results)
+    return index.retriever(reatt, num_results=num_results, candidate_tokens=candidate_tokens, nprobe=nprobe)

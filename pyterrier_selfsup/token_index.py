@@ -247,3 +247,18 @@ def _chunks(items: Iterable, size: int) -> Iterator[list]:
             chunk = []
     if chunk:
         yield chunk
+
+
+def reatt_retriever(collection, *, model_name: str, retrieval_layer: int, head: int, special_tokens: bool = True,
+                    candidate_tokens: Optional[int] = 128, nprobe: int = 32, num_results: int = 1000,
+                    cache_dir=None, verbose: bool = False) -> ReAttRetriever:
+    """``model_name``'s attention head ``head`` at layer ``retrieval_layer`` (from 0) as a
+    zero-shot ReAtt retriever over ``collection``'s token index (built on first use, cached);
+    ``candidate_tokens=None``: exhaustive exact scoring."""
+    from pyterrier_selfsup.reatt import ReAtt
+    reatt = ReAtt.from_pretrained(model_name, retrieval_layer=retrieval_layer, head=head,
+                                  special_tokens=special_tokens, verbose=verbose)
+    index = reatt_index(collection, reatt, cache_dir=cache_dir, verbose=verbose)
+    if candidate_tokens is None:
+        return index.exhaustive(reatt, num_results=num_results)
+    return index.retriever(reatt, num_results=num_results, candidate_tokens=candidate_tokens, nprobe=nprobe)

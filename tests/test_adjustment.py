@@ -180,3 +180,22 @@ def test_a_single_t5_teaches_its_own_retrieval_from_masked_sentences(tiny_genera
     assert config['retrieval_layer'] == 1 and 'retrieval_head' in config
     with pytest.raises(ValueError, match='answer'):
         trainer.examples(coll.topics().head(2))
+
+
+def test_adjusted_retriever_trains_once_then_retrieves_from_its_token_index(tiny_dir, tiny_generator_dir, tmp_path,
+                                                                           monkeypatch):
+    from pyterrier_selfsup import adjustment
+    from pyterrier_selfsup.adjustment import adjusted_retriever
+    settings = dict(model_name=str(tiny_dir), retrieval_layer=1, head=0, queries='classic/adi', n_queries=10, k=2,
+                    epochs=1, batch_size=8, generator=str(tiny_generator_dir['llama']), cache_dir=tmp_path,
+                    candidate_tokens=None, num_results=5)
+    retriever = adjusted_retriever('classic/adi', **settings)
+    topics = Collection('classic/adi').topics().head(3)
+    results = retriever(topics)
+    assert len(results) == 15 and set(results['qid']) == set(topics['qid'])
+    model_dirs = [d for d in (tmp_path / 'models').glob('classic_adi.reatt-*') if d.is_dir()]
+    assert len(model_dirs) == 1 and (model_dirs[0] / 'final' / 'reatt.json').is_file()
+    assert not (model_dirs[0] / 'final' / 'trainer_state.pt').exists()
+    monkeypatch.setattr(adjustment, 'CrossDocumentAdjustment', None)  # a second call must not train
+    again = adjusted_retriever('classic/adi', **settings)(topics)
+    np.testing.assert_allclose(again['score'], results['score'])
