@@ -158,8 +158,10 @@ class ReAttModel(torch.nn.Module):
         return torch.cat(out, dim=1) if out else q.new_zeros((len(q), 0, self.attention.heads))
 
     def scores(self, q: torch.Tensor, q_mask: torch.Tensor, k: torch.Tensor, k_mask: torch.Tensor) -> torch.Tensor:
-        """r(q_i, d_j) = Σ_h P_head,h r_h, (n_q, n_d)."""
-        return self.head_scores(q, q_mask, k, k_mask) @ self.head_weights.to(q.dtype)
+        """r(q_i, d_j) = Σ_h P_head,h r_h, (n_q, n_d); -inf for a document with no token."""
+        r = self.head_scores(q, q_mask, k, k_mask)
+        empty = torch.isneginf(r).all(-1)  # (0 · -inf would be NaN where a head weight underflows)
+        return (r.masked_fill(empty[..., None], 0.0) @ self.head_weights.to(r.dtype)).masked_fill(empty, float('-inf'))
 
 
 class ReAtt:
@@ -293,7 +295,7 @@ class ReAtt:
                 q, q_mask = pad_tokens([q_vectors[i]])
                 k, k_mask = pad_tokens([d_vectors[j] for j in di[rows]])
                 out[rows] = self.model.head_scores(q, q_mask, k, k_mask)[0].cpu().numpy()
-        return out if per_head else out @ self.model.head_weights.detach().float().cpu().numpy()
+        return out if per_head else mix_heads(out, self.model.head_weights)
 
     def compute_dtype(self) -> torch.dtype:
         return compute_dtype(self.precision, self.device)
@@ -325,11 +327,19 @@ class ReAttScorer(pt.Transformer):
             out['score'] = pd.Series(dtype=float)
             return pt.model.add_ranks(out)
         heads = self.reatt.score_texts(out['query'].tolist(), out[self.text_field].tolist(), per_head=True)
-        out['score'] = heads @ self.reatt.model.head_weights.detach().float().cpu().numpy()
+        out['score'] = mix_heads(heads, self.reatt.model.head_weights)
         if self.per_head:
             for h in range(heads.shape[1]):
                 out[f'head_{h}'] = heads[:, h]
         return pt.model.add_ranks(out)
+
+
+def mix_heads(per_head: np.ndarray, weights: torch.Tensor) -> np.ndarray:
+    """Σ_h weights_h · r_h per row of ``per_head`` (n, H); -inf where every head is -inf
+    (a document with no token), not the NaN of 0 · -inf."""
+    empty = np.isneginf(per_head).all(axis=1)
+    out = np.where(empty[:, None], 0.0, per_head) @ weights.detach().float().cpu().numpy()
+    return np.where(empty, -np.inf, out).astype(np.float32)
 
 
 def pad_tokens(pieces: List[torch.Tensor]):
