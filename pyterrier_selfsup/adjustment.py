@@ -342,10 +342,16 @@ class CrossDocumentAdjustment(Trainer):
 
 # -- trained on first use, like an index ------------------------------------------------
 
+TRAINING_SETTINGS = ('model_name', 'retrieval_layer', 'head', 'special_tokens', 'queries', 'n_queries', 'k', 'epochs',
+                     'batch_size', 'lr', 'alpha', 'target', 'teacher_temperature', 'generator', 'seed')
+
+
 def adjusted_model_dir(collection: Collection, settings: dict, cache_dir=None) -> Path:
-    """Where :func:`adjusted_retriever` keeps the model trained with ``settings``."""
+    """Where :func:`adjusted_retriever` keeps the model trained with ``settings`` (those of
+    them that training depends on, :data:`TRAINING_SETTINGS`)."""
     from pyterrier_selfsup._cache import cache_key, cache_root
-    return cache_root(cache_dir) / 'models' / cache_key(f'{collection.corpus_id}.reatt', settings)
+    key = {name: settings[name] for name in TRAINING_SETTINGS}
+    return cache_root(cache_dir) / 'models' / cache_key(f'{collection.corpus_id}.reatt', key)
 
 
 def adjusted_retriever(collection: Union[str, Collection], *, model_name: str, retrieval_layer: int, head: int,
