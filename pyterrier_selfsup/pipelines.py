@@ -17,6 +17,8 @@ from pyterrier_selfsup.dense import MINILM, DenseRetriever
 from pyterrier_selfsup.distant import DS_DEFAULTS, adapted_model_dir, adapted_retriever
 from pyterrier_selfsup.generator import SMOLLM2, SMOLLM2_GGUF, Generator, score_cache_dir
 from pyterrier_selfsup.reconstruction import reconstruction_model_dir, reconstruction_retriever
+from pyterrier_selfsup.adjustment import adjusted_model_dir, adjusted_retriever
+from pyterrier_selfsup.token_index import reatt_retriever
 
 
 @dataclass(frozen=True)
@@ -139,3 +141,26 @@ register(PipelineSpec(
                 'added to the attention logits from the target towards passage j',
     functools.partial(reconstruction_retriever, method='acrobart'), dict(_RECONSTRUCTION, beta=1.0),
     model_dir=functools.partial(reconstruction_model_dir, method='acrobart')))
+
+# all-MiniLM-L6-v2's zero-shot retrieval head: the (layer, head, special tokens) whose r_h
+# re-ranks BM25's top 100 best on beir/scifact/train (experiments/reatt_heads.py; layers
+# counted from 0, as ReAtt's retrieval_layer: the attention of the second layer)
+REATT_HEAD = dict(retrieval_layer=1, head=1, special_tokens=False)
+# candidate_tokens=None: every document scored exactly (K' tokens per query token otherwise)
+_REATT_SEARCH = dict(candidate_tokens=None, nprobe=32, num_results=1000)
+
+register(PipelineSpec(
+    'reatt', 'Retrieval as Attention, zero-shot: one attention head of all-MiniLM-L6-v2 as a late-interaction '
+             'retriever (mean over query tokens of the max pre-softmax attention to document tokens) over a '
+             'token-level FAISS index',
+    reatt_retriever, dict(model_name=MINILM, **REATT_HEAD, **_REATT_SEARCH)))
+
+register(PipelineSpec(
+    'reatt_adjusted', 'ReAtt adapted by cross-document adjustment: KL from SmolLM2\'s judgement of each query\'s close '
+                      'documents (BM25\'s, then the model\'s own each iteration) to the softmax of r over them and '
+                      'the batch\'s other documents; queries: corpus sentences/spans/masked sentences, generated, or '
+                      'a collection\'s topic texts',
+    adjusted_retriever, dict(model_name=MINILM, **REATT_HEAD, queries='sentences', n_queries=5000, k=8, epochs=2,
+                             batch_size=8, lr=2e-5, alpha=1.0, target='likelihood', teacher_temperature=1.0,
+                             generator='smollm2', seed=0, **_REATT_SEARCH),
+    model_dir=adjusted_model_dir))

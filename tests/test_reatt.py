@@ -172,3 +172,18 @@ def test_a_reatt_checkpoints_config_names_its_retrieval_layer_and_head(tiny_gene
     r = ReAtt.from_pretrained(str(path), device='cpu', precision='fp32')
     assert r.model.retrieval_layer == 1 and r.model.retrieval_head == 1 and r.model.head_weights[1] > 0.99
     assert ReAtt.from_pretrained(str(tiny_generator_dir['t5']), device='cpu').model.retrieval_layer == 1  # depth // 2
+
+
+def test_the_reatt_pipeline_retrieves_with_minilms_chosen_head(tmp_path):
+    from pyterrier_selfsup import Collection
+    from pyterrier_selfsup.pipelines import REATT_HEAD, get_pipeline
+    coll = Collection('classic/adi')
+    retriever = get_pipeline('reatt:num_results=10').build(coll, cache_dir=tmp_path)
+    topics = coll.topics().head(3)
+    results = retriever(topics)
+    assert len(results) == 30 and (results.groupby('qid')['score'].diff().dropna() <= 0).all()
+    minilm = ReAtt.from_pretrained('sentence-transformers/all-MiniLM-L6-v2', retrieval_layer=REATT_HEAD['retrieval_layer'],
+                                   special_tokens=REATT_HEAD['special_tokens'])
+    expected = minilm.score_texts(results['query'].tolist(), coll.texts(results['docno'].tolist()),
+                                  per_head=True)[:, REATT_HEAD['head']]
+    np.testing.assert_allclose(results['score'], expected, rtol=5e-3, atol=5e-3)  # keys stored in fp16
