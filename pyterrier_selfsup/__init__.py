@@ -9,6 +9,10 @@ from pyterrier_selfsup.queries import corpus_sentences, cropped_spans, generated
 from pyterrier_selfsup.generator import SMOLLM2, SMOLLM2_GGUF, Generator, ReconstructionScorer
 from pyterrier_selfsup.training import Trainer
 from pyterrier_selfsup.reconstruction import Acrobart, Rumbart, marginal_nll
+from pyterrier_selfsup.reatt import ReAtt
+from pyterrier_selfsup.token_index import ReAttIndex, reatt_index
+from pyterrier_selfsup.adjustment import CrossDocumentAdjustment
+from pyterrier_selfsup.reatt_t5 import ReAttT5
 from pyterrier_selfsup.pipelines import PIPELINES, PipelineSpec, register
 from pyterrier_selfsup.experiment import run_experiment, write_results
 
@@ -21,5 +25,6 @@ __all__ = [
     'DualEncoder', 'DualEncoderModel', 'MINILM', 'DenseRetriever', 'flex_index', 'sbert_encoder',
     'DistantSupervision', 'in_batch_loss', 'corpus_sentences', 'cropped_spans', 'generated_queries', 'given_topics',
     'SMOLLM2', 'SMOLLM2_GGUF', 'Generator', 'ReconstructionScorer', 'Trainer', 'Rumbart', 'Acrobart', 'marginal_nll',
+    'ReAtt', 'ReAttIndex', 'reatt_index', 'CrossDocumentAdjustment', 'ReAttT5',
     'PIPELINES', 'PipelineSpec', 'register', 'run_experiment', 'write_results',
 ]
