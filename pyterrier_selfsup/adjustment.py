@@ -23,9 +23,9 @@ query cut from the corpus never has its own passage among its close documents.
 import logging
 import tempfile
 import time
-from dataclasses import dataclass
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, FrozenSet, List, Optional, Union
+from typing import Dict, List, Optional, Union
 
 import numpy as np
 import pandas as pd
@@ -34,7 +34,7 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from pyterrier_selfsup.collections import Collection
 from pyterrier_selfsup.generator import Generator, score_cache_dir
-from pyterrier_selfsup.queries import given_topics
+from pyterrier_selfsup.queries import Query, training_queries
 from pyterrier_selfsup.reatt import ReAtt
 from pyterrier_selfsup.training import Trainer
 
@@ -44,12 +44,17 @@ TARGETS = ('likelihood', 'attention')
 ATTENTION_CHUNK = 4  # queries whose k passages go through the generator at once
 
 
-@dataclass(frozen=True)
-class Query:
-    qid: str
-    query: str
-    excluded: FrozenSet[str]  # the passage a corpus query was cut from
-    answer: Optional[str] = None  # what a reader generates (queries=masked: the masked span)
+def owner_one_hot(owner: torch.Tensor, k: int) -> torch.Tensor:
+    """(b, L, k): 1 where a position belongs to passage j (``owner`` (b, L), -1: to none)."""
+    return torch.nn.functional.one_hot(owner.clamp(min=0), k).float() * (owner >= 0)[..., None]
+
+
+def first_position_shares(cross_attention: torch.Tensor, owner: torch.Tensor, k: int) -> torch.Tensor:
+    """ReAtt's P_target (§3.2) from a decoder's last-layer cross-attention (b, H, rows, L),
+    softmaxed over all encoder positions: the first decoder position's weights summed per
+    passage (``owner``) and averaged over heads, (b, k)."""
+    weights = cross_attention[:, :, 0, :].float()
+    return torch.einsum('bhw,bwk->bhk', weights, owner_one_hot(owner, k)).mean(1)
 
 
 def attention_target(generator: Generator, targets: List[str], passages: List[List[str]]) -> torch.Tensor:
@@ -76,9 +81,7 @@ def attention_target(generator: Generator, targets: List[str], passages: List[Li
                 start = torch.full((b, 1), generator.model.config.decoder_start_token_id, device=generator.device)
                 out = generator.model(encoder_outputs=BaseModelOutput(last_hidden_state=enc), attention_mask=enc_mask,
                                       decoder_input_ids=start, output_attentions=True, use_cache=False)
-            weights = out.cross_attentions[-1][:, :, 0, :].float()  # (b, H, width): softmax over all tokens
-            one_hot = torch.nn.functional.one_hot(owner.clamp(min=0), k).float() * (owner >= 0)[..., None]
-            return torch.einsum('bhw,bwk->bhk', weights, one_hot).mean(1)
+            return first_position_shares(out.cross_attentions[-1], owner, k)
         seqs, owner, _ = concatenated_prompts(generator, passages, t_ids)
         ids, mask = _pad(seqs, generator.tokenizer.pad_token_id, left=True, device=generator.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -94,8 +97,7 @@ def attention_target(generator: Generator, targets: List[str], passages: List[Li
         finally:
             hook.remove()
         attn = caught['weights'].float()  # (b, H, L, L)
-        one_hot = torch.nn.functional.one_hot(owner.clamp(min=0), k).float() * (owner >= 0)[..., None]
-        mass = torch.einsum('bhql,blk->bhqk', attn, one_hot)  # each row's attention on each passage
+        mass = torch.einsum('bhql,blk->bhqk', attn, owner_one_hot(owner, k))  # each row's attention on each passage
         length = ids.shape[1]
         rows = torch.zeros((b, length), dtype=torch.bool, device=ids.device)
         for i, t in enumerate(t_ids):  # the positions whose outputs predict target tokens
@@ -178,14 +180,10 @@ class CrossDocumentAdjustment(Trainer):
             self.reader.model.train(on)
 
     def examples(self, topics: pd.DataFrame) -> List[Query]:
-        queries = given_topics(topics)
-        sources = topics['source_docno'] if 'source_docno' in topics.columns else [None] * len(topics)
-        answers = topics['answer'] if 'answer' in topics.columns else [None] * len(topics)
         if self.reader is not None and 'answer' not in topics.columns:
             raise ValueError('a single-model ReAtt reads to generate an answer: its topics need an answer column '
                              '(queries=masked)')
-        return [Query(qid, query, frozenset([s]) if isinstance(s, str) else frozenset(), a if isinstance(a, str) else None)
-                for qid, query, s, a in zip(queries['qid'], queries['query'], sources, answers)]
+        return training_queries(topics)
 
     # -- close documents, once per iteration ------------------------------------------
 
@@ -210,10 +208,16 @@ class CrossDocumentAdjustment(Trainer):
         ranked = results.sort_values(['qid', 'rank']).groupby('qid')['docno'].apply(list).to_dict()
         return {q.qid: [d for d in ranked.get(q.qid, []) if d not in q.excluded][:self.k] for q in examples}
 
-    def _own_close(self, examples: List[Query]) -> Dict[str, List[str]]:
+    @contextmanager
+    def _current_index(self):
+        """The corpus' token index under the model as it is now (keys only, exhaustive
+        search), thrown away afterwards."""
         from pyterrier_selfsup.token_index import ReAttIndex
         with tempfile.TemporaryDirectory() as tmp:
-            index = ReAttIndex.build(Path(tmp) / 'index', self.reatt, self.collection.corpus_iter(), ivf=False)
+            yield ReAttIndex.build(Path(tmp) / 'index', self.reatt, self.collection.corpus_iter(), ivf=False)
+
+    def _own_close(self, examples: List[Query]) -> Dict[str, List[str]]:
+        with self._current_index() as index:
             vectors = index.query_vectors(self.reatt, [q.query for q in examples])
             extra = max((len(q.excluded) for q in examples), default=0)
             close = {}
@@ -332,9 +336,7 @@ class CrossDocumentAdjustment(Trainer):
         import pyterrier as pt
         from ir_measures import nDCG
 
-        from pyterrier_selfsup.token_index import ReAttIndex
-        with tempfile.TemporaryDirectory() as tmp:
-            index = ReAttIndex.build(Path(tmp) / 'index', self.reatt, self.collection.corpus_iter(), ivf=False)
+        with self._current_index() as index:
             result = pt.Experiment([index.exhaustive(self.reatt, num_results=100)], topics, qrels, [nDCG @ 10])
         self._train_mode(True)
         return float(result['nDCG@10'][0])
@@ -390,6 +392,4 @@ def adjusted_retriever(collection: Union[str, Collection], *, model_name: str, r
 
     reatt = ReAtt.from_pretrained(str(build_once(path, train) / 'final'), verbose=verbose)
     index = reatt_index(collection, reatt, cache_dir=cache_dir, verbose=verbose)
-    if candidate_tokens is None:
-        return index.exhaustive(reatt, num_results=num_results)
     return index.retriever(reatt, num_results=num_results, candidate_tokens=candidate_tokens, nprobe=nprobe)

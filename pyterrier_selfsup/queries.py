@@ -8,8 +8,9 @@ corpora that do not fit in memory.
 """
 import random
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, List, Optional, Tuple, Union
+from typing import FrozenSet, Iterable, List, Optional, Tuple, Union
 
 import pandas as pd
 
@@ -27,6 +28,25 @@ def given_topics(topics: pd.DataFrame) -> pd.DataFrame:
     if 'query' not in topics.columns:
         raise ValueError(f'topics need a query column; they have {list(topics.columns)}')
     return topics[['qid', 'query']].reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class Query:
+    """A training query as the trainers see it."""
+    qid: str
+    query: str
+    excluded: FrozenSet[str]  # the passage a corpus query was cut from: a trivial retrieval
+    answer: Optional[str] = None  # what a reader generates (queries=masked: the masked span)
+
+
+def training_queries(topics: pd.DataFrame) -> List[Query]:
+    """The :class:`Query` of each topic: its text, the ``source_docno`` it was cut from (if
+    any) as the passage it must not retrieve, and its ``answer`` (if any); labels unread."""
+    queries = given_topics(topics)
+    sources = topics['source_docno'] if 'source_docno' in topics.columns else [None] * len(topics)
+    answers = topics['answer'] if 'answer' in topics.columns else [None] * len(topics)
+    return [Query(qid, query, frozenset([s]) if isinstance(s, str) else frozenset(), a if isinstance(a, str) else None)
+            for qid, query, s, a in zip(queries['qid'], queries['query'], sources, answers)]
 
 
 def sentences(text: str) -> List[str]:

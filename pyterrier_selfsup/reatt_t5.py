@@ -24,7 +24,8 @@ import torch
 from transformers import AutoTokenizer, T5ForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 
-from pyterrier_selfsup.reatt import CONFIG_FILE, HEAD_WEIGHTS_FILE, ReAtt, ReAttModel, first_layers
+from pyterrier_selfsup.adjustment import first_position_shares
+from pyterrier_selfsup.reatt import CONFIG_FILE, HEAD_WEIGHTS_FILE, ReAtt, ReAttModel
 
 
 class ReAttT5:
@@ -55,7 +56,6 @@ class ReAttT5:
                                precision=precision)
         self.device = self.retriever.device
         self.model.to(self.device)
-        self._bi_encoder = first_layers(model.encoder, retrieval_layer)
 
     @property
     def retrieval_layer(self) -> int:
@@ -96,8 +96,8 @@ class ReAttT5:
         the bi-encoder's output (n, L, d), the query first)."""
         q = self.retriever.tokenize(queries, 'query')
         d = self.retriever.tokenize(docs, 'passage')
-        h_q = self._bi_encoder(input_ids=q['input_ids'], attention_mask=q['attention_mask']).last_hidden_state
-        h_d = self._bi_encoder(input_ids=d['input_ids'], attention_mask=d['attention_mask']).last_hidden_state
+        h_q = self.retriever.model.states(q['input_ids'], q['attention_mask'])
+        h_d = self.retriever.model.states(d['input_ids'], d['attention_mask'])
         n = len(queries)
         q_len, d_len = q['attention_mask'].sum(1), d['attention_mask'].sum(1)
         width = int((q_len + d_len).max())
@@ -131,6 +131,7 @@ class ReAttT5:
         fused = encoded.reshape(b, k * width, -1)
         fused_mask = mask.reshape(b, k * width)
         owner = torch.arange(k, device=self.device).repeat_interleave(width)[None].expand(b, -1)
+        owner = owner.masked_fill(fused_mask == 0, -1)  # padding belongs to no pair
         labels = self.tokenizer(text_target=list(targets), padding=True, truncation=True,
                                 max_length=self.target_max_length, return_tensors='pt')['input_ids'].to(self.device)
         labels = labels.masked_fill(labels == self.tokenizer.pad_token_id, -100)
@@ -139,7 +140,5 @@ class ReAttT5:
         logp = -torch.nn.functional.cross_entropy(out.logits.transpose(1, 2), labels, ignore_index=-100,
                                                   reduction='none').sum(1)
         with torch.no_grad():
-            weights = out.cross_attentions[-1][:, :, 0, :].float()  # (b, H, k·width), softmax over all tokens
-            one_hot = torch.nn.functional.one_hot(owner, k).float() * fused_mask[..., None]
-            target = torch.einsum('bhw,bwk->bhk', weights, one_hot).mean(1)
+            target = first_position_shares(out.cross_attentions[-1], owner, k)
         return logp, target

@@ -28,10 +28,9 @@ import sys
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import FrozenSet, List, Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -45,7 +44,7 @@ from pyterrier_selfsup.dense import MINILM, DenseRetriever, flex_index
 from pyterrier_selfsup.distant import DS_DEFAULTS, adapted_model_dir, adapted_retriever
 from pyterrier_selfsup.dual_encoder import DualEncoder
 from pyterrier_selfsup.generator import MAX_PASSAGE_LENGTH, Generator, _pad, load_generator, score_cache_dir
-from pyterrier_selfsup.queries import given_topics, training_topics
+from pyterrier_selfsup.queries import Query, training_queries, training_topics
 from pyterrier_selfsup.training import Trainer, fit_resumably
 
 logger = logging.getLogger(__name__)
@@ -68,13 +67,6 @@ def marginal_nll(retriever_logits: torch.Tensor, teacher_logp: torch.Tensor) -> 
     """Mean over queries of -log Σ_z softmax(retriever_logits)_z · exp(teacher_logp_z):
     RUMBArt's loss (thesis Eq. 4.8-4.9) in log space, as RAG's ``get_nll`` computes it."""
     return -torch.logsumexp(torch.log_softmax(retriever_logits, dim=-1) + teacher_logp, dim=-1).mean()
-
-
-@dataclass(frozen=True)
-class Query:
-    qid: str
-    query: str
-    excluded: FrozenSet[str]  # the passage the query was cut from: a trivial retrieval
 
 
 class RetrieveAndReconstruct(Trainer):
@@ -131,10 +123,7 @@ class RetrieveAndReconstruct(Trainer):
     # -- data and index ---------------------------------------------------------------
 
     def examples(self, topics: pd.DataFrame) -> List[Query]:
-        queries = given_topics(topics)
-        sources = topics['source_docno'] if 'source_docno' in topics.columns else [None] * len(topics)
-        return [Query(qid, query, frozenset([s]) if isinstance(s, str) else frozenset())
-                for qid, query, s in zip(queries['qid'], queries['query'], sources)]
+        return training_queries(topics)
 
     @cached_property
     def _docnos(self) -> np.ndarray:

@@ -181,14 +181,14 @@ class ReAttIndex(pt.Artifact):
     def retriever(self, reatt, *, num_results: int = 1000, candidate_tokens: Optional[int] = 128,
                   nprobe: int = 32) -> 'ReAttRetriever':
         """Two-stage retrieval: each query token's ``candidate_tokens`` (K') nearest
-        document tokens (``nprobe`` IVF lists searched) give the candidates, scored exactly."""
+        document tokens (``nprobe`` IVF lists searched) give the candidates, scored exactly;
+        ``candidate_tokens=None``: every document scored exactly (:meth:`exhaustive`)."""
         self.check(reatt)
         return ReAttRetriever(self, reatt, num_results=num_results, candidate_tokens=candidate_tokens, nprobe=nprobe)
 
     def exhaustive(self, reatt, *, num_results: int = 1000) -> 'ReAttRetriever':
         """Every document scored exactly: the reference the two-stage search approximates."""
-        self.check(reatt)
-        return ReAttRetriever(self, reatt, num_results=num_results, candidate_tokens=None)
+        return self.retriever(reatt, num_results=num_results, candidate_tokens=None)
 
     def __repr__(self):
         return f'ReAttIndex({str(self.path)!r})'
@@ -259,6 +259,4 @@ def reatt_retriever(collection, *, model_name: str, retrieval_layer: int, head: 
     reatt = ReAtt.from_pretrained(model_name, retrieval_layer=retrieval_layer, head=head,
                                   special_tokens=special_tokens, verbose=verbose)
     index = reatt_index(collection, reatt, cache_dir=cache_dir, verbose=verbose)
-    if candidate_tokens is None:
-        return index.exhaustive(reatt, num_results=num_results)
     return index.retriever(reatt, num_results=num_results, candidate_tokens=candidate_tokens, nprobe=nprobe)
