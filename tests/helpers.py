@@ -1,6 +1,31 @@
 """Helpers shared by the tests."""
 import os
 
+QUERIES = ['what is information retrieval', 'automatic indexing of documents']
+DOCS = ['retrieval of information from a library of documents', 'indexing', 'the weather today is fine and dry',
+        'automatic indexing assigns terms to documents']
+
+
+def tiny_reatt(path, layer=1, **kwargs):
+    """A ReAtt over the model at ``path`` (layer counted from 0), on CPU in fp32."""
+    import torch
+
+    from pyterrier_selfsup.reatt import ReAtt
+    torch.manual_seed(0)
+    return ReAtt.from_pretrained(str(path), retrieval_layer=layer, device='cpu', precision='fp32', **kwargs)
+
+
+def central_difference(loss, weight, index, eps: float) -> float:
+    """(loss(w + eps) - loss(w - eps)) / 2 eps at ``weight[index]``, the weight left as it was."""
+    import torch
+    with torch.no_grad():
+        weight[index] += eps
+        up = loss().item()
+        weight[index] -= 2 * eps
+        down = loss().item()
+        weight[index] += eps
+    return (up - down) / (2 * eps)
+
 
 def snapshot(path):
     """Every file and directory under ``path`` with its size and modification time."""

@@ -8,16 +8,7 @@ from pyterrier_selfsup import Collection
 from pyterrier_selfsup.adjustment import CrossDocumentAdjustment, adjustment_loss
 from pyterrier_selfsup.generator import Generator
 from pyterrier_selfsup.queries import cropped_spans
-from pyterrier_selfsup.reatt import ReAtt
-
-QUERIES = ['what is information retrieval', 'automatic indexing of documents']
-DOCS = ['retrieval of information from a library of documents', 'indexing', 'the weather today is fine and dry',
-        'automatic indexing assigns terms to documents']
-
-
-def reatt(path, layer=1, **kwargs):
-    torch.manual_seed(0)
-    return ReAtt.from_pretrained(str(path), retrieval_layer=layer, device='cpu', precision='fp32', **kwargs)
+from tests.helpers import DOCS, QUERIES, central_difference, tiny_reatt
 
 
 def generator(tiny_generator_dir):
@@ -37,7 +28,7 @@ def test_adjustment_loss_is_the_kl_divergence_with_zero_target_terms_left_out():
 
 
 def test_kl_gradient_reaches_the_bi_encoder_and_head_weights_and_matches_finite_differences(tiny_dir):
-    r = reatt(tiny_dir)
+    r = tiny_reatt(tiny_dir)
     r.model.double()
     target = torch.tensor([[0.6, 0.4, 0.0, 0.0], [0.0, 0.0, 0.1, 0.9]], dtype=torch.float64)
 
@@ -55,19 +46,14 @@ def test_kl_gradient_reaches_the_bi_encoder_and_head_weights_and_matches_finite_
     assert r.model.encoder.encoder.layer[1].attention.self.value.weight.grad is None  # unused by retrieval
     eps = 1e-6
     for weight, (i, j) in [(key, (0, 0)), (key, (7, 20)), (layer1, (3, 5))]:
-        with torch.no_grad():
-            weight[i, j] += eps
-            up = loss().item()
-            weight[i, j] -= 2 * eps
-            down = loss().item()
-            weight[i, j] += eps
-        assert weight.grad[i, j].item() == pytest.approx((up - down) / (2 * eps), rel=1e-4, abs=1e-9)
+        assert weight.grad[i, j].item() == pytest.approx(central_difference(loss, weight, (i, j), eps),
+                                                         rel=1e-4, abs=1e-9)
 
 
 @pytest.fixture
 def trainer(tiny_dir, tiny_generator_dir, tmp_path):
     coll = Collection('classic/adi')
-    return CrossDocumentAdjustment(reatt(tiny_dir), generator(tiny_generator_dir), coll, k=3, batch_size=4,
+    return CrossDocumentAdjustment(tiny_reatt(tiny_dir), generator(tiny_generator_dir), coll, k=3, batch_size=4,
                                    epochs=2, lr=1e-3, teacher_temperature=2.0, cache_dir=tmp_path,
                                    output_dir=tmp_path / 'out', verbose=False)
 
@@ -141,7 +127,7 @@ def test_trainer_with_the_attention_target_uses_it_for_each_querys_close_documen
     from pyterrier_selfsup.adjustment import attention_target
     coll = Collection('classic/adi')
     gen = generator(tiny_generator_dir)
-    trainer = CrossDocumentAdjustment(reatt(tiny_dir), gen, coll, k=3, target='attention', cache_dir=tmp_path,
+    trainer = CrossDocumentAdjustment(tiny_reatt(tiny_dir), gen, coll, k=3, target='attention', cache_dir=tmp_path,
                                       verbose=False)
     batch = trainer.examples(coll.topics().head(5))  # more than one chunk of queries
     trainer.on_epoch_start(batch, 0, False)
@@ -153,7 +139,7 @@ def test_trainer_with_the_attention_target_uses_it_for_each_querys_close_documen
         torch.testing.assert_close(target[i, [docnos.index(d) for d in close]], expected, rtol=1e-4, atol=1e-5)
         assert target[i].sum().item() == pytest.approx(1.0)
     with pytest.raises(ValueError, match='target'):
-        CrossDocumentAdjustment(reatt(tiny_dir), gen, coll, target='cross', cache_dir=tmp_path)
+        CrossDocumentAdjustment(tiny_reatt(tiny_dir), gen, coll, target='cross', cache_dir=tmp_path)
 
 
 def test_a_single_t5_teaches_its_own_retrieval_from_masked_sentences(tiny_generator_dir, tmp_path):

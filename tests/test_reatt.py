@@ -4,15 +4,7 @@ import pytest
 import torch
 
 from pyterrier_selfsup.reatt import ReAtt, retrieval_attention
-
-QUERIES = ['what is information retrieval', 'automatic indexing of documents']
-DOCS = ['retrieval of information from a library of documents', 'indexing', 'the weather today is fine and dry',
-        'automatic indexing assigns terms to documents']
-
-
-def reatt(path, layer=1, **kwargs):
-    torch.manual_seed(0)
-    return ReAtt.from_pretrained(str(path), retrieval_layer=layer, device='cpu', precision='fp32', **kwargs)
+from tests.helpers import DOCS, QUERIES, tiny_reatt
 
 
 def captured_projections(model, layer, texts, tokenizer):
@@ -39,7 +31,7 @@ def captured_projections(model, layer, texts, tokenizer):
 def test_head_scores_equal_a_manual_computation_from_the_models_own_attention(tiny_dir, tiny_generator_dir,
                                                                             kind, layer):
     path = tiny_dir if kind == 'bert' else tiny_generator_dir['t5']
-    r = reatt(path, layer)
+    r = tiny_reatt(path, layer)
     got = r.score_texts([QUERIES[0]] * len(DOCS) + [QUERIES[1]] * len(DOCS), DOCS * 2, per_head=True)
     q_seen, scaling = captured_projections(r.model.encoder, layer, QUERIES, r.tokenizer)
     d_seen, _ = captured_projections(r.model.encoder, layer, DOCS, r.tokenizer)
@@ -55,7 +47,7 @@ def test_head_scores_equal_a_manual_computation_from_the_models_own_attention(ti
 
 def test_the_projections_are_the_ones_the_model_attends_with(tiny_dir):
     """softmax(Q Kᵀ · scaling) of a text with itself is the model's own attention map at that layer."""
-    r = reatt(tiny_dir, 1)
+    r = tiny_reatt(tiny_dir, 1)
     ids = r.tokenizer([QUERIES[0]], return_tensors='pt')
     r.model.encoder.set_attn_implementation('eager')
     with torch.no_grad():
@@ -67,14 +59,14 @@ def test_the_projections_are_the_ones_the_model_attends_with(tiny_dir):
 
 
 def test_a_pairs_score_does_not_depend_on_its_batch(tiny_dir):
-    r = reatt(tiny_dir)
+    r = tiny_reatt(tiny_dir)
     alone = [r.score_texts([QUERIES[0]], [d])[0] for d in DOCS]
     together = r.score_texts([QUERIES[0]] * len(DOCS), DOCS)  # padded to the longest document
     np.testing.assert_allclose(together, alone, rtol=1e-5, atol=1e-6)
 
 
 def test_head_weights_mix_the_heads_and_save_and_load(tiny_dir, tmp_path):
-    r = reatt(tiny_dir)
+    r = tiny_reatt(tiny_dir)
     per_head = r.score_texts([QUERIES[0]] * 4, DOCS, per_head=True)
     np.testing.assert_allclose(r.score_texts([QUERIES[0]] * 4, DOCS), per_head.mean(1), rtol=1e-5)  # uniform
     r.model.select_head(1, margin=1.0)  # τ=0.1: weight e^10 / (e^10 + 1) on head 1
@@ -88,7 +80,7 @@ def test_head_weights_mix_the_heads_and_save_and_load(tiny_dir, tmp_path):
 
 
 def test_scorer_reranks_with_per_head_columns(tiny_dir):
-    r = reatt(tiny_dir)
+    r = tiny_reatt(tiny_dir)
     frame = pd.DataFrame({'qid': ['1'] * 4 + ['2'] * 4, 'query': [QUERIES[0]] * 4 + [QUERIES[1]] * 4,
                           'docno': [f'd{i}' for i in range(4)] * 2, 'text': DOCS * 2})
     out = r.scorer(per_head=True)(frame)
@@ -99,26 +91,26 @@ def test_scorer_reranks_with_per_head_columns(tiny_dir):
 
 
 def test_bad_input_empty_texts_and_out_of_range_layer(tiny_dir):
-    r = reatt(tiny_dir)
+    r = tiny_reatt(tiny_dir)
     scores = r.score_texts(['', QUERIES[0]], ['', ''])  # special tokens alone still score
     assert np.isfinite(scores).all()
     # without special tokens, an empty document has no token to match: it ranks last
-    r = reatt(tiny_dir, special_tokens=False)
+    r = tiny_reatt(tiny_dir, special_tokens=False)
     scores = r.score_texts([QUERIES[0]] * 3, ['', DOCS[0], None])
     assert np.isneginf(scores[[0, 2]]).all() and np.isfinite(scores[1])
     assert r.score_texts([''], [DOCS[0]])[0] == 0.0  # an empty query: nothing to average
     # and the text's own tokens score as they did with the special tokens around them
-    with_special = reatt(tiny_dir).score_texts([QUERIES[0]], [DOCS[0]], per_head=True)
+    with_special = tiny_reatt(tiny_dir).score_texts([QUERIES[0]], [DOCS[0]], per_head=True)
     assert not np.allclose(r.score_texts([QUERIES[0]], [DOCS[0]], per_head=True), with_special)
     with pytest.raises(ValueError, match='retrieval_layer'):
-        reatt(tiny_dir, layer=2)
+        tiny_reatt(tiny_dir, layer=2)
 
 
 @pytest.fixture(scope='module')
 def adi_index(tiny_dir, tmp_path_factory):
     from pyterrier_selfsup import Collection
     from pyterrier_selfsup.token_index import reatt_index
-    r = reatt(tiny_dir)
+    r = tiny_reatt(tiny_dir)
     r.model.select_head(1, margin=1.0)
     coll = Collection('classic/adi')
     return r, coll, reatt_index(coll, r, nlist=8, cache_dir=tmp_path_factory.mktemp('reatt-cache'))
@@ -156,7 +148,7 @@ def test_token_index_reopens_and_refuses_another_model(adi_index, tiny_dir):
     again = ReAttIndex(index.path)
     topics = coll.topics().head(2)
     pd.testing.assert_frame_equal(again.exhaustive(r, num_results=3)(topics), index.exhaustive(r, num_results=3)(topics))
-    other = reatt(tiny_dir)  # uniform head weights: another fingerprint
+    other = tiny_reatt(tiny_dir)  # uniform head weights: another fingerprint
     with pytest.raises(ValueError, match='another model'):
         index.retriever(other)
 

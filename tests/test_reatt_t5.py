@@ -3,10 +3,8 @@ import torch
 
 from pyterrier_selfsup.reatt import retrieval_attention
 from pyterrier_selfsup.reatt_t5 import ReAttT5
+from tests.helpers import DOCS, QUERIES
 
-QUERIES = ['what is information retrieval', 'automatic indexing of documents']
-DOCS = ['retrieval of information from a library of documents', 'indexing', 'the weather today is fine and dry',
-        'automatic indexing assigns terms to documents']
 
 
 def reatt_t5(tiny_generator_dir, layer=1, **kwargs):
