@@ -361,7 +361,8 @@ def adjusted_retriever(collection: Union[str, Collection], *, model_name: str, r
                        epochs: int = 2, batch_size: int = 8, lr: float = 2e-5, alpha: float = 1.0,
                        target: str = 'likelihood', teacher_temperature: float = 1.0, generator: str = 'smollm2',
                        seed: int = 0, candidate_tokens: Optional[int] = 128, nprobe: int = 32,
-                       num_results: int = 1000, cache_dir=None, verbose: bool = False):
+                       rescore: Optional[int] = None, num_results: int = 1000, cache_dir=None,
+                       verbose: bool = False):
     """``model_name``'s ReAtt retriever (layer ``retrieval_layer``, head ``head`` to start)
     adapted to ``collection`` by cross-document adjustment with ``generator`` as the
     teacher, on ``n_queries`` training queries from ``queries`` (any source of
@@ -392,4 +393,5 @@ def adjusted_retriever(collection: Union[str, Collection], *, model_name: str, r
 
     reatt = ReAtt.from_pretrained(str(build_once(path, train) / 'final'), verbose=verbose)
     index = reatt_index(collection, reatt, cache_dir=cache_dir, verbose=verbose)
-    return index.retriever(reatt, num_results=num_results, candidate_tokens=candidate_tokens, nprobe=nprobe)
+    return index.retriever(reatt, num_results=num_results, candidate_tokens=candidate_tokens, nprobe=nprobe,
+                           rescore=rescore)

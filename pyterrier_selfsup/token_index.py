@@ -7,8 +7,17 @@ after another, with offsets), and the same vectors go into a FAISS IVF index. A 
 1. each query token's vector (layer B+1, the retrieval head) fetches its top K' document
    tokens from the IVF index (``nprobe`` of its lists searched);
 2. the documents those tokens belong to are the candidates;
-3. each candidate is scored exactly, r(q, d) = mean over query tokens of the max over
-   its tokens, from the stored keys.
+3. optionally (``rescore=R``), the candidates are ranked by an approximate r from the
+   retrieved tokens alone, as XTR and PLAID do: for each query token, the max over the
+   document's retrieved tokens, or, where none of its tokens was retrieved, the lowest
+   score that query token retrieved (an upper bound on what the missing tokens score,
+   XTR's missing-similarity imputation); only the top R go on;
+4. each remaining candidate is scored exactly, r(q, d) = mean over query tokens of the max
+   over its tokens, from the stored keys.
+
+On a small corpus K' large enough for a high recall makes most documents candidates, and
+step 4 alone would cost as much as scoring every document: step 3 is what makes the
+search fast (``experiments/reatt_index_benchmark.py``).
 
 With K' and ``nprobe`` large enough to reach every token, this is exhaustive exact
 scoring; :meth:`ReAttIndex.exhaustive` is that reference, computed directly.
@@ -150,10 +159,10 @@ class ReAttIndex(pt.Artifact):
         if len(docs) == len(self):
             keys, bounds = self.keys32, starts
         else:  # the candidates' tokens, gathered into one block
-            index = np.concatenate([np.arange(s, e) for s, e in zip(starts, ends)]) if len(docs) else \
-                np.zeros(0, dtype=np.int64)
+            lengths = ends - starts
+            bounds = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+            index = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(starts - bounds, lengths)
             keys = self.keys32[index] if self._keys32 is not None else np.asarray(self.keys[index], dtype=np.float32)
-            bounds = np.concatenate([[0], np.cumsum(ends - starts)[:-1]])
         scores = q @ keys.T  # (L_q, tokens)
         out = np.full(len(docs), -np.inf, dtype=np.float32)
         nonempty = ends > starts
@@ -163,28 +172,49 @@ class ReAttIndex(pt.Artifact):
             out[nonempty] = best.mean(axis=0)
         return out
 
-    def search(self, q: np.ndarray, num_results: int, candidate_tokens: Optional[int], nprobe: int):
+    def approximate_scores(self, token_scores: np.ndarray, tokens: np.ndarray):
+        """(candidate positions, approximate r) from each query token's retrieved
+        ``tokens`` and their ``token_scores`` (both (L_q, K'), FAISS' -1 for none): per
+        query token the max over the candidate's retrieved tokens, or that query token's
+        lowest retrieved score where it retrieved none of the candidate's."""
+        found = tokens >= 0
+        owner = np.searchsorted(self.offsets, np.where(found, tokens, 0), side='right') - 1
+        docs, column = np.unique(owner[found], return_inverse=True)
+        low = np.where(found, token_scores, np.inf).min(axis=1)
+        low[~np.isfinite(low)] = 0.0  # a query token that retrieved nothing adds the same to every candidate
+        best = np.repeat(low[:, None], len(docs), axis=1).astype(np.float32)
+        rows = np.broadcast_to(np.arange(len(tokens))[:, None], tokens.shape)[found]
+        np.maximum.at(best, (rows, column), token_scores[found])
+        return docs, best.mean(axis=0)
+
+    def search(self, q: np.ndarray, num_results: int, candidate_tokens: Optional[int], nprobe: int,
+               rescore: Optional[int] = None):
         """(document positions, scores) of one query's top ``num_results``; exhaustive
-        when ``candidate_tokens`` is None."""
+        when ``candidate_tokens`` is None; ``rescore``: only the top ``rescore``
+        candidates by :meth:`approximate_scores` are scored exactly (all when None)."""
         if candidate_tokens is None or len(q) == 0:
             docs = np.arange(len(self))
         else:
             self.ivf.nprobe = nprobe
-            _, tokens = self.ivf.search(np.ascontiguousarray(q), candidate_tokens)
-            tokens = tokens[tokens >= 0]
-            docs = np.unique(np.searchsorted(self.offsets, tokens, side='right') - 1)
+            token_scores, tokens = self.ivf.search(np.ascontiguousarray(q), candidate_tokens)
+            docs, approximate = self.approximate_scores(token_scores, tokens)
+            if rescore is not None and len(docs) > rescore:
+                keep = np.argpartition(-approximate, rescore - 1)[:rescore]
+                docs = np.sort(docs[keep])
         scores = self.exact_scores(q, docs)
         top = np.argsort(-scores, kind='stable')[:num_results]
         top = top[np.isfinite(scores[top])]  # a document without tokens is never retrieved
         return docs[top], scores[top]
 
     def retriever(self, reatt, *, num_results: int = 1000, candidate_tokens: Optional[int] = 128,
-                  nprobe: int = 32) -> 'ReAttRetriever':
+                  nprobe: int = 32, rescore: Optional[int] = None) -> 'ReAttRetriever':
         """Two-stage retrieval: each query token's ``candidate_tokens`` (K') nearest
-        document tokens (``nprobe`` IVF lists searched) give the candidates, scored exactly;
-        ``candidate_tokens=None``: every document scored exactly (:meth:`exhaustive`)."""
+        document tokens (``nprobe`` IVF lists searched) give the candidates, scored exactly
+        (only the ``rescore`` best by their approximate score when given: at most that many
+        results); ``candidate_tokens=None``: every document scored exactly (:meth:`exhaustive`)."""
         self.check(reatt)
-        return ReAttRetriever(self, reatt, num_results=num_results, candidate_tokens=candidate_tokens, nprobe=nprobe)
+        return ReAttRetriever(self, reatt, num_results=num_results, candidate_tokens=candidate_tokens, nprobe=nprobe,
+                              rescore=rescore)
 
     def exhaustive(self, reatt, *, num_results: int = 1000) -> 'ReAttRetriever':
         """Every document scored exactly: the reference the two-stage search approximates."""
@@ -196,19 +226,20 @@ class ReAttIndex(pt.Artifact):
 
 class ReAttRetriever(pt.Transformer):
     def __init__(self, index: ReAttIndex, reatt, *, num_results: int = 1000, candidate_tokens: Optional[int] = 128,
-                 nprobe: int = 32):
+                 nprobe: int = 32, rescore: Optional[int] = None):
         self.index = index
         self.reatt = reatt
         self.num_results = num_results
         self.candidate_tokens = candidate_tokens
         self.nprobe = nprobe
+        self.rescore = rescore
 
     def transform(self, topics: pd.DataFrame) -> pd.DataFrame:
         pt.validate.query_frame(topics, extra_columns=['query'])
         vectors = self.index.query_vectors(self.reatt, topics['query'].tolist())
         frames = []
         for (_, topic), q in zip(topics.iterrows(), vectors):
-            docs, scores = self.index.search(q, self.num_results, self.candidate_tokens, self.nprobe)
+            docs, scores = self.index.search(q, self.num_results, self.candidate_tokens, self.nprobe, self.rescore)
             frame = pd.DataFrame({'docno': self.index.docnos[docs], 'score': scores.astype(np.float64),
                                   'rank': np.arange(len(docs))})
             for column, value in topic.items():
@@ -220,7 +251,8 @@ class ReAttRetriever(pt.Transformer):
         return pd.concat(frames, ignore_index=True)[columns]
 
     def __repr__(self):
-        how = 'exhaustive' if self.candidate_tokens is None else f"K'={self.candidate_tokens}, nprobe={self.nprobe}"
+        how = 'exhaustive' if self.candidate_tokens is None else \
+            f"K'={self.candidate_tokens}, nprobe={self.nprobe}, rescore={self.rescore}"
         return f'ReAttRetriever({self.index!r}, {how}, num_results={self.num_results})'
 
 
@@ -250,8 +282,8 @@ def _chunks(items: Iterable, size: int) -> Iterator[list]:
 
 
 def reatt_retriever(collection, *, model_name: str, retrieval_layer: int, head: int, special_tokens: bool = True,
-                    candidate_tokens: Optional[int] = 128, nprobe: int = 32, num_results: int = 1000,
-                    cache_dir=None, verbose: bool = False) -> ReAttRetriever:
+                    candidate_tokens: Optional[int] = 128, nprobe: int = 32, rescore: Optional[int] = None,
+                    num_results: int = 1000, cache_dir=None, verbose: bool = False) -> ReAttRetriever:
     """``model_name``'s attention head ``head`` at layer ``retrieval_layer`` (from 0) as a
     zero-shot ReAtt retriever over ``collection``'s token index (built on first use, cached);
     ``candidate_tokens=None``: exhaustive exact scoring."""
@@ -259,4 +291,5 @@ def reatt_retriever(collection, *, model_name: str, retrieval_layer: int, head: 
     reatt = ReAtt.from_pretrained(model_name, retrieval_layer=retrieval_layer, head=head,
                                   special_tokens=special_tokens, verbose=verbose)
     index = reatt_index(collection, reatt, cache_dir=cache_dir, verbose=verbose)
-    return index.retriever(reatt, num_results=num_results, candidate_tokens=candidate_tokens, nprobe=nprobe)
+    return index.retriever(reatt, num_results=num_results, candidate_tokens=candidate_tokens, nprobe=nprobe,
+                           rescore=rescore)

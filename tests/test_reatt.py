@@ -142,6 +142,37 @@ def test_two_stage_search_is_exact_when_it_reaches_every_token_and_exact_on_its_
     assert 0.2 < found.mean() < 1  # 2 tokens per query token, one list of 8: an approximation
 
 
+def test_approximate_scores_are_exact_when_every_token_is_retrieved_and_impute_the_lowest_score_otherwise(adi_index):
+    r, coll, index = adi_index
+    q = index.query_vectors(r, [coll.topics()['query'].iloc[0]])[0]
+    index.ivf.nprobe = 8  # every list: FAISS returns every token
+    token_scores, tokens = index.ivf.search(np.ascontiguousarray(q), int(index.meta['tokens']))
+    docs, approximate = index.approximate_scores(token_scores, tokens)
+    np.testing.assert_array_equal(docs, np.arange(len(index)))
+    np.testing.assert_allclose(approximate, index.exact_scores(q, docs), rtol=1e-5, atol=1e-5)
+    # two query tokens, three documents' tokens retrieved: the missing maxima are imputed
+    offsets = index.offsets
+    t = lambda d, i=0: offsets[d] + i  # noqa: E731  (token i of document d)
+    tokens = np.array([[t(0), t(0, 1), t(2)], [t(2, 1), t(5), -1]])
+    scores = np.array([[3.0, 2.5, 1.0], [4.0, 0.5, np.nan]], dtype=np.float32)
+    docs, approximate = index.approximate_scores(scores, tokens)
+    np.testing.assert_array_equal(docs, [0, 2, 5])
+    # document 0: 3.0 and (query token 2 imputed) 0.5; 2: 1.0 and 4.0; 5: (imputed) 1.0 and 0.5
+    np.testing.assert_allclose(approximate, [(3.0 + 0.5) / 2, (1.0 + 4.0) / 2, (1.0 + 0.5) / 2])
+
+
+def test_rescoring_the_best_approximate_candidates_keeps_the_exact_top_k(adi_index):
+    r, coll, index = adi_index
+    topics = coll.topics()
+    exact = index.exhaustive(r, num_results=10)(topics)
+    covering = index.retriever(r, num_results=10, candidate_tokens=int(index.meta['tokens']), nprobe=8, rescore=10)
+    pd.testing.assert_frame_equal(covering(topics), exact)  # approximate = exact: its top 10 is the top 10
+    pruned = index.retriever(r, num_results=10, candidate_tokens=16, nprobe=2, rescore=12)(topics)
+    assert pruned.groupby('qid').size().max() == 10
+    merged = pruned.merge(exact[['qid', 'docno', 'score']], on=['qid', 'docno'], how='left', suffixes=('', '_exact'))
+    found = merged['score_exact'].notna()
+    np.testing.assert_allclose(merged.loc[found, 'score'], merged.loc[found, 'score_exact'], rtol=1e-6)
+    assert 0.5 < found.mean() < 1
 def test_token_index_reopens_and_refuses_another_model(adi_index, tiny_dir):
     from pyterrier_selfsup.token_index import ReAttIndex
     r, coll, index = adi_index
