@@ -30,7 +30,7 @@ from pyterrier_selfsup.token_index import reatt_index
 
 RESULTS = Path(__file__).parent / 'results'
 SPLITS = {'train': 'beir/scifact/train', 'test': 'beir/scifact/test'}
-GRID = ([(k, p, None) for k in (8, 32, 128, 512) for p in (4, 16, 64)]
+GRID = ([(k, 16, None) for k in (8, 32, 128, 512)]
         + [(k, p, r) for k in (128, 512, 2048) for p in (16, 64) for r in (128, 256, 512)])
 TARGET_RECALL = 0.99
 KP = "K'"  # the column of K'
