@@ -8,7 +8,10 @@ the teacher-scoring seconds logged with it; and, where logged, the mean excess l
 the first and the last 25 steps; the β ACROBArT's first and last steps used; where logged
 (runs since these were added), the mean share of the query's candidates a refresh left in
 place (``stale overlap``: the current queries' top k from the stale index that the rebuilt
-one also returns) and the null document's mean share of p(z|x) and of the posterior.
+one also returns) and the null document's mean share of p(z|x) and of the posterior; for
+ReAtt's cross-document adjustment, each iteration's seconds finding and teacher-scoring the
+close documents (with their source), the mean loss and the mean share of P_retrieval on
+the close documents (``close mass``) over the first and the last 25 steps.
 
     python experiments/training_logs.py
 writes experiments/results/training_logs.md.
@@ -31,6 +34,9 @@ def summarise(log_file: Path) -> dict:
     beta = [r['beta'] for r in steps if 'beta' in r]
     overlap = [r['stale overlap'] for r in refreshes if 'stale overlap' in r]
     null = {name: [r[name] for r in steps if name in r] for name in ('null prior', 'null posterior')}
+    close = [r for r in records if 'close documents' in r]
+    mass = [r['close mass'] for r in steps if 'close mass' in r]
+    losses = [r['loss'] for r in steps]
     return {
         'steps': len(steps),
         'median step s': float(np.median(np.diff(times))) if len(times) > 1 else float('nan'),
@@ -46,6 +52,12 @@ def summarise(log_file: Path) -> dict:
         'stale overlap, mean (min)': f'{np.mean(overlap):.3f} ({min(overlap):.3f})' if overlap else '',
         'null share of prior / posterior': (f'{np.mean(null["null prior"]):.3f} / {np.mean(null["null posterior"]):.3f}'
                                             if null['null prior'] else ''),
+        f'loss, first / last {WINDOW} steps': f'{np.mean(losses[:WINDOW]):.3f} / {np.mean(losses[-WINDOW:]):.3f}',
+        # cross-document adjustment: each iteration's close documents, and P_retrieval's mass on them
+        'close documents s (source)': ', '.join(f'{r["retrieval seconds"]:.0f} ({r["close documents"]})'
+                                                for r in close),
+        f'close mass, first / last {WINDOW} steps': f'{np.mean(mass[:WINDOW]):.3f} / {np.mean(mass[-WINDOW:]):.3f}'
+                                                    if mass else '',
     }
 
 
