@@ -372,7 +372,8 @@ def adjusted_retriever(collection: Union[str, Collection], *, model_name: str, r
     from pyterrier_selfsup.generator import load_generator
     from pyterrier_selfsup.queries import training_topics
     from pyterrier_selfsup.token_index import reatt_index
-    from pyterrier_selfsup.training import keep_final_only
+    from pyterrier_selfsup.queries import training_queries
+    from pyterrier_selfsup.training import fit_resumably
     collection = Collection(collection) if isinstance(collection, str) else collection
     settings = dict(model_name=model_name, retrieval_layer=retrieval_layer, head=head, special_tokens=special_tokens,
                     queries=queries, n_queries=n_queries, k=k, epochs=epochs, batch_size=batch_size, lr=lr,
@@ -386,12 +387,18 @@ def adjusted_retriever(collection: Union[str, Collection], *, model_name: str, r
         torch.manual_seed(seed)
         reatt = ReAtt.from_pretrained(model_name, retrieval_layer=retrieval_layer, head=head,
                                       special_tokens=special_tokens)
-        CrossDocumentAdjustment(reatt, gen, collection, k=k, alpha=alpha, target=target,
-                                teacher_temperature=teacher_temperature, epochs=epochs, batch_size=batch_size,
-                                lr=lr, output_dir=staging, seed=seed, cache_dir=cache_dir, verbose=verbose).fit(topics)
-        keep_final_only(staging)
+        # a checkpoint at the end of each iteration only: an iteration's close documents come
+        # from the model at its start, so a run resumed there matches an uninterrupted one
+        per_iteration = -(-len(training_queries(topics)) // batch_size)
+        trainer = CrossDocumentAdjustment(reatt, gen, collection, k=k, alpha=alpha, target=target,
+                                          teacher_temperature=teacher_temperature, epochs=epochs,
+                                          batch_size=batch_size, lr=lr, output_dir=staging, seed=seed,
+                                          checkpoint_every=per_iteration, keep_checkpoints=1,
+                                          cache_dir=cache_dir, verbose=verbose)
+        fit_resumably(trainer, topics)
 
-    reatt = ReAtt.from_pretrained(str(build_once(path, train) / 'final'), verbose=verbose)
+    # an interrupted training run continues from its last iteration's end when asked for again
+    reatt = ReAtt.from_pretrained(str(build_once(path, train, resumable=True) / 'final'), verbose=verbose)
     index = reatt_index(collection, reatt, cache_dir=cache_dir, verbose=verbose)
     return index.retriever(reatt, num_results=num_results, candidate_tokens=candidate_tokens, nprobe=nprobe,
                            rescore=rescore)

@@ -1,3 +1,4 @@
+import json
 import math
 
 import numpy as np
@@ -143,7 +144,6 @@ def test_trainer_with_the_attention_target_uses_it_for_each_querys_close_documen
 
 
 def test_a_single_t5_teaches_its_own_retrieval_from_masked_sentences(tiny_generator_dir, tmp_path):
-    import json
 
     from pyterrier_selfsup.queries import masked_spans
     from pyterrier_selfsup.reatt_t5 import ReAttT5
@@ -185,3 +185,42 @@ def test_adjusted_retriever_trains_once_then_retrieves_from_its_token_index(tiny
     monkeypatch.setattr(adjustment, 'CrossDocumentAdjustment', None)  # a second call must not train
     again = adjusted_retriever('classic/adi', **settings)(topics)
     np.testing.assert_allclose(again['score'], results['score'])
+
+
+def test_an_interrupted_adjustment_resumes_from_its_last_iteration(tiny_dir, tiny_generator_dir, tmp_path,
+                                                                   monkeypatch):
+    from pyterrier_selfsup.adjustment import adjusted_retriever
+    from pyterrier_selfsup.reatt import ReAtt
+    from pyterrier_selfsup.training import checkpoints
+    settings = dict(model_name=str(tiny_dir), retrieval_layer=1, head=0, queries='classic/adi', k=2,
+                    epochs=2, batch_size=4, lr=1e-2, generator=str(tiny_generator_dir['llama']),
+                    candidate_tokens=None, num_results=5)
+    whole = adjusted_retriever('classic/adi', cache_dir=tmp_path / 'whole', **settings).reatt
+
+    loss, steps = CrossDocumentAdjustment.loss, []
+
+    def interrupted(self, batch, rng):  # ADI's 35 topics, 4 a batch: 9 steps an iteration; stopped in the 12th
+        steps.append(len(steps) + 1)
+        if len(steps) == 12:
+            raise KeyboardInterrupt
+        return loss(self, batch, rng)
+
+    monkeypatch.setattr(CrossDocumentAdjustment, 'loss', interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        adjusted_retriever('classic/adi', cache_dir=tmp_path / 'cut', **settings)
+    staging, = (tmp_path / 'cut' / 'models').glob('*.partial')
+    assert [c.name for c in checkpoints(staging)] == ['checkpoint-9']  # the first iteration's end
+
+    monkeypatch.setattr(CrossDocumentAdjustment, 'loss', loss)
+    resumed = adjusted_retriever('classic/adi', cache_dir=tmp_path / 'cut', **settings).reatt
+    model_dir = staging.with_name(staging.name[:-len('.partial')])
+    assert not staging.exists() and not checkpoints(model_dir)
+    log = [json.loads(line) for line in (model_dir / 'training_log.jsonl').read_text().splitlines()]
+    assert [r['step'] for r in log if 'loss' in r] == list(range(1, 19))
+    # resuming re-enters the first iteration (no batch of it left): its close documents found again
+    assert [(r['step'], r['close documents']) for r in log if 'close documents' in r] == \
+        [(0, 'bm25'), (9, 'bm25'), (9, 'model')]
+    for name, value in resumed.model.state_dict().items():  # bit for bit
+        assert torch.equal(value, whole.model.state_dict()[name]), name
+    start = ReAtt.from_pretrained(str(tiny_dir), retrieval_layer=1, head=0).model.state_dict()
+    assert any(not torch.equal(v, start[n]) for n, v in whole.model.state_dict().items())  # and it trained
