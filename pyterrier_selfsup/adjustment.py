@@ -21,6 +21,7 @@ Queries come from any source of :func:`~pyterrier_selfsup.queries.training_topic
 query cut from the corpus never has its own passage among its close documents.
 """
 import logging
+import math
 import tempfile
 import time
 from contextlib import contextmanager
@@ -372,7 +373,6 @@ def adjusted_retriever(collection: Union[str, Collection], *, model_name: str, r
     from pyterrier_selfsup.generator import load_generator
     from pyterrier_selfsup.queries import training_topics
     from pyterrier_selfsup.token_index import reatt_index
-    from pyterrier_selfsup.queries import training_queries
     from pyterrier_selfsup.training import fit_resumably
     collection = Collection(collection) if isinstance(collection, str) else collection
     settings = dict(model_name=model_name, retrieval_layer=retrieval_layer, head=head, special_tokens=special_tokens,
@@ -389,7 +389,7 @@ def adjusted_retriever(collection: Union[str, Collection], *, model_name: str, r
                                       special_tokens=special_tokens)
         # a checkpoint at the end of each iteration only: an iteration's close documents come
         # from the model at its start, so a run resumed there matches an uninterrupted one
-        per_iteration = -(-len(training_queries(topics)) // batch_size)
+        per_iteration = math.ceil(len(training_queries(topics)) / batch_size)  # the trainer's batches
         trainer = CrossDocumentAdjustment(reatt, gen, collection, k=k, alpha=alpha, target=target,
                                           teacher_temperature=teacher_temperature, epochs=epochs,
                                           batch_size=batch_size, lr=lr, output_dir=staging, seed=seed,

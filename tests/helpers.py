@@ -1,5 +1,6 @@
 """Helpers shared by the tests."""
 import os
+from contextlib import contextmanager
 
 QUERIES = ['what is information retrieval', 'automatic indexing of documents']
 DOCS = ['retrieval of information from a library of documents', 'indexing', 'the weather today is fine and dry',
@@ -25,6 +26,27 @@ def central_difference(loss, weight, index, eps: float) -> float:
         down = loss().item()
         weight[index] += eps
     return (up - down) / (2 * eps)
+
+
+@contextmanager
+def stopped_at_step(monkeypatch, trainer_class, step: int):
+    """The training run inside stops in its ``step``-th call of ``trainer_class.loss`` (a
+    KeyboardInterrupt, expected); the loss is restored afterwards."""
+    import pytest
+    loss, calls = trainer_class.loss, []
+
+    def interrupted(self, batch, rng):
+        calls.append(len(calls) + 1)
+        if len(calls) == step:
+            raise KeyboardInterrupt
+        return loss(self, batch, rng)
+
+    monkeypatch.setattr(trainer_class, 'loss', interrupted)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            yield
+    finally:
+        monkeypatch.setattr(trainer_class, 'loss', loss)
 
 
 def snapshot(path):

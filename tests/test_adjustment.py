@@ -9,7 +9,7 @@ from pyterrier_selfsup import Collection
 from pyterrier_selfsup.adjustment import CrossDocumentAdjustment, adjustment_loss
 from pyterrier_selfsup.generator import Generator
 from pyterrier_selfsup.queries import cropped_spans
-from tests.helpers import DOCS, QUERIES, central_difference, tiny_reatt
+from tests.helpers import DOCS, QUERIES, central_difference, stopped_at_step, tiny_reatt
 
 
 def generator(tiny_generator_dir):
@@ -197,21 +197,12 @@ def test_an_interrupted_adjustment_resumes_from_its_last_iteration(tiny_dir, tin
                     candidate_tokens=None, num_results=5)
     whole = adjusted_retriever('classic/adi', cache_dir=tmp_path / 'whole', **settings).reatt
 
-    loss, steps = CrossDocumentAdjustment.loss, []
-
-    def interrupted(self, batch, rng):  # ADI's 35 topics, 4 a batch: 9 steps an iteration; stopped in the 12th
-        steps.append(len(steps) + 1)
-        if len(steps) == 12:
-            raise KeyboardInterrupt
-        return loss(self, batch, rng)
-
-    monkeypatch.setattr(CrossDocumentAdjustment, 'loss', interrupted)
-    with pytest.raises(KeyboardInterrupt):
+    # ADI's 35 topics, 4 a batch: 9 steps an iteration; stopped in the 12th
+    with stopped_at_step(monkeypatch, CrossDocumentAdjustment, 12):
         adjusted_retriever('classic/adi', cache_dir=tmp_path / 'cut', **settings)
     staging, = (tmp_path / 'cut' / 'models').glob('*.partial')
     assert [c.name for c in checkpoints(staging)] == ['checkpoint-9']  # the first iteration's end
 
-    monkeypatch.setattr(CrossDocumentAdjustment, 'loss', loss)
     resumed = adjusted_retriever('classic/adi', cache_dir=tmp_path / 'cut', **settings).reatt
     model_dir = staging.with_name(staging.name[:-len('.partial')])
     assert not staging.exists() and not checkpoints(model_dir)

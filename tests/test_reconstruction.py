@@ -12,7 +12,7 @@ from pyterrier_selfsup.queries import cropped_spans
 from pyterrier_selfsup.reconstruction import (NULL_DOCNO, Acrobart, Rumbart, acrobart_log_likelihood,
                                               marginal_nll, reconstruction_retriever)
 from pyterrier_selfsup.training import STATE_FILE, checkpoints
-from tests.helpers import central_difference
+from tests.helpers import central_difference, stopped_at_step
 
 
 def encoder(tiny_dir, **kwargs):
@@ -260,21 +260,11 @@ def test_an_interrupted_cached_run_resumes_from_its_last_checkpoint(tiny_dir, ti
                     batch_size=7, lr=1e-2, generator=str(tiny_generator_dir['llama']), max_passage_length=32)
     whole = reconstruction_retriever(coll, cache_dir=tmp_path / 'whole', **settings).encoder
 
-    loss, steps = Rumbart.loss, []
-
-    def interrupted(self, batch, rng):  # 35 topics, 7 a batch: 5 steps; stopped in the 5th
-        steps.append(len(steps) + 1)
-        if len(steps) == 5:
-            raise KeyboardInterrupt
-        return loss(self, batch, rng)
-
-    monkeypatch.setattr(Rumbart, 'loss', interrupted)
-    with pytest.raises(KeyboardInterrupt):
+    with stopped_at_step(monkeypatch, Rumbart, 5):  # 35 topics, 7 a batch: 5 steps; stopped in the 5th
         reconstruction_retriever(coll, cache_dir=tmp_path / 'cut', **settings)
     staging, = (tmp_path / 'cut' / 'models').glob('*.partial')
     assert [c.name for c in checkpoints(staging)] == ['checkpoint-4']  # taken after refreshes; the last kept
 
-    monkeypatch.setattr(Rumbart, 'loss', loss)
     resumed = reconstruction_retriever(coll, cache_dir=tmp_path / 'cut', **settings)
     model_dir = staging.with_name(staging.name[:-len('.partial')])
     assert not staging.exists() and not checkpoints(model_dir)
