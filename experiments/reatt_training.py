@@ -9,27 +9,37 @@ Groups, each one results file (written as soon as the group finishes):
   reatt_adjusted   the same head after cross-document adjustment with SmolLM2's likelihoods
                    as the target, on the train-query texts (labels unused); scifact train
                    (choices) and test (reported)
-  reatt_masked     the same on 809 masked corpus sentences (ReAtt's own unsupervised
-                   queries); not run yet: its teacher scoring alone is about 10 chunks of
-                   512 passages at 5 min each on 2 cores for the first iteration
+  reatt_masked     the same head adapted on 809 masked corpus sentences instead (ReAtt's own
+                   unsupervised queries, §3.3: the span hidden by the student's [MASK]), one
+                   iteration over BM25's close documents as in ReAtt's unsupervised adaptation
+                   (App. B); scifact train and test, beside the train-query adjustment
+  reatt_masked_others
+                   the same unsupervised adaptation on cranfield, vaswani, CISI and ADI, none of
+                   which has training queries: 256 masked sentences each (ADI: one from each
+                   of its 82 documents), a budget for 2 cores (the teacher scores 8 pairs per
+                   query); beside BM25, MiniLM and the zero-shot head
 
     python experiments/reatt_training.py [group ...]
 """
 import sys
 from pathlib import Path
 
+from pyterrier_selfsup.collections import Collection
 from pyterrier_selfsup.experiment import copy_training_curves, run_experiment, write_results
 
 RESULTS = Path(__file__).parent / 'results'
 FIVE = ['beir/scifact/test', 'cranfield', 'vaswani', 'classic/cisi', 'classic/adi']
 SCIFACT = ['beir/scifact/train', 'beir/scifact/test']
 ADJUSTED = 'reatt_adjusted:queries=beir/scifact/train'
-MASKED = 'reatt_adjusted:queries=masked,n_queries=809'
+# unsupervised adaptation: one iteration over BM25's close documents (ReAtt App. B)
+MASKED = 'reatt_adjusted:queries=masked,n_queries=809,epochs=1'
+MASKED_SMALL = 'reatt_adjusted:queries=masked,n_queries=256,epochs=1'
 
 GROUPS = {
     'reatt_zero_shot': (FIVE, ['bm25', 'minilm', 'recon', 'reatt']),
     'reatt_adjusted': (SCIFACT, ['bm25', 'minilm', 'reatt', ADJUSTED]),
-    'reatt_masked': (SCIFACT, ['bm25', 'reatt', ADJUSTED, MASKED]),
+    'reatt_masked': (SCIFACT, ['bm25', 'minilm', 'reatt', ADJUSTED, MASKED]),
+    'reatt_masked_others': (FIVE[1:], ['bm25', 'minilm', 'reatt', MASKED_SMALL]),
 }
 
 
@@ -39,9 +49,10 @@ def main(groups):
         result = run_experiment(collections, pipelines, name=group, verbose=True)
         write_results(result, RESULTS)
         trained = [p for p in pipelines if p.startswith('reatt_adjusted')]
-        if trained:
-            copy_training_curves(trained, collections[0], RESULTS / 'reatt_curves')
-
+        corpora = {Collection(c).corpus_id: c for c in collections}  # a collection of each corpus
+        for corpus, collection in corpora.items() if trained else ():
+            folder = RESULTS / 'reatt_curves' / (corpus.replace('/', '_') if len(corpora) > 1 else '')
+            copy_training_curves(trained, collection, folder)
 
 if __name__ == '__main__':
     main(sys.argv[1:] or ['reatt_zero_shot', 'reatt_adjusted'])

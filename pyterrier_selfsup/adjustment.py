@@ -35,7 +35,7 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from pyterrier_selfsup.collections import Collection
 from pyterrier_selfsup.generator import Generator, score_cache_dir
-from pyterrier_selfsup.queries import Query, training_queries
+from pyterrier_selfsup.queries import MASK, Query, training_queries
 from pyterrier_selfsup.reatt import ReAtt
 from pyterrier_selfsup.training import Trainer
 
@@ -43,6 +43,13 @@ logger = logging.getLogger(__name__)
 
 TARGETS = ('likelihood', 'attention')
 ATTENTION_CHUNK = 4  # queries whose k passages go through the generator at once
+
+
+def mask_token(reatt: ReAtt) -> str:
+    """What a masked training query (``queries=masked``) hides its span with: the
+    student's own mask token where its tokenizer has one (BERT's ``[MASK]``, one token),
+    T5's first sentinel otherwise (which a BERT tokenizer would cut into seven pieces)."""
+    return getattr(reatt.tokenizer, 'mask_token', None) or MASK
 
 
 def owner_one_hot(owner: torch.Tensor, k: int) -> torch.Tensor:
@@ -205,7 +212,9 @@ class CrossDocumentAdjustment(Trainer):
         from pyterrier_selfsup.bm25 import BM25
         extra = max((len(q.excluded) for q in examples), default=0)
         bm25 = BM25.from_collection(self.collection, num_results=self.k + extra, cache_dir=self.cache_dir)
-        results = bm25(pd.DataFrame({'qid': [q.qid for q in examples], 'query': [q.query for q in examples]}))
+        mask = mask_token(self.reatt)  # not a word: BM25 would match 'mask' (or 'extra', 'id', '0')
+        results = bm25(pd.DataFrame({'qid': [q.qid for q in examples],
+                                     'query': [q.query.replace(mask, ' ') for q in examples]}))
         ranked = results.sort_values(['qid', 'rank']).groupby('qid')['docno'].apply(list).to_dict()
         return {q.qid: [d for d in ranked.get(q.qid, []) if d not in q.excluded][:self.k] for q in examples}
 
@@ -383,10 +392,11 @@ def adjusted_retriever(collection: Union[str, Collection], *, model_name: str, r
 
     def train(staging: Path):
         gen = load_generator(generator, cache_dir=cache_dir, verbose=verbose)
-        topics = training_topics(collection, queries, n_queries, seed=seed, generator=gen, cache_dir=cache_dir)
         torch.manual_seed(seed)
         reatt = ReAtt.from_pretrained(model_name, retrieval_layer=retrieval_layer, head=head,
                                       special_tokens=special_tokens)
+        topics = training_topics(collection, queries, n_queries, seed=seed, generator=gen, mask=mask_token(reatt),
+                                 cache_dir=cache_dir)
         # a checkpoint at the end of each iteration only: an iteration's close documents come
         # from the model at its start, so a run resumed there matches an uninterrupted one
         per_iteration = math.ceil(len(training_queries(topics)) / batch_size)  # the trainer's batches

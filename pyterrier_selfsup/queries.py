@@ -21,6 +21,9 @@ GENERATED = ('generated', 'roundtrip')  # the sources that need a generator
 ROUND_TRIP_DEPTH = 10
 
 _SENTENCE_END = re.compile(r'(?<=[.!?])\s+(?=[A-Z0-9"(\[])')
+# lowercased collections (cranfield, ADI) have no capital to open a sentence; their
+# tokenised punctuation stands alone (' . '), which abbreviations ('e.g. ') never do
+_LOWERCASED_END = re.compile(r'(?<=\s[.!?])\s+')
 
 
 def given_topics(topics: pd.DataFrame) -> pd.DataFrame:
@@ -50,7 +53,8 @@ def training_queries(topics: pd.DataFrame) -> List[Query]:
 
 
 def sentences(text: str) -> List[str]:
-    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+    splitter = _SENTENCE_END if any(c.isupper() for c in text) else _LOWERCASED_END
+    return [s.strip() for s in splitter.split(text) if s.strip()]
 
 
 def corpus_sentences(collection: Collection, n: int, *, seed: int = 0, min_words: int = 5,
@@ -198,7 +202,7 @@ def round_trip_queries(collection: Collection, generator, n: int, retriever, *, 
 
 
 def training_topics(collection: Collection, queries: str, n_queries: int, *, seed: int = 0, generator=None,
-                    cache_dir: Optional[Union[str, Path]] = None) -> pd.DataFrame:
+                    mask: str = MASK, cache_dir: Optional[Union[str, Path]] = None) -> pd.DataFrame:
     """The training queries a pipeline names by ``queries``: ``n_queries`` corpus
     ``sentences``, ``spans`` or ``masked`` sentences (with their ``answer``); ``n_queries`` queries ``generated`` by ``generator``, or
     generated and kept by BM25's ``roundtrip`` check (:func:`round_trip_queries`, top 10),
@@ -207,13 +211,14 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
     name of a collection whose topic texts are used (never its qrels). ``generator`` is a
     :class:`~pyterrier_selfsup.generator.Generator` or a name for
     :func:`~pyterrier_selfsup.generator.load_generator` (then loaded at its default
-    settings, and only for a source that needs it)."""
+    settings, and only for a source that needs it). ``mask`` replaces a masked sentence's
+    span: the student's own mask token, so that it reads one token it knows."""
     if queries == 'sentences':
         return corpus_sentences(collection, n_queries, seed=seed)
     if queries == 'spans':
         return cropped_spans(collection, n_queries, seed=seed)
     if queries == 'masked':
-        return masked_spans(collection, n_queries, seed=seed)
+        return masked_spans(collection, n_queries, seed=seed, mask=mask)
     if queries not in GENERATED:
         return given_topics(Collection(queries).topics())
     if generator is None:

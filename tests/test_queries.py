@@ -7,6 +7,10 @@ from pyterrier_selfsup.queries import corpus_sentences, cropped_spans, given_top
 def test_sentence_split():
     assert sentences('One sentence here. Another one? Yes! e.g. not split. 3 ends') == [
         'One sentence here.', 'Another one?', 'Yes! e.g. not split.', '3 ends']
+    # a lowercased, tokenised text (cranfield, ADI): punctuation that stands alone ends one
+    assert sentences('the flow was measured . e.g. a jet ? then 3 more . ') == [
+        'the flow was measured .', 'e.g. a jet ?', 'then 3 more .']
+    assert sentences('Upper case . stays as it was') == ['Upper case . stays as it was']
 
 
 def test_corpus_sentences_are_deterministic_and_from_their_document():
