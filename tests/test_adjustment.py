@@ -105,6 +105,23 @@ def test_corpus_queries_never_have_their_source_among_close_documents(trainer):
                for q, s in zip(spans['qid'], spans['source_docno']))
 
 
+def test_masked_queries_use_the_students_mask_token_which_bm25_does_not_read(trainer, monkeypatch):
+    from pyterrier_selfsup.adjustment import mask_token
+    from pyterrier_selfsup.bm25 import BM25
+    from pyterrier_selfsup.queries import masked_spans
+    mask = mask_token(trainer.reatt)
+    assert mask == '[MASK]'  # BERT's own: one token, where T5's sentinel is seven word pieces
+    assert trainer.reatt.tokenizer.tokenize(f'a {mask} b') == ['a', '[MASK]', 'b']
+    topics = masked_spans(trainer.collection, 6, seed=0, mask=mask)
+    assert topics['query'].str.contains(mask, regex=False).all()
+    seen = []
+    retrieve = BM25.retrieve
+    monkeypatch.setattr(BM25, 'retrieve', lambda self, t: seen.extend(t['query']) or retrieve(self, t))
+    trainer.on_epoch_start(trainer.examples(topics), 0, False)
+    assert seen == [q.replace(mask, ' ') for q in topics['query']]
+    assert all(len(trainer.close[q]) == 3 for q in topics['qid'])
+
+
 @pytest.mark.parametrize('kind', ['llama', 'bart', 't5'])
 def test_attention_target_is_a_distribution_over_the_passages_independent_of_the_batch(tiny_generator_dir, kind):
     from pyterrier_selfsup.adjustment import attention_target
