@@ -174,7 +174,8 @@ class Trainer(pt.Estimator):
         for epoch in range(self.state['epoch'], self.epochs):
             order = np.random.default_rng([self.seed, epoch]).permutation(len(examples))
             batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
-            self.on_epoch_start(examples, epoch, resumed)
+            if self.state['batch'] < len(batches):  # a run resumed at an epoch's end has none of it left
+                self.on_epoch_start(examples, epoch, resumed)
             resumed = False
             for b in range(self.state['batch'], len(batches)):
                 loss = self.loss([examples[i] for i in batches[b]], np.random.default_rng([self.seed, epoch, b]))
