@@ -9,15 +9,15 @@ Groups, each one results file (written as soon as the group finishes):
   reatt_adjusted   the same head after cross-document adjustment with SmolLM2's likelihoods
                    as the target, on the train-query texts (labels unused); scifact train
                    (choices) and test (reported)
-  reatt_masked     the same head adapted on 809 masked corpus sentences instead (ReAtt's own
-                   unsupervised queries, §3.3: the span hidden by the student's [MASK]), one
-                   iteration over BM25's close documents as in ReAtt's unsupervised adaptation
-                   (App. B); scifact train and test, beside the train-query adjustment
+  reatt_masked     the same head adapted on 256 masked corpus sentences instead (ReAtt's own
+                   unsupervised queries, §3.3: a salient span hidden by the student's [MASK]),
+                   one iteration over BM25's close documents as in ReAtt's unsupervised
+                   adaptation (App. B); scifact train and test, beside the train-query adjustment
   reatt_masked_others
                    the same unsupervised adaptation on cranfield, vaswani, CISI and ADI, none of
-                   which has training queries: 256 masked sentences each (ADI: one from each
-                   of its 82 documents), a budget for 2 cores (the teacher scores 8 pairs per
-                   query); beside BM25, MiniLM and the zero-shot head
+                   which has training queries (ADI: 80 sentences, one from each of its documents
+                   that has one). 256 sentences is a budget for 2 cores: the teacher scores 8
+                   pairs per sentence, 10 to 30 s for 16 pairs
 
     python experiments/reatt_training.py [group ...]
 """
@@ -32,14 +32,13 @@ FIVE = ['beir/scifact/test', 'cranfield', 'vaswani', 'classic/cisi', 'classic/ad
 SCIFACT = ['beir/scifact/train', 'beir/scifact/test']
 ADJUSTED = 'reatt_adjusted:queries=beir/scifact/train'
 # unsupervised adaptation: one iteration over BM25's close documents (ReAtt App. B)
-MASKED = 'reatt_adjusted:queries=masked,n_queries=809,epochs=1'
-MASKED_SMALL = 'reatt_adjusted:queries=masked,n_queries=256,epochs=1'
+MASKED = 'reatt_adjusted:queries=masked,n_queries=256,epochs=1'
 
 GROUPS = {
     'reatt_zero_shot': (FIVE, ['bm25', 'minilm', 'recon', 'reatt']),
     'reatt_adjusted': (SCIFACT, ['bm25', 'minilm', 'reatt', ADJUSTED]),
     'reatt_masked': (SCIFACT, ['bm25', 'minilm', 'reatt', ADJUSTED, MASKED]),
-    'reatt_masked_others': (FIVE[1:], ['bm25', 'minilm', 'reatt', MASKED_SMALL]),
+    'reatt_masked_others': (FIVE[1:], ['bm25', 'minilm', 'reatt', MASKED]),
 }
 
 
