@@ -1,4 +1,4 @@
-"""Timings and losses read from the committed training logs (``results/*_curves/*/training_log.jsonl``),
+"""Timings and losses read from the committed training logs (``results/*_curves/**/training_log.jsonl``),
 so that the figures `experiments/README.md` quotes from them can be recomputed.
 
 Per run: optimiser steps; the median time between consecutive steps (the log's timestamps:
@@ -65,8 +65,8 @@ def main():
     lines = ['# Training logs', '', 'From `python experiments/training_logs.py`; see its docstring for what each '
              'column is. Seconds are wall-clock on the machine named in the matching results file.', '']
     for curves in sorted(RESULTS.glob('*_curves')):
-        rows = {run.name: summarise(run / 'training_log.jsonl')
-                for run in sorted(curves.iterdir()) if (run / 'training_log.jsonl').is_file()}
+        rows = {str(log.parent.relative_to(curves)): summarise(log)  # runs of several corpora: corpus/run
+                for log in sorted(curves.rglob('training_log.jsonl'))}
         if not rows:
             continue
         columns = list(next(iter(rows.values())))
