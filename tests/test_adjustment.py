@@ -108,10 +108,11 @@ def test_corpus_queries_never_have_their_source_among_close_documents(trainer):
 def test_masked_queries_use_the_students_mask_token_which_bm25_does_not_read(trainer, monkeypatch):
     from pyterrier_selfsup.adjustment import mask_token
     from pyterrier_selfsup.bm25 import BM25
-    from pyterrier_selfsup.queries import masked_spans
+    from pyterrier_selfsup.queries import MASK, masked_spans
     mask = mask_token(trainer.reatt)
     assert mask == '[MASK]'  # BERT's own: one token, where T5's sentinel is seven word pieces
     assert trainer.reatt.tokenizer.tokenize(f'a {mask} b') == ['a', '[MASK]', 'b']
+    assert len(trainer.reatt.tokenizer.tokenize(MASK)) == 7  # '<', 'extra', '_', 'id', '_', '0', '>'
     topics = masked_spans(trainer.collection, 6, seed=0, mask=mask)
     assert topics['query'].str.contains(mask, regex=False).all()
     seen = []
