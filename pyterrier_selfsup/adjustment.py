@@ -21,7 +21,6 @@ Queries come from any source of :func:`~pyterrier_selfsup.queries.training_topic
 query cut from the corpus never has its own passage among its close documents.
 """
 import logging
-import math
 import tempfile
 import time
 from contextlib import contextmanager
@@ -399,11 +398,10 @@ def adjusted_retriever(collection: Union[str, Collection], *, model_name: str, r
                                  cache_dir=cache_dir)
         # a checkpoint at the end of each iteration only: an iteration's close documents come
         # from the model at its start, so a run resumed there matches an uninterrupted one
-        per_iteration = math.ceil(len(training_queries(topics)) / batch_size)  # the trainer's batches
         trainer = CrossDocumentAdjustment(reatt, gen, collection, k=k, alpha=alpha, target=target,
                                           teacher_temperature=teacher_temperature, epochs=epochs,
                                           batch_size=batch_size, lr=lr, output_dir=staging, seed=seed,
-                                          checkpoint_every=per_iteration, keep_checkpoints=1,
+                                          checkpoint_every='epoch', keep_checkpoints=1,
                                           cache_dir=cache_dir, verbose=verbose)
         fit_resumably(trainer, topics)
 

@@ -71,8 +71,9 @@ class Trainer(pt.Estimator):
         epochs, max_steps: how long (whichever ends first).
         lr, warmup: AdamW's peak learning rate, reached linearly over the first
             ``warmup`` fraction of steps, then decayed linearly to zero.
-        output_dir: checkpoints (every ``checkpoint_every`` steps and at the end), the
-            training log (JSON lines) and the training-curve PNG.
+        output_dir: checkpoints (every ``checkpoint_every`` steps, or at each epoch's end
+            with ``checkpoint_every='epoch'``, and at the end), the training log (JSON
+            lines) and the training-curve PNG.
         keep_checkpoints: how many of the latest step checkpoints stay on disk (None: all).
     """
     description = 'training'
@@ -80,7 +81,7 @@ class Trainer(pt.Estimator):
     def __init__(self, encoder: DualEncoder, collection: Union[str, Collection], *, batch_size: int = 32,
                  epochs: int = 1, max_steps: Optional[int] = None, lr: float = 2e-5, warmup: float = 0.1,
                  weight_decay: float = 0.01, accumulation: int = 1,
-                 output_dir: Optional[Union[str, Path]] = None, checkpoint_every: Optional[int] = None,
+                 output_dir: Optional[Union[str, Path]] = None, checkpoint_every: Optional[Union[int, str]] = None,
                  keep_checkpoints: Optional[int] = None,
                  seed: int = 0, cache_dir: Optional[Union[str, Path]] = None, verbose: bool = True):
         self.encoder = encoder
@@ -198,7 +199,9 @@ class Trainer(pt.Estimator):
                 window = []
                 if self.state['step'] < total_steps:
                     self.on_step_end(examples)
-                if self.checkpoint_every and self.state['step'] % self.checkpoint_every == 0:
+                every = self.checkpoint_every
+                epoch_end = b == len(batches) - 1  # (its last batch always ends in a step)
+                if epoch_end if every == 'epoch' else every and self.state['step'] % every == 0:
                     self._checkpoint(optimizer, scheduler)
                 if self.state['step'] >= total_steps:
                     break
