@@ -10,7 +10,7 @@ setup(
     packages=find_packages(include=['pyterrier_selfsup', 'pyterrier_selfsup.*']),
     python_requires='>=3.10',
     install_requires=[
-        'torch>=2.1,<3',
+        'torch>=2.6,<3',  # pad_sequence(padding_side=...)
         'transformers>=5.23',  # the attention and mask interfaces ACROBArT plugs into
         'sentence-transformers>=3.0',
         'pyterrier>=1.0',
@@ -21,10 +21,10 @@ setup(
         'ir-datasets>=0.5.9',
         'ir-measures>=0.3.7',
         'gguf>=0.10',
-        'accelerate>=1.0',
         'matplotlib>=3.7',
         'pandas>=2.0',
         'numpy>=1.24',
+        'more-itertools>=8.0',
     ],
     # FAISS comes in two builds that install the same `faiss` module, so it is
     # chosen by an extra rather than listed above: `.[cpu]` (what every command
@@ -35,6 +35,8 @@ setup(
         'test': ['pytest>=7'],
     },
     entry_points={
-        'console_scripts': ['selfsup = pyterrier_selfsup.cli:main'],
+        'console_scripts': ['selfsup = pyterrier_selfsup.harness.cli:main'],
+        # so that pt.Artifact.load(path) reopens a token index, as pyterrier-dr registers its FlexIndex
+        'pyterrier.artifact': ['token_index.reatt = pyterrier_selfsup.retrieval.token_index:ReAttIndex'],
     },
 )

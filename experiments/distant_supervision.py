@@ -17,7 +17,7 @@ Training curves and logs are copied to experiments/results/ds_curves/.
 import sys
 from pathlib import Path
 
-from pyterrier_selfsup.experiment import copy_training_curves, run_experiment, write_results
+from pyterrier_selfsup.harness.experiment import copy_training_curves, run_experiment, write_results
 
 RESULTS = Path(__file__).parent / 'results'
 COLLECTIONS = ['beir/scifact/train', 'beir/scifact/test']

@@ -28,9 +28,10 @@ import torch
 from pyterrier_dr import FlexIndex
 from sentence_transformers import SentenceTransformer
 
-from pyterrier_selfsup import MINILM, Collection, provenance, sbert_encoder
-from pyterrier_selfsup.dense import INDEX_CHUNK
-from pyterrier_selfsup.dual_encoder import DualEncoder
+from pyterrier_selfsup import MINILM, Collection, sbert_encoder
+from pyterrier_selfsup.harness import provenance
+from pyterrier_selfsup.retrieval.dense import INDEX_CHUNK
+from pyterrier_selfsup.models.dual_encoder import DualEncoder
 
 RESULTS = Path(__file__).parent / 'results'
 

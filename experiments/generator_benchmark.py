@@ -26,8 +26,9 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
-from pyterrier_selfsup import BM25, Collection, provenance
-from pyterrier_selfsup.generator import SMOLLM2, SMOLLM2_GGUF, Generator
+from pyterrier_selfsup import BM25, Collection
+from pyterrier_selfsup.harness import provenance
+from pyterrier_selfsup.models.generator import SMOLLM2, SMOLLM2_GGUF, Generator
 
 RESULTS = Path(__file__).parent / 'results'
 

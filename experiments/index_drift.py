@@ -24,13 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-from pyterrier_selfsup import provenance
-from pyterrier_selfsup.collections import Collection
-from pyterrier_selfsup.dense import flex_index
-from pyterrier_selfsup.dual_encoder import DualEncoder
-from pyterrier_selfsup.pipelines import get_pipeline
-from pyterrier_selfsup.queries import given_topics
-from pyterrier_selfsup.reconstruction import start_model
+from pyterrier_selfsup.harness import provenance
+from pyterrier_selfsup.data.collections import Collection
+from pyterrier_selfsup.retrieval.dense import flex_index
+from pyterrier_selfsup.models.dual_encoder import DualEncoder
+from pyterrier_selfsup.harness.pipelines import get_pipeline
+from pyterrier_selfsup.data.queries import given_topics
+from pyterrier_selfsup.harness.trained import start_model
 
 RESULTS = Path(__file__).parent / 'results'
 COLLECTION = 'beir/scifact/train'
@@ -54,7 +54,7 @@ def main():
     rows = []
     for name in RUNS:
         spec = get_pipeline(name)
-        model_dir = spec.model_dir(collection, spec.settings)
+        model_dir = spec.model_dir(collection)
         if not (model_dir / 'final').is_dir():
             raise SystemExit(f'{name} is not trained: run reconstruction_training.py first ({model_dir})')
         start = DualEncoder.from_pretrained(start_model(collection, spec.settings))

@@ -13,12 +13,15 @@ writes experiments/results/reatt_heads.{md,csv,png}.
 import time
 from pathlib import Path
 
+from typing import Optional, Sequence
+
 import matplotlib
 import numpy as np
 import pandas as pd
 
-from pyterrier_selfsup import MINILM, provenance
-from pyterrier_selfsup.reatt import head_analysis
+from pyterrier_selfsup import MINILM
+from pyterrier_selfsup.harness import provenance
+from pyterrier_selfsup.models.reatt import ReAtt
 
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
@@ -29,6 +32,41 @@ COLLECTIONS = ['beir/scifact/test', 'cranfield', 'vaswani', 'classic/cisi', 'cla
 DEPTH = 100
 MEASURE = 'nDCG@10'
 
+
+
+def head_analysis(collection, model_name: str, *, depth: int = 100, layers: Optional[Sequence[int]] = None,
+                  measures=None, cache_dir=None, verbose: bool = False, **kwargs) -> pd.DataFrame:
+    """How well each (layer, head) of ``model_name`` retrieves zero-shot (ReAtt §2.3): BM25's
+    top ``depth`` for every topic of ``collection`` re-ranked by r_h at each layer (its
+    ``retrieval_layer``, from 0), one row per (layer, head) with the ``measures`` (default
+    nDCG@10 and R@10) averaged over the judged topics, plus a row for BM25 itself
+    (``layer`` -1, ``head`` -1). Queries and
+    documents are encoded once per layer, through that layer only."""
+    import ir_measures
+    from ir_measures import R, nDCG
+
+    from pyterrier_selfsup import BM25, Collection
+    from pyterrier_selfsup.models.reatt import n_layers
+
+    collection = Collection(collection) if isinstance(collection, str) else collection
+    measures = measures or [nDCG @ 10, R @ 10]
+    qrels = collection.qrels().rename(columns={'qid': 'query_id', 'docno': 'doc_id', 'label': 'relevance'})
+    qrels['relevance'] = qrels['relevance'].astype(int)
+    run = (BM25.from_collection(collection, num_results=depth, cache_dir=cache_dir)
+           >> collection.text_loader())(collection.topics())
+    run = run[run['qid'].isin(set(qrels['query_id']))].reset_index(drop=True)
+
+    def evaluate(scores: np.ndarray) -> dict:
+        frame = pd.DataFrame({'query_id': run['qid'], 'doc_id': run['docno'], 'score': scores.astype(float)})
+        return {str(m): v for m, v in ir_measures.calc_aggregate(measures, qrels, frame).items()}
+
+    rows = [{'layer': -1, 'head': -1, **evaluate(run['score'].to_numpy())}]
+    total = n_layers(ReAtt.from_pretrained(model_name, retrieval_layer=0, **kwargs).model.encoder)
+    for layer in layers or range(total):
+        reatt = ReAtt.from_pretrained(model_name, retrieval_layer=layer, verbose=verbose, **kwargs)
+        per_head = reatt.score_texts(run['query'].tolist(), run['text'].tolist(), per_head=True)
+        rows += [{'layer': layer, 'head': h, **evaluate(per_head[:, h])} for h in range(per_head.shape[1])]
+    return pd.DataFrame(rows)
 
 def main():
     header = provenance.header()

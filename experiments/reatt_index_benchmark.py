@@ -24,9 +24,10 @@ import numpy as np
 import pandas as pd
 from ir_measures import nDCG
 
-from pyterrier_selfsup import MINILM, Collection, provenance
-from pyterrier_selfsup.reatt import ReAtt
-from pyterrier_selfsup.token_index import reatt_index
+from pyterrier_selfsup import MINILM, Collection
+from pyterrier_selfsup.harness import provenance
+from pyterrier_selfsup.models.reatt import ReAtt
+from pyterrier_selfsup.retrieval.token_index import reatt_index
 
 RESULTS = Path(__file__).parent / 'results'
 SPLITS = {'train': 'beir/scifact/train', 'test': 'beir/scifact/test'}
@@ -35,6 +36,13 @@ GRID = ([(k, 16, None) for k in (8, 32, 128, 512)]
 TARGET_RECALL = 0.99
 KP = "K'"  # the column of K'
 
+
+
+def size_bytes(index) -> dict:
+    """Bytes of each of the token index's files."""
+    from pyterrier_selfsup.retrieval.token_index import DOCNOS_FILE, IVF_FILE, KEYS_FILE, OFFSETS_FILE
+    return {f: (index.path / f).stat().st_size for f in (KEYS_FILE, OFFSETS_FILE, DOCNOS_FILE, IVF_FILE)
+            if (index.path / f).is_file()}
 
 def chosen_head():
     table = pd.read_csv(RESULTS / 'reatt_heads.csv')
@@ -102,7 +110,7 @@ def main():
     chosen = (table[(table['split'] == 'test') & (table[KP] == point[KP]) & (table['nprobe'] == point['nprobe'])
                     & (table['rescore'] == point['rescore'])].iloc[0] if point is not None else None)
 
-    sizes = index.size_bytes()
+    sizes = size_bytes(index)
     settings = {'model': f'{provenance.model_revision(MINILM)}, layer {layer}, head {head}, '
                          f'special tokens {"in" if special else "out"} (chosen on scifact train by reatt_heads.py)',
                 'index': f'{index.meta["documents"]} documents, {index.meta["tokens"]} tokens, {index.meta["dim"]} '

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pyterrier_selfsup import MINILM, Collection, provenance
-from pyterrier_selfsup.reatt import ReAtt
-from pyterrier_selfsup.token_index import reatt_index
+from pyterrier_selfsup import MINILM, Collection
+from pyterrier_selfsup.harness import provenance
+from pyterrier_selfsup.models.reatt import ReAtt
+from pyterrier_selfsup.retrieval.token_index import reatt_index
 
 RESULTS = Path(__file__).parent / 'results'
 POOLS = (8, 32)

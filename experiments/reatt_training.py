@@ -24,8 +24,8 @@ Groups, each one results file (written as soon as the group finishes):
 import sys
 from pathlib import Path
 
-from pyterrier_selfsup.collections import Collection
-from pyterrier_selfsup.experiment import copy_training_curves, run_experiment, write_results
+from pyterrier_selfsup.data.collections import Collection
+from pyterrier_selfsup.harness.experiment import copy_training_curves, run_experiment, write_results
 
 RESULTS = Path(__file__).parent / 'results'
 FIVE = ['beir/scifact/test', 'cranfield', 'vaswani', 'classic/cisi', 'classic/adi']

@@ -1,30 +1,48 @@
-"""pyterrier-selfsup: self-supervised neural retrieval for PyTerrier."""
-from pyterrier_selfsup.classic import register_classic
-from pyterrier_selfsup.collections import Collection, UnknownCollectionError
-from pyterrier_selfsup.bm25 import BM25, pisa_index
-from pyterrier_selfsup.dual_encoder import DualEncoder, DualEncoderModel
-from pyterrier_selfsup.dense import MINILM, DenseRetriever, flex_index, sbert_encoder
-from pyterrier_selfsup.distant import DistantSupervision, in_batch_loss
-from pyterrier_selfsup.queries import corpus_sentences, cropped_spans, generated_queries, given_topics
-from pyterrier_selfsup.generator import SMOLLM2, SMOLLM2_GGUF, Generator, ReconstructionScorer
-from pyterrier_selfsup.training import Trainer
-from pyterrier_selfsup.reconstruction import Acrobart, Rumbart, marginal_nll
-from pyterrier_selfsup.reatt import ReAtt
-from pyterrier_selfsup.token_index import ReAttIndex, reatt_index
-from pyterrier_selfsup.adjustment import CrossDocumentAdjustment
-from pyterrier_selfsup.reatt_t5 import ReAttT5
-from pyterrier_selfsup.pipelines import PIPELINES, PipelineSpec, register
-from pyterrier_selfsup.experiment import run_experiment, write_results
+"""pyterrier-selfsup: self-supervised neural retrieval for PyTerrier.
+
+The layers, each importing only from those before it:
+``data`` (collections, training queries) → ``models`` (dual encoder, generator, ReAtt)
+→ ``retrieval`` (BM25, dense and token indexes) → ``training`` (one loop, the methods)
+→ ``harness`` (named pipelines, experiments, the command line; imported on first use).
+"""
+import importlib
+
+from pyterrier_selfsup.data.classic import register_classic
+from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
+from pyterrier_selfsup.data.queries import Query, corpus_sentences, cropped_spans, generated_queries, given_topics
+from pyterrier_selfsup.models.dual_encoder import DualEncoder, DualEncoderModel
+from pyterrier_selfsup.models.generator import SMOLLM2, SMOLLM2_GGUF, Generator, ReconstructionScorer
+from pyterrier_selfsup.models.reatt import ReAtt
+from pyterrier_selfsup.models.reatt_t5 import ReAttT5
+from pyterrier_selfsup.retrieval.bm25 import BM25, pisa_index
+from pyterrier_selfsup.retrieval.dense import MINILM, DenseRetriever, flex_index, sbert_encoder
+from pyterrier_selfsup.retrieval.token_index import ReAttIndex, reatt_index
+from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment
+from pyterrier_selfsup.training.distant import DistantSupervision, in_batch_loss
+from pyterrier_selfsup.training.loop import Trainer
+from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart, marginal_nll
 
 __version__ = '0.1.0'
 
 register_classic()  # classic/cisi and classic/adi, read from $SELFSUP_CLASSIC_DATA
 
+# the harness (named pipelines, experiments) is imported when one of its names is first used
+_HARNESS = {'PIPELINES': 'pipelines', 'PipelineSpec': 'pipelines', 'register': 'pipelines',
+            'run_experiment': 'experiment', 'write_results': 'experiment'}
+
+
+def __getattr__(name):
+    if name in _HARNESS:
+        return getattr(importlib.import_module(f'pyterrier_selfsup.harness.{_HARNESS[name]}'), name)
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
+
 __all__ = [
-    'register_classic', 'Collection', 'UnknownCollectionError', 'BM25', 'pisa_index',
-    'DualEncoder', 'DualEncoderModel', 'MINILM', 'DenseRetriever', 'flex_index', 'sbert_encoder',
-    'DistantSupervision', 'in_batch_loss', 'corpus_sentences', 'cropped_spans', 'generated_queries', 'given_topics',
-    'SMOLLM2', 'SMOLLM2_GGUF', 'Generator', 'ReconstructionScorer', 'Trainer', 'Rumbart', 'Acrobart', 'marginal_nll',
-    'ReAtt', 'ReAttIndex', 'reatt_index', 'CrossDocumentAdjustment', 'ReAttT5',
+    'register_classic', 'Collection', 'UnknownCollectionError', 'Query', 'corpus_sentences', 'cropped_spans',
+    'generated_queries', 'given_topics',
+    'DualEncoder', 'DualEncoderModel', 'SMOLLM2', 'SMOLLM2_GGUF', 'Generator', 'ReconstructionScorer', 'ReAtt',
+    'ReAttT5',
+    'BM25', 'pisa_index', 'MINILM', 'DenseRetriever', 'flex_index', 'sbert_encoder', 'ReAttIndex', 'reatt_index',
+    'Trainer', 'DistantSupervision', 'in_batch_loss', 'Rumbart', 'Acrobart', 'marginal_nll', 'CrossDocumentAdjustment',
     'PIPELINES', 'PipelineSpec', 'register', 'run_experiment', 'write_results',
 ]

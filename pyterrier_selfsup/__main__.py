@@ -1,5 +1,5 @@
 import sys
 
-from pyterrier_selfsup.cli import main
+from pyterrier_selfsup.harness.cli import main
 
 sys.exit(main())

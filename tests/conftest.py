@@ -71,3 +71,41 @@ def tiny_generator_dir(tmp_path_factory):
         tokenizer.save_pretrained(path)
         paths[kind] = path
     return paths
+
+
+# Factories of the tiny models, seeded, on the CPU in fp32: a test calls one with the
+# settings it needs (``tiny_encoder(max_length=64)``, ``tiny_generator('bart')``).
+
+@pytest.fixture(scope='session')
+def tiny_encoder(tiny_dir):
+    """The tiny BERT as a :class:`DualEncoder`: mean pooling (a random encoder's [CLS] carries
+    almost no content to learn from), d=16, 48 tokens unless told otherwise."""
+    from pyterrier_selfsup import DualEncoder
+
+    def make(**kwargs):
+        torch.manual_seed(0)
+        settings = dict(dim=16, pooling='mean', device='cpu', precision='fp32', max_length=48)
+        return DualEncoder.from_pretrained(str(tiny_dir), **{**settings, **kwargs})
+    return make
+
+
+@pytest.fixture(scope='session')
+def tiny_generator(tiny_generator_dir):
+    """A tiny generator by kind (``llama``, ``bart``, ``t5``)."""
+    from pyterrier_selfsup import Generator
+
+    def make(kind='llama', **kwargs):
+        return Generator.from_pretrained(str(tiny_generator_dir[kind]), device='cpu', precision='fp32', **kwargs)
+    return make
+
+
+@pytest.fixture(scope='session')
+def tiny_reatt(tiny_dir):
+    """A ReAtt over the tiny BERT (or the model at ``path``), its retrieval layer counted from 0."""
+    from pyterrier_selfsup import ReAtt
+
+    def make(layer=1, path=None, **kwargs):
+        torch.manual_seed(0)
+        return ReAtt.from_pretrained(str(path or tiny_dir), retrieval_layer=layer, device='cpu', precision='fp32',
+                                     **kwargs)
+    return make

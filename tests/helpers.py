@@ -7,15 +7,6 @@ DOCS = ['retrieval of information from a library of documents', 'indexing', 'the
         'automatic indexing assigns terms to documents']
 
 
-def tiny_reatt(path, layer=1, **kwargs):
-    """A ReAtt over the model at ``path`` (layer counted from 0), on CPU in fp32."""
-    import torch
-
-    from pyterrier_selfsup.reatt import ReAtt
-    torch.manual_seed(0)
-    return ReAtt.from_pretrained(str(path), retrieval_layer=layer, device='cpu', precision='fp32', **kwargs)
-
-
 def central_difference(loss, weight, index, eps: float) -> float:
     """(loss(w + eps) - loss(w - eps)) / 2 eps at ``weight[index]``, the weight left as it was."""
     import torch

@@ -6,15 +6,12 @@ import pytest
 import torch
 
 from pyterrier_selfsup import Collection
-from pyterrier_selfsup.adjustment import CrossDocumentAdjustment, adjustment_loss
-from pyterrier_selfsup.generator import Generator
-from pyterrier_selfsup.queries import cropped_spans
-from tests.helpers import DOCS, QUERIES, central_difference, stopped_at_step, tiny_reatt
+from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment, adjustment_loss
+from pyterrier_selfsup.models.generator import Generator
+from pyterrier_selfsup.data.queries import cropped_spans
+from tests.helpers import DOCS, QUERIES, central_difference, stopped_at_step
 
 
-def generator(tiny_generator_dir):
-    return Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu', precision='fp32',
-                                     max_passage_length=32)
 
 
 def test_adjustment_loss_is_the_kl_divergence_with_zero_target_terms_left_out():
@@ -28,8 +25,8 @@ def test_adjustment_loss_is_the_kl_divergence_with_zero_target_terms_left_out():
     assert adjustment_loss(torch.log(target + 1e-300), target).item() == pytest.approx(0.0, abs=1e-9)
 
 
-def test_kl_gradient_reaches_the_bi_encoder_and_head_weights_and_matches_finite_differences(tiny_dir):
-    r = tiny_reatt(tiny_dir)
+def test_kl_gradient_reaches_the_bi_encoder_and_head_weights_and_matches_finite_differences(tiny_reatt, tiny_dir):
+    r = tiny_reatt()
     r.model.double()
     target = torch.tensor([[0.6, 0.4, 0.0, 0.0], [0.0, 0.0, 0.1, 0.9]], dtype=torch.float64)
 
@@ -52,20 +49,20 @@ def test_kl_gradient_reaches_the_bi_encoder_and_head_weights_and_matches_finite_
 
 
 @pytest.fixture
-def trainer(tiny_dir, tiny_generator_dir, tmp_path):
+def trainer(tiny_generator, tiny_reatt, tiny_dir, tiny_generator_dir, tmp_path):
     coll = Collection('classic/adi')
-    return CrossDocumentAdjustment(tiny_reatt(tiny_dir), generator(tiny_generator_dir), coll, k=3, batch_size=4,
+    return CrossDocumentAdjustment(tiny_reatt(), tiny_generator(max_passage_length=32), coll, k=3, batch_size=4,
                                    epochs=2, lr=1e-3, teacher_temperature=2.0, cache_dir=tmp_path,
                                    output_dir=tmp_path / 'out', verbose=False)
 
 
-def test_target_is_the_generators_softmax_over_close_documents_and_zero_elsewhere(trainer, tiny_generator_dir):
+def test_target_is_the_generators_softmax_over_close_documents_and_zero_elsewhere(tiny_generator, trainer, tiny_generator_dir):
     coll = trainer.collection
     batch = trainer.examples(coll.topics().head(2))
     trainer.on_epoch_start(batch, 0, False)
     docnos = list(dict.fromkeys(d for q in batch for d in trainer.close[q.qid]))
     target = trainer.target_distribution(batch, docnos)
-    gen = generator(tiny_generator_dir)
+    gen = tiny_generator(max_passage_length=32)
     for i, q in enumerate(batch):
         close = trainer.close[q.qid]
         logp = gen.log_likelihoods([q.query] * len(close), coll.texts(close))
@@ -76,10 +73,10 @@ def test_target_is_the_generators_softmax_over_close_documents_and_zero_elsewher
 
 
 def test_close_documents_come_from_bm25_then_from_the_model_and_training_moves_it(trainer, tmp_path):
-    from pyterrier_selfsup.bm25 import BM25
+    from pyterrier_selfsup.retrieval.bm25 import BM25
     coll = trainer.collection
     topics = coll.topics().head(8)
-    before = {k: v.clone() for k, v in trainer.encoder.model.state_dict().items()}
+    before = {k: v.clone() for k, v in trainer.reatt.model.state_dict().items()}
     trainer.fit(topics)
     bm25 = BM25.from_collection(coll, num_results=3, cache_dir=tmp_path)(topics)
     sources = [r['close documents'] for r in trainer.log if 'close documents' in r]
@@ -90,7 +87,7 @@ def test_close_documents_come_from_bm25_then_from_the_model_and_training_moves_i
     assert any(trainer.close[q] != bm25_close[q] for q in topics['qid'])
     steps = [r for r in trainer.log if 'loss' in r]
     assert len(steps) == 4 and all(0 < r['close mass'] <= 1 for r in steps)
-    after = trainer.encoder.model.state_dict()
+    after = trainer.reatt.model.state_dict()
     assert not torch.equal(after['head_logits'], before['head_logits'])
     assert torch.equal(after['encoder.encoder.layer.1.output.dense.weight'],
                        before['encoder.encoder.layer.1.output.dense.weight'])  # past layer B+1's attention
@@ -106,9 +103,9 @@ def test_corpus_queries_never_have_their_source_among_close_documents(trainer):
 
 
 def test_masked_queries_use_the_students_mask_token_which_bm25_does_not_read(trainer, monkeypatch):
-    from pyterrier_selfsup.adjustment import mask_token
-    from pyterrier_selfsup.bm25 import BM25
-    from pyterrier_selfsup.queries import MASK, masked_spans
+    from pyterrier_selfsup.training.adjustment import mask_token
+    from pyterrier_selfsup.retrieval.bm25 import BM25
+    from pyterrier_selfsup.data.queries import MASK, masked_spans
     mask = mask_token(trainer.reatt)
     assert mask == '[MASK]'  # BERT's own: one token, where T5's sentinel is seven word pieces
     assert trainer.reatt.tokenizer.tokenize(f'a {mask} b') == ['a', '[MASK]', 'b']
@@ -125,7 +122,7 @@ def test_masked_queries_use_the_students_mask_token_which_bm25_does_not_read(tra
 
 @pytest.mark.parametrize('kind', ['llama', 'bart', 't5'])
 def test_attention_target_is_a_distribution_over_the_passages_independent_of_the_batch(tiny_generator_dir, kind):
-    from pyterrier_selfsup.adjustment import attention_target
+    from pyterrier_selfsup.models.reading import attention_target
     gen = Generator.from_pretrained(str(tiny_generator_dir[kind]), device='cpu', precision='fp32',
                                     max_passage_length=32)
     passages = [DOCS[:3], [DOCS[3], DOCS[1], 'x']]
@@ -141,12 +138,12 @@ def test_attention_target_is_a_distribution_over_the_passages_independent_of_the
         torch.testing.assert_close(flipped, both[0].flip(0), rtol=1e-4, atol=1e-5)
 
 
-def test_trainer_with_the_attention_target_uses_it_for_each_querys_close_documents(tiny_dir, tiny_generator_dir,
+def test_trainer_with_the_attention_target_uses_it_for_each_querys_close_documents(tiny_generator, tiny_reatt, tiny_dir, tiny_generator_dir,
                                                                                   tmp_path):
-    from pyterrier_selfsup.adjustment import attention_target
+    from pyterrier_selfsup.models.reading import attention_target
     coll = Collection('classic/adi')
-    gen = generator(tiny_generator_dir)
-    trainer = CrossDocumentAdjustment(tiny_reatt(tiny_dir), gen, coll, k=3, target='attention', cache_dir=tmp_path,
+    gen = tiny_generator(max_passage_length=32)
+    trainer = CrossDocumentAdjustment(tiny_reatt(), gen, coll, k=3, target='attention', cache_dir=tmp_path,
                                       verbose=False)
     batch = trainer.examples(coll.topics().head(5))  # more than one chunk of queries
     trainer.on_epoch_start(batch, 0, False)
@@ -158,13 +155,13 @@ def test_trainer_with_the_attention_target_uses_it_for_each_querys_close_documen
         torch.testing.assert_close(target[i, [docnos.index(d) for d in close]], expected, rtol=1e-4, atol=1e-5)
         assert target[i].sum().item() == pytest.approx(1.0)
     with pytest.raises(ValueError, match='target'):
-        CrossDocumentAdjustment(tiny_reatt(tiny_dir), gen, coll, target='cross', cache_dir=tmp_path)
+        CrossDocumentAdjustment(tiny_reatt(), gen, coll, target='cross', cache_dir=tmp_path)
 
 
 def test_a_single_t5_teaches_its_own_retrieval_from_masked_sentences(tiny_generator_dir, tmp_path):
 
-    from pyterrier_selfsup.queries import masked_spans
-    from pyterrier_selfsup.reatt_t5 import ReAttT5
+    from pyterrier_selfsup.data.queries import masked_spans
+    from pyterrier_selfsup.models.reatt_t5 import ReAttT5
     torch.manual_seed(0)
     model = ReAttT5.from_pretrained(str(tiny_generator_dir['t5']), retrieval_layer=1, device='cpu', precision='fp32')
     coll = Collection('classic/cisi')
@@ -188,8 +185,8 @@ def test_a_single_t5_teaches_its_own_retrieval_from_masked_sentences(tiny_genera
 
 def test_adjusted_retriever_trains_once_then_retrieves_from_its_token_index(tiny_dir, tiny_generator_dir, tmp_path,
                                                                            monkeypatch):
-    from pyterrier_selfsup import adjustment
-    from pyterrier_selfsup.adjustment import adjusted_retriever
+    from pyterrier_selfsup.harness import trained
+    from pyterrier_selfsup.harness.pipelines import adjusted_reatt_retriever as adjusted_retriever
     settings = dict(model_name=str(tiny_dir), retrieval_layer=1, head=0, queries='classic/adi', n_queries=10, k=2,
                     epochs=1, batch_size=8, generator=str(tiny_generator_dir['llama']), cache_dir=tmp_path,
                     candidate_tokens=None, num_results=5)
@@ -200,16 +197,16 @@ def test_adjusted_retriever_trains_once_then_retrieves_from_its_token_index(tiny
     model_dirs = [d for d in (tmp_path / 'models').glob('classic_adi.reatt-*') if d.is_dir()]
     assert len(model_dirs) == 1 and (model_dirs[0] / 'final' / 'reatt.json').is_file()
     assert not (model_dirs[0] / 'final' / 'trainer_state.pt').exists()
-    monkeypatch.setattr(adjustment, 'CrossDocumentAdjustment', None)  # a second call must not train
+    monkeypatch.setattr(trained, 'CrossDocumentAdjustment', None)  # a second call must not train
     again = adjusted_retriever('classic/adi', **settings)(topics)
     np.testing.assert_allclose(again['score'], results['score'])
 
 
 def test_an_interrupted_adjustment_resumes_from_its_last_iteration(tiny_dir, tiny_generator_dir, tmp_path,
                                                                    monkeypatch):
-    from pyterrier_selfsup.adjustment import adjusted_retriever
-    from pyterrier_selfsup.reatt import ReAtt
-    from pyterrier_selfsup.training import checkpoints
+    from pyterrier_selfsup.harness.pipelines import adjusted_reatt_retriever as adjusted_retriever
+    from pyterrier_selfsup.models.reatt import ReAtt
+    from pyterrier_selfsup.training.loop import checkpoints
     settings = dict(model_name=str(tiny_dir), retrieval_layer=1, head=0, queries='classic/adi', k=2,
                     epochs=2, batch_size=4, lr=1e-2, generator=str(tiny_generator_dir['llama']),
                     candidate_tokens=None, num_results=5)

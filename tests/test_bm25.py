@@ -11,7 +11,7 @@ import pytest
 from ir_measures import nDCG
 
 from pyterrier_selfsup import BM25, Collection
-from pyterrier_selfsup.bm25 import pisa_safe
+from pyterrier_selfsup.retrieval.bm25 import pisa_safe
 
 
 @pytest.fixture(scope='module')

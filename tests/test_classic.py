@@ -8,7 +8,7 @@ import pyterrier as pt
 import pytest
 
 import pyterrier_selfsup  # noqa: F401  (registers classic/cisi and classic/adi)
-from pyterrier_selfsup.classic import ClassicSource, parse_queries, register_classic
+from pyterrier_selfsup.data.classic import ClassicSource, parse_queries, register_classic
 from tests.helpers import snapshot
 
 # ../shared/data/README.md: docs, queries, judged queries, qrels

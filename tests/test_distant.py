@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from pyterrier_selfsup import Collection, DualEncoder
-from pyterrier_selfsup.distant import DistantSupervision, in_batch_loss
-from pyterrier_selfsup.queries import corpus_sentences
+from pyterrier_selfsup import Collection
+from pyterrier_selfsup.training.distant import DistantSupervision, in_batch_loss
+from pyterrier_selfsup.data.queries import corpus_sentences
 
 
 class Untouchable:
@@ -18,11 +18,6 @@ class Untouchable:
         raise AssertionError('qrels were read (len)')
 
 
-def tiny(tiny_dir):
-    torch.manual_seed(0)
-    # mean pooling: a random encoder's [CLS] carries almost no content to learn from
-    return DualEncoder.from_pretrained(str(tiny_dir), dim=16, pooling='mean', device='cpu', precision='fp32',
-                                       max_length=64)
 
 
 def test_in_batch_loss_by_hand():
@@ -42,15 +37,15 @@ def test_positives_are_bm25_top1_never_the_source(cache_dir):
     examples = trainer.examples(topics)
     from pyterrier_selfsup import BM25
     top1 = BM25.from_collection(coll, cache_dir=cache_dir)(topics).query('rank == 0').set_index('qid')['docno']
-    assert {e.qid: e.positive for e in examples} == top1.to_dict()
+    assert {e.qid: trainer.positive(e) for e in examples} == top1.to_dict()
     sents = corpus_sentences(coll, 30, seed=0)
     for e, source in zip(trainer.examples(sents), sents['source_docno']):
-        assert e.positive != source and source in e.excluded
+        assert trainer.positive(e) != source and source in e.excluded
 
 
-def test_duplicate_positives_are_not_negatives(tiny_dir, cache_dir):
+def test_duplicate_positives_are_not_negatives(tiny_encoder, tiny_dir, cache_dir):
     coll = Collection('classic/adi')
-    trainer = DistantSupervision(tiny(tiny_dir), coll, cache_dir=cache_dir)
+    trainer = DistantSupervision(tiny_encoder(max_length=64), coll, cache_dir=cache_dir)
     e = trainer.examples(coll.topics().head(1))[0]
     # The same query twice: each one's positive also fills the other's column. Masked,
     # each softmax holds its own positive alone (loss 0); unmasked it would be log 2.
@@ -59,9 +54,9 @@ def test_duplicate_positives_are_not_negatives(tiny_dir, cache_dir):
 
 
 @pytest.mark.parametrize('negatives', ['none', 'random', 'bm25', 'retriever'])
-def test_loss_falls_on_a_toy_corpus(tiny_dir, cache_dir, tmp_path, negatives):
+def test_loss_falls_on_a_toy_corpus(tiny_encoder, tiny_dir, cache_dir, tmp_path, negatives):
     coll = Collection('classic/adi')
-    trainer = DistantSupervision(tiny(tiny_dir), coll, negatives=negatives, batch_size=7, epochs=8, lr=3e-3,
+    trainer = DistantSupervision(tiny_encoder(max_length=64), coll, negatives=negatives, batch_size=7, epochs=8, lr=3e-3,
                                  output_dir=tmp_path, cache_dir=cache_dir, verbose=False)
     trainer.fit(coll.topics(), Untouchable())
     losses = [r['loss'] for r in trainer.log if 'loss' in r]
@@ -75,20 +70,20 @@ def test_loss_falls_on_a_toy_corpus(tiny_dir, cache_dir, tmp_path, negatives):
     assert results.groupby('qid').size().tolist() == [82, 82]
 
 
-def test_accumulation_steps(tiny_dir, cache_dir):
+def test_accumulation_steps(tiny_encoder, tiny_dir, cache_dir):
     coll = Collection('classic/adi')
-    trainer = DistantSupervision(tiny(tiny_dir), coll, batch_size=4, accumulation=3, epochs=1, cache_dir=cache_dir,
+    trainer = DistantSupervision(tiny_encoder(max_length=64), coll, batch_size=4, accumulation=3, epochs=1, cache_dir=cache_dir,
                                  verbose=False)
     trainer.fit(coll.topics())
     assert len(trainer.log) == math.ceil(math.ceil(35 / 4) / 3)  # 9 batches, 3 optimiser steps
 
 
-def test_resumed_run_continues_with_the_same_losses(tiny_dir, cache_dir, tmp_path):
+def test_resumed_run_continues_with_the_same_losses(tiny_encoder, tiny_dir, cache_dir, tmp_path):
     coll = Collection('classic/adi')
     settings = dict(negatives='bm25', batch_size=8, epochs=3, lr=3e-4, accumulation=2, cache_dir=cache_dir,
                     verbose=False, checkpoint_every=3)
-    full = DistantSupervision(tiny(tiny_dir), coll, output_dir=tmp_path / 'full', **settings).fit(coll.topics())
-    resumed = DistantSupervision(tiny(tiny_dir), coll, output_dir=tmp_path / 'resumed', **settings)
+    full = DistantSupervision(tiny_encoder(max_length=64), coll, output_dir=tmp_path / 'full', **settings).fit(coll.topics())
+    resumed = DistantSupervision(tiny_encoder(max_length=64), coll, output_dir=tmp_path / 'resumed', **settings)
     resumed.fit(coll.topics(), resume_from=tmp_path / 'full' / 'checkpoint-3')
     assert [r['step'] for r in resumed.log] == [r['step'] for r in full.log]
     np.testing.assert_allclose([r['loss'] for r in resumed.log], [r['loss'] for r in full.log], rtol=1e-5)
@@ -96,10 +91,10 @@ def test_resumed_run_continues_with_the_same_losses(tiny_dir, cache_dir, tmp_pat
         torch.testing.assert_close(a, b)
 
 
-def test_validation_is_logged_and_leaves_no_index(tiny_dir, tmp_path):
+def test_validation_is_logged_and_leaves_no_index(tiny_encoder, tiny_dir, tmp_path):
     coll = Collection('classic/adi')
     cache = tmp_path / 'cache'
-    trainer = DistantSupervision(tiny(tiny_dir), coll, batch_size=7, epochs=2, lr=3e-3, output_dir=tmp_path / 'out',
+    trainer = DistantSupervision(tiny_encoder(max_length=64), coll, batch_size=7, epochs=2, lr=3e-3, output_dir=tmp_path / 'out',
                                  cache_dir=cache, verbose=True)
     trainer.fit(coll.topics(), None, coll.topics(), coll.qrels())
     validation = [r['validation nDCG@10'] for r in trainer.log if 'validation nDCG@10' in r]

@@ -4,15 +4,13 @@ import pytest
 import torch
 
 from pyterrier_selfsup import BM25, Collection
-from pyterrier_selfsup.generator import SMOLLM2, SMOLLM2_GGUF, Generator
+from pyterrier_selfsup.models.generator import SMOLLM2, SMOLLM2_GGUF, Generator
 
 PASSAGES = ['Scurvy is caused by a lack of vitamin C in the diet; sailors on long voyages suffered from it.',
             'The Eiffel tower is in Paris.', 'Short.']
 TARGETS = ['what causes scurvy', 'where is the eiffel tower', 'vitamin deficiency disease']
 
 
-def tiny(tiny_generator_dir, kind, **kwargs):
-    return Generator.from_pretrained(str(tiny_generator_dir[kind]), device='cpu', precision='fp32', **kwargs)
 
 
 def manual_log_likelihood(gen: Generator, target: str, passage: str) -> float:
@@ -30,8 +28,8 @@ def manual_log_likelihood(gen: Generator, target: str, passage: str) -> float:
 
 
 @pytest.mark.parametrize('kind', ['bart', 't5', 'llama'])
-def test_log_likelihood_equals_a_manual_per_token_sum(tiny_generator_dir, kind):
-    gen = tiny(tiny_generator_dir, kind, batch_size=2)  # several batches, and passages shared by targets
+def test_log_likelihood_equals_a_manual_per_token_sum(tiny_generator, tiny_generator_dir, kind):
+    gen = tiny_generator(kind, batch_size=2)  # several batches, and passages shared by targets
     targets = [t for t in TARGETS for _ in PASSAGES]
     passages = [p for _ in TARGETS for p in PASSAGES]
     expected = [manual_log_likelihood(gen, t, p) for t, p in zip(targets, passages)]
@@ -53,29 +51,29 @@ def test_prefix_cache_scores_equal_uncached_ones_on_real_smollm2(cache_dir):
     assert cached.reshape(3, 3)[0].argmax() == 0 and cached.reshape(3, 3)[1].argmax() == 1
 
 
-def test_truncation_keeps_the_prompt_whole(tiny_generator_dir):
-    gen = tiny(tiny_generator_dir, 'llama', max_passage_length=4)
+def test_truncation_keeps_the_prompt_whole(tiny_generator, tiny_generator_dir):
+    gen = tiny_generator('llama', max_passage_length=4)
     long, short = gen.passage_ids(['one two three four five six seven', 'one two three four'])
     assert long == short
     assert gen.tokenizer.decode(long) == 'passage : one two three four a question this passage answers :'
 
 
-def test_frozen_generator_has_no_gradients(tiny_generator_dir):
-    gen = tiny(tiny_generator_dir, 'llama')
+def test_frozen_generator_has_no_gradients(tiny_generator, tiny_generator_dir):
+    gen = tiny_generator('llama')
     assert not any(p.requires_grad for p in gen.model.parameters())
-    trainable = tiny(tiny_generator_dir, 'llama', trainable=True)
+    trainable = tiny_generator('llama', trainable=True)
     trainable.log_likelihood(TARGETS, PASSAGES).sum().backward()
     assert all(p.grad is not None for p in trainable.model.parameters() if p.requires_grad)
 
 
-def test_generate_returns_one_line_per_passage(tiny_generator_dir):
+def test_generate_returns_one_line_per_passage(tiny_generator, tiny_generator_dir):
     for kind in ('bart', 'llama'):
-        out = tiny(tiny_generator_dir, kind).generate(PASSAGES, max_new_tokens=5)
+        out = tiny_generator(kind).generate(PASSAGES, max_new_tokens=5)
         assert len(out) == 3 and all(isinstance(t, str) and '\n' not in t for t in out)
 
 
-def test_reconstruction_scorer_reranks_and_caches(tiny_generator_dir, tmp_path):
-    gen = tiny(tiny_generator_dir, 'llama')
+def test_reconstruction_scorer_reranks_and_caches(tiny_generator, tiny_generator_dir, tmp_path):
+    gen = tiny_generator('llama')
     frame = pd.DataFrame({'qid': ['1'] * 3 + ['2'] * 3, 'query': [TARGETS[0]] * 3 + [TARGETS[1]] * 3,
                           'docno': ['a', 'b', 'c'] * 2, 'text': PASSAGES * 2, 'score': 0.0, 'rank': 0})
     out = gen.scorer(normalise='sum')(frame).sort_values(['qid', 'docno'])
@@ -102,8 +100,8 @@ def test_reconstruction_scorer_reranks_and_caches(tiny_generator_dir, tmp_path):
     assert len(empty) == 0 and {'score', 'rank'} <= set(empty.columns)
 
 
-def test_reconstruction_scorer_needs_text(tiny_generator_dir):
-    gen = tiny(tiny_generator_dir, 'llama')
+def test_reconstruction_scorer_needs_text(tiny_generator, tiny_generator_dir):
+    gen = tiny_generator('llama')
     with pytest.raises(Exception, match='text'):
         gen.scorer()(pd.DataFrame({'qid': ['1'], 'query': ['q'], 'docno': ['a'], 'score': [0.], 'rank': [0]}))
 
@@ -122,8 +120,8 @@ def test_smollm2_reranks_adi(cache_dir):
     assert out['score'].between(-15, 0).all()
 
 
-def test_cached_scoring_goes_by_passage_and_commits_each_chunk(tiny_generator_dir, tmp_path):
-    gen = tiny(tiny_generator_dir, 'llama')
+def test_cached_scoring_goes_by_passage_and_commits_each_chunk(tiny_generator, tiny_generator_dir, tmp_path):
+    gen = tiny_generator('llama')
     frame = pd.DataFrame({'qid': ['1'] * 3 + ['2'] * 3, 'query': [TARGETS[0]] * 3 + [TARGETS[1]] * 3,
                           'docno': ['a', 'b', 'c'] * 2, 'text': PASSAGES * 2})
     expected = gen.scorer(normalise='sum')(frame).sort_values(['qid', 'docno'])['score'].to_numpy()

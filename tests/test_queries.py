@@ -1,7 +1,7 @@
 import pytest
 
 from pyterrier_selfsup import Collection
-from pyterrier_selfsup.queries import corpus_sentences, cropped_spans, given_topics, sentences
+from pyterrier_selfsup.data.queries import corpus_sentences, cropped_spans, given_topics, sentences
 
 
 def test_sentence_split():
@@ -40,8 +40,8 @@ def test_given_topics_keep_only_text():
 
 
 def test_generated_queries_come_from_the_generator_with_their_source(tiny_generator_dir):
-    from pyterrier_selfsup.generator import Generator
-    from pyterrier_selfsup.queries import generated_queries
+    from pyterrier_selfsup.models.generator import Generator
+    from pyterrier_selfsup.data.queries import generated_queries
     coll = Collection('classic/adi')
     gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu', precision='fp32',
                                     max_passage_length=32)
@@ -54,9 +54,11 @@ def test_generated_queries_come_from_the_generator_with_their_source(tiny_genera
 
 def test_generated_training_topics_are_written_once_and_shared_by_every_trainer(tiny_dir, tiny_generator_dir,
                                                                              tmp_path, monkeypatch):
-    from pyterrier_selfsup import distant
-    from pyterrier_selfsup.generator import Generator
-    from pyterrier_selfsup.queries import generated_queries, training_topics
+    from pyterrier_selfsup.data.queries import generated_queries
+    from pyterrier_selfsup.harness import trained
+    from pyterrier_selfsup.harness.trained import training_topics
+    from pyterrier_selfsup.models.generator import Generator
+    from pyterrier_selfsup.training.distant import DistantSupervision
     coll = Collection('classic/adi')
     gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu', precision='fp32',
                                     max_passage_length=32)
@@ -69,18 +71,17 @@ def test_generated_training_topics_are_written_once_and_shared_by_every_trainer(
     monkeypatch.setattr(gen, 'generate', never)
     assert training_topics(coll, 'generated', 8, seed=3, generator=gen, cache_dir=tmp_path).equals(first)
     # the distant-supervision pipeline reads the same file (its generator is SmolLM2's; here the tiny one)
-    from pyterrier_selfsup import generator as generator_module
-    monkeypatch.setattr(generator_module, 'load_generator', lambda *args, **kwargs: gen)
+    monkeypatch.setattr(trained, 'load_generator', lambda *args, **kwargs: gen)
     class Trained(Exception):
         pass
 
-    def fit(self, topics):
+    def fit(self, topics, **kwargs):
         raise Trained(topics)
-    monkeypatch.setattr(distant.DistantSupervision, 'fit', fit)
-    with pytest.raises(Trained) as trained:
-        distant.adapted_retriever(coll, model_name=str(tiny_dir), queries='generated', n_queries=8, seed=3,
-                                  cache_dir=tmp_path)
-    assert trained.value.args[0].equals(first)
+    monkeypatch.setattr(DistantSupervision, 'fit', fit)
+    with pytest.raises(Trained) as raised:
+        trained.train(coll, 'ds', dict(model_name=str(tiny_dir), queries='generated', n_queries=8, seed=3),
+                      cache_dir=tmp_path)
+    assert raised.value.args[0].equals(first)
     with pytest.raises(ValueError, match='needs a generator'):
         training_topics(coll, 'generated', 8)
     assert list(training_topics(coll, 'classic/adi', 0).columns) == ['qid', 'query']
@@ -102,7 +103,8 @@ class EchoOrGeneric:
 
 def test_round_trip_queries_keep_only_queries_that_find_their_passage(tmp_path):
     from pyterrier_selfsup import BM25
-    from pyterrier_selfsup.queries import generated_queries, training_topics
+    from pyterrier_selfsup.data.queries import generated_queries
+    from pyterrier_selfsup.harness.trained import training_topics
     coll = Collection('classic/adi')
     bm25 = BM25.from_collection(coll, cache_dir=tmp_path) % 10
     plain = generated_queries(coll, EchoOrGeneric(), 20, seed=0)
@@ -126,7 +128,7 @@ def test_round_trip_queries_keep_only_queries_that_find_their_passage(tmp_path):
 def test_masked_spans_hide_one_salient_span_of_a_sentence_of_their_source():
     import random
 
-    from pyterrier_selfsup.queries import MASK, masked_spans, salient_span, sentences
+    from pyterrier_selfsup.data.queries import MASK, masked_spans, salient_span, sentences
     coll = Collection('classic/cisi')  # ADI's abstracts have no sentence boundaries to split at
     spans = masked_spans(coll, 12, seed=0)
     assert len(spans) == 12 and spans['qid'].is_unique

@@ -3,8 +3,8 @@ import pandas as pd
 import pytest
 import torch
 
-from pyterrier_selfsup.reatt import ReAtt, retrieval_attention
-from tests.helpers import DOCS, QUERIES, tiny_reatt
+from pyterrier_selfsup.models.reatt import ReAtt, retrieval_attention
+from tests.helpers import DOCS, QUERIES
 
 
 def captured_projections(model, layer, texts, tokenizer):
@@ -28,10 +28,10 @@ def captured_projections(model, layer, texts, tokenizer):
 
 
 @pytest.mark.parametrize('kind,layer', [('bert', 0), ('bert', 1), ('t5', 1)])
-def test_head_scores_equal_a_manual_computation_from_the_models_own_attention(tiny_dir, tiny_generator_dir,
+def test_head_scores_equal_a_manual_computation_from_the_models_own_attention(tiny_reatt, tiny_dir, tiny_generator_dir,
                                                                             kind, layer):
     path = tiny_dir if kind == 'bert' else tiny_generator_dir['t5']
-    r = tiny_reatt(path, layer)
+    r = tiny_reatt(layer, path=path)
     got = r.score_texts([QUERIES[0]] * len(DOCS) + [QUERIES[1]] * len(DOCS), DOCS * 2, per_head=True)
     q_seen, scaling = captured_projections(r.model.encoder, layer, QUERIES, r.tokenizer)
     d_seen, _ = captured_projections(r.model.encoder, layer, DOCS, r.tokenizer)
@@ -45,9 +45,9 @@ def test_head_scores_equal_a_manual_computation_from_the_models_own_attention(ti
     assert got.shape == (8, 2) and np.ptp(got[:4], axis=0).min() > 1e-4  # the documents score differently
 
 
-def test_the_projections_are_the_ones_the_model_attends_with(tiny_dir):
+def test_the_projections_are_the_ones_the_model_attends_with(tiny_reatt, tiny_dir):
     """softmax(Q Kᵀ · scaling) of a text with itself is the model's own attention map at that layer."""
-    r = tiny_reatt(tiny_dir, 1)
+    r = tiny_reatt(1)
     ids = r.tokenizer([QUERIES[0]], return_tensors='pt')
     r.model.encoder.set_attn_implementation('eager')
     with torch.no_grad():
@@ -58,15 +58,15 @@ def test_the_projections_are_the_ones_the_model_attends_with(tiny_dir):
                                rtol=1e-5, atol=1e-6)
 
 
-def test_a_pairs_score_does_not_depend_on_its_batch(tiny_dir):
-    r = tiny_reatt(tiny_dir)
+def test_a_pairs_score_does_not_depend_on_its_batch(tiny_reatt, tiny_dir):
+    r = tiny_reatt()
     alone = [r.score_texts([QUERIES[0]], [d])[0] for d in DOCS]
     together = r.score_texts([QUERIES[0]] * len(DOCS), DOCS)  # padded to the longest document
     np.testing.assert_allclose(together, alone, rtol=1e-5, atol=1e-6)
 
 
-def test_head_weights_mix_the_heads_and_save_and_load(tiny_dir, tmp_path):
-    r = tiny_reatt(tiny_dir)
+def test_head_weights_mix_the_heads_and_save_and_load(tiny_reatt, tiny_dir, tmp_path):
+    r = tiny_reatt()
     per_head = r.score_texts([QUERIES[0]] * 4, DOCS, per_head=True)
     np.testing.assert_allclose(r.score_texts([QUERIES[0]] * 4, DOCS), per_head.mean(1), rtol=1e-5)  # uniform
     r.model.select_head(1, margin=1.0)  # τ=0.1: weight e^10 / (e^10 + 1) on head 1
@@ -79,8 +79,8 @@ def test_head_weights_mix_the_heads_and_save_and_load(tiny_dir, tmp_path):
     np.testing.assert_allclose(again.score_texts([QUERIES[0]] * 4, DOCS), mixed, rtol=1e-6)
 
 
-def test_scorer_reranks_with_per_head_columns(tiny_dir):
-    r = tiny_reatt(tiny_dir)
+def test_scorer_reranks_with_per_head_columns(tiny_reatt, tiny_dir):
+    r = tiny_reatt()
     frame = pd.DataFrame({'qid': ['1'] * 4 + ['2'] * 4, 'query': [QUERIES[0]] * 4 + [QUERIES[1]] * 4,
                           'docno': [f'd{i}' for i in range(4)] * 2, 'text': DOCS * 2})
     out = r.scorer(per_head=True)(frame)
@@ -90,27 +90,27 @@ def test_scorer_reranks_with_per_head_columns(tiny_dir):
     assert r.scorer()(frame.head(0)).empty
 
 
-def test_bad_input_empty_texts_and_out_of_range_layer(tiny_dir):
-    r = tiny_reatt(tiny_dir)
+def test_bad_input_empty_texts_and_out_of_range_layer(tiny_reatt, tiny_dir):
+    r = tiny_reatt()
     scores = r.score_texts(['', QUERIES[0]], ['', ''])  # special tokens alone still score
     assert np.isfinite(scores).all()
     # without special tokens, an empty document has no token to match: it ranks last
-    r = tiny_reatt(tiny_dir, special_tokens=False)
+    r = tiny_reatt(special_tokens=False)
     scores = r.score_texts([QUERIES[0]] * 3, ['', DOCS[0], None])
     assert np.isneginf(scores[[0, 2]]).all() and np.isfinite(scores[1])
     assert r.score_texts([''], [DOCS[0]])[0] == 0.0  # an empty query: nothing to average
     # and the text's own tokens score as they did with the special tokens around them
-    with_special = tiny_reatt(tiny_dir).score_texts([QUERIES[0]], [DOCS[0]], per_head=True)
+    with_special = tiny_reatt().score_texts([QUERIES[0]], [DOCS[0]], per_head=True)
     assert not np.allclose(r.score_texts([QUERIES[0]], [DOCS[0]], per_head=True), with_special)
     with pytest.raises(ValueError, match='retrieval_layer'):
-        tiny_reatt(tiny_dir, layer=2)
+        tiny_reatt(layer=2)
 
 
 @pytest.fixture(scope='module')
-def adi_index(tiny_dir, tmp_path_factory):
+def adi_index(tiny_reatt, tiny_dir, tmp_path_factory):
     from pyterrier_selfsup import Collection
-    from pyterrier_selfsup.token_index import reatt_index
-    r = tiny_reatt(tiny_dir)
+    from pyterrier_selfsup.retrieval.token_index import reatt_index
+    r = tiny_reatt()
     r.model.select_head(1, margin=1.0)
     coll = Collection('classic/adi')
     return r, coll, reatt_index(coll, r, nlist=8, cache_dir=tmp_path_factory.mktemp('reatt-cache'))
@@ -173,13 +173,13 @@ def test_rescoring_the_best_approximate_candidates_keeps_the_exact_top_k(adi_ind
     found = merged['score_exact'].notna()
     np.testing.assert_allclose(merged.loc[found, 'score'], merged.loc[found, 'score_exact'], rtol=1e-6)
     assert 0.5 < found.mean() < 1
-def test_token_index_reopens_and_refuses_another_model(adi_index, tiny_dir):
-    from pyterrier_selfsup.token_index import ReAttIndex
+def test_token_index_reopens_and_refuses_another_model(tiny_reatt, adi_index, tiny_dir):
+    from pyterrier_selfsup.retrieval.token_index import ReAttIndex
     r, coll, index = adi_index
     again = ReAttIndex(index.path)
     topics = coll.topics().head(2)
     pd.testing.assert_frame_equal(again.exhaustive(r, num_results=3)(topics), index.exhaustive(r, num_results=3)(topics))
-    other = tiny_reatt(tiny_dir)  # uniform head weights: another fingerprint
+    other = tiny_reatt()  # uniform head weights: another fingerprint
     with pytest.raises(ValueError, match='another model'):
         index.retriever(other)
 
@@ -199,7 +199,7 @@ def test_a_reatt_checkpoints_config_names_its_retrieval_layer_and_head(tiny_gene
 
 def test_the_reatt_pipeline_retrieves_with_minilms_chosen_head(tmp_path):
     from pyterrier_selfsup import Collection
-    from pyterrier_selfsup.pipelines import REATT_HEAD, get_pipeline
+    from pyterrier_selfsup.harness.pipelines import REATT_HEAD, get_pipeline
     coll = Collection('classic/adi')
     retriever = get_pipeline('reatt:num_results=10').build(coll, cache_dir=tmp_path)
     topics = coll.topics().head(3)

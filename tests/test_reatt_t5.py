@@ -1,8 +1,8 @@
 import numpy as np
 import torch
 
-from pyterrier_selfsup.reatt import retrieval_attention
-from pyterrier_selfsup.reatt_t5 import ReAttT5
+from pyterrier_selfsup.models.reatt import retrieval_attention
+from pyterrier_selfsup.models.reatt_t5 import ReAttT5
 from tests.helpers import DOCS, QUERIES
 
 

@@ -6,24 +6,18 @@ import pytest
 import torch
 
 from pyterrier_selfsup import Collection, DualEncoder
-from pyterrier_selfsup.dense import flex_index
-from pyterrier_selfsup.generator import Generator
-from pyterrier_selfsup.queries import cropped_spans
-from pyterrier_selfsup.reconstruction import (NULL_DOCNO, Acrobart, Rumbart, acrobart_log_likelihood,
-                                              marginal_nll, reconstruction_retriever)
-from pyterrier_selfsup.training import STATE_FILE, checkpoints
+from pyterrier_selfsup.retrieval.dense import flex_index
+from pyterrier_selfsup.models.generator import Generator
+from pyterrier_selfsup.data.queries import cropped_spans
+from pyterrier_selfsup.harness.pipelines import trained_dense_retriever
+from pyterrier_selfsup.models.reading import biased_log_likelihood
+from pyterrier_selfsup.training.loop import STATE_FILE, checkpoints
+from pyterrier_selfsup.training.reconstruction import NULL_DOCNO, Acrobart, Rumbart, marginal_nll
 from tests.helpers import central_difference, stopped_at_step
 
 
-def encoder(tiny_dir, **kwargs):
-    torch.manual_seed(0)
-    return DualEncoder.from_pretrained(str(tiny_dir), dim=16, pooling='mean', device='cpu', precision='fp32',
-                                       max_length=48, **kwargs)
 
 
-def generator(tiny_generator_dir, kind='llama', **kwargs):
-    return Generator.from_pretrained(str(tiny_generator_dir[kind]), device='cpu', precision='fp32',
-                                     max_passage_length=32, **kwargs)
 
 
 def test_marginal_nll_equals_the_brute_force_formula():
@@ -35,9 +29,9 @@ def test_marginal_nll_equals_the_brute_force_formula():
     assert marginal_nll(logits, teacher).item() == pytest.approx(expected, rel=1e-12)
 
 
-def test_rumbart_loss_equals_the_formula_from_its_parts(tiny_dir, tiny_generator_dir, tmp_path):
+def test_rumbart_loss_equals_the_formula_from_its_parts(tiny_encoder, tiny_generator, tiny_dir, tiny_generator_dir, tmp_path):
     coll = Collection('classic/adi')
-    enc, gen = encoder(tiny_dir), generator(tiny_generator_dir)
+    enc, gen = tiny_encoder(), tiny_generator(max_passage_length=32)
     trainer = Rumbart(enc, gen, coll, k=4, cache_dir=tmp_path, verbose=False)
     batch = trainer.examples(coll.topics().head(3))
     trainer.refresh(batch, initial=True)
@@ -47,7 +41,7 @@ def test_rumbart_loss_equals_the_formula_from_its_parts(tiny_dir, tiny_generator
         q = enc.encode([e.query for e in batch], 'query')
         docnos = trainer.retrieve(q.numpy(), batch)
         # the stale index is the start encoder's: its top 4 are the encoder's own top 4
-        all_docnos = list(trainer._docnos)
+        all_docnos = [d['docno'] for d in coll.corpus_iter()]
         scores = q @ enc.encode(coll.texts(all_docnos), 'passage').T
         for row, s in zip(docnos, scores.numpy()):
             chosen = np.isin(all_docnos, row)
@@ -63,8 +57,8 @@ def test_rumbart_loss_equals_the_formula_from_its_parts(tiny_dir, tiny_generator
 
 
 @pytest.mark.parametrize('kind', ['llama', 'bart', 't5'])
-def test_acrobart_gradient_reaches_the_retriever_and_matches_finite_differences(tiny_dir, tiny_generator_dir, kind):
-    enc, gen = encoder(tiny_dir), generator(tiny_generator_dir, kind)
+def test_acrobart_gradient_reaches_the_retriever_and_matches_finite_differences(tiny_encoder, tiny_generator, tiny_dir, tiny_generator_dir, kind):
+    enc, gen = tiny_encoder(), tiny_generator(kind, max_passage_length=32)
     enc.model.double()
     gen.model.double()
     queries = ['what is information retrieval', 'indexing of documents']
@@ -76,7 +70,7 @@ def test_acrobart_gradient_reaches_the_retriever_and_matches_finite_differences(
         q = enc.encode(queries, 'query')
         p = enc.encode([t for row in passages for t in row], 'passage').view(2, 3, -1)
         weights = 4.0 * torch.softmax(torch.einsum('bd,bkd->bk', q, p) / enc.temperature, -1)
-        return -acrobart_log_likelihood(gen, queries, passages, weights).sum()
+        return -biased_log_likelihood(gen, queries, passages, weights).sum()
 
     value = loss()
     value.backward()
@@ -89,52 +83,52 @@ def test_acrobart_gradient_reaches_the_retriever_and_matches_finite_differences(
         assert grad[i, j].item() == pytest.approx(central_difference(loss, weight, (i, j), eps), rel=2e-2, abs=1e-4)
 
 
-def test_acrobart_with_zero_bias_is_the_plain_likelihood_of_the_concatenation(tiny_generator_dir):
-    gen = generator(tiny_generator_dir, 'llama')
+def test_acrobart_with_zero_bias_is_the_plain_likelihood_of_the_concatenation(tiny_generator, tiny_generator_dir):
+    gen = tiny_generator('llama', max_passage_length=32)
     with torch.no_grad():
-        biased = acrobart_log_likelihood(gen, ['a query'], [['first passage', 'second']], torch.zeros(1, 2))
-        gen_plain = generator(tiny_generator_dir, 'llama', prompt='Passage: {passage}\nA question this passage answers:')
+        biased = biased_log_likelihood(gen, ['a query'], [['first passage', 'second']], torch.zeros(1, 2))
+        gen_plain = tiny_generator('llama', prompt='Passage: {passage}\nA question this passage answers:', max_passage_length=32)
         plain = gen_plain.log_likelihoods(['a query'], ['first passage\n\nsecond'])
     assert biased.item() == pytest.approx(plain[0], rel=1e-4)
     with torch.no_grad():
-        moved = acrobart_log_likelihood(gen, ['a query'], [['first passage', 'second']], torch.tensor([[5.0, 0.0]]))
+        moved = biased_log_likelihood(gen, ['a query'], [['first passage', 'second']], torch.tensor([[5.0, 0.0]]))
     assert abs(moved.item() - biased.item()) > 1e-3  # the bias changes what the generator reads
 
 
-def test_refresh_rebuilds_the_index_from_the_updated_encoder(tiny_dir, tiny_generator_dir, tmp_path):
+def test_refresh_rebuilds_the_index_from_the_updated_encoder(tiny_encoder, tiny_generator, tiny_dir, tiny_generator_dir, tmp_path):
     coll = Collection('classic/adi')
-    enc = encoder(tiny_dir)
-    trainer = Rumbart(enc, generator(tiny_generator_dir), coll, cache_dir=tmp_path, verbose=False)
+    enc = tiny_encoder()
+    trainer = Rumbart(enc, tiny_generator(max_passage_length=32), coll, cache_dir=tmp_path, verbose=False)
     examples = trainer.examples(coll.topics().head(2))
     trainer.refresh(examples, initial=True)
 
-    def last_refresh():
-        return [r for r in trainer.log if 'refresh seconds' in r][-1]
-    assert 'stale overlap' not in last_refresh()  # nothing to compare with yet
+    queries = enc.encode_queries([q.query for q in examples])
+    stale = trainer.retrieve(queries, examples)
     trainer.refresh(examples)
-    assert last_refresh()['stale overlap'] == pytest.approx(1.0)  # the encoder did not change
-    before = trainer._index.reconstruct_n(0, 5)
+    assert trainer.retrieve(queries, examples) == stale  # the encoder did not change
+    before = np.array(trainer._index.payload()[1][:5])
     with torch.no_grad():
         enc.model.passage_proj.weight.mul_(-2.0)
     trainer.refresh(examples)
-    # every score negated: the fresh top 5 are the stale index's bottom 5 of 82
-    assert last_refresh()['stale overlap'] == 0.0
-    after = trainer._index.reconstruct_n(0, len(trainer._docnos))
-    np.testing.assert_allclose(after, enc.encode_docs(coll.texts(list(trainer._docnos))), rtol=1e-5, atol=1e-6)
+    docnos, after, _ = trainer._index.payload()
+    in_order = list(docnos.fwd[np.arange(len(after))])
+    np.testing.assert_allclose(after, enc.encode_docs(coll.texts(in_order)), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(after[:5], -2 * before, rtol=1e-4, atol=1e-6)
-    assert last_refresh()['step'] == 0
+    # every score negated: the fresh top 5 are the stale index's bottom 5 of 82
+    assert all(not set(a) & set(b) for a, b in zip(trainer.retrieve(queries, examples), stale))
+    assert [r['step'] for r in trainer.log if 'refresh seconds' in r] == [0, 0, 0]
 
 
-def test_rumbart_reuses_cached_teacher_scores_and_leaves_a_frozen_generator_alone(tiny_dir, tiny_generator_dir,
+def test_rumbart_reuses_cached_teacher_scores_and_leaves_a_frozen_generator_alone(tiny_encoder, tiny_generator, tiny_dir, tiny_generator_dir,
                                                                                  tmp_path):
     coll = Collection('classic/adi')
-    gen = generator(tiny_generator_dir)
+    gen = tiny_generator(max_passage_length=32)
     weights = {k: v.clone() for k, v in gen.model.state_dict().items()}
     calls = []
     score = gen.log_likelihoods
     gen.log_likelihoods = lambda targets, passages: calls.append(list(zip(targets, passages))) or score(targets,
                                                                                                       passages)
-    trainer = Rumbart(encoder(tiny_dir), gen, coll, k=3, refresh_every=None, batch_size=7, epochs=2, lr=1e-3,
+    trainer = Rumbart(tiny_encoder(), gen, coll, k=3, refresh_every=None, batch_size=7, epochs=2, lr=1e-3,
                       cache_dir=tmp_path, output_dir=tmp_path / 'out', verbose=False)
     trainer.fit(coll.topics())
     # one bulk pass after the index was built scored the pairs of all 35 queries at once;
@@ -157,10 +151,10 @@ def test_rumbart_reuses_cached_teacher_scores_and_leaves_a_frozen_generator_alon
     assert (tmp_path / 'out' / 'training_curve.png').read_bytes().startswith(b'\x89PNG')
 
 
-def test_corpus_queries_never_retrieve_their_source_and_null_document(tiny_dir, tiny_generator_dir, tmp_path):
+def test_corpus_queries_never_retrieve_their_source_and_null_document(tiny_encoder, tiny_generator, tiny_dir, tiny_generator_dir, tmp_path):
     coll = Collection('classic/adi')
-    enc = encoder(tiny_dir)
-    trainer = Rumbart(enc, generator(tiny_generator_dir), coll, k=3, null_document=True, cache_dir=tmp_path,
+    enc = tiny_encoder()
+    trainer = Rumbart(enc, tiny_generator(max_passage_length=32), coll, k=3, null_document=True, cache_dir=tmp_path,
                       verbose=False)
     sents = cropped_spans(coll, 20, seed=0)
     examples = trainer.examples(sents)
@@ -182,11 +176,11 @@ def test_corpus_queries_never_retrieve_their_source_and_null_document(tiny_dir, 
     assert sum(s in row for s, row in zip(sents['source_docno'], own)) > 0
 
 
-def test_trainable_generator_is_trained_and_checkpointed(tiny_dir, tiny_generator_dir, tmp_path):
+def test_trainable_generator_is_trained_and_checkpointed(tiny_encoder, tiny_generator, tiny_dir, tiny_generator_dir, tmp_path):
     coll = Collection('classic/adi')
-    gen = generator(tiny_generator_dir, trainable=True)
+    gen = tiny_generator(trainable=True, max_passage_length=32)
     before = gen.model.lm_head.weight.detach().clone()
-    trainer = Acrobart(encoder(tiny_dir), gen, coll, k=2, batch_size=12, epochs=1, lr=1e-3, cache_dir=tmp_path,
+    trainer = Acrobart(tiny_encoder(), gen, coll, k=2, batch_size=12, epochs=1, lr=1e-3, cache_dir=tmp_path,
                        output_dir=tmp_path / 'out', verbose=False)
     beta = trainer.beta.item()
     trainer.fit(coll.topics())
@@ -199,17 +193,17 @@ def test_trainable_generator_is_trained_and_checkpointed(tiny_dir, tiny_generato
 
 
 @pytest.mark.parametrize('method', [Rumbart, Acrobart])
-def test_frozen_passages_train_the_query_tower_only_and_never_re_encode(tiny_dir, tiny_generator_dir, tmp_path,
+def test_frozen_passages_train_the_query_tower_only_and_never_re_encode(tiny_encoder, tiny_generator, tiny_dir, tiny_generator_dir, tmp_path,
                                                                         method):
     coll = Collection('classic/adi')
-    enc = encoder(tiny_dir)
+    enc = tiny_encoder()
     start = {k: v.clone() for k, v in enc.model.state_dict().items()}
     start_fingerprint = enc.fingerprint()
     docnos = [d['docno'] for d in coll.corpus_iter()]
     start_vectors = enc.encode_docs(coll.texts(docnos))
 
-    def trainer(enc, out):
-        return method(enc, generator(tiny_generator_dir), coll, k=3, refresh_every=2, train_passages=False,
+    def trainer(tiny_generator, enc, out):
+        return method(enc, tiny_generator(max_passage_length=32), coll, k=3, refresh_every=2, train_passages=False,
                        batch_size=7, epochs=1, lr=1e-2, checkpoint_every=2, cache_dir=tmp_path, output_dir=out,
                        verbose=False)
 
@@ -223,7 +217,7 @@ def test_frozen_passages_train_the_query_tower_only_and_never_re_encode(tiny_dir
     assert any(not torch.equal(v, start[f'encoder.{k}']) for k, v in enc.model.encoder.state_dict().items())
     # 5 steps: the index built at the start, re-retrieved (not re-encoded) at steps 2 and 4
     assert [r['step'] for r in run.log if 'refresh seconds' in r] == [0, 2, 4]
-    np.testing.assert_allclose(run._index.reconstruct_n(0, len(docnos)), start_vectors, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(run._index.payload()[1]), start_vectors, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(enc.encode_docs(coll.texts(docnos)), start_vectors, rtol=1e-5, atol=1e-6)
     # the retriever's logits: the query tower against the index's vectors
     batch = run.examples(coll.topics().head(4))
@@ -239,15 +233,15 @@ def test_frozen_passages_train_the_query_tower_only_and_never_re_encode(tiny_dir
     # indexes are keyed by the passage side: the frozen tower's is the start's, so the
     # trained model is evaluated on the start's index; a changed passage tower is not
     assert loaded.passage_fingerprint() == start_fingerprint
-    assert flex_index(coll, loaded, cache_dir=tmp_path).index_path == flex_index(coll, encoder(tiny_dir),
+    assert flex_index(coll, loaded, cache_dir=tmp_path).index_path == flex_index(coll, tiny_encoder(),
                                                                                 cache_dir=tmp_path).index_path
     with torch.no_grad():
         loaded.model.passage_proj.weight.mul_(2)
     assert loaded.passage_fingerprint() != start_fingerprint
-    assert 'tied' not in encoder(tiny_dir).config()
+    assert 'tied' not in tiny_encoder().config()
 
     # resuming (on a refresh boundary) from a fresh, tied start gives the same model
-    resumed_enc = encoder(tiny_dir)
+    resumed_enc = tiny_encoder()
     trainer(resumed_enc, tmp_path / 'resumed').fit(coll.topics(), resume_from=tmp_path / 'out' / 'checkpoint-4')
     for name, value in resumed_enc.model.state_dict().items():
         torch.testing.assert_close(value, enc.model.state_dict()[name], rtol=1e-4, atol=1e-6)
@@ -258,14 +252,14 @@ def test_an_interrupted_cached_run_resumes_from_its_last_checkpoint(tiny_dir, ti
     coll = Collection('classic/adi')
     settings = dict(method='rumbart', start=str(tiny_dir), queries='classic/adi', k=3, refresh_every=2,
                     batch_size=7, lr=1e-2, generator=str(tiny_generator_dir['llama']), max_passage_length=32)
-    whole = reconstruction_retriever(coll, cache_dir=tmp_path / 'whole', **settings).encoder
+    whole = trained_dense_retriever(coll, cache_dir=tmp_path / 'whole', **settings).encoder
 
     with stopped_at_step(monkeypatch, Rumbart, 5):  # 35 topics, 7 a batch: 5 steps; stopped in the 5th
-        reconstruction_retriever(coll, cache_dir=tmp_path / 'cut', **settings)
+        trained_dense_retriever(coll, cache_dir=tmp_path / 'cut', **settings)
     staging, = (tmp_path / 'cut' / 'models').glob('*.partial')
     assert [c.name for c in checkpoints(staging)] == ['checkpoint-4']  # taken after refreshes; the last kept
 
-    resumed = reconstruction_retriever(coll, cache_dir=tmp_path / 'cut', **settings)
+    resumed = trained_dense_retriever(coll, cache_dir=tmp_path / 'cut', **settings)
     model_dir = staging.with_name(staging.name[:-len('.partial')])
     assert not staging.exists() and not checkpoints(model_dir)
     assert not (model_dir / 'final' / STATE_FILE).exists()  # a finished model keeps no optimiser state
@@ -278,8 +272,8 @@ def test_an_interrupted_cached_run_resumes_from_its_last_checkpoint(tiny_dir, ti
 
 def test_generated_queries_do_not_depend_on_the_trainers_passage_length(tiny_dir, tiny_generator_dir, tmp_path,
                                                                         monkeypatch):
-    from pyterrier_selfsup import reconstruction
-    from pyterrier_selfsup.queries import training_topics
+    from pyterrier_selfsup.harness import trained
+    from pyterrier_selfsup.harness.trained import training_topics
     coll = Collection('classic/adi')
 
     class Trained(Exception):
@@ -287,15 +281,15 @@ def test_generated_queries_do_not_depend_on_the_trainers_passage_length(tiny_dir
 
     def fit(trainer, topics):
         raise Trained(trainer.generator.max_passage_length, topics)
-    monkeypatch.setattr(reconstruction, 'fit_resumably', fit)
+    monkeypatch.setattr(trained, 'fit_resumably', fit)
     seen = []
     for length in (32, 256):  # ACROBArT's shorter passages, and the default
-        with pytest.raises(Trained) as trained:
-            reconstruction.reconstruction_retriever(coll, method='acrobart', start=str(tiny_dir), queries='generated',
-                                                    n_queries=6, generator=str(tiny_generator_dir['llama']),
-                                                    max_passage_length=length, cache_dir=tmp_path)
-        assert trained.value.args[0] == length
-        seen.append(trained.value.args[1])
+        with pytest.raises(Trained) as raised:
+            trained.train(coll, 'acrobart', dict(start=str(tiny_dir), queries='generated', n_queries=6,
+                                                 generator=str(tiny_generator_dir['llama']),
+                                                 max_passage_length=length), cache_dir=tmp_path)
+        assert raised.value.args[0] == length
+        seen.append(raised.value.args[1])
     writer = Generator.from_pretrained(str(tiny_generator_dir['llama']))  # its default settings
     assert seen[0].equals(seen[1])
     assert seen[0].equals(training_topics(coll, 'generated', 6, generator=writer, cache_dir=tmp_path / 'fresh'))

@@ -15,8 +15,8 @@ import pandas as pd
 from pyterrier_pisa import PisaIndex
 
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root
-from pyterrier_selfsup._retriever import Retriever
-from pyterrier_selfsup.collections import Collection
+from pyterrier_selfsup.data.collections import Collection
+from pyterrier_selfsup.retrieval.base import Retriever
 
 # PISA reads a query line as "[id:]terms": anything before the first ':' is taken as an
 # id and silently dropped, and a NUL ends the string inside the engine.

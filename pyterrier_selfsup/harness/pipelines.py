@@ -1,7 +1,9 @@
 """Named pipelines, for the command line and the experiment harness.
 
 A :class:`PipelineSpec` holds a factory and the settings it is called with, so that
-what a results file reports as the settings is exactly what built the pipeline.
+what a results file reports as the settings is exactly what built the pipeline. A
+pipeline that trains a model names its ``method``: the model is trained once per
+corpus and settings, cached and resumed by :mod:`~pyterrier_selfsup.harness.trained`.
 Later components add themselves with :func:`register`.
 """
 import functools
@@ -11,14 +13,14 @@ from typing import Any, Callable, Dict, Optional, Union
 
 import pyterrier as pt
 
-from pyterrier_selfsup.bm25 import BM25
-from pyterrier_selfsup.collections import Collection
-from pyterrier_selfsup.dense import MINILM, DenseRetriever
-from pyterrier_selfsup.distant import DS_DEFAULTS, adapted_model_dir, adapted_retriever
-from pyterrier_selfsup.generator import SMOLLM2, SMOLLM2_GGUF, Generator, score_cache_dir
-from pyterrier_selfsup.reconstruction import reconstruction_model_dir, reconstruction_retriever
-from pyterrier_selfsup.adjustment import adjusted_model_dir, adjusted_retriever
-from pyterrier_selfsup.token_index import reatt_retriever
+from pyterrier_selfsup.data.collections import Collection
+from pyterrier_selfsup.harness import trained
+from pyterrier_selfsup.harness.trained import DEFAULTS, REATT_HEAD
+from pyterrier_selfsup.models.generator import SMOLLM2, SMOLLM2_GGUF, Generator, score_cache_dir
+from pyterrier_selfsup.models.reatt import ReAtt
+from pyterrier_selfsup.retrieval.bm25 import BM25
+from pyterrier_selfsup.retrieval.dense import MINILM, DenseRetriever
+from pyterrier_selfsup.retrieval.token_index import reatt_index, reatt_retriever
 
 
 @dataclass(frozen=True)
@@ -27,13 +29,25 @@ class PipelineSpec:
     description: str
     factory: Callable[..., pt.Transformer]  # factory(collection, cache_dir=, verbose=, **settings)
     settings: Dict[str, Any] = field(default_factory=dict)
-    # for pipelines that train a model on first use: model_dir(collection, settings, cache_dir)
-    # is where it lives (checkpoints, training_log.jsonl, training_curve.png)
-    model_dir: Optional[Callable[..., Path]] = None
+    # for a pipeline that trains a model on first use: its training method (harness.trained.METHODS)
+    method: Optional[str] = None
 
     def build(self, collection: Collection, *, cache_dir: Optional[Union[str, Path]] = None,
               verbose: bool = False) -> pt.Transformer:
         return self.factory(collection, cache_dir=cache_dir, verbose=verbose, **self.settings)
+
+    def train(self, collection: Collection, *, cache_dir: Optional[Union[str, Path]] = None,
+              verbose: bool = False) -> Path:
+        """Trains this pipeline's model on ``collection`` if it is not yet (resuming an
+        interrupted run), without evaluating it; returns the model's directory."""
+        if self.method is None:
+            raise UnknownPipelineError(f'{self.name} trains nothing; pipelines that do: '
+                                       f'{", ".join(n for n, s in PIPELINES.items() if s.method)}')
+        return trained.train(collection, self.method, self.settings, cache_dir=cache_dir, verbose=verbose)
+
+    def model_dir(self, collection: Collection, cache_dir: Optional[Union[str, Path]] = None) -> Optional[Path]:
+        """Where the trained model lives (checkpoints, training_log.jsonl, training_curve.png)."""
+        return None if self.method is None else trained.model_dir(collection, self.method, self.settings, cache_dir)
 
     @property
     def models(self) -> list:
@@ -100,6 +114,24 @@ def reconstruction_reranker(collection: Collection, *, model_name: str, gguf_fil
         normalise=normalise, cache=score_cache_dir(collection.corpus_id, gen, cache_dir))
 
 
+def trained_dense_retriever(collection: Collection, *, method: str, cache_dir=None, verbose: bool = False,
+                            **settings) -> DenseRetriever:
+    """The dual encoder that ``method`` trained with ``settings`` (on first use), over its index."""
+    path = trained.train(collection, method, settings, cache_dir=cache_dir, verbose=verbose)
+    return DenseRetriever.from_dual_encoder(collection, str(path), cache_dir=cache_dir, verbose=verbose)
+
+
+def adjusted_reatt_retriever(collection: Collection, *, candidate_tokens: Optional[int] = 128, nprobe: int = 32,
+                             rescore: Optional[int] = None, num_results: int = 1000, cache_dir=None,
+                             verbose: bool = False, **settings):
+    """The ReAtt retriever that cross-document adjustment trained with ``settings`` (on first
+    use), searched through its token index."""
+    path = trained.train(collection, 'reatt', settings, cache_dir=cache_dir, verbose=verbose)
+    reatt = ReAtt.from_pretrained(str(path), verbose=verbose)
+    return reatt_index(collection, reatt, cache_dir=cache_dir, verbose=verbose).retriever(
+        reatt, num_results=num_results, candidate_tokens=candidate_tokens, nprobe=nprobe, rescore=rescore)
+
+
 register(PipelineSpec(
     'bm25', 'BM25 over a PISA index of title + text',
     BM25.from_collection, dict(k1=0.9, b=0.4, stemmer='porter2', stops='terrier', num_results=1000)))
@@ -116,7 +148,7 @@ register(PipelineSpec(
 register(PipelineSpec(
     'ds', 'all-MiniLM-L6-v2 adapted to the collection by distant supervision (BM25 top-1 positives, '
           'in-batch negatives); queries: corpus sentences/spans, SmolLM2-generated (roundtrip: BM25-checked), or a collection\'s topic texts',
-    adapted_retriever, dict(DS_DEFAULTS), model_dir=adapted_model_dir))
+    functools.partial(trained_dense_retriever, method='ds'), dict(DEFAULTS['ds']), method='ds'))
 
 register(PipelineSpec(
     'recon', 'BM25 top 100 re-ranked by a generator\'s query likelihood log p(query | document) '
@@ -124,28 +156,19 @@ register(PipelineSpec(
     reconstruction_reranker, dict(model_name=SMOLLM2, gguf_file=SMOLLM2_GGUF, depth=100, normalise='mean',
                                   max_passage_length=256, precision='auto')))
 
-_RECONSTRUCTION = dict(start='minilm', queries='sentences', n_queries=5000, k=5, refresh_every=25, null_document=False,
-                       train_passages=True,
-                       epochs=1, batch_size=16, accumulation=1, lr=2e-5, generator='smollm2', max_passage_length=256,
-                       seed=0)
-
 register(PipelineSpec(
     'rumbart', 'all-MiniLM-L6-v2 (or its ds adaptation: start=ds) adapted by RUMBArt: the top k of a stale MIPS '
                'index re-scored by the encoder, loss -log sum_k p(z_k|x) p_gen(x|z_k) with SmolLM2 frozen as the '
                'teacher (its scores cached); queries: corpus sentences/spans, SmolLM2-generated (roundtrip: BM25-checked), or a collection\'s topic texts',
-    functools.partial(reconstruction_retriever, method='rumbart'), dict(_RECONSTRUCTION, teacher_temperature=1.0),
-    model_dir=functools.partial(reconstruction_model_dir, method='rumbart')))
+    functools.partial(trained_dense_retriever, method='rumbart'), dict(DEFAULTS['rumbart']),
+    method='rumbart'))
 
 register(PipelineSpec(
     'acrobart', 'all-MiniLM-L6-v2 adapted by ACROBArT: the k passages go to SmolLM2 together, beta * p(z_j|x) '
                 'added to the attention logits from the target towards passage j',
-    functools.partial(reconstruction_retriever, method='acrobart'), dict(_RECONSTRUCTION, beta=1.0),
-    model_dir=functools.partial(reconstruction_model_dir, method='acrobart')))
+    functools.partial(trained_dense_retriever, method='acrobart'), dict(DEFAULTS['acrobart']),
+    method='acrobart'))
 
-# all-MiniLM-L6-v2's zero-shot retrieval head: the (layer, head, special tokens) whose r_h
-# re-ranks BM25's top 100 best on beir/scifact/train (experiments/reatt_heads.py; layers
-# counted from 0, as ReAtt's retrieval_layer: the attention of the second layer)
-REATT_HEAD = dict(retrieval_layer=1, head=1, special_tokens=False)
 # candidate_tokens=None: every document scored exactly (K' tokens per query token otherwise)
 _REATT_SEARCH = dict(candidate_tokens=None, nprobe=32, num_results=1000)
 
@@ -160,7 +183,5 @@ register(PipelineSpec(
                       'documents (BM25\'s, then the model\'s own each iteration) to the softmax of r over them and '
                       'the batch\'s other documents; queries: corpus sentences/spans/masked sentences, generated, or '
                       'a collection\'s topic texts',
-    adjusted_retriever, dict(model_name=MINILM, **REATT_HEAD, queries='sentences', n_queries=5000, k=8, epochs=2,
-                             batch_size=8, lr=2e-5, alpha=1.0, target='likelihood', teacher_temperature=1.0,
-                             generator='smollm2', seed=0, **_REATT_SEARCH),
-    model_dir=adjusted_model_dir))
+    adjusted_reatt_retriever, dict(DEFAULTS['reatt'], **_REATT_SEARCH),
+    method='reatt'))

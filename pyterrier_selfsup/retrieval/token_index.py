@@ -29,13 +29,17 @@ only that one, as the paper does.
 import json
 import time
 from pathlib import Path
-from typing import Iterable, Iterator, Dict, List, Optional, Union
+from typing import Dict, Iterable, List, Optional, Union
 
 import numpy as np
 import pandas as pd
 import pyterrier as pt
+from more_itertools import chunked
 
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root
+from pyterrier_selfsup.data.collections import Collection
+from pyterrier_selfsup.models.reatt import ReAtt
+from pyterrier_selfsup.retrieval.base import Retriever
 
 META_FILE = 'pt_meta.json'
 KEYS_FILE = 'keys.f16'
@@ -83,10 +87,6 @@ class ReAttIndex(pt.Artifact):
             self._keys32 = np.asarray(self.keys, dtype=np.float32)
         return self._keys32
 
-    def size_bytes(self) -> Dict[str, int]:
-        return {f: (self.path / f).stat().st_size for f in (KEYS_FILE, OFFSETS_FILE, DOCNOS_FILE, IVF_FILE)
-                if (self.path / f).is_file()}
-
     # -- building ---------------------------------------------------------------------
 
     @classmethod
@@ -103,7 +103,7 @@ class ReAttIndex(pt.Artifact):
         docnos, offsets = [], [0]
         t0 = time.time()
         with open(path / KEYS_FILE, 'wb') as out:
-            for chunk in _chunks(docs, CHUNK):
+            for chunk in chunked(docs, CHUNK):
                 vectors = reatt.token_vectors([d['text'] for d in chunk], 'passage')
                 for doc, v in zip(chunk, vectors):
                     keys = v[:, head].cpu().numpy().astype(np.float16)
@@ -224,7 +224,9 @@ class ReAttIndex(pt.Artifact):
         return f'ReAttIndex({str(self.path)!r})'
 
 
-class ReAttRetriever(pt.Transformer):
+class ReAttRetriever(Retriever):
+    """Searches a :class:`ReAttIndex` with a ReAtt model's query vectors (see :meth:`ReAttIndex.retriever`)."""
+
     def __init__(self, index: ReAttIndex, reatt, *, num_results: int = 1000, candidate_tokens: Optional[int] = 128,
                  nprobe: int = 32, rescore: Optional[int] = None):
         self.index = index
@@ -234,8 +236,7 @@ class ReAttRetriever(pt.Transformer):
         self.nprobe = nprobe
         self.rescore = rescore
 
-    def transform(self, topics: pd.DataFrame) -> pd.DataFrame:
-        pt.validate.query_frame(topics, extra_columns=['query'])
+    def retrieve(self, topics: pd.DataFrame) -> pd.DataFrame:
         vectors = self.index.query_vectors(self.reatt, topics['query'].tolist())
         frames = []
         for (_, topic), q in zip(topics.iterrows(), vectors):
@@ -245,10 +246,13 @@ class ReAttRetriever(pt.Transformer):
             for column, value in topic.items():
                 frame[column] = value
             frames.append(frame)
-        columns = list(topics.columns) + ['docno', 'score', 'rank']
-        if not frames:
-            return pd.DataFrame(columns=columns)
-        return pd.concat(frames, ignore_index=True)[columns]
+        return pd.concat(frames, ignore_index=True)[list(topics.columns) + ['docno', 'score', 'rank']]
+
+    def fuse_rank_cutoff(self, k: int) -> Optional['ReAttRetriever']:
+        if k < self.num_results:
+            return ReAttRetriever(self.index, self.reatt, num_results=k, candidate_tokens=self.candidate_tokens,
+                                  nprobe=self.nprobe, rescore=self.rescore)
+        return None
 
     def __repr__(self):
         how = 'exhaustive' if self.candidate_tokens is None else \
@@ -260,7 +264,6 @@ def reatt_index(collection, reatt, *, nlist: Optional[int] = None, cache_dir=Non
     """``collection``'s token index for ``reatt``, built on first use under
     ``<cache>/reatt/<corpus>.<model>-<hash>`` (the hash covering the model's weights and
     settings, its retrieval head, and ``nlist``)."""
-    from pyterrier_selfsup.collections import Collection
     collection = Collection(collection) if isinstance(collection, str) else collection
     settings = {'model': reatt.fingerprint(), 'head': reatt.model.retrieval_head, 'nlist': nlist}
     name = f'{collection.corpus_id}.{reatt.name.rstrip("/").rsplit("/", 1)[-1]}'
@@ -270,24 +273,12 @@ def reatt_index(collection, reatt, *, nlist: Optional[int] = None, cache_dir=Non
     return ReAttIndex(built)
 
 
-def _chunks(items: Iterable, size: int) -> Iterator[list]:
-    chunk = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
 def reatt_retriever(collection, *, model_name: str, retrieval_layer: int, head: int, special_tokens: bool = True,
                     candidate_tokens: Optional[int] = 128, nprobe: int = 32, rescore: Optional[int] = None,
                     num_results: int = 1000, cache_dir=None, verbose: bool = False) -> ReAttRetriever:
     """``model_name``'s attention head ``head`` at layer ``retrieval_layer`` (from 0) as a
     zero-shot ReAtt retriever over ``collection``'s token index (built on first use, cached);
     ``candidate_tokens=None``: exhaustive exact scoring."""
-    from pyterrier_selfsup.reatt import ReAtt
     reatt = ReAtt.from_pretrained(model_name, retrieval_layer=retrieval_layer, head=head,
                                   special_tokens=special_tokens, verbose=verbose)
     index = reatt_index(collection, reatt, cache_dir=cache_dir, verbose=verbose)

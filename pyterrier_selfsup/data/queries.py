@@ -9,16 +9,11 @@ corpora that do not fit in memory.
 import random
 import re
 from dataclasses import dataclass
-from pathlib import Path
-from typing import FrozenSet, Iterable, List, Optional, Tuple, Union
+from typing import FrozenSet, Iterable, List, Optional, Tuple
 
 import pandas as pd
 
-from pyterrier_selfsup._cache import build_once, cache_key, cache_root
-from pyterrier_selfsup.collections import Collection
-
-GENERATED = ('generated', 'roundtrip')  # the sources that need a generator
-ROUND_TRIP_DEPTH = 10
+from pyterrier_selfsup.data.collections import Collection
 
 _SENTENCE_END = re.compile(r'(?<=[.!?])\s+(?=[A-Z0-9"(\[])')
 # lowercased collections (cranfield, ADI) have no capital to open a sentence; their
@@ -160,7 +155,7 @@ def _frame(prefix: str, pairs: List[Tuple[str, str]]) -> pd.DataFrame:
 
 def generated_queries(collection: Collection, generator, n: int, *, seed: int = 0, max_new_tokens: int = 32,
                       **generate_kwargs) -> pd.DataFrame:
-    """One query written by ``generator`` (a :class:`~pyterrier_selfsup.generator.Generator`,
+    """One query written by ``generator`` (a :class:`~pyterrier_selfsup.models.generator.Generator`,
     through its prompt) for each of ``n`` documents drawn uniformly at random (the thesis'
     conclusion: the generator as a source of synthetic queries). Greedy unless
     ``generate_kwargs`` say otherwise (``do_sample=True, top_p=0.92``); empty generations
@@ -199,46 +194,3 @@ def round_trip_queries(collection: Collection, generator, n: int, retriever, *, 
         if len(kept) == n:
             break
     return _frame('rt', kept)
-
-
-def training_topics(collection: Collection, queries: str, n_queries: int, *, seed: int = 0, generator=None,
-                    mask: str = MASK, cache_dir: Optional[Union[str, Path]] = None) -> pd.DataFrame:
-    """The training queries a pipeline names by ``queries``: ``n_queries`` corpus
-    ``sentences``, ``spans`` or ``masked`` sentences (with their ``answer``); ``n_queries`` queries ``generated`` by ``generator``, or
-    generated and kept by BM25's ``roundtrip`` check (:func:`round_trip_queries`, top 10),
-    both kept under ``<cache>/queries/``, keyed by the generator's fingerprint, so that
-    every trainer given the same source trains on the same queries, written once; or the
-    name of a collection whose topic texts are used (never its qrels). ``generator`` is a
-    :class:`~pyterrier_selfsup.generator.Generator` or a name for
-    :func:`~pyterrier_selfsup.generator.load_generator` (then loaded at its default
-    settings, and only for a source that needs it). ``mask`` replaces a masked sentence's
-    span: the student's own mask token, so that it reads one token it knows."""
-    if queries == 'sentences':
-        return corpus_sentences(collection, n_queries, seed=seed)
-    if queries == 'spans':
-        return cropped_spans(collection, n_queries, seed=seed)
-    if queries == 'masked':
-        return masked_spans(collection, n_queries, seed=seed, mask=mask)
-    if queries not in GENERATED:
-        return given_topics(Collection(queries).topics())
-    if generator is None:
-        raise ValueError(f'queries={queries!r} needs a generator')
-    if isinstance(generator, str):
-        from pyterrier_selfsup.generator import load_generator
-        generator = load_generator(generator, cache_dir=cache_dir)
-    settings = {'generator': generator.fingerprint(), 'n': n_queries, 'seed': seed}
-    if queries == 'roundtrip':
-        settings['check'] = f'bm25 top {ROUND_TRIP_DEPTH}'
-    path = cache_root(cache_dir) / 'queries' / cache_key(f'{collection.corpus_id}.{queries}', settings)
-
-    def write(staging: Path):
-        staging.mkdir(parents=True)
-        if queries == 'generated':
-            topics = generated_queries(collection, generator, n_queries, seed=seed)
-        else:
-            from pyterrier_selfsup.bm25 import BM25
-            bm25 = BM25.from_collection(collection, cache_dir=cache_dir) % ROUND_TRIP_DEPTH
-            topics = round_trip_queries(collection, generator, n_queries, bm25, depth=ROUND_TRIP_DEPTH, seed=seed)
-        topics.to_json(staging / 'topics.jsonl', orient='records', lines=True)
-
-    return pd.read_json(build_once(path, write) / 'topics.jsonl', orient='records', lines=True, dtype=False)

@@ -29,11 +29,11 @@ import numpy as np
 import pandas as pd
 import pyterrier as pt
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from pyterrier_selfsup._cache import weights_fingerprint
-from pyterrier_selfsup._precision import autocast, compute_dtype
-from pyterrier_selfsup.dual_encoder import _clean
+from pyterrier_selfsup.models._base import TrainableModel, clean_texts, read_saved_config, resolve_device
 
 CONFIG_FILE = 'reatt.json'
 HEAD_WEIGHTS_FILE = 'reatt_heads.pt'
@@ -164,7 +164,7 @@ class ReAttModel(torch.nn.Module):
         return (r.masked_fill(empty[..., None], 0.0) @ self.head_weights.to(r.dtype)).masked_fill(empty, float('-inf'))
 
 
-class ReAtt:
+class ReAtt(TrainableModel):
     """A ReAtt retriever over any BERT-family or T5 encoder: tokenisation, encoding of
     query and document tokens, scoring, a re-ranker (:meth:`scorer`), save and load.
 
@@ -175,7 +175,7 @@ class ReAtt:
     def __init__(self, model: ReAttModel, tokenizer, *, name: str = 'reatt', max_length: int = 256,
                  query_max_length: int = 64, special_tokens: bool = True, batch_size: int = 32,
                  device: Optional[str] = None, precision: str = 'auto', verbose: bool = False):
-        self.device = torch.device(device or ('cuda' if torch.cuda.is_available() else 'cpu'))
+        self.device = resolve_device(device)
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.name = name
@@ -195,7 +195,7 @@ class ReAtt:
         ``retrieval_layer`` defaults to the checkpoint's own (a ReAtt checkpoint's config has
         ``retrieval_layer`` and ``retrieval_head``), else to half the depth; ``head`` puts
         P_head on one head (from a head analysis, or the checkpoint's), else heads start uniform."""
-        saved = _read_config(name_or_path)
+        saved = read_saved_config(name_or_path, CONFIG_FILE) or {}
         config = AutoConfig.from_pretrained(name_or_path)
         if getattr(config, 'is_encoder_decoder', False):  # a seq2seq checkpoint: its encoder only
             from transformers import T5EncoderModel
@@ -239,11 +239,19 @@ class ReAtt:
     def fingerprint(self) -> str:
         return weights_fingerprint(self.config(), self.model)
 
+    # -- what a trainer needs ------------------------------------------------------
+
+    def torch_modules(self) -> List[torch.nn.Module]:
+        return [self.model]
+
+    def load_weights(self, path: Union[str, Path]):
+        self.model.load_state_dict(ReAtt.from_pretrained(str(path), device='cpu').model.state_dict())
+
     # -- encoding ---------------------------------------------------------------------
 
     def tokenize(self, texts: Sequence[str], side: str) -> Dict[str, torch.Tensor]:
         max_length = self.query_max_length if side == 'query' else self.max_length
-        batch = self.tokenizer(_clean(list(texts)), padding=True, truncation=True, max_length=max_length, return_tensors='pt',
+        batch = self.tokenizer(clean_texts(list(texts)), padding=True, truncation=True, max_length=max_length, return_tensors='pt',
                                return_special_tokens_mask=True)
         out = {'input_ids': batch['input_ids'].to(self.device), 'attention_mask': batch['attention_mask'].to(self.device)}
         # which tokens score: all real ones, or (special_tokens=False) those of the text itself
@@ -254,7 +262,7 @@ class ReAtt:
     def encode(self, texts: Sequence[str], side: str):
         """(vectors (b, H, L, e), mask (b, L)) of layer B+1's queries or keys, with gradients."""
         batch = self.tokenize(texts, side)
-        with self._autocast():
+        with self.autocast():
             vectors = self.model.project(self.model.states(batch['input_ids'], batch['attention_mask']), side)
         if vectors.dtype in (torch.float16, torch.bfloat16):  # autocast's: scores are summed in fp32
             vectors = vectors.float()
@@ -269,24 +277,19 @@ class ReAtt:
         batches = range(0, len(texts), self.batch_size)
         if self.verbose and len(batches) > 1:
             batches = pt.tqdm(batches, desc=f'ReAtt {side}s', unit='batch')
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with torch.inference_mode():
-                for start in batches:
-                    idx = order[start:start + self.batch_size]
-                    vectors, mask = self.encode([texts[i] for i in idx], side)
-                    for row, i in enumerate(idx):
-                        out[i] = vectors[row, :, mask[row].bool()].transpose(0, 1).contiguous()
-        finally:
-            self.model.train(was_training)
+        with self.inference():
+            for start in batches:
+                idx = order[start:start + self.batch_size]
+                vectors, mask = self.encode([texts[i] for i in idx], side)
+                for row, i in enumerate(idx):
+                    out[i] = vectors[row, :, mask[row].bool()].transpose(0, 1).contiguous()
         return out
 
     def score_texts(self, queries: Sequence[str], docs: Sequence[str], *, per_head: bool = False) -> np.ndarray:
         """r(q_i, d_i) for aligned pairs (``per_head``: r_h for every head, (n, H)), in
         inference mode; each distinct query and document is encoded once."""
-        uq, qi = np.unique(np.asarray(_clean(list(queries)), dtype=object), return_inverse=True)
-        ud, di = np.unique(np.asarray(_clean(list(docs)), dtype=object), return_inverse=True)
+        uq, qi = np.unique(np.asarray(clean_texts(list(queries)), dtype=object), return_inverse=True)
+        ud, di = np.unique(np.asarray(clean_texts(list(docs)), dtype=object), return_inverse=True)
         q_vectors, d_vectors = self.token_vectors(uq, 'query'), self.token_vectors(ud, 'passage')
         out = np.empty((len(qi), self.model.attention.heads), dtype=np.float32)
         with torch.inference_mode():
@@ -296,12 +299,6 @@ class ReAtt:
                 k, k_mask = pad_tokens([d_vectors[j] for j in di[rows]])
                 out[rows] = self.model.head_scores(q, q_mask, k, k_mask)[0].cpu().numpy()
         return out if per_head else mix_heads(out, self.model.head_weights)
-
-    def compute_dtype(self) -> torch.dtype:
-        return compute_dtype(self.precision, self.device)
-
-    def _autocast(self):
-        return autocast(self.device, self.compute_dtype())
 
     # -- PyTerrier --------------------------------------------------------------------
 
@@ -344,52 +341,9 @@ def mix_heads(per_head: np.ndarray, weights: torch.Tensor) -> np.ndarray:
 
 def pad_tokens(pieces: List[torch.Tensor]):
     """Per-text token vectors (L_i, H, e) as one padded batch (b, H, L, e) and its mask (b, L)."""
-    width = max(1, max(len(p) for p in pieces))  # at least one (masked) position: empty texts
-    vectors = pieces[0].new_zeros((len(pieces), width) + tuple(pieces[0].shape[1:]))
-    for i, p in enumerate(pieces):
-        vectors[i, :len(p)] = p
-    vectors = vectors.permute(0, 2, 1, 3)
-    mask = torch.zeros(vectors.shape[0], width, dtype=torch.long, device=vectors.device)
-    for i, p in enumerate(pieces):
-        mask[i, :len(p)] = 1
+    # an empty (0, H, e) piece of width 1 appended and dropped: empty texts still get one (masked) position
+    filler = pieces[0].new_zeros((1,) + tuple(pieces[0].shape[1:]))
+    vectors = pad_sequence(list(pieces) + [filler], batch_first=True)[:-1].permute(0, 2, 1, 3)
+    mask = pad_sequence([torch.ones(len(p), dtype=torch.long, device=p.device) for p in pieces]
+                        + [torch.zeros(1, dtype=torch.long, device=filler.device)], batch_first=True)[:-1]
     return vectors, mask
-
-
-def _read_config(name_or_path: str) -> dict:
-    path = Path(name_or_path) / CONFIG_FILE
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
-def head_analysis(collection, model_name: str, *, depth: int = 100, layers: Optional[Sequence[int]] = None,
-                  measures=None, cache_dir=None, verbose: bool = False, **kwargs) -> pd.DataFrame:
-    """How well each (layer, head) of ``model_name`` retrieves zero-shot (ReAtt §2.3): BM25's
-    top ``depth`` for every topic of ``collection`` re-ranked by r_h at each layer (its
-    ``retrieval_layer``, from 0), one row per (layer, head) with the ``measures`` (default
-    nDCG@10 and R@10) averaged over the judged topics, plus a row for BM25 itself
-    (``layer`` -1, ``head`` -1). Queries and
-    documents are encoded once per layer, through that layer only."""
-    import ir_measures
-    from ir_measures import R, nDCG
-
-    from pyterrier_selfsup.bm25 import BM25
-    from pyterrier_selfsup.collections import Collection
-
-    collection = Collection(collection) if isinstance(collection, str) else collection
-    measures = measures or [nDCG @ 10, R @ 10]
-    qrels = collection.qrels().rename(columns={'qid': 'query_id', 'docno': 'doc_id', 'label': 'relevance'})
-    qrels['relevance'] = qrels['relevance'].astype(int)
-    run = (BM25.from_collection(collection, num_results=depth, cache_dir=cache_dir)
-           >> collection.text_loader())(collection.topics())
-    run = run[run['qid'].isin(set(qrels['query_id']))].reset_index(drop=True)
-
-    def evaluate(scores: np.ndarray) -> dict:
-        frame = pd.DataFrame({'query_id': run['qid'], 'doc_id': run['docno'], 'score': scores.astype(float)})
-        return {str(m): v for m, v in ir_measures.calc_aggregate(measures, qrels, frame).items()}
-
-    rows = [{'layer': -1, 'head': -1, **evaluate(run['score'].to_numpy())}]
-    total = n_layers(ReAtt.from_pretrained(model_name, retrieval_layer=0, **kwargs).model.encoder)
-    for layer in layers or range(total):
-        reatt = ReAtt.from_pretrained(model_name, retrieval_layer=layer, verbose=verbose, **kwargs)
-        per_head = reatt.score_texts(run['query'].tolist(), run['text'].tolist(), per_head=True)
-        rows += [{'layer': layer, 'head': h, **evaluate(per_head[:, h])} for h in range(per_head.shape[1])]
-    return pd.DataFrame(rows)

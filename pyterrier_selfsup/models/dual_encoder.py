@@ -24,7 +24,7 @@ from pyterrier_dr import BiEncoder
 from transformers import AutoModel, AutoTokenizer
 
 from pyterrier_selfsup._cache import weights_fingerprint
-from pyterrier_selfsup._precision import autocast, compute_dtype
+from pyterrier_selfsup.models._base import TrainableModel, clean_texts, read_saved_config, resolve_device
 
 CONFIG_FILE = 'dual_encoder.json'
 PROJECTIONS_FILE = 'projections.pt'
@@ -96,7 +96,7 @@ class DualEncoderModel(torch.nn.Module):
         return pooled
 
 
-class DualEncoder(BiEncoder):
+class DualEncoder(BiEncoder, TrainableModel):
     """A dense retriever with a trainable shared encoder and query/passage projections.
 
     Build one with :meth:`from_pretrained` (any Hugging Face encoder, a
@@ -111,7 +111,7 @@ class DualEncoder(BiEncoder):
         the hardware multiplies bf16 natively (CUDA, or a CPU with AVX512-BF16/AMX; fp16 on
         older GPUs), fp32 elsewhere."""
         super().__init__(batch_size=batch_size, text_field='text', verbose=verbose)
-        self.device = torch.device(device or ('cuda' if torch.cuda.is_available() else 'cpu'))
+        self.device = resolve_device(device)
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.name = name
@@ -138,7 +138,7 @@ class DualEncoder(BiEncoder):
         to make a useful softmax; sentence-transformers' in-batch loss uses the same) and
         1 for raw dot products (the thesis).
         """
-        saved = _read_json(name_or_path, CONFIG_FILE)
+        saved = read_saved_config(name_or_path, CONFIG_FILE)
         st = {} if saved else _sentence_transformers_config(name_or_path)
         base = saved or st or {'pooling': 'cls', 'normalize': False, 'max_length': 512}
         pooling = pooling or base['pooling']
@@ -202,17 +202,28 @@ class DualEncoder(BiEncoder):
             state['query_proj.weight'] = state['passage_proj.weight'] = self.model.passage_proj.weight
         return weights_fingerprint(config, state)
 
+    # -- what a trainer needs ------------------------------------------------------
+
+    def torch_modules(self) -> List[torch.nn.Module]:
+        return [self.model]
+
+    def load_weights(self, path: Union[str, Path]):
+        saved = DualEncoder.from_pretrained(str(path), device='cpu').model
+        if not saved.tied:  # a run that untied its encoder (a frozen passage tower)
+            self.model.untie()
+        self.model.load_state_dict(saved.state_dict())
+
     # -- encoding ---------------------------------------------------------------------
 
     def tokenize(self, texts: List[str], side: str, padding: Union[bool, str] = True):
         max_length = self.query_max_length if side == 'query' else self.max_length
-        return self.tokenizer(_clean(texts), padding=padding, truncation=True, max_length=max_length,
+        return self.tokenizer(clean_texts(texts), padding=padding, truncation=True, max_length=max_length,
                               return_tensors='pt' if padding else None)
 
     def encode(self, texts: List[str], side: str) -> torch.Tensor:
         """Embeddings of ``texts`` with gradients, in one batch (for training)."""
         batch = self.tokenize(texts, side).to(self.device)
-        with self._autocast():
+        with self.autocast():
             emb = self.model(batch['input_ids'], batch['attention_mask'], side)
             return emb.float() if emb.dtype in (torch.float16, torch.bfloat16) else emb
 
@@ -229,7 +240,7 @@ class DualEncoder(BiEncoder):
         """Inference: texts sorted by length so that each batch pads to its own longest
         text (dynamic padding); inference mode; autocast where the precision asks for it.
         Memory: the token ids of ``texts`` and the output; callers stream large corpora
-        in chunks (see :func:`pyterrier_selfsup.dense.flex_index`)."""
+        in chunks (see :func:`pyterrier_selfsup.retrieval.dense.flex_index`)."""
         texts = list(texts)
         out = np.empty((len(texts), self.model.out_dim), dtype=np.float32)
         if not texts:
@@ -239,59 +250,29 @@ class DualEncoder(BiEncoder):
         batches = range(0, len(order), batch_size)
         if self.verbose and len(batches) > 1:
             batches = pt.tqdm(batches, desc=f'encoding {side}s', unit='batch')
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with torch.inference_mode(), self._autocast():
-                for start in batches:
-                    idx = order[start:start + batch_size]
-                    batch = self.tokenizer.pad({'input_ids': [ids[i] for i in idx]}, return_tensors='pt')
-                    emb = self.model(batch['input_ids'].to(self.device), batch['attention_mask'].to(self.device), side)
-                    out[idx] = emb.float().cpu().numpy()
-        finally:
-            self.model.train(was_training)
+        with self.inference():
+            for start in batches:
+                idx = order[start:start + batch_size]
+                batch = self.tokenizer.pad({'input_ids': [ids[i] for i in idx]}, return_tensors='pt')
+                emb = self.model(batch['input_ids'].to(self.device), batch['attention_mask'].to(self.device), side)
+                out[idx] = emb.float().cpu().numpy()
         return out
-
-    def compute_dtype(self) -> torch.dtype:
-        """The dtype matrix products run in, as ``precision`` resolves on this device."""
-        return compute_dtype(self.precision, self.device)
-
-    def _autocast(self):
-        return autocast(self.device, self.compute_dtype())
 
     def __repr__(self):
         return f'DualEncoder({self.name!r}, pooling={self.model.pooling!r}, dim={self.model.dim})'
 
 
-def _clean(texts: List) -> List[str]:
-    """None, NaN and other non-strings become empty strings."""
-    return [t if isinstance(t, str) else '' if t is None or (isinstance(t, float) and math.isnan(t)) else str(t)
-            for t in texts]
-
-
-def _read_json(name_or_path: str, filename: str) -> Optional[dict]:
-    """``filename`` of a local directory or a hub repository (through the local cache), or None."""
-    local = Path(name_or_path) / filename
-    if Path(name_or_path).is_dir():
-        return json.loads(local.read_text()) if local.is_file() else None
-    try:
-        from huggingface_hub import hf_hub_download
-        return json.loads(Path(hf_hub_download(name_or_path, filename)).read_text())
-    except Exception:  # not in that repository (or not a repository): nothing to read
-        return None
-
-
 def _sentence_transformers_config(name_or_path: str) -> Optional[dict]:
-    modules = _read_json(name_or_path, 'modules.json')
+    modules = read_saved_config(name_or_path, 'modules.json')
     if not modules:
         return None
     types = {m['type'].rsplit('.', 1)[-1]: m for m in modules}
-    pooling_cfg = _read_json(name_or_path, f'{types["Pooling"]["path"]}/config.json') if 'Pooling' in types else {}
+    pooling_cfg = read_saved_config(name_or_path, f'{types["Pooling"]["path"]}/config.json') if 'Pooling' in types else {}
     if pooling_cfg.get('pooling_mode_cls_token'):
         pooling = 'cls'
     elif pooling_cfg.get('pooling_mode_mean_tokens', True):
         pooling = 'mean'
     else:
         raise ValueError(f'{name_or_path}: sentence-transformers pooling {pooling_cfg} is neither cls nor mean')
-    st = _read_json(name_or_path, 'sentence_bert_config.json') or {}
+    st = read_saved_config(name_or_path, 'sentence_bert_config.json') or {}
     return {'pooling': pooling, 'normalize': 'Normalize' in types, 'max_length': st.get('max_seq_length', 512)}

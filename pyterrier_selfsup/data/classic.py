@@ -3,8 +3,9 @@
 A collection ``NAME`` is three files: ``NAME.ALL`` (documents), ``NAME.QRY`` (queries)
 and ``NAME.REL`` (judgments), found in a directory either as files or inside
 ``NAME.tar.gz`` there. ``import pyterrier_selfsup`` registers ``classic/cisi`` and
-``classic/adi`` with ir_datasets, read from ``$SELFSUP_CLASSIC_DATA``;
-:func:`register_classic` points them (or any other collection) at a directory::
+``classic/adi`` with ir_datasets, read from ``$SELFSUP_CLASSIC_DATA``, and any other
+``classic/<name>`` found there is registered when a :class:`~pyterrier_selfsup.data.collections.Collection`
+first names it; :func:`register_classic` points them (or any other collection) at a directory::
 
     pyterrier_selfsup.register_classic('/data/glasgow')       # every collection found there
     pt.get_dataset('irds:classic/cisi').get_topics()
@@ -291,7 +292,7 @@ def register_classic(directory: Optional[Union[str, Path]] = None,
     raises FileNotFoundError naming it, and nothing is registered.
     """
     if names is None:
-        names = BUILTIN if directory is None else _discover(Path(directory))
+        names = BUILTIN if directory is None else discover(directory)
     sources = [ClassicSource(name, directory) for name in names]
     if directory is not None:
         for source in sources:
@@ -310,7 +311,9 @@ def register_classic(directory: Optional[Union[str, Path]] = None,
     return ids
 
 
-def _discover(directory: Path) -> List[str]:
+def discover(directory: Union[str, Path]) -> List[str]:
+    """The names of the collections in ``directory``: every ``NAME.ALL`` or ``NAME.tar.gz`` there."""
+    directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f'classic collections: directory {directory} does not exist')
     names = set()

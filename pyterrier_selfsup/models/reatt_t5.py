@@ -4,7 +4,7 @@ One T5 both retrieves and reads:
 
 - its encoder's first B layers encode query and document independently (the bi-encoder),
   and layer B+1's attention from query tokens to document tokens is the retrieval score
-  (:class:`~pyterrier_selfsup.reatt.ReAtt` over the same weights);
+  (:class:`~pyterrier_selfsup.models.reatt.ReAtt` over the same weights);
 - from layer B+1 on, the encoder reads query and document jointly ([q; d], full
   attention): the cross-encoder;
 - the decoder reads the K (query, document) encodings together (fusion-in-decoder) and
@@ -18,17 +18,18 @@ hub loads them with :meth:`ReAttT5.from_pretrained`. Here it is tested with a ti
 """
 import json
 from pathlib import Path
-from typing import Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 from transformers import AutoTokenizer, T5ForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 
-from pyterrier_selfsup.adjustment import first_position_shares
-from pyterrier_selfsup.reatt import CONFIG_FILE, HEAD_WEIGHTS_FILE, ReAtt, ReAttModel
+from pyterrier_selfsup.models._base import TrainableModel, read_saved_config
+from pyterrier_selfsup.models.reading import first_position_shares
+from pyterrier_selfsup.models.reatt import CONFIG_FILE, HEAD_WEIGHTS_FILE, ReAtt, ReAttModel
 
 
-class ReAttT5:
+class ReAttT5(TrainableModel):
     """A T5 that retrieves with its encoder's layer-B+1 attention and reads with the rest.
 
     ``self.retriever`` is the :class:`ReAtt` over the same encoder weights (for scoring,
@@ -64,8 +65,7 @@ class ReAttT5:
     @classmethod
     def from_pretrained(cls, name_or_path: str, **kwargs) -> 'ReAttT5':
         model = T5ForConditionalGeneration.from_pretrained(name_or_path)
-        saved_path = Path(name_or_path) / CONFIG_FILE
-        saved = json.loads(saved_path.read_text()) if saved_path.is_file() else {}
+        saved = read_saved_config(name_or_path, CONFIG_FILE) or {}
         for key in ('head_temperature', 'max_length', 'query_max_length'):
             if key in saved:
                 kwargs.setdefault(key, saved[key])
@@ -86,6 +86,20 @@ class ReAttT5:
         torch.save(self.retriever.model.head_logits.detach().cpu(), path / HEAD_WEIGHTS_FILE)
         (path / CONFIG_FILE).write_text(json.dumps(self.retriever.config(), indent=2))
         return path
+
+    # -- what a trainer needs ------------------------------------------------------
+
+    @property
+    def precision(self) -> str:
+        return self.retriever.precision
+
+    def torch_modules(self) -> List[torch.nn.Module]:
+        return [self.model, self.retriever.model]  # sharing the encoder (parameters counted once)
+
+    def load_weights(self, path: Union[str, Path]):
+        saved = ReAttT5.from_pretrained(str(path), device='cpu')
+        self.model.load_state_dict(saved.model.state_dict())
+        self.retriever.model.head_logits.data.copy_(saved.retriever.model.head_logits.data)
 
     # -- reading ----------------------------------------------------------------------
 

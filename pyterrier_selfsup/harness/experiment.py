@@ -16,9 +16,9 @@ import pandas as pd
 import pyterrier as pt
 from ir_measures import RR, R, nDCG
 
-from pyterrier_selfsup import provenance
-from pyterrier_selfsup.collections import Collection
-from pyterrier_selfsup.pipelines import PipelineSpec, get_pipeline
+from pyterrier_selfsup.data.collections import Collection
+from pyterrier_selfsup.harness import provenance
+from pyterrier_selfsup.harness.pipelines import PipelineSpec, get_pipeline
 
 MEASURES = [nDCG @ 10, R @ 100, RR @ 10]
 MEASURE_NAMES = [str(m) for m in MEASURES]
@@ -88,9 +88,9 @@ def copy_training_curves(pipelines: Sequence[str], collection: str, target: Unio
     corpus = Collection(collection)
     copied = []
     for spec in map(get_pipeline, pipelines):
-        if spec.model_dir is None:
+        source = spec.model_dir(corpus, cache_dir)
+        if source is None:
             continue
-        source = spec.model_dir(corpus, spec.settings, cache_dir)
         folder = Path(target) / spec.name.replace(':', '_').replace(',', '_').replace('/', '-')
         folder.mkdir(parents=True, exist_ok=True)
         for name in ('training_curve.png', 'training_log.jsonl'):

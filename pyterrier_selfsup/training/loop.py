@@ -1,11 +1,20 @@
 """The training loop every trainer in this package shares.
 
-A :class:`Trainer` owns what does not depend on the method: AdamW with linear warm-up
-and decay, gradient accumulation, checkpoints with exact resume (model, optimiser,
-scheduler, RNG), the training log (JSON lines) and its curve (PNG), and retrieval with
-the encoder as it is now. A method says what an example is (:meth:`Trainer.examples`),
-what a batch's loss is (:meth:`Trainer.loss`), and what to do at the start of an epoch
-or after a step (hard negatives, index refreshes).
+A :class:`Trainer` owns what depends neither on the method nor on the model: AdamW with
+linear warm-up and decay, gradient accumulation, checkpoints with exact resume (model,
+optimiser, scheduler, RNG), the training log (JSON lines) and its curve (PNG).
+
+The model is any :class:`~pyterrier_selfsup.models._base.TrainableModel` (a dual encoder,
+a ReAtt retriever, a single-model ReAtt T5): the loop reaches it only through its
+parameters, train mode, ``save_pretrained`` and ``load_weights``. A method (a subclass)
+says what an example is (:meth:`Trainer.examples`), what a batch's loss is
+(:meth:`Trainer.loss`), how the model retrieves (:meth:`Trainer.retriever`), and what to
+do at the start of an epoch or after a step (hard negatives, index refreshes).
+
+Why not Hugging Face's ``Trainer`` (as Tevatron does): the methods here change the data
+between steps (a refreshed index re-retrieves every query's candidates, an iteration
+re-retrieves its close documents) and resume exactly from those points; the loop that
+allows it is the 100 lines of :meth:`Trainer.fit`.
 """
 import json
 import logging
@@ -13,7 +22,6 @@ import math
 import os
 import random
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Union
@@ -25,9 +33,8 @@ import torch
 from ir_measures import nDCG
 from transformers import get_linear_schedule_with_warmup
 
-from pyterrier_selfsup.collections import Collection
-from pyterrier_selfsup.dense import DenseRetriever, encode_into, flex_index
-from pyterrier_selfsup.dual_encoder import DualEncoder
+from pyterrier_selfsup.data.collections import Collection
+from pyterrier_selfsup.models._base import TrainableModel
 
 logger = logging.getLogger(__name__)
 
@@ -64,11 +71,11 @@ def keep_final_only(output_dir: Union[str, Path]):
 
 
 class Trainer(pt.Estimator):
-    """Trains ``encoder`` in place on ``collection``; after ``fit`` it retrieves with it.
+    """Trains ``model`` in place on ``collection``; after ``fit`` it retrieves with it.
 
     Args:
         batch_size: queries per batch; ``accumulation`` batches make one optimiser step.
-        epochs, max_steps: how long (whichever ends first).
+        epochs: how long.
         lr, warmup: AdamW's peak learning rate, reached linearly over the first
             ``warmup`` fraction of steps, then decayed linearly to zero.
         output_dir: checkpoints (every ``checkpoint_every`` steps, or at each epoch's end
@@ -77,18 +84,21 @@ class Trainer(pt.Estimator):
         keep_checkpoints: how many of the latest step checkpoints stay on disk (None: all).
     """
     description = 'training'
+    # what the training curve plots: a key of the log, and its label
+    curve, curve_label = 'loss', 'loss'
+    # a key of the log whose records are drawn as vertical lines (index refreshes, iterations)
+    marker = None
 
-    def __init__(self, encoder: DualEncoder, collection: Union[str, Collection], *, batch_size: int = 32,
-                 epochs: int = 1, max_steps: Optional[int] = None, lr: float = 2e-5, warmup: float = 0.1,
+    def __init__(self, model: TrainableModel, collection: Union[str, Collection], *, batch_size: int = 32,
+                 epochs: int = 1, lr: float = 2e-5, warmup: float = 0.1,
                  weight_decay: float = 0.01, accumulation: int = 1,
                  output_dir: Optional[Union[str, Path]] = None, checkpoint_every: Optional[Union[int, str]] = None,
                  keep_checkpoints: Optional[int] = None,
                  seed: int = 0, cache_dir: Optional[Union[str, Path]] = None, verbose: bool = True):
-        self.encoder = encoder
+        self.model = model
         self.collection = Collection(collection) if isinstance(collection, str) else collection
         self.batch_size = batch_size
         self.epochs = epochs
-        self.max_steps = max_steps
         self.lr = lr
         self.warmup = warmup
         self.weight_decay = weight_decay
@@ -115,8 +125,14 @@ class Trainer(pt.Estimator):
     def loss(self, batch: list, rng: np.random.Generator) -> torch.Tensor:
         raise NotImplementedError
 
+    def retriever(self, fresh: bool = False) -> pt.Transformer:
+        """Retrieval over the collection with the model as it is now; ``fresh``: over an
+        index that is built for this call only (validation during training)."""
+        raise NotImplementedError
+
     def parameters(self) -> Iterable[torch.nn.Parameter]:
-        return self.encoder.model.parameters()
+        """What the optimiser trains: the model's trainable parameters, and the method's own."""
+        return self.model.trainable_parameters()
 
     def on_epoch_start(self, examples: list, epoch: int, resumed: bool):
         """Before the first batch of ``epoch`` (``resumed``: or of what is left of it)."""
@@ -124,27 +140,23 @@ class Trainer(pt.Estimator):
     def on_step_end(self, examples: list):
         """After each optimiser step (``self.state['step']`` is the step just taken)."""
 
+    def on_fit_start(self):
+        """Before the optimiser is made (a method that freezes part of the model does it here)."""
+
     def save_extra(self, path: Path):
-        """Whatever else a checkpoint needs besides the encoder (a trainable generator)."""
+        """Whatever else a checkpoint needs besides the model (a trainable generator)."""
 
     def load_extra(self, path: Path):
         pass
 
-    def load_encoder(self, path: Path):
-        """Loads the encoder's weights saved at ``path`` into ``self.encoder`` (resuming)."""
-        saved_model = DualEncoder.from_pretrained(str(path), device='cpu').model
-        if not saved_model.tied:  # a run that untied its encoder (RUMBArt with train_passages=False)
-            self.encoder.model.untie()
-        self.encoder.model.load_state_dict(saved_model.state_dict())
+    def train_mode(self, on: bool):
+        self.model.train_mode(on)
 
     # -- the PyTerrier face -----------------------------------------------------------
 
     def transform(self, topics: pd.DataFrame) -> pd.DataFrame:
-        """Dense retrieval over the collection with the encoder as it is now."""
+        """Retrieval over the collection with the model as it is now."""
         return self.retriever()(topics)
-
-    def retriever(self) -> DenseRetriever:
-        return DenseRetriever(self.encoder, flex_index(self.collection, self.encoder, cache_dir=self.cache_dir))
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -158,8 +170,7 @@ class Trainer(pt.Estimator):
             raise ValueError('no training example could be made from these topics')
         batches_per_epoch = math.ceil(len(examples) / self.batch_size)
         total_steps = math.ceil(batches_per_epoch * self.epochs / self.accumulation)
-        if self.max_steps is not None:
-            total_steps = min(total_steps, self.max_steps)
+        self.on_fit_start()
         params = [p for p in self.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
         scheduler = get_linear_schedule_with_warmup(optimizer, int(self.warmup * total_steps), total_steps)
@@ -167,7 +178,7 @@ class Trainer(pt.Estimator):
         resumed = resume_from is not None
         if resumed:
             self.state = self._restore(Path(resume_from), optimizer, scheduler)
-        self._train_mode(True)
+        self.train_mode(True)
         progress = pt.tqdm(total=total_steps, initial=self.state['step'], desc=self.description, unit='step',
                            disable=not self.verbose)
         window: List[float] = []
@@ -212,21 +223,16 @@ class Trainer(pt.Estimator):
             if self.state['step'] >= total_steps:
                 break
         progress.close()
-        self._train_mode(False)
+        self.train_mode(False)
         if self.output_dir is not None:
             self._checkpoint(optimizer, scheduler, final=True)
             self._write_log()
         return self
 
-    def _train_mode(self, on: bool):
-        self.encoder.model.train(on)
-
     def _validate(self, topics, qrels) -> float:
-        """nDCG@10 of the encoder as it is now, over an index that is thrown away after."""
-        with tempfile.TemporaryDirectory() as tmp:
-            index = encode_into(f'{tmp}/validation.flex', self.collection, self.encoder)
-            result = pt.Experiment([DenseRetriever(self.encoder, index)], topics, qrels, [nDCG @ 10])
-        self._train_mode(True)
+        """nDCG@10 of the model as it is now, over an index built for this call only."""
+        result = pt.Experiment([self.retriever(fresh=True)], topics, qrels, [nDCG @ 10])
+        self.train_mode(True)
         return float(result['nDCG@10'][0])
 
     # -- checkpoints and logs ---------------------------------------------------------
@@ -235,7 +241,7 @@ class Trainer(pt.Estimator):
         if self.output_dir is None:
             return
         path = self.output_dir / ('final' if final else f'checkpoint-{self.state["step"]}')
-        self.encoder.save_pretrained(path)
+        self.model.save_pretrained(path)
         self.save_extra(path)
         # written last and renamed into place: a checkpoint with a state file is whole
         torch.save({'state': self.state, 'optimizer': optimizer.state_dict(), 'scheduler': scheduler.state_dict(),
@@ -250,7 +256,7 @@ class Trainer(pt.Estimator):
 
     def _restore(self, path: Path, optimizer, scheduler) -> Dict:
         saved = torch.load(path / STATE_FILE, map_location='cpu', weights_only=False)
-        self.load_encoder(path)
+        self.model.load_weights(path)
         self.load_extra(path)
         optimizer.load_state_dict(saved['optimizer'])
         scheduler.load_state_dict(saved['scheduler'])
@@ -263,22 +269,21 @@ class Trainer(pt.Estimator):
         self.output_dir.mkdir(parents=True, exist_ok=True)
         with open(self.output_dir / 'training_log.jsonl', 'w') as fh:
             fh.writelines(json.dumps(r) + '\n' for r in self.log)
-        plot_training_curve(self.log, self.output_dir / 'training_curve.png', title=self.title())
+        plot_training_curve(self.log, self.output_dir / 'training_curve.png', title=self.title(), key=self.curve,
+                            ylabel=self.curve_label, marker=self.marker)
 
     def title(self) -> str:
         return f'{self.description} on {self.collection.corpus_id}'
 
 
-def plot_training_curve(log: List[Dict], path: Path, title: str = '', ylabel: str = 'loss'):
+def plot_training_curve(log: List[Dict], path: Path, title: str = '', *, key: str = 'loss', ylabel: str = 'loss',
+                        marker: Optional[str] = None):
+    """``key`` of the log per optimiser step (and a running mean), a vertical line at each
+    record that has ``marker``, and validation nDCG@10 where the log has it."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
 
-    # a loss whose scale moves with the batch (RUMBArt's includes the teacher's log p(x|z))
-    # is plotted as its excess over the batch's lower bound, when the trainer logs it
-    key = 'excess loss' if any('excess loss' in r for r in log) else 'loss'
-    if key == 'excess loss':
-        ylabel = 'loss above its lower bound'
     steps = [r['step'] for r in log if key in r]
     losses = [r[key] for r in log if key in r]
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -287,7 +292,7 @@ def plot_training_curve(log: List[Dict], path: Path, title: str = '', ylabel: st
         w = max(5, len(losses) // 20)
         ax.plot(steps[w - 1:], np.convolve(losses, np.ones(w) / w, mode='valid'), label=f'mean of {w}')
     for r in log:
-        if 'refresh seconds' in r:
+        if marker is not None and marker in r:
             ax.axvline(r['step'], color='grey', lw=0.6, ls=':')
     ax.set_xlabel('optimiser step')
     ax.set_ylabel(ylabel)

@@ -5,6 +5,7 @@ sentence-transformers configuration does what its model card asks: mean pooling 
 L2 normalisation, so a dot product is a cosine. Documents are encoded once into a
 :class:`~pyterrier_dr.FlexIndex` and searched exactly.
 """
+import tempfile
 from pathlib import Path
 from typing import Optional, Union
 
@@ -12,9 +13,9 @@ import pandas as pd
 from pyterrier_dr import BiEncoder, FlexIndex, SBertBiEncoder
 
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root
-from pyterrier_selfsup._retriever import Retriever
-from pyterrier_selfsup.collections import Collection
-from pyterrier_selfsup.dual_encoder import DualEncoder
+from pyterrier_selfsup.data.collections import Collection
+from pyterrier_selfsup.models.dual_encoder import DualEncoder
+from pyterrier_selfsup.retrieval.base import Retriever
 
 MINILM = 'sentence-transformers/all-MiniLM-L6-v2'
 
@@ -94,5 +95,22 @@ class DenseRetriever(Retriever):
     def retrieve(self, topics: pd.DataFrame) -> pd.DataFrame:
         return self._pipeline(topics)
 
+    def fuse_rank_cutoff(self, k: int) -> Optional['DenseRetriever']:
+        if k < self.num_results:
+            return DenseRetriever(self.encoder, self.index, num_results=k)
+        return None
+
     def __repr__(self):
         return f'DenseRetriever({self.encoder!r}, {self.index!r}, num_results={self.num_results})'
+
+
+def dense_retriever(collection: Collection, encoder: BiEncoder, *, fresh: bool = False,
+                    cache_dir=None) -> DenseRetriever:
+    """Exact search of ``collection`` with ``encoder`` as it is now: over its cached index, or
+    (``fresh``) over one encoded into a temporary directory that lives as long as the retriever."""
+    if not fresh:
+        return DenseRetriever(encoder, flex_index(collection, encoder, cache_dir=cache_dir))
+    tmp = tempfile.TemporaryDirectory(prefix='selfsup-index-')
+    retriever = DenseRetriever(encoder, encode_into(f'{tmp.name}/index.flex', collection, encoder))
+    retriever._tmp = tmp  # removed with the retriever
+    return retriever

@@ -1,0 +1,112 @@
+"""``selfsup``: the project's main job from the command line.
+
+    selfsup run                         # BM25 vs all-MiniLM-L6-v2 zero-shot on beir/scifact/test
+    selfsup run -c cranfield classic/cisi -p bm25 minilm --save baseline
+    selfsup run -p bm25 dual "ds:queries=beir/scifact/train,epochs=3"
+    selfsup train "rumbart:queries=beir/scifact/train" -c beir/scifact/test   # train only; `run` picks it up
+    selfsup list                        # the pipelines and collections it knows
+
+Progress bars show on a terminal and stay out of logs (``-v`` forces them, ``-q`` hides them).
+Any Glasgow/SMART collection ``NAME.ALL``/``NAME.tar.gz`` in ``$SELFSUP_CLASSIC_DATA`` (or
+``--classic-data DIR``) is ``classic/<name>``.
+"""
+import argparse
+import logging
+import os
+import sys
+
+from pyterrier_selfsup.data.classic import BUILTIN, CLASSIC_DATA_ENV, discover
+from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
+from pyterrier_selfsup.harness.experiment import run_experiment, write_results
+from pyterrier_selfsup.harness.pipelines import PIPELINES, UnknownPipelineError, get_pipeline
+
+DEFAULT_COLLECTIONS = ['beir/scifact/test']
+DEFAULT_PIPELINES = ['bm25', 'minilm']
+COLLECTIONS_HERE = ['beir/scifact/test', 'cranfield', 'vaswani'] + [f'classic/{n}' for n in BUILTIN]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog='selfsup', description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest='command')
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument('--cache-dir', help='where indexes and trained models live (default: $SELFSUP_CACHE or '
+                                            '~/.cache/pyterrier-selfsup)')
+    common.add_argument('--classic-data', metavar='DIR', help=f'where classic/<name> collections are read '
+                                                              f'(default: ${CLASSIC_DATA_ENV})')
+    shown = common.add_mutually_exclusive_group()
+    shown.add_argument('-v', '--verbose', action='store_true', help='progress bars even when not on a terminal')
+    shown.add_argument('-q', '--quiet', action='store_true', help='no progress bars')
+
+    run = sub.add_parser('run', parents=[common], help='evaluate pipelines on collections in one pt.Experiment each')
+    run.add_argument('-c', '--collections', nargs='+', default=DEFAULT_COLLECTIONS, metavar='NAME',
+                     help=f'ir_datasets ids or classic/<name> (default: {" ".join(DEFAULT_COLLECTIONS)})')
+    run.add_argument('-p', '--pipelines', nargs='+', default=DEFAULT_PIPELINES, metavar='NAME',
+                     help=f'named pipelines, the first is the baseline, NAME:key=value,... changes settings '
+                          f'(default: {" ".join(DEFAULT_PIPELINES)}; known: {", ".join(PIPELINES)})')
+    run.add_argument('--save', metavar='NAME', help='write <results-dir>/NAME.md, .csv and .png')
+    run.add_argument('--results-dir', default='experiments/results', help='default: %(default)s')
+
+    train = sub.add_parser('train', parents=[common], help='train a pipeline\'s model on a collection (or resume '
+                                                           'it), without evaluating it')
+    train.add_argument('pipeline', metavar='PIPELINE', help='a pipeline that trains (NAME or NAME:key=value,...)')
+    train.add_argument('-c', '--collection', required=True, metavar='NAME', help='the corpus to adapt to')
+
+    sub.add_parser('list', help='the named pipelines and the collections used in this project')
+
+    args = parser.parse_args(argv)
+    if args.command == 'list':
+        for name, spec in PIPELINES.items():
+            print(f'pipeline {name}: {spec.description}' + (' (trains a model)' if spec.method else ''))
+            print(f'    settings: {", ".join(f"{k}={v}" for k, v in spec.settings.items())}')
+        for name in COLLECTIONS_HERE + [f'classic/{n}' for n in _classic_here() if n not in BUILTIN]:
+            print(f'collection {name}')
+        return 0
+    if args.command not in ('run', 'train'):
+        parser.print_help()
+        return 2
+
+    _quiet_libraries()
+    if args.classic_data:
+        os.environ[CLASSIC_DATA_ENV] = args.classic_data
+    verbose = args.verbose or (not args.quiet and sys.stderr.isatty())
+    try:
+        if args.command == 'train':
+            spec = get_pipeline(args.pipeline)
+            path = spec.train(Collection(args.collection), cache_dir=args.cache_dir, verbose=verbose)
+            print(f'trained {spec.name} on {args.collection}: {path}')
+            print(f'training log and curve: {path.parent}')
+            return 0
+        result = run_experiment(args.collections, args.pipelines, name=args.save or 'selfsup run',
+                                cache_dir=args.cache_dir, verbose=verbose, log=lambda s: print(s, flush=True))
+    except (UnknownCollectionError, UnknownPipelineError, FileNotFoundError) as e:
+        print(f'selfsup: error: {e}', file=sys.stderr)
+        return 2
+    if args.save:
+        for path in write_results(result, args.results_dir):
+            print(f'wrote {path}')
+    return 0
+
+
+def _classic_here():
+    try:
+        return discover(os.environ[CLASSIC_DATA_ENV])
+    except (KeyError, FileNotFoundError):
+        return []
+
+
+def _quiet_libraries():
+    """This package's progress at INFO, everyone else's warnings only; offline mode said once."""
+    logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(name)s: %(message)s')
+    logging.getLogger('pyterrier_selfsup').setLevel(logging.INFO)
+    logging.getLogger('ir_datasets').setLevel(logging.WARNING)  # "Opening ... with direct file access"
+    if os.environ.get('HF_HUB_OFFLINE', '').lower() in ('1', 'true', 'yes', 'on'):
+        # huggingface_hub warns that the hub cannot be reached at every model load, twice (its own
+        # handler and the root one): offline is a normal way to run this package
+        from huggingface_hub.utils import logging as hub_logging
+        hub_logging.set_verbosity_error()
+        print('selfsup: offline (HF_HUB_OFFLINE=1): models come from the local cache', file=sys.stderr)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""Trained once, cached, resumed: the one mechanism behind every pipeline that trains a model.
+
+A trained pipeline names a method (``ds``, ``rumbart``, ``acrobart``, ``reatt``) and its
+settings. :func:`train` keeps the model under ``<cache>/models/<corpus>.<method>-<digest>``,
+the digest covering every setting that training reads: all of the pipeline's settings but
+those that only the search reads (:data:`SEARCH_SETTINGS`). It is trained on first use,
+in a staging directory that becomes the model only when training is over; a run that is
+interrupted resumes from its last checkpoint when the model is asked for again.
+
+Each method here is a function from settings to a ready :class:`~pyterrier_selfsup.training.Trainer`
+and its training topics; the trainers themselves know nothing of caches or pipelines.
+"""
+from pathlib import Path
+from typing import Callable, Dict, Tuple, Union
+
+import pandas as pd
+import torch
+
+from pyterrier_selfsup._cache import build_once, cache_key, cache_root
+from pyterrier_selfsup.data.collections import Collection
+from pyterrier_selfsup.data.queries import (MASK, corpus_sentences, cropped_spans, generated_queries, given_topics,
+                                            masked_spans, round_trip_queries)
+from pyterrier_selfsup.models.dual_encoder import DualEncoder
+from pyterrier_selfsup.models.generator import MAX_PASSAGE_LENGTH, Generator, load_generator
+from pyterrier_selfsup.models.reatt import ReAtt
+from pyterrier_selfsup.retrieval.bm25 import BM25
+from pyterrier_selfsup.retrieval.dense import MINILM
+from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment, mask_token
+from pyterrier_selfsup.training.distant import DistantSupervision
+from pyterrier_selfsup.training.loop import Trainer, fit_resumably
+from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart
+
+SEARCH_SETTINGS = frozenset({'num_results', 'candidate_tokens', 'nprobe', 'rescore'})
+GENERATED = ('generated', 'roundtrip')  # the query sources that need a generator
+ROUND_TRIP_DEPTH = 10
+
+
+def model_dir(collection: Collection, method: str, settings: dict, cache_dir=None) -> Path:
+    """Where the model of ``method`` trained with ``settings`` lives (``final/``,
+    ``training_log.jsonl``, ``training_curve.png``; while it trains, ``<dir>.partial``)."""
+    key = {name: value for name, value in settings.items() if name not in SEARCH_SETTINGS}
+    return cache_root(cache_dir) / 'models' / cache_key(f'{collection.corpus_id}.{method}', key)
+
+
+def train(collection: Union[str, Collection], method: str, settings: dict, *, cache_dir=None,
+          verbose: bool = False) -> Path:
+    """The ``final/`` directory of ``method``'s model trained on ``collection`` with
+    ``settings`` (the rest at :data:`DEFAULTS`): trained on first use (resuming an
+    interrupted run), then reused."""
+    if method not in METHODS:
+        raise ValueError(f'unknown training method {method!r}; known: {", ".join(METHODS)}')
+    unknown = set(settings) - set(DEFAULTS[method]) - SEARCH_SETTINGS
+    if unknown:
+        raise ValueError(f'{method} has no setting {", ".join(sorted(unknown))}; its settings: '
+                         f'{", ".join(DEFAULTS[method])}')
+    collection = Collection(collection) if isinstance(collection, str) else collection
+    settings = {**DEFAULTS[method], **{name: value for name, value in settings.items() if name not in SEARCH_SETTINGS}}
+
+    def build(staging: Path):
+        trainer, topics = METHODS[method](collection, settings, output_dir=staging, cache_dir=cache_dir,
+                                          verbose=verbose)
+        fit_resumably(trainer, topics)
+
+    return build_once(model_dir(collection, method, settings, cache_dir), build, resumable=True) / 'final'
+
+
+def training_topics(collection: Collection, queries: str, n_queries: int, *, seed: int = 0,
+                    generator: Union[None, str, Generator] = None, mask: str = MASK,
+                    cache_dir=None) -> pd.DataFrame:
+    """The training queries a pipeline names by ``queries``: ``n_queries`` corpus
+    ``sentences``, ``spans`` or ``masked`` sentences (with their ``answer``); ``n_queries``
+    queries ``generated`` by ``generator``, or generated and kept by BM25's ``roundtrip``
+    check (top 10), both written once under ``<cache>/queries/``, keyed by the generator's
+    fingerprint, so that every trainer given the same source trains on the same queries;
+    or the name of a collection whose topic texts are used (never its qrels).
+    ``generator``: a :class:`Generator`, or a name for :func:`load_generator` (loaded at its
+    default settings, and only for a source that needs it). ``mask`` replaces a masked
+    sentence's span: the student's own mask token, so that it reads one token it knows."""
+    if queries == 'sentences':
+        return corpus_sentences(collection, n_queries, seed=seed)
+    if queries == 'spans':
+        return cropped_spans(collection, n_queries, seed=seed)
+    if queries == 'masked':
+        return masked_spans(collection, n_queries, seed=seed, mask=mask)
+    if queries not in GENERATED:
+        return given_topics(Collection(queries).topics())
+    if generator is None:
+        raise ValueError(f'queries={queries!r} needs a generator')
+    if isinstance(generator, str):
+        generator = load_generator(generator, cache_dir=cache_dir)
+    settings = {'generator': generator.fingerprint(), 'n': n_queries, 'seed': seed}
+    if queries == 'roundtrip':
+        settings['check'] = f'bm25 top {ROUND_TRIP_DEPTH}'
+    path = cache_root(cache_dir) / 'queries' / cache_key(f'{collection.corpus_id}.{queries}', settings)
+
+    def write(staging: Path):
+        staging.mkdir(parents=True)
+        if queries == 'generated':
+            topics = generated_queries(collection, generator, n_queries, seed=seed)
+        else:
+            bm25 = BM25.from_collection(collection, cache_dir=cache_dir) % ROUND_TRIP_DEPTH
+            topics = round_trip_queries(collection, generator, n_queries, bm25, depth=ROUND_TRIP_DEPTH, seed=seed)
+        topics.to_json(staging / 'topics.jsonl', orient='records', lines=True)
+
+    return pd.read_json(build_once(path, write) / 'topics.jsonl', orient='records', lines=True, dtype=False)
+
+
+# -- the methods: settings -> (trainer, training topics) ---------------------------------
+
+Setup = Callable[..., Tuple[Trainer, pd.DataFrame]]
+
+def _distant_supervision(collection: Collection, s: dict, *, output_dir: Path, cache_dir=None,
+                         verbose: bool = False) -> Tuple[Trainer, pd.DataFrame]:
+    # generated queries are the same ones RUMBArt trains on (SmolLM2, its default settings)
+    topics = training_topics(collection, s['queries'], s['n_queries'], seed=s['seed'], generator='smollm2',
+                             cache_dir=cache_dir)
+    torch.manual_seed(s['seed'])
+    encoder = DualEncoder.from_pretrained(s['model_name'], dim=s['dim'])
+    return DistantSupervision(encoder, collection, negatives=s['negatives'], batch_size=s['batch_size'],
+                              epochs=s['epochs'], lr=s['lr'], output_dir=output_dir, seed=s['seed'],
+                              cache_dir=cache_dir, verbose=verbose), topics
+
+
+CHECKPOINT_EVERY = 25  # steps, for a frozen passage tower with no refresh period to set it
+
+
+def start_model(collection: Collection, settings: dict, cache_dir=None, verbose: bool = False) -> str:
+    """What a RUMBArt or ACROBArT run starts from: all-MiniLM-L6-v2 (``start='minilm'``),
+    the ds pipeline's model trained on the same queries (``start='ds'``, trained first if
+    it is not yet), or a path."""
+    start = settings['start']
+    if start == 'ds':
+        ds = dict(queries=settings['queries'], n_queries=settings['n_queries'], seed=settings['seed'])
+        return str(train(collection, 'ds', ds, cache_dir=cache_dir, verbose=verbose))
+    return MINILM if start == 'minilm' else start
+
+
+def _retrieve_and_reconstruct(trainer_class, *own_settings: str) -> Setup:
+    def setup(collection: Collection, s: dict, *, output_dir: Path, cache_dir=None,
+              verbose: bool = False) -> Tuple[Trainer, pd.DataFrame]:
+        start = start_model(collection, s, cache_dir, verbose)
+        gen = load_generator(s['generator'], cache_dir=cache_dir, max_passage_length=s['max_passage_length'],
+                             verbose=verbose)
+        torch.manual_seed(s['seed'])
+        # A run resumes exactly from a checkpoint taken right after a refresh (its index is
+        # rebuilt from the checkpoint's encoder); a frozen passage tower's index never changes.
+        checkpoint_every = s['refresh_every'] or (None if s['train_passages'] else CHECKPOINT_EVERY)
+        trainer = trainer_class(DualEncoder.from_pretrained(start), gen, collection, k=s['k'],
+                                refresh_every=s['refresh_every'], null_document=s['null_document'],
+                                train_passages=s['train_passages'], epochs=s['epochs'], batch_size=s['batch_size'],
+                                accumulation=s['accumulation'], lr=s['lr'], output_dir=output_dir,
+                                checkpoint_every=checkpoint_every, keep_checkpoints=1, seed=s['seed'],
+                                cache_dir=cache_dir, verbose=verbose, **{name: s[name] for name in own_settings})
+        # generated queries are written by the generator at its default settings, whatever this
+        # run's passage length, so that every trainer given that source trains on the same queries
+        writer = gen if s['max_passage_length'] == MAX_PASSAGE_LENGTH else s['generator']
+        return trainer, training_topics(collection, s['queries'], s['n_queries'], seed=s['seed'], generator=writer,
+                                        cache_dir=cache_dir)
+    return setup
+
+
+def _cross_document_adjustment(collection: Collection, s: dict, *, output_dir: Path, cache_dir=None,
+                               verbose: bool = False) -> Tuple[Trainer, pd.DataFrame]:
+    gen = load_generator(s['generator'], cache_dir=cache_dir, verbose=verbose)
+    torch.manual_seed(s['seed'])
+    reatt = ReAtt.from_pretrained(s['model_name'], retrieval_layer=s['retrieval_layer'], head=s['head'],
+                                  special_tokens=s['special_tokens'])
+    topics = training_topics(collection, s['queries'], s['n_queries'], seed=s['seed'], generator=gen,
+                             mask=mask_token(reatt), cache_dir=cache_dir)
+    # a checkpoint at the end of each iteration only: an iteration's close documents come
+    # from the model at its start, so a run resumed there matches an uninterrupted one
+    trainer = CrossDocumentAdjustment(reatt, gen, collection, k=s['k'], alpha=s['alpha'], target=s['target'],
+                                      teacher_temperature=s['teacher_temperature'], epochs=s['epochs'],
+                                      batch_size=s['batch_size'], lr=s['lr'], output_dir=output_dir, seed=s['seed'],
+                                      checkpoint_every='epoch', keep_checkpoints=1, cache_dir=cache_dir,
+                                      verbose=verbose)
+    return trainer, topics
+
+
+METHODS: Dict[str, Setup] = {
+    'ds': _distant_supervision,
+    'rumbart': _retrieve_and_reconstruct(Rumbart, 'teacher_temperature'),
+    'acrobart': _retrieve_and_reconstruct(Acrobart, 'beta'),
+    'reatt': _cross_document_adjustment,
+}
+
+# Every setting of every method, at its default: what a pipeline's ``name:key=value`` changes.
+_RETRIEVE_AND_RECONSTRUCT = dict(start='minilm', queries='sentences', n_queries=5000, k=5, refresh_every=25,
+                                 null_document=False, train_passages=True, epochs=1, batch_size=16, accumulation=1,
+                                 lr=2e-5, generator='smollm2', max_passage_length=MAX_PASSAGE_LENGTH, seed=0)
+# all-MiniLM-L6-v2's zero-shot retrieval head: the (layer, head, special tokens) whose r_h
+# re-ranks BM25's top 100 best on beir/scifact/train (experiments/reatt_heads.py; layers
+# counted from 0, as ReAtt's retrieval_layer: the attention of the second layer)
+REATT_HEAD = dict(retrieval_layer=1, head=1, special_tokens=False)
+DEFAULTS: Dict[str, dict] = {
+    'ds': dict(model_name=MINILM, queries='sentences', n_queries=5000, negatives='none', epochs=1, batch_size=32,
+               lr=2e-5, dim=None, seed=0),
+    'rumbart': dict(_RETRIEVE_AND_RECONSTRUCT, teacher_temperature=1.0),
+    'acrobart': dict(_RETRIEVE_AND_RECONSTRUCT, beta=1.0),
+    'reatt': dict(model_name=MINILM, **REATT_HEAD, queries='sentences', n_queries=5000, k=8, epochs=2, batch_size=8,
+                  lr=2e-5, alpha=1.0, target='likelihood', teacher_temperature=1.0, generator='smollm2', seed=0),
+}

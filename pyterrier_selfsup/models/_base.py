@@ -1,0 +1,139 @@
+"""What the model wrappers share: device, precision, inference mode, text cleaning,
+padding, saved settings, and the face they show a :class:`~pyterrier_selfsup.training.Trainer`.
+
+A wrapper (``DualEncoder``, ``Generator``, ``ReAtt``, ``ReAttT5``) holds one or more torch
+modules and a tokenizer. The training loop trains any of them through
+:class:`TrainableModel`: its parameters, train/eval mode, ``save_pretrained`` and
+``load_weights``, never by asking which model it is.
+"""
+import json
+import math
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
+
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+PRECISIONS = ('auto', 'fp32', 'bf16', 'fp16')
+
+
+def compute_dtype(precision: str, device: torch.device) -> torch.dtype:
+    """``'fp32'``, ``'bf16'``, ``'fp16'``, or ``'auto'``: bf16 where the hardware multiplies
+    bf16 natively (CUDA, or a CPU with AVX512-BF16/AMX; fp16 on older GPUs), fp32 elsewhere."""
+    if precision not in PRECISIONS:
+        raise ValueError(f'precision must be one of {PRECISIONS}, not {precision!r}')
+    if precision == 'auto':
+        if device.type == 'cuda':
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.bfloat16 if device.type == 'cpu' and cpu_has_native_bf16() else torch.float32
+    return {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}[precision]
+
+
+def cpu_has_native_bf16() -> bool:
+    """AVX512-BF16 or AMX: bf16 matrix products at 2-3x the fp32 rate (measured on an EPYC
+    with AVX512-BF16: 421 vs 154 GFLOP/s, experiments/results/encoding_benchmark.md); without
+    them bf16 is emulated and slower than fp32."""
+    try:
+        with open('/proc/cpuinfo') as fh:
+            flags = next((line for line in fh if line.startswith('flags')), '').split()
+    except OSError:
+        return False
+    return 'avx512_bf16' in flags or 'amx_bf16' in flags
+
+
+def resolve_device(device: Optional[str]) -> torch.device:
+    return torch.device(device or ('cuda' if torch.cuda.is_available() else 'cpu'))
+
+
+class TorchModel:
+    """Device and precision of a wrapper, and the contexts its forward passes run in.
+
+    Subclasses set ``self.device`` (:func:`resolve_device`) and ``self.precision`` and
+    list their modules in :meth:`torch_modules`."""
+    device: torch.device
+    precision: str
+
+    def torch_modules(self) -> List[torch.nn.Module]:
+        raise NotImplementedError
+
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype matrix products run in, as ``precision`` resolves on this device."""
+        return compute_dtype(self.precision, self.device)
+
+    def autocast(self):
+        dtype = self.compute_dtype()
+        return torch.autocast(self.device.type, dtype=dtype, enabled=dtype != torch.float32)
+
+    @contextmanager
+    def inference(self) -> Iterator[None]:
+        """Eval mode, no autograd, autocast; each module's mode restored afterwards
+        (a trainer may call this between steps)."""
+        modes = [(m, m.training) for m in self.torch_modules()]
+        for m, _ in modes:
+            m.eval()
+        try:
+            with torch.inference_mode(), self.autocast():
+                yield
+        finally:
+            for m, mode in modes:
+                m.train(mode)
+
+
+class TrainableModel(TorchModel):
+    """What :class:`~pyterrier_selfsup.training.Trainer` needs of a model."""
+
+    def trainable_parameters(self) -> List[torch.nn.Parameter]:
+        """Each parameter that trains, once (modules may share weights)."""
+        seen, out = set(), []
+        for module in self.torch_modules():
+            for p in module.parameters():
+                if p.requires_grad and id(p) not in seen:
+                    seen.add(id(p))
+                    out.append(p)
+        return out
+
+    def train_mode(self, on: bool = True):
+        for m in self.torch_modules():
+            m.train(on)
+
+    def save_pretrained(self, path: Union[str, Path]) -> Path:
+        raise NotImplementedError
+
+    def load_weights(self, path: Union[str, Path]):
+        """Loads the weights that :meth:`save_pretrained` wrote at ``path`` into this model,
+        in place (a trainer resuming from a checkpoint)."""
+        raise NotImplementedError
+
+
+def clean_texts(texts: Sequence) -> List[str]:
+    """None, NaN and other non-strings become strings (missing ones empty)."""
+    return [t if isinstance(t, str) else '' if t is None or (isinstance(t, float) and math.isnan(t)) else str(t)
+            for t in texts]
+
+
+def pad(seqs: Sequence[Sequence[int]], value: int, *, left: bool = False,
+        device=None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Token id lists as one (b, width) tensor and its attention mask, padded on the right
+    (or the left, for decoder-only models whose sequences must end together)."""
+    pieces = [torch.as_tensor(list(s), dtype=torch.long) for s in seqs]
+    side = 'left' if left else 'right'
+    # one extra row of width 1, dropped after: a batch of empty sequences is one column wide
+    ids = pad_sequence(pieces + [torch.full((1,), value)], batch_first=True, padding_value=value,
+                       padding_side=side)[:-1]
+    mask = pad_sequence([torch.ones_like(p) for p in pieces] + [torch.zeros(1, dtype=torch.long)],
+                        batch_first=True, padding_value=0, padding_side=side)[:-1]
+    return ids.to(device), mask.to(device)
+
+
+def read_saved_config(name_or_path: Union[str, Path], filename: str) -> Optional[dict]:
+    """``filename`` (JSON) of a local directory or a hub repository (through the local
+    cache), or None where there is none: how every wrapper reads back its settings."""
+    local = Path(name_or_path) / filename
+    if Path(name_or_path).is_dir():
+        return json.loads(local.read_text()) if local.is_file() else None
+    try:
+        from huggingface_hub import hf_hub_download
+        return json.loads(Path(hf_hub_download(str(name_or_path), filename)).read_text())
+    except Exception:  # not in that repository (or not a repository): nothing to read
+        return None

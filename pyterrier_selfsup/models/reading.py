@@ -1,0 +1,233 @@
+"""k passages read together by a generator: the attention machinery that ACROBArT and
+ReAtt's cross-document adjustment share.
+
+- :func:`concatenated_encoding` / :func:`concatenated_prompts`: the k passages of a query
+  as one input (FiD's concatenated encoder outputs for seq2seq models; one prompt holding
+  all k for decoder-only ones), with ``owner``: the passage each position belongs to.
+- :func:`biased_log_likelihood` (ACROBArT, thesis §4.3.2): log p(target | z_1..z_k) with a
+  differentiable bias added to the attention logits towards each passage's tokens.
+- :func:`attention_target` (ReAtt §3.2): each passage's share of the generator's attention
+  while it reads them all to reconstruct the target.
+
+The bias goes in through transformers' attention interface: :func:`enable_attention_bias`
+registers (once) an attention function that is the model's own eager attention plus the
+bias of the forward pass under way.
+"""
+import sys
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import List, Optional
+
+import numpy as np
+import torch
+from transformers.modeling_outputs import BaseModelOutput
+
+from pyterrier_selfsup.models._base import pad
+from pyterrier_selfsup.models.generator import Generator
+
+# The additive attention bias of the forward pass under way: (b, 1, rows, columns), rows
+# and columns aligned with the end of the attended sequences.
+_BIAS: ContextVar[Optional[torch.Tensor]] = ContextVar('selfsup_attention_bias', default=None)
+BIASED = 'selfsup_biased'
+
+
+def _biased_attention(module, query, key, value, attention_mask, **kwargs):
+    """The model's own eager attention, with the bias of the pass under way added to the
+    logits of the modules marked for it."""
+    eager = sys.modules[type(module).__module__].eager_attention_forward
+    bias = _BIAS.get()
+    if bias is not None and getattr(module, '_selfsup_biased', False):
+        q_len, kv_len = query.shape[-2], key.shape[-2]
+        if attention_mask is None:
+            attention_mask = torch.zeros((1, 1, q_len, kv_len), dtype=query.dtype, device=query.device)
+        elif attention_mask.dtype == torch.bool:
+            attention_mask = torch.zeros_like(attention_mask, dtype=query.dtype).masked_fill(
+                ~attention_mask, torch.finfo(query.dtype).min)
+        # Masked logits must stay finite in the dtype the softmax runs in (fp32 for
+        # Llama even in fp64): a padding row masked with -inf everywhere gives NaN, and
+        # NaN values at padding positions leak into real rows through 0 * NaN.
+        floor = max(torch.finfo(query.dtype).min, torch.finfo(torch.float32).min) / 2
+        attention_mask = attention_mask.to(query.dtype).clamp(min=floor)
+        attention_mask = attention_mask[..., -q_len:, -kv_len:] + bias[..., -q_len:, -kv_len:].to(query.dtype)
+    return eager(module, query, key, value, attention_mask, **kwargs)
+
+
+def enable_attention_bias(generator: Generator):
+    """Routes ``generator``'s attention through :func:`_biased_attention` and marks the
+    modules that get the bias: the decoder's cross-attention of a seq2seq model, the
+    self-attention of a decoder-only one."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+    # registered here rather than at import: importing this package changes nothing in transformers
+    AttentionInterface.register(BIASED, _biased_attention)
+    AttentionMaskInterface.register(BIASED, eager_mask)
+    model = generator.model
+    if model.config._attn_implementation != BIASED:
+        model.set_attn_implementation(BIASED)
+    for name, module in model.named_modules():
+        leaf = name.rsplit('.', 1)[-1]
+        if generator.is_seq2seq:
+            module._selfsup_biased = leaf in ('encoder_attn', 'EncDecAttention', 'crossattention')
+        else:
+            module._selfsup_biased = leaf in ('self_attn', 'attn', 'attention')
+
+
+@contextmanager
+def attention_bias(bias: torch.Tensor):
+    token = _BIAS.set(bias)
+    try:
+        yield
+    finally:
+        _BIAS.reset(token)
+
+
+def biased_log_likelihood(generator: Generator, targets: List[str], passages: List[List[str]],
+                          weights: torch.Tensor) -> torch.Tensor:
+    """log p_θ(target | z_1..z_k) with ``weights[i, j]`` (β·p_η(z_j|x_i), differentiable)
+    added to the attention logits from the target's positions towards z_j's tokens.
+
+    Seq2seq: each passage encoded on its own, the encoder outputs concatenated (thesis
+    Eq. 4.10), the bias on the decoder's cross-attention. Decoder-only: the passages
+    one after another inside the prompt, the bias on the self-attention of the rows
+    that follow the passages (the prompt's tail and the target)."""
+    enable_attention_bias(generator)
+    b, k = weights.shape
+    t_ids = generator.target_ids(targets)
+    if generator.is_seq2seq:
+        enc, enc_mask, owner = concatenated_encoding(generator, passages)
+        target_width = max(1, max(len(t) for t in t_ids))
+        bias = _owner_bias(weights, owner)[:, None, None, :].expand(b, 1, target_width, enc.shape[1])
+        with attention_bias(bias), generator.autocast():
+            return generator._decode_logp(enc, enc_mask, t_ids)
+    seqs, owner, after = concatenated_prompts(generator, passages, t_ids)
+    bias = _owner_bias(weights, owner)[:, None, None, :] * after[:, None, :, None]
+    with attention_bias(bias), generator.autocast():
+        return generator._sequence_logp(seqs, t_ids)
+
+
+def concatenated_encoding(generator: Generator, passages: List[List[str]]):
+    """Seq2seq: each row's passages encoded one by one and their encoder outputs
+    concatenated (FiD; thesis Eq. 4.10): (outputs (b, width, d), mask (b, width), owner
+    (b, width): the passage each position belongs to, -1 for padding)."""
+    device = generator.device
+    b, k = len(passages), len(passages[0])
+    p_ids = generator.passage_ids([p for row in passages for p in row])
+    ids, mask = pad(p_ids, generator.tokenizer.pad_token_id, device=device)
+    encoded = generator.model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+    hidden, spans = [], []
+    for i in range(b):
+        rows = range(i * k, (i + 1) * k)
+        lengths = [int(mask[r].sum()) for r in rows]
+        hidden.append(torch.cat([encoded[r, :n] for r, n in zip(rows, lengths)]))
+        spans.append(np.repeat(np.arange(k), lengths))
+    width = max(len(h) for h in hidden)
+    enc = torch.zeros((b, width, encoded.shape[-1]), dtype=encoded.dtype, device=device)
+    enc_mask = torch.zeros((b, width), dtype=torch.long, device=device)
+    owner = torch.full((b, width), -1, dtype=torch.long, device=device)
+    for i, h in enumerate(hidden):
+        enc[i, :len(h)], enc_mask[i, :len(h)] = h, 1
+        owner[i, :len(h)] = torch.as_tensor(spans[i], device=device)
+    return enc, enc_mask, owner
+
+
+def concatenated_prompts(generator: Generator, passages: List[List[str]], t_ids: List[List[int]]):
+    """Decoder-only: one sequence per row, [head][z_1][sep][z_2]...[z_k][tail][target]
+    (the prompt's head and tail around all k passages): (sequences, owner (b, length):
+    the passage each position belongs to, -1 elsewhere, and after (b, length): the
+    positions after the passages, the prompt's tail and the target), the tensors
+    left-padded as :meth:`Generator._sequence_logp` pads the sequences."""
+    device = generator.device
+    tok = generator.tokenizer
+    head, tail = generator.prompt.split('{passage}', 1)
+    head_ids = generator._bos + (tok(head, add_special_tokens=False)['input_ids'] if head else [])
+    tail_ids = tok(tail, add_special_tokens=False)['input_ids'] if tail else []
+    sep_ids = tok('\n\n', add_special_tokens=False)['input_ids']
+    built = []
+    for row, target in zip(passages, t_ids):
+        bodies = [_truncated_ids(generator, p) for p in row]
+        seq, own = list(head_ids), [-1] * len(head_ids)
+        for j, body in enumerate(bodies):
+            piece = body + (sep_ids if j < len(bodies) - 1 else [])
+            seq += piece
+            own += [j] * len(body) + [-1] * (len(piece) - len(body))
+        seq += tail_ids + target
+        own += [-1] * (len(tail_ids) + len(target))
+        built.append((seq, own, len(tail_ids) + len(target)))
+    length = max(len(s) for s, _, _ in built)
+    owner = torch.full((len(built), length), -1, dtype=torch.long, device=device)
+    after = torch.zeros((len(built), length), dtype=torch.bool, device=device)
+    for i, (seq, own, n_after) in enumerate(built):
+        owner[i, length - len(seq):] = torch.as_tensor(own, device=device)
+        after[i, length - n_after:] = True
+    return [seq for seq, _, _ in built], owner, after
+
+
+def _owner_bias(weights: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
+    """(b, length): weights[i, owner[i, t]] where a token belongs to passage owner[i, t], else 0."""
+    padded = torch.cat([weights, torch.zeros_like(weights[:, :1])], dim=1)  # index -1 -> the zero column
+    return padded.gather(1, torch.where(owner >= 0, owner, torch.full_like(owner, weights.shape[1])))
+
+
+def _truncated_ids(generator: Generator, passage: str) -> List[int]:
+    ids = generator.tokenizer(passage or '', add_special_tokens=False)['input_ids']
+    return ids[:generator.max_passage_length]
+
+
+def owner_one_hot(owner: torch.Tensor, k: int) -> torch.Tensor:
+    """(b, L, k): 1 where a position belongs to passage j (``owner`` (b, L), -1: to none)."""
+    return torch.nn.functional.one_hot(owner.clamp(min=0), k).float() * (owner >= 0)[..., None]
+
+
+def first_position_shares(cross_attention: torch.Tensor, owner: torch.Tensor, k: int) -> torch.Tensor:
+    """ReAtt's P_target (§3.2) from a decoder's last-layer cross-attention (b, H, rows, L),
+    softmaxed over all encoder positions: the first decoder position's weights summed per
+    passage (``owner``) and averaged over heads, (b, k)."""
+    weights = cross_attention[:, :, 0, :].float()
+    return torch.einsum('bhw,bwk->bhk', weights, owner_one_hot(owner, k)).mean(1)
+
+
+def attention_target(generator: Generator, targets: List[str], passages: List[List[str]]) -> torch.Tensor:
+    """P_target from the generator's attention while it reads all k passages at once to
+    reconstruct the target, (b, k); no gradients.
+
+    Seq2seq (ReAtt §3.2, as the paper): the passages encoded one by one and concatenated
+    (FiD); the last decoder layer's cross-attention from the first decoder position,
+    softmaxed over all tokens of all passages, summed per passage, averaged over heads.
+    Decoder-only: the passages one after another in the prompt; the last layer's
+    self-attention from the positions that predict the target's tokens, the mass on each
+    passage's tokens renormalised over the passages (the prompt's own tokens hold the
+    rest), averaged over those positions and the heads."""
+    enable_attention_bias(generator)  # eager attention, which returns its weights (no bias is set)
+    b, k = len(passages), len(passages[0])
+    t_ids = generator.target_ids(targets)
+    with torch.no_grad():
+        if generator.is_seq2seq:
+            with generator.autocast():
+                enc, enc_mask, owner = concatenated_encoding(generator, passages)
+                start = torch.full((b, 1), generator.model.config.decoder_start_token_id, device=generator.device)
+                out = generator.model(encoder_outputs=BaseModelOutput(last_hidden_state=enc), attention_mask=enc_mask,
+                                      decoder_input_ids=start, output_attentions=True, use_cache=False)
+            return first_position_shares(out.cross_attentions[-1], owner, k)
+        seqs, owner, _ = concatenated_prompts(generator, passages, t_ids)
+        ids, mask = pad(seqs, generator.tokenizer.pad_token_id, left=True, device=generator.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        # the last layer's weights only, caught on their way out (all layers' would be
+        # layers x heads x L^2 floats: gigabytes for k long passages)
+        last = [m for m in generator.model.modules() if getattr(m, '_selfsup_biased', False)][-1]
+        caught = {}
+        hook = last.register_forward_hook(lambda module, args, output: caught.__setitem__('weights', output[1]))
+        try:
+            with generator.autocast():
+                generator.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
+                                logits_to_keep=1)
+        finally:
+            hook.remove()
+        attn = caught['weights'].float()  # (b, H, L, L)
+        mass = torch.einsum('bhql,blk->bhqk', attn, owner_one_hot(owner, k))  # each row's attention on each passage
+        length = ids.shape[1]
+        rows = torch.zeros((b, length), dtype=torch.bool, device=ids.device)
+        for i, t in enumerate(t_ids):  # the positions whose outputs predict target tokens
+            rows[i, length - len(t) - 1:length - 1] = True
+        mass = mass / mass.sum(-1, keepdim=True).clamp(min=1e-30)
+        per_row = (mass * rows[:, None, :, None]).sum(2) / rows.sum(1).clamp(min=1)[:, None, None]
+        return per_row.mean(1)

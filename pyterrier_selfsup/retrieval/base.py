@@ -1,0 +1,68 @@
+"""What every first-stage retriever of this package checks at the door, and the one search
+the trainers all make: each query's top k, skipping the passages it may not retrieve."""
+import logging
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+import pyterrier as pt
+
+from pyterrier_selfsup.data.queries import Query
+
+logger = logging.getLogger(__name__)
+
+
+class Retriever(pt.Transformer):
+    """A query frame (``qid``, ``query``) in, a result frame out.
+
+    A frame without a ``query`` column is refused with an error that names it; an
+    empty frame gives an empty result frame, without touching any model or index. A
+    query with no text (None, NaN, blank) retrieves nothing, from every retriever here,
+    and a warning names it. Subclasses implement :meth:`retrieve` for non-empty,
+    validated topics that all have text.
+    """
+
+    def transform(self, topics: pd.DataFrame) -> pd.DataFrame:
+        pt.validate.query_frame(topics, extra_columns=['query'])
+        missing = ~topics['query'].map(has_text).astype(bool)
+        if missing.any():
+            qids = topics.loc[missing, 'qid'].astype(str).tolist()
+            logger.warning('%d queries have no text and retrieve nothing: qid %s', len(qids),
+                           ', '.join(qids[:10]) + (' ...' if len(qids) > 10 else ''))
+            topics = topics[~missing]
+        if len(topics) == 0:
+            return empty_results(topics)
+        return self.retrieve(topics)
+
+    def retrieve(self, topics: pd.DataFrame) -> pd.DataFrame:
+        raise NotImplementedError
+
+
+def has_text(query) -> bool:
+    return isinstance(query, str) and bool(query.strip())
+
+
+def empty_results(topics: pd.DataFrame) -> pd.DataFrame:
+    return topics.iloc[:0].assign(
+        docno=pd.Series(dtype=object), score=pd.Series(dtype='float64'), rank=pd.Series(dtype='int64'))
+
+
+def top_k_excluding(retriever: pt.Transformer, queries: Sequence[Query], k: int, *,
+                    query_vectors: Optional[np.ndarray] = None) -> Dict[str, List[str]]:
+    """Each query's top ``k`` docnos by ``retriever``, skipping its ``excluded`` passages
+    (the passage a corpus query was cut from: REALM's trivial retrieval), qid -> docnos.
+
+    ``retriever`` is any of this package's retrievers, or a FlexIndex retriever with
+    ``query_vectors`` (one row per query) given: the trainers search with vectors they
+    have already encoded. ``retriever % (k + the most exclusions)`` is asked, so that an
+    engine that can (PISA, FlexIndex) stops at that depth."""
+    queries = list(queries)
+    if not queries:
+        return {}
+    extra = max(len(q.excluded) for q in queries)
+    topics = pd.DataFrame({'qid': [q.qid for q in queries], 'query': [q.query for q in queries]})
+    if query_vectors is not None:
+        topics['query_vec'] = list(np.asarray(query_vectors, dtype=np.float32))
+    results = (retriever % (k + extra))(topics)
+    ranked = results.sort_values(['qid', 'rank'], kind='stable').groupby('qid', sort=False)['docno'].apply(list)
+    return {q.qid: [d for d in ranked.get(q.qid, []) if d not in q.excluded][:k] for q in queries}

@@ -1,0 +1,269 @@
+"""ReAtt's cross-document adjustment (Jiang et al., 2022, §3), trained without labels.
+
+For each training query q, K *close* documents: BM25's top K in the first iteration, the
+current ReAtt model's own top K (exact search over a freshly encoded token index) in
+every later one (§3.1, iterative close-document sub-sampling). The close documents of
+the other queries in the batch are q's *random* documents (in-batch). Over all of them,
+
+    P_retrieval(q) = softmax_d r(q, d)
+    P_target(q)    = the generator's judgement of q's close documents, 0 for the random ones
+    loss           = α · KL(P_target ‖ P_retrieval)   (+ the generation loss of a
+                     single model that reads as well as retrieves)
+
+P_target comes from the generator reconstructing q from each close document:
+``target='likelihood'`` is softmax_d(log p_gen(q | d) / T) over q's close documents (any
+generator; a frozen generator's scores are cached on disk, as RUMBArt's are);
+``target='attention'`` is the generator's attention to each close document while it reads
+them all together (:func:`attention_target`: the paper's decoder-to-encoder attention for
+seq2seq generators, its decoder-only equivalent otherwise), computed once per iteration;
+a single-model ReAtt T5 (no separate generator) is its own teacher: its reader's attention
+to each close document while it generates the query's answer, read at every step.
+
+Queries come from any source of :mod:`~pyterrier_selfsup.data.queries`; a
+query cut from the corpus never has its own passage among its close documents.
+"""
+import logging
+import tempfile
+import time
+from dataclasses import replace
+from typing import Dict, List, Optional, Tuple, Union
+
+import numpy as np
+import pandas as pd
+import pyterrier as pt
+import torch
+import torch.nn.functional as F
+
+from pyterrier_selfsup.data.collections import Collection
+from pyterrier_selfsup.data.queries import MASK, Query, training_queries
+from pyterrier_selfsup.models.generator import Generator, score_cache_dir
+from pyterrier_selfsup.models.reading import attention_target
+from pyterrier_selfsup.models.reatt import ReAtt
+from pyterrier_selfsup.retrieval.base import top_k_excluding
+from pyterrier_selfsup.retrieval.bm25 import BM25
+from pyterrier_selfsup.retrieval.token_index import ReAttIndex, reatt_index
+from pyterrier_selfsup.training.loop import Trainer
+
+logger = logging.getLogger(__name__)
+
+TARGETS = ('likelihood', 'attention')
+ATTENTION_CHUNK = 4  # queries whose k passages go through the generator at once
+
+
+def mask_token(reatt: ReAtt) -> str:
+    """What a masked training query (``queries=masked``) hides its span with: the
+    student's own mask token where its tokenizer has one (BERT's ``[MASK]``, one token),
+    T5's first sentinel otherwise (which a BERT tokenizer would cut into seven pieces)."""
+    return getattr(reatt.tokenizer, 'mask_token', None) or MASK
+
+
+def adjustment_loss(retrieval_logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean over queries of KL(target ‖ softmax(retrieval_logits)), rows over all the
+    batch's documents; ``target`` rows sum to one and are 0 off each query's close
+    documents (their terms vanish: 0 · log 0 = 0)."""
+    return F.kl_div(torch.log_softmax(retrieval_logits, dim=-1), target, reduction='batchmean')
+
+
+# -- where P_target comes from ------------------------------------------------------------
+
+class _Target:
+    """P_target over a batch's documents (and a loss of its own, for a reader that trains).
+    :meth:`prepare` runs once per iteration, when the close documents change."""
+
+    def prepare(self, trainer: 'CrossDocumentAdjustment', examples: List[Query]):
+        pass
+
+    def __call__(self, trainer: 'CrossDocumentAdjustment', batch: List[Query],
+                 docnos: List[str]) -> Tuple[Optional[torch.Tensor], torch.Tensor]:
+        raise NotImplementedError
+
+
+def _place(batch: List[Query], docnos: List[str], close: Dict[str, List[str]], values) -> torch.Tensor:
+    """(b, len(docnos)): each query's values on its close documents' columns, 0 elsewhere."""
+    column = {d: j for j, d in enumerate(docnos)}
+    target = torch.zeros((len(batch), len(docnos)), dtype=torch.float32)
+    for i, q in enumerate(batch):
+        if close.get(q.qid):
+            target[i, [column[d] for d in close[q.qid]]] = values(q)
+    return target
+
+
+class LikelihoodTarget(_Target):
+    """softmax over q's close documents of log p_gen(q | d) / T; a frozen generator's
+    scores go through its on-disk cache, so every pair is scored once per corpus."""
+
+    def __init__(self, generator: Generator, temperature: float, cache_dir=None, corpus_id: str = ''):
+        self.temperature = temperature
+        self.scorer = generator.scorer(normalise='sum', cache=score_cache_dir(corpus_id, generator, cache_dir))
+
+    def prepare(self, trainer, examples):
+        frame = trainer.pairs(examples)
+        if len(frame):
+            self.scorer(frame)  # every pair of the iteration in one pass (cached)
+
+    def __call__(self, trainer, batch, docnos):
+        scored = self.scorer(trainer.pairs(batch)).set_index(['qid', 'docno'])['score']
+        return None, _place(batch, docnos, trainer.close, lambda q: torch.softmax(
+            torch.tensor([float(scored[(q.qid, d)]) for d in trainer.close[q.qid]]) / self.temperature, dim=0))
+
+
+class AttentionTarget(_Target):
+    """The generator's attention to each close document while it reads them all
+    (:func:`~pyterrier_selfsup.models.reading.attention_target`), once per iteration."""
+
+    def __init__(self, generator: Generator):
+        self.generator = generator
+        self.shares: Dict[str, torch.Tensor] = {}
+
+    def prepare(self, trainer, examples):
+        self.shares = {}
+        by_size: Dict[int, List[Query]] = {}
+        for q in examples:  # rows of one call need the same number of passages
+            if trainer.close.get(q.qid):
+                by_size.setdefault(len(trainer.close[q.qid]), []).append(q)
+        for group in by_size.values():
+            for start in range(0, len(group), ATTENTION_CHUNK):
+                chunk = group[start:start + ATTENTION_CHUNK]
+                passages = [trainer.collection.texts(trainer.close[q.qid]) for q in chunk]
+                values = attention_target(self.generator, [q.query for q in chunk], passages)
+                self.shares.update({q.qid: v.cpu() for q, v in zip(chunk, values)})
+
+    def __call__(self, trainer, batch, docnos):
+        return None, _place(batch, docnos, trainer.close, lambda q: self.shares[q.qid])
+
+
+class ReaderTarget(_Target):
+    """A single-model ReAtt T5 teaches itself (ReAtt proper): its reader generates each
+    query's answer from the close documents read together (fused); the generation loss
+    trains the reader, and its attention to each document (detached) is P_target."""
+
+    def __init__(self, reader):
+        self.reader = reader
+
+    def __call__(self, trainer, batch, docnos):
+        shares, nll = {}, []
+        by_size: Dict[int, List[Query]] = {}
+        for q in batch:  # rows read together need the same number of documents
+            by_size.setdefault(len(trainer.close[q.qid]), []).append(q)
+        for group in by_size.values():
+            logp, attention = self.reader.read([q.query for q in group],
+                                               [trainer.collection.texts(trainer.close[q.qid]) for q in group],
+                                               [q.answer or '' for q in group])
+            nll.append(-logp)
+            shares.update({q.qid: values for q, values in zip(group, attention.cpu())})
+        nll = torch.cat(nll)
+        trainer.record('generation nll', float(nll.detach().mean()))
+        return nll.mean(), _place(batch, docnos, trainer.close, lambda q: shares[q.qid])
+
+
+class CrossDocumentAdjustment(Trainer):
+    """Trains a ReAtt retriever by cross-document adjustment: a :class:`~pyterrier_selfsup.models.reatt.ReAtt`
+    (its first B layers, its layer-B+1 query/key projections and the head weights w) taught
+    by a separate frozen ``generator``, or, with ``generator=None``, a single-model
+    :class:`~pyterrier_selfsup.models.reatt_t5.ReAttT5` that teaches itself (ReAtt proper:
+    P_target is its own decoder's attention, and its generation loss trains the reader;
+    queries need an ``answer``: ``queries=masked``).
+
+    Args:
+        generator: the teacher of a separate retriever (frozen: its scores are cached);
+            None for a single model.
+        k: close documents per query (ReAtt: 100 on 8 A100s; a few here).
+        epochs: iterations; each after the first re-retrieves the close documents with
+            the model as it is then (§3.1).
+        alpha: the weight of the KL term (ReAtt: 8 beside the generation loss).
+        target: how P_target is derived from a separate generator (module docstring).
+        teacher_temperature: T of the likelihood target.
+        The rest as for :class:`~pyterrier_selfsup.training.Trainer`.
+    """
+    description = 'ReAtt adjustment'
+    marker = 'retrieval seconds'  # each iteration's re-retrieval of the close documents
+
+    def __init__(self, model, generator: Optional[Generator], collection: Union[str, Collection], *, k: int = 8,
+                 alpha: float = 1.0, target: str = 'likelihood', teacher_temperature: float = 1.0,
+                 batch_size: int = 8, **kwargs):
+        super().__init__(model, collection, batch_size=batch_size, **kwargs)
+        self.k = k
+        self.alpha = alpha
+        self.close: Dict[str, List[str]] = {}  # qid -> its close documents this iteration
+        if generator is None:  # a single model: a ReAttT5, whose retriever is a ReAtt over its encoder
+            self.reatt: ReAtt = model.retriever
+            self.teacher: _Target = ReaderTarget(model)
+            self.needs_answers = True
+            return
+        if target not in TARGETS:
+            raise ValueError(f'target must be one of {TARGETS}, not {target!r}')
+        if generator.trainable:
+            raise NotImplementedError('a trainable separate generator is not supported: use a single-model '
+                                      'ReAttT5, whose reader trains')
+        self.reatt = model
+        self.teacher = AttentionTarget(generator) if target == 'attention' else LikelihoodTarget(
+            generator, teacher_temperature, self.cache_dir, self.collection.corpus_id)
+        self.needs_answers = False
+
+    def retriever(self, fresh: bool = False) -> pt.Transformer:
+        if fresh:
+            return self._fresh_index().exhaustive(self.reatt)
+        return reatt_index(self.collection, self.reatt, cache_dir=self.cache_dir).exhaustive(self.reatt)
+
+    def examples(self, topics: pd.DataFrame) -> List[Query]:
+        if self.needs_answers and 'answer' not in topics.columns:
+            raise ValueError('a single-model ReAtt reads to generate an answer: its topics need an answer column '
+                             '(queries=masked)')
+        return training_queries(topics)
+
+    # -- close documents, once per iteration ------------------------------------------
+
+    def on_epoch_start(self, examples: List[Query], epoch: int, resumed: bool):
+        t0 = time.time()
+        if epoch == 0:  # BM25's, which reads a masked query without its mask (not a word: it would match 'mask')
+            mask = mask_token(self.reatt)
+            bm25 = BM25.from_collection(self.collection, cache_dir=self.cache_dir)
+            self.close = top_k_excluding(bm25, [replace(q, query=q.query.replace(mask, ' ')) for q in examples],
+                                         self.k)
+            source = 'bm25'
+        else:  # the model as it is now: its own exact top k over a fresh token index
+            self.close = top_k_excluding(self.retriever(fresh=True), examples, self.k)
+            source = 'model'
+        self.teacher.prepare(self, examples)
+        self.train_mode(True)
+        self.log.append({'step': self.state.get('step', 0), 'close documents': source,
+                         'retrieval seconds': time.time() - t0})
+
+    def _fresh_index(self) -> ReAttIndex:
+        """The corpus' token index under the model as it is now (keys only, for exhaustive
+        search), in a temporary directory that lives as long as the index."""
+        tmp = tempfile.TemporaryDirectory(prefix='selfsup-token-index-')
+        index = ReAttIndex.build(f'{tmp.name}/index', self.reatt, self.collection.corpus_iter(), ivf=False)
+        index._tmp = tmp  # removed with the index
+        return index
+
+    def pairs(self, batch: List[Query]) -> pd.DataFrame:
+        """(qid, query, docno, text) of every query's close documents."""
+        rows = [(q.qid, q.query, d) for q in batch for d in self.close.get(q.qid, [])]
+        frame = pd.DataFrame(rows, columns=['qid', 'query', 'docno'])
+        return frame.assign(text=self.collection.texts(frame['docno'].tolist()) if len(frame) else [])
+
+    # -- the loss ---------------------------------------------------------------------
+
+    def target_distribution(self, batch: List[Query], docnos: List[str]) -> torch.Tensor:
+        """P_target, (b, len(docnos)): each query's close documents by the teacher, 0 elsewhere."""
+        return self.teacher(self, batch, docnos)[1]
+
+    def loss(self, batch: List[Query], rng: np.random.Generator) -> torch.Tensor:
+        batch = [q for q in batch if self.close.get(q.qid)]
+        if not batch:
+            return torch.zeros((), requires_grad=True)
+        docnos = list(dict.fromkeys(d for q in batch for d in self.close[q.qid]))  # close ∪ in-batch random
+        q_vectors, q_mask = self.reatt.encode([q.query for q in batch], 'query')
+        k_vectors, k_mask = self.reatt.encode(self.collection.texts(docnos), 'passage')
+        logits = self.reatt.model.scores(q_vectors, q_mask, k_vectors, k_mask)  # (b, documents)
+        own_loss, target = self.teacher(self, batch, docnos)
+        target = target.to(logits.device)
+        loss = self.alpha * adjustment_loss(logits, target)
+        if own_loss is not None:
+            loss = own_loss + loss
+        with torch.no_grad():  # how much of P_retrieval the close documents hold (in-batch random: the rest)
+            p = torch.softmax(logits, dim=-1)
+            self.record('close mass', float((p * (target > 0)).sum(-1).mean()))
+            self.record('head weight max', float(self.reatt.model.head_weights.max()))
+        return loss

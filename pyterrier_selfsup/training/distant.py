@@ -1,0 +1,135 @@
+"""Distantly supervised training of a :class:`DualEncoder` (thesis §4.2.3, §6.1).
+
+Labels are never read: each training query's positive is BM25's top-1 passage (not the
+passage the query was cut from, when it came from the corpus). The loss is -log softmax
+of the positive among the batch's passages: the other queries' positives (in-batch
+negatives) and, optionally, one extra hard negative per query, shared by the whole
+batch as in thesis Table 6.1 (random, from BM25's ranks 2..n, or the current
+retriever's top non-positive, recomputed each epoch).
+
+    trainer = DistantSupervision(DualEncoder.from_pretrained(MINILM), 'beir/scifact/test',
+                                 output_dir='runs/ds')
+    trainer.fit(pt.get_dataset('irds:beir/scifact/train').get_topics())
+    pt.Experiment([bm25, trainer], ...)           # after fit it retrieves with the adapted encoder
+"""
+import logging
+from dataclasses import replace
+from functools import cached_property
+from typing import Dict, List, Optional, Union
+
+import numpy as np
+import pandas as pd
+import pyterrier as pt
+import torch
+import torch.nn.functional as F
+
+from pyterrier_selfsup.data.collections import Collection
+from pyterrier_selfsup.data.queries import Query, training_queries
+from pyterrier_selfsup.models.dual_encoder import DualEncoder
+from pyterrier_selfsup.retrieval.base import top_k_excluding
+from pyterrier_selfsup.retrieval.bm25 import BM25
+from pyterrier_selfsup.retrieval.dense import dense_retriever
+from pyterrier_selfsup.training.loop import Trainer
+
+logger = logging.getLogger(__name__)
+
+NEGATIVES = ('none', 'random', 'bm25', 'retriever')
+
+
+def in_batch_loss(queries: torch.Tensor, passages: torch.Tensor, temperature: float,
+                  excluded: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Mean over queries i of -log softmax_j(q_i . p_j / temperature) at j = i.
+
+    ``passages`` holds the b positives first (row i of ``queries`` belongs with row i),
+    then any extra negatives. ``excluded[i, j]`` removes passage j from query i's
+    softmax: another copy of its own positive, or the passage it was cut from.
+    """
+    scores = queries @ passages.T / temperature
+    if excluded is not None:
+        scores = scores.masked_fill(excluded, float('-inf'))
+    return F.cross_entropy(scores, torch.arange(len(queries), device=scores.device))
+
+
+class DistantSupervision(Trainer):
+    """Trains ``encoder`` in place on ``collection`` with BM25's top-1 as positives.
+
+    Args:
+        negatives: extra hard negatives, one per query, shared across the batch:
+            ``none``, ``random``, ``bm25`` (from ranks 2..``bm25_depth``), ``retriever``.
+        The rest as for :class:`~pyterrier_selfsup.training.Trainer`: ``batch_size`` (the
+        in-batch negatives), ``accumulation``, ``epochs``, ``lr``, ``warmup``, ``output_dir``...
+    """
+    description = 'distant supervision'
+
+    def __init__(self, encoder: DualEncoder, collection: Union[str, Collection], *, negatives: str = 'none',
+                 bm25_depth: int = 30, **kwargs):
+        if negatives not in NEGATIVES:
+            raise ValueError(f'negatives must be one of {NEGATIVES}, not {negatives!r}')
+        super().__init__(encoder, collection, **kwargs)
+        self.negatives = negatives
+        self.bm25_depth = bm25_depth
+
+    @property
+    def encoder(self) -> DualEncoder:
+        return self.model
+
+    def retriever(self, fresh: bool = False) -> pt.Transformer:
+        return dense_retriever(self.collection, self.encoder, fresh=fresh, cache_dir=self.cache_dir)
+
+    def on_epoch_start(self, examples: List[Query], epoch: int, resumed: bool):
+        if self.negatives == 'retriever' and not (resumed and self.state.get('hard')):
+            self.state['hard'] = self._retriever_negatives(examples)
+
+    def title(self) -> str:
+        return f'distant supervision on {self.collection.corpus_id} ({self.negatives} negatives)'
+
+    # -- data -------------------------------------------------------------------------
+
+    def examples(self, topics: pd.DataFrame) -> List[Query]:
+        """The queries that BM25 finds something for; BM25's top-1 (skipping the passage a
+        query was cut from) is each one's positive, the rest of its top ``bm25_depth`` + 1
+        the pool of its ``bm25`` negatives."""
+        queries = training_queries(topics)
+        bm25 = BM25.from_collection(self.collection, num_results=self.bm25_depth + 1, cache_dir=self.cache_dir)
+        self._ranked = top_k_excluding(bm25, queries, self.bm25_depth + 1)
+        examples = [q for q in queries if self._ranked[q.qid]]
+        if len(examples) < len(queries):
+            logger.warning('%d of %d training queries have no BM25 result and are skipped',
+                           len(queries) - len(examples), len(queries))
+        return examples
+
+    def positive(self, query: Query) -> str:
+        return self._ranked[query.qid][0]
+
+    def loss(self, batch: List[Query], rng: np.random.Generator) -> torch.Tensor:
+        positives = [self.positive(q) for q in batch]
+        docnos = positives + self._negatives(batch, rng, self.state.get('hard'))
+        # a passage that is query i's positive, or was cut from it, is not its negative
+        excluded = torch.tensor([[(d == positives[i] or d in q.excluded) and j != i for j, d in enumerate(docnos)]
+                                 for i, q in enumerate(batch)], device=self.encoder.device)
+        queries = self.encoder.encode([q.query for q in batch], 'query')
+        passages = self.encoder.encode(self.collection.texts(docnos), 'passage')
+        return in_batch_loss(queries, passages, self.encoder.temperature, excluded)
+
+    def _negatives(self, batch: List[Query], rng: np.random.Generator, hard: Optional[Dict[str, str]]) -> List[str]:
+        if self.negatives == 'none':
+            return []
+        if self.negatives == 'random':
+            docnos = self._all_docnos
+            return [docnos[i] for i in rng.integers(len(docnos), size=len(batch))]
+        if self.negatives == 'bm25':
+            pools = [self._ranked[q.qid][1:] for q in batch]
+            return [pool[rng.integers(len(pool))] if pool else self.positive(q) for q, pool in zip(batch, pools)]
+        return [hard.get(q.qid, self.positive(q)) for q in batch]  # retriever
+
+    @cached_property
+    def _all_docnos(self) -> List[str]:
+        return [d['docno'] for d in self.collection.corpus_iter()]
+
+    def _retriever_negatives(self, examples: List[Query]) -> Dict[str, str]:
+        """Each query's highest-scoring passage under the current encoder that is neither
+        its positive nor the passage it was cut from."""
+        hard = top_k_excluding(self.retriever(fresh=True), [
+            replace(q, excluded=q.excluded | {self.positive(q)}) for q in examples], 1)
+        self.train_mode(True)
+        return {qid: docnos[0] for qid, docnos in hard.items() if docnos}

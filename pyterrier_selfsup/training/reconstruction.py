@@ -1,0 +1,286 @@
+"""Retrieve-and-reconstruct training (thesis §4.3): a generator teaches the retriever.
+
+For each training query x, the k passages z_1..z_k that a MIPS index built with the
+passage encoder returns (the index is stale between refreshes, REALM's trick) are
+re-scored with the current encoder: p_η(z|x) = softmax over the k of q·p / temperature.
+
+- :class:`Rumbart` (Algorithms 1-2) marginalises over them,
+  loss = -log Σ_k p_η(z_k|x) p_θ(x|z_k), computed in log space (logsumexp). With a
+  frozen generator p_θ(x|z) of a pair never changes: it is computed once, kept in an
+  on-disk score cache, and reused across steps, refreshes and runs.
+- :class:`Acrobart` (Algorithm 3) gives the generator all k passages at once and adds
+  β·p_η(z_j|x) (β trainable) to the attention logits from the target's positions
+  towards passage j's tokens (decoder cross-attention for seq2seq generators,
+  self-attention for decoder-only ones); loss = -log p_θ(x | z_1..z_k, p_η).
+
+Options from REALM: a null document (the empty passage, always a candidate) and, for
+queries cut from the corpus, never retrieving the passage they came from. From RAG
+(Lewis et al., 2020, §2.4): ``train_passages=False`` unties the encoder and freezes the
+passage tower, so that only queries are encoded with gradients (a step costs a fraction
+of the full one) and the index never goes stale (a refresh only re-retrieves).
+
+    trainer = Rumbart(DualEncoder.from_pretrained(MINILM), Generator.from_pretrained(SMOLLM2, gguf_file=...),
+                      'beir/scifact/test', output_dir='runs/rumbart')
+    trainer.fit(pt.get_dataset('irds:beir/scifact/train').get_topics())   # labels never read
+"""
+import logging
+import tempfile
+import time
+from functools import cached_property
+from pathlib import Path
+from typing import List, Optional, Tuple, Union
+
+import numpy as np
+import pandas as pd
+import pyterrier as pt
+import torch
+
+from pyterrier_selfsup.data.collections import Collection
+from pyterrier_selfsup.data.queries import Query, training_queries
+from pyterrier_selfsup.models.dual_encoder import DualEncoder
+from pyterrier_selfsup.models.generator import Generator, score_cache_dir
+from pyterrier_selfsup.models.reading import biased_log_likelihood
+from pyterrier_selfsup.retrieval.base import top_k_excluding
+from pyterrier_selfsup.retrieval.dense import dense_retriever, encode_into, flex_index
+from pyterrier_selfsup.training.loop import Trainer
+
+logger = logging.getLogger(__name__)
+
+NULL_DOCNO = '__null__'
+
+
+def marginal_nll(retriever_logits: torch.Tensor, teacher_logp: torch.Tensor) -> torch.Tensor:
+    """Mean over queries of -log Σ_z softmax(retriever_logits)_z · exp(teacher_logp_z):
+    RUMBArt's loss (thesis Eq. 4.8-4.9) in log space, as RAG's ``get_nll`` computes it."""
+    return -torch.logsumexp(torch.log_softmax(retriever_logits, dim=-1) + teacher_logp, dim=-1).mean()
+
+
+class RetrieveAndReconstruct(Trainer):
+    """What RUMBArt and ACROBArT share: the stale MIPS index, its refreshes, retrieval of
+    the k candidates and their re-scoring by the current encoder.
+
+    Args:
+        k: passages retrieved per query (thesis: 5).
+        refresh_every: rebuild the index from the current passage encoder every this
+            many optimiser steps (REALM/thesis Alg. 2); None: never (it stays as built at
+            the start). Each rebuild's time is logged as ``refresh seconds``.
+        null_document: add the empty passage to every query's candidates (REALM).
+        train_passages: False: passages get their own frozen copy of the start encoder
+            and only the query tower trains (RAG); candidates are scored against the
+            index's own vectors, and refreshes re-retrieve without re-encoding.
+        Resuming from a checkpoint rebuilds the index from the checkpoint's encoder (a
+        refresh at the resume step), so a resumed run matches an uninterrupted one
+        exactly only when the checkpoint falls on a refresh.
+        The rest as for :class:`~pyterrier_selfsup.training.Trainer` (thesis defaults:
+        lr 1e-4 with warm-up and linear decay, gradient ``accumulation``).
+    """
+    marker = 'refresh seconds'
+
+    def __init__(self, encoder: DualEncoder, generator: Generator, collection: Union[str, Collection], *,
+                 k: int = 5, refresh_every: Optional[int] = 50, null_document: bool = False,
+                 train_passages: bool = True, batch_size: int = 16, lr: float = 1e-4, **kwargs):
+        super().__init__(encoder, collection, batch_size=batch_size, lr=lr, **kwargs)
+        self.generator = generator
+        self.k = k
+        self.refresh_every = refresh_every
+        self.null_document = null_document
+        self.train_passages = train_passages
+        self._index = None  # the stale index: a FlexIndex of the passage encoder as it was at the last refresh
+        self._index_dir: Optional[tempfile.TemporaryDirectory] = None
+
+    @property
+    def encoder(self) -> DualEncoder:
+        return self.model
+
+    def retriever(self, fresh: bool = False) -> pt.Transformer:
+        return dense_retriever(self.collection, self.encoder, fresh=fresh, cache_dir=self.cache_dir)
+
+    def on_fit_start(self):
+        if not self.train_passages:  # RAG: passages keep a frozen copy of the start encoder
+            self.encoder.model.untie()
+            for p in self.encoder.model.passage_parameters():
+                p.requires_grad_(False)
+
+    def parameters(self):
+        yield from super().parameters()
+        if self.generator.trainable:
+            yield from self.generator.model.parameters()
+
+    def train_mode(self, on: bool):
+        super().train_mode(on)
+        if self.generator.trainable:
+            self.generator.model.train(on)
+
+    def save_extra(self, path: Path):
+        if self.generator.trainable:
+            self.generator.save_pretrained(path / 'generator')
+
+    def load_extra(self, path: Path):
+        if self.generator.trainable:
+            from safetensors.torch import load_file
+            self.generator.model.load_state_dict(load_file(path / 'generator' / 'model.safetensors'), strict=False)
+
+    # -- data and index ---------------------------------------------------------------
+
+    def examples(self, topics: pd.DataFrame) -> List[Query]:
+        return training_queries(topics)
+
+    @cached_property
+    def _null_vector(self) -> np.ndarray:
+        return self.encoder.encode_docs([''])[0]
+
+    def on_epoch_start(self, examples: List[Query], epoch: int, resumed: bool):
+        if self._index is None:
+            self.refresh(examples, initial=True)
+
+    def on_step_end(self, examples: List[Query]):
+        if self.refresh_every and self.state['step'] % self.refresh_every == 0:
+            self.refresh(examples)
+
+    def refresh(self, examples: List[Query], initial: bool = False):
+        """Rebuilds the MIPS index from the current passage encoder. The start encoder's
+        index is the cached FlexIndex (built once per passage side); a frozen passage
+        tower's index never changes, so a refresh then only re-retrieves."""
+        t0 = time.time()
+        if initial:
+            self._index = flex_index(self.collection, self.encoder, cache_dir=self.cache_dir)
+        elif self.train_passages:
+            old = self._index_dir
+            self._index_dir = tempfile.TemporaryDirectory(prefix='selfsup-stale-index-')
+            self._index = encode_into(f'{self._index_dir.name}/index.flex', self.collection, self.encoder)
+            if old is not None:
+                old.cleanup()
+        self.train_mode(True)
+        self.log.append({'step': self.state.get('step', 0), 'refresh seconds': time.time() - t0})
+        logger.info('MIPS index %s in %.0f s', 'built' if initial else 'refreshed', time.time() - t0)
+        self.after_refresh(examples)
+
+    def after_refresh(self, examples: List[Query]):
+        """After each (re)build of the index (RUMBArt fills its teacher cache here)."""
+
+    def retrieve(self, query_vectors: np.ndarray, batch: List[Query]) -> List[List[str]]:
+        """Each query's top k from the stale index, excluded passages skipped (and the null
+        document added, if asked for)."""
+        top = top_k_excluding(self._index.np_retriever(num_results=self.k + max(len(q.excluded) for q in batch)),
+                              batch, self.k, query_vectors=query_vectors)
+        return [top[q.qid] + ([NULL_DOCNO] if self.null_document else []) for q in batch]
+
+    def candidates(self, batch: List[Query]) -> Tuple[List[List[str]], List[List[str]], torch.Tensor]:
+        """(docnos, texts, retriever logits (b, k)) for a batch, the logits with gradients:
+        current query encoder, stale index, candidates re-encoded by the current encoder."""
+        queries = self.encoder.encode([q.query for q in batch], 'query')
+        docnos = self.retrieve(queries.detach().float().cpu().numpy(), batch)
+        width = min(len(d) for d in docnos)
+        docnos = [d[:width] for d in docnos]  # a corpus smaller than k + exclusions
+        texts = self.texts(docnos)
+        if self.train_passages:
+            passages = self.encoder.encode([t for row in texts for t in row], 'passage').view(len(batch), width, -1)
+        else:  # the frozen tower's vectors, as the index holds them
+            index_docnos, vectors, _ = self._index.payload()
+            real = [d for row in docnos for d in row if d != NULL_DOCNO]
+            found = iter(np.asarray(vectors[index_docnos.inv[real]], dtype=np.float32))
+            passages = torch.from_numpy(np.stack([[self._null_vector if d == NULL_DOCNO else next(found)
+                                                   for d in row] for row in docnos])).to(queries.device)
+        logits = torch.einsum('bd,bkd->bk', queries, passages) / self.encoder.temperature
+        if self.null_document:  # the prior's share on the null document (the last candidate)
+            self.record('null prior', torch.softmax(logits.detach(), dim=-1)[:, -1].mean().item())
+        return docnos, texts, logits
+
+    def texts(self, docnos: List[List[str]]) -> List[List[str]]:
+        flat = [d for row in docnos for d in row if d != NULL_DOCNO]
+        lookup = dict(zip(flat, self.collection.texts(flat))) if flat else {}
+        return [[lookup.get(d, '') for d in row] for row in docnos]
+
+
+class Rumbart(RetrieveAndReconstruct):
+    """RUMBArt: marginalisation over the k retrieved passages (thesis §4.3.1).
+
+    A frozen generator's log p_θ(x|z) goes through an on-disk cache keyed by the
+    generator's fingerprint and the corpus: after each refresh the pairs of all training
+    queries are scored in one pass (passages shared across queries are encoded once),
+    and a batch only looks them up. A trainable generator is scored with gradients.
+    ``teacher_temperature`` divides log p_θ before marginalising (1: the thesis)."""
+    description = 'RUMBArt'
+    # its loss moves with the teacher's log p(x|z) of the batch: the curve plots its excess
+    # over the batch's lower bound instead
+    curve, curve_label = 'excess loss', 'loss above its lower bound'
+
+    def __init__(self, *args, teacher_temperature: float = 1.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.teacher_temperature = teacher_temperature
+        self._teacher = None
+        if not self.generator.trainable:
+            self._teacher = self.generator.scorer(
+                normalise='sum', cache=score_cache_dir(self.collection.corpus_id, self.generator, self.cache_dir))
+
+    def after_refresh(self, examples: List[Query]):
+        if self._teacher is None:
+            return
+        t0 = time.time()
+        vectors = self.encoder.encode_queries([q.query for q in examples])
+        self.train_mode(True)
+        docnos = []
+        for start in range(0, len(examples), 1024):
+            docnos += self.retrieve(vectors[start:start + 1024], examples[start:start + 1024])
+        # one call for all pairs: the scorer goes by passage (each passage's prompt encoded
+        # once for all its queries) and commits to the cache as it goes
+        self.teacher_logp(examples, docnos, self.texts(docnos))
+        self.log.append({'step': self.state.get('step', 0), 'teacher seconds': time.time() - t0})
+
+    def teacher_logp(self, batch: List[Query], docnos: List[List[str]], texts: List[List[str]]) -> torch.Tensor:
+        """log p_θ(x | z) for each query's candidates, (b, k)."""
+        queries = [q.query for q, row in zip(batch, docnos) for _ in row]
+        flat_texts = [t for row in texts for t in row]
+        if self._teacher is not None:
+            frame = pd.DataFrame({'qid': [q.qid for q, row in zip(batch, docnos) for _ in row], 'query': queries,
+                                  'docno': [d for row in docnos for d in row], 'text': flat_texts})
+            scored = self._teacher(frame).set_index(['qid', 'docno'])['score']  # rows come back re-ordered
+            values = torch.tensor(scored.reindex(pd.MultiIndex.from_frame(frame[['qid', 'docno']]))
+                                  .to_numpy(dtype=np.float32))
+        else:
+            values = self.generator.log_likelihood(queries, flat_texts)
+        return values.view(len(batch), -1).to(self.encoder.device)
+
+    def loss(self, batch: List[Query], rng: np.random.Generator) -> torch.Tensor:
+        docnos, texts, logits = self.candidates(batch)
+        teacher = self.teacher_logp(batch, docnos, texts) / self.teacher_temperature
+        loss = marginal_nll(logits, teacher)
+        if self.null_document:  # the posterior's share on it: how often it explains the query best
+            posterior = torch.softmax(torch.log_softmax(logits.detach(), dim=-1) + teacher, dim=-1)
+            self.record('null posterior', posterior[:, -1].mean().item())
+        # the loss cannot go below -mean(max_z log p(x|z)) (all of p(z|x) on the teacher's
+        # best): the excess is what the retriever can still gain, comparable across batches
+        self.record('excess loss', (loss + teacher.max(dim=1).values.mean()).item())
+        return loss
+
+
+# -- ACROBArT ---------------------------------------------------------------------------
+
+class Acrobart(RetrieveAndReconstruct):
+    """ACROBArT: the k passages go to the generator together, the retrieval scores bias
+    its attention (thesis §4.3.2). β is trainable (initial value ``beta``); the
+    reconstruction loss reaches the retriever through the bias."""
+    description = 'ACROBArT'
+
+    def __init__(self, *args, beta: float = 1.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.beta = torch.nn.Parameter(torch.tensor(float(beta), device=self.encoder.device))
+
+    def parameters(self):
+        yield from super().parameters()
+        yield self.beta
+
+    def save_extra(self, path: Path):
+        super().save_extra(path)
+        torch.save({'beta': self.beta.detach().cpu()}, path / 'acrobart.pt')
+
+    def load_extra(self, path: Path):
+        super().load_extra(path)
+        with torch.no_grad():
+            self.beta.copy_(torch.load(path / 'acrobart.pt')['beta'])
+
+    def loss(self, batch: List[Query], rng: np.random.Generator) -> torch.Tensor:
+        docnos, texts, logits = self.candidates(batch)
+        self.record('beta', self.beta.item())  # the value this step uses, before its update
+        weights = self.beta * torch.softmax(logits, dim=-1)
+        return -biased_log_likelihood(self.generator, [q.query for q in batch], texts, weights).mean()

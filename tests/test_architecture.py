@@ -1,0 +1,91 @@
+"""The package's layout is its method: data → models → retrieval → training → harness, one way."""
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / 'pyterrier_selfsup'
+LAYERS = ['_cache', 'data', 'models', 'retrieval', 'training', 'harness']
+TRAINERS = {'training.distant', 'training.reconstruction', 'training.adjustment'}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE).with_suffix('').parts
+    return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
+
+
+def imports(path: Path):
+    """The package modules ``path`` imports, at module level or inside functions."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith('pyterrier_selfsup'):
+            base = node.module[len('pyterrier_selfsup'):].lstrip('.')
+            for alias in node.names:  # `from pyterrier_selfsup.harness import trained` imports a module
+                candidate = f'{base}.{alias.name}' if base else alias.name
+                found.add(candidate if (PACKAGE / candidate.replace('.', '/')).with_suffix('.py').is_file()
+                          or (PACKAGE / candidate.replace('.', '/')).is_dir() else base)
+        elif isinstance(node, ast.Import):
+            found.update(a.name[len('pyterrier_selfsup.'):] for a in node.names
+                         if a.name.startswith('pyterrier_selfsup.'))
+    return {f for f in found if f}
+
+
+GRAPH = {module_name(p): imports(p) for p in PACKAGE.rglob('*.py') if module_name(p)}
+
+
+def layer(module: str) -> int:
+    top = module.split('.')[0]
+    return LAYERS.index('harness' if top == '__main__' else top)  # `python -m pyterrier_selfsup` is the CLI
+
+
+def test_the_graph_was_read():
+    assert {'training.loop', 'training.distant', 'models.reading', 'harness.trained'} <= set(GRAPH)
+    assert 'training.loop' in GRAPH['training.distant'] and 'retrieval.bm25' in GRAPH['training.distant']
+
+
+@pytest.mark.parametrize('module', sorted(GRAPH))
+def test_no_module_imports_from_a_later_layer(module):
+    upward = {m for m in GRAPH[module] if layer(m) > layer(module)}
+    assert not upward, f'{module} imports {sorted(upward)} from a later layer (order: {" -> ".join(LAYERS)})'
+
+
+def test_no_import_cycle():
+    state = {}
+
+    def visit(module, path):
+        state[module] = 'open'
+        for target in sorted(GRAPH.get(module, ())):
+            if state.get(target) == 'open':
+                raise AssertionError(f'import cycle: {" -> ".join(path + [target])}')
+            if target not in state:
+                visit(target, path + [target])
+        state[module] = 'done'
+
+    for module in sorted(GRAPH):
+        if module not in state:
+            visit(module, [module])
+
+
+def test_trainers_are_siblings_over_one_loop():
+    for trainer in TRAINERS:
+        assert 'training.loop' in GRAPH[trainer]
+        assert not GRAPH[trainer] & (TRAINERS - {trainer}), f'{trainer} imports a sibling trainer'
+
+
+def test_importing_the_package_runs_no_subprocess_and_leaves_the_harness_alone():
+    probe = (
+        'import subprocess, sys\n'
+        'calls = []\n'
+        'real = subprocess.Popen.__init__\n'
+        'def spy(self, *args, **kwargs):\n'
+        '    calls.append(args[0] if args else kwargs.get("args"))\n'
+        '    return real(self, *args, **kwargs)\n'
+        'subprocess.Popen.__init__ = spy\n'
+        'import pyterrier_selfsup\n'
+        'print(calls, sorted(m for m in sys.modules if m.startswith("pyterrier_selfsup.harness")))\n'
+        'pyterrier_selfsup.PIPELINES\n'
+        'print("pyterrier_selfsup.harness.pipelines" in sys.modules)\n')
+    out = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[-2:] == ['[] []', 'True']
