@@ -33,6 +33,10 @@ Groups, each one results file (written as soon as the group finishes):
   acrobart_sources  ACROBArT (k=3, 128 passage tokens) with the frozen passage tower, which
                  makes it affordable enough to run it on each query source and start: the
                  train-query texts, corpus sentences, generated queries (809 each), start=ds
+  rumbart_frozen_rerun  rumbart_frozen's one-epoch frozen-passage run, rerun end to end (teacher
+                 scores included, from a cold cache) by the redesigned package (issue 15): its
+                 numbers must match rumbart_frozen's within seed noise; curves in
+                 reconstruction_curves/rerun/
 
 Every group is evaluated on beir/scifact/train (the qrels of the queries whose texts were
 used for training: the split on which choices may be made) and beir/scifact/test
@@ -80,7 +84,9 @@ GROUPS = {
                                        for seed in (0, 1, 2)],
     'acrobart_sources': ['bm25', 'dual', f'{ACROBART},{TRAIN}', f'{ACROBART},{TRAIN},start=ds'] + [
         f'{ACROBART},queries={source},n_queries=809' for source in ('sentences', 'generated')],
+    'rumbart_frozen_rerun': ['bm25', 'dual', FROZEN],
 }
+CURVES = {'rumbart_frozen_rerun': 'reconstruction_curves/rerun'}  # beside the first run's, not over them
 
 
 def main(groups):
@@ -88,7 +94,7 @@ def main(groups):
         result = run_experiment(COLLECTIONS, GROUPS[group], name=group, verbose=True)
         write_results(result, RESULTS)
         trained_here = [p for p in GROUPS[group] if p.startswith(('rumbart', 'acrobart'))]  # ds's are in ds_curves/
-        copy_training_curves(trained_here, COLLECTIONS[0], RESULTS / 'reconstruction_curves')
+        copy_training_curves(trained_here, COLLECTIONS[0], RESULTS / CURVES.get(group, 'reconstruction_curves'))
 
 
 if __name__ == '__main__':

@@ -25,7 +25,7 @@ def test_adjustment_loss_is_the_kl_divergence_with_zero_target_terms_left_out():
     assert adjustment_loss(torch.log(target + 1e-300), target).item() == pytest.approx(0.0, abs=1e-9)
 
 
-def test_kl_gradient_reaches_the_bi_encoder_and_head_weights_and_matches_finite_differences(tiny_reatt, tiny_dir):
+def test_kl_gradient_reaches_the_bi_encoder_and_head_weights_and_matches_finite_differences(tiny_reatt):
     r = tiny_reatt()
     r.model.double()
     target = torch.tensor([[0.6, 0.4, 0.0, 0.0], [0.0, 0.0, 0.1, 0.9]], dtype=torch.float64)
@@ -49,14 +49,14 @@ def test_kl_gradient_reaches_the_bi_encoder_and_head_weights_and_matches_finite_
 
 
 @pytest.fixture
-def trainer(tiny_generator, tiny_reatt, tiny_dir, tiny_generator_dir, tmp_path):
+def trainer(tiny_generator, tiny_reatt, tmp_path):
     coll = Collection('classic/adi')
     return CrossDocumentAdjustment(tiny_reatt(), tiny_generator(max_passage_length=32), coll, k=3, batch_size=4,
                                    epochs=2, lr=1e-3, teacher_temperature=2.0, cache_dir=tmp_path,
                                    output_dir=tmp_path / 'out', verbose=False)
 
 
-def test_target_is_the_generators_softmax_over_close_documents_and_zero_elsewhere(tiny_generator, trainer, tiny_generator_dir):
+def test_target_is_the_generators_softmax_over_close_documents_and_zero_elsewhere(tiny_generator, trainer):
     coll = trainer.collection
     batch = trainer.examples(coll.topics().head(2))
     trainer.on_epoch_start(batch, 0, False)
@@ -138,8 +138,8 @@ def test_attention_target_is_a_distribution_over_the_passages_independent_of_the
         torch.testing.assert_close(flipped, both[0].flip(0), rtol=1e-4, atol=1e-5)
 
 
-def test_trainer_with_the_attention_target_uses_it_for_each_querys_close_documents(tiny_generator, tiny_reatt, tiny_dir, tiny_generator_dir,
-                                                                                  tmp_path):
+def test_trainer_with_the_attention_target_uses_it_for_each_querys_close_documents(tiny_generator, tiny_reatt,
+                                                                                   tmp_path):
     from pyterrier_selfsup.models.reading import attention_target
     coll = Collection('classic/adi')
     gen = tiny_generator(max_passage_length=32)

@@ -3,6 +3,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -20,6 +21,9 @@ def test_run_writes_results_with_header(tmp_path, cache_dir):
     assert proc.returncode == 0, proc.stderr
     assert re.search(r'\| bm25 \| 0\.4855 \| 0\.8144 \| 0\.6427 \|', proc.stdout)
     assert re.search(r'\| minilm \| 0\.497\d \(p=0\.8\d*\)', proc.stdout)
+    # offline is a normal way to run: said once, and no library chatter about it
+    assert 'Could not reach the Hub' not in proc.stderr and 'direct file access' not in proc.stderr
+    assert len([line for line in proc.stderr.splitlines() if 'offline' in line.lower()]) == 1
 
     md = (tmp_path / 'results' / 'adi.md').read_text()
     for key in ('date', 'command', 'code', 'machine', 'packages', 'models', 'data', 'pipeline bm25',
@@ -121,3 +125,35 @@ def test_a_measure_equal_to_the_baseline_on_every_query_is_not_marked_significan
     table = pd.DataFrame([row, other])
     lines = format_table(table).splitlines()
     assert '0.5000 (= baseline)' in lines[-1] and '0.5000 (p=0.01*)' in lines[-1]
+
+
+def test_train_trains_once_without_evaluating_and_run_picks_the_model_up(tmp_path, cache_dir, tiny_dir):
+    ds = f'ds:model_name={tiny_dir},queries=classic/adi,batch_size=16'
+    proc = selfsup('train', ds, '-c', 'classic/adi', '--cache-dir', str(cache_dir), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    final = Path(re.search(r'trained .* on classic/adi: (\S+)', proc.stdout).group(1))
+    assert final.name == 'final' and (final / 'dual_encoder.json').is_file()
+    assert (final.parent / 'training_log.jsonl').is_file() and 'nDCG' not in proc.stdout
+    trained = os.stat(final / 'dual_encoder.json').st_mtime_ns
+    again = selfsup('train', ds, '-c', 'classic/adi', '--cache-dir', str(cache_dir), cwd=tmp_path)
+    assert again.returncode == 0 and str(final) in again.stdout
+    run = selfsup('run', '-c', 'classic/adi', '-p', ds, '--cache-dir', str(cache_dir), cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert os.stat(final / 'dual_encoder.json').st_mtime_ns == trained  # trained once, found by train and run
+
+    nothing = selfsup('train', 'bm25', '-c', 'classic/adi', '--cache-dir', str(cache_dir), cwd=tmp_path)
+    assert nothing.returncode == 2 and 'bm25 trains nothing' in nothing.stderr
+
+
+def test_any_smart_collection_in_the_data_directory_is_named_on_the_command_line(tmp_path):
+    from tests.test_classic import write_toy
+    data = write_toy(tmp_path / 'glasgow', '1 1\n2 2\n', name='TOY')
+    proc = selfsup('run', '-c', 'classic/toy', '-p', 'bm25', '--classic-data', str(data),
+                   '--cache-dir', str(tmp_path / 'cache'), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r'\| bm25 \| 1\.0000 \|', proc.stdout)  # each query finds its one relevant document
+    listed = subprocess.run([sys.executable, '-m', 'pyterrier_selfsup', 'list'], capture_output=True, text=True,
+                            env={**os.environ, 'SELFSUP_CLASSIC_DATA': str(data)}).stdout
+    assert 'collection classic/toy' in listed
+    missing = selfsup('run', '-c', 'classic/nope', '-p', 'bm25', '--classic-data', str(data), cwd=tmp_path)
+    assert missing.returncode == 2 and "unknown collection 'classic/nope'" in missing.stderr

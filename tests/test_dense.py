@@ -48,3 +48,13 @@ def test_bad_input(adi_dense):
         adi_dense(pd.DataFrame({'qid': ['1']}))
     empty = adi_dense(pd.DataFrame({'qid': [], 'query': []}))
     assert len(empty) == 0 and list(empty.columns) == ['qid', 'query', 'docno', 'score', 'rank']
+
+
+def test_a_query_without_text_retrieves_nothing_from_every_retriever(adi_dense, cache_dir):
+    from pyterrier_selfsup import BM25
+    bm25 = BM25.from_collection('classic/adi', cache_dir=cache_dir)
+    topics = pd.DataFrame({'qid': ['1', '2', '3', '4'], 'query': ['computer indexing', None, float('nan'), '  ']})
+    for retriever in (bm25, adi_dense):
+        results = retriever % 5
+        out = results(topics)
+        assert set(out['qid']) == {'1'} and len(out) == 5, retriever

@@ -43,7 +43,7 @@ def test_positives_are_bm25_top1_never_the_source(cache_dir):
         assert trainer.positive(e) != source and source in e.excluded
 
 
-def test_duplicate_positives_are_not_negatives(tiny_encoder, tiny_dir, cache_dir):
+def test_duplicate_positives_are_not_negatives(tiny_encoder, cache_dir):
     coll = Collection('classic/adi')
     trainer = DistantSupervision(tiny_encoder(max_length=64), coll, cache_dir=cache_dir)
     e = trainer.examples(coll.topics().head(1))[0]
@@ -54,7 +54,7 @@ def test_duplicate_positives_are_not_negatives(tiny_encoder, tiny_dir, cache_dir
 
 
 @pytest.mark.parametrize('negatives', ['none', 'random', 'bm25', 'retriever'])
-def test_loss_falls_on_a_toy_corpus(tiny_encoder, tiny_dir, cache_dir, tmp_path, negatives):
+def test_loss_falls_on_a_toy_corpus(tiny_encoder, cache_dir, tmp_path, negatives):
     coll = Collection('classic/adi')
     trainer = DistantSupervision(tiny_encoder(max_length=64), coll, negatives=negatives, batch_size=7, epochs=8, lr=3e-3,
                                  output_dir=tmp_path, cache_dir=cache_dir, verbose=False)
@@ -70,7 +70,7 @@ def test_loss_falls_on_a_toy_corpus(tiny_encoder, tiny_dir, cache_dir, tmp_path,
     assert results.groupby('qid').size().tolist() == [82, 82]
 
 
-def test_accumulation_steps(tiny_encoder, tiny_dir, cache_dir):
+def test_accumulation_steps(tiny_encoder, cache_dir):
     coll = Collection('classic/adi')
     trainer = DistantSupervision(tiny_encoder(max_length=64), coll, batch_size=4, accumulation=3, epochs=1, cache_dir=cache_dir,
                                  verbose=False)
@@ -78,7 +78,7 @@ def test_accumulation_steps(tiny_encoder, tiny_dir, cache_dir):
     assert len(trainer.log) == math.ceil(math.ceil(35 / 4) / 3)  # 9 batches, 3 optimiser steps
 
 
-def test_resumed_run_continues_with_the_same_losses(tiny_encoder, tiny_dir, cache_dir, tmp_path):
+def test_resumed_run_continues_with_the_same_losses(tiny_encoder, cache_dir, tmp_path):
     coll = Collection('classic/adi')
     settings = dict(negatives='bm25', batch_size=8, epochs=3, lr=3e-4, accumulation=2, cache_dir=cache_dir,
                     verbose=False, checkpoint_every=3)
@@ -91,7 +91,7 @@ def test_resumed_run_continues_with_the_same_losses(tiny_encoder, tiny_dir, cach
         torch.testing.assert_close(a, b)
 
 
-def test_validation_is_logged_and_leaves_no_index(tiny_encoder, tiny_dir, tmp_path):
+def test_validation_is_logged_and_leaves_no_index(tiny_encoder, tmp_path):
     coll = Collection('classic/adi')
     cache = tmp_path / 'cache'
     trainer = DistantSupervision(tiny_encoder(max_length=64), coll, batch_size=7, epochs=2, lr=3e-3, output_dir=tmp_path / 'out',

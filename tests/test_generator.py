@@ -28,7 +28,7 @@ def manual_log_likelihood(gen: Generator, target: str, passage: str) -> float:
 
 
 @pytest.mark.parametrize('kind', ['bart', 't5', 'llama'])
-def test_log_likelihood_equals_a_manual_per_token_sum(tiny_generator, tiny_generator_dir, kind):
+def test_log_likelihood_equals_a_manual_per_token_sum(tiny_generator, kind):
     gen = tiny_generator(kind, batch_size=2)  # several batches, and passages shared by targets
     targets = [t for t in TARGETS for _ in PASSAGES]
     passages = [p for _ in TARGETS for p in PASSAGES]
@@ -51,14 +51,14 @@ def test_prefix_cache_scores_equal_uncached_ones_on_real_smollm2(cache_dir):
     assert cached.reshape(3, 3)[0].argmax() == 0 and cached.reshape(3, 3)[1].argmax() == 1
 
 
-def test_truncation_keeps_the_prompt_whole(tiny_generator, tiny_generator_dir):
+def test_truncation_keeps_the_prompt_whole(tiny_generator):
     gen = tiny_generator('llama', max_passage_length=4)
     long, short = gen.passage_ids(['one two three four five six seven', 'one two three four'])
     assert long == short
     assert gen.tokenizer.decode(long) == 'passage : one two three four a question this passage answers :'
 
 
-def test_frozen_generator_has_no_gradients(tiny_generator, tiny_generator_dir):
+def test_frozen_generator_has_no_gradients(tiny_generator):
     gen = tiny_generator('llama')
     assert not any(p.requires_grad for p in gen.model.parameters())
     trainable = tiny_generator('llama', trainable=True)
@@ -66,13 +66,13 @@ def test_frozen_generator_has_no_gradients(tiny_generator, tiny_generator_dir):
     assert all(p.grad is not None for p in trainable.model.parameters() if p.requires_grad)
 
 
-def test_generate_returns_one_line_per_passage(tiny_generator, tiny_generator_dir):
+def test_generate_returns_one_line_per_passage(tiny_generator):
     for kind in ('bart', 'llama'):
         out = tiny_generator(kind).generate(PASSAGES, max_new_tokens=5)
         assert len(out) == 3 and all(isinstance(t, str) and '\n' not in t for t in out)
 
 
-def test_reconstruction_scorer_reranks_and_caches(tiny_generator, tiny_generator_dir, tmp_path):
+def test_reconstruction_scorer_reranks_and_caches(tiny_generator, tmp_path):
     gen = tiny_generator('llama')
     frame = pd.DataFrame({'qid': ['1'] * 3 + ['2'] * 3, 'query': [TARGETS[0]] * 3 + [TARGETS[1]] * 3,
                           'docno': ['a', 'b', 'c'] * 2, 'text': PASSAGES * 2, 'score': 0.0, 'rank': 0})
@@ -100,7 +100,7 @@ def test_reconstruction_scorer_reranks_and_caches(tiny_generator, tiny_generator
     assert len(empty) == 0 and {'score', 'rank'} <= set(empty.columns)
 
 
-def test_reconstruction_scorer_needs_text(tiny_generator, tiny_generator_dir):
+def test_reconstruction_scorer_needs_text(tiny_generator):
     gen = tiny_generator('llama')
     with pytest.raises(Exception, match='text'):
         gen.scorer()(pd.DataFrame({'qid': ['1'], 'query': ['q'], 'docno': ['a'], 'score': [0.], 'rank': [0]}))
@@ -120,7 +120,7 @@ def test_smollm2_reranks_adi(cache_dir):
     assert out['score'].between(-15, 0).all()
 
 
-def test_cached_scoring_goes_by_passage_and_commits_each_chunk(tiny_generator, tiny_generator_dir, tmp_path):
+def test_cached_scoring_goes_by_passage_and_commits_each_chunk(tiny_generator, tmp_path):
     gen = tiny_generator('llama')
     frame = pd.DataFrame({'qid': ['1'] * 3 + ['2'] * 3, 'query': [TARGETS[0]] * 3 + [TARGETS[1]] * 3,
                           'docno': ['a', 'b', 'c'] * 2, 'text': PASSAGES * 2})

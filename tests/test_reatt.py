@@ -1,5 +1,6 @@
 import numpy as np
 import pandas as pd
+import pyterrier as pt
 import pytest
 import torch
 
@@ -45,7 +46,7 @@ def test_head_scores_equal_a_manual_computation_from_the_models_own_attention(ti
     assert got.shape == (8, 2) and np.ptp(got[:4], axis=0).min() > 1e-4  # the documents score differently
 
 
-def test_the_projections_are_the_ones_the_model_attends_with(tiny_reatt, tiny_dir):
+def test_the_projections_are_the_ones_the_model_attends_with(tiny_reatt):
     """softmax(Q Kᵀ · scaling) of a text with itself is the model's own attention map at that layer."""
     r = tiny_reatt(1)
     ids = r.tokenizer([QUERIES[0]], return_tensors='pt')
@@ -58,14 +59,14 @@ def test_the_projections_are_the_ones_the_model_attends_with(tiny_reatt, tiny_di
                                rtol=1e-5, atol=1e-6)
 
 
-def test_a_pairs_score_does_not_depend_on_its_batch(tiny_reatt, tiny_dir):
+def test_a_pairs_score_does_not_depend_on_its_batch(tiny_reatt):
     r = tiny_reatt()
     alone = [r.score_texts([QUERIES[0]], [d])[0] for d in DOCS]
     together = r.score_texts([QUERIES[0]] * len(DOCS), DOCS)  # padded to the longest document
     np.testing.assert_allclose(together, alone, rtol=1e-5, atol=1e-6)
 
 
-def test_head_weights_mix_the_heads_and_save_and_load(tiny_reatt, tiny_dir, tmp_path):
+def test_head_weights_mix_the_heads_and_save_and_load(tiny_reatt, tmp_path):
     r = tiny_reatt()
     per_head = r.score_texts([QUERIES[0]] * 4, DOCS, per_head=True)
     np.testing.assert_allclose(r.score_texts([QUERIES[0]] * 4, DOCS), per_head.mean(1), rtol=1e-5)  # uniform
@@ -79,7 +80,7 @@ def test_head_weights_mix_the_heads_and_save_and_load(tiny_reatt, tiny_dir, tmp_
     np.testing.assert_allclose(again.score_texts([QUERIES[0]] * 4, DOCS), mixed, rtol=1e-6)
 
 
-def test_scorer_reranks_with_per_head_columns(tiny_reatt, tiny_dir):
+def test_scorer_reranks_with_per_head_columns(tiny_reatt):
     r = tiny_reatt()
     frame = pd.DataFrame({'qid': ['1'] * 4 + ['2'] * 4, 'query': [QUERIES[0]] * 4 + [QUERIES[1]] * 4,
                           'docno': [f'd{i}' for i in range(4)] * 2, 'text': DOCS * 2})
@@ -90,7 +91,7 @@ def test_scorer_reranks_with_per_head_columns(tiny_reatt, tiny_dir):
     assert r.scorer()(frame.head(0)).empty
 
 
-def test_bad_input_empty_texts_and_out_of_range_layer(tiny_reatt, tiny_dir):
+def test_bad_input_empty_texts_and_out_of_range_layer(tiny_reatt):
     r = tiny_reatt()
     scores = r.score_texts(['', QUERIES[0]], ['', ''])  # special tokens alone still score
     assert np.isfinite(scores).all()
@@ -107,7 +108,7 @@ def test_bad_input_empty_texts_and_out_of_range_layer(tiny_reatt, tiny_dir):
 
 
 @pytest.fixture(scope='module')
-def adi_index(tiny_reatt, tiny_dir, tmp_path_factory):
+def adi_index(tiny_reatt, tmp_path_factory):
     from pyterrier_selfsup import Collection
     from pyterrier_selfsup.retrieval.token_index import reatt_index
     r = tiny_reatt()
@@ -173,10 +174,11 @@ def test_rescoring_the_best_approximate_candidates_keeps_the_exact_top_k(adi_ind
     found = merged['score_exact'].notna()
     np.testing.assert_allclose(merged.loc[found, 'score'], merged.loc[found, 'score_exact'], rtol=1e-6)
     assert 0.5 < found.mean() < 1
-def test_token_index_reopens_and_refuses_another_model(tiny_reatt, adi_index, tiny_dir):
+def test_token_index_reopens_and_refuses_another_model(tiny_reatt, adi_index):
     from pyterrier_selfsup.retrieval.token_index import ReAttIndex
     r, coll, index = adi_index
-    again = ReAttIndex(index.path)
+    again = pt.Artifact.load(str(index.path))  # through the pyterrier.artifact entry point
+    assert isinstance(again, ReAttIndex)
     topics = coll.topics().head(2)
     pd.testing.assert_frame_equal(again.exhaustive(r, num_results=3)(topics), index.exhaustive(r, num_results=3)(topics))
     other = tiny_reatt()  # uniform head weights: another fingerprint

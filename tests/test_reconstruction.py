@@ -29,7 +29,7 @@ def test_marginal_nll_equals_the_brute_force_formula():
     assert marginal_nll(logits, teacher).item() == pytest.approx(expected, rel=1e-12)
 
 
-def test_rumbart_loss_equals_the_formula_from_its_parts(tiny_encoder, tiny_generator, tiny_dir, tiny_generator_dir, tmp_path):
+def test_rumbart_loss_equals_the_formula_from_its_parts(tiny_encoder, tiny_generator, tmp_path):
     coll = Collection('classic/adi')
     enc, gen = tiny_encoder(), tiny_generator(max_passage_length=32)
     trainer = Rumbart(enc, gen, coll, k=4, cache_dir=tmp_path, verbose=False)
@@ -57,7 +57,7 @@ def test_rumbart_loss_equals_the_formula_from_its_parts(tiny_encoder, tiny_gener
 
 
 @pytest.mark.parametrize('kind', ['llama', 'bart', 't5'])
-def test_acrobart_gradient_reaches_the_retriever_and_matches_finite_differences(tiny_encoder, tiny_generator, tiny_dir, tiny_generator_dir, kind):
+def test_acrobart_gradient_reaches_the_retriever_and_matches_finite_differences(tiny_encoder, tiny_generator, kind):
     enc, gen = tiny_encoder(), tiny_generator(kind, max_passage_length=32)
     enc.model.double()
     gen.model.double()
@@ -83,7 +83,7 @@ def test_acrobart_gradient_reaches_the_retriever_and_matches_finite_differences(
         assert grad[i, j].item() == pytest.approx(central_difference(loss, weight, (i, j), eps), rel=2e-2, abs=1e-4)
 
 
-def test_acrobart_with_zero_bias_is_the_plain_likelihood_of_the_concatenation(tiny_generator, tiny_generator_dir):
+def test_acrobart_with_zero_bias_is_the_plain_likelihood_of_the_concatenation(tiny_generator):
     gen = tiny_generator('llama', max_passage_length=32)
     with torch.no_grad():
         biased = biased_log_likelihood(gen, ['a query'], [['first passage', 'second']], torch.zeros(1, 2))
@@ -95,7 +95,7 @@ def test_acrobart_with_zero_bias_is_the_plain_likelihood_of_the_concatenation(ti
     assert abs(moved.item() - biased.item()) > 1e-3  # the bias changes what the generator reads
 
 
-def test_refresh_rebuilds_the_index_from_the_updated_encoder(tiny_encoder, tiny_generator, tiny_dir, tiny_generator_dir, tmp_path):
+def test_refresh_rebuilds_the_index_from_the_updated_encoder(tiny_encoder, tiny_generator, tmp_path):
     coll = Collection('classic/adi')
     enc = tiny_encoder()
     trainer = Rumbart(enc, tiny_generator(max_passage_length=32), coll, cache_dir=tmp_path, verbose=False)
@@ -119,8 +119,8 @@ def test_refresh_rebuilds_the_index_from_the_updated_encoder(tiny_encoder, tiny_
     assert [r['step'] for r in trainer.log if 'refresh seconds' in r] == [0, 0, 0]
 
 
-def test_rumbart_reuses_cached_teacher_scores_and_leaves_a_frozen_generator_alone(tiny_encoder, tiny_generator, tiny_dir, tiny_generator_dir,
-                                                                                 tmp_path):
+def test_rumbart_reuses_cached_teacher_scores_and_leaves_a_frozen_generator_alone(tiny_encoder, tiny_generator,
+                                                                                  tmp_path):
     coll = Collection('classic/adi')
     gen = tiny_generator(max_passage_length=32)
     weights = {k: v.clone() for k, v in gen.model.state_dict().items()}
@@ -151,7 +151,7 @@ def test_rumbart_reuses_cached_teacher_scores_and_leaves_a_frozen_generator_alon
     assert (tmp_path / 'out' / 'training_curve.png').read_bytes().startswith(b'\x89PNG')
 
 
-def test_corpus_queries_never_retrieve_their_source_and_null_document(tiny_encoder, tiny_generator, tiny_dir, tiny_generator_dir, tmp_path):
+def test_corpus_queries_never_retrieve_their_source_and_null_document(tiny_encoder, tiny_generator, tmp_path):
     coll = Collection('classic/adi')
     enc = tiny_encoder()
     trainer = Rumbart(enc, tiny_generator(max_passage_length=32), coll, k=3, null_document=True, cache_dir=tmp_path,
@@ -176,7 +176,7 @@ def test_corpus_queries_never_retrieve_their_source_and_null_document(tiny_encod
     assert sum(s in row for s, row in zip(sents['source_docno'], own)) > 0
 
 
-def test_trainable_generator_is_trained_and_checkpointed(tiny_encoder, tiny_generator, tiny_dir, tiny_generator_dir, tmp_path):
+def test_trainable_generator_is_trained_and_checkpointed(tiny_encoder, tiny_generator, tmp_path):
     coll = Collection('classic/adi')
     gen = tiny_generator(trainable=True, max_passage_length=32)
     before = gen.model.lm_head.weight.detach().clone()
@@ -193,8 +193,7 @@ def test_trainable_generator_is_trained_and_checkpointed(tiny_encoder, tiny_gene
 
 
 @pytest.mark.parametrize('method', [Rumbart, Acrobart])
-def test_frozen_passages_train_the_query_tower_only_and_never_re_encode(tiny_encoder, tiny_generator, tiny_dir, tiny_generator_dir, tmp_path,
-                                                                        method):
+def test_frozen_passages_train_the_query_tower_only_and_never_re_encode(tiny_encoder, tiny_generator, tmp_path, method):
     coll = Collection('classic/adi')
     enc = tiny_encoder()
     start = {k: v.clone() for k, v in enc.model.state_dict().items()}
@@ -202,7 +201,7 @@ def test_frozen_passages_train_the_query_tower_only_and_never_re_encode(tiny_enc
     docnos = [d['docno'] for d in coll.corpus_iter()]
     start_vectors = enc.encode_docs(coll.texts(docnos))
 
-    def trainer(tiny_generator, enc, out):
+    def trainer(enc, out):
         return method(enc, tiny_generator(max_passage_length=32), coll, k=3, refresh_every=2, train_passages=False,
                        batch_size=7, epochs=1, lr=1e-2, checkpoint_every=2, cache_dir=tmp_path, output_dir=out,
                        verbose=False)
