@@ -157,3 +157,13 @@ def test_any_smart_collection_in_the_data_directory_is_named_on_the_command_line
     assert 'collection classic/toy' in listed
     missing = selfsup('run', '-c', 'classic/nope', '-p', 'bm25', '--classic-data', str(data), cwd=tmp_path)
     assert missing.returncode == 2 and "unknown collection 'classic/nope'" in missing.stderr
+
+
+def test_the_command_line_keeps_ir_datasets_info_out_of_its_output():
+    probe = ('from pyterrier_selfsup.harness.cli import _quiet_libraries\n'
+             '_quiet_libraries()\n'
+             'from pyterrier_selfsup import Collection\n'
+             'print(Collection("beir/scifact/test").texts(["4983"])[0][:14])\n')
+    proc = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == 'Microstructura' and 'direct file access' not in proc.stderr

@@ -99,7 +99,10 @@ def _quiet_libraries():
     """This package's progress at INFO, everyone else's warnings only; offline mode said once."""
     logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(name)s: %(message)s')
     logging.getLogger('pyterrier_selfsup').setLevel(logging.INFO)
-    logging.getLogger('ir_datasets').setLevel(logging.WARNING)  # "Opening ... with direct file access"
+    # ir_datasets sets its logger to INFO when it first makes it ("Opening ... with direct file
+    # access"): made here first, then quietened
+    import ir_datasets
+    ir_datasets.log.easy().logger().setLevel(logging.WARNING)
     if os.environ.get('HF_HUB_OFFLINE', '').lower() in ('1', 'true', 'yes', 'on'):
         # huggingface_hub warns that the hub cannot be reached at every model load, twice (its own
         # handler and the root one): offline is a normal way to run this package
