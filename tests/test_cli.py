@@ -24,6 +24,7 @@ def test_run_writes_results_with_header(tmp_path, cache_dir):
     # offline is a normal way to run: said once, and no library chatter about it
     assert 'Could not reach the Hub' not in proc.stderr and 'direct file access' not in proc.stderr
     assert len([line for line in proc.stderr.splitlines() if 'offline' in line.lower()]) == 1
+    assert 'Loading weights' not in proc.stderr  # not on a terminal: no progress bars, the libraries' included
 
     md = (tmp_path / 'results' / 'adi.md').read_text()
     for key in ('date', 'command', 'code', 'machine', 'packages', 'models', 'data', 'pipeline bm25',

@@ -70,6 +70,11 @@ def main(argv=None) -> int:
     if args.classic_data:
         os.environ[CLASSIC_DATA_ENV] = args.classic_data
     verbose = args.verbose or (not args.quiet and sys.stderr.isatty())
+    if not verbose:  # the libraries' own bars too ("Loading weights", "Writing model shards")
+        from huggingface_hub.utils import disable_progress_bars
+        from transformers.utils import logging as transformers_logging
+        disable_progress_bars()
+        transformers_logging.disable_progress_bar()
     try:
         if args.command == 'train':
             spec = get_pipeline(args.pipeline)
