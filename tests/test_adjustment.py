@@ -156,6 +156,8 @@ def test_trainer_with_the_attention_target_uses_it_for_each_querys_close_documen
         assert target[i].sum().item() == pytest.approx(1.0)
     with pytest.raises(ValueError, match='target'):
         CrossDocumentAdjustment(tiny_reatt(), gen, coll, target='cross', cache_dir=tmp_path)
+    with pytest.raises(ValueError, match='needs a generator'):
+        CrossDocumentAdjustment(tiny_reatt(), None, coll, cache_dir=tmp_path)
 
 
 def test_a_single_t5_teaches_its_own_retrieval_from_masked_sentences(tiny_generator_dir, tmp_path):

@@ -7,8 +7,8 @@
     selfsup list                        # the pipelines and collections it knows
 
 Progress bars show on a terminal and stay out of logs (``-v`` forces them, ``-q`` hides them).
-Any Glasgow/SMART collection ``NAME.ALL``/``NAME.tar.gz`` in ``$SELFSUP_CLASSIC_DATA`` (or
-``--classic-data DIR``) is ``classic/<name>``.
+Any Glasgow/SMART collection ``NAME.ALL``/``NAME.tar.gz`` in ``$SELFSUP_CLASSIC_DATA`` (or, for
+``run`` and ``train``, ``--classic-data DIR``) is ``classic/<name>``.
 """
 import argparse
 import logging

@@ -1,6 +1,5 @@
 """What produced a result: machine, package versions, models, code revision, command."""
 import datetime
-import functools
 import os
 import platform
 import shlex
@@ -48,11 +47,8 @@ def packages() -> str:
     return f'python {platform.python_version()}; ' + ', '.join(found)
 
 
-@functools.lru_cache(maxsize=None)
 def code_revision() -> str:
-    """The git commit of this package's checkout (with ``+uncommitted`` if dirty), if it is one.
-    Read once per process, at the first header (when an experiment starts): the code this
-    process runs, even if the checkout moves on while a long experiment is under way."""
+    """The git commit of this package's checkout (with ``+uncommitted`` if dirty), if it is one."""
     here = Path(__file__).resolve().parent
     try:
         commit = subprocess.run(['git', 'rev-parse', '--short=12', 'HEAD'], cwd=here, capture_output=True,
@@ -64,6 +60,11 @@ def code_revision() -> str:
     return commit + ('+uncommitted' if dirty else '')
 
 
+
+
+# Taken when the harness is first imported (not by `import pyterrier_selfsup`): the code this
+# process runs, even if the checkout moves on while a long experiment is under way.
+CODE_AT_IMPORT = code_revision()
 
 
 def model_revision(name: str) -> str:
@@ -84,7 +85,7 @@ def header(command: Optional[str] = None) -> Dict[str, str]:
     return {
         'date': datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'),
         'command': command or ' '.join(shlex.quote(a) for a in [Path(sys.argv[0]).name] + sys.argv[1:]),
-        'code': f'pyterrier-selfsup {code_revision()}',
+        'code': f'pyterrier-selfsup {CODE_AT_IMPORT}',
         'machine': machine(),
         'packages': packages(),
     }

@@ -54,8 +54,8 @@ def top_k_excluding(retriever: pt.Transformer, queries: Sequence[Query], k: int,
 
     ``retriever`` is any of this package's retrievers, or a FlexIndex retriever with
     ``query_vectors`` (one row per query) given: the trainers search with vectors they
-    have already encoded. ``retriever % (k + the most exclusions)`` is asked, so that an
-    engine that can (PISA, FlexIndex) stops at that depth."""
+    have already encoded. ``retriever % (k + the most exclusions)`` is compiled, so that an
+    engine that can (PISA, FlexIndex, the dense and token retrievers here) stops at that depth."""
     queries = list(queries)
     if not queries:
         return {}
@@ -63,6 +63,6 @@ def top_k_excluding(retriever: pt.Transformer, queries: Sequence[Query], k: int,
     topics = pd.DataFrame({'qid': [q.qid for q in queries], 'query': [q.query for q in queries]})
     if query_vectors is not None:
         topics['query_vec'] = list(np.asarray(query_vectors, dtype=np.float32))
-    results = (retriever % (k + extra))(topics)
+    results = (retriever % (k + extra)).compile()(topics)
     ranked = results.sort_values(['qid', 'rank'], kind='stable').groupby('qid', sort=False)['docno'].apply(list)
     return {q.qid: [d for d in ranked.get(q.qid, []) if d not in q.excluded][:k] for q in queries}

@@ -97,7 +97,9 @@ class DenseRetriever(Retriever):
 
     def fuse_rank_cutoff(self, k: int) -> Optional['DenseRetriever']:
         if k < self.num_results:
-            return DenseRetriever(self.encoder, self.index, num_results=k)
+            fused = DenseRetriever(self.encoder, self.index, num_results=k)
+            fused._tmp = getattr(self, '_tmp', None)  # a fresh index's directory lives as long as either
+            return fused
         return None
 
     def __repr__(self):

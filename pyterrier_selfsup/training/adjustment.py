@@ -185,7 +185,11 @@ class CrossDocumentAdjustment(Trainer):
         self.k = k
         self.alpha = alpha
         self.close: Dict[str, List[str]] = {}  # qid -> its close documents this iteration
-        if generator is None:  # a single model: a ReAttT5, whose retriever is a ReAtt over its encoder
+        reads = callable(getattr(model, 'read', None))  # a single model (ReAttT5) that reads as well
+        if reads != (generator is None):
+            raise ValueError('a single model that reads (ReAttT5) teaches itself: generator=None; a separate '
+                             'ReAtt retriever needs a generator to teach it')
+        if reads:  # its retriever is a ReAtt over its own encoder
             self.reatt: ReAtt = model.retriever
             self.teacher: _Target = ReaderTarget(model)
             self.needs_answers = True

@@ -55,7 +55,7 @@ class DistantSupervision(Trainer):
 
     Args:
         negatives: extra hard negatives, one per query, shared across the batch:
-            ``none``, ``random``, ``bm25`` (from ranks 2..``bm25_depth``), ``retriever``.
+            ``none``, ``random``, ``bm25`` (from ranks 2..``bm25_depth`` + 1), ``retriever``.
         The rest as for :class:`~pyterrier_selfsup.training.Trainer`: ``batch_size`` (the
         in-batch negatives), ``accumulation``, ``epochs``, ``lr``, ``warmup``, ``output_dir``...
     """
