@@ -43,12 +43,15 @@ class Collection:
     def irds(self):
         return self.dataset.irds_ref()
 
-    def corpus_iter(self, verbose: bool = False) -> Iterator[Dict[str, str]]:
+    def corpus_iter(self, verbose: bool = False, progress_file=None,
+                    desc: Optional[str] = None) -> Iterator[Dict[str, str]]:
         """``{'docno', 'text'}`` for every document, streamed. A docno seen before is
-        skipped (the first wins), so that no index holds two entries for one docno."""
+        skipped (the first wins), so that no index holds two entries for one docno.
+        ``verbose``: a progress bar (``desc``), on ``progress_file`` (default: stderr)."""
         docs = self.irds.docs_iter()
         if verbose:
-            docs = pt.tqdm(docs, total=self.irds.docs_count(), desc=f'{self.name} documents', unit='doc')
+            docs = pt.tqdm(docs, total=self.irds.docs_count(), desc=desc or f'{self.name} documents', unit='doc',
+                           file=progress_file)
         seen, duplicates = set(), 0
         for doc in docs:
             if doc.doc_id in seen:

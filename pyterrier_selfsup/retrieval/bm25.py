@@ -41,9 +41,12 @@ def pisa_index(collection: Union[str, Collection], *, stemmer: str = 'porter2', 
     path = cache_root(cache_dir) / 'pisa' / cache_key(collection.corpus_id, settings)
 
     def build(staging: Path):
-        with contextlib.nullcontext() if verbose else _engine_output_hidden():
+        # the engine's own log (a line per percent) is held back even when verbose: the
+        # documents' progress bar says how far the build is
+        with _engine_output_hidden() as terminal:
             index = PisaIndex(str(staging), text_field='text', stemmer=stemmer, stops=stops)
-            index.index(collection.corpus_iter(verbose=verbose))
+            index.index(collection.corpus_iter(verbose=verbose, progress_file=terminal,
+                                               desc=f'BM25 index of {collection.name}'))
             # Opening a retriever writes PISA's score-bound file for (k1, b) into the
             # index directory: do it here, so that a finished index is never written to.
             index.bm25(k1=k1, b=b)
@@ -58,11 +61,11 @@ def _engine_output_hidden():
     sys.stdout.flush()
     sys.stderr.flush()
     saved = {fd: os.dup(fd) for fd in (1, 2)}
-    with tempfile.TemporaryFile() as captured:
+    with tempfile.TemporaryFile() as captured, os.fdopen(os.dup(saved[2]), 'w') as terminal:
         for fd in saved:
             os.dup2(captured.fileno(), fd)
         try:
-            yield
+            yield terminal  # where our own progress bar still reaches the user
         except BaseException:
             for fd, copy in saved.items():
                 os.dup2(copy, fd)

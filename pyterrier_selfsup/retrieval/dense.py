@@ -60,8 +60,8 @@ def encode_into(path: Union[str, Path], collection: Collection, encoder: BiEncod
                 verbose: bool = False) -> FlexIndex:
     """A new FlexIndex at ``path`` holding ``collection``'s documents encoded by ``encoder``."""
     index = FlexIndex(str(path), verbose=False)
-    (encoder.doc_encoder(verbose=False) >> index).index(collection.corpus_iter(verbose=verbose),
-                                                        batch_size=INDEX_CHUNK)
+    docs = collection.corpus_iter(verbose=verbose, desc=f'encoding {collection.name}')
+    (encoder.doc_encoder(verbose=False) >> index).index(docs, batch_size=INDEX_CHUNK)
     return index
 
 
