@@ -128,10 +128,10 @@ class Generator(TorchModel):
             return self.tokenizer(prompts)['input_ids']
         # decoder-only: the target follows, so no end-of-sequence token; a BOS if the model wants one
         ids = self.tokenizer(prompts, add_special_tokens=False)['input_ids']
-        return [self._bos + x for x in ids]
+        return [self.bos_ids + x for x in ids]
 
     @cached_property
-    def _bos(self) -> List[int]:
+    def bos_ids(self) -> List[int]:
         bos = self.tokenizer.bos_token_id
         return [bos] if bos is not None and self.tokenizer('a')['input_ids'][:1] == [bos] else []
 
@@ -225,9 +225,9 @@ class Generator(TorchModel):
             part = items[start:start + chunk]
             idx = torch.tensor([row for row, _ in part], device=self.device)
             yield ([rows[start + i][0] for i in range(len(part))],
-                   self._decode_logp(encoded.index_select(0, idx), mask.index_select(0, idx), [t for _, t in part]))
+                   self.decode_logp(encoded.index_select(0, idx), mask.index_select(0, idx), [t for _, t in part]))
 
-    def _decode_logp(self, encoded: torch.Tensor, encoder_mask: torch.Tensor, t_ids: List[List[int]]) -> torch.Tensor:
+    def decode_logp(self, encoded: torch.Tensor, encoder_mask: torch.Tensor, t_ids: List[List[int]]) -> torch.Tensor:
         """Σ log p(target) per row, decoded from given encoder outputs (seq2seq)."""
         labels, t_mask = pad(t_ids, self.tokenizer.pad_token_id, device=self.device)
         decoder_input = self.model.prepare_decoder_input_ids_from_labels(labels=labels.masked_fill(t_mask == 0, -100))
@@ -249,9 +249,9 @@ class Generator(TorchModel):
             return self._causal_logp(p_ids, t_ids)
 
     def _causal_logp(self, p_ids: List[List[int]], t_ids: List[List[int]]) -> torch.Tensor:
-        return self._sequence_logp([p + t for p, t in zip(p_ids, t_ids)], t_ids)
+        return self.sequence_logp([p + t for p, t in zip(p_ids, t_ids)], t_ids)
 
-    def _sequence_logp(self, seqs: List[List[int]], t_ids: List[List[int]]) -> torch.Tensor:
+    def sequence_logp(self, seqs: List[List[int]], t_ids: List[List[int]]) -> torch.Tensor:
         """Σ log p(target) per row of a decoder-only model, each sequence ending with its
         target: left-padded so that all targets end at the last position, and only the
         last ``max target length + 1`` positions reach the output layer."""

@@ -98,11 +98,11 @@ def biased_log_likelihood(generator: Generator, targets: List[str], passages: Li
         target_width = max(1, max(len(t) for t in t_ids))
         bias = _owner_bias(weights, owner)[:, None, None, :].expand(b, 1, target_width, enc.shape[1])
         with attention_bias(bias), generator.autocast():
-            return generator._decode_logp(enc, enc_mask, t_ids)
+            return generator.decode_logp(enc, enc_mask, t_ids)
     seqs, owner, after = concatenated_prompts(generator, passages, t_ids)
     bias = _owner_bias(weights, owner)[:, None, None, :] * after[:, None, :, None]
     with attention_bias(bias), generator.autocast():
-        return generator._sequence_logp(seqs, t_ids)
+        return generator.sequence_logp(seqs, t_ids)
 
 
 def concatenated_encoding(generator: Generator, passages: List[List[str]]):
@@ -135,11 +135,11 @@ def concatenated_prompts(generator: Generator, passages: List[List[str]], t_ids:
     (the prompt's head and tail around all k passages): (sequences, owner (b, length):
     the passage each position belongs to, -1 elsewhere, and after (b, length): the
     positions after the passages, the prompt's tail and the target), the tensors
-    left-padded as :meth:`Generator._sequence_logp` pads the sequences."""
+    left-padded as :meth:`Generator.sequence_logp` pads the sequences."""
     device = generator.device
     tok = generator.tokenizer
     head, tail = generator.prompt.split('{passage}', 1)
-    head_ids = generator._bos + (tok(head, add_special_tokens=False)['input_ids'] if head else [])
+    head_ids = generator.bos_ids + (tok(head, add_special_tokens=False)['input_ids'] if head else [])
     tail_ids = tok(tail, add_special_tokens=False)['input_ids'] if tail else []
     sep_ids = tok('\n\n', add_special_tokens=False)['input_ids']
     built = []
