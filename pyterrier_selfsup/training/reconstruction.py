@@ -161,8 +161,7 @@ class RetrieveAndReconstruct(Trainer):
     def retrieve(self, query_vectors: np.ndarray, batch: List[Query]) -> List[List[str]]:
         """Each query's top k from the stale index, excluded passages skipped (and the null
         document added, if asked for)."""
-        top = top_k_excluding(self._index.np_retriever(num_results=self.k + max(len(q.excluded) for q in batch)),
-                              batch, self.k, query_vectors=query_vectors)
+        top = top_k_excluding(self._index.np_retriever(), batch, self.k, query_vectors=query_vectors)
         return [top[q.qid] + ([NULL_DOCNO] if self.null_document else []) for q in batch]
 
     def candidates(self, batch: List[Query]) -> Tuple[List[List[str]], List[List[str]], torch.Tensor]:
