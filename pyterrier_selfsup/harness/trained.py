@@ -35,10 +35,22 @@ GENERATED = ('generated', 'roundtrip')  # the query sources that need a generato
 ROUND_TRIP_DEPTH = 10
 
 
+def training_settings(method: str, settings: dict) -> dict:
+    """Every setting ``method`` trains with: ``settings`` over :data:`DEFAULTS`, the search-time
+    ones left out; a setting the method does not have is refused."""
+    if method not in METHODS:
+        raise ValueError(f'unknown training method {method!r}; known: {", ".join(METHODS)}')
+    unknown = set(settings) - set(DEFAULTS[method]) - SEARCH_SETTINGS
+    if unknown:
+        raise ValueError(f'{method} has no setting {", ".join(sorted(unknown))}; its settings: '
+                         f'{", ".join(DEFAULTS[method])}')
+    return {**DEFAULTS[method], **{name: value for name, value in settings.items() if name not in SEARCH_SETTINGS}}
+
+
 def model_dir(collection: Collection, method: str, settings: dict, cache_dir=None) -> Path:
     """Where the model of ``method`` trained with ``settings`` lives (``final/``,
     ``training_log.jsonl``, ``training_curve.png``; while it trains, ``<dir>.partial``)."""
-    key = {name: value for name, value in settings.items() if name not in SEARCH_SETTINGS}
+    key = training_settings(method, settings)
     return cache_root(cache_dir) / 'models' / cache_key(f'{collection.corpus_id}.{method}', key)
 
 
@@ -47,14 +59,8 @@ def train(collection: Union[str, Collection], method: str, settings: dict, *, ca
     """The ``final/`` directory of ``method``'s model trained on ``collection`` with
     ``settings`` (the rest at :data:`DEFAULTS`): trained on first use (resuming an
     interrupted run), then reused."""
-    if method not in METHODS:
-        raise ValueError(f'unknown training method {method!r}; known: {", ".join(METHODS)}')
-    unknown = set(settings) - set(DEFAULTS[method]) - SEARCH_SETTINGS
-    if unknown:
-        raise ValueError(f'{method} has no setting {", ".join(sorted(unknown))}; its settings: '
-                         f'{", ".join(DEFAULTS[method])}')
+    settings = training_settings(method, settings)
     collection = Collection(collection) if isinstance(collection, str) else collection
-    settings = {**DEFAULTS[method], **{name: value for name, value in settings.items() if name not in SEARCH_SETTINGS}}
 
     def build(staging: Path):
         trainer, topics = METHODS[method](collection, settings, output_dir=staging, cache_dir=cache_dir,
