@@ -21,6 +21,7 @@ setup(
         'ir-datasets>=0.5.9',
         'ir-measures>=0.3.7',
         'gguf>=0.10',
+        'accelerate>=1.0',  # transformers needs it to load a GGUF checkpoint (the SmolLM2 generator)
         'matplotlib>=3.7',
         'pandas>=2.0',
         'numpy>=1.24',
