@@ -6,6 +6,8 @@ as its answer (REALM prohibits such trivial retrievals). Sampling is determinist
 under ``seed`` and streams the corpus once (reservoir sampling), so it works on
 corpora that do not fit in memory.
 """
+import logging
+import math
 import random
 import re
 from dataclasses import dataclass
@@ -14,6 +16,8 @@ from typing import FrozenSet, Iterable, List, Optional, Tuple
 import pandas as pd
 
 from pyterrier_selfsup.data.collections import Collection
+
+logger = logging.getLogger(__name__)
 
 _SENTENCE_END = re.compile(r'(?<=[.!?])\s+(?=[A-Z0-9"(\[])')
 # lowercased collections (cranfield, ADI) have no capital to open a sentence; their
@@ -55,14 +59,23 @@ def sentences(text: str) -> List[str]:
 def corpus_sentences(collection: Collection, n: int, *, seed: int = 0, min_words: int = 5,
                      max_words: int = 40) -> pd.DataFrame:
     """``n`` sentences, one from each of ``n`` documents drawn uniformly at random; a
-    document's sentence is drawn among those of ``min_words``..``max_words`` words."""
+    document's sentence is drawn among those of ``min_words``..``max_words`` words. A
+    corpus with fewer such documents than ``n`` gives several sentences of a document
+    (drawn at random among those not yet taken), and a warning if even all its sentences
+    are fewer than ``n``."""
     rng = random.Random(seed)
 
-    def pick(doc):
-        fitting = [s for s in sentences(doc['text']) if min_words <= len(s.split()) <= max_words]
-        return rng.choice(fitting) if fitting else None
+    def fitting(doc):
+        return [s for s in sentences(doc['text']) if min_words <= len(s.split()) <= max_words]
 
-    return _frame('sent', _sample(collection.corpus_iter(), n, rng, pick))
+    def pick(doc):
+        found = fitting(doc)
+        return rng.choice(found) if found else None
+
+    pairs = _sample(collection.corpus_iter(), n, rng, pick)
+    if len(pairs) < n:
+        pairs = _top_up(collection, pairs, n, rng, lambda doc, k: fitting(doc), 'sentences')
+    return _frame('sent', pairs)
 
 
 def cropped_spans(collection: Collection, n: int, *, seed: int = 0, min_words: int = 5,
@@ -79,7 +92,11 @@ def cropped_spans(collection: Collection, n: int, *, seed: int = 0, min_words: i
         start = rng.randint(0, len(words) - length)
         return ' '.join(words[start:start + length])
 
-    return _frame('span', _sample(collection.corpus_iter(), n, rng, pick))
+    pairs = _sample(collection.corpus_iter(), n, rng, pick)
+    if len(pairs) < n:  # a small corpus: several spans of a document
+        per_doc = math.ceil(n / max(1, len(pairs))) + 1
+        pairs = _top_up(collection, pairs, n, rng, lambda doc, k: [pick(doc) for _ in range(per_doc)], 'spans')
+    return _frame('span', pairs)
 
 
 MASK = '<extra_id_0>'  # T5's first sentinel: what a masked span is replaced by, by default
@@ -144,6 +161,23 @@ def _sample(docs: Iterable[dict], n: int, rng: random.Random, pick) -> List[Tupl
     return reservoir
 
 
+def _top_up(collection: Collection, pairs: List[Tuple[str, str]], n: int, rng: random.Random, more,
+            what: str) -> List[Tuple[str, str]]:
+    """``pairs`` (one per document) topped up to ``n`` with further distinct picks of the same
+    documents, drawn at random from ``more(doc, n)``; a warning says when the corpus has fewer."""
+    taken = set(pairs)
+    pool = sorted({(doc['docno'], text) for doc in collection.corpus_iter()
+                   for text in more(doc, n) if text is not None} - taken)
+    rng.shuffle(pool)
+    pairs = pairs + pool[:n - len(pairs)]
+    if len(pairs) < n:
+        logger.warning('%s: %d %s asked for, the corpus has only %d', collection.name, n, what, len(pairs))
+    else:
+        logger.info('%s: %d %s from %d documents (several per document: the corpus is small)',
+                    collection.name, n, what, len({d for d, _ in pairs}))
+    return pairs
+
+
 def _text_if_any(doc: dict):
     return doc['text'] if doc['text'].strip() else None
 
@@ -164,6 +198,34 @@ def generated_queries(collection: Collection, generator, n: int, *, seed: int = 
     docs = _sample(collection.corpus_iter(), n, rng, _text_if_any)
     texts = generator.generate([text for _, text in docs], max_new_tokens=max_new_tokens, **generate_kwargs)
     return _frame('gen', [(docno, q) for (docno, _), q in zip(docs, texts) if q.strip()])
+
+
+def sampled_queries(collection: Collection, generator, n: int, *, per_passage: int = 3, seed: int = 0,
+                    max_new_tokens: int = 32, temperature: float = 1.0, top_p: float = 0.95) -> pd.DataFrame:
+    """About ``n`` queries written by ``generator`` with nucleus sampling, ``per_passage`` for
+    each of ⌈n / per_passage⌉ passages drawn uniformly at random (GPL writes 3 a passage);
+    empty ones and repeats (case and spacing ignored, over the whole set) are dropped, so
+    the frame says how many distinct queries the generator could write. On a corpus with
+    fewer passages than that, each passage gets proportionally more."""
+    import torch  # the generator's sampling is seeded through torch
+
+    rng = random.Random(seed)
+    docs = _sample(collection.corpus_iter(), math.ceil(n / per_passage), rng, _text_if_any)
+    if not docs:
+        return _frame('gen', [])
+    per_passage = max(per_passage, math.ceil(n / len(docs)))
+    torch.manual_seed(seed)
+    texts = generator.generate([text for _, text in docs for _ in range(per_passage)], max_new_tokens=max_new_tokens,
+                               do_sample=True, temperature=temperature, top_p=top_p)
+    kept, seen = [], set()
+    for (docno, _), query in zip([d for d in docs for _ in range(per_passage)], texts):
+        key = ' '.join(query.lower().split())
+        if key and key not in seen:
+            seen.add(key)
+            kept.append((docno, query))
+    if len(kept) < n:
+        logger.warning('%s: %d sampled queries asked for, %d distinct written', collection.name, n, len(kept))
+    return _frame('gen', kept[:n])
 
 
 def round_trip_queries(collection: Collection, generator, n: int, retriever, *, depth: int = 10, seed: int = 0,

@@ -20,6 +20,7 @@ from pyterrier_selfsup.models.generator import SMOLLM2, SMOLLM2_GGUF, Generator,
 from pyterrier_selfsup.models.reatt import ReAtt
 from pyterrier_selfsup.retrieval.bm25 import BM25
 from pyterrier_selfsup.retrieval.dense import MINILM, DenseRetriever
+from pyterrier_selfsup.retrieval.fusion import Fusion
 from pyterrier_selfsup.retrieval.token_index import reatt_index, reatt_retriever
 
 
@@ -168,6 +169,43 @@ register(PipelineSpec(
                 'added to the attention logits from the target towards passage j',
     functools.partial(trained_dense_retriever, method='acrobart'), dict(DEFAULTS['acrobart']),
     method='acrobart'))
+
+def fused_teacher(collection: Collection, *, teacher: str, fusion_depth: int, model_name: str = MINILM,
+                  generator: str = 'smollm2', num_results: int = 1000, cache_dir=None, verbose: bool = False):
+    """The distillation teacher as a retriever, with the zero-shot ``model_name`` as its student."""
+    student = DenseRetriever.from_dual_encoder(collection, model_name, cache_dir=cache_dir, verbose=verbose) \
+        if 'student' in trained.parse_teacher(teacher) else None
+    return trained.teacher_pipeline(collection, teacher, student=student, depth=fusion_depth, generator=generator,
+                                    cache_dir=cache_dir) % num_results
+
+
+def hybrid_retriever(collection: Collection, *, bm25_weight: float = 1.0, hybrid_depth: int = 100,
+                     num_results: int = 1000, cache_dir=None, verbose: bool = False, **settings):
+    """The distilled dense retriever fused with BM25 at query time (per-query z-scores)."""
+    dense = trained_dense_retriever(collection, method='distill', cache_dir=cache_dir, verbose=verbose, **settings)
+    bm25 = BM25.from_collection(collection, num_results=hybrid_depth, cache_dir=cache_dir)
+    return Fusion({'bm25': bm25, 'dense': dense}, weights={'bm25': bm25_weight}, depth=hybrid_depth,
+                  num_results=num_results)
+
+
+register(PipelineSpec(
+    'teacher', 'the distillation teacher as a retriever: BM25 and the zero-shot student (all-MiniLM-L6-v2), each '
+               'one\'s top fusion_depth fused by per-query z-scores (teacher=2*bm25+student weights them; +gen adds '
+               'SmolLM2\'s query likelihood on the fused top 10)',
+    fused_teacher, dict(teacher=DEFAULTS['distill']['teacher'], fusion_depth=DEFAULTS['distill']['fusion_depth'],
+                        model_name=MINILM, generator='smollm2', num_results=1000)))
+
+register(PipelineSpec(
+    'distill', 'all-MiniLM-L6-v2 distilled from the teacher (BM25 + the student itself, fused), no labels: listwise '
+               'KL over the teacher\'s top depth with in-batch negatives, query tower only, the student re-entering '
+               'the teacher each round; queries: sampled from SmolLM2 and round-trip filtered by the teacher, corpus '
+               'sentences/spans, or a collection\'s topic texts',
+    functools.partial(trained_dense_retriever, method='distill'), dict(DEFAULTS['distill']), method='distill'))
+
+register(PipelineSpec(
+    'hybrid', 'the distill pipeline\'s dense retriever fused with BM25 at query time (per-query z-scores): a '
+              'reference, not label-free adaptation alone',
+    hybrid_retriever, dict(DEFAULTS['distill'], bm25_weight=1.0, hybrid_depth=100), method='distill'))
 
 # candidate_tokens=None: every document scored exactly (K' tokens per query token otherwise)
 _REATT_SEARCH = dict(candidate_tokens=None, nprobe=32, num_results=1000)

@@ -19,19 +19,22 @@ import torch
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.queries import (MASK, corpus_sentences, cropped_spans, generated_queries, given_topics,
-                                            masked_spans, round_trip_queries)
+                                            masked_spans, round_trip_queries, sampled_queries)
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.models.generator import MAX_PASSAGE_LENGTH, Generator, load_generator
 from pyterrier_selfsup.models.reatt import ReAtt
 from pyterrier_selfsup.retrieval.bm25 import BM25
-from pyterrier_selfsup.retrieval.dense import MINILM
+from pyterrier_selfsup.retrieval.dense import MINILM, DenseRetriever
+from pyterrier_selfsup.retrieval.fusion import Fusion
 from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment, mask_token
 from pyterrier_selfsup.training.distant import DistantSupervision
+from pyterrier_selfsup.training.distill import Distillation
 from pyterrier_selfsup.training.loop import Trainer, fit_resumably
 from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart
 
-SEARCH_SETTINGS = frozenset({'num_results', 'candidate_tokens', 'nprobe', 'rescore'})
-GENERATED = ('generated', 'roundtrip')  # the query sources that need a generator
+SEARCH_SETTINGS = frozenset({'num_results', 'candidate_tokens', 'nprobe', 'rescore', 'bm25_weight', 'hybrid_depth'})
+GENERATED = ('generated', 'roundtrip', 'sampled')  # the query sources that need a generator
+CUT_FROM_CORPUS = ('sentences', 'spans', 'masked')  # queries that may not retrieve the passage they were cut from
 ROUND_TRIP_DEPTH = 10
 
 
@@ -75,8 +78,9 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
                     cache_dir=None) -> pd.DataFrame:
     """The training queries a pipeline names by ``queries``: ``n_queries`` corpus
     ``sentences``, ``spans`` or ``masked`` sentences (with their ``answer``); ``n_queries``
-    queries ``generated`` by ``generator``, or generated and kept by BM25's ``roundtrip``
-    check (top 10), both written once under ``<cache>/queries/``, keyed by the generator's
+    queries ``generated`` by ``generator`` (greedy, one a passage), ``sampled`` from it
+    (:data:`SAMPLING`, several a passage, repeats dropped), or generated and kept by BM25's
+    ``roundtrip`` check (top 10), written once under ``<cache>/queries/``, keyed by the generator's
     fingerprint, so that every trainer given the same source trains on the same queries;
     or the name of a collection whose topic texts are used (never its qrels).
     ``generator``: a :class:`Generator`, or a name for :func:`load_generator` (loaded at its
@@ -95,6 +99,8 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
     if isinstance(generator, str):
         generator = load_generator(generator, cache_dir=cache_dir)
     settings = {'generator': generator.fingerprint(), 'n': n_queries, 'seed': seed}
+    if queries == 'sampled':
+        settings['sampling'] = dict(SAMPLING)
     if queries == 'roundtrip':
         settings['check'] = f'bm25 top {ROUND_TRIP_DEPTH}'
     path = cache_root(cache_dir) / 'queries' / cache_key(f'{collection.corpus_id}.{queries}', settings)
@@ -103,6 +109,8 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
         staging.mkdir(parents=True)
         if queries == 'generated':
             topics = generated_queries(collection, generator, n_queries, seed=seed)
+        elif queries == 'sampled':
+            topics = sampled_queries(collection, generator, n_queries, seed=seed, **SAMPLING)
         else:
             bm25 = BM25.from_collection(collection, cache_dir=cache_dir) % ROUND_TRIP_DEPTH
             topics = round_trip_queries(collection, generator, n_queries, bm25, depth=ROUND_TRIP_DEPTH, seed=seed)
@@ -183,7 +191,77 @@ def _cross_document_adjustment(collection: Collection, s: dict, *, output_dir: P
     return trainer, topics
 
 
+def parse_teacher(spec: str) -> Dict[str, float]:
+    """A teacher named by its parts and their weights: ``bm25+student`` (1:1),
+    ``2*bm25+student``, ``bm25+student+gen``... Parts: :data:`TEACHER_PARTS`."""
+    weights = {}
+    for term in spec.split('+'):
+        weight, _, part = term.strip().rpartition('*')
+        if part not in TEACHER_PARTS or part in weights:
+            raise ValueError(f'teacher {spec!r}: {part!r} is not one of {", ".join(TEACHER_PARTS)} '
+                             f'(or is named twice); e.g. bm25+student or 2*bm25+student+gen')
+        weights[part] = float(weight) if weight else 1.0
+    return weights
+
+
+# bm25: BM25; student: the student as it is at each round; minilm: the start model, frozen;
+# gen: the generator's query likelihood on the fused top ``rerank_depth`` (its scores cached)
+TEACHER_PARTS = ('bm25', 'student', 'minilm', 'gen')
+
+
+def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: int = 100, rerank_depth: int = 10,
+                     generator: Union[None, str, Generator] = None, cache_dir=None) -> Fusion:
+    """The teacher ``spec`` names (:func:`parse_teacher`) over ``collection``, as a PyTerrier
+    retriever: its parts' top ``depth`` fused by weighted per-query z-scores."""
+    from pyterrier_selfsup.models.generator import score_cache_dir
+    weights = parse_teacher(spec)
+    stages, rerankers = {}, {}
+    for part in weights:
+        if part == 'bm25':
+            stages[part] = BM25.from_collection(collection, num_results=depth, cache_dir=cache_dir)
+        elif part == 'minilm':
+            stages[part] = DenseRetriever.from_collection(collection, MINILM, num_results=depth, cache_dir=cache_dir)
+        elif part == 'student':
+            if student is None:
+                raise ValueError(f'teacher {spec!r} names the student, and no student is given')
+            stages[part] = student
+        else:
+            gen = load_generator(generator or 'smollm2', cache_dir=cache_dir) if not isinstance(generator, Generator) \
+                else generator
+            rerankers[part] = collection.text_loader() >> gen.scorer(
+                normalise='mean', cache=score_cache_dir(collection.corpus_id, gen, cache_dir))
+    if not stages:
+        raise ValueError(f'teacher {spec!r} has no first stage (bm25, student or minilm)')
+    return Fusion(stages, weights=weights, depth=depth, rerankers=rerankers, rerank_depth=rerank_depth)
+
+
+def _distillation(collection: Collection, s: dict, *, output_dir: Path, cache_dir=None,
+                  verbose: bool = False) -> Tuple[Trainer, pd.DataFrame]:
+    needs_gen = 'gen' in parse_teacher(s['teacher']) or s['queries'] in GENERATED
+    gen = load_generator(s['generator'], cache_dir=cache_dir, verbose=verbose) if needs_gen else None
+    topics = training_topics(collection, s['queries'], s['n_queries'], seed=s['seed'], generator=gen,
+                             cache_dir=cache_dir)
+    torch.manual_seed(s['seed'])
+    encoder = DualEncoder.from_pretrained(s['model_name'])
+
+    def teacher(student):
+        return teacher_pipeline(collection, s['teacher'], student=student, depth=s['fusion_depth'], generator=gen,
+                                cache_dir=cache_dir)
+
+    # each round's candidates come from the model at its start: a checkpoint at each round's
+    # end resumes exactly
+    trainer = Distillation(encoder, collection, teacher, depth=s['depth'], teacher_temperature=s['teacher_temperature'],
+                           loss=s['loss'], in_batch=s['in_batch'], train_passages=s['train_passages'],
+                           exclude_sources=s['queries'] in CUT_FROM_CORPUS,
+                           filter_depth=s['filter_depth'] if s['queries'] in GENERATED else None,
+                           stop_overlap=s['stop_overlap'], epochs=s['rounds'], batch_size=s['batch_size'], lr=s['lr'],
+                           output_dir=output_dir, seed=s['seed'], checkpoint_every='epoch', keep_checkpoints=1,
+                           cache_dir=cache_dir, verbose=verbose)
+    return trainer, topics
+
+
 METHODS: Dict[str, Setup] = {
+    'distill': _distillation,
     'ds': _distant_supervision,
     'rumbart': _retrieve_and_reconstruct(Rumbart, 'teacher_temperature'),
     'acrobart': _retrieve_and_reconstruct(Acrobart, 'beta'),
@@ -198,7 +276,12 @@ _RETRIEVE_AND_RECONSTRUCT = dict(start='minilm', queries='sentences', n_queries=
 # re-ranks BM25's top 100 best on beir/scifact/train (experiments/reatt_heads.py; layers
 # counted from 0, as ReAtt's retrieval_layer: the attention of the second layer)
 REATT_HEAD = dict(retrieval_layer=1, head=1, special_tokens=False)
+# how ``queries=sampled`` writes: nucleus sampling, several queries a passage (GPL: 3)
+SAMPLING = dict(per_passage=3, temperature=1.0, top_p=0.95)
 DEFAULTS: Dict[str, dict] = {
+    'distill': dict(model_name=MINILM, queries='sampled', n_queries=5000, teacher='bm25+student', fusion_depth=100,
+                    depth=30, teacher_temperature=1.0, loss='kl', in_batch=True, train_passages=False,
+                    filter_depth=3, rounds=2, stop_overlap=0.9, batch_size=32, lr=2e-5, generator='smollm2', seed=0),
     'ds': dict(model_name=MINILM, queries='sentences', n_queries=5000, negatives='none', epochs=1, batch_size=32,
                lr=2e-5, dim=None, seed=0),
     'rumbart': dict(_RETRIEVE_AND_RECONSTRUCT, teacher_temperature=1.0),

@@ -182,6 +182,37 @@ class DualEncoder(BiEncoder, TrainableModel):
             torch.save({k: v for k, v in self.model.state_dict().items() if k.endswith('_proj.weight')},
                        path / PROJECTIONS_FILE)
         (path / CONFIG_FILE).write_text(json.dumps(self.config(), indent=2))
+        if self.model.dim is None:
+            self.save_sentence_transformers(path)
+        return path
+
+    def save_sentence_transformers(self, path: Union[str, Path]) -> Path:
+        """Writes the sentence-transformers layout of this model into ``path`` (where
+        :meth:`save_pretrained` has written its encoder), so that ``SentenceTransformer(path)``
+        gives the same embeddings: its pooling and normalisation; an untied model (a query
+        tower trained against a frozen passage tower) becomes a ``Router`` whose
+        ``encode_query`` and ``encode_document`` take the two towers. Projections have no
+        counterpart there (a ``Dense`` module would add a bias and an activation): a model
+        with ``dim`` set is refused."""
+        from sentence_transformers import SentenceTransformer
+        from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Router, Transformer
+
+        if self.model.dim is not None:
+            raise ValueError('a DualEncoder with projections (dim set) has no sentence-transformers layout')
+        path = Path(path)
+
+        def tower(directory: Path, max_length: int) -> list:
+            # the tokenizer is saved once, beside the (query) encoder
+            transformer = Transformer(str(directory), max_seq_length=max_length, tokenizer_name_or_path=str(path))
+            modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=self.model.pooling)]
+            return modules + ([Normalize()] if self.model.normalize else [])
+
+        if self.model.tied:
+            modules = tower(path, self.max_length)
+        else:
+            modules = [Router.for_query_document(query_modules=tower(path, self.query_max_length),
+                                                 document_modules=tower(path / PASSAGE_ENCODER_DIR, self.max_length))]
+        SentenceTransformer(modules=modules, device='cpu').save(str(path))
         return path
 
     def fingerprint(self) -> str:

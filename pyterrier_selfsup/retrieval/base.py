@@ -1,7 +1,7 @@
 """What every first-stage retriever of this package checks at the door, and the one search
 the trainers all make: each query's top k, skipping the passages it may not retrieve."""
 import logging
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
@@ -49,20 +49,36 @@ def empty_results(topics: pd.DataFrame) -> pd.DataFrame:
 
 def top_k_excluding(retriever: pt.Transformer, queries: Sequence[Query], k: int, *,
                     query_vectors: Optional[np.ndarray] = None) -> Dict[str, List[str]]:
+    """Each query's top ``k`` docnos by ``retriever``, skipping its ``excluded`` passages:
+    :func:`ranked_excluding` without the scores."""
+    ranked = ranked_excluding(retriever, queries, k, query_vectors=query_vectors)
+    return {qid: docnos for qid, (docnos, _) in ranked.items()}
+
+
+def ranked_excluding(retriever: pt.Transformer, queries: Sequence[Query], k: int, *,
+                     query_vectors: Optional[np.ndarray] = None,
+                     exclude: bool = True) -> Dict[str, Tuple[List[str], np.ndarray]]:
     """Each query's top ``k`` docnos by ``retriever``, skipping its ``excluded`` passages
     (the passage a corpus query was cut from: REALM's trivial retrieval), qid -> docnos.
 
     ``retriever`` is any of this package's retrievers, or a FlexIndex retriever with
     ``query_vectors`` (one row per query) given: the trainers search with vectors they
     have already encoded. ``retriever % (k + the most exclusions)`` is compiled, so that an
-    engine that can (PISA, FlexIndex, the dense and token retrievers here) stops at that depth."""
+    engine that can (PISA, FlexIndex, the dense and token retrievers here) stops at that depth.
+    qid -> (docnos, their scores); ``exclude=False``: nothing skipped."""
     queries = list(queries)
     if not queries:
         return {}
-    extra = max(len(q.excluded) for q in queries)
+    extra = max(len(q.excluded) for q in queries) if exclude else 0
     topics = pd.DataFrame({'qid': [q.qid for q in queries], 'query': [q.query for q in queries]})
     if query_vectors is not None:
         topics['query_vec'] = list(np.asarray(query_vectors, dtype=np.float32))
     results = (retriever % (k + extra)).compile()(topics)
-    ranked = results.sort_values(['qid', 'rank'], kind='stable').groupby('qid', sort=False)['docno'].apply(list)
-    return {q.qid: [d for d in ranked.get(q.qid, []) if d not in q.excluded][:k] for q in queries}
+    ranked = {qid: (group['docno'].tolist(), group['score'].to_numpy(dtype=np.float64))
+              for qid, group in results.sort_values(['qid', 'rank'], kind='stable').groupby('qid', sort=False)}
+    out = {}
+    for q in queries:
+        docnos, scores = ranked.get(q.qid, ([], np.zeros(0)))
+        keep = [i for i, d in enumerate(docnos) if not (exclude and d in q.excluded)][:k]
+        out[q.qid] = ([docnos[i] for i in keep], scores[keep])
+    return out

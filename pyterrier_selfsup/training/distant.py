@@ -101,12 +101,14 @@ class DistantSupervision(Trainer):
     def positive(self, query: Query) -> str:
         return self._ranked[query.qid][0]
 
-    def loss(self, batch: List[Query], rng: np.random.Generator) -> torch.Tensor:
+    def loss(self, batch: List[Query], rng: np.random.Generator) -> Optional[torch.Tensor]:
         positives = [self.positive(q) for q in batch]
         docnos = positives + self._negatives(batch, rng, self.state.get('hard'))
         # a passage that is query i's positive, or was cut from it, is not its negative
         excluded = torch.tensor([[(d == positives[i] or d in q.excluded) and j != i for j, d in enumerate(docnos)]
                                  for i, q in enumerate(batch)], device=self.encoder.device)
+        if int((~excluded).sum(1).max()) < 2:  # no query has a negative: nothing to learn
+            return None
         queries = self.encoder.encode([q.query for q in batch], 'query')
         passages = self.encoder.encode(self.collection.texts(docnos), 'passage')
         return in_batch_loss(queries, passages, self.encoder.temperature, excluded)

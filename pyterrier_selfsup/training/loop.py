@@ -111,6 +111,7 @@ class Trainer(pt.Estimator):
         self.verbose = verbose
         self.log: List[Dict] = []
         self.state: Dict = {}
+        self._stop_reason: Optional[str] = None
         self._metrics: Dict[str, List[float]] = {}
 
     def record(self, name: str, value: float):
@@ -122,7 +123,9 @@ class Trainer(pt.Estimator):
     def examples(self, topics: pd.DataFrame) -> list:
         raise NotImplementedError
 
-    def loss(self, batch: list, rng: np.random.Generator) -> torch.Tensor:
+    def loss(self, batch: list, rng: np.random.Generator) -> Optional[torch.Tensor]:
+        """The batch's loss, or None for a batch the method cannot learn from (no negative
+        in it): the loop then takes no step on it and counts it as ``skipped batches``."""
         raise NotImplementedError
 
     def retriever(self, fresh: bool = False) -> pt.Transformer:
@@ -139,6 +142,13 @@ class Trainer(pt.Estimator):
 
     def on_step_end(self, examples: list):
         """After each optimiser step (``self.state['step']`` is the step just taken)."""
+
+    def stop(self, reason: str):
+        """Ends training after the current step (or before the epoch's first batch, when
+        called from :meth:`on_epoch_start`) by a rule of the method's own; logged."""
+        self._stop_reason = reason
+        self.log.append({'step': self.state.get('step', 0), 'stopped': reason})
+        logger.info('training stops: %s', reason)
 
     def on_fit_start(self):
         """Before the optimiser is made (a method that freezes part of the model does it here)."""
@@ -168,7 +178,7 @@ class Trainer(pt.Estimator):
         examples = self.examples(tr_topics)
         if not examples:
             raise ValueError('no training example could be made from these topics')
-        batches_per_epoch = math.ceil(len(examples) / self.batch_size)
+        batches_per_epoch = len(self.batches(len(examples), 0))
         total_steps = math.ceil(batches_per_epoch * self.epochs / self.accumulation)
         self.on_fit_start()
         params = [p for p in self.parameters() if p.requires_grad]
@@ -182,29 +192,39 @@ class Trainer(pt.Estimator):
         progress = pt.tqdm(total=total_steps, initial=self.state['step'], desc=self.description, unit='step',
                            disable=not self.verbose)
         window: List[float] = []
-        micro = 0
+        micro = skipped = 0
+        self._stop_reason = None
         for epoch in range(self.state['epoch'], self.epochs):
-            order = np.random.default_rng([self.seed, epoch]).permutation(len(examples))
-            batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+            batches = self.batches(len(examples), epoch)
             if self.state['batch'] < len(batches):  # a run resumed at an epoch's end has none of it left
                 self.on_epoch_start(examples, epoch, resumed)
             resumed = False
+            if self._stop_reason is not None:
+                break
             for b in range(self.state['batch'], len(batches)):
                 loss = self.loss([examples[i] for i in batches[b]], np.random.default_rng([self.seed, epoch, b]))
-                (loss / self.accumulation).backward()
-                window.append(loss.item())
+                if loss is not None:
+                    (loss / self.accumulation).backward()
+                    window.append(loss.item())
+                else:
+                    skipped += 1
                 micro += 1
                 if micro < self.accumulation and b < len(batches) - 1:
                     continue
                 micro = 0
+                if not window:  # every batch of this step was skipped: no step
+                    self.state.update(epoch=epoch, batch=b + 1)
+                    continue
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad()
                 self.state.update(step=self.state['step'] + 1, epoch=epoch, batch=b + 1)
                 self.log.append({'step': self.state['step'], 'epoch': epoch, 'loss': float(np.mean(window)),
                                  'lr': scheduler.get_last_lr()[0], 'time': time.time(),
-                                 **{k: float(np.mean(v)) for k, v in self._metrics.items()}})
+                                 **{k: float(np.mean(v)) for k, v in self._metrics.items()},
+                                 **({'skipped batches': skipped} if skipped else {})})
                 self._metrics = {}
+                skipped = 0
                 progress.update(1)
                 progress.set_postfix(loss=f'{np.mean([r["loss"] for r in self.log[-20:] if "loss" in r]):.4f}')
                 window = []
@@ -214,8 +234,10 @@ class Trainer(pt.Estimator):
                 epoch_end = b == len(batches) - 1  # (its last batch always ends in a step)
                 if epoch_end if every == 'epoch' else every and self.state['step'] % every == 0:
                     self._checkpoint(optimizer, scheduler)
-                if self.state['step'] >= total_steps:
+                if self.state['step'] >= total_steps or self._stop_reason is not None:
                     break
+            if self._stop_reason is not None:
+                break
             self.state.update(epoch=epoch + 1, batch=0)
             if va_topics is not None and va_qrels is not None:
                 self.log.append({'step': self.state['step'], 'epoch': epoch,
@@ -228,6 +250,16 @@ class Trainer(pt.Estimator):
             self._checkpoint(optimizer, scheduler, final=True)
             self._write_log()
         return self
+
+    def batches(self, n: int, epoch: int) -> List[np.ndarray]:
+        """The epoch's batches of example indices: a seeded permutation cut every
+        ``batch_size``; a last batch of a single example joins the one before it (one
+        query alone has no in-batch negative to learn from)."""
+        order = np.random.default_rng([self.seed, epoch]).permutation(n)
+        batches = [order[i:i + self.batch_size] for i in range(0, n, self.batch_size)]
+        if len(batches) > 1 and len(batches[-1]) == 1:
+            batches[-2:] = [np.concatenate(batches[-2:])]
+        return batches
 
     def _validate(self, topics, qrels) -> float:
         """nDCG@10 of the model as it is now, over an index built for this call only."""

@@ -1,0 +1,122 @@
+"""Several rankings of a query made one by normalised scores: the teacher of the
+distillation trainer, and a hybrid retriever in its own right.
+
+Each first stage (BM25, a dense retriever, ...) returns its top ``depth`` for a query; its
+scores are turned into per-query z-scores over that list; a document one stage did not
+return takes that stage's lowest z for the query; the fused score is the weighted sum of
+the z-scores, over the union of the lists. Re-rankers (a generator's query likelihood)
+are optional: each scores only the fused top ``rerank_depth``, where it can still change
+the ranking, and joins the sum the same way (z over those documents, the rest at its
+lowest). Fusing BM25 and all-MiniLM-L6-v2 1:1 this way is above both of them on all five
+collections here (DESIGN.md; ``experiments/label_free.py``).
+
+    teacher = Fusion({'bm25': bm25, 'dense': minilm})                 # 1:1
+    hybrid = Fusion({'bm25': bm25, 'dense': minilm}, weights={'dense': 2})
+    with_gen = Fusion({'bm25': bm25, 'dense': minilm},
+                      rerankers={'gen': collection.text_loader() >> gen.scorer(cache=...)})
+
+Why not PyTerrier's ``bm25 + dense``: its CombSUM adds raw scores (BM25's ~10-40 against
+cosines below 1) over the documents both return; fusion needs per-query normalisation
+and the documents only one of them found. ``pt.fusion``'s reciprocal-rank fusion drops
+the scores' margins, which the teacher's distribution is made of.
+"""
+from typing import Dict, Optional
+
+import numpy as np
+import pandas as pd
+import pyterrier as pt
+
+from pyterrier_selfsup.retrieval.base import Retriever
+
+
+def zscores(results: pd.DataFrame, column: str = 'score') -> pd.Series:
+    """Per-query z-scores of ``column`` (a query whose scores are all equal gets zeros)."""
+    grouped = results.groupby('qid', sort=False)[column]
+    mean, std = grouped.transform('mean'), grouped.transform('std', ddof=0)
+    return ((results[column] - mean) / std.where(std > 0, 1.0)).fillna(0.0)
+
+
+def fuse(runs: Dict[str, pd.DataFrame], weights: Dict[str, float]) -> pd.DataFrame:
+    """The union of ``runs`` (name -> result frame with ``qid``, ``docno``, ``score``) with
+    a ``z_<name>`` column for each run (its per-query z-score, or its lowest z for the query
+    where it did not return the document) and ``score`` = Σ weights[name] · z_<name>."""
+    merged = None
+    for name, run in runs.items():
+        part = run[['qid', 'docno']].assign(**{f'z_{name}': zscores(run).to_numpy()})
+        merged = part if merged is None else merged.merge(part, on=['qid', 'docno'], how='outer')
+    for name in runs:
+        column = f'z_{name}'
+        merged[column] = merged[column].fillna(merged.groupby('qid', sort=False)[column].transform('min')).fillna(0.0)
+    merged['score'] = sum(weights.get(name, 1.0) * merged[f'z_{name}'] for name in runs)
+    return merged
+
+
+class Fusion(Retriever):
+    """The union of ``stages``' top ``depth`` ranked by Σ weight · per-query z-score.
+
+    Args:
+        stages: name -> first-stage retriever (a query frame in, a result frame out).
+        weights: name -> weight (1 for a stage or re-ranker not named).
+        depth: how many of each stage's results enter the fusion.
+        rerankers: name -> a re-ranker of a result frame (e.g. ``text_loader() >> gen.scorer()``),
+            run on the fused top ``rerank_depth`` only and added like a stage.
+        num_results: how many fused results come back per query.
+    The result has ``score``, ``rank`` and each component's ``z_<name>``.
+    """
+
+    def __init__(self, stages: Dict[str, pt.Transformer], *, weights: Optional[Dict[str, float]] = None,
+                 depth: int = 100, rerankers: Optional[Dict[str, pt.Transformer]] = None, rerank_depth: int = 10,
+                 num_results: int = 1000):
+        if not stages:
+            raise ValueError('Fusion needs at least one first stage')
+        unknown = set(weights or {}) - set(stages) - set(rerankers or {})
+        if unknown:
+            raise ValueError(f'weights name {", ".join(sorted(unknown))}, which are neither stages nor re-rankers')
+        self.stages = dict(stages)
+        self.weights = dict(weights or {})
+        self.depth = depth
+        self.rerankers = dict(rerankers or {})
+        self.rerank_depth = rerank_depth
+        self.num_results = num_results
+        self._cut = {name: (stage % depth).compile() for name, stage in self.stages.items()}
+
+    def retrieve(self, topics: pd.DataFrame) -> pd.DataFrame:
+        runs = {name: stage(topics) for name, stage in self._cut.items()}
+        fused = fuse(runs, self.weights)
+        if self.rerankers:
+            fused = self._rerank(topics, fused)
+        fused = fused.merge(topics, on='qid', how='left')
+        fused = fused.sort_values(['qid', 'score', 'docno'], ascending=[True, False, True], kind='stable')
+        fused['rank'] = fused.groupby('qid', sort=False).cumcount().astype('int64')
+        return fused[fused['rank'] < self.num_results].reset_index(drop=True)
+
+    def _rerank(self, topics: pd.DataFrame, fused: pd.DataFrame) -> pd.DataFrame:
+        top = (fused.sort_values(['qid', 'score', 'docno'], ascending=[True, False, True], kind='stable')
+               .groupby('qid', sort=False).head(self.rerank_depth))
+        frame = top[['qid', 'docno']].merge(topics[['qid', 'query']], on='qid', how='left')
+        for name, reranker in self.rerankers.items():
+            scored = reranker(frame)
+            part = scored[['qid', 'docno']].assign(**{f'z_{name}': zscores(scored).to_numpy()})
+            fused = fused.merge(part, on=['qid', 'docno'], how='left')
+            column = f'z_{name}'
+            fused[column] = fused[column].fillna(fused.groupby('qid', sort=False)[column].transform('min')).fillna(0.0)
+            fused['score'] = fused['score'] + self.weights.get(name, 1.0) * fused[column]
+        return fused
+
+    def fuse_rank_cutoff(self, k: int) -> Optional['Fusion']:
+        if k < self.num_results:
+            return Fusion(self.stages, weights=self.weights, depth=self.depth, rerankers=self.rerankers,
+                          rerank_depth=self.rerank_depth, num_results=k)
+        return None
+
+    def __repr__(self):
+        weights = ', '.join(f'{n}={self.weights.get(n, 1.0):g}' for n in [*self.stages, *self.rerankers])
+        return f'Fusion({", ".join(self.stages)}; {weights}; depth={self.depth})'
+
+
+def softmax_by_query(results: pd.DataFrame, temperature: float = 1.0) -> np.ndarray:
+    """softmax(score / temperature) within each query of a result frame, row-aligned."""
+    scaled = results['score'].to_numpy(dtype=np.float64) / temperature
+    shifted = scaled - results.groupby('qid', sort=False)['score'].transform('max').to_numpy() / temperature
+    e = np.exp(shifted)
+    return e / pd.Series(e, index=results.index).groupby(results['qid'], sort=False).transform('sum').to_numpy()

@@ -1,0 +1,266 @@
+"""Distillation of a teacher stronger than the student, with no labels.
+
+The teacher is any PyTerrier retriever or re-ranking pipeline: for each training query
+it ranks its top ``depth`` candidates, and softmax(score / ``teacher_temperature``) over
+them is the distribution the student (a :class:`DualEncoder`) learns. The default
+teacher fuses BM25 with the student itself (:class:`~pyterrier_selfsup.retrieval.fusion.Fusion`:
+per-query z-scores summed over the union of their top lists), optionally with the
+generator's query likelihood on the fused top few. The thesis' methods are special
+cases: distant supervision is the teacher "BM25's top 1", RUMBArt's posterior the
+teacher "student × generator over the student's top k".
+
+- **Loss** over each query's candidates: listwise KL(teacher ‖ student), the student's
+  softmax also spanning the other queries' candidates in the batch, where the teacher's
+  probability is 0 (in-batch negatives, as ReAtt's random documents); or Margin-MSE
+  (GPL) over every pair of a query's candidates.
+- **Rounds of self-training**: each epoch is a round; when the teacher is a function of
+  the student (``teacher=lambda student: Fusion({'bm25': bm25, 'student': student})``),
+  the improved student re-enters the teacher and its candidates at the start of every
+  round, as ReAtt iterates and REALM refreshes. Training stops early when the teacher's
+  top 10 hardly changes from one round to the next (``stop_overlap``): a rule that reads
+  no labels.
+- **Round-trip filtering** (GPL/InPars/Promptagator): a query that was written for a
+  passage (``source_docno``) is kept only when the round-0 teacher ranks that passage
+  in its top ``filter_depth``; the survival rate is logged.
+- ``train_passages=False`` (the default) trains the query tower only, against the
+  start encoder's passage vectors (RAG): a step encodes only the batch's queries, the
+  index never goes stale, and a round's re-retrieval is a search of the same index.
+
+    bm25 = BM25.from_collection(scifact, num_results=100)
+    trainer = Distillation(DualEncoder.from_pretrained(MINILM), scifact,
+                           teacher=lambda student: Fusion({'bm25': bm25, 'student': student}),
+                           output_dir='runs/distill', epochs=2)
+    trainer.fit(corpus_queries)          # qrels are never read
+    pt.Experiment([bm25, trainer], ...)  # after fit it retrieves with the student alone
+"""
+import logging
+import time
+from typing import Callable, Dict, List, Optional, Tuple, Union
+
+import numpy as np
+import pandas as pd
+import pyterrier as pt
+import torch
+
+from pyterrier_selfsup.data.collections import Collection
+from pyterrier_selfsup.data.queries import Query, training_queries
+from pyterrier_selfsup.models.dual_encoder import DualEncoder
+from pyterrier_selfsup.retrieval.base import ranked_excluding
+from pyterrier_selfsup.retrieval.dense import DenseRetriever, dense_retriever, flex_index
+from pyterrier_selfsup.training.loop import Trainer
+
+logger = logging.getLogger(__name__)
+
+LOSSES = ('kl', 'margin_mse')
+Teacher = Union[pt.Transformer, Callable[[pt.Transformer], pt.Transformer]]
+TEACHER_CHUNK = 1024  # training queries the teacher ranks per call: bounded memory on any query set
+
+
+def listwise_kl(student_logits: torch.Tensor, teacher_probs: torch.Tensor, excluded: torch.Tensor) -> torch.Tensor:
+    """Mean over queries of KL(teacher ‖ softmax(student_logits)), each row's softmax over
+    its entries not ``excluded``; ``teacher_probs`` rows sum to 1 and are 0 where excluded."""
+    log_q = torch.log_softmax(student_logits.masked_fill(excluded, float('-inf')), dim=-1).masked_fill(excluded, 0.0)
+    return (torch.xlogy(teacher_probs, teacher_probs) - teacher_probs * log_q).sum(-1).mean()
+
+
+def margin_mse(student_scores: torch.Tensor, teacher_scores: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Margin-MSE (Hofstätter et al.; GPL) over every ordered pair (i, j), i ≠ j, of each
+    row's ``valid`` entries: mean of ((s_i - s_j) - (t_i - t_j))², averaged per row, then
+    over rows that have a pair."""
+    d = student_scores - teacher_scores
+    diff = d.unsqueeze(2) - d.unsqueeze(1)
+    pairs = valid.unsqueeze(2) & valid.unsqueeze(1) & ~torch.eye(d.shape[1], dtype=torch.bool, device=d.device)
+    counts = pairs.sum((1, 2))
+    per_row = (diff.pow(2) * pairs).sum((1, 2)) / counts.clamp(min=1)
+    return per_row[counts > 0].mean()
+
+
+def top_overlap(a: Dict[str, List[str]], b: Dict[str, List[str]], k: int = 10) -> float:
+    """Mean over the queries of ``a`` of |top k in a ∩ top k in b| / k (b's missing queries: 0)."""
+    if not a:
+        return 0.0
+    return float(np.mean([len(set(docnos[:k]) & set(b.get(qid, [])[:k])) / k for qid, docnos in a.items()]))
+
+
+class Distillation(Trainer):
+    """Trains ``encoder`` in place towards ``teacher``'s distribution over its candidates.
+
+    Args:
+        teacher: a retriever (query frame in, scored result frame out), or a function of
+            the student's current retriever returning one (rebuilt every round).
+        depth: the teacher's top ``depth`` are each query's candidates.
+        teacher_temperature: the teacher's distribution is softmax(score / this).
+        loss: ``kl`` (listwise, with in-batch negatives if ``in_batch``) or ``margin_mse``.
+        train_passages: also train the passage tower (candidates re-encoded every step;
+            each round then searches a freshly built index). False: the query tower only.
+        exclude_sources: a query cut from a passage (corpus sentences, spans) may not
+            have it among its candidates (REALM's trivial retrieval). False for queries
+            written for a passage, whose source is a genuine answer.
+        filter_depth: keep a query with a ``source_docno`` only if the round-0 teacher
+            ranks that passage in its top ``filter_depth`` (None: keep all).
+        stop_overlap: end training at the start of a round whose teacher shares at least
+            this fraction of its top 10 with the previous round's (None: all ``epochs``).
+        The rest as for :class:`~pyterrier_selfsup.training.Trainer`; ``epochs`` = rounds.
+    """
+    description = 'distillation'
+    marker = 'round'
+
+    def __init__(self, encoder: DualEncoder, collection: Union[str, Collection], teacher: Teacher, *,
+                 depth: int = 30, teacher_temperature: float = 1.0, loss: str = 'kl', in_batch: bool = True,
+                 train_passages: bool = False, exclude_sources: bool = True, filter_depth: Optional[int] = None,
+                 stop_overlap: Optional[float] = None, batch_size: int = 32, lr: float = 2e-5, **kwargs):
+        if loss not in LOSSES:
+            raise ValueError(f'loss must be one of {LOSSES}, not {loss!r}')
+        super().__init__(encoder, collection, batch_size=batch_size, lr=lr, **kwargs)
+        self.teacher = teacher
+        self.depth = depth
+        self.teacher_temperature = teacher_temperature
+        self.loss_name = loss
+        self.in_batch = in_batch
+        self.train_passages = train_passages
+        self.exclude_sources = exclude_sources
+        self.filter_depth = filter_depth
+        self.stop_overlap = stop_overlap
+        self._round0: Optional[Dict[str, Tuple[List[str], np.ndarray]]] = None
+        self._index = None  # the frozen passage tower's index (train_passages=False)
+        self.query_stats: Dict[str, float] = {}
+
+    @property
+    def encoder(self) -> DualEncoder:
+        return self.model
+
+    def retriever(self, fresh: bool = False) -> DenseRetriever:
+        return dense_retriever(self.collection, self.encoder, fresh=fresh, cache_dir=self.cache_dir)
+
+    def title(self) -> str:
+        return f'distillation on {self.collection.corpus_id} ({self.loss_name})'
+
+    def on_fit_start(self):
+        if not self.train_passages:  # RAG: passages keep a frozen copy of the start encoder
+            self.encoder.model.untie()
+            for p in self.encoder.model.passage_parameters():
+                p.requires_grad_(False)
+            self._index = flex_index(self.collection, self.encoder, cache_dir=self.cache_dir)
+
+    # -- the teacher ------------------------------------------------------------------
+
+    def teacher_for(self, student: pt.Transformer) -> pt.Transformer:
+        """The teacher of a round whose student retrieves with ``student``."""
+        if isinstance(self.teacher, pt.Transformer):
+            return self.teacher
+        return self.teacher(student)
+
+    def rank(self, teacher: pt.Transformer, queries: List[Query], *, exclude: bool = True,
+             depth: Optional[int] = None) -> Dict[str, Tuple[List[str], np.ndarray]]:
+        """The teacher's top ``depth`` (docnos, scores) for each query, in chunks."""
+        ranked = {}
+        for start in range(0, len(queries), TEACHER_CHUNK):
+            ranked.update(ranked_excluding(teacher, queries[start:start + TEACHER_CHUNK], depth or self.depth,
+                                           exclude=exclude and self.exclude_sources))
+        self.train_mode(True)
+        return ranked
+
+    def _student(self, fresh: bool) -> pt.Transformer:
+        student = self.retriever(fresh=fresh)
+        self.train_mode(True)
+        return student
+
+    # -- data -------------------------------------------------------------------------
+
+    def examples(self, topics: pd.DataFrame) -> List[Query]:
+        """The training queries, round-trip filtered if ``filter_depth`` is set; the start
+        encoder's teacher ranks them here, once (it is round 0's teacher as well)."""
+        queries = training_queries(topics)
+        if not self.exclude_sources:
+            queries = [Query(q.qid, q.query, frozenset(), q.answer) for q in queries]
+        sources = dict(zip(topics['qid'].astype(str), topics['source_docno'])) if 'source_docno' in topics else {}
+        if self.filter_depth is None or not sources:
+            self._round0 = None
+            return queries
+        teacher = self.teacher_for(self._student(fresh=False))
+        ranked = self.rank(teacher, queries, exclude=False, depth=max(self.depth, self.filter_depth))
+        kept = [q for q in queries if sources.get(q.qid) in ranked[q.qid][0][:self.filter_depth]]
+        self.query_stats = {'queries': len(queries), 'kept': len(kept),
+                            'survival': len(kept) / max(1, len(queries))}
+        logger.info('round-trip filter (teacher top %d): %d of %d queries kept', self.filter_depth, len(kept),
+                    len(queries))
+        self.log.append({'step': 0, **{f'round-trip {k}': v for k, v in self.query_stats.items()}})
+        # round 0's candidates, with this trainer's exclusions applied
+        self._round0 = {q.qid: self._excluding(ranked[q.qid], q) for q in kept} if not self.exclude_sources else None
+        return kept
+
+    def _excluding(self, ranked: Tuple[List[str], np.ndarray], query: Query) -> Tuple[List[str], np.ndarray]:
+        docnos, scores = ranked
+        keep = [i for i, d in enumerate(docnos) if d not in query.excluded][:self.depth]
+        return [docnos[i] for i in keep], scores[keep]
+
+    def on_epoch_start(self, examples: List[Query], epoch: int, resumed: bool):
+        if resumed and self.state.get('targets round') == epoch:
+            return  # the round's targets came back with the checkpoint
+        t0 = time.time()
+        if epoch == 0 and self._round0 is not None:
+            targets = self._round0
+        else:
+            teacher = self.teacher_for(self._student(fresh=self.train_passages and epoch > 0))
+            targets = self.rank(teacher, examples)
+        self._round0 = None
+        previous = self.state.get('targets')
+        record = {'step': self.state.get('step', 0), 'round': epoch, 'teacher seconds': time.time() - t0}
+        if previous is not None:
+            record['teacher overlap'] = top_overlap({q: d for q, (d, _) in targets.items()},
+                                                    {q: d for q, (d, _) in previous.items()})
+        self.log.append(record)
+        self.state.update({'targets': targets, 'targets round': epoch})
+        if (self.stop_overlap is not None and 'teacher overlap' in record
+                and record['teacher overlap'] >= self.stop_overlap):
+            self.stop(f'round {epoch}: the teacher shares {record["teacher overlap"]:.3f} of its top 10 with '
+                      f'round {epoch - 1} (stop_overlap {self.stop_overlap})')
+
+    # -- the loss ---------------------------------------------------------------------
+
+    def loss(self, batch: List[Query], rng: np.random.Generator) -> Optional[torch.Tensor]:
+        targets = self.state['targets']
+        batch = [q for q in batch if len(targets.get(q.qid, ([],))[0]) > 0]
+        if not batch:
+            return None
+        rows = [targets[q.qid] for q in batch]
+        union = list(dict.fromkeys(d for docnos, _ in rows for d in docnos))
+        column = {d: j for j, d in enumerate(union)}
+        b, n = len(batch), len(union)
+        own = torch.zeros(b, n, dtype=torch.bool)
+        teacher = torch.zeros(b, n, dtype=torch.float64)
+        for i, (docnos, scores) in enumerate(rows):
+            cols = [column[d] for d in docnos]
+            own[i, cols] = True
+            teacher[i, cols] = torch.from_numpy(np.asarray(scores, dtype=np.float64)) / self.teacher_temperature
+        excluded = torch.tensor([[d in q.excluded for d in union] for q in batch], dtype=torch.bool)
+        # what each query's student distribution spans: its own candidates (margin_mse, or
+        # kl without in_batch), or every candidate of the batch but its excluded passages
+        shut = excluded | ~own if self.loss_name == 'margin_mse' or not self.in_batch else excluded
+        if int((~shut).sum(1).max()) < 2:  # one candidate a query and no other in the batch
+            return None
+        student = self._student_logits(batch, union)
+        device = student.device
+        own, shut, teacher = own.to(device), shut.to(device), teacher.to(device)
+        if self.loss_name == 'margin_mse':
+            loss = margin_mse(student, teacher.float(), own)
+        else:
+            probs = torch.softmax(teacher.masked_fill(~own, float('-inf')), dim=-1).float()
+            loss = listwise_kl(student, probs, shut)
+        with torch.no_grad():  # label-free diagnostics: does the student agree with the teacher?
+            s_own = student.detach().masked_fill(~own, float('-inf'))
+            t_own = teacher.masked_fill(~own, float('-inf'))
+            self.record('top-1 agreement', (s_own.argmax(1) == t_own.argmax(1)).float().mean().item())
+        return loss
+
+    def _student_logits(self, batch: List[Query], docnos: List[str]) -> torch.Tensor:
+        """q · p / temperature for every query of the batch and every passage in ``docnos``,
+        with gradients to the query tower (and the passage tower if it trains)."""
+        queries = self.encoder.encode([q.query for q in batch], 'query')
+        if self.train_passages:
+            passages = self.encoder.encode(self.collection.texts(docnos), 'passage')
+        else:
+            index_docnos, vectors, _ = self._index.payload()
+            passages = torch.from_numpy(np.asarray(vectors[index_docnos.inv[docnos]], dtype=np.float32))
+            passages = passages.to(queries.device)
+        return queries @ passages.T / self.encoder.temperature

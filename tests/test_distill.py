@@ -1,0 +1,254 @@
+"""Distillation of a fused teacher (issue 16): the teacher's distribution, the losses, the
+round-trip filter, the rounds and their stopping rule, exact resume, and the exported model."""
+import math
+
+import numpy as np
+import pandas as pd
+import pyterrier as pt
+import pytest
+import torch
+
+from pyterrier_selfsup import BM25, Collection, DualEncoder, MINILM
+from pyterrier_selfsup.data.queries import Query, corpus_sentences, cropped_spans
+from pyterrier_selfsup.retrieval.fusion import Fusion, fuse, softmax_by_query, zscores
+from pyterrier_selfsup.training.distill import Distillation, listwise_kl, margin_mse, top_overlap
+
+from tests.helpers import central_difference, stopped_at_step
+
+
+class Frame(pt.Transformer):
+    """A first stage that returns a fixed result frame for the queries asked."""
+
+    def __init__(self, results: pd.DataFrame):
+        self.results = results
+
+    def transform(self, topics):
+        return self.results[self.results['qid'].isin(topics['qid'])].merge(topics, on='qid')
+
+
+def _run(qid, docnos, scores):
+    return pd.DataFrame({'qid': qid, 'docno': docnos, 'score': scores, 'rank': range(len(docnos))})
+
+
+def test_fused_distribution_equals_a_hand_computed_one():
+    bm25 = _run('q', ['a', 'b', 'c'], [30.0, 20.0, 10.0])       # z: 1.2247, 0, -1.2247
+    dense = _run('q', ['b', 'd'], [0.9, 0.5])                     # z: 1, -1
+    fused = Fusion({'bm25': Frame(bm25), 'dense': Frame(dense)}, weights={'dense': 2.0})(
+        pd.DataFrame({'qid': ['q'], 'query': ['x']}))
+    z = math.sqrt(1.5)
+    # a document missing from one list takes that list's lowest z for the query
+    expected = {'a': z + 2 * -1, 'b': 0 + 2 * 1, 'c': -z + 2 * -1, 'd': -z + 2 * -1}
+    assert fused['docno'].tolist() == ['b', 'a', 'c', 'd']  # ties broken by docno
+    assert dict(zip(fused['docno'], fused['score'])) == pytest.approx(expected)
+    assert fused['rank'].tolist() == [0, 1, 2, 3]
+    probs = softmax_by_query(fused, temperature=0.5)
+    e = {d: math.exp(s / 0.5) for d, s in expected.items()}
+    assert probs.tolist() == pytest.approx([e[d] / sum(e.values()) for d in fused['docno']])
+
+
+def test_zscores_are_per_query_and_constant_scores_give_zeros():
+    frame = pd.concat([_run('1', ['a', 'b'], [1.0, 3.0]), _run('2', ['a', 'b'], [5.0, 5.0])])
+    assert zscores(frame).tolist() == pytest.approx([-1, 1, 0, 0])
+    assert fuse({'x': frame}, {'x': 3.0})['score'].tolist() == pytest.approx([-3, 3, 0, 0])
+
+
+def test_reranker_scores_only_the_fused_top(monkeypatch):
+    bm25 = _run('q', ['a', 'b', 'c', 'd'], [4.0, 3.0, 2.0, 1.0])
+    seen = []
+
+    class Reranker(pt.Transformer):
+        def transform(self, inp):
+            seen.extend(inp['docno'])
+            return inp.assign(score=[{'a': 0.0, 'b': 10.0}[d] for d in inp['docno']])
+
+    fused = Fusion({'bm25': Frame(bm25)}, rerankers={'gen': Reranker()}, rerank_depth=2)(
+        pd.DataFrame({'qid': ['q'], 'query': ['x']}))
+    assert sorted(seen) == ['a', 'b']
+    assert fused['docno'].tolist()[:2] == ['b', 'a']  # the re-ranker's preference turned the top two
+    assert fused.set_index('docno')['z_gen'].to_dict() == pytest.approx({'a': -1, 'b': 1, 'c': -1, 'd': -1})
+
+
+def test_listwise_kl_against_brute_force_with_gradients():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    excluded = torch.tensor([[0, 0, 0, 1, 0], [0, 0, 0, 0, 0], [1, 0, 0, 0, 1]], dtype=torch.bool)
+    target = torch.rand(3, 5, dtype=torch.float64).masked_fill(excluded, 0)
+    target[0, 4] = 0  # a document the teacher gives nothing (an in-batch negative)
+    target = target / target.sum(1, keepdim=True)
+
+    def brute():
+        total = 0.0
+        for i in range(3):
+            keep = [j for j in range(5) if not excluded[i, j]]
+            z = sum(math.exp(logits[i, j].item()) for j in keep)
+            total += sum(target[i, j].item() * math.log(target[i, j].item() / (math.exp(logits[i, j].item()) / z))
+                         for j in keep if target[i, j] > 0)
+        return total / 3
+
+    loss = listwise_kl(logits, target, excluded)
+    assert loss.item() == pytest.approx(brute(), rel=1e-10)
+    loss.backward()
+    for index in [(0, 0), (0, 4), (1, 2), (2, 3)]:
+        numeric = central_difference(lambda: listwise_kl(logits, target, excluded), logits, index, 1e-6)
+        assert logits.grad[index].item() == pytest.approx(numeric, rel=1e-6, abs=1e-9)
+    assert logits.grad[0, 3].item() == 0 and logits.grad[2, 0].item() == 0  # excluded: no gradient
+    assert torch.autograd.gradcheck(lambda x: listwise_kl(x, target, excluded), (logits.detach().requires_grad_(),))
+
+
+def test_margin_mse_against_brute_force_with_gradients():
+    torch.manual_seed(1)
+    s = torch.randn(2, 4, dtype=torch.float64, requires_grad=True)
+    t = torch.randn(2, 4, dtype=torch.float64)
+    valid = torch.tensor([[1, 1, 1, 0], [1, 0, 1, 1]], dtype=torch.bool)
+
+    def brute():
+        rows = []
+        for i in range(2):
+            idx = [j for j in range(4) if valid[i, j]]
+            pairs = [((s[i, a] - s[i, b]) - (t[i, a] - t[i, b])).item() ** 2 for a in idx for b in idx if a != b]
+            rows.append(sum(pairs) / len(pairs))
+        return sum(rows) / 2
+
+    assert margin_mse(s, t, valid).item() == pytest.approx(brute(), rel=1e-10)
+    assert torch.autograd.gradcheck(lambda x: margin_mse(x, t, valid), (s.detach().requires_grad_(),))
+    # a shift of all of a query's scores changes no margin
+    assert margin_mse(s + 5.0, t, valid).item() == pytest.approx(margin_mse(s, t, valid).item())
+
+
+def test_top_overlap():
+    assert top_overlap({'q': list('abcdefghij')}, {'q': list('abcde') + list('vwxyz')}) == 0.5
+    assert top_overlap({'q': ['a'], 'r': ['b']}, {'q': ['a']}, k=1) == 0.5
+
+
+def _teacher(coll, cache_dir):
+    bm25 = BM25.from_collection(coll, num_results=100, cache_dir=cache_dir)
+    return lambda student: Fusion({'bm25': bm25, 'student': student}, depth=100)
+
+
+def test_round_trip_filter_keeps_and_drops_planted_queries(tiny_encoder, cache_dir):
+    coll = Collection('classic/adi')
+    docs = {d['docno']: d['text'] for d in coll.corpus_iter()}
+    docnos = sorted(docs)[:4]
+    words = [' '.join(docs[d].split()[:12]) for d in docnos]
+    topics = pd.DataFrame({
+        'qid': ['own-0', 'own-1', 'off-0', 'off-1'],
+        # the first words of a document, planted on it (kept), or on another document (dropped)
+        'query': [words[0], words[1], words[2], words[3]],
+        'source_docno': [docnos[0], docnos[1], docnos[3], docnos[2]]})
+    trainer = Distillation(tiny_encoder(max_length=64), coll, _teacher(coll, cache_dir), exclude_sources=False,
+                           filter_depth=1, cache_dir=cache_dir, verbose=False)
+    kept = trainer.examples(topics)
+    assert [q.qid for q in kept] == ['own-0', 'own-1']
+    assert all(not q.excluded for q in kept)  # a query written for its passage may retrieve it
+    assert trainer.query_stats == {'queries': 4, 'kept': 2, 'survival': 0.5}
+
+
+def _distill(encoder, coll, cache_dir, **kwargs):
+    settings = dict(depth=10, batch_size=8, lr=3e-4, epochs=3, seed=0, cache_dir=cache_dir, verbose=False)
+    return Distillation(encoder, coll, _teacher(coll, cache_dir), **{**settings, **kwargs})
+
+
+def test_rounds_move_the_student_towards_its_teacher_and_resume_exactly(tiny_encoder, cache_dir, tmp_path,
+                                                                       monkeypatch):
+    coll = Collection('classic/adi')
+    topics = coll.topics()
+    full = _distill(tiny_encoder(max_length=64), coll, cache_dir, output_dir=tmp_path / 'full',
+                    checkpoint_every='epoch').fit(topics)
+    rounds = [r for r in full.log if 'round' in r]
+    assert [r['round'] for r in rounds] == [0, 1, 2]
+    assert all(0 < r['teacher overlap'] < 1 for r in rounds[1:])  # the student re-entered its teacher
+    assert len([r for r in full.log if 'loss' in r]) == 3 * math.ceil(35 / 8)
+    # the passage tower stayed as it was: the student searches the start's index
+    start = tiny_encoder(max_length=64)
+    assert full.encoder.passage_fingerprint() == start.passage_fingerprint()
+    assert full.encoder.fingerprint() != start.fingerprint()
+
+    # interrupted in round 2, resumed from the checkpoint at round 1's end: the same weights
+    with stopped_at_step(monkeypatch, Distillation, 2 * math.ceil(35 / 8) + 2):
+        _distill(tiny_encoder(max_length=64), coll, cache_dir, output_dir=tmp_path / 'cut',
+                 checkpoint_every='epoch').fit(topics)
+    resumed = _distill(tiny_encoder(max_length=64), coll, cache_dir, output_dir=tmp_path / 'cut',
+                       checkpoint_every='epoch')
+    resumed.fit(topics, resume_from=tmp_path / 'cut' / f'checkpoint-{2 * math.ceil(35 / 8)}')
+    assert [r['step'] for r in resumed.log if 'loss' in r] == [r['step'] for r in full.log if 'loss' in r]
+    for a, b in zip(full.encoder.model.parameters(), resumed.encoder.model.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize('loss, train_passages', [('kl', False), ('margin_mse', True)])
+def test_the_student_learns_a_fixed_teacher(tiny_encoder, cache_dir, loss, train_passages):
+    coll = Collection('classic/adi')
+    bm25 = Fusion({'bm25': BM25.from_collection(coll, num_results=100, cache_dir=cache_dir)})
+    trainer = Distillation(tiny_encoder(max_length=64), coll, bm25, depth=10, batch_size=7, lr=1e-2, epochs=6,
+                           loss=loss, train_passages=train_passages, cache_dir=cache_dir, verbose=False)
+    start = tiny_encoder(max_length=64)
+    trainer.fit(coll.topics())
+    # both towers train (tied), or the passage tower stays the start's
+    assert trainer.encoder.model.tied == train_passages
+    assert (trainer.encoder.passage_fingerprint() == start.passage_fingerprint()) != train_passages
+    losses = [r['loss'] for r in trainer.log if 'loss' in r]
+    agreement = [r['top-1 agreement'] for r in trainer.log if 'top-1 agreement' in r]
+    assert np.mean(losses[-5:]) < 0.85 * np.mean(losses[:5])
+    assert np.mean(agreement[-5:]) > np.mean(agreement[:5]) + 0.3
+    assert [r['round'] for r in trainer.log if 'round' in r] == list(range(6))
+    assert all(r['teacher overlap'] == 1.0 for r in trainer.log if 'teacher overlap' in r)  # a fixed teacher
+
+
+def test_a_settled_teacher_stops_training(tiny_encoder, cache_dir):
+    coll = Collection('classic/adi')
+    # lr 0: the student, and so its teacher, never changes; round 1 sees the same top 10
+    trainer = _distill(tiny_encoder(max_length=64), coll, cache_dir, lr=0.0, stop_overlap=0.9, epochs=5)
+    trainer.fit(coll.topics())
+    assert [r['round'] for r in trainer.log if 'round' in r] == [0, 1]
+    assert [r for r in trainer.log if 'round' in r][1]['teacher overlap'] == 1.0
+    assert any('stopped' in r for r in trainer.log)
+    assert max(r['step'] for r in trainer.log if 'loss' in r) == math.ceil(35 / 8)
+
+
+def test_a_batch_without_negatives_takes_no_step(tiny_encoder, cache_dir):
+    coll = Collection('classic/adi')
+    trainer = _distill(tiny_encoder(max_length=64), coll, cache_dir, depth=1, in_batch=False, epochs=1)
+    q = Query('x', 'automatic indexing', frozenset())
+    trainer.state['targets'] = {'x': (['1'], np.array([1.0]))}
+    assert trainer.loss([q], np.random.default_rng(0)) is None
+    trainer.fit(coll.topics().head(9))  # every batch has one candidate a query and no in-batch negative
+    assert not [r for r in trainer.log if 'loss' in r]
+
+
+def test_the_last_batch_is_never_a_single_query(tiny_encoder, cache_dir):
+    coll = Collection('classic/adi')
+    trainer = _distill(tiny_encoder(max_length=64), coll, cache_dir, batch_size=17, epochs=1)
+    assert [len(b) for b in trainer.batches(35, 0)] == [17, 18]
+    assert sorted(np.concatenate(trainer.batches(35, 0)).tolist()) == list(range(35))
+    assert [len(b) for b in trainer.batches(36, 0)] == [17, 17, 2]
+
+
+def test_small_corpora_give_several_queries_a_document_and_say_so(caplog):
+    coll = Collection('classic/adi')  # 82 short documents
+    sentences = corpus_sentences(coll, 200, seed=0)
+    assert len(sentences) == 200 and sentences['query'].is_unique
+    assert sentences['source_docno'].value_counts().max() > 1
+    spans = cropped_spans(coll, 300, seed=0)
+    assert len(spans) == 300
+    with caplog.at_level('WARNING'):
+        every = corpus_sentences(coll, 100000, seed=0)
+    assert len(every) < 100000 and 'asked for' in caplog.text
+    assert corpus_sentences(coll, 50, seed=0).equals(corpus_sentences(coll, 50, seed=0))
+
+
+def test_exported_model_loads_in_sentence_transformers(tmp_path, cache_dir):
+    from sentence_transformers import SentenceTransformer
+    coll = Collection('classic/adi')
+    encoder = DualEncoder.from_pretrained(MINILM, precision='fp32')
+    trainer = Distillation(encoder, coll, _teacher(coll, cache_dir), depth=10, batch_size=16, lr=1e-4, epochs=1,
+                           output_dir=tmp_path / 'run', cache_dir=cache_dir, verbose=False)
+    trainer.fit(coll.topics())
+    final = tmp_path / 'run' / 'final'
+    model = SentenceTransformer(str(final), device='cpu')
+    queries, docs = coll.topics()['query'].tolist()[:4], coll.texts(['1', '2', '3'])
+    np.testing.assert_allclose(model.encode_query(queries), encoder.encode_queries(queries), atol=1e-5)
+    np.testing.assert_allclose(model.encode_document(docs), encoder.encode_docs(docs), atol=1e-5)
+    # the query tower moved, the document tower did not
+    assert np.abs(model.encode_query(queries) - model.encode_document(queries)).max() > 1e-3
+    assert DualEncoder.from_pretrained(str(final)).passage_fingerprint() == \
+        DualEncoder.from_pretrained(MINILM).passage_fingerprint()
