@@ -9,16 +9,19 @@ import importlib
 
 from pyterrier_selfsup.data.classic import register_classic
 from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
-from pyterrier_selfsup.data.queries import Query, corpus_sentences, cropped_spans, generated_queries, given_topics
+from pyterrier_selfsup.data.queries import (Query, corpus_sentences, cropped_spans, generated_queries, given_topics,
+                                            sampled_queries)
 from pyterrier_selfsup.models.dual_encoder import DualEncoder, DualEncoderModel
 from pyterrier_selfsup.models.generator import SMOLLM2, SMOLLM2_GGUF, Generator, ReconstructionScorer
 from pyterrier_selfsup.models.reatt import ReAtt
 from pyterrier_selfsup.models.reatt_t5 import ReAttT5
 from pyterrier_selfsup.retrieval.bm25 import BM25, pisa_index
 from pyterrier_selfsup.retrieval.dense import MINILM, DenseRetriever, flex_index, sbert_encoder
+from pyterrier_selfsup.retrieval.fusion import Fusion
 from pyterrier_selfsup.retrieval.token_index import ReAttIndex, reatt_index
 from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment
 from pyterrier_selfsup.training.distant import DistantSupervision, in_batch_loss
+from pyterrier_selfsup.training.distill import Distillation, listwise_kl, margin_mse
 from pyterrier_selfsup.training.loop import Trainer
 from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart, marginal_nll
 
@@ -39,10 +42,11 @@ def __getattr__(name):
 
 __all__ = [
     'register_classic', 'Collection', 'UnknownCollectionError', 'Query', 'corpus_sentences', 'cropped_spans',
-    'generated_queries', 'given_topics',
+    'generated_queries', 'given_topics', 'sampled_queries',
     'DualEncoder', 'DualEncoderModel', 'SMOLLM2', 'SMOLLM2_GGUF', 'Generator', 'ReconstructionScorer', 'ReAtt',
     'ReAttT5',
-    'BM25', 'pisa_index', 'MINILM', 'DenseRetriever', 'flex_index', 'sbert_encoder', 'ReAttIndex', 'reatt_index',
-    'Trainer', 'DistantSupervision', 'in_batch_loss', 'Rumbart', 'Acrobart', 'marginal_nll', 'CrossDocumentAdjustment',
+    'BM25', 'pisa_index', 'MINILM', 'DenseRetriever', 'flex_index', 'sbert_encoder', 'Fusion', 'ReAttIndex',
+    'reatt_index',
+    'Trainer', 'DistantSupervision', 'in_batch_loss', 'Distillation', 'listwise_kl', 'margin_mse', 'Rumbart', 'Acrobart', 'marginal_nll', 'CrossDocumentAdjustment',
     'PIPELINES', 'PipelineSpec', 'register', 'run_experiment', 'write_results',
 ]

@@ -281,7 +281,7 @@ SAMPLING = dict(per_passage=3, temperature=1.0, top_p=0.95)
 DEFAULTS: Dict[str, dict] = {
     'distill': dict(model_name=MINILM, queries='sampled', n_queries=5000, teacher='bm25+student', fusion_depth=100,
                     depth=30, teacher_temperature=1.0, loss='kl', in_batch=True, train_passages=False,
-                    filter_depth=3, rounds=2, stop_overlap=0.9, batch_size=32, lr=2e-5, generator='smollm2', seed=0),
+                    filter_depth=3, rounds=5, stop_overlap=0.97, batch_size=32, lr=2e-5, generator='smollm2', seed=0),
     'ds': dict(model_name=MINILM, queries='sentences', n_queries=5000, negatives='none', epochs=1, batch_size=32,
                lr=2e-5, dim=None, seed=0),
     'rumbart': dict(_RETRIEVE_AND_RECONSTRUCT, teacher_temperature=1.0),

@@ -276,8 +276,11 @@ class Generator(TorchModel):
         p_ids = self.passage_ids(passages)
         out = []
         pad_id = self.tokenizer.pad_token_id
+        batches = range(0, len(p_ids), self.batch_size)
+        if self.verbose and len(batches) > 1:
+            batches = pt.tqdm(batches, desc='generating', unit='batch')
         with self.inference():
-            for start in range(0, len(p_ids), self.batch_size):
+            for start in batches:
                 ids, mask = pad(p_ids[start:start + self.batch_size], pad_id, left=not self.is_seq2seq,
                                 device=self.device)
                 generated = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,

@@ -1,0 +1,99 @@
+"""Label-free distillation of a fused teacher into all-MiniLM-L6-v2 (issue 16).
+
+Groups, each one results file (written as soon as the group finishes), each evaluated with
+paired t-tests (Holm) against its first pipeline:
+
+  distill_choices   the loss and the teacher's temperature, on the 809 scifact train-query
+                    texts; chosen on beir/scifact/train (test reported, never used to choose)
+  distill_sources   corpus-only training queries on scifact: corpus sentences (source
+                    excluded), cropped spans, and SmolLM2 samples filtered by the teacher
+                    (round trip); with each source's distinct fraction and survival rate
+  label_free        the acceptance table: BM25, MiniLM, the teacher as a retriever, the
+                    distilled dense retriever (corpus-only, the shipped settings), and the
+                    distilled retriever fused with BM25 at query time (a reference), on
+                    scifact test, cranfield, vaswani, CISI and ADI; wall time per collection
+  label_free_seeds  scifact corpus-only under seeds 0, 1, 2
+  label_free_queries  scifact, trained on the unlabeled train-query texts instead
+
+Labels are never used for training; `distill` is trained once per corpus and settings and
+cached (the two scifact splits share their corpus, so one model serves both). Training
+curves and logs go to experiments/results/distill_curves/.
+
+    python experiments/label_free.py [group ...]
+"""
+import json
+import sys
+import time
+from pathlib import Path
+
+from pyterrier_selfsup.data.collections import Collection
+from pyterrier_selfsup.harness import trained
+from pyterrier_selfsup.harness.experiment import copy_training_curves, run_experiment, write_results
+from pyterrier_selfsup.harness.pipelines import get_pipeline
+
+RESULTS = Path(__file__).parent / 'results'
+SCIFACT = ['beir/scifact/train', 'beir/scifact/test']
+FIVE = ['beir/scifact/test', 'cranfield', 'vaswani', 'classic/cisi', 'classic/adi']
+TRAIN = 'distill:queries=beir/scifact/train'
+GROUPS = {
+    'distill_choices': (SCIFACT, ['bm25', 'dual', 'teacher', TRAIN, f'{TRAIN},in_batch=false',
+                                  f'{TRAIN},loss=margin_mse', f'{TRAIN},teacher_temperature=0.5',
+                                  f'{TRAIN},teacher_temperature=2.0']),
+    # 2,000 queries a source (the shipped default is 5,000): what fitted one 2-core session
+    'distill_sources': (SCIFACT, ['bm25', 'dual', 'distill:queries=sampled,n_queries=2000',
+                                  'distill:queries=sentences,n_queries=2000', 'distill:queries=spans,n_queries=2000']),
+    'label_free': (FIVE, ['bm25', 'minilm', 'teacher', 'distill', 'hybrid']),
+    'label_free_seeds': (['beir/scifact/test'], ['bm25', 'dual', 'distill', 'distill:seed=1', 'distill:seed=2']),
+    'label_free_queries': (SCIFACT, ['bm25', 'dual', 'teacher', TRAIN]),
+}
+
+
+def query_stats(pipelines, collection: str) -> list:
+    """For each trained distill pipeline: its training queries, how many were distinct and
+    how many survived the round-trip filter (from its training log), its rounds and time."""
+    lines = []
+    corpus = Collection(collection)
+    for spec in map(get_pipeline, pipelines):
+        if spec.method != 'distill':
+            continue
+        log_path = spec.model_dir(corpus) / 'training_log.jsonl'
+        if not log_path.exists():
+            continue
+        log = [json.loads(line) for line in log_path.read_text().splitlines()]
+        first = next((r for r in log if 'round-trip queries' in r), None)
+        rounds = [r for r in log if 'round' in r]
+        steps = [r for r in log if 'loss' in r]
+        seconds = steps[-1]['time'] - steps[0]['time'] if len(steps) > 1 else 0.0
+        stopped = next((r['stopped'] for r in log if 'stopped' in r), 'no')
+        line = f'{spec.name} on {corpus.corpus_id}: {len(rounds)} round(s), {len(steps)} steps, {seconds:.0f} s of steps'
+        if first:
+            line += (f'; round trip kept {first["round-trip kept"]:.0f} of {first["round-trip queries"]:.0f} '
+                     f'distinct queries (survival {first["round-trip survival"]:.3f})')
+        overlaps = [f'{r["teacher overlap"]:.3f}' for r in rounds if 'teacher overlap' in r]
+        if overlaps:
+            line += f'; teacher top-10 overlap with the previous round: {", ".join(overlaps)}'
+        lines.append(line + f'; early stop: {stopped}')
+    return lines
+
+
+def main(groups):
+    for group in groups:
+        collections, pipelines = GROUPS[group]
+        started = time.time()
+        result = run_experiment(collections, pipelines, name=group, verbose=True)
+        paths = write_results(result, RESULTS)
+        stats = query_stats(pipelines, collections[0]) if len(collections) <= 2 else sum(
+            (query_stats(pipelines, c) for c in collections), [])
+        wall = [f'{r.collection}: {sum(r.setup_seconds.values()):.0f} s set-up and training '
+                f'({", ".join(f"{k} {v:.0f} s" for k, v in r.setup_seconds.items())})' for r in result.results]
+        with open(paths[0], 'a') as fh:
+            fh.write('\n## Training\n\n' + ''.join(f'- {s}\n' for s in stats))
+            fh.write('\n## Wall time per collection\n\n' + ''.join(f'- {w}\n' for w in wall))
+            fh.write(f'\nGroup wall time: {time.time() - started:.0f} s.\n')
+        for collection in dict.fromkeys(Collection(c).corpus_id for c in collections):
+            name = next(c for c in collections if Collection(c).corpus_id == collection)
+            copy_training_curves(pipelines, name, RESULTS / 'distill_curves' / collection.replace('/', '-'))
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:] or list(GROUPS))
