@@ -12,7 +12,7 @@ setup(
     install_requires=[
         'torch>=2.6,<3',  # pad_sequence(padding_side=...)
         'transformers>=5.23',  # the attention and mask interfaces ACROBArT plugs into
-        'sentence-transformers>=3.0',
+        'sentence-transformers>=5.0',  # Router: an untied dual encoder exported as a query and a document route
         'pyterrier>=1.0',
         'python-terrier>=1.0',
         'pyterrier-pisa>=0.4.9',

@@ -22,6 +22,7 @@ curves and logs go to experiments/results/distill_curves/.
     python experiments/label_free.py [group ...]
 """
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -62,10 +63,19 @@ def query_stats(pipelines, collection: str) -> list:
         log = [json.loads(line) for line in log_path.read_text().splitlines()]
         first = next((r for r in log if 'round-trip queries' in r), None)
         rounds = [r for r in log if 'round' in r]
+        trained_rounds = len({r['epoch'] for r in log if 'loss' in r})  # a round that stopped training took no step
         steps = [r for r in log if 'loss' in r]
         seconds = steps[-1]['time'] - steps[0]['time'] if len(steps) > 1 else 0.0
         stopped = next((r['stopped'] for r in log if 'stopped' in r), 'no')
-        line = f'{spec.name} on {corpus.corpus_id}: {len(rounds)} round(s), {len(steps)} steps, {seconds:.0f} s of steps'
+        line = f'{spec.name} on {corpus.corpus_id}: {trained_rounds} round(s), {len(steps)} steps, {seconds:.0f} s of steps'
+        settings = trained.training_settings('distill', spec.settings)
+        if settings['queries'] == 'sampled':  # written per_passage a passage, repeats dropped
+            n, per = settings['n_queries'], trained.SAMPLING['per_passage']  # as sampled_queries decides them
+            passages = min(math.ceil(n / per), corpus.docs_count or math.ceil(n / per))
+            written = passages * max(per, math.ceil(n / passages))
+            distinct = len(trained.training_topics(corpus, 'sampled', settings['n_queries'], seed=settings['seed'],
+                                                   generator=settings['generator']))
+            line += f'; {distinct} distinct of {written} written (distinct fraction {distinct / written:.3f})'
         if first:
             line += (f'; round trip kept {first["round-trip kept"]:.0f} of {first["round-trip queries"]:.0f} '
                      f'distinct queries (survival {first["round-trip survival"]:.3f})')

@@ -8,7 +8,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / 'pyterrier_selfsup'
 LAYERS = ['_cache', 'data', 'models', 'retrieval', 'training', 'harness']
-TRAINERS = {'training.distant', 'training.reconstruction', 'training.adjustment'}
+TRAINERS = {'training.distant', 'training.reconstruction', 'training.adjustment', 'training.distill'}
 
 
 def module_name(path: Path) -> str:

@@ -111,8 +111,6 @@ def test_margin_mse_against_brute_force_with_gradients():
 
     assert margin_mse(s, t, valid).item() == pytest.approx(brute(), rel=1e-10)
     assert torch.autograd.gradcheck(lambda x: margin_mse(x, t, valid), (s.detach().requires_grad_(),))
-    # a shift of all of a query's scores changes no margin
-    assert margin_mse(s + 5.0, t, valid).item() == pytest.approx(margin_mse(s, t, valid).item())
 
 
 def test_top_overlap():
@@ -190,8 +188,8 @@ def test_the_student_learns_a_fixed_teacher(tiny_encoder, cache_dir, loss, train
     agreement = [r['top-1 agreement'] for r in trainer.log if 'top-1 agreement' in r]
     assert np.mean(losses[-5:]) < 0.85 * np.mean(losses[:5])
     assert np.mean(agreement[-5:]) > np.mean(agreement[:5]) + 0.3
-    assert [r['round'] for r in trainer.log if 'round' in r] == list(range(6))
-    assert all(r['teacher overlap'] == 1.0 for r in trainer.log if 'teacher overlap' in r)  # a fixed teacher
+    # a fixed teacher ranks once (a trained passage tower needs its index rebuilt each round)
+    assert [r['round'] for r in trainer.log if 'round' in r] == (list(range(6)) if train_passages else [0])
 
 
 def test_a_settled_teacher_stops_training(tiny_encoder, cache_dir):
@@ -211,8 +209,11 @@ def test_a_batch_without_negatives_takes_no_step(tiny_encoder, cache_dir):
     q = Query('x', 'automatic indexing', frozenset())
     trainer.state['targets'] = {'x': (['1'], np.array([1.0]))}
     assert trainer.loss([q], np.random.default_rng(0)) is None
+    before = [p.detach().clone() for p in trainer.encoder.model.parameters()]
     trainer.fit(coll.topics().head(9))  # every batch has one candidate a query and no in-batch negative
     assert not [r for r in trainer.log if 'loss' in r]
+    for a, b in zip(before, trainer.encoder.model.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 def test_the_last_batch_is_never_a_single_query(tiny_encoder, cache_dir):

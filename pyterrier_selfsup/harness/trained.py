@@ -54,6 +54,10 @@ def model_dir(collection: Collection, method: str, settings: dict, cache_dir=Non
     """Where the model of ``method`` trained with ``settings`` lives (``final/``,
     ``training_log.jsonl``, ``training_curve.png``; while it trains, ``<dir>.partial``)."""
     key = training_settings(method, settings)
+    if method != 'distill' and key.get('queries') in ('sentences', 'spans'):
+        # since issue 16 a corpus with fewer documents than n_queries gives several a document:
+        # models trained before on such queries are not found (distill was born with it)
+        key['several a document'] = True
     return cache_root(cache_dir) / 'models' / cache_key(f'{collection.corpus_id}.{method}', key)
 
 
@@ -247,6 +251,9 @@ def _distillation(collection: Collection, s: dict, *, output_dir: Path, cache_di
     def teacher(student):
         return teacher_pipeline(collection, s['teacher'], student=student, depth=s['fusion_depth'], generator=gen,
                                 cache_dir=cache_dir)
+
+    if 'student' not in parse_teacher(s['teacher']):  # one pipeline for every round, ranked once
+        teacher = teacher(None)
 
     # each round's candidates come from the model at its start: a checkpoint at each round's
     # end resumes exactly

@@ -182,8 +182,6 @@ class DualEncoder(BiEncoder, TrainableModel):
             torch.save({k: v for k, v in self.model.state_dict().items() if k.endswith('_proj.weight')},
                        path / PROJECTIONS_FILE)
         (path / CONFIG_FILE).write_text(json.dumps(self.config(), indent=2))
-        if self.model.dim is None:
-            self.save_sentence_transformers(path)
         return path
 
     def save_sentence_transformers(self, path: Union[str, Path]) -> Path:

@@ -76,10 +76,11 @@ def margin_mse(student_scores: torch.Tensor, teacher_scores: torch.Tensor, valid
 
 
 def top_overlap(a: Dict[str, List[str]], b: Dict[str, List[str]], k: int = 10) -> float:
-    """Mean over the queries of ``a`` of |top k in a ∩ top k in b| / k (b's missing queries: 0)."""
-    if not a:
-        return 0.0
-    return float(np.mean([len(set(docnos[:k]) & set(b.get(qid, [])[:k])) / k for qid, docnos in a.items()]))
+    """Mean over the queries of ``a`` that have results of |top k in a ∩ top k in b| divided
+    by the shorter of the two top lists (b's missing queries: 0)."""
+    shares = [len(set(docnos[:k]) & set(b.get(qid, [])[:k])) / max(1, min(k, len(docnos), len(b.get(qid, [])[:k])))
+              for qid, docnos in a.items() if docnos]
+    return float(np.mean(shares)) if shares else 0.0
 
 
 class Distillation(Trainer):
@@ -144,6 +145,11 @@ class Distillation(Trainer):
 
     # -- the teacher ------------------------------------------------------------------
 
+    @property
+    def fixed_teacher(self) -> bool:
+        """Whether the teacher is one pipeline for every round (not a function of the student)."""
+        return isinstance(self.teacher, pt.Transformer)
+
     def teacher_for(self, student: pt.Transformer) -> pt.Transformer:
         """The teacher of a round whose student retrieves with ``student``."""
         if isinstance(self.teacher, pt.Transformer):
@@ -200,6 +206,8 @@ class Distillation(Trainer):
         t0 = time.time()
         if epoch == 0 and self._round0 is not None:
             targets = self._round0
+        elif self.state.get('targets') is not None and self.fixed_teacher and not self.train_passages:
+            return  # a teacher that does not read the student ranks as it did in round 0
         else:
             teacher = self.teacher_for(self._student(fresh=self.train_passages and epoch > 0))
             targets = self.rank(teacher, examples)
@@ -242,8 +250,11 @@ class Distillation(Trainer):
         student = self._student_logits(batch, union)
         device = student.device
         own, shut, teacher = own.to(device), shut.to(device), teacher.to(device)
-        if self.loss_name == 'margin_mse':
-            loss = margin_mse(student, teacher.float(), own)
+        if self.loss_name == 'margin_mse':  # each query's own candidates only, gathered to (b, depth)
+            width = int(own.sum(1).max())
+            columns = torch.argsort((~own).to(torch.int8), dim=1, stable=True)[:, :width]
+            valid = own.gather(1, columns)
+            loss = margin_mse(student.gather(1, columns), teacher.gather(1, columns).float(), valid)
         else:
             probs = torch.softmax(teacher.masked_fill(~own, float('-inf')), dim=-1).float()
             loss = listwise_kl(student, probs, shut)
@@ -252,6 +263,11 @@ class Distillation(Trainer):
             t_own = teacher.masked_fill(~own, float('-inf'))
             self.record('top-1 agreement', (s_own.argmax(1) == t_own.argmax(1)).float().mean().item())
         return loss
+
+    def save_extra(self, path):
+        """The final model goes out in the sentence-transformers layout as well (no projections)."""
+        if path.name == 'final' and self.encoder.model.dim is None:
+            self.encoder.save_sentence_transformers(path)
 
     def _student_logits(self, batch: List[Query], docnos: List[str]) -> torch.Tensor:
         """q · p / temperature for every query of the batch and every passage in ``docnos``,

@@ -231,7 +231,8 @@ class Trainer(pt.Estimator):
                 if self.state['step'] < total_steps:
                     self.on_step_end(examples)
                 every = self.checkpoint_every
-                epoch_end = b == len(batches) - 1  # (its last batch always ends in a step)
+                epoch_end = b == len(batches) - 1  # (unless all of its last step's batches were skipped:
+                # then no checkpoint marks the epoch's end, and a resumed run repeats the epoch's tail)
                 if epoch_end if every == 'epoch' else every and self.state['step'] % every == 0:
                     self._checkpoint(optimizer, scheduler)
                 if self.state['step'] >= total_steps or self._stop_reason is not None:
