@@ -13,7 +13,10 @@ paired t-tests (Holm) against its first pipeline:
                     distilled retriever fused with BM25 at query time (a reference), on
                     scifact test, cranfield, vaswani, CISI and ADI; wall time per collection
   label_free_seeds  scifact corpus-only under seeds 0, 1, 2
-  label_free_queries  scifact, trained on the unlabeled train-query texts instead
+  distill_filter    the round-trip filter's depth for sampled queries (scifact train)
+  label_free_queries  scifact, trained on the unlabeled train-query texts instead (and, as a
+                    diagnostic, on the test queries' texts: how far the student can follow its
+                    teacher when the query distribution is exactly right)
 
 Labels are never used for training; `distill` is trained once per corpus and settings and
 cached (the two scifact splits share their corpus, so one model serves both). Training
@@ -28,6 +31,7 @@ import time
 from pathlib import Path
 
 from pyterrier_selfsup.data.collections import Collection
+from pyterrier_selfsup.data.queries import MAX_PER_PASSAGE
 from pyterrier_selfsup.harness import trained
 from pyterrier_selfsup.harness.experiment import copy_training_curves, run_experiment, write_results
 from pyterrier_selfsup.harness.pipelines import get_pipeline
@@ -43,9 +47,14 @@ GROUPS = {
     # 2,000 queries a source (the shipped default is 5,000): what fitted one 2-core session
     'distill_sources': (SCIFACT, ['bm25', 'dual', 'distill:queries=sampled,n_queries=2000',
                                   'distill:queries=sentences,n_queries=2000', 'distill:queries=spans,n_queries=2000']),
+    # round trip: keep a sampled query if its passage is in the teacher's top 1, 3 or 10, or keep all
+    'distill_filter': (SCIFACT, ['bm25', 'dual'] + [f'distill:queries=sampled,n_queries=2000,filter_depth={d}'
+                                                    for d in (1, 3, 10, 'none')]),
     'label_free': (FIVE, ['bm25', 'minilm', 'teacher', 'distill', 'hybrid']),
     'label_free_seeds': (['beir/scifact/test'], ['bm25', 'dual', 'distill', 'distill:seed=1', 'distill:seed=2']),
-    'label_free_queries': (SCIFACT, ['bm25', 'dual', 'teacher', TRAIN]),
+    # the unlabeled train-query texts; and, as a diagnostic only (transductive: the test queries'
+    # texts, never their labels), how far the student gets when its queries are the test queries
+    'label_free_queries': (SCIFACT, ['bm25', 'dual', 'teacher', TRAIN, 'distill:queries=beir/scifact/test']),
 }
 
 
@@ -72,7 +81,7 @@ def query_stats(pipelines, collection: str) -> list:
         if settings['queries'] == 'sampled':  # written per_passage a passage, repeats dropped
             n, per = settings['n_queries'], trained.SAMPLING['per_passage']  # as sampled_queries decides them
             passages = min(math.ceil(n / per), corpus.docs_count or math.ceil(n / per))
-            written = passages * max(per, math.ceil(n / passages))
+            written = passages * min(max(per, math.ceil(n / passages)), max(per, MAX_PER_PASSAGE))
             distinct = len(trained.training_topics(corpus, 'sampled', settings['n_queries'], seed=settings['seed'],
                                                    generator=settings['generator']))
             line += f'; {distinct} distinct of {written} written (distinct fraction {distinct / written:.3f})'

@@ -200,20 +200,23 @@ def generated_queries(collection: Collection, generator, n: int, *, seed: int = 
     return _frame('gen', [(docno, q) for (docno, _), q in zip(docs, texts) if q.strip()])
 
 
+MAX_PER_PASSAGE = 10  # a small corpus gets more samples a passage, up to this: beyond it they repeat
+
+
 def sampled_queries(collection: Collection, generator, n: int, *, per_passage: int = 3, seed: int = 0,
                     max_new_tokens: int = 32, temperature: float = 1.0, top_p: float = 0.95) -> pd.DataFrame:
     """About ``n`` queries written by ``generator`` with nucleus sampling, ``per_passage`` for
     each of ⌈n / per_passage⌉ passages drawn uniformly at random (GPL writes 3 a passage);
     empty ones and repeats (case and spacing ignored, over the whole set) are dropped, so
     the frame says how many distinct queries the generator could write. On a corpus with
-    fewer passages than that, each passage gets proportionally more."""
+    fewer passages than that, each passage gets proportionally more, up to :data:`MAX_PER_PASSAGE`."""
     import torch  # the generator's sampling is seeded through torch
 
     rng = random.Random(seed)
     docs = _sample(collection.corpus_iter(), math.ceil(n / per_passage), rng, _text_if_any)
     if not docs:
         return _frame('gen', [])
-    per_passage = max(per_passage, math.ceil(n / len(docs)))
+    per_passage = min(max(per_passage, math.ceil(n / len(docs))), max(per_passage, MAX_PER_PASSAGE))
     torch.manual_seed(seed)
     texts = generator.generate([text for _, text in docs for _ in range(per_passage)], max_new_tokens=max_new_tokens,
                                do_sample=True, temperature=temperature, top_p=top_p)

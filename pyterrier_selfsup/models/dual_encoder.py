@@ -73,6 +73,14 @@ class DualEncoderModel(torch.nn.Module):
             self.passage_encoder = copy.deepcopy(self.encoder)
         return self
 
+    def freeze_passage_tower(self) -> 'DualEncoderModel':
+        """Unties the encoder and freezes the passages' copy (RAG): from here on only queries
+        are encoded with gradients, and passage vectors stay those of the model as it is now."""
+        self.untie()
+        for p in self.passage_parameters():
+            p.requires_grad_(False)
+        return self
+
     def passage_parameters(self) -> List[torch.nn.Parameter]:
         """What only passages go through (empty while tied): the passage tower and projection."""
         if self.tied:

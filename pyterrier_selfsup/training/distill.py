@@ -138,9 +138,7 @@ class Distillation(Trainer):
 
     def on_fit_start(self):
         if not self.train_passages:  # RAG: passages keep a frozen copy of the start encoder
-            self.encoder.model.untie()
-            for p in self.encoder.model.passage_parameters():
-                p.requires_grad_(False)
+            self.encoder.model.freeze_passage_tower()
             self._index = flex_index(self.collection, self.encoder, cache_dir=self.cache_dir)
 
     # -- the teacher ------------------------------------------------------------------

@@ -97,9 +97,7 @@ class RetrieveAndReconstruct(Trainer):
 
     def on_fit_start(self):
         if not self.train_passages:  # RAG: passages keep a frozen copy of the start encoder
-            self.encoder.model.untie()
-            for p in self.encoder.model.passage_parameters():
-                p.requires_grad_(False)
+            self.encoder.model.freeze_passage_tower()
 
     def parameters(self):
         yield from super().parameters()
