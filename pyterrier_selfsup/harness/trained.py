@@ -286,10 +286,12 @@ REATT_HEAD = dict(retrieval_layer=1, head=1, special_tokens=False)
 # how ``queries=sampled`` writes: nucleus sampling, several queries a passage (GPL: 3)
 SAMPLING = dict(per_passage=3, temperature=1.0, top_p=0.95)
 DEFAULTS: Dict[str, dict] = {
-    # 2,000 sampled queries: SmolLM2 writes ~2 a second on 2 cores, so that a corpus-only run fits in an hour
+    # 2,000 sampled queries: SmolLM2 writes ~2 a second on 2 cores, so that a corpus-only run fits in an hour;
+    # no round-trip filter: keeping only queries whose passage the teacher ranks in its top 1, 3 or 10 was
+    # no better on scifact train (experiments/results/distill_filter.md)
     'distill': dict(model_name=MINILM, queries='sampled', n_queries=2000, teacher='bm25+student', fusion_depth=100,
                     depth=30, teacher_temperature=1.0, loss='kl', in_batch=True, train_passages=False,
-                    filter_depth=3, rounds=5, stop_overlap=0.97, batch_size=32, lr=2e-5, generator='smollm2', seed=0),
+                    filter_depth=None, rounds=5, stop_overlap=0.97, batch_size=32, lr=2e-5, generator='smollm2', seed=0),
     'ds': dict(model_name=MINILM, queries='sentences', n_queries=5000, negatives='none', epochs=1, batch_size=32,
                lr=2e-5, dim=None, seed=0),
     'rumbart': dict(_RETRIEVE_AND_RECONSTRUCT, teacher_temperature=1.0),
