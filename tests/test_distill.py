@@ -253,3 +253,24 @@ def test_exported_model_loads_in_sentence_transformers(tmp_path, cache_dir):
     assert np.abs(model.encode_query(queries) - model.encode_document(queries)).max() > 1e-3
     assert DualEncoder.from_pretrained(str(final)).passage_fingerprint() == \
         DualEncoder.from_pretrained(MINILM).passage_fingerprint()
+
+
+def test_teacher_with_the_generator_scores_only_its_fused_top_and_caches(tiny_generator, cache_dir, tmp_path):
+    from pyterrier_selfsup.harness.trained import parse_teacher, teacher_pipeline
+    assert parse_teacher('2*bm25+student+gen') == {'bm25': 2.0, 'student': 1.0, 'gen': 1.0}
+    with pytest.raises(ValueError, match='not one of'):
+        parse_teacher('bm25+colbert')
+    coll = Collection('classic/adi')
+    gen = tiny_generator('llama')
+    teacher = teacher_pipeline(coll, 'bm25+gen', generator=gen, cache_dir=tmp_path)
+    topics = coll.topics().head(3)
+    fused = teacher(topics)
+    bm25 = BM25.from_collection(coll, num_results=100, cache_dir=tmp_path)(topics)
+    for qid, group in fused.groupby('qid'):
+        top10 = set(bm25[bm25['qid'] == qid].nsmallest(10, 'rank')['docno'])
+        scored = group[group['docno'].isin(top10)]
+        # the generator judged BM25's top 10 (z spread over them); the rest sit at its lowest z
+        assert scored['z_gen'].std() > 0
+        assert (group[~group['docno'].isin(top10)]['z_gen'] == scored['z_gen'].min()).all()
+        assert group['score'].to_numpy() == pytest.approx((group['z_bm25'] + group['z_gen']).to_numpy())
+    assert any((tmp_path / 'generator-scores').rglob('*'))  # its scores are cached for the next round
