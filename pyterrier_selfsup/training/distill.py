@@ -148,11 +148,12 @@ class Distillation(Trainer):
         """Whether the teacher is one pipeline for every round (not a function of the student)."""
         return isinstance(self.teacher, pt.Transformer)
 
-    def teacher_for(self, student: pt.Transformer) -> pt.Transformer:
-        """The teacher of a round whose student retrieves with ``student``."""
-        if isinstance(self.teacher, pt.Transformer):
+    def round_teacher(self, fresh: bool = False) -> pt.Transformer:
+        """The teacher of a round: the fixed one, or the teacher of the student as it is now
+        (``fresh``: searching an index built from its current passage tower)."""
+        if self.fixed_teacher:
             return self.teacher
-        return self.teacher(student)
+        return self.teacher(self._student(fresh=fresh))
 
     def rank(self, teacher: pt.Transformer, queries: List[Query], *, exclude: bool = True,
              depth: Optional[int] = None) -> Dict[str, Tuple[List[str], np.ndarray]]:
@@ -181,8 +182,7 @@ class Distillation(Trainer):
         if self.filter_depth is None or not sources:
             self._round0 = None
             return queries
-        teacher = self.teacher_for(self._student(fresh=False))
-        ranked = self.rank(teacher, queries, exclude=False, depth=max(self.depth, self.filter_depth))
+        ranked = self.rank(self.round_teacher(), queries, exclude=False, depth=max(self.depth, self.filter_depth))
         kept = [q for q in queries if sources.get(q.qid) in ranked[q.qid][0][:self.filter_depth]]
         self.query_stats = {'queries': len(queries), 'kept': len(kept),
                             'survival': len(kept) / max(1, len(queries))}
@@ -204,11 +204,10 @@ class Distillation(Trainer):
         t0 = time.time()
         if epoch == 0 and self._round0 is not None:
             targets = self._round0
-        elif self.state.get('targets') is not None and self.fixed_teacher and not self.train_passages:
+        elif self.state.get('targets') is not None and self.fixed_teacher:
             return  # a teacher that does not read the student ranks as it did in round 0
         else:
-            teacher = self.teacher_for(self._student(fresh=self.train_passages and epoch > 0))
-            targets = self.rank(teacher, examples)
+            targets = self.rank(self.round_teacher(fresh=self.train_passages and epoch > 0), examples)
         self._round0 = None
         previous = self.state.get('targets')
         record = {'step': self.state.get('step', 0), 'round': epoch, 'teacher seconds': time.time() - t0}
