@@ -63,11 +63,12 @@ GROUPS = {
 def query_stats(pipelines, collection: str) -> list:
     """For each trained distill pipeline: its training queries, how many were distinct and
     how many survived the round-trip filter (from its training log), its rounds and time."""
-    lines = []
+    lines, seen = [], set()
     corpus = Collection(collection)
     for spec in map(get_pipeline, pipelines):
-        if spec.method != 'distill':
+        if spec.method != 'distill' or spec.model_dir(corpus) in seen:  # hybrid reads distill's model
             continue
+        seen.add(spec.model_dir(corpus))
         log_path = spec.model_dir(corpus) / 'training_log.jsonl'
         if not log_path.exists():
             continue
