@@ -45,10 +45,21 @@ def fuse(runs: Dict[str, pd.DataFrame], weights: Dict[str, float]) -> pd.DataFra
         part = run[['qid', 'docno']].assign(**{f'z_{name}': zscores(run).to_numpy()})
         merged = part if merged is None else merged.merge(part, on=['qid', 'docno'], how='outer')
     for name in runs:
-        column = f'z_{name}'
-        merged[column] = merged[column].fillna(merged.groupby('qid', sort=False)[column].transform('min')).fillna(0.0)
+        _lowest_where_missing(merged, f'z_{name}')
     merged['score'] = sum(weights.get(name, 1.0) * merged[f'z_{name}'] for name in runs)
     return merged
+
+
+def _lowest_where_missing(frame: pd.DataFrame, column: str):
+    """Fills ``column`` where a component did not score a document with its lowest value for
+    the query (0 where it scored none of the query's documents), in place."""
+    lowest = frame.groupby('qid', sort=False)[column].transform('min')
+    frame[column] = frame[column].fillna(lowest).fillna(0.0)
+
+
+def _by_score(frame: pd.DataFrame) -> pd.DataFrame:
+    """Each query's rows by descending score, ties by docno."""
+    return frame.sort_values(['qid', 'score', 'docno'], ascending=[True, False, True], kind='stable')
 
 
 class Fusion(Retriever):
@@ -86,21 +97,19 @@ class Fusion(Retriever):
         if self.rerankers:
             fused = self._rerank(topics, fused)
         fused = fused.merge(topics, on='qid', how='left')
-        fused = fused.sort_values(['qid', 'score', 'docno'], ascending=[True, False, True], kind='stable')
+        fused = _by_score(fused)
         fused['rank'] = fused.groupby('qid', sort=False).cumcount().astype('int64')
         return fused[fused['rank'] < self.num_results].reset_index(drop=True)
 
     def _rerank(self, topics: pd.DataFrame, fused: pd.DataFrame) -> pd.DataFrame:
-        top = (fused.sort_values(['qid', 'score', 'docno'], ascending=[True, False, True], kind='stable')
-               .groupby('qid', sort=False).head(self.rerank_depth))
+        top = _by_score(fused).groupby('qid', sort=False).head(self.rerank_depth)
         frame = top[['qid', 'docno']].merge(topics[['qid', 'query']], on='qid', how='left')
         for name, reranker in self.rerankers.items():
             scored = reranker(frame)
             part = scored[['qid', 'docno']].assign(**{f'z_{name}': zscores(scored).to_numpy()})
             fused = fused.merge(part, on=['qid', 'docno'], how='left')
-            column = f'z_{name}'
-            fused[column] = fused[column].fillna(fused.groupby('qid', sort=False)[column].transform('min')).fillna(0.0)
-            fused['score'] = fused['score'] + self.weights.get(name, 1.0) * fused[column]
+            _lowest_where_missing(fused, f'z_{name}')
+            fused['score'] = fused['score'] + self.weights.get(name, 1.0) * fused[f'z_{name}']
         return fused
 
     def fuse_rank_cutoff(self, k: int) -> Optional['Fusion']:

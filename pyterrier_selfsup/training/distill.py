@@ -189,14 +189,10 @@ class Distillation(Trainer):
         logger.info('round-trip filter (teacher top %d): %d of %d queries kept', self.filter_depth, len(kept),
                     len(queries))
         self.log.append({'step': 0, **{f'round-trip {k}': v for k, v in self.query_stats.items()}})
-        # round 0's candidates, with this trainer's exclusions applied
-        self._round0 = {q.qid: self._excluding(ranked[q.qid], q) for q in kept} if not self.exclude_sources else None
+        # round 0's candidates, when nothing is excluded from them: the same ranking, cut at depth
+        self._round0 = None if self.exclude_sources else {
+            q.qid: (ranked[q.qid][0][:self.depth], ranked[q.qid][1][:self.depth]) for q in kept}
         return kept
-
-    def _excluding(self, ranked: Tuple[List[str], np.ndarray], query: Query) -> Tuple[List[str], np.ndarray]:
-        docnos, scores = ranked
-        keep = [i for i, d in enumerate(docnos) if d not in query.excluded][:self.depth]
-        return [docnos[i] for i in keep], scores[keep]
 
     def on_epoch_start(self, examples: List[Query], epoch: int, resumed: bool):
         if resumed and self.state.get('targets round') == epoch:
