@@ -58,3 +58,40 @@ def test_a_query_without_text_retrieves_nothing_from_every_retriever(adi_dense, 
         results = retriever % 5
         out = results(topics)
         assert set(out['qid']) == {'1'} and len(out) == 5, retriever
+
+
+def test_search_auto_is_exact_below_the_threshold_and_ivf_from_it(adi_dense, monkeypatch):
+    from pyterrier_selfsup.retrieval import dense
+    assert adi_dense.search == 'exact'  # 82 passages
+    monkeypatch.setattr(dense, 'APPROXIMATE_FROM', 82)
+    assert dense.resolve_search('auto', adi_dense.index) == 'ivf'
+    assert dense.resolve_search('hnsw', adi_dense.index) == 'hnsw'
+    with pytest.raises(ValueError, match='search must be one of'):
+        dense.resolve_search('annoy', adi_dense.index)
+    assert [dense.ivf_n_list(n) for n in (82, 10_000, 1_000_000, 8_841_823)] == [16, 128, 1024, 4096]
+
+
+def test_approximate_search_scores_as_exact_search_does(adi_dense, cache_dir):
+    coll = Collection('classic/adi')
+    topics = coll.topics()
+    exact = adi_dense(topics)
+    exact_scores = exact.set_index(['qid', 'docno'])['score']
+    hnsw = DenseRetriever.from_collection('classic/adi', max_length=256, search='hnsw', cache_dir=cache_dir)
+    ivf = DenseRetriever.from_collection('classic/adi', max_length=256, search='ivf', cache_dir=cache_dir)
+    for approximate in (hnsw, ivf):
+        out = approximate(topics)
+        assert list(out.columns) == list(exact.columns)
+        # flat storage: each passage found is scored by its exact dot product, ranked from 0
+        np.testing.assert_allclose(out['score'], exact_scores.loc[list(zip(out['qid'], out['docno']))], atol=1e-5)
+        assert (out.groupby('qid')['rank'].min() == 0).all()
+    # HNSW searching a beam wider than the corpus finds every passage: exact search's ranking
+    hnsw_out = hnsw(topics)
+    assert hnsw_out.groupby('qid').size().min() == 82
+    assert hnsw_out.groupby('qid')['docno'].apply(list).equals(exact.groupby('qid')['docno'].apply(list))
+    # IVF: the posting lists FlexIndex names (√82 -> 16), a sixteenth of them probed, so it sees
+    # only part of the corpus: fewer results a query than exact search
+    faiss_index = ivf._pipeline[-1].faiss_index
+    assert (faiss_index.nlist, ivf._pipeline[-1].n_probe) == (16, 1) and faiss_index.ntotal == 82
+    assert ivf(topics).groupby('qid').size().max() < 82 == exact.groupby('qid').size().min()
+    assert ivf.fuse_rank_cutoff(5).search == 'ivf'  # a rank cut-off keeps the search
+    assert hnsw.fuse_rank_cutoff(5) is None  # a narrower beam could change HNSW's top 5

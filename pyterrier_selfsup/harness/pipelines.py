@@ -115,11 +115,13 @@ def reconstruction_reranker(collection: Collection, *, model_name: str, gguf_fil
         normalise=normalise, cache=score_cache_dir(collection.corpus_id, gen, cache_dir))
 
 
-def trained_dense_retriever(collection: Collection, *, method: str, cache_dir=None, verbose: bool = False,
-                            **settings) -> DenseRetriever:
-    """The dual encoder that ``method`` trained with ``settings`` (on first use), over its index."""
+def trained_dense_retriever(collection: Collection, *, method: str, num_results: int = 1000, search: str = 'auto',
+                            cache_dir=None, verbose: bool = False, **settings) -> DenseRetriever:
+    """The dual encoder that ``method`` trained with ``settings`` (on first use), over its index
+    (``search``: see :class:`DenseRetriever`)."""
     path = trained.train(collection, method, settings, cache_dir=cache_dir, verbose=verbose)
-    return DenseRetriever.from_dual_encoder(collection, str(path), cache_dir=cache_dir, verbose=verbose)
+    return DenseRetriever.from_dual_encoder(collection, str(path), num_results=num_results, search=search,
+                                            cache_dir=cache_dir, verbose=verbose)
 
 
 def adjusted_reatt_retriever(collection: Collection, *, candidate_tokens: Optional[int] = 128, nprobe: int = 32,
@@ -138,18 +140,20 @@ register(PipelineSpec(
     BM25.from_collection, dict(k1=0.9, b=0.4, stemmer='porter2', stops='terrier', num_results=1000)))
 
 register(PipelineSpec(
-    'minilm', 'all-MiniLM-L6-v2 zero-shot: mean pooling, L2-normalised, exact dot-product search',
-    DenseRetriever.from_collection, dict(model_name=MINILM, max_length=256, batch_size=32, num_results=1000)))
+    'minilm', 'all-MiniLM-L6-v2 zero-shot: mean pooling, L2-normalised, dot-product search (search=auto: exact, '
+              'FAISS IVF on corpora of a million passages or more; or exact, ivf, hnsw)',
+    DenseRetriever.from_collection, dict(model_name=MINILM, max_length=256, batch_size=32, num_results=1000,
+                                         search='auto')))
 
 register(PipelineSpec(
     'dual', 'all-MiniLM-L6-v2 zero-shot through the trainable DualEncoder (precision auto: bf16 where the '
             'hardware has it), the trainers\' starting point',
-    DenseRetriever.from_dual_encoder, dict(model_name=MINILM, dim=None)))
+    DenseRetriever.from_dual_encoder, dict(model_name=MINILM, dim=None, search='auto')))
 
 register(PipelineSpec(
     'ds', 'all-MiniLM-L6-v2 adapted to the collection by distant supervision (BM25 top-1 positives, '
           'in-batch negatives); queries: corpus sentences/spans, SmolLM2-generated (roundtrip: BM25-checked), or a collection\'s topic texts',
-    functools.partial(trained_dense_retriever, method='ds'), dict(DEFAULTS['ds']), method='ds'))
+    functools.partial(trained_dense_retriever, method='ds'), dict(DEFAULTS['ds'], search='auto'), method='ds'))
 
 register(PipelineSpec(
     'recon', 'BM25 top 100 re-ranked by a generator\'s query likelihood log p(query | document) '
@@ -161,13 +165,13 @@ register(PipelineSpec(
     'rumbart', 'all-MiniLM-L6-v2 (or its ds adaptation: start=ds) adapted by RUMBArt: the top k of a stale MIPS '
                'index re-scored by the encoder, loss -log sum_k p(z_k|x) p_gen(x|z_k) with SmolLM2 frozen as the '
                'teacher (its scores cached); queries: corpus sentences/spans, SmolLM2-generated (roundtrip: BM25-checked), or a collection\'s topic texts',
-    functools.partial(trained_dense_retriever, method='rumbart'), dict(DEFAULTS['rumbart']),
+    functools.partial(trained_dense_retriever, method='rumbart'), dict(DEFAULTS['rumbart'], search='auto'),
     method='rumbart'))
 
 register(PipelineSpec(
     'acrobart', 'all-MiniLM-L6-v2 adapted by ACROBArT: the k passages go to SmolLM2 together, beta * p(z_j|x) '
                 'added to the attention logits from the target towards passage j',
-    functools.partial(trained_dense_retriever, method='acrobart'), dict(DEFAULTS['acrobart']),
+    functools.partial(trained_dense_retriever, method='acrobart'), dict(DEFAULTS['acrobart'], search='auto'),
     method='acrobart'))
 
 def fused_teacher(collection: Collection, *, teacher: str, fusion_depth: int, model_name: str = MINILM,
@@ -200,12 +204,12 @@ register(PipelineSpec(
                'KL over the teacher\'s top depth with in-batch negatives, query tower only, the student re-entering '
                'the teacher each round; queries: sampled from SmolLM2 and round-trip filtered by the teacher, corpus '
                'sentences/spans, or a collection\'s topic texts',
-    functools.partial(trained_dense_retriever, method='distill'), dict(DEFAULTS['distill']), method='distill'))
+    functools.partial(trained_dense_retriever, method='distill'), dict(DEFAULTS['distill'], search='auto'), method='distill'))
 
 register(PipelineSpec(
     'hybrid', 'the distill pipeline\'s dense retriever fused with BM25 at query time (per-query z-scores): a '
               'reference, not label-free adaptation alone',
-    hybrid_retriever, dict(DEFAULTS['distill'], bm25_weight=1.0, hybrid_depth=100), method='distill'))
+    hybrid_retriever, dict(DEFAULTS['distill'], bm25_weight=1.0, hybrid_depth=100, search='auto'), method='distill'))
 
 # candidate_tokens=None: every document scored exactly (K' tokens per query token otherwise)
 _REATT_SEARCH = dict(candidate_tokens=None, nprobe=32, num_results=1000)

@@ -3,13 +3,18 @@
 all-MiniLM-L6-v2 is the starting point that the trainers adapt to a corpus. Its
 sentence-transformers configuration does what its model card asks: mean pooling and
 L2 normalisation, so a dot product is a cosine. Documents are encoded once into a
-:class:`~pyterrier_dr.FlexIndex` and searched exactly.
+:class:`~pyterrier_dr.FlexIndex` and searched exactly, or, on corpora too large for that
+(``search='auto'`` above :data:`APPROXIMATE_FROM` passages), through FAISS IVF: FlexIndex's
+own retrievers, its quantiser on the GPU where there is one.
 """
+import math
+import os
 import tempfile
 from pathlib import Path
 from typing import Optional, Union
 
 import pandas as pd
+import pyterrier as pt
 from pyterrier_dr import BiEncoder, FlexIndex, SBertBiEncoder
 
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root
@@ -65,54 +70,145 @@ def encode_into(path: Union[str, Path], collection: Collection, encoder: BiEncod
     return index
 
 
-class DenseRetriever(Retriever):
-    """Exhaustive (exact) dot-product search of a FlexIndex with a bi-encoder's query vectors."""
+SEARCHES = ('auto', 'exact', 'ivf', 'hnsw')
+# search='auto' is exact below this many passages and IVF from it on; and the IVF and HNSW
+# settings: measured, not assumed (experiments/search_scaling.py, results/search_scaling.md)
+APPROXIMATE_FROM = 1_000_000
+IVF_PROBE_SHARE = 1 / 16  # n_probe = this share of the n_list ≈ √N posting lists FlexIndex builds
+HNSW_EF_SEARCH = 200
 
-    def __init__(self, encoder: BiEncoder, index: FlexIndex, *, num_results: int = 1000):
+
+def resolve_search(search: str, index: FlexIndex) -> str:
+    """``search`` itself, or for ``'auto'`` the search the index's size calls for."""
+    if search not in SEARCHES:
+        raise ValueError(f'search must be one of {", ".join(SEARCHES)}, not {search!r}')
+    if search != 'auto':
+        return search
+    return 'ivf' if len(index) >= APPROXIMATE_FROM else 'exact'
+
+
+def ivf_n_list(doc_count: int) -> int:
+    """FlexIndex's IVF posting lists for a corpus: √N rounded up to a power of 2, at least 4."""
+    return max(4, 1 << math.ceil(math.log2(math.ceil(math.sqrt(max(1, doc_count))))))
+
+
+def ivf_n_probe(doc_count: int) -> int:
+    """The posting lists IVF search probes: :data:`IVF_PROBE_SHARE` of :func:`ivf_n_list`."""
+    return max(1, round(ivf_n_list(doc_count) * IVF_PROBE_SHARE))
+
+
+def search_stage(index: FlexIndex, search: str, num_results: int) -> pt.Transformer:
+    """FlexIndex's retriever for ``search`` (resolved), query vectors in, ranked results out."""
+    search = resolve_search(search, index)
+    if search == 'exact':
+        return index.np_retriever(num_results=num_results, drop_query_vec=True)
+    prebuild_ann(index, search)
+    if search == 'ivf':
+        return index.faiss_ivf_retriever(num_results=num_results, n_probe=ivf_n_probe(len(index)),
+                                         drop_query_vec=True)
+    return index.faiss_hnsw_retriever(HNSW_NEIGHBOURS, num_results=num_results, ef_search=HNSW_EF_SEARCH,
+                                      drop_query_vec=True)
+
+
+HNSW_NEIGHBOURS = 32  # and FAISS's ef_construction 40, as FlexIndex builds it
+
+
+def prebuild_ann(index: FlexIndex, search: str) -> Path:
+    """The IVF or HNSW structure that FlexIndex's FAISS retrievers read, built here if it is
+    not yet, in the file FlexIndex would build it in and with its settings.
+
+    Deliberately not left to FlexIndex: it writes the file in place (a crash or a second
+    process sees half a file) and moves the IVF quantiser to CUDA whenever torch sees a GPU,
+    which fails with faiss-cpu. Here it is built on the CPU, under a lock, into a temporary
+    file renamed into place. The HNSW file keeps its copy of the vectors: FlexIndex writes
+    the graph alone, which FAISS 1.15 refuses to read back (storage ntotal 0 != ntotal)."""
+    import faiss
+    import numpy as np
+
+    from pyterrier_selfsup._cache import _locked
+    _, vectors, meta = index.payload()
+    n, dim = vectors.shape
+    if search == 'ivf':
+        n_list = ivf_n_list(n)
+        train_sample = n_list * 39  # FlexIndex's defaults (faiss_retr._faiss_ivf_retriever)
+        path = Path(index.index_path) / f'ivf_nlist-{n_list}_train-{train_sample}.faiss'
+    else:
+        path = Path(index.index_path) / f'hnsw_n-{HNSW_NEIGHBOURS}_ef-40.faiss'
+    if path.exists():
+        return path
+    with _locked(path.with_name(path.name + '.lock')):
+        if path.exists():
+            return path
+        if search == 'ivf':
+            quantizer = faiss.IndexFlatIP(dim)
+            ann = faiss.IndexIVFFlat(quantizer, dim, n_list, faiss.METRIC_INNER_PRODUCT)
+            # FlexIndex's training sample: the same rows, so the file is the one it would write
+            sample = np.random.RandomState(0).choice(n, size=min(train_sample, n), replace=False)
+            ann.train(np.ascontiguousarray(vectors[sample], dtype=np.float32))
+        else:
+            ann = faiss.IndexHNSWFlat(dim, HNSW_NEIGHBOURS, faiss.METRIC_INNER_PRODUCT)
+        for start in range(0, n, INDEX_CHUNK):
+            ann.add(np.ascontiguousarray(vectors[start:start + INDEX_CHUNK], dtype=np.float32))
+        partial = path.with_name(path.name + '.partial')
+        faiss.write_index(ann, str(partial))
+        os.replace(partial, path)
+    return path
+
+
+class DenseRetriever(Retriever):
+    """Dot-product search of a FlexIndex with a bi-encoder's query vectors: exact, or
+    approximate (``search``: ``'ivf'``, ``'hnsw'``, or ``'auto'``: IVF for corpora of at least
+    :data:`APPROXIMATE_FROM` passages, exact below)."""
+
+    def __init__(self, encoder: BiEncoder, index: FlexIndex, *, num_results: int = 1000, search: str = 'auto'):
         self.encoder = encoder
         self.index = index
         self.num_results = num_results
-        self._pipeline = (encoder.query_encoder()
-                          >> index.np_retriever(num_results=num_results, drop_query_vec=True))
+        self.search = resolve_search(search, index)
+        self._pipeline = encoder.query_encoder() >> search_stage(index, self.search, num_results)
 
     @classmethod
     def from_collection(cls, collection: Union[str, Collection], model_name: str = MINILM, *,
                         max_length: Optional[int] = None, batch_size: int = 32, num_results: int = 1000,
-                        cache_dir: Optional[Union[str, Path]] = None, verbose: bool = False) -> 'DenseRetriever':
+                        search: str = 'auto', cache_dir: Optional[Union[str, Path]] = None,
+                        verbose: bool = False) -> 'DenseRetriever':
         encoder = sbert_encoder(model_name, max_length=max_length, batch_size=batch_size)
         return cls(encoder, flex_index(collection, encoder, cache_dir=cache_dir, verbose=verbose),
-                   num_results=num_results)
+                   num_results=num_results, search=search)
 
     @classmethod
     def from_dual_encoder(cls, collection: Union[str, Collection], model_name: str = MINILM, *,
-                          dim: Optional[int] = None, num_results: int = 1000,
+                          dim: Optional[int] = None, num_results: int = 1000, search: str = 'auto',
                           cache_dir: Optional[Union[str, Path]] = None, verbose: bool = False) -> 'DenseRetriever':
         """The project's own :class:`DualEncoder` loaded from ``model_name``, over ``collection``."""
         encoder = DualEncoder.from_pretrained(model_name, dim=dim)
         return cls(encoder, flex_index(collection, encoder, cache_dir=cache_dir, verbose=verbose),
-                   num_results=num_results)
+                   num_results=num_results, search=search)
 
     def retrieve(self, topics: pd.DataFrame) -> pd.DataFrame:
         return self._pipeline(topics)
 
     def fuse_rank_cutoff(self, k: int) -> Optional['DenseRetriever']:
-        if k < self.num_results:
-            fused = DenseRetriever(self.encoder, self.index, num_results=k)
+        # (not HNSW: a smaller k would search a smaller beam, and the top k could change)
+        if k < self.num_results and self.search != 'hnsw':
+            fused = DenseRetriever(self.encoder, self.index, num_results=k, search=self.search)
             fused._tmp = getattr(self, '_tmp', None)  # a fresh index's directory lives as long as either
             return fused
         return None
 
     def __repr__(self):
-        return f'DenseRetriever({self.encoder!r}, {self.index!r}, num_results={self.num_results})'
+        return (f'DenseRetriever({self.encoder!r}, {self.index!r}, num_results={self.num_results}, '
+                f'search={self.search!r})')
 
 
-def dense_retriever(collection: Collection, encoder: BiEncoder, *, fresh: bool = False,
+def dense_retriever(collection: Collection, encoder: BiEncoder, *, fresh: bool = False, search: str = 'auto',
                     cache_dir=None) -> DenseRetriever:
-    """Exact search of ``collection`` with ``encoder`` as it is now: over its cached index, or
-    (``fresh``) over one encoded into a temporary directory that lives as long as the retriever."""
+    """Search of ``collection`` with ``encoder`` as it is now: over its cached index, or
+    (``fresh``) over one encoded into a temporary directory that lives as long as the
+    retriever (a trainer's refreshed index: an approximate one is built with it)."""
     if not fresh:
-        return DenseRetriever(encoder, flex_index(collection, encoder, cache_dir=cache_dir))
+        return DenseRetriever(encoder, flex_index(collection, encoder, cache_dir=cache_dir), search=search)
     tmp = tempfile.TemporaryDirectory(prefix='selfsup-index-')
-    retriever = DenseRetriever(encoder, encode_into(f'{tmp.name}/index.flex', collection, encoder))
+    retriever = DenseRetriever(encoder, encode_into(f'{tmp.name}/index.flex', collection, encoder), search=search)
     retriever._tmp = tmp  # removed with the retriever
     return retriever

@@ -41,7 +41,7 @@ from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.models.generator import Generator, score_cache_dir
 from pyterrier_selfsup.models.reading import biased_log_likelihood
 from pyterrier_selfsup.retrieval.base import top_k_excluding
-from pyterrier_selfsup.retrieval.dense import dense_retriever, encode_into, flex_index
+from pyterrier_selfsup.retrieval.dense import dense_retriever, encode_into, flex_index, search_stage
 from pyterrier_selfsup.training.loop import Trainer
 
 logger = logging.getLogger(__name__)
@@ -159,7 +159,7 @@ class RetrieveAndReconstruct(Trainer):
     def retrieve(self, query_vectors: np.ndarray, batch: List[Query]) -> List[List[str]]:
         """Each query's top k from the stale index, excluded passages skipped (and the null
         document added, if asked for)."""
-        top = top_k_excluding(self._index.np_retriever(), batch, self.k, query_vectors=query_vectors)
+        top = top_k_excluding(search_stage(self._index, 'auto', 1000), batch, self.k, query_vectors=query_vectors)
         return [top[q.qid] + ([NULL_DOCNO] if self.null_document else []) for q in batch]
 
     def candidates(self, batch: List[Query]) -> Tuple[List[List[str]], List[List[str]], torch.Tensor]:
