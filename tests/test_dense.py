@@ -95,3 +95,38 @@ def test_approximate_search_scores_as_exact_search_does(adi_dense, cache_dir):
     assert ivf(topics).groupby('qid').size().max() < 82 == exact.groupby('qid').size().min()
     assert ivf.fuse_rank_cutoff(5).search == 'ivf'  # a rank cut-off keeps the search
     assert hnsw.fuse_rank_cutoff(5) is None  # a narrower beam could change HNSW's top 5
+
+
+def _encode_rank(rank: int, world_size: int, store: str, path: str, chunk: int):
+    """One process of test_sharded_encoding_equals_one_process."""
+    import torch
+    import torch.distributed as dist
+
+    from pyterrier_selfsup.models.dual_encoder import DualEncoder
+    from pyterrier_selfsup.retrieval.dense import encode_sharded
+    torch.set_num_threads(1)
+    dist.init_process_group('gloo', init_method=f'file://{store}', rank=rank, world_size=world_size)
+    try:
+        encoder = DualEncoder.from_pretrained(MINILM, precision='fp32')
+        index = encode_sharded(path, Collection('classic/adi'), encoder, rank=rank, world_size=world_size,
+                               chunk=chunk)
+        assert len(index) == 82
+    finally:
+        dist.destroy_process_group()
+
+
+def test_sharded_encoding_equals_one_process(tmp_path):
+    import torch.multiprocessing as mp
+    from pyterrier_dr import FlexIndex
+
+    from pyterrier_selfsup.models.dual_encoder import DualEncoder
+    from pyterrier_selfsup.retrieval.dense import encode_into
+    # 82 passages in chunks of 16: rank 0 encodes chunks 0, 2, 4 (48 passages), rank 1 chunks 1, 3, 5 (34)
+    mp.spawn(_encode_rank, args=(2, str(tmp_path / 'store'), str(tmp_path / 'sharded.flex'), 16), nprocs=2)
+    encoder = DualEncoder.from_pretrained(MINILM, precision='fp32')
+    one = encode_into(tmp_path / 'one.flex', Collection('classic/adi'), encoder, chunk=16)
+    sharded_docnos, sharded, _ = FlexIndex(str(tmp_path / 'sharded.flex')).payload()
+    one_docnos, reference, _ = one.payload()
+    assert list(sharded_docnos) == list(one_docnos) == [d['docno'] for d in Collection('classic/adi').corpus_iter()]
+    np.testing.assert_allclose(sharded, reference, atol=1e-6)
+    assert not (tmp_path / 'sharded.flex.shards').exists()  # the shard files are gone

@@ -7,12 +7,15 @@ L2 normalisation, so a dot product is a cosine. Documents are encoded once into 
 (``search='auto'`` above :data:`APPROXIMATE_FROM` passages), through FAISS IVF: FlexIndex's
 own retrievers, its quantiser on the GPU where there is one.
 """
+import itertools
 import math
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Optional, Union
 
+import numpy as np
 import pandas as pd
 import pyterrier as pt
 from pyterrier_dr import BiEncoder, FlexIndex, SBertBiEncoder
@@ -62,12 +65,79 @@ def flex_index(collection: Union[str, Collection], encoder: BiEncoder, *,
 
 
 def encode_into(path: Union[str, Path], collection: Collection, encoder: BiEncoder, *,
-                verbose: bool = False) -> FlexIndex:
-    """A new FlexIndex at ``path`` holding ``collection``'s documents encoded by ``encoder``."""
+                verbose: bool = False, chunk: int = INDEX_CHUNK) -> FlexIndex:
+    """A new FlexIndex at ``path`` holding ``collection``'s documents encoded by ``encoder``
+    in one process (:func:`encode_sharded`: the same index encoded by several)."""
     index = FlexIndex(str(path), verbose=False)
     docs = collection.corpus_iter(verbose=verbose, desc=f'encoding {collection.name}')
-    (encoder.doc_encoder(verbose=False) >> index).index(docs, batch_size=INDEX_CHUNK)
+    (encoder.doc_encoder(verbose=False) >> index).index(docs, batch_size=chunk)
     return index
+
+
+def encode_sharded(path: Union[str, Path], collection: Collection, encoder: BiEncoder, *, rank: int,
+                   world_size: int, verbose: bool = False, chunk: int = INDEX_CHUNK) -> FlexIndex:
+    """:func:`encode_into` with the encoding split over ``world_size`` processes, each
+    calling this with its ``rank`` (torch.distributed must be initialised: it provides the
+    barriers). The corpus is cut into chunks of ``chunk`` documents and chunk c goes to rank
+    c mod ``world_size``, so no process needs the corpus size in advance; each encodes its
+    chunks exactly as :func:`encode_into` would (same chunks, same batches: the same
+    vectors) into shard files beside ``path`` (a filesystem every rank sees), then rank 0
+    interleaves them back into corpus order in one FlexIndex at ``path``. Every rank
+    returns it. A shared filesystem is the only transport: no vector crosses the network.
+
+    A building block of data-parallel training (issue 17): the trainers do not call it yet
+    (their fresh indexes live in per-process temporary directories)."""
+    import torch.distributed as dist
+    path = Path(path)
+    shards = path.with_name(path.name + '.shards')
+    mine = shards / f'rank-{rank}'
+    mine.mkdir(parents=True, exist_ok=True)
+    doc_encoder = encoder.doc_encoder(verbose=False)
+    docs = collection.corpus_iter(verbose=verbose and rank == 0, desc=f'encoding {collection.name} (rank 0 of '
+                                  f'{world_size})')
+    with open(mine / 'vecs.f4', 'wb') as vectors, open(mine / 'docnos.txt', 'w') as docnos:
+        for c, batch in enumerate(_chunks(docs, chunk)):
+            if c % world_size != rank:
+                continue
+            encoded = doc_encoder(pd.DataFrame(batch))
+            vectors.write(np.ascontiguousarray(np.stack(encoded['doc_vec']), dtype=np.float32).tobytes())
+            docnos.writelines(d + '\n' for d in encoded['docno'])
+    dist.barrier()
+    if rank == 0:
+        FlexIndex(str(path), verbose=False).index(_interleaved(shards, world_size, chunk))
+        shutil.rmtree(shards)
+    dist.barrier()
+    return FlexIndex(str(path), verbose=False)
+
+
+def _chunks(items, size: int):
+    batch = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _interleaved(shards: Path, world_size: int, chunk: int):
+    """{'docno', 'doc_vec'} in corpus order from the ranks' shard files: chunk c from rank
+    c mod world_size (only the corpus's last chunk can be short, so the order is exact)."""
+    parts = []
+    for rank in range(world_size):
+        docnos = (shards / f'rank-{rank}' / 'docnos.txt').read_text().splitlines()
+        size = (shards / f'rank-{rank}' / 'vecs.f4').stat().st_size
+        vectors = (np.memmap(shards / f'rank-{rank}' / 'vecs.f4', dtype=np.float32, mode='r').reshape(len(docnos), -1)
+                   if size else np.zeros((0, 0), dtype=np.float32))
+        parts.append((docnos, vectors))
+    for c in itertools.count():
+        docnos, vectors = parts[c % world_size]
+        start = (c // world_size) * chunk
+        if start >= len(docnos):
+            return
+        for i in range(start, min(start + chunk, len(docnos))):
+            yield {'docno': docnos[i], 'doc_vec': vectors[i]}
 
 
 SEARCHES = ('auto', 'exact', 'ivf', 'hnsw')
@@ -123,7 +193,6 @@ def prebuild_ann(index: FlexIndex, search: str) -> Path:
     file renamed into place. The HNSW file keeps its copy of the vectors: FlexIndex writes
     the graph alone, which FAISS 1.15 refuses to read back (storage ntotal 0 != ntotal)."""
     import faiss
-    import numpy as np
 
     from pyterrier_selfsup._cache import _locked
     _, vectors, meta = index.payload()
