@@ -4,8 +4,8 @@ all-MiniLM-L6-v2 is the starting point that the trainers adapt to a corpus. Its
 sentence-transformers configuration does what its model card asks: mean pooling and
 L2 normalisation, so a dot product is a cosine. Documents are encoded once into a
 :class:`~pyterrier_dr.FlexIndex` and searched exactly, or, on corpora too large for that
-(``search='auto'`` above :data:`APPROXIMATE_FROM` passages), through FAISS IVF: FlexIndex's
-own retrievers, its quantiser on the GPU where there is one.
+(``search='auto'`` from :data:`APPROXIMATE_FROM` passages on), through FAISS IVF: FlexIndex's
+own retrievers, over a structure built here (:func:`prebuild_ann`), on the CPU.
 """
 import itertools
 import math
