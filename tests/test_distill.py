@@ -273,3 +273,67 @@ def test_teacher_with_the_generator_scores_only_its_fused_top_and_caches(tiny_ge
         assert (group[~group['docno'].isin(top10)]['z_gen'] == scored['z_gen'].min()).all()
         assert group['score'].to_numpy() == pytest.approx((group['z_bm25'] + group['z_gen']).to_numpy())
     assert any((tmp_path / 'generator-scores').rglob('*'))  # its scores are cached for the next round
+
+
+def _fit_fixed_teacher(tiny_dir: str, cache_dir: str, output_dir: str, loss: str, train_passages: bool,
+                       rank: int = 0, world_size: int = 1, store: str = ''):
+    """Distillation of BM25 into the tiny encoder on ADI, in one process or as ``rank`` of
+    ``world_size`` (gloo); dropout off, so that one process and several can agree exactly."""
+    import torch.distributed as dist
+    if world_size > 1:
+        torch.set_num_threads(1)
+        dist.init_process_group('gloo', init_method=f'file://{store}', rank=rank, world_size=world_size)
+    try:
+        torch.manual_seed(0)
+        encoder = DualEncoder.from_pretrained(tiny_dir, dim=16, pooling='mean', device='cpu', precision='fp32',
+                                              max_length=64)
+        coll = Collection('classic/adi')
+        bm25 = Fusion({'bm25': BM25.from_collection(coll, num_results=100, cache_dir=cache_dir)})
+        trainer = Distillation(encoder, coll, bm25, depth=10, batch_size=7, lr=1e-2, epochs=2, loss=loss,
+                               train_passages=train_passages, output_dir=output_dir, checkpoint_every='epoch',
+                               cache_dir=cache_dir, verbose=False)
+        trainer.train_mode = lambda on: encoder.train_mode(False)  # no dropout: the masks differ with the split
+        trainer.fit(coll.topics())
+        return trainer
+    finally:
+        if world_size > 1:
+            dist.destroy_process_group()
+
+
+@pytest.mark.parametrize('loss, train_passages', [('kl', False), ('margin_mse', True)])
+def test_two_processes_train_as_one(tiny_dir, cache_dir, tmp_path, loss, train_passages):
+    import json
+
+    import torch.multiprocessing as mp
+    one = _fit_fixed_teacher(str(tiny_dir), str(cache_dir), str(tmp_path / 'one'), loss, train_passages)
+    # 35 queries in batches of 7: rank 0 computes rows 0, 2, 4, 6 of each batch, rank 1 rows 1, 3, 5
+    mp.spawn(_spawned, args=(str(tiny_dir), str(cache_dir), str(tmp_path / 'two'), loss, train_passages,
+                             str(tmp_path / 'store')), nprocs=2)
+    two = DualEncoder.from_pretrained(str(tmp_path / 'two' / 'final'), device='cpu', precision='fp32')
+    for a, b in zip(one.encoder.model.parameters(), two.model.parameters()):
+        # Adam scales a near-zero gradient component up to a step of about lr (1e-2), so the
+        # floating-point noise of 1 against 2 threads shows as up to ~1e-4 after 10 steps; a
+        # lost or doubled row would move weights by the order of the steps themselves
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=5e-4)
+    torch.manual_seed(0)  # the student did move from its start (the same seed, the same projection)
+    start = DualEncoder.from_pretrained(str(tiny_dir), dim=16, pooling='mean', device='cpu', precision='fp32',
+                                        max_length=64)
+    assert max((a - b).abs().max().item() for a, b in
+               zip(one.encoder.model.parameters(), start.model.parameters())) > 1e-3
+    # the log (rank 0's, with the summed loss) matches one process's, step by step
+    logged = [json.loads(line) for line in (tmp_path / 'two' / 'training_log.jsonl').read_text().splitlines()]
+    np.testing.assert_allclose([r['loss'] for r in logged if 'loss' in r],
+                               [r['loss'] for r in one.log if 'loss' in r], rtol=1e-4)
+    assert not list((tmp_path / 'two').glob('*.tmp'))
+
+
+def _spawned(rank, tiny_dir, cache_dir, output_dir, loss, train_passages, store):
+    _fit_fixed_teacher(tiny_dir, cache_dir, output_dir, loss, train_passages, rank=rank, world_size=2, store=store)
+
+
+def test_a_method_without_data_parallel_refuses_several_processes(monkeypatch, tiny_encoder, cache_dir):
+    from pyterrier_selfsup.training import distant, loop
+    monkeypatch.setattr(loop, 'distributed', lambda: (0, 2))
+    trainer = distant.DistantSupervision(tiny_encoder(), 'classic/adi', cache_dir=cache_dir, verbose=False)
+    with pytest.raises(NotImplementedError, match='does not train on several processes'):
+        trainer.fit(Collection('classic/adi').topics())

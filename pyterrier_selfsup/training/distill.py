@@ -56,23 +56,27 @@ Teacher = Union[pt.Transformer, Callable[[pt.Transformer], pt.Transformer]]
 TEACHER_CHUNK = 1024  # training queries the teacher ranks per call: bounded memory on any query set
 
 
-def listwise_kl(student_logits: torch.Tensor, teacher_probs: torch.Tensor, excluded: torch.Tensor) -> torch.Tensor:
+def listwise_kl(student_logits: torch.Tensor, teacher_probs: torch.Tensor, excluded: torch.Tensor, *,
+                per_row: bool = False) -> torch.Tensor:
     """Mean over queries of KL(teacher ‖ softmax(student_logits)), each row's softmax over
-    its entries not ``excluded``; ``teacher_probs`` rows sum to 1 and are 0 where excluded."""
+    its entries not ``excluded``; ``teacher_probs`` rows sum to 1 and are 0 where excluded.
+    ``per_row``: each query's KL instead of their mean."""
     log_q = torch.log_softmax(student_logits.masked_fill(excluded, float('-inf')), dim=-1).masked_fill(excluded, 0.0)
-    return (torch.xlogy(teacher_probs, teacher_probs) - teacher_probs * log_q).sum(-1).mean()
+    rows = (torch.xlogy(teacher_probs, teacher_probs) - teacher_probs * log_q).sum(-1)
+    return rows if per_row else rows.mean()
 
 
-def margin_mse(student_scores: torch.Tensor, teacher_scores: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+def margin_mse(student_scores: torch.Tensor, teacher_scores: torch.Tensor, valid: torch.Tensor, *,
+               per_row: bool = False) -> torch.Tensor:
     """Margin-MSE (Hofstätter et al.; GPL) over every ordered pair (i, j), i ≠ j, of each
     row's ``valid`` entries: mean of ((s_i - s_j) - (t_i - t_j))², averaged per row, then
-    over rows that have a pair."""
+    over rows that have a pair. ``per_row``: each row's mean (0 for a row without a pair)."""
     d = student_scores - teacher_scores
     diff = d.unsqueeze(2) - d.unsqueeze(1)
     pairs = valid.unsqueeze(2) & valid.unsqueeze(1) & ~torch.eye(d.shape[1], dtype=torch.bool, device=d.device)
     counts = pairs.sum((1, 2))
-    per_row = (diff.pow(2) * pairs).sum((1, 2)) / counts.clamp(min=1)
-    return per_row[counts > 0].mean()
+    rows = (diff.pow(2) * pairs).sum((1, 2)) / counts.clamp(min=1)
+    return rows if per_row else rows[counts > 0].mean()
 
 
 def top_overlap(a: Dict[str, List[str]], b: Dict[str, List[str]], k: int = 10) -> float:
@@ -105,6 +109,7 @@ class Distillation(Trainer):
     """
     description = 'distillation'
     marker = 'round'
+    data_parallel = True
 
     def __init__(self, encoder: DualEncoder, collection: Union[str, Collection], teacher: Teacher, *,
                  depth: int = 30, teacher_temperature: float = 1.0, loss: str = 'kl', in_batch: bool = True,
@@ -240,17 +245,27 @@ class Distillation(Trainer):
         shut = excluded | ~own if self.loss_name == 'margin_mse' or not self.in_batch else excluded
         if int((~shut).sum(1).max()) < 2:  # one candidate a query and no other in the batch
             return None
-        student = self._student_logits(batch, union)
+        # the rows of the loss: under data parallelism (Trainer.local_rows) this process's share
+        # of the global batch, each against every candidate of the global batch, and the loss
+        # their sum over the global batch's count, so that the ranks' gradients sum to one
+        # process's gradient of the whole batch
+        counted = b if self.loss_name == 'kl' else int((own.sum(1) >= 2).sum())
+        local = list(self.local_rows(b))
+        if not local:  # more processes than queries in this batch: a zero loss with a graph
+            return self._student_logits(batch[:1], union[:1]).sum() * 0.0
+        own, shut, teacher = own[local], shut[local], teacher[local]
+        student = self._student_logits([batch[i] for i in local], union)
         device = student.device
         own, shut, teacher = own.to(device), shut.to(device), teacher.to(device)
         if self.loss_name == 'margin_mse':  # each query's own candidates only, gathered to (b, depth)
             width = int(own.sum(1).max())
             columns = torch.argsort((~own).to(torch.int8), dim=1, stable=True)[:, :width]
             valid = own.gather(1, columns)
-            loss = margin_mse(student.gather(1, columns), teacher.gather(1, columns).float(), valid)
+            loss = margin_mse(student.gather(1, columns), teacher.gather(1, columns).float(), valid,
+                              per_row=True).sum() / counted
         else:
             probs = torch.softmax(teacher.masked_fill(~own, float('-inf')), dim=-1).float()
-            loss = listwise_kl(student, probs, shut)
+            loss = listwise_kl(student, probs, shut, per_row=True).sum() / counted
         with torch.no_grad():  # label-free diagnostics: does the student agree with the teacher?
             s_own = student.detach().masked_fill(~own, float('-inf'))
             t_own = teacher.masked_fill(~own, float('-inf'))

@@ -15,6 +15,14 @@ Why not Hugging Face's ``Trainer`` (as Tevatron does): the methods here change t
 between steps (a refreshed index re-retrieves every query's candidates, an iteration
 re-retrieves its close documents) and resume exactly from those points; the loop that
 allows it is the 100 lines of :meth:`Trainer.fit`.
+
+Data parallelism (under ``torch.distributed``, e.g. ``torchrun``): every process walks
+the same global batches; a method that supports it (``data_parallel = True``) computes
+the loss rows :meth:`Trainer.local_rows` gives it, scaled so that the processes'
+gradients *sum* to one process's gradient of the whole batch; the loop sums them
+(all-reduce) before each optimiser step, and only rank 0 writes checkpoints and logs.
+Global batch, learning-rate schedule and result do not depend on the number of processes
+beyond floating-point noise, except through dropout, whose masks differ with the split.
 """
 import json
 import logging
@@ -24,7 +32,7 @@ import random
 import shutil
 import time
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Union
+from typing import Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -37,6 +45,15 @@ from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models._base import TrainableModel
 
 logger = logging.getLogger(__name__)
+
+
+def distributed() -> Tuple[int, int]:
+    """(rank, world size) of this process under torch.distributed, (0, 1) outside it."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
 
 STATE_FILE = 'trainer_state.pt'
 
@@ -88,6 +105,10 @@ class Trainer(pt.Estimator):
     curve, curve_label = 'loss', 'loss'
     # a key of the log whose records are drawn as vertical lines (index refreshes, iterations)
     marker = None
+    # whether the method's loss computes only this process's rows (local_rows) under
+    # torch.distributed; the others refuse to run on several processes
+    data_parallel = False
+    process_rank, world_size = 0, 1  # this process's place under torch.distributed (set by fit)
 
     def __init__(self, model: TrainableModel, collection: Union[str, Collection], *, batch_size: int = 32,
                  epochs: int = 1, lr: float = 2e-5, warmup: float = 0.1,
@@ -137,6 +158,10 @@ class Trainer(pt.Estimator):
         """What the optimiser trains: the model's trainable parameters, and the method's own."""
         return self.model.trainable_parameters()
 
+    def local_rows(self, n: int) -> range:
+        """Which of a global batch's ``n`` examples this process computes the loss of."""
+        return range(self.process_rank, n, self.world_size)
+
     def on_epoch_start(self, examples: list, epoch: int, resumed: bool):
         """Before the first batch of ``epoch`` (``resumed``: or of what is left of it)."""
 
@@ -175,6 +200,10 @@ class Trainer(pt.Estimator):
         """Trains on the query texts of ``tr_topics`` (qrels are never read). With
         ``va_topics`` and ``va_qrels``, nDCG@10 on them is logged after each epoch.
         ``resume_from``: a checkpoint directory of an earlier run with the same settings."""
+        self.process_rank, self.world_size = distributed()
+        if self.world_size > 1 and not self.data_parallel:
+            raise NotImplementedError(f'{type(self).__name__} does not train on several processes yet '
+                                      f'(world size {self.world_size}); run it in one')
         examples = self.examples(tr_topics)
         if not examples:
             raise ValueError('no training example could be made from these topics')
@@ -215,11 +244,14 @@ class Trainer(pt.Estimator):
                 if not window:  # every batch of this step was skipped: no step
                     self.state.update(epoch=epoch, batch=b + 1)
                     continue
+                step_loss = float(np.mean(window))
+                if self.world_size > 1:  # the ranks' gradients and loss shares sum to the batch's
+                    step_loss = self._all_reduce(params, step_loss)
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad()
                 self.state.update(step=self.state['step'] + 1, epoch=epoch, batch=b + 1)
-                self.log.append({'step': self.state['step'], 'epoch': epoch, 'loss': float(np.mean(window)),
+                self.log.append({'step': self.state['step'], 'epoch': epoch, 'loss': step_loss,
                                  'lr': scheduler.get_last_lr()[0], 'time': time.time(),
                                  **{k: float(np.mean(v)) for k, v in self._metrics.items()},
                                  **({'skipped batches': skipped} if skipped else {})})
@@ -249,7 +281,8 @@ class Trainer(pt.Estimator):
         self.train_mode(False)
         if self.output_dir is not None:
             self._checkpoint(optimizer, scheduler, final=True)
-            self._write_log()
+            if self.process_rank == 0:
+                self._write_log()
         return self
 
     def batches(self, n: int, epoch: int) -> List[np.ndarray]:
@@ -270,9 +303,32 @@ class Trainer(pt.Estimator):
 
     # -- checkpoints and logs ---------------------------------------------------------
 
+    def _all_reduce(self, params: List[torch.nn.Parameter], loss: float) -> float:
+        """Sums the parameters' gradients over the processes (a parameter this rank's batch
+        share did not reach counts 0), and returns the summed ``loss``. Deliberately plain
+        (one all-reduce a tensor, no buckets, no overlap with backward, as DDP does): the
+        loop's contract is the sum; speed at many GPUs is for later (issue 17)."""
+        import torch.distributed as dist
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            dist.all_reduce(p.grad)
+        total = torch.tensor([loss], dtype=torch.float64)
+        dist.all_reduce(total)
+        return float(total.item())
+
     def _checkpoint(self, optimizer, scheduler, final: bool = False):
         if self.output_dir is None:
             return
+        if self.world_size > 1:  # rank 0 writes; the others wait until the checkpoint is whole
+            import torch.distributed as dist
+            if self.process_rank == 0:
+                self._write_checkpoint(optimizer, scheduler, final)
+            dist.barrier()
+            return
+        self._write_checkpoint(optimizer, scheduler, final)
+
+    def _write_checkpoint(self, optimizer, scheduler, final: bool = False):
         path = self.output_dir / ('final' if final else f'checkpoint-{self.state["step"]}')
         self.model.save_pretrained(path)
         self.save_extra(path)
