@@ -1,0 +1,46 @@
+"""Label-free distillation on several processes: torchrun starts them, the loop sums their gradients.
+
+    torchrun --nproc_per_node 2 examples/distill_data_parallel.py [collection] [output_dir]
+    python examples/distill_data_parallel.py [collection] [output_dir]      (one process: the same result)
+
+Every process walks the same global batches of corpus sentences; each computes the loss of
+its share of each batch's queries (against all of the batch's candidates), and the loop
+all-reduces the gradients before each step, so the model is the one a single process
+trains, up to floating-point noise and dropout. Rank 0 writes the checkpoints and the log.
+On GPUs use the nccl backend, one GPU a process (``LOCAL_RANK``); here gloo on the CPU.
+"""
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import pyterrier_selfsup as selfsup
+from pyterrier_selfsup.data.queries import corpus_sentences
+from pyterrier_selfsup.training.distill import Distillation
+
+collection = selfsup.Collection(sys.argv[1] if len(sys.argv) > 1 else 'classic/adi')
+output_dir = sys.argv[2] if len(sys.argv) > 2 else 'runs/distill-data-parallel'
+world_size = int(os.environ.get('WORLD_SIZE', 1))
+if world_size > 1:
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(int(os.environ['LOCAL_RANK']))
+    dist.init_process_group('nccl' if cuda else 'gloo')
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world_size))
+
+torch.manual_seed(0)
+bm25 = selfsup.BM25.from_collection(collection, num_results=100)  # built once: a lock makes the others wait
+trainer = Distillation(selfsup.DualEncoder.from_pretrained(selfsup.MINILM), collection,
+                       teacher=lambda student: selfsup.Fusion({'bm25': bm25, 'student': student}),
+                       depth=30, batch_size=32, epochs=2, output_dir=output_dir, checkpoint_every='epoch',
+                       verbose=False)
+started = time.time()
+trainer.fit(corpus_sentences(collection, 256, seed=0))  # no labels are read
+if trainer.process_rank == 0:
+    steps = [r for r in trainer.log if 'loss' in r]
+    print(f'{world_size} process(es): {len(steps)} steps in {time.time() - started:.0f} s; '
+          f'loss {steps[0]["loss"]:.4f} -> {steps[-1]["loss"]:.4f}; model in {output_dir}/final')
+if world_size > 1:
+    dist.destroy_process_group()
