@@ -3,8 +3,9 @@
     torchrun --nproc_per_node 2 examples/distill_data_parallel.py [collection] [output_dir]
     python examples/distill_data_parallel.py [collection] [output_dir]      (one process: the same result)
 
-Every process walks the same global batches of corpus sentences; each computes the loss of
-its share of each batch's queries (against all of the batch's candidates), and the loop
+Every process walks the same global batches of corpus sentences; the teacher's rankings are
+split over the processes and gathered; each computes the loss of its share of each batch's
+queries (against all of the batch's candidates), and the loop
 all-reduces the gradients before each step, so the model is the one a single process
 trains, up to floating-point noise and dropout. Rank 0 writes the checkpoints and the log.
 On GPUs use the nccl backend, one GPU a process (``LOCAL_RANK``); here gloo on the CPU.

@@ -162,13 +162,15 @@ class Distillation(Trainer):
 
     def rank(self, teacher: pt.Transformer, queries: List[Query], *, exclude: bool = True,
              depth: Optional[int] = None) -> Dict[str, Tuple[List[str], np.ndarray]]:
-        """The teacher's top ``depth`` (docnos, scores) for each query, in chunks."""
+        """The teacher's top ``depth`` (docnos, scores) for each query, in chunks; on several
+        processes each ranks its share of the queries and every process gets them all."""
+        mine = queries[self.process_rank::self.world_size]
         ranked = {}
-        for start in range(0, len(queries), TEACHER_CHUNK):
-            ranked.update(ranked_excluding(teacher, queries[start:start + TEACHER_CHUNK], depth or self.depth,
+        for start in range(0, len(mine), TEACHER_CHUNK):
+            ranked.update(ranked_excluding(teacher, mine[start:start + TEACHER_CHUNK], depth or self.depth,
                                            exclude=exclude and self.exclude_sources))
         self.train_mode(True)
-        return ranked
+        return self.gather(ranked)
 
     def _student(self, fresh: bool) -> pt.Transformer:
         student = self.retriever(fresh=fresh)

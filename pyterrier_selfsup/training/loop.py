@@ -162,6 +162,16 @@ class Trainer(pt.Estimator):
         """Which of a global batch's ``n`` examples this process computes the loss of."""
         return range(self.process_rank, n, self.world_size)
 
+    def gather(self, part: Dict) -> Dict:
+        """Every process's ``part`` merged (in rank order) on every process; ``part`` itself in
+        one process. For work a method splits over the processes (the teacher's rankings)."""
+        if self.world_size == 1:
+            return part
+        import torch.distributed as dist
+        parts = [None] * self.world_size
+        dist.all_gather_object(parts, part)
+        return {k: v for p in parts for k, v in p.items()}
+
     def on_epoch_start(self, examples: list, epoch: int, resumed: bool):
         """Before the first batch of ``epoch`` (``resumed``: or of what is left of it)."""
 
