@@ -288,10 +288,15 @@ def _fit_fixed_teacher(tiny_dir: str, cache_dir: str, output_dir: str, loss: str
         encoder = DualEncoder.from_pretrained(tiny_dir, dim=16, pooling='mean', device='cpu', precision='fp32',
                                               max_length=64)
         coll = Collection('classic/adi')
-        bm25 = Fusion({'bm25': BM25.from_collection(coll, num_results=100, cache_dir=cache_dir)})
-        trainer = Distillation(encoder, coll, bm25, depth=10, batch_size=7, lr=1e-2, epochs=2, loss=loss,
-                               train_passages=train_passages, output_dir=output_dir, checkpoint_every='epoch',
-                               cache_dir=cache_dir, verbose=False)
+        common = dict(batch_size=7, lr=1e-2, epochs=2, output_dir=output_dir, checkpoint_every='epoch',
+                      cache_dir=cache_dir, verbose=False)
+        if loss == 'ds':  # distant supervision: BM25's top 1 the positive, the batch's the negatives
+            from pyterrier_selfsup.training.distant import DistantSupervision
+            trainer = DistantSupervision(encoder, coll, **common)
+        else:
+            bm25 = Fusion({'bm25': BM25.from_collection(coll, num_results=100, cache_dir=cache_dir)})
+            trainer = Distillation(encoder, coll, bm25, depth=10, loss=loss, train_passages=train_passages,
+                                   **common)
         trainer.train_mode = lambda on: encoder.train_mode(False)  # no dropout: the masks differ with the split
         trainer.fit(coll.topics())
         return trainer
@@ -300,17 +305,18 @@ def _fit_fixed_teacher(tiny_dir: str, cache_dir: str, output_dir: str, loss: str
             dist.destroy_process_group()
 
 
-@pytest.mark.parametrize('loss, train_passages', [('kl', False), ('margin_mse', True)])
+@pytest.mark.parametrize('loss, train_passages', [('kl', False), ('margin_mse', True), ('ds', True)])
 def test_two_processes_train_as_one(tiny_dir, cache_dir, tmp_path, loss, train_passages):
     import json
 
     import torch.multiprocessing as mp
     one = _fit_fixed_teacher(str(tiny_dir), str(cache_dir), str(tmp_path / 'one'), loss, train_passages)
+    one_encoder = one.encoder if loss != 'ds' else one.model
     # 35 queries in batches of 7: rank 0 computes rows 0, 2, 4, 6 of each batch, rank 1 rows 1, 3, 5
     mp.spawn(_spawned, args=(str(tiny_dir), str(cache_dir), str(tmp_path / 'two'), loss, train_passages,
                              str(tmp_path / 'store')), nprocs=2)
     two = DualEncoder.from_pretrained(str(tmp_path / 'two' / 'final'), device='cpu', precision='fp32')
-    for a, b in zip(one.encoder.model.parameters(), two.model.parameters()):
+    for a, b in zip(one_encoder.model.parameters(), two.model.parameters()):
         # Adam scales a near-zero gradient component up to a step of about lr (1e-2), so the
         # floating-point noise of 1 against 2 threads shows as up to ~1e-4 after 10 steps; a
         # lost or doubled row would move weights by the order of the steps themselves
@@ -319,7 +325,7 @@ def test_two_processes_train_as_one(tiny_dir, cache_dir, tmp_path, loss, train_p
     start = DualEncoder.from_pretrained(str(tiny_dir), dim=16, pooling='mean', device='cpu', precision='fp32',
                                         max_length=64)
     assert max((a - b).abs().max().item() for a, b in
-               zip(one.encoder.model.parameters(), start.model.parameters())) > 1e-3
+               zip(one_encoder.model.parameters(), start.model.parameters())) > 1e-3
     # the log (rank 0's, with the summed loss) matches one process's, step by step
     logged = [json.loads(line) for line in (tmp_path / 'two' / 'training_log.jsonl').read_text().splitlines()]
     np.testing.assert_allclose([r['loss'] for r in logged if 'loss' in r],
@@ -331,9 +337,11 @@ def _spawned(rank, tiny_dir, cache_dir, output_dir, loss, train_passages, store)
     _fit_fixed_teacher(tiny_dir, cache_dir, output_dir, loss, train_passages, rank=rank, world_size=2, store=store)
 
 
-def test_a_method_without_data_parallel_refuses_several_processes(monkeypatch, tiny_encoder, cache_dir):
-    from pyterrier_selfsup.training import distant, loop
+def test_a_method_without_data_parallel_refuses_several_processes(monkeypatch, tiny_encoder, tiny_generator,
+                                                                   cache_dir):
+    from pyterrier_selfsup.training import loop
+    from pyterrier_selfsup.training.reconstruction import Rumbart
     monkeypatch.setattr(loop, 'distributed', lambda: (0, 2))
-    trainer = distant.DistantSupervision(tiny_encoder(), 'classic/adi', cache_dir=cache_dir, verbose=False)
+    trainer = Rumbart(tiny_encoder(), tiny_generator('llama'), 'classic/adi', cache_dir=cache_dir, verbose=False)
     with pytest.raises(NotImplementedError, match='does not train on several processes'):
         trainer.fit(Collection('classic/adi').topics())

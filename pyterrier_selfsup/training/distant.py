@@ -37,17 +37,22 @@ NEGATIVES = ('none', 'random', 'bm25', 'retriever')
 
 
 def in_batch_loss(queries: torch.Tensor, passages: torch.Tensor, temperature: float,
-                  excluded: Optional[torch.Tensor] = None) -> torch.Tensor:
+                  excluded: Optional[torch.Tensor] = None, *, rows: Optional[List[int]] = None,
+                  batch_size: Optional[int] = None) -> torch.Tensor:
     """Mean over queries i of -log softmax_j(q_i . p_j / temperature) at j = i.
 
     ``passages`` holds the b positives first (row i of ``queries`` belongs with row i),
     then any extra negatives. ``excluded[i, j]`` removes passage j from query i's
-    softmax: another copy of its own positive, or the passage it was cut from.
+    softmax: another copy of its own positive, or the passage it was cut from. Under data
+    parallelism ``queries`` are the batch's ``rows`` only (their positives at those
+    columns), and the loss is their sum over the whole ``batch_size``.
     """
+    rows = list(range(len(queries))) if rows is None else rows
     scores = queries @ passages.T / temperature
     if excluded is not None:
         scores = scores.masked_fill(excluded, float('-inf'))
-    return F.cross_entropy(scores, torch.arange(len(queries), device=scores.device))
+    targets = torch.tensor(rows, device=scores.device)
+    return F.cross_entropy(scores, targets, reduction='sum') / (batch_size or len(rows))
 
 
 class DistantSupervision(Trainer):
@@ -60,6 +65,7 @@ class DistantSupervision(Trainer):
         in-batch negatives), ``accumulation``, ``epochs``, ``lr``, ``warmup``, ``output_dir``...
     """
     description = 'distant supervision'
+    data_parallel = True
 
     def __init__(self, encoder: DualEncoder, collection: Union[str, Collection], *, negatives: str = 'none',
                  bm25_depth: int = 30, **kwargs):
@@ -109,9 +115,14 @@ class DistantSupervision(Trainer):
                                  for i, q in enumerate(batch)], device=self.encoder.device)
         if int((~excluded).sum(1).max()) < 2:  # no query has a negative: nothing to learn
             return None
-        queries = self.encoder.encode([q.query for q in batch], 'query')
+        # this process's share of the batch's queries (Trainer.local_rows), against every passage
+        local = list(self.local_rows(len(batch)))
+        if not local:  # more processes than queries: a zero loss with a graph
+            return self.encoder.encode(self.collection.texts(docnos[:1]), 'passage').sum() * 0.0
+        queries = self.encoder.encode([batch[i].query for i in local], 'query')
         passages = self.encoder.encode(self.collection.texts(docnos), 'passage')
-        return in_batch_loss(queries, passages, self.encoder.temperature, excluded)
+        return in_batch_loss(queries, passages, self.encoder.temperature, excluded[local], rows=local,
+                             batch_size=len(batch))
 
     def _negatives(self, batch: List[Query], rng: np.random.Generator, hard: Optional[Dict[str, str]]) -> List[str]:
         if self.negatives == 'none':
