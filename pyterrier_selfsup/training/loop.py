@@ -323,7 +323,7 @@ class Trainer(pt.Estimator):
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             dist.all_reduce(p.grad)
-        total = torch.tensor([loss], dtype=torch.float64)
+        total = torch.tensor([loss], dtype=torch.float64, device=params[0].device)  # (nccl: on the GPU)
         dist.all_reduce(total)
         return float(total.item())
 
