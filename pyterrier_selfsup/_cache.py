@@ -49,7 +49,8 @@ def is_complete(path: Path) -> bool:
     return (path / _COMPLETE).is_file()
 
 
-def build_once(path: Union[str, Path], build: Callable[[Path], None], *, resumable: bool = False) -> Path:
+def build_once(path: Union[str, Path], build: Callable[[Path], None], *, resumable: bool = False,
+               collective: bool = False) -> Path:
     """Returns ``path``, first running ``build(staging_dir)`` if no complete build is there.
 
     A build writes into a staging directory that is renamed to ``path`` only after
@@ -60,21 +61,21 @@ def build_once(path: Union[str, Path], build: Callable[[Path], None], *, resumab
     build is kept and handed to ``build`` again, which resumes from what it finds
     there (a training run from its last checkpoint). A file lock makes concurrent
     processes wait for one build instead of racing.
+
+    ``collective``: under ``torch.distributed`` every process of the group calls this and
+    runs ``build`` together (a data-parallel training run); rank 0 holds the lock, clears
+    leftovers and renames the result, the others follow at barriers.
     """
     path = Path(path)
+    if collective and _world_size() > 1:
+        return _build_once_collectively(path, build, resumable)
     if is_complete(path):
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     with _locked(path.with_name(path.name + '.lock')):
         if is_complete(path):  # another process finished it while we waited
             return path
-        staging = path.with_name(path.name + '.partial')
-        if resumable and staging.exists():
-            logger.warning('%s is an interrupted build; resuming it', staging)
-        for leftover in (path,) if resumable else (path, staging):
-            if leftover.exists():
-                logger.warning('%s is an incomplete build (interrupted?); removing it and rebuilding', leftover)
-                shutil.rmtree(leftover)
+        staging = _clear_leftovers(path, resumable)
         try:
             build(staging)
             (staging / _COMPLETE).touch()
@@ -83,6 +84,51 @@ def build_once(path: Union[str, Path], build: Callable[[Path], None], *, resumab
             if not resumable:
                 shutil.rmtree(staging, ignore_errors=True)
             raise
+    return path
+
+
+def _clear_leftovers(path: Path, resumable: bool) -> Path:
+    """The staging directory of ``path``, with what an earlier build left removed (but a
+    resumable build's staging directory, which is kept to resume from)."""
+    staging = path.with_name(path.name + '.partial')
+    if resumable and staging.exists():
+        logger.warning('%s is an interrupted build; resuming it', staging)
+    for leftover in (path,) if resumable else (path, staging):
+        if leftover.exists():
+            logger.warning('%s is an incomplete build (interrupted?); removing it and rebuilding', leftover)
+            shutil.rmtree(leftover)
+    return staging
+
+
+def _world_size() -> int:
+    import torch.distributed as dist
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _build_once_collectively(path: Path, build: Callable[[Path], None], resumable: bool) -> Path:
+    """:func:`build_once` with every process of the torch.distributed group running ``build``."""
+    import torch.distributed as dist
+    rank = dist.get_rank()
+    lock = None
+    if rank == 0:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = _locked(path.with_name(path.name + '.lock'))
+        lock.__enter__()
+    try:
+        todo = [not is_complete(path)]
+        dist.broadcast_object_list(todo, src=0)
+        if todo[0]:
+            staging = _clear_leftovers(path, resumable) if rank == 0 else path.with_name(path.name + '.partial')
+            dist.barrier()
+            build(staging)
+            dist.barrier()  # every rank is done with the staging directory
+            if rank == 0:
+                (staging / _COMPLETE).touch()
+                os.replace(staging, path)
+            dist.barrier()
+    finally:
+        if lock is not None:
+            lock.__exit__(None, None, None)
     return path
 
 

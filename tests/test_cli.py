@@ -196,3 +196,26 @@ def test_distillation_runs_from_the_command_line(tmp_path, cache_dir):
     for path in models.values():  # each can be taken away
         model = SentenceTransformer(str(path / 'final'), device='cpu')
         assert model.encode_query(['automatic indexing']).shape == (1, 384)
+
+
+def test_train_runs_on_two_processes_under_torchrun(tmp_path, cache_dir, tiny_dir):
+    ds = f'ds:model_name={tiny_dir},queries=classic/adi,batch_size=16,seed=7'
+    proc = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2',
+                           '--master_port', '29517', '-m', 'pyterrier_selfsup', 'train', ds, '-c', 'classic/adi',
+                           '--cache-dir', str(cache_dir)], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # rank 0 alone reports, writes the model and its log; the 35 queries make 3 steps of 16
+    assert len(re.findall(r'trained .* on 2 processes: ', proc.stdout)) == 1, proc.stdout
+    final = Path(re.search(r'on 2 processes: (\S+)', proc.stdout).group(1))
+    assert (final / 'dual_encoder.json').is_file() and not final.parent.with_name(final.parent.name + '.partial').exists()
+    log = [json.loads(line) for line in (final.parent / 'training_log.jsonl').read_text().splitlines()]
+    assert [r['step'] for r in log if 'loss' in r] == [1, 2, 3]
+    assert [p.name for p in final.parent.iterdir() if p.name.startswith('checkpoint')] == []
+    # the model is found by a later run in one process, without training again
+    again = selfsup('train', ds, '-c', 'classic/adi', '--cache-dir', str(cache_dir), cwd=tmp_path)
+    assert again.returncode == 0 and str(final) in again.stdout
+    # only training runs on several processes
+    env = {**os.environ, 'WORLD_SIZE': '2'}
+    refused = subprocess.run([sys.executable, '-m', 'pyterrier_selfsup', 'run', '-c', 'classic/adi', '-p', 'bm25'],
+                             capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert refused.returncode == 2 and 'only `selfsup train` runs on several processes' in refused.stderr

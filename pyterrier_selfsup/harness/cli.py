@@ -75,12 +75,19 @@ def main(argv=None) -> int:
         from transformers.utils import logging as transformers_logging
         disable_progress_bars()
         transformers_logging.disable_progress_bar()
+    if int(os.environ.get('WORLD_SIZE', '1')) > 1 and args.command != 'train':
+        print('selfsup: error: only `selfsup train` runs on several processes (torchrun); run the rest in one',
+              file=sys.stderr)
+        return 2
+    rank = _join_process_group()
     try:
         if args.command == 'train':
             spec = get_pipeline(args.pipeline)
-            path = spec.train(Collection(args.collection), cache_dir=args.cache_dir, verbose=verbose)
-            print(f'trained {spec.name} on {args.collection}: {path}')
-            print(f'training log and curve: {path.parent}')
+            path = spec.train(Collection(args.collection), cache_dir=args.cache_dir, verbose=verbose and not rank)
+            if not rank:
+                print(f'trained {spec.name} on {args.collection}' +
+                      (f' on {_world_size()} processes' if rank is not None else '') + f': {path}')
+                print(f'training log and curve: {path.parent}')
             return 0
         result = run_experiment(args.collections, args.pipelines, name=args.save or 'selfsup run',
                                 cache_dir=args.cache_dir, verbose=verbose, log=lambda s: print(s, flush=True))
@@ -91,6 +98,30 @@ def main(argv=None) -> int:
         for path in write_results(result, args.results_dir):
             print(f'wrote {path}')
     return 0
+
+
+def _join_process_group():
+    """Under torchrun (``WORLD_SIZE`` > 1): this process joins the group, nccl with a GPU a
+    process where there are GPUs, gloo otherwise (the cores shared between the processes),
+    and its rank is returned; None in a process of its own."""
+    if int(os.environ.get('WORLD_SIZE', '1')) <= 1:
+        return None
+    import torch
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        cuda = torch.cuda.is_available()
+        if cuda:
+            torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', '0')))
+        else:
+            local = int(os.environ.get('LOCAL_WORLD_SIZE', os.environ['WORLD_SIZE']))
+            torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // local))
+        dist.init_process_group('nccl' if cuda else 'gloo')
+    return dist.get_rank()
+
+
+def _world_size() -> int:
+    import torch.distributed as dist
+    return dist.get_world_size()
 
 
 def _classic_here():

@@ -75,7 +75,9 @@ def train(collection: Union[str, Collection], method: str, settings: dict, *, ca
                                           verbose=verbose)
         fit_resumably(trainer, topics)
 
-    return build_once(model_dir(collection, method, settings, cache_dir), build, resumable=True) / 'final'
+    # under torch.distributed (torchrun) every process trains, together
+    return build_once(model_dir(collection, method, settings, cache_dir), build, resumable=True,
+                      collective=True) / 'final'
 
 
 def training_topics(collection: Collection, queries: str, n_queries: int, *, seed: int = 0,

@@ -74,7 +74,8 @@ def fit_resumably(trainer: 'Trainer', topics: pd.DataFrame) -> 'Trainer':
     if done:
         logger.info('resuming from %s', done[-1])
     trainer.fit(topics, resume_from=done[-1] if done else None)
-    keep_final_only(trainer.output_dir)
+    if trainer.process_rank == 0:  # (under torch.distributed, rank 0 alone writes)
+        keep_final_only(trainer.output_dir)
     return trainer
 
 
