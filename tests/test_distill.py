@@ -276,9 +276,13 @@ def test_teacher_with_the_generator_scores_only_its_fused_top_and_caches(tiny_ge
 
 
 def _fit_fixed_teacher(tiny_dir: str, cache_dir: str, output_dir: str, loss: str, train_passages: bool,
-                       rank: int = 0, world_size: int = 1, store: str = ''):
+                       rank: int = 0, world_size: int = 1, store: str = '', stop_at: int = 0):
     """Distillation of BM25 into the tiny encoder on ADI, in one process or as ``rank`` of
-    ``world_size`` (gloo); dropout off, so that one process and several can agree exactly."""
+    ``world_size`` (gloo), resuming from the last checkpoint in ``output_dir`` if there is
+    one; dropout off, so that one process and several can agree exactly. ``stop_at``: every
+    process is interrupted in its ``stop_at``-th loss (torchrun stops the whole group when
+    one process fails)."""
+    from pyterrier_selfsup.training.loop import fit_resumably
     import torch.distributed as dist
     if world_size > 1:
         torch.set_num_threads(1)
@@ -298,8 +302,20 @@ def _fit_fixed_teacher(tiny_dir: str, cache_dir: str, output_dir: str, loss: str
             trainer = Distillation(encoder, coll, bm25, depth=10, loss=loss, train_passages=train_passages,
                                    **common)
         trainer.train_mode = lambda on: encoder.train_mode(False)  # no dropout: the masks differ with the split
-        trainer.fit(coll.topics())
-        return trainer
+        if stop_at:
+            loss_of, calls = trainer.loss, []
+
+            def interrupted(batch, rng):
+                calls.append(1)
+                if len(calls) == stop_at:
+                    raise KeyboardInterrupt
+                return loss_of(batch, rng)
+            trainer.loss = interrupted
+            try:
+                fit_resumably(trainer, coll.topics())
+            except KeyboardInterrupt:
+                return None
+        return fit_resumably(trainer, coll.topics())
     finally:
         if world_size > 1:
             dist.destroy_process_group()
@@ -333,8 +349,33 @@ def test_two_processes_train_as_one(tiny_dir, cache_dir, tmp_path, loss, train_p
     assert not list((tmp_path / 'two').glob('*.tmp'))
 
 
-def _spawned(rank, tiny_dir, cache_dir, output_dir, loss, train_passages, store):
-    _fit_fixed_teacher(tiny_dir, cache_dir, output_dir, loss, train_passages, rank=rank, world_size=2, store=store)
+def _spawned(rank, tiny_dir, cache_dir, output_dir, loss, train_passages, store, stop_at=0):
+    _fit_fixed_teacher(tiny_dir, cache_dir, output_dir, loss, train_passages, rank=rank, world_size=2, store=store,
+                       stop_at=stop_at)
+
+
+def test_two_processes_stopped_resume_from_the_last_checkpoint(tiny_dir, cache_dir, tmp_path):
+    import json
+    import time
+
+    import torch.multiprocessing as mp
+    one = _fit_fixed_teacher(str(tiny_dir), str(cache_dir), str(tmp_path / 'one'), 'kl', False)
+    # 35 queries in batches of 7: 5 steps a round; both processes stop in step 7, round 1
+    out = str(tmp_path / 'two')
+    mp.spawn(_spawned, args=(str(tiny_dir), str(cache_dir), out, 'kl', False, str(tmp_path / 'store1'), 7), nprocs=2)
+    assert sorted(p.name for p in (tmp_path / 'two').iterdir() if p.name.startswith('checkpoint')) == ['checkpoint-5']
+    assert not (tmp_path / 'two' / 'final').exists()
+    restarted = time.time()
+    mp.spawn(_spawned, args=(str(tiny_dir), str(cache_dir), out, 'kl', False, str(tmp_path / 'store2')), nprocs=2)
+    resumed = DualEncoder.from_pretrained(str(tmp_path / 'two' / 'final'), device='cpu', precision='fp32')
+    for a, b in zip(one.encoder.model.parameters(), resumed.model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=5e-4)
+    logged = [json.loads(line) for line in (tmp_path / 'two' / 'training_log.jsonl').read_text().splitlines()]
+    assert [r['step'] for r in logged if 'loss' in r] == list(range(1, 11))
+    # steps 1-5 came back with the checkpoint; only 6-10 were taken after the restart
+    assert [r['time'] < restarted for r in logged if 'loss' in r] == [True] * 5 + [False] * 5
+    np.testing.assert_allclose([r['loss'] for r in logged if 'loss' in r],
+                               [r['loss'] for r in one.log if 'loss' in r], rtol=1e-4)
 
 
 def test_a_method_without_data_parallel_refuses_several_processes(monkeypatch, tiny_encoder, tiny_generator,
