@@ -85,8 +85,7 @@ def encode_sharded(path: Union[str, Path], collection: Collection, encoder: BiEn
     interleaves them back into corpus order in one FlexIndex at ``path``. Every rank
     returns it. A shared filesystem is the only transport: no vector crosses the network.
 
-    A building block of data-parallel training (issue 17): the trainers do not call it yet
-    (their fresh indexes live in per-process temporary directories)."""
+    Data-parallel trainers refresh their index through it (:func:`dense_retriever`)."""
     import torch.distributed as dist
     path = Path(path)
     shards = path.with_name(path.name + '.shards')
@@ -277,6 +276,22 @@ def dense_retriever(collection: Collection, encoder: BiEncoder, *, fresh: bool =
     retriever (a trainer's refreshed index: an approximate one is built with it)."""
     if not fresh:
         return DenseRetriever(encoder, flex_index(collection, encoder, cache_dir=cache_dir), search=search)
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        # a data-parallel trainer's refresh: every process encodes its share (encode_sharded)
+        # into rank 0's temporary directory (one node; several need TMPDIR on a filesystem
+        # they share); rank 0 removes it with its retriever, the others' memory maps outlive it
+        rank = dist.get_rank()
+        tmp = tempfile.TemporaryDirectory(prefix='selfsup-index-') if rank == 0 else None
+        shared = [tmp.name if tmp else None]
+        dist.broadcast_object_list(shared, src=0)
+        index = encode_sharded(f'{shared[0]}/index.flex', collection, encoder, rank=rank,
+                               world_size=dist.get_world_size())
+        index.payload()  # mapped now, on every rank, before rank 0 may remove the files
+        dist.barrier()
+        retriever = DenseRetriever(encoder, index, search=search)
+        retriever._tmp = tmp
+        return retriever
     tmp = tempfile.TemporaryDirectory(prefix='selfsup-index-')
     retriever = DenseRetriever(encoder, encode_into(f'{tmp.name}/index.flex', collection, encoder), search=search)
     retriever._tmp = tmp  # removed with the retriever
