@@ -8,7 +8,7 @@ split over the processes and gathered; each computes the loss of its share of ea
 queries (against all of the batch's candidates), and the loop
 all-reduces the gradients before each step, so the model is the one a single process
 trains, up to floating-point noise and dropout. Rank 0 writes the checkpoints and the log.
-On GPUs use the nccl backend, one GPU a process (``LOCAL_RANK``); here gloo on the CPU.
+`selfsup.join_process_group` picks nccl with a GPU a process (``LOCAL_RANK``), gloo on CPUs.
 """
 import os
 import sys
@@ -24,12 +24,7 @@ from pyterrier_selfsup.training.distill import Distillation
 collection = selfsup.Collection(sys.argv[1] if len(sys.argv) > 1 else 'classic/adi')
 output_dir = sys.argv[2] if len(sys.argv) > 2 else 'runs/distill-data-parallel'
 world_size = int(os.environ.get('WORLD_SIZE', 1))
-if world_size > 1:
-    cuda = torch.cuda.is_available()
-    if cuda:
-        torch.cuda.set_device(int(os.environ['LOCAL_RANK']))
-    dist.init_process_group('nccl' if cuda else 'gloo')
-    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world_size))
+selfsup.join_process_group()  # under torchrun: nccl with a GPU a process, gloo on CPUs (None alone)
 
 torch.manual_seed(0)
 bm25 = selfsup.BM25.from_collection(collection, num_results=100)  # built once: a lock makes the others wait

@@ -7,6 +7,7 @@ The layers, each importing only from those before it:
 """
 import importlib
 
+from pyterrier_selfsup._distributed import join_process_group
 from pyterrier_selfsup.data.classic import register_classic
 from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
 from pyterrier_selfsup.data.queries import (Query, corpus_sentences, cropped_spans, generated_queries, given_topics,
@@ -41,7 +42,7 @@ def __getattr__(name):
 
 
 __all__ = [
-    'register_classic', 'Collection', 'UnknownCollectionError', 'Query', 'corpus_sentences', 'cropped_spans',
+    'join_process_group', 'register_classic', 'Collection', 'UnknownCollectionError', 'Query', 'corpus_sentences', 'cropped_spans',
     'generated_queries', 'given_topics', 'sampled_queries',
     'DualEncoder', 'DualEncoderModel', 'SMOLLM2', 'SMOLLM2_GGUF', 'Generator', 'ReconstructionScorer', 'ReAtt',
     'ReAttT5',

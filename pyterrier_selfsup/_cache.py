@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Optional, Union
 
+from pyterrier_selfsup._distributed import distributed
+
 logger = logging.getLogger(__name__)
 
 CACHE_ENV = 'SELFSUP_CACHE'
@@ -67,7 +69,7 @@ def build_once(path: Union[str, Path], build: Callable[[Path], None], *, resumab
     leftovers and renames the result, the others follow at barriers.
     """
     path = Path(path)
-    if collective and _world_size() > 1:
+    if collective and distributed()[1] > 1:
         return _build_once_collectively(path, build, resumable)
     if is_complete(path):
         return path
@@ -90,7 +92,7 @@ def build_once(path: Union[str, Path], build: Callable[[Path], None], *, resumab
 def _clear_leftovers(path: Path, resumable: bool) -> Path:
     """The staging directory of ``path``, with what an earlier build left removed (but a
     resumable build's staging directory, which is kept to resume from)."""
-    staging = path.with_name(path.name + '.partial')
+    staging = _staging(path)
     if resumable and staging.exists():
         logger.warning('%s is an interrupted build; resuming it', staging)
     for leftover in (path,) if resumable else (path, staging):
@@ -100,9 +102,8 @@ def _clear_leftovers(path: Path, resumable: bool) -> Path:
     return staging
 
 
-def _world_size() -> int:
-    import torch.distributed as dist
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+def _staging(path: Path) -> Path:
+    return path.with_name(path.name + '.partial')
 
 
 def _build_once_collectively(path: Path, build: Callable[[Path], None], resumable: bool) -> Path:
@@ -118,7 +119,7 @@ def _build_once_collectively(path: Path, build: Callable[[Path], None], resumabl
         todo = [not is_complete(path)]
         dist.broadcast_object_list(todo, src=0)
         if todo[0]:
-            staging = _clear_leftovers(path, resumable) if rank == 0 else path.with_name(path.name + '.partial')
+            staging = _clear_leftovers(path, resumable) if rank == 0 else _staging(path)
             dist.barrier()
             build(staging)
             dist.barrier()  # every rank is done with the staging directory

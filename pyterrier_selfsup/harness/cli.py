@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 
+from pyterrier_selfsup._distributed import distributed, join_process_group
 from pyterrier_selfsup.data.classic import BUILTIN, CLASSIC_DATA_ENV, discover
 from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
 from pyterrier_selfsup.harness.experiment import run_experiment, write_results
@@ -79,14 +80,14 @@ def main(argv=None) -> int:
         print('selfsup: error: only `selfsup train` runs on several processes (torchrun); run the rest in one',
               file=sys.stderr)
         return 2
-    rank = _join_process_group()
+    rank = join_process_group()
     try:
         if args.command == 'train':
             spec = get_pipeline(args.pipeline)
             path = spec.train(Collection(args.collection), cache_dir=args.cache_dir, verbose=verbose and not rank)
             if not rank:
                 print(f'trained {spec.name} on {args.collection}' +
-                      (f' on {_world_size()} processes' if rank is not None else '') + f': {path}')
+                      (f' on {distributed()[1]} processes' if rank is not None else '') + f': {path}')
                 print(f'training log and curve: {path.parent}')
             return 0
         result = run_experiment(args.collections, args.pipelines, name=args.save or 'selfsup run',
@@ -98,30 +99,6 @@ def main(argv=None) -> int:
         for path in write_results(result, args.results_dir):
             print(f'wrote {path}')
     return 0
-
-
-def _join_process_group():
-    """Under torchrun (``WORLD_SIZE`` > 1): this process joins the group, nccl with a GPU a
-    process where there are GPUs, gloo otherwise (the cores shared between the processes),
-    and its rank is returned; None in a process of its own."""
-    if int(os.environ.get('WORLD_SIZE', '1')) <= 1:
-        return None
-    import torch
-    import torch.distributed as dist
-    if not dist.is_initialized():
-        cuda = torch.cuda.is_available()
-        if cuda:
-            torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', '0')))
-        else:
-            local = int(os.environ.get('LOCAL_WORLD_SIZE', os.environ['WORLD_SIZE']))
-            torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // local))
-        dist.init_process_group('nccl' if cuda else 'gloo')
-    return dist.get_rank()
-
-
-def _world_size() -> int:
-    import torch.distributed as dist
-    return dist.get_world_size()
 
 
 def _classic_here():

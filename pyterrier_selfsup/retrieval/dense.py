@@ -21,6 +21,7 @@ import pyterrier as pt
 from pyterrier_dr import BiEncoder, FlexIndex, SBertBiEncoder
 
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root
+from pyterrier_selfsup._distributed import distributed
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.retrieval.base import Retriever
@@ -194,7 +195,7 @@ def prebuild_ann(index: FlexIndex, search: str) -> Path:
     import faiss
 
     from pyterrier_selfsup._cache import _locked
-    _, vectors, meta = index.payload()
+    vectors, _ = index.payload(return_docnos=False)
     n, dim = vectors.shape
     if search == 'ivf':
         n_list = ivf_n_list(n)
@@ -276,17 +277,16 @@ def dense_retriever(collection: Collection, encoder: BiEncoder, *, fresh: bool =
     retriever (a trainer's refreshed index: an approximate one is built with it)."""
     if not fresh:
         return DenseRetriever(encoder, flex_index(collection, encoder, cache_dir=cache_dir), search=search)
-    import torch.distributed as dist
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+    rank, world_size = distributed()
+    if world_size > 1:
+        import torch.distributed as dist
         # a data-parallel trainer's refresh: every process encodes its share (encode_sharded)
         # into rank 0's temporary directory (one node; several need TMPDIR on a filesystem
         # they share); rank 0 removes it with its retriever, the others' memory maps outlive it
-        rank = dist.get_rank()
         tmp = tempfile.TemporaryDirectory(prefix='selfsup-index-') if rank == 0 else None
         shared = [tmp.name if tmp else None]
         dist.broadcast_object_list(shared, src=0)
-        index = encode_sharded(f'{shared[0]}/index.flex', collection, encoder, rank=rank,
-                               world_size=dist.get_world_size())
+        index = encode_sharded(f'{shared[0]}/index.flex', collection, encoder, rank=rank, world_size=world_size)
         index.payload()  # mapped now, on every rank, before rank 0 may remove the files
         dist.barrier()
         retriever = DenseRetriever(encoder, index, search=search)

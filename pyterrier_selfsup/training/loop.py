@@ -32,7 +32,7 @@ import random
 import shutil
 import time
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple, Union
+from typing import Dict, Iterable, List, Optional, Union
 
 import numpy as np
 import pandas as pd
@@ -41,18 +41,11 @@ import torch
 from ir_measures import nDCG
 from transformers import get_linear_schedule_with_warmup
 
+from pyterrier_selfsup._distributed import distributed
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models._base import TrainableModel
 
 logger = logging.getLogger(__name__)
-
-
-def distributed() -> Tuple[int, int]:
-    """(rank, world size) of this process under torch.distributed, (0, 1) outside it."""
-    import torch.distributed as dist
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 STATE_FILE = 'trainer_state.pt'
