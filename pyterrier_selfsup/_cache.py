@@ -74,7 +74,7 @@ def build_once(path: Union[str, Path], build: Callable[[Path], None], *, resumab
     if is_complete(path):
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(path.with_name(path.name + '.lock')):
+    with locked(path.with_name(path.name + '.lock')):
         if is_complete(path):  # another process finished it while we waited
             return path
         staging = _clear_leftovers(path, resumable)
@@ -113,7 +113,7 @@ def _build_once_collectively(path: Path, build: Callable[[Path], None], resumabl
     lock = None
     if rank == 0:
         path.parent.mkdir(parents=True, exist_ok=True)
-        lock = _locked(path.with_name(path.name + '.lock'))
+        lock = locked(path.with_name(path.name + '.lock'))
         lock.__enter__()
     try:
         todo = [not is_complete(path)]
@@ -134,7 +134,7 @@ def _build_once_collectively(path: Path, build: Callable[[Path], None], resumabl
 
 
 @contextmanager
-def _locked(lock_path: Path):
+def locked(lock_path: Path):
     with open(lock_path, 'w') as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:

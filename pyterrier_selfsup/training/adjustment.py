@@ -57,18 +57,20 @@ def mask_token(reatt: ReAtt) -> str:
     return getattr(reatt.tokenizer, 'mask_token', None) or MASK
 
 
-def adjustment_loss(retrieval_logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+def adjustment_loss(retrieval_logits: torch.Tensor, target: torch.Tensor, per_row: bool = False) -> torch.Tensor:
     """Mean over queries of KL(target ‖ softmax(retrieval_logits)), rows over all the
     batch's documents; ``target`` rows sum to one and are 0 off each query's close
-    documents (their terms vanish: 0 · log 0 = 0)."""
-    return F.kl_div(torch.log_softmax(retrieval_logits, dim=-1), target, reduction='batchmean')
+    documents (their terms vanish: 0 · log 0 = 0). ``per_row``: each query's KL."""
+    rows = F.kl_div(torch.log_softmax(retrieval_logits, dim=-1), target, reduction='none').sum(-1)
+    return rows if per_row else rows.mean()
 
 
 # -- where P_target comes from ------------------------------------------------------------
 
 class _Target:
-    """P_target over a batch's documents (and a loss of its own, for a reader that trains).
-    :meth:`prepare` runs once per iteration, when the close documents change."""
+    """P_target over a batch's documents (and a loss of its own per query, for a reader that
+    trains). :meth:`prepare` runs once per iteration, when the close documents change (on
+    every process of a data-parallel run, each preparing its share)."""
 
     def prepare(self, trainer: 'CrossDocumentAdjustment', examples: List[Query]):
         pass
@@ -97,9 +99,8 @@ class LikelihoodTarget(_Target):
         self.scorer = generator.scorer(normalise='sum', cache=score_cache_dir(corpus_id, generator, cache_dir))
 
     def prepare(self, trainer, examples):
-        frame = trainer.pairs(examples)
-        if len(frame):
-            self.scorer(frame)  # every pair of the iteration in one pass (cached)
+        # every pair of the iteration in one pass into the cache (split between the processes)
+        self.scorer.fill(trainer.pairs(examples))
 
     def __call__(self, trainer, batch, docnos):
         scored = self.scorer(trainer.pairs(batch)).set_index(['qid', 'docno'])['score']
@@ -118,7 +119,7 @@ class AttentionTarget(_Target):
     def prepare(self, trainer, examples):
         self.shares = {}
         by_size: Dict[int, List[Query]] = {}
-        for q in examples:  # rows of one call need the same number of passages
+        for q in trainer.local_batch(examples):  # rows of one call need the same number of passages
             if trainer.close.get(q.qid):
                 by_size.setdefault(len(trainer.close[q.qid]), []).append(q)
         for group in by_size.values():
@@ -127,6 +128,7 @@ class AttentionTarget(_Target):
                 passages = [trainer.collection.texts(trainer.close[q.qid]) for q in chunk]
                 values = attention_target(self.generator, [q.query for q in chunk], passages)
                 self.shares.update({q.qid: v.cpu() for q, v in zip(chunk, values)})
+        self.shares = trainer.gather(self.shares)
 
     def __call__(self, trainer, batch, docnos):
         return None, _place(batch, docnos, trainer.close, lambda q: self.shares[q.qid])
@@ -153,7 +155,9 @@ class ReaderTarget(_Target):
             shares.update({q.qid: values for q, values in zip(group, attention.cpu())})
         nll = torch.cat(nll)
         trainer.record('generation nll', float(nll.detach().mean()))
-        return nll.mean(), _place(batch, docnos, trainer.close, lambda q: shares[q.qid])
+        order = [q.qid for group in by_size.values() for q in group]  # nll's rows, back in batch order
+        return nll[[order.index(q.qid) for q in batch]], _place(batch, docnos, trainer.close,
+                                                                lambda q: shares[q.qid])
 
 
 class CrossDocumentAdjustment(Trainer):
@@ -177,6 +181,7 @@ class CrossDocumentAdjustment(Trainer):
     """
     description = 'ReAtt adjustment'
     marker = 'retrieval seconds'  # each iteration's re-retrieval of the close documents
+    data_parallel = True
 
     def __init__(self, model, generator: Optional[Generator], collection: Union[str, Collection], *, k: int = 8,
                  alpha: float = 1.0, target: str = 'likelihood', teacher_temperature: float = 1.0,
@@ -222,12 +227,13 @@ class CrossDocumentAdjustment(Trainer):
         if epoch == 0:  # BM25's, which reads a masked query without its mask (not a word: it would match 'mask')
             mask = mask_token(self.reatt)
             bm25 = BM25.from_collection(self.collection, cache_dir=self.cache_dir)
-            self.close = top_k_excluding(bm25, [replace(q, query=q.query.replace(mask, ' ')) for q in examples],
-                                         self.k)
+            retriever, queries = bm25, [replace(q, query=q.query.replace(mask, ' ')) for q in examples]
             source = 'bm25'
         else:  # the model as it is now: its own exact top k over a fresh token index
-            self.close = top_k_excluding(self.retriever(fresh=True), examples, self.k)
+            retriever, queries = self.retriever(fresh=True), examples
             source = 'model'
+        # (each process retrieves for its share of the queries; the processes share the result)
+        self.close = self.gather(top_k_excluding(retriever, self.local_batch(queries), self.k))
         self.teacher.prepare(self, examples)
         self.train_mode(True)
         self.log.append({'step': self.state.get('step', 0), 'close documents': source,
@@ -235,9 +241,20 @@ class CrossDocumentAdjustment(Trainer):
 
     def _fresh_index(self) -> ReAttIndex:
         """The corpus' token index under the model as it is now (keys only, for exhaustive
-        search), in a temporary directory that lives as long as the index."""
-        tmp = tempfile.TemporaryDirectory(prefix='selfsup-token-index-')
-        index = ReAttIndex.build(f'{tmp.name}/index', self.reatt, self.collection.corpus_iter(), ivf=False)
+        search), in a temporary directory that lives as long as the index; under
+        torch.distributed, encoded in shards into rank 0's (one node, as a dense refresh)."""
+        if self.world_size == 1:
+            tmp = tempfile.TemporaryDirectory(prefix='selfsup-token-index-')
+            index = ReAttIndex.build(f'{tmp.name}/index', self.reatt, self.collection.corpus_iter(), ivf=False)
+        else:
+            import torch.distributed as dist
+            tmp = tempfile.TemporaryDirectory(prefix='selfsup-token-index-') if self.process_rank == 0 else None
+            shared = [tmp.name if tmp else None]
+            dist.broadcast_object_list(shared, src=0)
+            index = ReAttIndex.build_sharded(f'{shared[0]}/index', self.reatt, self.collection.corpus_iter(),
+                                             rank=self.process_rank, world_size=self.world_size)
+            index.keys32  # read into memory on every rank, before rank 0 may remove the files
+            dist.barrier()
         index._tmp = tmp  # removed with the index
         return index
 
@@ -255,17 +272,20 @@ class CrossDocumentAdjustment(Trainer):
 
     def loss(self, batch: List[Query], rng: np.random.Generator) -> torch.Tensor:
         batch = [q for q in batch if self.close.get(q.qid)]
-        if not batch:
+        # this process's share of the queries (Trainer.local_rows), against every document
+        mine = self.local_batch(batch)
+        if not mine:
             return torch.zeros((), requires_grad=True)
         docnos = list(dict.fromkeys(d for q in batch for d in self.close[q.qid]))  # close ∪ in-batch random
-        q_vectors, q_mask = self.reatt.encode([q.query for q in batch], 'query')
+        q_vectors, q_mask = self.reatt.encode([q.query for q in mine], 'query')
         k_vectors, k_mask = self.reatt.encode(self.collection.texts(docnos), 'passage')
         logits = self.reatt.model.scores(q_vectors, q_mask, k_vectors, k_mask)  # (b, documents)
-        own_loss, target = self.teacher(self, batch, docnos)
+        own_loss, target = self.teacher(self, mine, docnos)
         target = target.to(logits.device)
-        loss = self.alpha * adjustment_loss(logits, target)
+        rows = self.alpha * adjustment_loss(logits, target, per_row=True)
         if own_loss is not None:
-            loss = own_loss + loss
+            rows = own_loss + rows
+        loss = rows.sum() / len(batch)  # this process's share of the batch's mean
         with torch.no_grad():  # how much of P_retrieval the close documents hold (in-batch random: the rest)
             p = torch.softmax(logits, dim=-1)
             self.record('close mass', float((p * (target > 0)).sum(-1).mean()))

@@ -20,7 +20,9 @@ Data parallelism (under ``torch.distributed``, e.g. ``torchrun``): every process
 the same global batches; a method that supports it (``data_parallel = True``) computes
 the loss rows :meth:`Trainer.local_rows` gives it, scaled so that the processes'
 gradients *sum* to one process's gradient of the whole batch; the loop sums them
-(all-reduce) before each optimiser step, and only rank 0 writes checkpoints and logs.
+(all-reduce) before each optimiser step (a process with no row of a batch contributes
+nothing to it), averages what the methods :meth:`Trainer.record`, and only rank 0 writes
+checkpoints and logs.
 Global batch, learning-rate schedule and result do not depend on the number of processes
 beyond floating-point noise, except through dropout, whose masks differ with the split.
 """
@@ -156,6 +158,10 @@ class Trainer(pt.Estimator):
         """Which of a global batch's ``n`` examples this process computes the loss of."""
         return range(self.process_rank, n, self.world_size)
 
+    def local_batch(self, batch: list) -> list:
+        """This process's examples of ``batch`` (:meth:`local_rows`)."""
+        return [batch[i] for i in self.local_rows(len(batch))]
+
     def gather(self, part: Dict) -> Dict:
         """Every process's ``part`` merged (in rank order) on every process; ``part`` itself in
         one process. For work a method splits over the processes (the teacher's rankings)."""
@@ -235,7 +241,11 @@ class Trainer(pt.Estimator):
             if self._stop_reason is not None:
                 break
             for b in range(self.state['batch'], len(batches)):
-                loss = self.loss([examples[i] for i in batches[b]], np.random.default_rng([self.seed, epoch, b]))
+                batch = [examples[i] for i in batches[b]]
+                if self.world_size > 1 and not self.local_rows(len(batch)):
+                    loss = None  # (more processes than the batch has rows: none is this one's)
+                else:
+                    loss = self.loss(batch, np.random.default_rng([self.seed, epoch, b]))
                 if loss is not None:
                     (loss / self.accumulation).backward()
                     window.append(loss.item())
@@ -245,12 +255,13 @@ class Trainer(pt.Estimator):
                 if micro < self.accumulation and b < len(batches) - 1:
                     continue
                 micro = 0
-                if not window:  # every batch of this step was skipped: no step
+                if self.world_size > 1:  # the ranks' gradients and loss shares sum to the batch's
+                    step_loss = self._all_reduce(params, window)
+                else:
+                    step_loss = float(np.mean(window)) if window else None
+                if step_loss is None:  # every batch of this step was skipped: no step
                     self.state.update(epoch=epoch, batch=b + 1)
                     continue
-                step_loss = float(np.mean(window))
-                if self.world_size > 1:  # the ranks' gradients and loss shares sum to the batch's
-                    step_loss = self._all_reduce(params, step_loss)
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad()
@@ -307,19 +318,35 @@ class Trainer(pt.Estimator):
 
     # -- checkpoints and logs ---------------------------------------------------------
 
-    def _all_reduce(self, params: List[torch.nn.Parameter], loss: float) -> float:
-        """Sums the parameters' gradients over the processes (a parameter this rank's batch
-        share did not reach counts 0), and returns the summed ``loss``. Deliberately plain
-        (one all-reduce a tensor, no buckets, no overlap with backward, as DDP does): the
-        loop's contract is the sum; speed at many GPUs is for later (issue 17)."""
+    def _all_reduce(self, params: List[torch.nn.Parameter], window: List[float]) -> Optional[float]:
+        """The step's loss over all processes (the mean over its batches of their summed
+        shares; None when every batch was skipped, decided alike on every process), after
+        summing the parameters' gradients over the processes and averaging the recorded
+        metrics. Deliberately plain (one
+        all-reduce a tensor, no buckets, no overlap with backward, as DDP does): the loop's
+        contract is the sum; speed at many GPUs is for later (issue 17)."""
         import torch.distributed as dist
-        for p in params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-            dist.all_reduce(p.grad)
-        total = torch.tensor([loss], dtype=torch.float64, device=params[0].device)  # (nccl: on the GPU)
+        device = params[0].device  # (nccl reduces on the GPU)
+        total = torch.tensor([sum(window)], dtype=torch.float64, device=device)
+        batches = torch.tensor([len(window)], dtype=torch.float64, device=device)
         dist.all_reduce(total)
-        return float(total.item())
+        dist.all_reduce(batches, op=dist.ReduceOp.MAX)  # (a process without rows in a batch has no share of it)
+        if not batches.item():
+            return None
+        # a parameter no process's share reached keeps no gradient (AdamW then leaves it alone,
+        # weight decay included, as one process would); one that some share reached gets the sum
+        reached = torch.tensor([p.grad is not None for p in params], dtype=torch.int32, device=device)
+        dist.all_reduce(reached, op=dist.ReduceOp.MAX)
+        for p, any_grad in zip(params, reached.tolist()):
+            if any_grad:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                dist.all_reduce(p.grad)
+        metrics = [None] * self.world_size
+        dist.all_gather_object(metrics, self._metrics)
+        self._metrics = {k: [v for m in metrics for v in m.get(k, [])] for k in dict.fromkeys(
+            k for m in metrics for k in m)}
+        return float(total.item() / batches.item())
 
     def _checkpoint(self, optimizer, scheduler, final: bool = False):
         if self.output_dir is None:

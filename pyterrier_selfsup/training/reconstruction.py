@@ -41,7 +41,7 @@ from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.models.generator import Generator, score_cache_dir
 from pyterrier_selfsup.models.reading import biased_log_likelihood
 from pyterrier_selfsup.retrieval.base import top_k_excluding
-from pyterrier_selfsup.retrieval.dense import dense_retriever, encode_into, flex_index, search_stage
+from pyterrier_selfsup.retrieval.dense import dense_retriever, flex_index, fresh_index, search_stage
 from pyterrier_selfsup.training.loop import Trainer
 
 logger = logging.getLogger(__name__)
@@ -49,10 +49,12 @@ logger = logging.getLogger(__name__)
 NULL_DOCNO = '__null__'
 
 
-def marginal_nll(retriever_logits: torch.Tensor, teacher_logp: torch.Tensor) -> torch.Tensor:
+def marginal_nll(retriever_logits: torch.Tensor, teacher_logp: torch.Tensor, per_row: bool = False) -> torch.Tensor:
     """Mean over queries of -log Σ_z softmax(retriever_logits)_z · exp(teacher_logp_z):
-    RUMBArt's loss (thesis Eq. 4.8-4.9) in log space, as RAG's ``get_nll`` computes it."""
-    return -torch.logsumexp(torch.log_softmax(retriever_logits, dim=-1) + teacher_logp, dim=-1).mean()
+    RUMBArt's loss (thesis Eq. 4.8-4.9) in log space, as RAG's ``get_nll`` computes it.
+    ``per_row``: each query's term instead of their mean."""
+    rows = -torch.logsumexp(torch.log_softmax(retriever_logits, dim=-1) + teacher_logp, dim=-1)
+    return rows if per_row else rows.mean()
 
 
 class RetrieveAndReconstruct(Trainer):
@@ -71,10 +73,14 @@ class RetrieveAndReconstruct(Trainer):
         Resuming from a checkpoint rebuilds the index from the checkpoint's encoder (a
         refresh at the resume step), so a resumed run matches an uninterrupted one
         exactly only when the checkpoint falls on a refresh.
+        Data parallel (``torchrun``): each process computes the loss of its share of each
+        batch's queries, a refresh is encoded in shards (:func:`~pyterrier_selfsup.retrieval.dense.fresh_index`)
+        and RUMBArt's teacher scores its share of the passages into the shared cache.
         The rest as for :class:`~pyterrier_selfsup.training.Trainer` (thesis defaults:
         lr 1e-4 with warm-up and linear decay, gradient ``accumulation``).
     """
     marker = 'refresh seconds'
+    data_parallel = True
 
     def __init__(self, encoder: DualEncoder, generator: Generator, collection: Union[str, Collection], *,
                  k: int = 5, refresh_every: Optional[int] = 50, null_document: bool = False,
@@ -144,8 +150,7 @@ class RetrieveAndReconstruct(Trainer):
             self._index = flex_index(self.collection, self.encoder, cache_dir=self.cache_dir)
         elif self.train_passages:
             old = self._index_dir
-            self._index_dir = tempfile.TemporaryDirectory(prefix='selfsup-stale-index-')
-            self._index = encode_into(f'{self._index_dir.name}/index.flex', self.collection, self.encoder)
+            self._index, self._index_dir = fresh_index(self.collection, self.encoder)  # (sharded on several processes)
             if old is not None:
                 old.cleanup()
         self.train_mode(True)
@@ -214,41 +219,50 @@ class Rumbart(RetrieveAndReconstruct):
         if self._teacher is None:
             return
         t0 = time.time()
-        vectors = self.encoder.encode_queries([q.query for q in examples])
+        mine = examples[self.process_rank::self.world_size]  # (all of them in one process)
+        vectors = self.encoder.encode_queries([q.query for q in mine])
         self.train_mode(True)
-        docnos = []
-        for start in range(0, len(examples), 1024):
-            docnos += self.retrieve(vectors[start:start + 1024], examples[start:start + 1024])
+        retrieved = {}
+        for start in range(0, len(mine), 1024):
+            part = mine[start:start + 1024]
+            retrieved.update(zip([q.qid for q in part], self.retrieve(vectors[start:start + 1024], part)))
+        retrieved = self.gather(retrieved)
+        docnos = [retrieved[q.qid] for q in examples]
         # one call for all pairs: the scorer goes by passage (each passage's prompt encoded
-        # once for all its queries) and commits to the cache as it goes
-        self.teacher_logp(examples, docnos, self.texts(docnos))
+        # once for all its queries), commits to the cache as it goes, and splits the
+        # passages between the processes of a data-parallel run
+        self._teacher.fill(self._pairs(examples, docnos, self.texts(docnos)))
         self.log.append({'step': self.state.get('step', 0), 'teacher seconds': time.time() - t0})
+
+    @staticmethod
+    def _pairs(batch: List[Query], docnos: List[List[str]], texts: List[List[str]]) -> pd.DataFrame:
+        return pd.DataFrame({'qid': [q.qid for q, row in zip(batch, docnos) for _ in row],
+                             'query': [q.query for q, row in zip(batch, docnos) for _ in row],
+                             'docno': [d for row in docnos for d in row], 'text': [t for row in texts for t in row]})
 
     def teacher_logp(self, batch: List[Query], docnos: List[List[str]], texts: List[List[str]]) -> torch.Tensor:
         """log p_θ(x | z) for each query's candidates, (b, k)."""
-        queries = [q.query for q, row in zip(batch, docnos) for _ in row]
-        flat_texts = [t for row in texts for t in row]
+        frame = self._pairs(batch, docnos, texts)
         if self._teacher is not None:
-            frame = pd.DataFrame({'qid': [q.qid for q, row in zip(batch, docnos) for _ in row], 'query': queries,
-                                  'docno': [d for row in docnos for d in row], 'text': flat_texts})
             scored = self._teacher(frame).set_index(['qid', 'docno'])['score']  # rows come back re-ordered
             values = torch.tensor(scored.reindex(pd.MultiIndex.from_frame(frame[['qid', 'docno']]))
                                   .to_numpy(dtype=np.float32))
         else:
-            values = self.generator.log_likelihood(queries, flat_texts)
+            values = self.generator.log_likelihood(frame['query'].tolist(), frame['text'].tolist())
         return values.view(len(batch), -1).to(self.encoder.device)
 
     def loss(self, batch: List[Query], rng: np.random.Generator) -> torch.Tensor:
-        docnos, texts, logits = self.candidates(batch)
-        teacher = self.teacher_logp(batch, docnos, texts) / self.teacher_temperature
-        loss = marginal_nll(logits, teacher)
+        mine = self.local_batch(batch)
+        docnos, texts, logits = self.candidates(mine)
+        teacher = self.teacher_logp(mine, docnos, texts) / self.teacher_temperature
+        rows = marginal_nll(logits, teacher, per_row=True)
         if self.null_document:  # the posterior's share on it: how often it explains the query best
             posterior = torch.softmax(torch.log_softmax(logits.detach(), dim=-1) + teacher, dim=-1)
             self.record('null posterior', posterior[:, -1].mean().item())
         # the loss cannot go below -mean(max_z log p(x|z)) (all of p(z|x) on the teacher's
         # best): the excess is what the retriever can still gain, comparable across batches
-        self.record('excess loss', (loss + teacher.max(dim=1).values.mean()).item())
-        return loss
+        self.record('excess loss', (rows.detach() + teacher.max(dim=1).values).mean().item())
+        return rows.sum() / len(batch)  # this process's share of the batch's mean
 
 
 # -- ACROBArT ---------------------------------------------------------------------------
@@ -277,7 +291,9 @@ class Acrobart(RetrieveAndReconstruct):
             self.beta.copy_(torch.load(path / 'acrobart.pt')['beta'])
 
     def loss(self, batch: List[Query], rng: np.random.Generator) -> torch.Tensor:
-        docnos, texts, logits = self.candidates(batch)
+        mine = self.local_batch(batch)
+        docnos, texts, logits = self.candidates(mine)
         self.record('beta', self.beta.item())  # the value this step uses, before its update
         weights = self.beta * torch.softmax(logits, dim=-1)
-        return -biased_log_likelihood(self.generator, [q.query for q in batch], texts, weights).mean()
+        # this process's share of the batch's mean
+        return -biased_log_likelihood(self.generator, [q.query for q in mine], texts, weights).sum() / len(batch)
