@@ -1,16 +1,25 @@
-"""One round of the shipped `distill` trainer on one process against two (gloo) (issue 17).
+"""A trainer on one process against two (gloo) (issue 17).
 
-The `distill` pipeline's trainer at its shipped settings but one round, on scifact's
-cached sampled queries, run by `fit` in one process (all the cores) and in two gloo
-processes (the cores split between them): the teacher's ranking of the queries (split over
-the processes), the optimiser steps (each process its share of each batch, gradients
-all-reduced), and the whole fit. On 2 CPU cores two processes cannot be faster; what this
-measures is what data parallelism costs on top of the work (all-reduce of 22.7M gradients
-a step, gathering the rankings), and that the two runs agree (their per-step losses).
+``--method distill``: the `distill` pipeline's trainer at its shipped settings but one
+round, on scifact's cached sampled queries: the teacher's ranking of the queries (split
+over the processes), the optimiser steps (each process its share of each batch,
+gradients all-reduced), and the whole fit.
 
-    python experiments/data_parallel.py [--collection beir/scifact/train]
+``--method rumbart``: the `rumbart` pipeline's trainer (MiniLM, both towers, SmolLM2 the
+teacher, k=5, batch 16) on 96 sentences cut from the corpus, its index refreshed every
+2 steps: the generator's scoring of every (query, candidate) pair into a score cache of
+its own (the passages split over the processes), the steps, and the refreshes (the whole
+corpus re-encoded, in shards).
 
-Writes experiments/results/data_parallel.{md,json}.
+Each is run by `fit` in one process (all the cores) and in two gloo processes (the cores
+split between them). On 2 CPU cores two processes cannot be faster; what this measures is
+what data parallelism costs on top of the work (all-reduce of 22.7M gradients a step,
+gathering rankings, joining shards), and that the two runs agree (their per-step losses).
+
+    python experiments/data_parallel.py [--method distill|rumbart] [--collection beir/scifact/train]
+
+Writes experiments/results/data_parallel.{md,json} (distill) or
+data_parallel_rumbart.{md,json}.
 """
 import argparse
 import json
@@ -22,10 +31,12 @@ from pathlib import Path
 import numpy as np
 
 RESULTS = Path(__file__).parent / 'results'
-SETTINGS = {'rounds': 1}
+SETTINGS = {'distill': {'rounds': 1},
+            'rumbart': {'queries': 'sentences', 'n_queries': 96, 'refresh_every': 2}}
 
 
-def fit(collection_name: str, output_dir: str, out: str, rank: int = 0, world_size: int = 1, store: str = ''):
+def fit(method: str, collection_name: str, output_dir: str, out: str, rank: int = 0, world_size: int = 1,
+        store: str = ''):
     import torch
     import torch.distributed as dist
 
@@ -36,29 +47,42 @@ def fit(collection_name: str, output_dir: str, out: str, rank: int = 0, world_si
         dist.init_process_group('gloo', init_method=f'file://{store}', rank=rank, world_size=world_size)
     try:
         collection = Collection(collection_name)
-        settings = trained.training_settings('distill', SETTINGS)
-        trainer, topics = trained.METHODS['distill'](collection, settings, output_dir=Path(output_dir))
+        settings = trained.training_settings(method, SETTINGS[method])
+        trainer, topics = trained.METHODS[method](collection, settings, output_dir=Path(output_dir))
+        if method == 'rumbart':  # a score cache of the run's own: every pair is scored in this run
+            trainer._teacher = trainer.generator.scorer(normalise='sum', cache=Path(output_dir) / 'scores')
         start = time.perf_counter()
         trainer.fit(topics)
         seconds = time.perf_counter() - start
         if rank == 0:
             steps = [r for r in trainer.log if 'loss' in r]
-            Path(out).write_text(json.dumps({
-                'processes': world_size, 'threads a process': torch.get_num_threads(), 'fit seconds': seconds,
-                'teacher seconds': sum(r.get('teacher seconds', 0.0) for r in trainer.log),
-                'steps': len(steps), 'step seconds': (steps[-1]['time'] - steps[0]['time']) / (len(steps) - 1),
-                'losses': [r['loss'] for r in steps]}))
+            refreshes = [r['refresh seconds'] for r in trainer.log if 'refresh seconds' in r][1:]  # (not the start's)
+            # between two steps' records: the step, and a refresh after every refresh_every-th
+            gaps = np.diff([r['time'] for r in steps])
+            plain = [g for g, r in zip(gaps, steps[1:]) if 'refresh_every' not in settings
+                     or (r['step'] - 1) % settings['refresh_every']]
+            row = {'processes': world_size, 'threads a process': torch.get_num_threads(), 'fit seconds': seconds,
+                   'teacher seconds': sum(r.get('teacher seconds', 0.0) for r in trainer.log),
+                   'steps': len(steps), 'step seconds': float(np.mean(plain)),
+                   'losses': [r['loss'] for r in steps]}
+            if method == 'rumbart':
+                import sqlite3
+                db = sqlite3.connect(Path(output_dir) / 'scores' / 'db.sqlite3')
+                row.update({'refreshes': len(refreshes), 'refresh seconds': float(np.mean(refreshes)),
+                            'pairs scored': db.execute('SELECT COUNT(*) FROM cache').fetchone()[0]})
+            Path(out).write_text(json.dumps(row))
     finally:
         if world_size > 1:
             dist.destroy_process_group()
 
 
-def _spawned(rank, collection_name, output_dir, out, store):
-    fit(collection_name, output_dir, out, rank=rank, world_size=2, store=store)
+def _spawned(rank, method, collection_name, output_dir, out, store):
+    fit(method, collection_name, output_dir, out, rank=rank, world_size=2, store=store)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--method', choices=sorted(SETTINGS), default='distill')
     parser.add_argument('--collection', default='beir/scifact/train')
     args = parser.parse_args(argv)
     import torch.multiprocessing as mp
@@ -66,28 +90,42 @@ def main(argv=None):
     from pyterrier_selfsup.harness import provenance, trained
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        fit(args.collection, f'{tmp}/one', f'{tmp}/one.json')
+        fit(args.method, args.collection, f'{tmp}/one', f'{tmp}/one.json')
         rows.append(json.loads(Path(f'{tmp}/one.json').read_text()))
-        mp.spawn(_spawned, args=(args.collection, f'{tmp}/two', f'{tmp}/two.json', f'{tmp}/store'), nprocs=2)
+        mp.spawn(_spawned, args=(args.method, args.collection, f'{tmp}/two', f'{tmp}/two.json', f'{tmp}/store'),
+                 nprocs=2)
         rows.append(json.loads(Path(f'{tmp}/two.json').read_text()))
     agree = float(np.max(np.abs(np.array(rows[0]['losses']) - np.array(rows[1]['losses']))))
     header = provenance.header()
-    settings = trained.training_settings('distill', SETTINGS)
-    lines = ['# Data-parallel distillation: one process against two (gloo)', '',
+    settings = trained.training_settings(args.method, SETTINGS[args.method])
+    title = {'distill': 'distillation', 'rumbart': 'RUMBArt'}[args.method]
+    data = {'distill': "the `distill` pipeline's cached sampled queries",
+            'rumbart': f'{settings["n_queries"]} sentences cut from the corpus'}[args.method]
+    lines = [f'# Data-parallel {title}: one process against two (gloo)', '',
              *(f'- {k}: {v}' for k, v in header.items()),
              f'- model: {provenance.model_revision(trained.MINILM)}',
-             f'- data: {args.collection}, the `distill` pipeline\'s cached sampled queries',
+             f'- data: {args.collection}, {data}',
              f'- settings: {", ".join(f"{k}={v}" for k, v in settings.items())}',
              f'- per-step losses, one process against two: max |difference| {agree:.2e} (dropout: the masks '
-             'differ with the split)', '',
-             '| processes | threads a process | teacher ranking s | s / step | steps | fit s |',
-             '|---|---|---|---|---|---|']
-    lines += [f'| {r["processes"]} | {r["threads a process"]} | {r["teacher seconds"]:.1f} | '
-              f'{r["step seconds"]:.2f} | {r["steps"]} | {r["fit seconds"]:.1f} |' for r in rows]
+             'differ with the split)',
+             '- s / step: between two steps with no refresh between them', '']
+    if args.method == 'rumbart':
+        lines += ['| processes | threads a process | pairs scored | teacher s | pairs / s | s / step | refresh s '
+                  '| steps | fit s |', '|---|---|---|---|---|---|---|---|---|']
+        lines += [f'| {r["processes"]} | {r["threads a process"]} | {r["pairs scored"]} | {r["teacher seconds"]:.1f} '
+                  f'| {r["pairs scored"] / r["teacher seconds"]:.2f} | {r["step seconds"]:.2f} | '
+                  f'{r["refresh seconds"]:.1f} | {r["steps"]} | {r["fit seconds"]:.1f} |' for r in rows]
+    else:
+        lines += ['| processes | threads a process | teacher ranking s | s / step | steps | fit s |',
+                  '|---|---|---|---|---|---|']
+        lines += [f'| {r["processes"]} | {r["threads a process"]} | {r["teacher seconds"]:.1f} | '
+                  f'{r["step seconds"]:.2f} | {r["steps"]} | {r["fit seconds"]:.1f} |' for r in rows]
     lines += ['']
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / 'data_parallel.md').write_text('\n'.join(lines))
-    (RESULTS / 'data_parallel.json').write_text(json.dumps({'header': header, 'rows': rows}, indent=1))
+    name = 'data_parallel' if args.method == 'distill' else f'data_parallel_{args.method}'
+    (RESULTS / f'{name}.md').write_text('\n'.join(lines))
+    (RESULTS / f'{name}.json').write_text(json.dumps({'header': header, 'settings': settings, 'rows': rows},
+                                                     indent=1))
     print('\n'.join(lines))
 
 

@@ -10,6 +10,15 @@ from transformers import AutoTokenizer, BertConfig, BertModel
 REQUIRED_ENV = ('SELFSUP_CLASSIC_DATA',)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` are skipped where torch sees no GPU (CI); nothing else is."""
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason='needs a CUDA GPU')
+        for item in items:
+            if 'cuda' in item.keywords:
+                item.add_marker(skip)
+
+
 def pytest_configure(config):
     missing = [v for v in REQUIRED_ENV if not os.environ.get(v)]
     if missing:

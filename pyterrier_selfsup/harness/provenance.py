@@ -72,7 +72,8 @@ def code_revision() -> str:
         dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'], cwd=here,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return 'not a git checkout'
+        # a copy without its .git (a lent GPU machine's): the commit it was copied from, if told
+        return os.environ.get('SELFSUP_CODE_REVISION', 'not a git checkout')
     return commit + ('+uncommitted' if dirty else '')
 
 

@@ -46,6 +46,15 @@ def resolve_device(device: Optional[str]) -> torch.device:
     return torch.device(device or ('cuda' if torch.cuda.is_available() else 'cpu'))
 
 
+def to_device(tensor: torch.Tensor, device) -> torch.Tensor:
+    """``tensor`` on ``device``; to a GPU from pinned memory without waiting for the copy
+    (it is queued on the stream that uses it, so the host can prepare the next batch)."""
+    device = torch.device(device) if device is not None else torch.device('cpu')
+    if device.type == 'cuda' and tensor.device.type == 'cpu':
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
 class TorchModel:
     """Device and precision of a wrapper, and the contexts its forward passes run in.
 
@@ -123,7 +132,7 @@ def pad(seqs: Sequence[Sequence[int]], value: int, *, left: bool = False,
                        padding_side=side)[:-1]
     mask = pad_sequence([torch.ones_like(p) for p in pieces] + [torch.zeros(1, dtype=torch.long)],
                         batch_first=True, padding_value=0, padding_side=side)[:-1]
-    return ids.to(device), mask.to(device)
+    return to_device(ids, device), to_device(mask, device)
 
 
 def read_saved_config(name_or_path: Union[str, Path], filename: str) -> Optional[dict]:

@@ -24,7 +24,8 @@ from pyterrier_dr import BiEncoder
 from transformers import AutoModel, AutoTokenizer
 
 from pyterrier_selfsup._cache import weights_fingerprint
-from pyterrier_selfsup.models._base import TrainableModel, clean_texts, read_saved_config, resolve_device
+from pyterrier_selfsup.models._base import (TrainableModel, clean_texts, read_saved_config, resolve_device,
+                                              to_device)
 
 CONFIG_FILE = 'dual_encoder.json'
 PROJECTIONS_FILE = 'projections.pt'
@@ -259,9 +260,9 @@ class DualEncoder(BiEncoder, TrainableModel):
 
     def encode(self, texts: List[str], side: str) -> torch.Tensor:
         """Embeddings of ``texts`` with gradients, in one batch (for training)."""
-        batch = self.tokenize(texts, side).to(self.device)
+        batch = self.tokenize(texts, side)
         with self.autocast():
-            emb = self.model(batch['input_ids'], batch['attention_mask'], side)
+            emb = self.model(*(to_device(batch[k], self.device) for k in ('input_ids', 'attention_mask')), side)
             return emb.float() if emb.dtype in (torch.float16, torch.bfloat16) else emb
 
     def encode_queries_torch(self, texts, batch_size=None) -> torch.Tensor:
@@ -291,7 +292,7 @@ class DualEncoder(BiEncoder, TrainableModel):
             for start in batches:
                 idx = order[start:start + batch_size]
                 batch = self.tokenizer.pad({'input_ids': [ids[i] for i in idx]}, return_tensors='pt')
-                emb = self.model(batch['input_ids'].to(self.device), batch['attention_mask'].to(self.device), side)
+                emb = self.model(*(to_device(batch[k], self.device) for k in ('input_ids', 'attention_mask')), side)
                 out[idx] = emb.float().cpu().numpy()
         return out
 

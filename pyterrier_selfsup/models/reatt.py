@@ -33,7 +33,8 @@ from torch.nn.utils.rnn import pad_sequence
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from pyterrier_selfsup._cache import weights_fingerprint
-from pyterrier_selfsup.models._base import TrainableModel, clean_texts, read_saved_config, resolve_device
+from pyterrier_selfsup.models._base import (TrainableModel, clean_texts, read_saved_config, resolve_device,
+                                              to_device)
 
 CONFIG_FILE = 'reatt.json'
 HEAD_WEIGHTS_FILE = 'reatt_heads.pt'
@@ -253,10 +254,11 @@ class ReAtt(TrainableModel):
         max_length = self.query_max_length if side == 'query' else self.max_length
         batch = self.tokenizer(clean_texts(list(texts)), padding=True, truncation=True, max_length=max_length, return_tensors='pt',
                                return_special_tokens_mask=True)
-        out = {'input_ids': batch['input_ids'].to(self.device), 'attention_mask': batch['attention_mask'].to(self.device)}
+        out = {'input_ids': to_device(batch['input_ids'], self.device),
+               'attention_mask': to_device(batch['attention_mask'], self.device)}
         # which tokens score: all real ones, or (special_tokens=False) those of the text itself
         out['score_mask'] = out['attention_mask'] * (1 if self.special_tokens else
-                                                     1 - batch['special_tokens_mask'].to(self.device))
+                                                     1 - to_device(batch['special_tokens_mask'], self.device))
         return out
 
     def encode(self, texts: Sequence[str], side: str):

@@ -171,6 +171,8 @@ def search_stage(index: FlexIndex, search: str, num_results: int) -> pt.Transfor
     """FlexIndex's retriever for ``search`` (resolved), query vectors in, ranked results out."""
     search = resolve_search(search, index)
     if search == 'exact':
+        if _cuda():  # the vectors go to the GPU once (FlexIndex keeps them there), then matrix products
+            return index.torch_retriever(num_results=num_results, device='cuda', drop_query_vec=True)
         return index.np_retriever(num_results=num_results, drop_query_vec=True)
     prebuild_ann(index, search)
     if search == 'ivf':
@@ -181,6 +183,11 @@ def search_stage(index: FlexIndex, search: str, num_results: int) -> pt.Transfor
 
 
 HNSW_NEIGHBOURS = 32  # and FAISS's ef_construction 40, as FlexIndex builds it
+
+
+def _cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()
 
 
 def prebuild_ann(index: FlexIndex, search: str) -> Path:

@@ -72,6 +72,21 @@ def _join_shards(path: Path, parts: List['ReAttIndex'], chunk: int):
     (path / META_FILE).write_text(json.dumps(meta, indent=2))
 
 
+def build_ivf(path: Path, dim: int, *, nlist: Optional[int] = None, train_sample: int = 256, seed: int = 0) -> int:
+    """The FAISS IVF index over the keys of the index at ``path`` (its ``keys.f16``), written
+    beside them; returns its number of lists (default :func:`default_nlist`)."""
+    import faiss
+    keys = np.fromfile(Path(path) / KEYS_FILE, dtype=np.float16).reshape(-1, dim).astype(np.float32)
+    nlist = min(nlist or default_nlist(len(keys)), max(1, len(keys)))
+    index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
+    rng = np.random.default_rng(seed)
+    index.cp.seed = seed
+    index.train(keys[rng.choice(len(keys), min(len(keys), train_sample * nlist), replace=False)])
+    index.add(keys)
+    faiss.write_index(index, str(Path(path) / IVF_FILE))
+    return nlist
+
+
 def default_nlist(n_tokens: int) -> int:
     """FAISS' guidance for an IVF index: about 4·√N lists (a power of two), at least 1."""
     return max(1, 2 ** int(round(np.log2(max(1.0, 4 * np.sqrt(n_tokens))))))
@@ -120,7 +135,6 @@ class ReAttIndex(pt.Artifact):
         ``path``. ``nlist``: IVF lists (default :func:`default_nlist`); the coarse
         quantiser is trained on ``train_sample`` tokens per list at most. ``ivf=False``:
         keys only, for exhaustive search (a trainer's throw-away index)."""
-        import faiss
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         head = reatt.model.retrieval_head
@@ -142,17 +156,7 @@ class ReAttIndex(pt.Artifact):
         (path / DOCNOS_FILE).write_text(json.dumps(docnos))
         dim = reatt.model.attention.head_dim
         t0 = time.time()
-        if ivf:
-            keys = np.fromfile(path / KEYS_FILE, dtype=np.float16).reshape(-1, dim).astype(np.float32)
-            nlist = min(nlist or default_nlist(len(keys)), max(1, len(keys)))
-            index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
-            rng = np.random.default_rng(seed)
-            index.cp.seed = seed
-            index.train(keys[rng.choice(len(keys), min(len(keys), train_sample * nlist), replace=False)])
-            index.add(keys)
-            faiss.write_index(index, str(path / IVF_FILE))
-        else:
-            nlist = None
+        nlist = build_ivf(path, dim, nlist=nlist, train_sample=train_sample, seed=seed) if ivf else None
         meta = {'type': 'token_index', 'format': 'reatt', 'package_hint': 'pyterrier-selfsup',
                 'model': reatt.name, 'fingerprint': reatt.fingerprint(), 'retrieval_layer': reatt.model.retrieval_layer,
                 'retrieval_head': head, 'dim': dim, 'documents': len(docnos), 'tokens': int(offsets[-1]),

@@ -1,0 +1,116 @@
+"""The package's costs on one device, GPU or CPU (issue 17): what a refresh, the teacher and
+a training step cost there, as the MS MARCO plan in the README needs them.
+
+1. Encoding: all-MiniLM-L6-v2 (`DualEncoder`, precision `auto`: bf16 on CUDA and on CPUs
+   with native bf16) over scifact's first ``--passages`` passages, passages / s.
+2. The generator: SmolLM2-135M-Instruct's log p(query | passage) (`Generator.log_likelihoods`,
+   precision `auto`) of scifact train's first ``--queries`` queries each with ``--per-query``
+   passages of the corpus, pairs / s.
+3. RUMBArt's trainer as `data_parallel.py --method rumbart` runs it, in one process: its
+   teacher's scoring (pairs / s), s / step (MiniLM, both towers, batch 16, k 5) and the time
+   of a refresh (the whole corpus re-encoded).
+
+    python experiments/gpu_benchmark.py [--results-dir DIR]
+
+Runs on whatever torch sees (CUDA if there is a GPU). On a lent GPU machine it is one step
+of scripts/gpu/run.sh, which writes the results where the device tool returns them; they
+are committed as experiments/results/gpu_benchmark.{md,json}.
+"""
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+import data_parallel  # noqa: E402  (the RUMBArt run is its one-process run)
+
+RESULTS = Path(__file__).parent / 'results'
+
+
+def synchronise():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def encoding(n_passages: int) -> dict:
+    from pyterrier_selfsup import MINILM, Collection, DualEncoder
+    texts = [d['text'] for _, d in zip(range(n_passages), Collection('beir/scifact/test').corpus_iter())]
+    encoder = DualEncoder.from_pretrained(MINILM)
+    encoder.encode_docs(texts[:64])  # warm-up (kernels, allocator)
+    synchronise()
+    start = time.perf_counter()
+    encoder.encode_docs(texts)
+    synchronise()
+    seconds = time.perf_counter() - start
+    return {'passages': len(texts), 'seconds': seconds, 'passages / s': len(texts) / seconds,
+            'device': str(encoder.device), 'dtype': str(encoder.compute_dtype()).replace('torch.', '')}
+
+
+def generator(n_queries: int, per_query: int) -> dict:
+    from pyterrier_selfsup import Collection
+    from pyterrier_selfsup.models.generator import load_generator
+    collection = Collection('beir/scifact/train')
+    queries = collection.topics()['query'].head(n_queries).tolist()
+    passages = [d['text'] for _, d in zip(range(n_queries * per_query), collection.corpus_iter())]
+    pairs_q = [q for q in queries for _ in range(per_query)]
+    gen = load_generator('smollm2')
+    gen.log_likelihoods(pairs_q[:8], passages[:8])  # warm-up
+    synchronise()
+    start = time.perf_counter()
+    gen.log_likelihoods(pairs_q, passages)
+    synchronise()
+    seconds = time.perf_counter() - start
+    tokens = np.mean([len(t) for t in gen.passage_ids(passages)])
+    return {'pairs': len(pairs_q), 'seconds': seconds, 'pairs / s': len(pairs_q) / seconds,
+            'passage tokens (mean)': float(tokens), 'device': str(gen.device),
+            'dtype': str(gen.compute_dtype()).replace('torch.', '')}
+
+
+def rumbart() -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        data_parallel.fit('rumbart', 'beir/scifact/train', f'{tmp}/run', f'{tmp}/row.json')
+        row = json.loads(Path(f'{tmp}/row.json').read_text())
+    row.pop('losses')
+    row['teacher pairs / s'] = row['pairs scored'] / row['teacher seconds']
+    return row
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--passages', type=int, default=5183)
+    parser.add_argument('--queries', type=int, default=100)
+    parser.add_argument('--per-query', type=int, default=10)
+    parser.add_argument('--results-dir', type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    from pyterrier_selfsup.harness import provenance, trained
+    rows = {'encoding': encoding(args.passages), 'generator': generator(args.queries, args.per_query),
+            'rumbart': rumbart()}
+    header = provenance.header()
+    e, g, r = rows['encoding'], rows['generator'], rows['rumbart']
+    settings = trained.training_settings('rumbart', data_parallel.SETTINGS['rumbart'])
+    lines = ['# The package\'s costs on one device', '', *(f'- {k}: {v}' for k, v in header.items()),
+             f'- models: {provenance.model_revision(trained.MINILM)}; SmolLM2-135M-Instruct (Q4_1 GGUF, dequantised)',
+             f'- RUMBArt settings: {", ".join(f"{k}={v}" for k, v in settings.items())}', '',
+             '| what | on | precision | measured | rate |', '|---|---|---|---|---|',
+             f'| MiniLM encoding | {e["device"]} | {e["dtype"]} | {e["passages"]} scifact passages in '
+             f'{e["seconds"]:.1f} s | **{e["passages / s"]:.1f} passages / s** |',
+             f'| SmolLM2 scoring | {g["device"]} | {g["dtype"]} | {g["pairs"]} pairs (passages of '
+             f'{g["passage tokens (mean)"]:.0f} tokens) in {g["seconds"]:.1f} s | **{g["pairs / s"]:.1f} pairs / s** |',
+             f'| RUMBArt teacher (cached scoring) | | | {r["pairs scored"]} pairs in {r["teacher seconds"]:.1f} s '
+             f'| {r["teacher pairs / s"]:.1f} pairs / s |',
+             f'| RUMBArt step (both towers) | | | {r["steps"]} steps | **{r["step seconds"]:.2f} s / step** |',
+             f'| RUMBArt refresh (5,183 passages re-encoded) | | | {r["refreshes"]} refreshes | '
+             f'**{r["refresh seconds"]:.1f} s** |', '']
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    (args.results_dir / 'gpu_benchmark.md').write_text('\n'.join(lines))
+    (args.results_dir / 'gpu_benchmark.json').write_text(json.dumps({'header': header, 'rows': rows}, indent=1))
+    print('\n'.join(lines))
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,80 @@
+"""The GPU code paths: bf16 autocast on CUDA, pinned-memory copies, exact search on the GPU,
+and a training run on it. Marked ``cuda``: skipped where torch sees no GPU (CI); run where
+one is lent (scripts/gpu/README.md). Each compares the GPU's result with the CPU's."""
+import numpy as np
+import pytest
+import torch
+from scipy.stats import spearmanr
+
+from pyterrier_selfsup import MINILM, Collection, DualEncoder
+from pyterrier_selfsup.models._base import to_device
+
+pytestmark = pytest.mark.cuda
+
+
+def test_a_pinned_copy_reaches_the_gpu_whole():
+    x = torch.arange(1000, dtype=torch.long).view(10, 100)
+    on_gpu = to_device(x, 'cuda')
+    torch.cuda.synchronize()
+    assert on_gpu.device.type == 'cuda' and torch.equal(on_gpu.cpu(), x)
+
+
+def test_minilm_in_bf16_on_the_gpu_encodes_as_fp32_on_the_cpu():
+    texts = Collection('classic/adi').texts([str(i) for i in range(1, 41)])
+    gpu = DualEncoder.from_pretrained(MINILM, device='cuda')  # precision auto: bf16 on CUDA
+    assert gpu.compute_dtype() == torch.bfloat16
+    cpu = DualEncoder.from_pretrained(MINILM, device='cpu', precision='fp32')
+    a, b = gpu.encode_docs(texts), cpu.encode_docs(texts)
+    cosine = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert cosine.min() > 0.99
+    # and with gradients (the training path): the same vectors
+    with torch.autocast('cuda', dtype=torch.bfloat16):
+        trained = gpu.encode(texts[:8], 'passage').detach().float().cpu().numpy()
+    np.testing.assert_allclose(trained, a[:8], atol=0.02)
+
+
+def test_exact_search_on_the_gpu_ranks_as_numpy(cache_dir):
+    from pyterrier_selfsup.retrieval.dense import flex_index, search_stage
+    coll = Collection('classic/adi')
+    encoder = DualEncoder.from_pretrained(MINILM, device='cpu', precision='fp32')
+    index = flex_index(coll, encoder, cache_dir=cache_dir)
+    topics = coll.topics()
+    queries = topics.assign(query_vec=list(encoder.encode_queries(topics['query'].tolist())))
+    on_gpu = search_stage(index, 'exact', 10)(queries)  # (torch sees a GPU: FlexIndex's torch retriever)
+    on_cpu = index.np_retriever(num_results=10, drop_query_vec=True)(queries)
+    assert 'torch' in type(search_stage(index, 'exact', 10)).__name__.lower()
+    merged = on_gpu.merge(on_cpu, on=['qid', 'docno'], suffixes=('_gpu', '_cpu'))
+    assert len(merged) >= 0.98 * len(on_cpu)  # the same top 10 but for ties at the cut
+    np.testing.assert_allclose(merged['score_gpu'], merged['score_cpu'], atol=1e-4)
+
+
+def test_smollm2_scores_on_the_gpu_as_on_the_cpu(cache_dir):
+    from pyterrier_selfsup.models.generator import load_generator
+    coll = Collection('classic/adi')
+    topics = coll.topics().head(8)
+    passages = coll.texts([str(i) for i in range(1, 6)])
+    queries = [q for q in topics['query'] for _ in passages]
+    texts = passages * len(topics)
+    gpu = load_generator('smollm2', device='cuda', cache_dir=cache_dir).log_likelihoods(queries, texts)
+    cpu = load_generator('smollm2', device='cpu', precision='fp32', cache_dir=cache_dir).log_likelihoods(queries,
+                                                                                                     texts)
+    for q in range(len(topics)):  # each query's ranking of the passages
+        rows = slice(q * len(passages), (q + 1) * len(passages))
+        assert spearmanr(gpu[rows], cpu[rows]).statistic >= 0.9
+    assert np.abs(gpu - cpu).mean() < 0.05 * np.abs(cpu).mean()
+
+
+def test_a_trainer_trains_on_the_gpu_and_its_model_loads_on_the_cpu(tiny_dir, cache_dir, tmp_path):
+    from pyterrier_selfsup.training.distant import DistantSupervision
+    torch.manual_seed(0)
+    encoder = DualEncoder.from_pretrained(str(tiny_dir), dim=16, pooling='mean', device='cuda', max_length=48)
+    start = [p.detach().cpu().clone() for p in encoder.model.parameters()]
+    trainer = DistantSupervision(encoder, 'classic/adi', batch_size=8, lr=1e-2, output_dir=tmp_path / 'out',
+                                 cache_dir=cache_dir, verbose=False)
+    trainer.fit(Collection('classic/adi').topics())
+    losses = [r['loss'] for r in trainer.log if 'loss' in r]
+    assert len(losses) >= 4 and np.isfinite(losses).all()
+    assert any(not torch.equal(a.detach().cpu(), b) for a, b in zip(encoder.model.parameters(), start))
+    reloaded = DualEncoder.from_pretrained(str(tmp_path / 'out' / 'final'), device='cpu', precision='fp32')
+    texts = ['a test of the reloaded model']
+    np.testing.assert_allclose(reloaded.encode_docs(texts), encoder.encode_docs(texts), atol=0.05)
