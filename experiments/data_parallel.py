@@ -95,7 +95,9 @@ def main(argv=None):
         mp.spawn(_spawned, args=(args.method, args.collection, f'{tmp}/two', f'{tmp}/two.json', f'{tmp}/store'),
                  nprocs=2)
         rows.append(json.loads(Path(f'{tmp}/two.json').read_text()))
-    agree = float(np.max(np.abs(np.array(rows[0]['losses']) - np.array(rows[1]['losses']))))
+    differences = np.abs(np.array(rows[0]['losses']) - np.array(rows[1]['losses']))
+    agree = float(differences.max())
+    relative = float((differences / np.abs(np.array(rows[0]['losses']))).max())
     header = provenance.header()
     settings = trained.training_settings(args.method, SETTINGS[args.method])
     title = {'distill': 'distillation', 'rumbart': 'RUMBArt'}[args.method]
@@ -106,8 +108,8 @@ def main(argv=None):
              f'- model: {provenance.model_revision(trained.MINILM)}',
              f'- data: {args.collection}, {data}',
              f'- settings: {", ".join(f"{k}={v}" for k, v in settings.items())}',
-             f'- per-step losses, one process against two: max |difference| {agree:.2e} (dropout: the masks '
-             'differ with the split)',
+             f'- per-step losses, one process against two: max |difference| {agree:.2e}, {relative:.1%} of the loss '
+             '(dropout: the masks differ with the split, and with them the candidates retrieved)',
              '- s / step: between two steps with no refresh between them', '']
     if args.method == 'rumbart':
         lines += ['| processes | threads a process | pairs scored | teacher s | pairs / s | s / step | refresh s '

@@ -117,6 +117,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--workdir', default=None, help='where the synthetic indexes are written (removed after)')
     parser.add_argument('--queries', type=int, default=100)
+    parser.add_argument('--keys', type=int, nargs='+', default=list(SYNTHETIC_KEYS), help='synthetic corpus sizes')
+    parser.add_argument('--results-dir', type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     reatt = ReAtt.from_pretrained(MINILM, **REATT_HEAD)
     t0 = time.perf_counter()
@@ -126,7 +128,7 @@ def main(argv=None):
     vectors = real.query_vectors(reatt, queries)
     rows = [measure(real, vectors, 'real (scifact test)')]
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
-        for n_keys in SYNTHETIC_KEYS:
+        for n_keys in args.keys:
             index = synthetic(real, n_keys, Path(tmp) / f'synthetic-{n_keys}')
             rows.append(measure(index, vectors, 'synthetic'))
             del index
@@ -148,10 +150,10 @@ def main(argv=None):
               f'{r["keys MiB"]:.0f} | {r["ivf MiB"]:.0f} | {r["exhaustive ms"]:.1f} | {r["two-stage ms"]:.1f} | '
               f'{r["speed-up"]:.1f} | {r["recall@10"]:.3f} |' for r in rows]
     lines += ['']
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / 'token_index_scaling.md').write_text('\n'.join(lines))
-    (RESULTS / 'token_index_scaling.json').write_text(json.dumps({'header': header, 'rows': rows}, indent=1))
-    plot(rows, RESULTS / 'token_index_scaling.png')
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    (args.results_dir / 'token_index_scaling.md').write_text('\n'.join(lines))
+    (args.results_dir / 'token_index_scaling.json').write_text(json.dumps({'header': header, 'rows': rows}, indent=1))
+    plot(rows, args.results_dir / 'token_index_scaling.png')
     print('\n'.join(lines))
 
 

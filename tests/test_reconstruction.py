@@ -167,7 +167,7 @@ def test_corpus_queries_never_retrieve_their_source_and_null_document(tiny_encod
     trainer._metrics = {}
     with torch.no_grad():
         trainer.loss(examples, np.random.default_rng(0))
-    prior, posterior = trainer._metrics['null prior'], trainer._metrics['null posterior']
+    prior, posterior = ([v / w for v, w in trainer._metrics[name]] for name in ('null prior', 'null posterior'))
     assert 0 < prior[0] < 1 and 0 < posterior[0] < 1 and prior[0] != pytest.approx(posterior[0])
     # a sentence's own passage is what a similarity search would find first without the rule
     with torch.no_grad():

@@ -154,7 +154,7 @@ class ReaderTarget(_Target):
             nll.append(-logp)
             shares.update({q.qid: values for q, values in zip(group, attention.cpu())})
         nll = torch.cat(nll)
-        trainer.record('generation nll', float(nll.detach().mean()))
+        trainer.record('generation nll', float(nll.detach().mean()), len(nll))
         order = [q.qid for group in by_size.values() for q in group]  # nll's rows, back in batch order
         return nll[[order.index(q.qid) for q in batch]], _place(batch, docnos, trainer.close,
                                                                 lambda q: shares[q.qid])
@@ -288,6 +288,6 @@ class CrossDocumentAdjustment(Trainer):
         loss = rows.sum() / len(batch)  # this process's share of the batch's mean
         with torch.no_grad():  # how much of P_retrieval the close documents hold (in-batch random: the rest)
             p = torch.softmax(logits, dim=-1)
-            self.record('close mass', float((p * (target > 0)).sum(-1).mean()))
+            self.record('close mass', float((p * (target > 0)).sum(-1).mean()), len(mine))
             self.record('head weight max', float(self.reatt.model.head_weights.max()))
         return loss

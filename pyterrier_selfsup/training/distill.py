@@ -253,6 +253,8 @@ class Distillation(Trainer):
         # process's gradient of the whole batch
         counted = b if self.loss_name == 'kl' else int((own.sum(1) >= 2).sum())
         local = list(self.local_rows(b))
+        if not local:  # (the batch lost queries without targets: fewer left than processes)
+            return torch.zeros((), requires_grad=True)
         own, shut, teacher = own[local], shut[local], teacher[local]
         student = self._student_logits([batch[i] for i in local], union)
         device = student.device
@@ -269,7 +271,7 @@ class Distillation(Trainer):
         with torch.no_grad():  # label-free diagnostics: does the student agree with the teacher?
             s_own = student.detach().masked_fill(~own, float('-inf'))
             t_own = teacher.masked_fill(~own, float('-inf'))
-            self.record('top-1 agreement', (s_own.argmax(1) == t_own.argmax(1)).float().mean().item())
+            self.record('top-1 agreement', (s_own.argmax(1) == t_own.argmax(1)).float().mean().item(), len(local))
         return loss
 
     def save_extra(self, path):

@@ -34,7 +34,7 @@ import random
 import shutil
 import time
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Union
+from typing import Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -129,11 +129,12 @@ class Trainer(pt.Estimator):
         self.log: List[Dict] = []
         self.state: Dict = {}
         self._stop_reason: Optional[str] = None
-        self._metrics: Dict[str, List[float]] = {}
+        self._metrics: Dict[str, List[Tuple[float, float]]] = {}  # name -> (value · weight, weight)
 
-    def record(self, name: str, value: float):
-        """A quantity a loss wants logged besides itself, averaged over the step's batches."""
-        self._metrics.setdefault(name, []).append(float(value))
+    def record(self, name: str, value: float, weight: float = 1.0):
+        """A quantity a loss wants logged besides itself, averaged over the step's batches
+        (and processes) with ``weight``: a mean over a batch's rows weighs as many rows."""
+        self._metrics.setdefault(name, []).append((float(value) * weight, float(weight)))
 
     # -- what a method defines --------------------------------------------------------
 
@@ -268,7 +269,7 @@ class Trainer(pt.Estimator):
                 self.state.update(step=self.state['step'] + 1, epoch=epoch, batch=b + 1)
                 self.log.append({'step': self.state['step'], 'epoch': epoch, 'loss': step_loss,
                                  'lr': scheduler.get_last_lr()[0], 'time': time.time(),
-                                 **{k: float(np.mean(v)) for k, v in self._metrics.items()},
+                                 **{k: sum(v for v, _ in m) / sum(w for _, w in m) for k, m in self._metrics.items()},
                                  **({'skipped batches': skipped} if skipped else {})})
                 self._metrics = {}
                 skipped = 0
@@ -312,7 +313,12 @@ class Trainer(pt.Estimator):
 
     def _validate(self, topics, qrels) -> float:
         """nDCG@10 of the model as it is now, over an index built for this call only."""
-        result = pt.Experiment([self.retriever(fresh=True)], topics, qrels, [nDCG @ 10])
+        retriever = self.retriever(fresh=True)
+        result = pt.Experiment([retriever], topics, qrels, [nDCG @ 10])
+        if self.world_size > 1:  # rank 0's temporary index (its files) outlives every process's search
+            import torch.distributed as dist
+            dist.barrier()
+        del retriever
         self.train_mode(True)
         return float(result['nDCG@10'][0])
 

@@ -173,7 +173,10 @@ class RetrieveAndReconstruct(Trainer):
         queries = self.encoder.encode([q.query for q in batch], 'query')
         docnos = self.retrieve(queries.detach().float().cpu().numpy(), batch)
         width = min(len(d) for d in docnos)
-        docnos = [d[:width] for d in docnos]  # a corpus smaller than k + exclusions
+        # (a corpus smaller than k + the passages a query excludes: rows are cut to the
+        # shortest, under data parallelism the shortest of this process's share, so that
+        # there, and only there, several processes can differ from one)
+        docnos = [d[:width] for d in docnos]
         texts = self.texts(docnos)
         if self.train_passages:
             passages = self.encoder.encode([t for row in texts for t in row], 'passage').view(len(batch), width, -1)
@@ -185,7 +188,7 @@ class RetrieveAndReconstruct(Trainer):
                                                    for d in row] for row in docnos])).to(queries.device)
         logits = torch.einsum('bd,bkd->bk', queries, passages) / self.encoder.temperature
         if self.null_document:  # the prior's share on the null document (the last candidate)
-            self.record('null prior', torch.softmax(logits.detach(), dim=-1)[:, -1].mean().item())
+            self.record('null prior', torch.softmax(logits.detach(), dim=-1)[:, -1].mean().item(), len(batch))
         return docnos, texts, logits
 
     def texts(self, docnos: List[List[str]]) -> List[List[str]]:
@@ -258,10 +261,10 @@ class Rumbart(RetrieveAndReconstruct):
         rows = marginal_nll(logits, teacher, per_row=True)
         if self.null_document:  # the posterior's share on it: how often it explains the query best
             posterior = torch.softmax(torch.log_softmax(logits.detach(), dim=-1) + teacher, dim=-1)
-            self.record('null posterior', posterior[:, -1].mean().item())
+            self.record('null posterior', posterior[:, -1].mean().item(), len(mine))
         # the loss cannot go below -mean(max_z log p(x|z)) (all of p(z|x) on the teacher's
         # best): the excess is what the retriever can still gain, comparable across batches
-        self.record('excess loss', (rows.detach() + teacher.max(dim=1).values).mean().item())
+        self.record('excess loss', (rows.detach() + teacher.max(dim=1).values).mean().item(), len(mine))
         return rows.sum() / len(batch)  # this process's share of the batch's mean
 
 

@@ -5,7 +5,8 @@
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
-eval "$(bash scripts/gpu/stage.sh env)" || exit 1
+environment="$(bash scripts/gpu/stage.sh env)" || exit 1
+eval "$environment"
 out="${OUT:-$root/experiments/results/gpu}"
 mkdir -p "$out"
 python3 -m pyterrier_selfsup run -q -c beir/scifact/test -p bm25 minilm distill --save gpu_scifact_distill \

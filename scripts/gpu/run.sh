@@ -5,7 +5,8 @@
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
-eval "$(bash scripts/gpu/stage.sh env)" || exit 1
+environment="$(bash scripts/gpu/stage.sh env)" || exit 1
+eval "$environment"
 out="${OUT:-$root/experiments/results/gpu}"
 mkdir -p "$out"
 nvidia-smi -L | tee "$out/nvidia-smi.txt"

@@ -3,7 +3,7 @@
 # /tmp/selfsup (kept while the machine stays warm), or, with `env`, prints the exports
 # that make the package, its wheels, models and data load there offline.
 #   bash scripts/gpu/stage.sh a|b|c|d     (in the call that carries .gpu/<part>)
-#   eval "$(bash scripts/gpu/stage.sh env)"
+#   environment="$(bash scripts/gpu/stage.sh env)" && eval "$environment"   (fails if a part is missing)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 home="${SELFSUP_GPU_HOME:-/tmp/selfsup}"
@@ -25,7 +25,8 @@ case "$part" in
     missing=""
     for p in a b c d; do [ -f "$home/.staged-$p" ] || missing="$missing $p"; done
     if [ -n "$missing" ]; then
-      echo "echo 'not staged on this machine:$missing (a cold machine starts bare: stage every part again)' >&2; false"
+      echo "not staged on this machine:$missing (a cold machine starts bare: stage every part again)" >&2
+      exit 1
     else
       exports
     fi
@@ -35,7 +36,8 @@ case "$part" in
       "$root"/.gpu/a/whl/*.whl
     mkdir -p "$home/irds"
     cp -r "$root"/.gpu/a/irds/. "$home/irds/"
-    cp -r "$root"/.gpu/a/classic "$home/classic"
+    mkdir -p "$home/classic"
+    cp -r "$root"/.gpu/a/classic/. "$home/classic/"
     touch "$home/.staged-a"
     ;;
   b)
@@ -59,8 +61,7 @@ EOF
   c|d)
     cp "$root"/.gpu/$part/*.part "$home/gguf.$part"
     [ ! -f "$root/.gpu/$part/REVISION" ] || cp "$root/.gpu/$part/REVISION" "$home/REVISION"
-    touch "$home/.staged-$part"
-    if [ -f "$home/.staged-c" ] && [ -f "$home/.staged-d" ]; then
+    if [ -f "$home/gguf.c" ] && [ -f "$home/gguf.d" ]; then
       python3 - "$home" "$root/.gpu/$part/gguf.json" <<'EOF'
 import hashlib, json, sys
 from pathlib import Path
@@ -74,6 +75,7 @@ repo = home / 'hf' / f"models--{meta['repo'].replace('/', '--')}"
 (repo / 'snapshots' / meta['revision'] / meta['file']).write_bytes(data)
 print('SmolLM2 GGUF staged:', len(data), 'bytes')
 EOF
+      touch "$home/.staged-c" "$home/.staged-d"  # (only once the file is whole and checked)
     fi
     ;;
   *)
