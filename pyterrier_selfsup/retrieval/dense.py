@@ -42,6 +42,10 @@ def sbert_encoder(model_name: str = MINILM, *, max_length: Optional[int] = None,
 # Documents reach the encoder in chunks of this many: large enough that sorting a chunk
 # by length leaves little padding, small enough that memory stays bounded on any corpus.
 INDEX_CHUNK = 4096
+# documents a chunk when several processes share the encoding (chunk c to process c mod N):
+# small enough that a corpus of a few thousand passages splits evenly (scifact's 5,183 in
+# chunks of 4,096 left one process a fifth of the work), large enough to sort by length
+SHARD_CHUNK = 256
 
 
 def flex_index(collection: Union[str, Collection], encoder: BiEncoder, *,
@@ -76,7 +80,7 @@ def encode_into(path: Union[str, Path], collection: Collection, encoder: BiEncod
 
 
 def encode_sharded(path: Union[str, Path], collection: Collection, encoder: BiEncoder, *, rank: int,
-                   world_size: int, verbose: bool = False, chunk: int = INDEX_CHUNK) -> FlexIndex:
+                   world_size: int, verbose: bool = False, chunk: int = SHARD_CHUNK) -> FlexIndex:
     """:func:`encode_into` with the encoding split over ``world_size`` processes, each
     calling this with its ``rank`` (torch.distributed must be initialised: it provides the
     barriers). The corpus is cut into chunks of ``chunk`` documents and chunk c goes to rank

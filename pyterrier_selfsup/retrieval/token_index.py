@@ -49,6 +49,7 @@ OFFSETS_FILE = 'offsets.npy'
 DOCNOS_FILE = 'docnos.json'
 IVF_FILE = 'tokens.faiss'
 CHUNK = 2048  # documents encoded at a time
+SHARD_CHUNK = 256  # documents a chunk when several processes share the encoding (an even split of small corpora)
 
 
 def _join_shards(path: Path, parts: List['ReAttIndex'], chunk: int):
@@ -167,7 +168,7 @@ class ReAttIndex(pt.Artifact):
 
     @classmethod
     def build_sharded(cls, path: Union[str, Path], reatt, docs: Iterable[Dict[str, str]], *, rank: int,
-                      world_size: int, chunk: int = CHUNK) -> 'ReAttIndex':
+                      world_size: int, chunk: int = SHARD_CHUNK) -> 'ReAttIndex':
         """:meth:`build` (keys only, ``ivf=False``) with the encoding split over the
         ``world_size`` processes of a torch.distributed group, each calling this with its
         ``rank``: chunk c of ``chunk`` documents is encoded by rank c mod ``world_size``
