@@ -39,6 +39,12 @@ def test_run_writes_results_with_header(tmp_path, cache_dir):
     assert table[['collection', 'name']].values.tolist() == [['classic/adi', 'bm25'], ['classic/adi', 'minilm']]
     assert table['nDCG@10'][0] == pytest.approx(0.4855, abs=1e-4)
 
+    # the per-query scores are kept, and are what the table averages
+    per_query = pd.read_csv(tmp_path / 'results' / 'adi.perquery.csv', dtype={'qid': str})
+    assert len(per_query) == 2 * 35 and set(per_query['name']) == {'bm25', 'minilm'}
+    means = per_query.groupby('name')['nDCG@10'].mean()
+    assert means['bm25'] == pytest.approx(table['nDCG@10'][0]) and means['minilm'] == pytest.approx(table['nDCG@10'][1])
+
     png = (tmp_path / 'results' / 'adi.png').read_bytes()
     assert png.startswith(b'\x89PNG') and b'machine: ' in png  # the header is in the image's metadata too
 

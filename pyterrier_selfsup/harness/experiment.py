@@ -3,7 +3,8 @@
 
 Metrics: nDCG@10 (the headline, as in BEIR), R@100, RR@10 and mean response time;
 every pipeline is compared with the first (the baseline) by a paired t-test over
-queries, Holm-corrected across the pipelines.
+queries, Holm-corrected across the pipelines. The per-query scores are kept (the
+figure's confidence intervals and win/tie/loss strips read them).
 """
 import shutil
 import time
@@ -19,6 +20,7 @@ from ir_measures import RR, R, nDCG
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.harness.pipelines import PipelineSpec, get_pipeline
+from pyterrier_selfsup.harness.plots import plot_results
 
 MEASURES = [nDCG @ 10, R @ 100, RR @ 10]
 MEASURE_NAMES = [str(m) for m in MEASURES]
@@ -35,6 +37,7 @@ class CollectionResult:
     qrels: int
     table: pd.DataFrame  # pt.Experiment's frame, one row per pipeline
     setup_seconds: Dict[str, float]  # per pipeline: building or reopening its index, loading its model
+    per_query: Optional[pd.DataFrame] = None  # name, qid and each measure, a row per pipeline and query
 
 
 @dataclass
@@ -48,6 +51,13 @@ class ExperimentResult:
         """All collections in one frame, with a ``collection`` column first."""
         return pd.concat([r.table.assign(collection=r.collection) for r in self.results], ignore_index=True)[
             ['collection'] + list(self.results[0].table.columns)]
+
+    def per_query(self) -> Optional[pd.DataFrame]:
+        """Every pipeline's per-query scores on every collection (``collection`` first)."""
+        if any(r.per_query is None for r in self.results):
+            return None
+        return pd.concat([r.per_query.assign(collection=r.collection) for r in self.results], ignore_index=True)[
+            ['collection'] + list(self.results[0].per_query.columns)]
 
 
 def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *, name: str = 'experiment',
@@ -71,11 +81,24 @@ def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *, name
             systems.append(spec.build(coll, cache_dir=cache_dir, verbose=verbose))
             setup_seconds[spec.name] = time.time() - t0
         topics, qrels = coll.topics(), coll.qrels()
+        # each system runs once, timed as pt.Experiment's mrt is (its whole run over the
+        # queries, per query); the aggregate table and the per-query scores come from its run
+        names, runs, mrt = [s.name for s in specs], [], []
+        for system in systems:
+            t0 = time.time()
+            runs.append(system(topics))
+            mrt.append(1000 * (time.time() - t0) / len(topics))
         table = pt.Experiment(
-            systems, topics, qrels, MEASURES + ['mrt'], names=[s.name for s in specs],
-            baseline=0 if len(specs) > 1 else None, test=TEST, correction=CORRECTION if len(specs) > 1 else None,
-            correction_alpha=ALPHA, verbose=verbose)
-        results.append(CollectionResult(coll.name, coll.docs_count, len(topics), len(qrels), table, setup_seconds))
+            runs, topics, qrels, MEASURES, names=names, baseline=0 if len(specs) > 1 else None, test=TEST,
+            correction=CORRECTION if len(specs) > 1 else None, correction_alpha=ALPHA, verbose=verbose)
+        table.insert(1 + len(MEASURES), 'mrt', mrt)
+        per_query = pt.Experiment(runs, topics, qrels, MEASURES, names=names, perquery=True).pivot_table(
+            index=['name', 'qid'], columns='measure', values='value').reset_index()
+        per_query = per_query[['name', 'qid'] + MEASURE_NAMES]
+        per_query['name'] = pd.Categorical(per_query['name'], names, ordered=True)
+        per_query = per_query.sort_values(['name', 'qid']).astype({'name': str}).reset_index(drop=True)
+        results.append(CollectionResult(coll.name, coll.docs_count, len(topics), len(qrels), table, setup_seconds,
+                                        per_query))
         log(format_table(table))
     header['wall time'] = f'{time.time() - started:.0f} s'
     return ExperimentResult(name, header, specs, results)
@@ -163,30 +186,13 @@ def write_results(result: ExperimentResult, results_dir: Union[str, Path]) -> Li
     with open(base.with_suffix('.csv'), 'w') as fh:
         fh.writelines(f'# {line}\n' for line in header)
         result.table().to_csv(fh, index=False)
+    written = [base.with_suffix('.md'), base.with_suffix('.csv')]
+    per_query = result.per_query()
+    if per_query is not None:  # (plain CSV: what the figure's intervals are computed from)
+        per_query.to_csv(base.with_suffix('.perquery.csv'), index=False)
+        written.append(base.with_suffix('.perquery.csv'))
 
-    _plot(result, header, base.with_suffix('.png'))
-    return [base.with_suffix(s) for s in ('.md', '.csv', '.png')]
-
-
-def _plot(result: ExperimentResult, header: List[str], path: Path):
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-
-    colls = [r.collection for r in result.results]
-    names = [s.name for s in result.pipelines]
-    width = 0.8 / len(names)
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(colls) + 2), 5.5))
-    for j, name in enumerate(names):
-        values = [r.table.set_index('name').loc[name, MEASURE_NAMES[0]] for r in result.results]
-        bars = ax.bar([i + (j - (len(names) - 1) / 2) * width for i in range(len(colls))], values, width, label=name)
-        ax.bar_label(bars, fmt='%.3f', fontsize=7)
-    ax.set_xticks(range(len(colls)), colls, rotation=15)
-    ax.set_ylabel(MEASURE_NAMES[0])
-    ax.set_title(result.name)
-    ax.legend()
-    short = [line for line in header if line.split(':')[0] in ('date', 'code', 'machine', 'models')]
-    fig.text(0.01, 0.01, '\n'.join(short), fontsize=6, va='bottom', family='monospace', wrap=True)
-    fig.subplots_adjust(bottom=0.28)
-    fig.savefig(path, dpi=120, metadata={'Description': '\n'.join(header)})
-    plt.close(fig)
+    footer = [line for line in header if line.split(':')[0] in ('date', 'code', 'machine', 'models')]
+    plot_results(result.table(), base.with_suffix('.png'), title=result.name, per_query=per_query, footer=footer,
+                 header=header)
+    return written + [base.with_suffix('.png')]

@@ -1,0 +1,198 @@
+"""The experiment figure: what the results table says, readable at a glance.
+
+One panel per collection, one horizontal bar per pipeline (its label on the axis, so any
+number of names of any length fits: a long one is wrapped); the value axis spans the
+data with a margin, not 0..1, and says so; the baseline is a dashed line; a difference the
+table's corrected test finds significant is marked (▲ above the baseline, ▼ below). With
+per-query scores, each bar carries its 95% confidence interval (t-based, over queries)
+and a win/tie/loss strip against the baseline follows; pipelines that differ only in
+``seed`` become one bar, the seeds' mean, with each seed as a dot.
+
+Labels are short aliases (:func:`short_labels`): a pipeline's name with only the settings
+that tell it apart from the others in the figure, values cut to their last path part; the
+settings all of them share are written once under the title. The full specs stay in the
+Markdown table and the CSV.
+"""
+import re
+import textwrap
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+WRAP = 34  # characters a label line
+
+
+def _settings(name: str) -> Dict[str, str]:
+    _, _, spec = name.partition(':')
+    return dict(part.split('=', 1) for part in spec.split(',') if '=' in part)
+
+
+def _short_value(value: str) -> str:
+    return value.rstrip('/').rsplit('/', 1)[-1]
+
+
+def short_labels(names: Sequence[str]) -> List[str]:
+    """A short, distinct alias for each pipeline spec ``base:key=value,...``: its base name
+    and the settings not shared by every pipeline of that base in ``names``."""
+    bases = [n.partition(':')[0] for n in names]
+    labels = []
+    for name, base in zip(names, bases):
+        siblings = [_settings(n) for n, b in zip(names, bases) if b == base]
+        own = _settings(name)
+        differing = {k: v for k, v in own.items() if any(s.get(k) != v for s in siblings)}
+        labels.append(' '.join([base] + [f'{k}={_short_value(v)}' for k, v in differing.items()]))
+    # still equal (a setting cut to the same last part): fall back to the full specs' order
+    for label in set(labels):
+        same = [i for i, l in enumerate(labels) if l == label]
+        if len(same) > 1:
+            for n, i in enumerate(same):
+                labels[i] = f'{label} #{n + 1}'
+    return labels
+
+
+def shared_settings(names: Sequence[str]) -> str:
+    """The settings every pipeline of a base name shares (said once, under the title)."""
+    out = []
+    for base in dict.fromkeys(n.partition(':')[0] for n in names):
+        group = [_settings(n) for n in names if n.partition(':')[0] == base]
+        if len(group) > 1 or group[0]:
+            common = {k: v for k, v in group[0].items() if all(g.get(k) == v for g in group)}
+            if common:
+                out.append(f'{base}: ' + ', '.join(f'{k}={_short_value(v)}' for k, v in common.items()))
+    return '; '.join(out)
+
+
+def seed_groups(names: Sequence[str]) -> Dict[str, List[str]]:
+    """Pipelines that differ only in ``seed``, under their spec without it (in order)."""
+    groups: Dict[str, List[str]] = {}
+    for name in names:
+        key = re.sub(r'(?<=[:,])seed=\d+,?|,seed=\d+$', '', name).rstrip(',:')
+        groups.setdefault(key, []).append(name)
+    return groups
+
+
+def confidence_interval(values: np.ndarray) -> float:
+    """Half-width of the t-based 95% interval of the mean of ``values``."""
+    from scipy.stats import t
+    values = np.asarray(values, dtype=float)
+    if len(values) < 2:
+        return 0.0
+    return float(t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values)))
+
+
+def plot_results(table: pd.DataFrame, path, *, dpi: int = 120, header: Sequence[str] = (), **kwargs):
+    """:func:`results_figure` written to ``path``, ``header`` (provenance) in its metadata."""
+    import matplotlib.pyplot as plt
+    fig = results_figure(table, **kwargs)
+    fig.savefig(path, dpi=dpi, metadata={'Description': '\n'.join(header)} if header else None)
+    plt.close(fig)
+    return path
+
+
+def results_figure(table: pd.DataFrame, *, measure: str = 'nDCG@10', title: str = '',
+                   per_query: Optional[pd.DataFrame] = None, footer: Sequence[str] = (), columns: int = 3):
+    """The figure of an experiment's ``table`` (columns ``collection``, ``name``, ``measure``
+    and, for the rows after each collection's first (the baseline), ``<measure> reject``):
+    a panel per collection, ``columns`` panels a row.
+    ``per_query``: columns ``collection``, ``name``, ``qid``, ``measure``."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    collections = list(dict.fromkeys(table['collection']))
+    names = list(dict.fromkeys(table['name']))
+    groups = seed_groups(names)
+    seeded = any(len(g) > 1 for g in groups.values())
+    keys = list(groups) if seeded else names
+    wrapped = [textwrap.fill(l, WRAP, break_long_words=True) for l in short_labels(keys)]
+    lines_per_row = max(l.count('\n') + 1 for l in wrapped)
+    row_height = 0.25 + 0.15 * lines_per_row
+    wins = per_query is not None and len(names) > 1
+    columns = min(columns, len(collections))
+    panel_rows = -(-len(collections) // columns)
+    grid_rows = panel_rows * (2 if wins else 1)
+    heights = [row_height * len(keys) + 0.9, row_height * len(names) + 0.9] * panel_rows if wins else \
+        [row_height * len(keys) + 0.9] * panel_rows
+    fig, axes = plt.subplots(grid_rows, columns, figsize=(2.4 + 3.3 * columns, sum(heights) + 1.2 + 0.12 * len(footer)),
+                             squeeze=False, layout='constrained', gridspec_kw={'height_ratios': heights})
+    for c, collection in enumerate(collections):
+        row, column = divmod(c, columns)
+        ax = axes[row * (2 if wins else 1)][column]
+        rows = table[table['collection'] == collection].set_index('name')
+        means, errors, marks, dots = [], [], [], []
+        for key in keys:
+            members = [m for m in (groups[key] if seeded else [key]) if m in rows.index]
+            values = [float(rows.loc[m, measure]) for m in members]
+            means.append(np.mean(values) if values else np.nan)
+            dots.append(values if len(values) > 1 else [])
+            error = 0.0
+            if per_query is not None and len(members) == 1:
+                scores = per_query[(per_query['collection'] == collection) & (per_query['name'] == members[0])]
+                error = confidence_interval(scores[measure].to_numpy())
+            errors.append(error)
+            marks.append(any(bool(rows.loc[m, f'{measure} reject']) for m in members
+                             if m != names[0] and f'{measure} reject' in rows.columns))
+        y = np.arange(len(keys))[::-1]
+        base_value = means[0]
+        ax.axvline(base_value, color='0.45', ls='--', lw=0.9)
+        for yi, m, e, vals, key in zip(y, means, errors, dots, keys):
+            colour = '0.45' if key == keys[0] else 'C0'
+            ax.plot([base_value, m], [yi, yi], color=colour, lw=2, alpha=0.35)  # the difference from the baseline
+            ax.errorbar([m], [yi], xerr=[e] if e else None, fmt='o', color=colour, ms=6, capsize=3)
+            if vals:
+                ax.plot(vals, [yi] * len(vals), 'o', mfc='none', mec='k', ms=4, zorder=3)
+        low = np.nanmin([m - e for m, e in zip(means, errors)] + [v for d in dots for v in d])
+        high = np.nanmax([m + e for m, e in zip(means, errors)] + [v for d in dots for v in d])
+        span = max(high - low, 1e-3)
+        ax.set_xlim(low - 0.45 * span, high + 0.45 * span)
+        for yi, m, e, mark, vals in zip(y, means, errors, marks, dots):
+            text = f'{m:.3f}' + ((' ▲' if m > base_value else ' ▼') if mark else '')
+            if m < base_value:  # on the side away from the baseline's line
+                ax.text(min([m - e] + vals) - 0.03 * span, yi, text, va='center', ha='right', fontsize=7)
+            else:
+                ax.text(max([m + e] + vals) + 0.03 * span, yi, text, va='center', fontsize=7)
+        ax.set_ylim(-0.6, len(keys) - 0.4)
+        ax.set_yticks(y, wrapped if column == 0 else [''] * len(y), fontsize=8)
+        ax.set_title(collection, fontsize=9)
+        ax.set_xlabel(measure, fontsize=8)
+        ax.tick_params(axis='x', labelsize=7)
+        if wins:
+            _win_tie_loss(axes[row * 2 + 1][column], per_query, collection, names, measure, first=column == 0)
+    for extra in range(len(collections), panel_rows * columns):  # empty cells of the last row
+        row, column = divmod(extra, columns)
+        for r in range(2 if wins else 1):
+            axes[row * (2 if wins else 1) + r][column].set_visible(False)
+    shared = shared_settings(names)
+    fig.suptitle('\n'.join(textwrap.wrap(title + (f' ({shared})' if shared else ''), 120)), fontsize=9)
+    legend = ['dashed: the baseline (first); value axes span the data, not 0..1',
+              '▲/▼: significant against the baseline (the table\'s corrected test)']
+    if per_query is not None:
+        legend.append('whiskers: 95% CI over queries')
+    if seeded:
+        legend.append('rings: seeds, dot: their mean')
+    footer_text = '\n'.join(['; '.join(legend)] + [textwrap.shorten(f, 150) for f in footer])
+    fig.supxlabel(footer_text, fontsize=6, family='monospace', ha='left', x=0.005)
+    return fig
+
+
+def _win_tie_loss(ax, per_query, collection, names, measure, first):
+    """Per pipeline, the share of queries above / equal to / below the baseline."""
+    y = np.arange(len(names))[::-1]
+    labels = [textwrap.fill(l, WRAP, break_long_words=True) for l in short_labels(names)] if first else None
+    frame = per_query[per_query['collection'] == collection].pivot_table(index='qid', columns='name', values=measure)
+    base = frame[names[0]]
+    shares = []
+    for name in names:
+        delta = frame[name] - base
+        shares.append(((delta > 1e-9).mean(), (delta.abs() <= 1e-9).mean(), (delta < -1e-9).mean()))
+    shares = np.array(shares)
+    left = np.zeros(len(names))
+    for k, (label, colour) in enumerate(zip(('wins', 'ties', 'losses'), ('C2', '0.8', 'C3'))):
+        ax.barh(y[:len(names)], shares[:, k], left=left, color=colour, height=0.6, label=label)
+        left += shares[:, k]
+    ax.set_xlim(0, 1)
+    ax.set_yticks(y[:len(names)], labels if labels is not None else [''] * len(names), fontsize=8)
+    ax.set_xlabel(f'queries against the baseline ({measure})', fontsize=8)
+    ax.tick_params(axis='x', labelsize=7)
+    ax.legend(fontsize=6, loc='lower center', bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False)
