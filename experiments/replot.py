@@ -1,19 +1,26 @@
-"""Redraws every experiment figure under results/ from its CSV (issue 18), measuring nothing.
+"""Redraws the figures under results/ from the data beside them (issue 18), measuring nothing.
 
-Each `<name>.csv` written by the harness (`write_results`: provenance lines, then one row
-per collection and pipeline with the measures and the corrected test against the
-baseline) becomes `<name>.png` again through `pyterrier_selfsup.harness.plots`; where a
-`<name>.perquery.csv` was kept (runs from now on), with confidence intervals and a
-win/tie/loss strip.
+- Each `<name>.csv` written by the harness (`write_results`: provenance lines, then one row
+  per collection and pipeline with the measures and the corrected test against the
+  baseline) becomes `<name>.png` again through `pyterrier_selfsup.harness.plots`; where a
+  `<name>.perquery.csv` was kept (runs from now on), with confidence intervals and a
+  win/tie/loss strip.
+- Each `*_curves/**/training_log.jsonl` becomes its `training_curve.png` again
+  (`plot_training_curve`), titled by the run's folder (its pipeline and settings).
+- Not here: `search_scaling.png`, `token_index_scaling.png` (`token_index_scaling.py
+  --plot-only` redraws it) and `reatt_heads.png` are drawn by their own scripts.
 
     python experiments/replot.py [NAME ...]      # all of them without names
 """
+import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
+from pyterrier_selfsup.harness.pipelines import PIPELINES
 from pyterrier_selfsup.harness.plots import plot_results
+from pyterrier_selfsup.training.loop import MARKER_LABELS, plot_training_curve
 
 RESULTS = Path(__file__).parent / 'results'
 FOOTER = ('date', 'code', 'machine', 'models')
@@ -33,6 +40,39 @@ def replot(path: Path) -> Path:
                         header=header)
 
 
+def replot_curve(log_path: Path) -> Path:
+    """A training curve again from its log: what the trainer plotted (RUMBArt: its loss above
+    the batch's lower bound), its markers (refreshes, iterations, rounds), a title from
+    its folder (``<collection>/<pipeline settings>`` as `copy_training_curves` names them)."""
+    log = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+    key, label = ('excess loss', 'loss above its lower bound') if any('excess loss' in r for r in log) \
+        else ('loss', 'loss')
+    marker = next((m for m in MARKER_LABELS if any(m in r for r in log)), None)
+    folder = log_path.parent
+    # the folder is `<pipeline>_<settings>`, and pipeline names have underscores too: the longest registered one
+    name = max((n for n in PIPELINES if folder.name == n or folder.name.startswith(n + '_')), key=len,
+               default=folder.name.partition('_')[0])
+    settings = folder.name[len(name) + 1:]
+    title = f'{name} ({folder.parent.name})' if folder.parent.parent.name.endswith('_curves') else name
+    path = folder / 'training_curve.png'
+    plot_training_curve(log, path, title=title, key=key, ylabel=label, marker=marker,
+                        subtitle=', '.join(settings_of(settings)))
+    return path
+
+
+def settings_of(folder_settings: str) -> list:
+    """``queries=x_n_queries=5_max_passage_length=128`` → its ``key=value`` parts: the folder
+    joins them with ``_``, which keys contain too, so a piece with no ``=`` (``n``, ``max``)
+    belongs to the next one."""
+    parts, pending = [], []
+    for piece in folder_settings.split('_') if folder_settings else []:
+        pending.append(piece)
+        if '=' in piece:
+            parts.append('_'.join(pending))
+            pending = []
+    return parts + (['_'.join(pending)] if pending else [])
+
+
 def main(argv=None):
     names = (argv if argv is not None else sys.argv[1:])
     paths = [RESULTS / f'{n}.csv' for n in names] if names else sorted(RESULTS.glob('*.csv'))
@@ -44,6 +84,9 @@ def main(argv=None):
             print(f'skipped {path.name}: not an experiment table')
             continue
         print(replot(path))
+    if not names:
+        for log in sorted(RESULTS.glob('*_curves/**/training_log.jsonl')):
+            print(replot_curve(log))
 
 
 if __name__ == '__main__':
