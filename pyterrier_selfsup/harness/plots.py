@@ -112,7 +112,7 @@ def results_figure(table: pd.DataFrame, *, measure: str = 'nDCG@10', title: str 
     columns = min(columns, len(collections))
     panel_rows = -(-len(collections) // columns)
     grid_rows = panel_rows * (2 if wins else 1)
-    heights = [row_height * len(keys) + 0.9, row_height * len(names) + 0.9] * panel_rows if wins else \
+    heights = [row_height * len(keys) + 0.9, row_height * (len(names) - 1) + 0.9] * panel_rows if wins else \
         [row_height * len(keys) + 0.9] * panel_rows
     fig, axes = plt.subplots(grid_rows, columns, figsize=(2.4 + 3.3 * columns, sum(heights) + 1.2 + 0.12 * len(footer)),
                              squeeze=False, layout='constrained', gridspec_kw={'height_ratios': heights})
@@ -177,11 +177,12 @@ def results_figure(table: pd.DataFrame, *, measure: str = 'nDCG@10', title: str 
 
 
 def _win_tie_loss(ax, per_query, collection, names, measure, first):
-    """Per pipeline, the share of queries above / equal to / below the baseline."""
-    y = np.arange(len(names))[::-1]
-    labels = [textwrap.fill(l, WRAP, break_long_words=True) for l in short_labels(names)] if first else None
+    """Per pipeline but the baseline, the share of queries above / equal to / below it."""
     frame = per_query[per_query['collection'] == collection].pivot_table(index='qid', columns='name', values=measure)
     base = frame[names[0]]
+    labels = [textwrap.fill(l, WRAP, break_long_words=True) for l in short_labels(names)][1:] if first else None
+    names = names[1:]
+    y = np.arange(len(names))[::-1]
     shares = []
     for name in names:
         delta = frame[name] - base
