@@ -23,7 +23,6 @@ from pyterrier_selfsup.harness.plots import plot_results
 from pyterrier_selfsup.training.loop import MARKER_LABELS, plot_training_curve
 
 RESULTS = Path(__file__).parent / 'results'
-FOOTER = ('date', 'code', 'machine', 'models')
 
 
 def read(path: Path):
@@ -35,9 +34,7 @@ def replot(path: Path) -> Path:
     header, table = read(path)
     per_query = path.with_suffix('.perquery.csv')
     per_query = pd.read_csv(per_query) if per_query.is_file() else None
-    footer = [line for line in header if line.split(':')[0] in FOOTER]
-    return plot_results(table, path.with_suffix('.png'), title=path.stem, per_query=per_query, footer=footer,
-                        header=header)
+    return plot_results(table, path.with_suffix('.png'), title=path.stem, per_query=per_query, header=header)
 
 
 def replot_curve(log_path: Path) -> Path:

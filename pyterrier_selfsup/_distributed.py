@@ -3,9 +3,14 @@
 Every layer that behaves differently on several processes asks :func:`distributed`: the
 cache (a collective build), the dense index (a sharded refresh), the training loop (its
 share of each batch). :func:`join_process_group` is what a launched process calls first.
+What several processes build together (a refreshed dense or token index) is split in
+chunks (:func:`my_chunks`, :func:`chunk_order`) and meets in one directory
+(:func:`shared_temporary_directory`).
 """
+import itertools
 import os
-from typing import Optional, Tuple
+import tempfile
+from typing import Iterable, Iterator, Optional, Sequence, Tuple
 
 
 def distributed() -> Tuple[int, int]:
@@ -33,3 +38,37 @@ def join_process_group() -> Optional[int]:
             torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // local))
         dist.init_process_group('nccl' if cuda else 'gloo')
     return dist.get_rank()
+
+
+# -- work split in chunks: chunk c of a stream to process c mod N --------------------------
+
+def my_chunks(items: Iterable, chunk: int, rank: int, world_size: int) -> Iterator[list]:
+    """The chunks of ``chunk`` items of ``items`` that are process ``rank``'s: chunk c goes to
+    process c mod ``world_size`` (no process needs the number of items in advance)."""
+    from more_itertools import chunked
+    return (part for c, part in enumerate(chunked(items, chunk)) if c % world_size == rank)
+
+
+def chunk_order(sizes: Sequence[int], chunk: int) -> Iterator[Tuple[int, int, int]]:
+    """(process, start, end) of each chunk of the whole stream, in its order, from the number
+    of items each of the processes got from :func:`my_chunks`: chunk c is the process's
+    (c // N)-th (only the stream's last chunk can be short, so the order is exact)."""
+    for c in itertools.count():
+        rank, start = c % len(sizes), (c // len(sizes)) * chunk
+        if start >= sizes[rank]:
+            return
+        yield rank, start, min(start + chunk, sizes[rank])
+
+
+def shared_temporary_directory(prefix: str) -> Tuple[str, Optional[tempfile.TemporaryDirectory]]:
+    """A temporary directory every process of the group writes into: rank 0 makes it (the
+    others get its path; one node, or TMPDIR on a filesystem the nodes share). Returns its
+    path and, on the process that owns it, the directory (removed with it; None elsewhere)."""
+    rank, world_size = distributed()
+    tmp = tempfile.TemporaryDirectory(prefix=prefix) if rank == 0 else None
+    if world_size == 1:
+        return tmp.name, tmp
+    import torch.distributed as dist
+    shared = [tmp.name if tmp else None]
+    dist.broadcast_object_list(shared, src=0)
+    return shared[0], tmp

@@ -192,7 +192,5 @@ def write_results(result: ExperimentResult, results_dir: Union[str, Path]) -> Li
         per_query.to_csv(base.with_suffix('.perquery.csv'), index=False)
         written.append(base.with_suffix('.perquery.csv'))
 
-    footer = [line for line in header if line.split(':')[0] in ('date', 'code', 'machine', 'models')]
-    plot_results(result.table(), base.with_suffix('.png'), title=result.name, per_query=per_query, footer=footer,
-                 header=header)
+    plot_results(result.table(), base.with_suffix('.png'), title=result.name, per_query=per_query, header=header)
     return written + [base.with_suffix('.png')]

@@ -1,12 +1,12 @@
 """The experiment figure: what the results table says, readable at a glance.
 
-One panel per collection, one horizontal bar per pipeline (its label on the axis, so any
-number of names of any length fits: a long one is wrapped); the value axis spans the
-data with a margin, not 0..1, and says so; the baseline is a dashed line; a difference the
-table's corrected test finds significant is marked (▲ above the baseline, ▼ below). With
-per-query scores, each bar carries its 95% confidence interval (t-based, over queries)
-and a win/tie/loss strip against the baseline follows; pipelines that differ only in
-``seed`` become one bar, the seeds' mean, with each seed as a dot.
+One panel per collection, one row per pipeline (its label on the axis, so any number of
+names of any length fits: a long one is wrapped), its value a dot joined to the
+baseline's dashed line; the value axis spans the data with a margin, not 0..1, and says
+so; a difference the table's corrected test finds significant is marked (▲ above the
+baseline, ▼ below). With per-query scores, each dot carries its 95% confidence interval
+(t-based, over queries) and a win/tie/loss strip against the baseline follows; pipelines
+that differ only in ``seed`` become one dot, the seeds' mean, with each seed as a ring.
 
 Labels are short aliases (:func:`short_labels`): a pipeline's name with only the settings
 that tell it apart from the others in the figure, values cut to their last path part; the
@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 WRAP = 34  # characters a label line
+FOOTER_KEYS = ('date', 'code', 'machine', 'models')  # the provenance lines a figure shows under it
 
 
 def _settings(name: str) -> Dict[str, str]:
@@ -72,6 +73,10 @@ def seed_groups(names: Sequence[str]) -> Dict[str, List[str]]:
     return groups
 
 
+def _wrapped_labels(names: Sequence[str]) -> List[str]:
+    return [textwrap.fill(label, WRAP, break_long_words=True) for label in short_labels(names)]
+
+
 def confidence_interval(values: np.ndarray) -> float:
     """Half-width of the t-based 95% interval of the mean of ``values``."""
     from scipy.stats import t
@@ -82,9 +87,11 @@ def confidence_interval(values: np.ndarray) -> float:
 
 
 def plot_results(table: pd.DataFrame, path, *, dpi: int = 120, header: Sequence[str] = (), **kwargs):
-    """:func:`results_figure` written to ``path``, ``header`` (provenance) in its metadata."""
+    """:func:`results_figure` written to ``path``: ``header`` (provenance, ``key: value``
+    lines) in its metadata, and its :data:`FOOTER_KEYS` lines under the figure."""
     import matplotlib.pyplot as plt
-    fig = results_figure(table, **kwargs)
+    footer = [line for line in header if line.split(':')[0] in FOOTER_KEYS]
+    fig = results_figure(table, footer=footer, **kwargs)
     fig.savefig(path, dpi=dpi, metadata={'Description': '\n'.join(header)} if header else None)
     plt.close(fig)
     return path
@@ -105,20 +112,21 @@ def results_figure(table: pd.DataFrame, *, measure: str = 'nDCG@10', title: str 
     groups = seed_groups(names)
     seeded = any(len(g) > 1 for g in groups.values())
     keys = list(groups) if seeded else names
-    wrapped = [textwrap.fill(l, WRAP, break_long_words=True) for l in short_labels(keys)]
+    wrapped = _wrapped_labels(keys)
     lines_per_row = max(l.count('\n') + 1 for l in wrapped)
     row_height = 0.25 + 0.15 * lines_per_row
     wins = per_query is not None and len(names) > 1
     columns = min(columns, len(collections))
     panel_rows = -(-len(collections) // columns)
-    grid_rows = panel_rows * (2 if wins else 1)
+    step = 2 if wins else 1  # grid rows a row of panels takes: the panels (and their strips)
+    grid_rows = panel_rows * step
     heights = [row_height * len(keys) + 0.9, row_height * (len(names) - 1) + 0.9] * panel_rows if wins else \
         [row_height * len(keys) + 0.9] * panel_rows
     fig, axes = plt.subplots(grid_rows, columns, figsize=(2.4 + 3.3 * columns, sum(heights) + 1.2 + 0.12 * len(footer)),
                              squeeze=False, layout='constrained', gridspec_kw={'height_ratios': heights})
     for c, collection in enumerate(collections):
         row, column = divmod(c, columns)
-        ax = axes[row * (2 if wins else 1)][column]
+        ax = axes[row * step][column]
         rows = table[table['collection'] == collection].set_index('name')
         means, errors, marks, dots = [], [], [], []
         for key in keys:
@@ -158,11 +166,11 @@ def results_figure(table: pd.DataFrame, *, measure: str = 'nDCG@10', title: str 
         ax.set_xlabel(measure, fontsize=8)
         ax.tick_params(axis='x', labelsize=7)
         if wins:
-            _win_tie_loss(axes[row * 2 + 1][column], per_query, collection, names, measure, first=column == 0)
+            _win_tie_loss(axes[row * step + 1][column], per_query, collection, names, measure, first=column == 0)
     for extra in range(len(collections), panel_rows * columns):  # empty cells of the last row
         row, column = divmod(extra, columns)
-        for r in range(2 if wins else 1):
-            axes[row * (2 if wins else 1) + r][column].set_visible(False)
+        for r in range(step):
+            axes[row * step + r][column].set_visible(False)
     shared = shared_settings(names)
     fig.suptitle('\n'.join(textwrap.wrap(title + (f' ({shared})' if shared else ''), 120)), fontsize=9)
     legend = ['dashed: the baseline (first); value axes span the data, not 0..1',
@@ -180,7 +188,7 @@ def _win_tie_loss(ax, per_query, collection, names, measure, first):
     """Per pipeline but the baseline, the share of queries above / equal to / below it."""
     frame = per_query[per_query['collection'] == collection].pivot_table(index='qid', columns='name', values=measure)
     base = frame[names[0]]
-    labels = [textwrap.fill(l, WRAP, break_long_words=True) for l in short_labels(names)][1:] if first else None
+    labels = _wrapped_labels(names)[1:] if first else None
     names = names[1:]
     y = np.arange(len(names))[::-1]
     shares = []

@@ -7,7 +7,6 @@ L2 normalisation, so a dot product is a cosine. Documents are encoded once into 
 (``search='auto'`` from :data:`APPROXIMATE_FROM` passages on), through FAISS IVF: FlexIndex's
 own retrievers, over a structure built here (:func:`prebuild_ann`), on the CPU.
 """
-import itertools
 import math
 import os
 import shutil
@@ -21,7 +20,7 @@ import pyterrier as pt
 from pyterrier_dr import BiEncoder, FlexIndex, SBertBiEncoder
 
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root
-from pyterrier_selfsup._distributed import distributed
+from pyterrier_selfsup._distributed import chunk_order, distributed, my_chunks, shared_temporary_directory
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.retrieval.base import Retriever
@@ -84,8 +83,8 @@ def encode_sharded(path: Union[str, Path], collection: Collection, encoder: BiEn
     """:func:`encode_into` with the encoding split over ``world_size`` processes, each
     calling this with its ``rank`` (torch.distributed must be initialised: it provides the
     barriers). The corpus is cut into chunks of ``chunk`` documents and chunk c goes to rank
-    c mod ``world_size``, so no process needs the corpus size in advance; each encodes its
-    chunks exactly as :func:`encode_into` would (same chunks, same batches: the same
+    c mod ``world_size`` (:func:`~pyterrier_selfsup._distributed.my_chunks`); each encodes its
+    chunks as :func:`encode_into` with the same ``chunk`` would (same batches: the same
     vectors) into shard files beside ``path`` (a filesystem every rank sees), then rank 0
     interleaves them back into corpus order in one FlexIndex at ``path``. Every rank
     returns it. A shared filesystem is the only transport: no vector crosses the network.
@@ -100,9 +99,7 @@ def encode_sharded(path: Union[str, Path], collection: Collection, encoder: BiEn
     docs = collection.corpus_iter(verbose=verbose and rank == 0, desc=f'encoding {collection.name} (rank 0 of '
                                   f'{world_size})')
     with open(mine / 'vecs.f4', 'wb') as vectors, open(mine / 'docnos.txt', 'w') as docnos:
-        for c, batch in enumerate(_chunks(docs, chunk)):
-            if c % world_size != rank:
-                continue
+        for batch in my_chunks(docs, chunk, rank, world_size):
             encoded = doc_encoder(pd.DataFrame(batch))
             vectors.write(np.ascontiguousarray(np.stack(encoded['doc_vec']), dtype=np.float32).tobytes())
             docnos.writelines(d + '\n' for d in encoded['docno'])
@@ -114,20 +111,8 @@ def encode_sharded(path: Union[str, Path], collection: Collection, encoder: BiEn
     return FlexIndex(str(path), verbose=False)
 
 
-def _chunks(items, size: int):
-    batch = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 def _interleaved(shards: Path, world_size: int, chunk: int):
-    """{'docno', 'doc_vec'} in corpus order from the ranks' shard files: chunk c from rank
-    c mod world_size (only the corpus's last chunk can be short, so the order is exact)."""
+    """{'docno', 'doc_vec'} in corpus order from the ranks' shard files (:func:`chunk_order`)."""
     parts = []
     for rank in range(world_size):
         docnos = (shards / f'rank-{rank}' / 'docnos.txt').read_text().splitlines()
@@ -135,12 +120,9 @@ def _interleaved(shards: Path, world_size: int, chunk: int):
         vectors = (np.memmap(shards / f'rank-{rank}' / 'vecs.f4', dtype=np.float32, mode='r').reshape(len(docnos), -1)
                    if size else np.zeros((0, 0), dtype=np.float32))
         parts.append((docnos, vectors))
-    for c in itertools.count():
-        docnos, vectors = parts[c % world_size]
-        start = (c // world_size) * chunk
-        if start >= len(docnos):
-            return
-        for i in range(start, min(start + chunk, len(docnos))):
+    for rank, start, end in chunk_order([len(docnos) for docnos, _ in parts], chunk):
+        docnos, vectors = parts[rank]
+        for i in range(start, end):
             yield {'docno': docnos[i], 'doc_vec': vectors[i]}
 
 
@@ -149,6 +131,7 @@ SEARCHES = ('auto', 'exact', 'ivf', 'hnsw')
 # settings: measured, not assumed (experiments/search_scaling.py, results/search_scaling.md)
 APPROXIMATE_FROM = 1_000_000
 IVF_PROBE_SHARE = 1 / 16  # n_probe = this share of the n_list ≈ √N posting lists FlexIndex builds
+HNSW_NEIGHBOURS = 32  # and FAISS's ef_construction 40, as FlexIndex builds it
 HNSW_EF_SEARCH = 200
 
 
@@ -184,9 +167,6 @@ def search_stage(index: FlexIndex, search: str, num_results: int) -> pt.Transfor
                                          drop_query_vec=True)
     return index.faiss_hnsw_retriever(HNSW_NEIGHBOURS, num_results=num_results, ef_search=HNSW_EF_SEARCH,
                                       drop_query_vec=True)
-
-
-HNSW_NEIGHBOURS = 32  # and FAISS's ef_construction 40, as FlexIndex builds it
 
 
 def _cuda() -> bool:
@@ -300,17 +280,14 @@ def fresh_index(collection: Collection, encoder: BiEncoder) -> Tuple[FlexIndex, 
 
     Under torch.distributed (a data-parallel trainer's refresh) every process of the group
     calls this and encodes its share (:func:`encode_sharded`) into rank 0's temporary
-    directory (one node; several need TMPDIR on a filesystem they share). Rank 0 owns the
-    directory; the others' memory maps of the vectors outlive its removal."""
+    directory (:func:`~pyterrier_selfsup._distributed.shared_temporary_directory`). Rank 0
+    owns the directory; the others' memory maps of the vectors outlive its removal."""
+    directory, tmp = shared_temporary_directory('selfsup-index-')
     rank, world_size = distributed()
     if world_size == 1:
-        tmp = tempfile.TemporaryDirectory(prefix='selfsup-index-')
-        return encode_into(f'{tmp.name}/index.flex', collection, encoder), tmp
+        return encode_into(f'{directory}/index.flex', collection, encoder), tmp
     import torch.distributed as dist
-    tmp = tempfile.TemporaryDirectory(prefix='selfsup-index-') if rank == 0 else None
-    shared = [tmp.name if tmp else None]
-    dist.broadcast_object_list(shared, src=0)
-    index = encode_sharded(f'{shared[0]}/index.flex', collection, encoder, rank=rank, world_size=world_size)
+    index = encode_sharded(f'{directory}/index.flex', collection, encoder, rank=rank, world_size=world_size)
     index.payload()  # mapped now, on every rank, before rank 0 may remove the files
     dist.barrier()
     return index, tmp

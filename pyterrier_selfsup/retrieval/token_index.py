@@ -26,7 +26,6 @@ The index serves the model's retrieval head (the argmax of its head weights): Re
 low head temperature makes the mixture select one head, and test-time retrieval uses
 only that one, as the paper does.
 """
-import itertools
 import json
 import shutil
 import time
@@ -39,6 +38,7 @@ import pyterrier as pt
 from more_itertools import chunked
 
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root
+from pyterrier_selfsup._distributed import chunk_order, my_chunks
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models.reatt import ReAtt
 from pyterrier_selfsup.retrieval.base import Retriever
@@ -53,16 +53,13 @@ SHARD_CHUNK = 256  # documents a chunk when several processes share the encoding
 
 
 def _join_shards(path: Path, parts: List['ReAttIndex'], chunk: int):
-    """One keys-only index at ``path`` from the shards of :meth:`ReAttIndex.build_sharded`:
-    its chunk c is chunk c // N of shard c mod N (only the corpus's last chunk can be short)."""
+    """One keys-only index at ``path`` from the shards of :meth:`ReAttIndex.build_sharded`,
+    in corpus order (:func:`~pyterrier_selfsup._distributed.chunk_order`)."""
     path.mkdir(parents=True, exist_ok=True)
     docnos, offsets = [], [0]
     with open(path / KEYS_FILE, 'wb') as out:
-        for c in itertools.count():
-            part, start = parts[c % len(parts)], (c // len(parts)) * chunk
-            if start >= len(part):
-                break
-            end = min(start + chunk, len(part))
+        for rank, start, end in chunk_order([len(part) for part in parts], chunk):
+            part = parts[rank]
             out.write(np.ascontiguousarray(part.keys[part.offsets[start]:part.offsets[end]]).tobytes())
             docnos.extend(part.docnos[start:end].tolist())
             offsets.extend((offsets[-1] + np.diff(part.offsets[start:end + 1]).cumsum()).tolist())
@@ -177,7 +174,7 @@ class ReAttIndex(pt.Artifact):
         import torch.distributed as dist
         path = Path(path)
         shards = [path.with_name(f'{path.name}.rank-{r}') for r in range(world_size)]
-        mine = (d for c, part in enumerate(chunked(docs, chunk)) if c % world_size == rank for d in part)
+        mine = (d for part in my_chunks(docs, chunk, rank, world_size) for d in part)
         cls.build(shards[rank], reatt, mine, ivf=False)
         dist.barrier()
         if rank == 0:

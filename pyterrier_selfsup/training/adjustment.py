@@ -23,7 +23,6 @@ Queries come from any source of :mod:`~pyterrier_selfsup.data.queries`; a
 query cut from the corpus never has its own passage among its close documents.
 """
 import logging
-import tempfile
 import time
 from dataclasses import replace
 from typing import Dict, List, Optional, Tuple, Union
@@ -34,6 +33,7 @@ import pyterrier as pt
 import torch
 import torch.nn.functional as F
 
+from pyterrier_selfsup._distributed import shared_temporary_directory
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.queries import MASK, Query, training_queries
 from pyterrier_selfsup.models.generator import Generator, score_cache_dir
@@ -243,15 +243,12 @@ class CrossDocumentAdjustment(Trainer):
         """The corpus' token index under the model as it is now (keys only, for exhaustive
         search), in a temporary directory that lives as long as the index; under
         torch.distributed, encoded in shards into rank 0's (one node, as a dense refresh)."""
+        directory, tmp = shared_temporary_directory('selfsup-token-index-')
         if self.world_size == 1:
-            tmp = tempfile.TemporaryDirectory(prefix='selfsup-token-index-')
-            index = ReAttIndex.build(f'{tmp.name}/index', self.reatt, self.collection.corpus_iter(), ivf=False)
+            index = ReAttIndex.build(f'{directory}/index', self.reatt, self.collection.corpus_iter(), ivf=False)
         else:
             import torch.distributed as dist
-            tmp = tempfile.TemporaryDirectory(prefix='selfsup-token-index-') if self.process_rank == 0 else None
-            shared = [tmp.name if tmp else None]
-            dist.broadcast_object_list(shared, src=0)
-            index = ReAttIndex.build_sharded(f'{shared[0]}/index', self.reatt, self.collection.corpus_iter(),
+            index = ReAttIndex.build_sharded(f'{directory}/index', self.reatt, self.collection.corpus_iter(),
                                              rank=self.process_rank, world_size=self.world_size)
             index.keys32  # read into memory on every rank, before rank 0 may remove the files
             dist.barrier()

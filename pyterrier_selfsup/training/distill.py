@@ -164,7 +164,7 @@ class Distillation(Trainer):
              depth: Optional[int] = None) -> Dict[str, Tuple[List[str], np.ndarray]]:
         """The teacher's top ``depth`` (docnos, scores) for each query, in chunks; on several
         processes each ranks its share of the queries and every process gets them all."""
-        mine = queries[self.process_rank::self.world_size]
+        mine = self.local_batch(queries)
         ranked = {}
         for start in range(0, len(mine), TEACHER_CHUNK):
             ranked.update(ranked_excluding(teacher, mine[start:start + TEACHER_CHUNK], depth or self.depth,

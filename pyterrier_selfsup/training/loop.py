@@ -328,9 +328,8 @@ class Trainer(pt.Estimator):
         """The step's loss over all processes (the mean over its batches of their summed
         shares; None when every batch was skipped, decided alike on every process), after
         summing the parameters' gradients over the processes and averaging the recorded
-        metrics. Deliberately plain (one
-        all-reduce a tensor, no buckets, no overlap with backward, as DDP does): the loop's
-        contract is the sum; speed at many GPUs is for later (issue 17)."""
+        metrics. Deliberately plain (one all-reduce a tensor, no buckets, no overlap with
+        backward, as DDP does): the loop's contract is the sum; speed at many GPUs is for later."""
         import torch.distributed as dist
         device = params[0].device  # (nccl reduces on the GPU)
         total = torch.tensor([sum(window)], dtype=torch.float64, device=device)

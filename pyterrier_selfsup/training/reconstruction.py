@@ -222,7 +222,7 @@ class Rumbart(RetrieveAndReconstruct):
         if self._teacher is None:
             return
         t0 = time.time()
-        mine = examples[self.process_rank::self.world_size]  # (all of them in one process)
+        mine = self.local_batch(examples)  # (all of them in one process)
         vectors = self.encoder.encode_queries([q.query for q in mine])
         self.train_mode(True)
         retrieved = {}

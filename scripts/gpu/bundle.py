@@ -66,18 +66,19 @@ def wheels(target: Path):
                     *[a for p in PLATFORMS for a in ('--platform', p)], '-d', str(target), *specs], check=True)
 
 
-def hub_copy(repo: str, target: Path, files=None) -> Path:
-    """``repo``'s snapshot in the hub cache's layout under ``target``."""
+# the weights in formats the package never loads
+OTHER_FORMATS = ('onnx', 'openvino', 'pytorch_model.bin', 'tf_model.h5', 'rust_model.ot')
+
+
+def hub_copy(repo: str, target: Path) -> Path:
+    """``repo``'s snapshot in the hub cache's layout under ``target`` (the cache's links
+    followed), without :data:`OTHER_FORMATS`."""
     snapshot = hub_snapshot(repo)
     dest = target / f'models--{repo.replace("/", "--")}'
     (dest / 'refs').mkdir(parents=True, exist_ok=True)
     (dest / 'refs' / 'main').write_text(snapshot.name)
     out = dest / 'snapshots' / snapshot.name
-    out.mkdir(parents=True, exist_ok=True)
-    for f in snapshot.rglob('*'):
-        if f.is_file() and (files is None or f.name in files):
-            (out / f.relative_to(snapshot)).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(f, out / f.relative_to(snapshot))
+    shutil.copytree(snapshot, out, ignore=shutil.ignore_patterns(*OTHER_FORMATS))
     return out
 
 
@@ -93,23 +94,18 @@ def main():
     shutil.copytree(classic, parts['a'] / 'classic')
     # b: MiniLM, fp16 (half the size; stage.sh casts it back to the fp32 it was saved in)
     from safetensors.torch import load_file, save_file
-    snapshot = hub_copy(MINILM, parts['b'] / 'hf', files=None)
-    for f in ['model.safetensors']:
-        weights = load_file(snapshot / f)
-        save_file({k: v.half() if v.is_floating_point() else v for k, v in weights.items()}, snapshot / f,
-                  metadata={'format': 'pt', 'selfsup_fp16_of': 'float32'})
-    for stale in ['onnx', 'openvino', 'pytorch_model.bin', 'tf_model.h5', 'rust_model.ot']:  # other formats
-        path = snapshot / stale
-        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    weights = hub_copy(MINILM, parts['b'] / 'hf') / 'model.safetensors'
+    save_file({k: v.half() if v.is_floating_point() else v for k, v in load_file(weights).items()}, weights,
+              metadata={'format': 'pt', 'selfsup_fp16_of': 'float32'})
     # c, d: the GGUF generator, cut in two
     repo, filename = SMOLLM2
-    gguf = hub_snapshot(repo) / filename
-    data = gguf.read_bytes()
+    snapshot = hub_snapshot(repo)
+    data = (snapshot / filename).read_bytes()
     half = len(data) // 2
     for part, piece in zip('cd', (data[:half], data[half:])):
         parts[part].mkdir(parents=True)
         (parts[part] / f'{filename}.part').write_bytes(piece)
-    meta = {'repo': repo, 'file': filename, 'revision': hub_snapshot(repo).name, 'bytes': len(data),
+    meta = {'repo': repo, 'file': filename, 'revision': snapshot.name, 'bytes': len(data),
             'sha1': hashlib.sha1(data).hexdigest()}
     (parts['c'] / 'gguf.json').write_text(json.dumps(meta))
     (parts['d'] / 'gguf.json').write_text(json.dumps(meta))
