@@ -7,7 +7,8 @@ is *the* retrieval head. That head is then reported on every collection beside t
 head of each collection (an oracle, shown to say how far the transferred choice is from
 it, never used for a choice), BM25 and the per-layer best.
 
-    python experiments/reatt_heads.py
+    python experiments/reatt_heads.py              # measures
+    python experiments/reatt_heads.py --plot-only  # the PNG again from the CSV
 writes experiments/results/reatt_heads.{md,csv,png}.
 """
 import time
@@ -78,9 +79,7 @@ def main():
                       .assign(collection=CHOICE, special_tokens=special))
         seconds[f'{CHOICE}, special_tokens={special}'] = time.time() - t0
     train = pd.concat(frames, ignore_index=True)
-    heads = train[train['head'] >= 0]
-    best = heads.loc[heads[MEASURE].idxmax()]
-    special, layer, head = bool(best['special_tokens']), int(best['layer']), int(best['head'])
+    special, layer, head = chosen_head(train)
     print(f'chosen on {CHOICE}: special_tokens={special}, layer {layer}, head {head}', flush=True)
     for name in COLLECTIONS:
         t0 = time.time()
@@ -120,23 +119,58 @@ def main():
     (RESULTS / 'reatt_heads.md').write_text('\n'.join(md) + '\n')
     print('\n'.join(md))
 
-    chosen_frames = [(n, f) for (n, sp), f in table.groupby(['collection', 'special_tokens'], sort=False)
-                     if sp == special]
-    fig, axes = plt.subplots(1, len(chosen_frames), figsize=(3.2 * len(chosen_frames), 3.2), squeeze=False)
-    for ax, (name, frame) in zip(axes[0], chosen_frames):
+    plot(table, RESULTS / 'reatt_heads.png', header)
+
+
+def chosen_head(table: pd.DataFrame):
+    """(special_tokens, layer, head): the best head on CHOICE by MEASURE, as main() chose it."""
+    heads = table[(table['collection'] == CHOICE) & (table['head'] >= 0)]
+    best = heads.loc[heads[MEASURE].idxmax()]
+    return bool(best['special_tokens']), int(best['layer']), int(best['head'])
+
+
+def plot(table: pd.DataFrame, path: Path, header: dict, columns: int = 3):
+    """A heatmap of MEASURE per (layer, head) for each collection (the chosen scoring of
+    special tokens), three a row: the chosen head boxed in red, BM25's value and the chosen
+    and best heads' in the panel's title."""
+    special, layer, head = chosen_head(table)
+    frames = [(n, f) for (n, sp), f in table.groupby(['collection', 'special_tokens'], sort=False) if sp == special]
+    rows = -(-len(frames) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.4 * rows + 0.8), squeeze=False,
+                             layout='constrained')
+    for ax, (name, frame) in zip(axes.flat, frames):
         hs = frame[frame['head'] >= 0].pivot(index='layer', columns='head', values=MEASURE)
         im = ax.imshow(hs.to_numpy(), aspect='auto', cmap='viridis', origin='lower',
                        extent=(-0.5, hs.shape[1] - 0.5, hs.index.min() - 0.5, hs.index.max() + 0.5))
+        ax.add_patch(matplotlib.patches.Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, ec='red', lw=2))
         bm25 = frame.loc[frame['head'] < 0, MEASURE].iloc[0]
-        ax.set_title(f'{name}\n(BM25 {bm25:.3f}, max {np.nanmax(hs.to_numpy()):.3f})', fontsize=8)
-        ax.set_xlabel('head')
-        ax.set_ylabel('layer')
-        fig.colorbar(im, ax=ax, fraction=0.046)
-    fig.suptitle(f'{MEASURE} per MiniLM head, BM25 top {DEPTH} re-ranked '
-                 f'(special tokens {"in" if special else "out"})', fontsize=8)
-    fig.tight_layout()
-    fig.savefig(RESULTS / 'reatt_heads.png', dpi=120)
+        ax.set_title(f'{name}\nBM25 {bm25:.3f}; chosen head {hs.loc[layer, head]:.3f}; best head '
+                     f'{np.nanmax(hs.to_numpy()):.3f}', fontsize=8)
+        ax.set_xticks(range(hs.shape[1]))
+        ax.set_yticks(hs.index)
+        ax.tick_params(labelsize=7)
+        ax.set_xlabel('head', fontsize=8)
+        ax.set_ylabel('layer', fontsize=8)
+        fig.colorbar(im, ax=ax, fraction=0.05).ax.tick_params(labelsize=7)
+    for ax in axes.flat[len(frames):]:
+        ax.set_visible(False)
+    fig.suptitle(f'{MEASURE} of each all-MiniLM-L6-v2 attention head re-ranking BM25\'s top {DEPTH} '
+                 f'(special tokens {"in" if special else "out"}); red box: the head chosen on {CHOICE} '
+                 f'(layer {layer}, head {head})', fontsize=9)
+    footer = [f'{k}: {header[k]}' for k in ('date', 'code', 'machine') if k in header]
+    fig.supxlabel('\n'.join(footer), fontsize=6, family='monospace', ha='left', x=0.005)
+    fig.savefig(path, dpi=120, metadata={'Description': '\n'.join(f'{k}: {v}' for k, v in header.items())})
+    plt.close(fig)
+    return path
+
+
+def plot_only():
+    """The PNG again from the CSV, provenance from the Markdown's header lines."""
+    header = dict(line[2:].split(': ', 1) for line in (RESULTS / 'reatt_heads.md').read_text().splitlines()
+                  if line.startswith('- ') and ': ' in line)
+    return plot(pd.read_csv(RESULTS / 'reatt_heads.csv'), RESULTS / 'reatt_heads.png', header)
 
 
 if __name__ == '__main__':
-    main()
+    import sys
+    plot_only() if sys.argv[1:] == ['--plot-only'] else main()

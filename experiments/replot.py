@@ -7,8 +7,8 @@
   win/tie/loss strip.
 - Each `*_curves/**/training_log.jsonl` becomes its `training_curve.png` again
   (`plot_training_curve`), titled by the run's folder (its pipeline and settings).
-- Not here: `search_scaling.png`, `token_index_scaling.png` (`token_index_scaling.py
-  --plot-only` redraws it) and `reatt_heads.png` are drawn by their own scripts.
+- `search_scaling.png`, `token_index_scaling.png` (from their JSON) and `reatt_heads.png`
+  (from its CSV) through their own scripts' `--plot-only`.
 
     python experiments/replot.py [NAME ...]      # all of them without names
 """
@@ -82,6 +82,12 @@ def main(argv=None):
             continue
         print(replot(path))
     if not names:
+        import reatt_heads
+        import search_scaling
+        import token_index_scaling
+        print(search_scaling.main(['--plot-only']))
+        print(token_index_scaling.main(['--plot-only']))
+        print(reatt_heads.plot_only())
         for log in sorted(RESULTS.glob('*_curves/**/training_log.jsonl')):
             print(replot_curve(log))
 

@@ -4,6 +4,7 @@ import itertools
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from pyterrier_selfsup.harness.plots import results_figure, seed_groups, short_labels
 
@@ -16,7 +17,7 @@ def _long_names(n=10, length=120):
     return names
 
 
-def _table(names, collections=('beir/scifact/test', 'cranfield', 'vaswani', 'classic/cisi')):
+def _table(names, collections):
     rng = np.random.default_rng(0)
     rows = []
     for c in collections:
@@ -53,21 +54,36 @@ def _texts(fig):
     return [(t.get_text(), t.get_window_extent(renderer)) for t in unique if t.get_visible() and t.get_text().strip()]
 
 
-def test_ten_long_names_fit_without_overlap():
+COLLECTIONS = ('beir/scifact/test', 'cranfield', 'vaswani', 'classic/cisi')
+
+
+@pytest.mark.parametrize('n_collections', [1, 2, 4])
+@pytest.mark.parametrize('seeds', [False, True])
+def test_ten_long_names_fit_without_overlap(n_collections, seeds):
+    """Ten pipelines of 120 characters (or one run under three seeds among them), on one,
+    two or four collections (the figure's width follows), a long footer: all inside, apart."""
     import matplotlib.pyplot as plt
     names = _long_names()
     assert all(len(n) == 120 for n in names[1:])
-    table = _table(names)
+    if seeds:
+        names += [names[-1] + ',seed=1', names[-1] + ',seed=2']
+    table = _table(names, COLLECTIONS[:n_collections])
     fig = results_figure(table, title='ten pipelines of 120 characters', per_query=_per_query(names, table),
                          footer=['date: today', 'machine: ' + 'm' * 300])
     figure_box = fig.bbox
     texts = _texts(fig)
-    assert len(texts) > 40  # tick labels, values, titles, the footer: all drawn
+    assert len(texts) > 20 * n_collections  # tick labels, values, titles, the footer: all drawn
+    assert any('(+0.' in t or '(-0.' in t for t, _ in texts)  # values carry their difference from the baseline
     for text, box in texts:
         assert box.x0 >= figure_box.x0 - 1 and box.x1 <= figure_box.x1 + 1, text
         assert box.y0 >= figure_box.y0 - 1 and box.y1 <= figure_box.y1 + 1, text
     for (a, box_a), (b, box_b) in itertools.combinations(texts, 2):
         assert not box_a.overlaps(box_b), (a, b)
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:  # value labels inside their own panel, off its neighbours
+        for label in ax.texts:
+            box = label.get_window_extent(renderer)
+            assert ax.bbox.x0 <= box.x0 and box.x1 <= ax.bbox.x1, label.get_text()
     plt.close(fig)
 
 

@@ -4,9 +4,12 @@ One panel per collection, one row per pipeline (its label on the axis, so any nu
 names of any length fits: a long one is wrapped), its value a dot joined to the
 baseline's dashed line; the value axis spans the data with a margin, not 0..1, and says
 so; a difference the table's corrected test finds significant is marked (▲ above the
-baseline, ▼ below). With per-query scores, each dot carries its 95% confidence interval
-(t-based, over queries) and a win/tie/loss strip against the baseline follows; pipelines
-that differ only in ``seed`` become one dot, the seeds' mean, with each seed as a ring.
+baseline, ▼ below); each value is written with its difference from the baseline (for
+seeds, their smallest and largest difference too). With
+per-query scores, each dot carries its 95% confidence interval (t-based, over queries)
+and a win/tie/loss strip against the baseline follows; pipelines that differ only in
+``seed`` become one dot, the seeds' mean, with each seed as a ring (and the interval of
+the seeds' per-query mean).
 
 Labels are short aliases (:func:`short_labels`): a pipeline's name with only the settings
 that tell it apart from the others in the figure, values cut to their last path part; the
@@ -122,8 +125,19 @@ def results_figure(table: pd.DataFrame, *, measure: str = 'nDCG@10', title: str 
     grid_rows = panel_rows * step
     heights = [row_height * len(keys) + 0.9, row_height * (len(names) - 1) + 0.9] * panel_rows if wins else \
         [row_height * len(keys) + 0.9] * panel_rows
-    fig, axes = plt.subplots(grid_rows, columns, figsize=(2.4 + 3.3 * columns, sum(heights) + 1.2 + 0.12 * len(footer)),
+    width = 2.4 + 3.3 * columns
+    legend = ['dashed: the baseline (first), (±x): the difference from it (seeds: the smallest and largest)',
+              'value axes span the data, not 0..1',
+              '▲/▼: significant against the baseline (the table\'s corrected test)']
+    if per_query is not None:
+        legend.append('whiskers: 95% CI over queries')
+    if seeded:
+        legend.append('rings: seeds, dot: their mean')
+    line = int(width * 18)  # monospace characters a footer line holds (6 pt: 20 an inch)
+    footer_lines = textwrap.wrap('; '.join(legend), line) + [textwrap.shorten(f, line) for f in footer]
+    fig, axes = plt.subplots(grid_rows, columns, figsize=(width, sum(heights) + 1.2 + 0.12 * len(footer_lines)),
                              squeeze=False, layout='constrained', gridspec_kw={'height_ratios': heights})
+    placed = []  # (axes, its value labels)
     for c, collection in enumerate(collections):
         row, column = divmod(c, columns)
         ax = axes[row * step][column]
@@ -135,9 +149,9 @@ def results_figure(table: pd.DataFrame, *, measure: str = 'nDCG@10', title: str 
             means.append(np.mean(values) if values else np.nan)
             dots.append(values if len(values) > 1 else [])
             error = 0.0
-            if per_query is not None and len(members) == 1:
-                scores = per_query[(per_query['collection'] == collection) & (per_query['name'] == members[0])]
-                error = confidence_interval(scores[measure].to_numpy())
+            if per_query is not None and members:  # seeds: the interval of their per-query mean
+                scores = per_query[(per_query['collection'] == collection) & per_query['name'].isin(members)]
+                error = confidence_interval(scores.groupby('qid')[measure].mean().to_numpy())
             errors.append(error)
             marks.append(any(bool(rows.loc[m, f'{measure} reject']) for m in members
                              if m != names[0] and f'{measure} reject' in rows.columns))
@@ -153,13 +167,17 @@ def results_figure(table: pd.DataFrame, *, measure: str = 'nDCG@10', title: str 
         low = np.nanmin([m - e for m, e in zip(means, errors)] + [v for d in dots for v in d])
         high = np.nanmax([m + e for m, e in zip(means, errors)] + [v for d in dots for v in d])
         span = max(high - low, 1e-3)
-        ax.set_xlim(low - 0.45 * span, high + 0.45 * span)
-        for yi, m, e, mark, vals in zip(y, means, errors, marks, dots):
-            text = f'{m:.3f}' + ((' ▲' if m > base_value else ' ▼') if mark else '')
-            if m < base_value:  # on the side away from the baseline's line
-                ax.text(min([m - e] + vals) - 0.03 * span, yi, text, va='center', ha='right', fontsize=7)
-            else:
-                ax.text(max([m + e] + vals) + 0.03 * span, yi, text, va='center', fontsize=7)
+        ax.set_xlim(low - 0.1 * span, high + 0.1 * span)
+        labels = []
+        for k, (yi, m, e, mark, vals) in enumerate(zip(y, means, errors, marks, dots)):
+            text = f'{m:.3f}' + ((' ▲' if m > base_value else ' ▼') if mark else '') \
+                + (f'\n({m - base_value:+.3f})' if k else '') \
+                + (f'\nseeds {min(vals) - base_value:+.3f} to {max(vals) - base_value:+.3f}' if k and vals else '')
+            left = m < base_value  # on the side away from the baseline's line
+            anchor = min([m - e] + vals) if left else max([m + e] + vals)
+            labels.append(ax.annotate(text, (anchor, yi), xytext=(-4 if left else 4, 0), textcoords='offset points',
+                                      va='center', ha='right' if left else 'left', fontsize=7, linespacing=1.1))
+        placed.append((ax, labels))
         ax.set_ylim(-0.6, len(keys) - 0.4)
         ax.set_yticks(y, wrapped if column == 0 else [''] * len(y), fontsize=8)
         ax.set_title(collection, fontsize=9)
@@ -172,16 +190,35 @@ def results_figure(table: pd.DataFrame, *, measure: str = 'nDCG@10', title: str 
         for r in range(step):
             axes[row * step + r][column].set_visible(False)
     shared = shared_settings(names)
-    fig.suptitle('\n'.join(textwrap.wrap(title + (f' ({shared})' if shared else ''), 120)), fontsize=9)
-    legend = ['dashed: the baseline (first); value axes span the data, not 0..1',
-              '▲/▼: significant against the baseline (the table\'s corrected test)']
-    if per_query is not None:
-        legend.append('whiskers: 95% CI over queries')
-    if seeded:
-        legend.append('rings: seeds, dot: their mean')
-    footer_text = '\n'.join(['; '.join(legend)] + [textwrap.shorten(f, 150) for f in footer])
-    fig.supxlabel(footer_text, fontsize=6, family='monospace', ha='left', x=0.005)
+    fig.suptitle('\n'.join(textwrap.wrap(title + (f' ({shared})' if shared else ''), int(width * 13))), fontsize=9)
+    fig.supxlabel('\n'.join(footer_lines), fontsize=6, family='monospace', ha='left', x=0.005)
+    _fit_labels(fig, placed)
     return fig
+
+
+def _fit_labels(fig, placed, pad: float = 0.02):
+    """Widen each panel's value axis until its value labels lie inside it. A label's width
+    is fixed in points, so its width in data units grows as the axis widens: the limits
+    are iterated to the fixed point (it exists while every label is narrower than the panel)."""
+    fig.canvas.draw()  # the layout, and the labels' extents in pixels
+    renderer = fig.canvas.get_renderer()
+    for ax, labels in placed:
+        width = ax.bbox.width
+        low, high = ax.get_xlim()
+        extents = []  # (anchor in data, left and right edge in pixels from the anchor)
+        for label in labels:
+            box = label.get_window_extent(renderer)
+            at = ax.transData.transform((label.xy[0], 0))[0]
+            extents.append((label.xy[0], box.x0 - at, box.x1 - at))
+        x0, x1 = low, high
+        for _ in range(100):
+            scale = (x1 - x0) / width  # data units a pixel
+            new0 = min([low] + [a + left * scale for a, left, _ in extents]) - pad * (x1 - x0)
+            new1 = max([high] + [a + right * scale for a, _, right in extents]) + pad * (x1 - x0)
+            if abs(new0 - x0) + abs(new1 - x1) < 1e-6 * (x1 - x0):
+                break
+            x0, x1 = new0, new1
+        ax.set_xlim(x0, x1)
 
 
 def _win_tie_loss(ax, per_query, collection, names, measure, first):
