@@ -153,7 +153,6 @@ def main(argv=None):
             del index
             shutil.rmtree(Path(tmp) / f'synthetic-{n_keys}')
     header = provenance.header()
-    keys = [r['keys'] for r in rows]
     lines = [title(rows), '',
              *(f'- {k}: {v}' for k, v in header.items()),
              f'- model: {provenance.model_revision(MINILM)}, retrieval head {REATT_HEAD}',
