@@ -29,9 +29,10 @@ setup(
     ],
     # FAISS comes in two builds that install the same `faiss` module, so it is
     # chosen by an extra rather than listed above: `.[cpu]` (what every command
-    # in the README installs) or `.[gpu]` on CUDA machines.
+    # in the README installs) or `.[gpu]` on CUDA machines. The CPU extra brings
+    # OpenVINO as well, the DualEncoder's backend='openvino' (CPU inference).
     extras_require={
-        'cpu': ['faiss-cpu>=1.8'],
+        'cpu': ['faiss-cpu>=1.8', 'openvino>=2024.0'],
         'gpu': ['faiss-gpu-cu12>=1.8'],
         'test': ['pytest>=7'],
     },

@@ -7,14 +7,21 @@ beir/scifact, title + text, 256 tokens) with the same model (all-MiniLM-L6-v2):
 - peer, pyterrier-dr:   SBertBiEncoder's doc encoder in an indexing pipeline into a
                         FlexIndex, as `selfsup run -p minilm` indexes (pt's default chunks)
 - peer, s-t encode():   SentenceTransformer.encode() on the whole list at once (it sorts
-                        all texts by length: the best case for the peer)
+                        all texts by length: the best case for the peer), with its weights
+                        in each precision ours runs in
 - ours fp32 / ours bf16: DualEncoder in the same FlexIndex pipeline, fp32 and bf16 autocast
+- ours OpenVINO:        the same DualEncoder with backend='openvino' (the same model compiled
+                        by OpenVINO at the same precision)
 
-Useful FLOPs are counted from each document's real (unpadded) token count, so padding
-is work that does not count. Peak: the best of repeated 4096x4096 matrix products in
-fp32 and bf16 (torch, all threads).
+Only the precisions this CPU runs natively are measured (the package's own detection,
+`cpu_has_native_bf16`: bf16 needs AVX512-BF16 or AMX; emulated, it runs hundreds of times
+slower than fp32), unless `--precisions` says otherwise. Useful FLOPs are counted from
+each document's real (unpadded) token count, so padding is work that does not count.
+Peak: the best of repeated square matrix products in each precision (torch, all threads),
+sized and repeated within about two seconds (`matmul_peak`). The header's machine line
+names the CPU flags.
 
-    python experiments/encoding_benchmark.py [--docs 1000]
+    python experiments/encoding_benchmark.py [--docs 1000] [--precisions fp32 bf16]
 writes experiments/results/encoding_benchmark.{md,json}.
 """
 import argparse
@@ -31,19 +38,33 @@ from sentence_transformers import SentenceTransformer
 from pyterrier_selfsup import MINILM, Collection, sbert_encoder
 from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.retrieval.dense import INDEX_CHUNK
+from pyterrier_selfsup.models._base import cpu_has_native_bf16
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 
 RESULTS = Path(__file__).parent / 'results'
+DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16}
 
 
-def matmul_peak(dtype, n=4096, repeats=5) -> float:
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    a @ b
-    best = float('inf')
-    for _ in range(repeats):
+def matmul_peak(dtype, budget_s: float = 2.0) -> float:
+    """The best FLOP/s of square matrix products in ``dtype``, bounded in time: the size
+    doubles from 256 while one product takes under 50 ms (up to 4096), then products repeat
+    for about ``budget_s``. (A CPU that emulates bf16 multiplies at well under 1 GFLOP/s:
+    one 4096 product would take minutes there; a 256 one takes a fraction of a second.)"""
+    n = 256
+    while True:
+        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
         t0 = time.perf_counter()
         a @ b
-        best = min(best, time.perf_counter() - t0)
+        once = time.perf_counter() - t0
+        if once >= 0.05 or n >= 4096:
+            break
+        n *= 2
+    best, spent = once, 0.0
+    while spent < budget_s:
+        t0 = time.perf_counter()
+        a @ b
+        elapsed = time.perf_counter() - t0
+        best, spent = min(best, elapsed), spent + elapsed
     return 2 * n ** 3 / best
 
 
@@ -67,6 +88,8 @@ def index_with(encoder, docs, batch_size=None) -> float:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--docs', type=int, default=1000)
+    parser.add_argument('--precisions', nargs='+', choices=sorted(DTYPES),
+                        help='default: fp32, and bf16 where the CPU runs it natively')
     args = parser.parse_args()
 
     docs = []
@@ -79,46 +102,61 @@ def main():
     ours = DualEncoder.from_pretrained(MINILM, precision='fp32', device='cpu')
     lengths = [len(x) for x in ours.tokenize(texts, 'passage', padding=False)['input_ids']]
     flops = useful_flops(lengths, ours.model.encoder.config)
-    peak = {'fp32': matmul_peak(torch.float32), 'bf16': matmul_peak(torch.bfloat16)}
+    precisions = args.precisions or (['fp32', 'bf16'] if cpu_has_native_bf16() else ['fp32'])
+    peak = {p: matmul_peak(DTYPES[p]) for p in precisions}
 
-    runs = {}
+    runs, vectors = {}, {}
     peer = sbert_encoder(MINILM, max_length=256, device='cpu')
     runs['peer: pyterrier-dr SBertBiEncoder indexing'] = ('fp32', index_with(peer, docs))
-    st = SentenceTransformer(MINILM, device='cpu')
-    st.max_seq_length = 256
-    t0 = time.perf_counter()
-    st_vecs = st.encode(texts, batch_size=32, normalize_embeddings=True)
-    runs['peer: sentence-transformers encode(all texts)'] = ('fp32', time.perf_counter() - t0)
-    runs['ours: DualEncoder indexing, fp32'] = ('fp32', index_with(ours, docs, INDEX_CHUNK))
-    fp32_vecs = ours.encode_docs(texts)
-    ours.precision = 'bf16'
-    runs['ours: DualEncoder indexing, bf16 autocast'] = ('bf16', index_with(ours, docs, INDEX_CHUNK))
-    bf16_vecs = ours.encode_docs(texts)
+    for precision in precisions:  # the peers at the precision ours runs in
+        st = SentenceTransformer(MINILM, device='cpu', model_kwargs={'dtype': DTYPES[precision]})
+        st.max_seq_length = 256
+        t0 = time.perf_counter()
+        vectors[f'sentence-transformers {precision}'] = st.encode(texts, batch_size=32, normalize_embeddings=True)
+        runs[f'peer: sentence-transformers encode(all texts), {precision} weights'] = (
+            precision, time.perf_counter() - t0)
+    for precision in precisions:
+        ours.precision = precision
+        label = 'fp32' if precision == 'fp32' else f'{precision} autocast'
+        runs[f'ours: DualEncoder indexing, {label}'] = (precision, index_with(ours, docs, INDEX_CHUNK))
+        vectors[f'ours {precision}'] = ours.encode_docs(texts)
+    conversion = {}
+    for precision in precisions:  # the same model through OpenVINO (backend='openvino')
+        fast = DualEncoder.from_pretrained(MINILM, precision=precision, device='cpu', backend='openvino')
+        t0 = time.perf_counter()
+        fast.encode_docs(texts[:2])  # converts and compiles once (timed apart: the weights do not change)
+        conversion[precision] = round(time.perf_counter() - t0, 1)
+        runs[f'ours: DualEncoder indexing, OpenVINO {precision}'] = (precision, index_with(fast, docs, INDEX_CHUNK))
+        vectors[f'ours OpenVINO {precision}'] = fast.encode_docs(texts)
 
     peer_rate = len(docs) / runs['peer: pyterrier-dr SBertBiEncoder indexing'][1]
-    best_peer_rate = len(docs) / runs['peer: sentence-transformers encode(all texts)'][1]
+    st_rate = {p: len(docs) / seconds for name, (p, seconds) in runs.items() if 'sentence-transformers' in name}
     rows = []
     for name, (dtype, seconds) in runs.items():
         rate = len(docs) / seconds
         rows.append({'encoder': name, 'dtype': dtype, 'seconds': seconds, 'docs_per_s': rate,
-                     'vs_pyterrier_dr': rate / peer_rate, 'vs_st_encode': rate / best_peer_rate,
+                     'vs_pyterrier_dr': rate / peer_rate, 'vs_st_encode': rate / st_rate[dtype],
                      'gflops': flops / seconds / 1e9, 'fraction_of_peak': flops / seconds / peak[dtype]})
-    quality = {
-        'fp32 vs sentence-transformers, max |diff|': float(np.abs(fp32_vecs - st_vecs).max()),
-        'bf16 vs fp32, max |diff|': float(np.abs(bf16_vecs - fp32_vecs).max()),
-        'bf16 vs fp32, min cosine': float((bf16_vecs * fp32_vecs).sum(1).min()),
-    }
+    reference = vectors['ours fp32']
+    quality = {f'{name} vs ours fp32, min cosine': float((v * reference).sum(1).min())
+               for name, v in vectors.items() if name != 'ours fp32'}
+    quality['sentence-transformers fp32 vs ours fp32, max |diff|'] = float(
+        np.abs(vectors['sentence-transformers fp32'] - reference).max())
     header = provenance.header()
     settings = {'model': provenance.model_revision(MINILM), 'data': f'first {len(docs)} documents of beir/scifact '
                 f'(title + text), {int(np.sum(lengths))} tokens after truncation to 256 (mean {np.mean(lengths):.0f})',
                 'batch size': 32, 'index chunk (ours)': INDEX_CHUNK, 'torch threads': torch.get_num_threads(),
-                'matmul peak GFLOP/s': {k: round(v / 1e9, 1) for k, v in peak.items()}}
+                'precisions': f'{", ".join(precisions)} ('
+                              f'{"given" if args.precisions else "those this CPU runs natively: cpu_has_native_bf16"})',
+                'matmul peak GFLOP/s': {k: round(v / 1e9, 1) for k, v in peak.items()},
+                'OpenVINO conversion and compilation s (once per model and precision, not in the rates)': conversion}
 
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / 'encoding_benchmark.json').write_text(json.dumps(
         {'header': header, 'settings': settings, 'runs': rows, 'quality': quality}, indent=2))
     md = ['# Encoding benchmark', ''] + [f'- {k}: {v}' for k, v in {**header, **settings}.items()] + ['']
-    md += ['| encoder | dtype | docs/s | × pyterrier-dr | × s-t encode() | useful GFLOP/s | of peak (same dtype) |',
+    md += ['| encoder | dtype | docs/s | × pyterrier-dr (fp32) | × s-t encode() (same dtype) | useful GFLOP/s | '
+           'of peak (same dtype) |',
            '|---|---|---|---|---|---|---|']
     md += [f'| {r["encoder"]} | {r["dtype"]} | {r["docs_per_s"]:.1f} | {r["vs_pyterrier_dr"]:.2f} | '
            f'{r["vs_st_encode"]:.2f} | {r["gflops"]:.0f} | {r["fraction_of_peak"]:.0%} |' for r in rows]

@@ -116,12 +116,14 @@ def reconstruction_reranker(collection: Collection, *, model_name: str, gguf_fil
 
 
 def trained_dense_retriever(collection: Collection, *, method: str, num_results: int = 1000, search: str = 'auto',
-                            cache_dir=None, verbose: bool = False, **settings) -> DenseRetriever:
+                            backend: str = 'torch', cache_dir=None, verbose: bool = False,
+                            **settings) -> DenseRetriever:
     """The dual encoder that ``method`` trained with ``settings`` (on first use), over its index
-    (``search``: see :class:`DenseRetriever`)."""
+    (``search``: see :class:`DenseRetriever`; ``backend``: what encodes the index and the
+    queries, see :class:`DualEncoder`; neither changes the model)."""
     path = trained.train(collection, method, settings, cache_dir=cache_dir, verbose=verbose)
     return DenseRetriever.from_dual_encoder(collection, str(path), num_results=num_results, search=search,
-                                            cache_dir=cache_dir, verbose=verbose)
+                                            backend=backend, cache_dir=cache_dir, verbose=verbose)
 
 
 def adjusted_reatt_retriever(collection: Collection, *, candidate_tokens: Optional[int] = 128, nprobe: int = 32,
@@ -135,6 +137,9 @@ def adjusted_reatt_retriever(collection: Collection, *, candidate_tokens: Option
         reatt, num_results=num_results, candidate_tokens=candidate_tokens, nprobe=nprobe, rescore=rescore)
 
 
+# how a trained dual encoder searches and encodes (settings that leave the model as it is)
+_INFERENCE = dict(search='auto', backend='torch')
+
 register(PipelineSpec(
     'bm25', 'BM25 over a PISA index of title + text',
     BM25.from_collection, dict(k1=0.9, b=0.4, stemmer='porter2', stops='terrier', num_results=1000)))
@@ -147,13 +152,14 @@ register(PipelineSpec(
 
 register(PipelineSpec(
     'dual', 'all-MiniLM-L6-v2 zero-shot through the trainable DualEncoder (precision auto: bf16 where the '
-            'hardware has it), the trainers\' starting point',
-    DenseRetriever.from_dual_encoder, dict(model_name=MINILM, dim=None, search='auto')))
+            'hardware has it; backend torch, or openvino on a CPU), the trainers\' starting point',
+    DenseRetriever.from_dual_encoder, dict(model_name=MINILM, dim=None, search='auto', precision='auto',
+                                           backend='torch')))
 
 register(PipelineSpec(
     'ds', 'all-MiniLM-L6-v2 adapted to the collection by distant supervision (BM25 top-1 positives, '
           'in-batch negatives); queries: corpus sentences/spans, SmolLM2-generated (roundtrip: BM25-checked), or a collection\'s topic texts',
-    functools.partial(trained_dense_retriever, method='ds'), dict(DEFAULTS['ds'], search='auto'), method='ds'))
+    functools.partial(trained_dense_retriever, method='ds'), dict(DEFAULTS['ds'], **_INFERENCE), method='ds'))
 
 register(PipelineSpec(
     'recon', 'BM25 top 100 re-ranked by a generator\'s query likelihood log p(query | document) '
@@ -165,13 +171,13 @@ register(PipelineSpec(
     'rumbart', 'all-MiniLM-L6-v2 (or its ds adaptation: start=ds) adapted by RUMBArt: the top k of a stale MIPS '
                'index re-scored by the encoder, loss -log sum_k p(z_k|x) p_gen(x|z_k) with SmolLM2 frozen as the '
                'teacher (its scores cached); queries: corpus sentences/spans, SmolLM2-generated (roundtrip: BM25-checked), or a collection\'s topic texts',
-    functools.partial(trained_dense_retriever, method='rumbart'), dict(DEFAULTS['rumbart'], search='auto'),
+    functools.partial(trained_dense_retriever, method='rumbart'), dict(DEFAULTS['rumbart'], **_INFERENCE),
     method='rumbart'))
 
 register(PipelineSpec(
     'acrobart', 'all-MiniLM-L6-v2 adapted by ACROBArT: the k passages go to SmolLM2 together, beta * p(z_j|x) '
                 'added to the attention logits from the target towards passage j',
-    functools.partial(trained_dense_retriever, method='acrobart'), dict(DEFAULTS['acrobart'], search='auto'),
+    functools.partial(trained_dense_retriever, method='acrobart'), dict(DEFAULTS['acrobart'], **_INFERENCE),
     method='acrobart'))
 
 def fused_teacher(collection: Collection, *, teacher: str, fusion_depth: int, model_name: str = MINILM,
@@ -204,12 +210,13 @@ register(PipelineSpec(
                'KL over the teacher\'s top depth with in-batch negatives, query tower only, the student re-entering '
                'the teacher each round; queries: sampled from SmolLM2 and round-trip filtered by the teacher, corpus '
                'sentences/spans, or a collection\'s topic texts',
-    functools.partial(trained_dense_retriever, method='distill'), dict(DEFAULTS['distill'], search='auto'), method='distill'))
+    functools.partial(trained_dense_retriever, method='distill'), dict(DEFAULTS['distill'], **_INFERENCE),
+    method='distill'))
 
 register(PipelineSpec(
     'hybrid', 'the distill pipeline\'s dense retriever fused with BM25 at query time (per-query z-scores): a '
               'reference, not label-free adaptation alone',
-    hybrid_retriever, dict(DEFAULTS['distill'], bm25_weight=1.0, hybrid_depth=100, search='auto'), method='distill'))
+    hybrid_retriever, dict(DEFAULTS['distill'], bm25_weight=1.0, hybrid_depth=100, **_INFERENCE), method='distill'))
 
 # candidate_tokens=None: every document scored exactly (K' tokens per query token otherwise)
 _REATT_SEARCH = dict(candidate_tokens=None, nprobe=32, num_results=1000)

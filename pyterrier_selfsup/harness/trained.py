@@ -33,7 +33,7 @@ from pyterrier_selfsup.training.loop import Trainer, fit_resumably
 from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart
 
 SEARCH_SETTINGS = frozenset({'num_results', 'candidate_tokens', 'nprobe', 'rescore', 'bm25_weight', 'hybrid_depth',
-                             'search'})
+                             'search', 'backend'})
 GENERATED = ('generated', 'roundtrip', 'sampled')  # the query sources that need a generator
 CUT_FROM_CORPUS = ('sentences', 'spans', 'masked')  # queries that may not retrieve the passage they were cut from
 ROUND_TRIP_DEPTH = 10

@@ -26,8 +26,10 @@ from transformers import AutoModel, AutoTokenizer
 from pyterrier_selfsup._cache import weights_fingerprint
 from pyterrier_selfsup.models._base import (TrainableModel, clean_texts, read_saved_config, resolve_device,
                                               to_device)
+from pyterrier_selfsup.models._openvino import OpenVinoSides
 
 CONFIG_FILE = 'dual_encoder.json'
+BACKENDS = ('torch', 'openvino')
 PROJECTIONS_FILE = 'projections.pt'
 PASSAGE_ENCODER_DIR = 'passage_encoder'
 POOLINGS = ('cls', 'mean')
@@ -115,12 +117,23 @@ class DualEncoder(BiEncoder, TrainableModel):
     def __init__(self, model: DualEncoderModel, tokenizer, *, name: str = 'dual-encoder',
                  max_length: int = 256, query_max_length: Optional[int] = None, temperature: float = 1.0,
                  batch_size: int = 32, device: Optional[str] = None, precision: str = 'auto',
-                 verbose: bool = False):
+                 backend: str = 'torch', verbose: bool = False):
         """``precision``: ``'fp32'``, ``'bf16'``, ``'fp16'`` (autocast), or ``'auto'``: bf16 where
         the hardware multiplies bf16 natively (CUDA, or a CPU with AVX512-BF16/AMX; fp16 on
-        older GPUs), fp32 elsewhere."""
+        older GPUs), fp32 elsewhere.
+
+        ``backend``: what encodes without gradients (indexing, queries at search time):
+        ``'torch'``, or ``'openvino'`` on a CPU (:mod:`~pyterrier_selfsup.models._openvino`:
+        the same model compiled by OpenVINO, at the same precision; ``pip install openvino``).
+        Training always runs in torch."""
         super().__init__(batch_size=batch_size, text_field='text', verbose=verbose)
+        if backend not in BACKENDS:
+            raise ValueError(f'backend must be one of {BACKENDS}, not {backend!r}')
         self.device = resolve_device(device)
+        if backend == 'openvino' and self.device.type != 'cpu':
+            raise ValueError(f'the openvino backend runs on the CPU, not on {self.device}')
+        self.backend = backend
+        self._openvino = OpenVinoSides() if backend == 'openvino' else None
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.name = name
@@ -288,16 +301,30 @@ class DualEncoder(BiEncoder, TrainableModel):
         batches = range(0, len(order), batch_size)
         if self.verbose and len(batches) > 1:
             batches = pt.tqdm(batches, desc=f'encoding {side}s', unit='batch')
+        compiled = None
+        if self._openvino is not None:  # (traced outside inference mode and autocast)
+            sample = self.tokenizer.pad({'input_ids': [ids[i] for i in order[:2]]}, return_tensors='pt')
+            compiled = self._openvino.get(self, side, {k: sample[k] for k in ('input_ids', 'attention_mask')})
         with self.inference():
             for start in batches:
                 idx = order[start:start + batch_size]
                 batch = self.tokenizer.pad({'input_ids': [ids[i] for i in idx]}, return_tensors='pt')
-                emb = self.model(*(to_device(batch[k], self.device) for k in ('input_ids', 'attention_mask')), side)
-                out[idx] = emb.float().cpu().numpy()
+                inputs = [batch[k] for k in ('input_ids', 'attention_mask')]
+                if compiled is not None:
+                    out[idx] = self._openvino.run(compiled, *inputs)
+                else:
+                    out[idx] = self.model(*(to_device(x, self.device) for x in inputs), side).float().cpu().numpy()
         return out
 
+    def __getstate__(self):  # (copies and pickles leave the compiled OpenVINO sides behind: rebuilt on use)
+        state = dict(self.__dict__)
+        if state.get('_openvino') is not None:
+            state['_openvino'] = OpenVinoSides()
+        return state
+
     def __repr__(self):
-        return f'DualEncoder({self.name!r}, pooling={self.model.pooling!r}, dim={self.model.dim})'
+        backend = f', backend={self.backend!r}' if self.backend != 'torch' else ''
+        return f'DualEncoder({self.name!r}, pooling={self.model.pooling!r}, dim={self.model.dim}{backend})'
 
 
 def _sentence_transformers_config(name_or_path: str) -> Optional[dict]:

@@ -56,6 +56,8 @@ def flex_index(collection: Union[str, Collection], encoder: BiEncoder, *,
     if isinstance(encoder, DualEncoder):
         model = encoder.name
         settings = {'weights': encoder.passage_fingerprint(), 'dtype': str(encoder.compute_dtype())}
+        if encoder.backend != 'torch':  # (torch's indexes keep the keys they had)
+            settings['backend'] = encoder.backend
     else:
         model, settings = encoder.model_name, {'model': encoder.model_name, 'max_length': encoder.model.max_seq_length}
     settings['text'] = 'default_text'
@@ -239,9 +241,11 @@ class DenseRetriever(Retriever):
     @classmethod
     def from_dual_encoder(cls, collection: Union[str, Collection], model_name: str = MINILM, *,
                           dim: Optional[int] = None, num_results: int = 1000, search: str = 'auto',
+                          precision: str = 'auto', backend: str = 'torch',
                           cache_dir: Optional[Union[str, Path]] = None, verbose: bool = False) -> 'DenseRetriever':
-        """The project's own :class:`DualEncoder` loaded from ``model_name``, over ``collection``."""
-        encoder = DualEncoder.from_pretrained(model_name, dim=dim)
+        """The project's own :class:`DualEncoder` loaded from ``model_name``, over ``collection``
+        (``precision`` and ``backend``: how it encodes, see :class:`DualEncoder`)."""
+        encoder = DualEncoder.from_pretrained(model_name, dim=dim, precision=precision, backend=backend)
         return cls(encoder, flex_index(collection, encoder, cache_dir=cache_dir, verbose=verbose),
                    num_results=num_results, search=search)
 

@@ -1,0 +1,65 @@
+"""OpenVINO as the inference engine of a :class:`~pyterrier_selfsup.models.dual_encoder.DualEncoder`
+(``backend='openvino'``): one setting, no change to the model or its training.
+
+Why OpenVINO (issue 19): measured against torch on the same documents in one process
+(``experiments/cpu_speedups.py``), it encodes faster at the *same* precision, where torch's
+int8 costs nDCG (``experiments/encoder_int8_quality.py``) and ONNX Runtime was slower than
+torch in fp32; with bf16 hardware it uses the AMX/AVX512-BF16 kernels as well. The library
+does the work: ``openvino.convert_model`` traces the torch module, the CPU plugin compiles it
+for the machine it runs on (dynamic batch and length), ``INFERENCE_PRECISION_HINT`` keeps
+the precision the encoder resolves to (fp32 stays fp32: OpenVINO would otherwise pick bf16
+by itself on such CPUs).
+
+A compiled side is kept per (side, precision) and rebuilt when the weights change (their
+fingerprint, as indexes are keyed), so a trainer that refreshes its index after updating
+the encoder encodes with the weights it has. Conversion takes a few seconds.
+"""
+from typing import Dict, Tuple
+
+import numpy as np
+import torch
+
+OPENVINO_PRECISIONS = {torch.float32: 'f32', torch.bfloat16: 'bf16', torch.float16: 'f16'}
+
+
+class _Side(torch.nn.Module):
+    """One side of a DualEncoderModel as a module of (input_ids, attention_mask) alone."""
+
+    def __init__(self, model, side: str):
+        super().__init__()
+        self.model, self.side = model, side
+
+    def forward(self, input_ids, attention_mask):
+        return self.model(input_ids, attention_mask, self.side)
+
+
+class OpenVinoSides:
+    """The compiled sides of one encoder, rebuilt when their weights change."""
+
+    def __init__(self):
+        self._compiled: Dict[Tuple[str, str], Tuple[str, object]] = {}
+
+    def get(self, encoder, side: str, sample: Dict[str, torch.Tensor]):
+        import openvino as ov  # only where this backend is chosen: `pip install openvino`
+        hint = OPENVINO_PRECISIONS[encoder.compute_dtype()]
+        weights = encoder.passage_fingerprint() if side == 'passage' else encoder.fingerprint()
+        built = self._compiled.get((side, hint))
+        if built is None or built[0] != weights:
+            was_training = encoder.model.training
+            encoder.model.eval()
+            try:
+                with torch.no_grad():
+                    converted = ov.convert_model(
+                        _Side(encoder.model, side), example_input=dict(sample),
+                        input=[(name, ov.PartialShape([-1, -1]), ov.Type.i64) for name in sample])
+            finally:
+                encoder.model.train(was_training)
+            compiled = ov.Core().compile_model(converted, 'CPU', {'INFERENCE_PRECISION_HINT': hint,
+                                                                  'INFERENCE_NUM_THREADS': torch.get_num_threads()})
+            built = self._compiled[side, hint] = (weights, compiled)
+        return built[1]
+
+    @staticmethod
+    def run(compiled, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> np.ndarray:
+        return compiled({'input_ids': input_ids.numpy().astype(np.int64),
+                         'attention_mask': attention_mask.numpy().astype(np.int64)})[0]

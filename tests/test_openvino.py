@@ -1,0 +1,81 @@
+"""The DualEncoder's OpenVINO backend (issue 19): the same vectors as torch at the same
+precision, the same ranking quality on a sample of scifact, rebuilt when the weights
+change, flowing through the named pipelines, and its own index key."""
+import ir_measures
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from ir_measures import nDCG
+
+from pyterrier_selfsup import MINILM, Collection
+from pyterrier_selfsup.harness import trained
+from pyterrier_selfsup.harness.pipelines import get_pipeline
+from pyterrier_selfsup.models.dual_encoder import DualEncoder
+from pyterrier_selfsup.retrieval.dense import flex_index
+
+pytest.importorskip('openvino')
+
+
+@pytest.fixture(scope='module')
+def sample():
+    """scifact test's first 40 judged queries, their relevant documents and 300 others."""
+    collection = Collection('beir/scifact/test')
+    qrels = collection.qrels()
+    topics = collection.topics()
+    topics = topics[topics['qid'].isin(qrels['qid'])].head(40)
+    qrels = qrels[qrels['qid'].isin(topics['qid'])]
+    wanted = set(qrels['docno'])
+    docs = []
+    for doc in collection.corpus_iter():
+        if doc['docno'] in wanted or len(docs) < 300 + len(wanted):
+            docs.append(doc)
+    return topics, qrels, docs
+
+
+def ndcg(encoder, topics, qrels, docs) -> float:
+    vectors = encoder.encode_docs([d['text'] for d in docs])
+    scores = encoder.encode_queries(topics['query'].tolist()) @ vectors.T
+    run = pd.DataFrame([{'query_id': qid, 'doc_id': docs[j]['docno'], 'score': float(scores[i, j])}
+                        for i, qid in enumerate(topics['qid']) for j in np.argsort(-scores[i])[:10]])
+    qrels = qrels.rename(columns={'qid': 'query_id', 'docno': 'doc_id', 'label': 'relevance'})
+    return ir_measures.calc_aggregate([nDCG @ 10], qrels, run)[nDCG @ 10]
+
+
+def test_openvino_fp32_matches_torch_in_vectors_and_ranking(sample):
+    topics, qrels, docs = sample
+    ours = DualEncoder.from_pretrained(MINILM, precision='fp32')
+    fast = DualEncoder.from_pretrained(MINILM, precision='fp32', backend='openvino')
+    texts = [d['text'] for d in docs[:64]]
+    assert np.abs(fast.encode_docs(texts) - ours.encode_docs(texts)).max() < 1e-5
+    reference, measured = ndcg(ours, topics, qrels, docs), ndcg(fast, topics, qrels, docs)
+    assert reference > 0.5  # a real ranking (MiniLM on scifact), so the bound below says something
+    assert abs(measured - reference) <= 0.005
+
+
+def test_openvino_follows_the_weights():
+    """A compiled side is rebuilt when training changes the weights (as a refresh needs)."""
+    encoder = DualEncoder.from_pretrained(MINILM, precision='fp32', backend='openvino')
+    texts = ['Scurvy is caused by a lack of vitamin C.', 'The mitochondrion is the powerhouse of the cell.']
+    before = encoder.encode_docs(texts)
+    with torch.no_grad():
+        encoder.model.encoder.embeddings.word_embeddings.weight.mul_(1.5)
+    after = encoder.encode_docs(texts)
+    assert np.abs(after - before).max() > 1e-3
+    reference = DualEncoder(encoder.model, encoder.tokenizer, name=encoder.name, max_length=encoder.max_length,
+                            precision='fp32')
+    assert np.abs(after - reference.encode_docs(texts)).max() < 1e-5
+
+
+def test_backend_flows_through_pipelines_and_keys(tmp_path):
+    collection = Collection('classic/adi')
+    dual = get_pipeline('dual:backend=openvino').build(collection, cache_dir=tmp_path)
+    assert dual.encoder.backend == 'openvino'
+    torch_index = flex_index(collection, DualEncoder.from_pretrained(MINILM), cache_dir=tmp_path)
+    assert dual.index.index_path != torch_index.index_path  # its own index: other numbers
+    assert len(dual(collection.topics().head(3))) > 0
+    # the backend reads no training setting: a trained pipeline's model stays the same model
+    assert trained.model_dir(collection, 'ds', {'backend': 'openvino'}, tmp_path) == \
+        trained.model_dir(collection, 'ds', {}, tmp_path)
+    with pytest.raises(ValueError, match='backend'):
+        DualEncoder.from_pretrained(MINILM, backend='onnx')
