@@ -152,14 +152,16 @@ def encoder_candidates(texts):
     yield "OpenVINO fp32 (the package's backend='openvino')", openvino
 
 
-def encoder_rows(texts):
+def measure(candidates, compare):
+    """Each candidate built, warmed up and timed; ``compare(output, reference, seconds,
+    reference_seconds)`` gives its row's measures against the first candidate (the fp32 path).
+    A candidate whose library is missing, or that fails to build, is reported as skipped."""
     rows, reference, base = [], None, None
-    for name, build in encoder_candidates(texts):
+    for name, build in candidates:
         row = {'candidate': name}
         try:
             t0 = time.perf_counter()
-            run = build()
-            (vectors, seconds) = timed(run)
+            (output, seconds) = timed(build())
             row['set-up s'] = time.perf_counter() - t0 - seconds
         except ImportError as error:
             rows.append({**row, 'skipped': f'{error.name or error} not installed'})
@@ -168,12 +170,18 @@ def encoder_rows(texts):
             rows.append({**row, 'skipped': f'failed: {str(error).strip().splitlines()[-1][:120]}'})
             continue
         if reference is None:
-            reference, base = vectors, seconds
-        cos = (vectors * reference).sum(1) / np.linalg.norm(vectors, axis=1) / np.linalg.norm(reference, axis=1)
-        rows.append({**row, 'docs/s': len(texts) / seconds, 'x fp32': base / seconds,
-                     'min cosine': float(cos.min()), 'mean cosine': float(cos.mean())})
+            reference, base = output, seconds
+        rows.append({**row, **compare(output, reference, seconds, base)})
         print(rows[-1], flush=True)
     return rows
+
+
+def encoder_rows(texts):
+    def compare(vectors, reference, seconds, base):
+        cos = (vectors * reference).sum(1) / np.linalg.norm(vectors, axis=1) / np.linalg.norm(reference, axis=1)
+        return {'docs/s': len(texts) / seconds, 'x fp32': base / seconds,
+                'min cosine': float(cos.min()), 'mean cosine': float(cos.mean())}
+    return measure(encoder_candidates(texts), compare)
 
 
 # -- generator candidates ---------------------------------------------------------------
@@ -244,26 +252,13 @@ def generator_candidates(targets, passages):
 
 
 def generator_rows(targets, passages, per_query: int):
-    rows, reference, base = [], None, None
-    for name, build in generator_candidates(targets, passages):
-        row = {'candidate': name}
-        try:
-            t0 = time.perf_counter()
-            run = build()
-            (scores, seconds) = timed(run)
-            row['set-up s'] = time.perf_counter() - t0 - seconds
-        except ImportError as error:
-            rows.append({**row, 'skipped': f'{error.name or error} not installed'})
-            continue
-        if reference is None:
-            reference, base = scores, seconds
+    def compare(scores, reference, seconds, base):
         rho = [spearmanr(scores[i:i + per_query], reference[i:i + per_query])[0]
                for i in range(0, len(scores), per_query)]
-        rows.append({**row, 'pairs/s': len(scores) / seconds, 'x fp32': base / seconds,
-                     'mean Spearman': float(np.nanmean(rho)), 'min Spearman': float(np.nanmin(rho)),
-                     'max |diff| nats': float(np.abs(scores - reference).max())})
-        print(rows[-1], flush=True)
-    return rows
+        return {'pairs/s': len(scores) / seconds, 'x fp32': base / seconds,
+                'mean Spearman': float(np.nanmean(rho)), 'min Spearman': float(np.nanmin(rho)),
+                'max |diff| nats': float(np.abs(scores - reference).max())}
+    return measure(generator_candidates(targets, passages), compare)
 
 
 def generator_flops(targets, passages) -> float:
