@@ -30,9 +30,10 @@ setup(
     # FAISS comes in two builds that install the same `faiss` module, so it is
     # chosen by an extra rather than listed above: `.[cpu]` (what every command
     # in the README installs) or `.[gpu]` on CUDA machines. The CPU extra brings
-    # OpenVINO as well, the DualEncoder's backend='openvino' (CPU inference).
+    # OpenVINO as well, the DualEncoder's backend='openvino' (CPU inference), and
+    # NNCF, which quantises it for backend='openvino-int8'.
     extras_require={
-        'cpu': ['faiss-cpu>=1.8', 'openvino>=2024.0'],
+        'cpu': ['faiss-cpu>=1.8', 'openvino>=2024.0', 'nncf>=2.12'],
         'gpu': ['faiss-gpu-cu12>=1.8'],
         'test': ['pytest>=7'],
     },

@@ -8,13 +8,16 @@ warm-up call (so compilation and session set-up are reported apart, not timed):
   length as `DualEncoder.encode_docs` runs them): torch.compile (fp32, dynamic shapes);
   torch's int8 dynamic quantisation of the linear layers (per-channel weights, per-tensor
   activations) with its default engine's kernels (fbgemm) and with oneDNN's; OpenVINO fp32
-  (the package's `backend='openvino'`); ONNX Runtime fp32 (the same graph exported by torch.onnx), and its int8
+  (the package's `backend='openvino'`) and NNCF's static int8 of it (`backend='openvino-int8'`,
+  calibrated on these documents); ONNX Runtime fp32 (the same graph exported by torch.onnx), and its int8
   dynamic quantisation (per-channel weights). Quality: cosine of each embedding with fp32's.
 - generator (SmolLM2-135M-Instruct, BM25's top 10 for the first Q queries of scifact
   *train*, `Generator.log_likelihoods`): torch.compile (fp32); torchao's int8 dynamic
   activation + int8 weight (per-token activations, not the output layer); torchao's int8
   weight-only; llama.cpp (llama-cpp-python) on the GGUF file itself, Q4_1 weights, one
-  passage + target a decode. Quality: per-query Spearman of the 10 scores with fp32's.
+  passage + target a decode; OpenVINO fp32 and NNCF's static int8 (as the encoder's
+  `backend='openvino-int8'`), one sequence a pair. Quality: per-query Spearman of the 10
+  scores with fp32's.
 
 ONNX Runtime, torchao and llama-cpp-python are not dependencies of the package: a
 candidate whose library is missing is reported as skipped
@@ -145,11 +148,15 @@ def encoder_candidates(texts):
     yield 'ONNX Runtime fp32', onnx(False)
     yield 'ONNX Runtime int8 dynamic (per-channel weights)', onnx(True)
 
-    def openvino():
-        importlib.import_module('openvino')  # (skipped where it is not installed)
-        enc = DualEncoder.from_pretrained(MINILM, precision='fp32', device='cpu', backend='openvino')
-        return lambda: enc.encode_docs(texts)
-    yield "OpenVINO fp32 (the package's backend='openvino')", openvino
+    def openvino(backend):
+        def build():
+            importlib.import_module('openvino' if backend == 'openvino' else 'nncf')  # (skipped where not installed)
+            enc = DualEncoder.from_pretrained(MINILM, precision='fp32', device='cpu', backend=backend)
+            return lambda: enc.encode_docs(texts)
+        return build
+    yield "OpenVINO fp32 (the package's backend='openvino')", openvino('openvino')
+    yield ("OpenVINO int8 static, NNCF calibrated on these documents (the package's backend='openvino-int8')",
+           openvino('openvino-int8'))
 
 
 def measure(candidates, compare):
@@ -221,6 +228,64 @@ def llama_cpp_scorer(gen, gguf_path: str):
     return run
 
 
+def openvino_scorer(gen, targets, passages, int8: bool):
+    """log p(target | prompt + passage) with the decoder compiled by OpenVINO (fp32), one
+    sequence per pair, left-padded in batches of 8 sorted by length (as
+    `Generator.sequence_logp` runs them); the output layer in torch on target positions only.
+    int8: NNCF's static quantisation (ModelType.TRANSFORMER, SmoothQuant), calibrated on
+    these pairs. Exported with eager attention: its masked rows stay finite, where the
+    traced SDPA graph gave NaN for left padding."""
+    import logging
+    import nncf
+    import openvino as ov
+    from pyterrier_selfsup.models._base import pad
+    from pyterrier_selfsup.models.generator import _gather_logp
+
+    class Decoder(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, position_ids):
+            return self.model.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                                    use_cache=False).last_hidden_state
+
+    p_ids, t_ids = gen.passage_ids(passages), gen.target_ids(targets)
+    seqs = [p + t for p, t in zip(p_ids, t_ids)]
+    order = np.argsort([-len(x) for x in seqs], kind='stable')
+    batches = []
+    for start in range(0, len(order), 8):
+        idx = order[start:start + 8]
+        ids, mask = pad([seqs[i] for i in idx], gen.tokenizer.pad_token_id, left=True)
+        batches.append((idx, {'input_ids': ids.numpy(), 'attention_mask': mask.numpy(),
+                              'position_ids': (mask.cumsum(-1) - 1).clamp(min=0).numpy()}))
+    model = copy.deepcopy(gen.model).eval()
+    model.config._attn_implementation = 'eager'
+    with torch.no_grad():
+        converted = ov.convert_model(Decoder(model), example_input={k: torch.from_numpy(v[:2])
+                                                                   for k, v in batches[-1][1].items()},
+                                     input=[(k, ov.PartialShape([-1, -1]), ov.Type.i64) for k in batches[0][1]])
+    if int8:
+        nncf.set_log_level(logging.ERROR)
+        converted = nncf.quantize(converted, nncf.Dataset([b for _, b in batches]), subset_size=len(batches),
+                                  model_type=nncf.ModelType.TRANSFORMER)
+    compiled = ov.Core().compile_model(converted, 'CPU', {'INFERENCE_PRECISION_HINT': 'f32',
+                                                          'INFERENCE_NUM_THREADS': torch.get_num_threads()})
+
+    def run():
+        out = np.zeros(len(seqs))
+        with torch.no_grad():
+            for idx, inputs in batches:
+                hidden = torch.from_numpy(compiled(inputs)[0])
+                rows = [t_ids[i] for i in idx]
+                width = max(len(t) for t in rows)
+                logits = model.lm_head(hidden[:, -(width + 1):-1])
+                goal, goal_mask = pad(rows, gen.tokenizer.pad_token_id, left=True)
+                out[idx] = _gather_logp(logits, goal[:, -width:], goal_mask[:, -width:]).double().numpy()
+        return out
+    return run
+
+
 def generator_candidates(targets, passages):
     reference = load_generator('smollm2', precision='fp32', device='cpu')
 
@@ -249,6 +314,9 @@ def generator_candidates(targets, passages):
         torchao('Int8DynamicActivationInt8WeightConfig')
     yield 'torchao int8 weight-only (not the output layer)', torchao('Int8WeightOnlyConfig')
     yield 'llama.cpp on the GGUF (Q4_1 weights)', llama
+    yield 'OpenVINO fp32, one sequence a pair', lambda: openvino_scorer(reference, targets, passages, int8=False)
+    yield 'OpenVINO int8 static, NNCF calibrated on these pairs', \
+        lambda: openvino_scorer(reference, targets, passages, int8=True)
 
 
 def generator_rows(targets, passages, per_query: int):

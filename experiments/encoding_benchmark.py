@@ -12,6 +12,8 @@ beir/scifact, title + text, 256 tokens) with the same model (all-MiniLM-L6-v2):
 - ours fp32 / ours bf16: DualEncoder in the same FlexIndex pipeline, fp32 and bf16 autocast
 - ours OpenVINO:        the same DualEncoder with backend='openvino' (the same model compiled
                         by OpenVINO at the same precision)
+- ours OpenVINO int8:   backend='openvino-int8' (NNCF's static int8, calibrated on the first
+                        256 of these documents, as an index is; compared with the fp32 peers)
 
 Only the precisions this CPU runs natively are measured (the package's own detection,
 `cpu_has_native_bf16`: bf16 needs AVX512-BF16 or AMX; emulated, it runs hundreds of times
@@ -21,11 +23,14 @@ Peak: the best of repeated square matrix products in each precision (torch, all 
 sized and repeated within about two seconds (`matmul_peak`). The header's machine line
 names the CPU flags.
 
-    python experiments/encoding_benchmark.py [--docs 1000] [--precisions fp32 bf16]
-writes experiments/results/encoding_benchmark.{md,json}.
+    python experiments/encoding_benchmark.py [--docs 1000] [--precisions fp32 bf16] [--tag avx2]
+writes experiments/results/encoding_benchmark[_<tag>].{md,json}; under the AVX2 caps of
+`cpu_speedups.py` (`ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2`, read by torch's
+oneDNN and MKL and by OpenVINO) with `--tag avx2`.
 """
 import argparse
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -90,6 +95,7 @@ def main():
     parser.add_argument('--docs', type=int, default=1000)
     parser.add_argument('--precisions', nargs='+', choices=sorted(DTYPES),
                         help='default: fp32, and bf16 where the CPU runs it natively')
+    parser.add_argument('--tag', default='', help='names the results file (e.g. avx2 under the ISA caps)')
     args = parser.parse_args()
 
     docs = []
@@ -128,15 +134,25 @@ def main():
         conversion[precision] = round(time.perf_counter() - t0, 1)
         runs[f'ours: DualEncoder indexing, OpenVINO {precision}'] = (precision, index_with(fast, docs, INDEX_CHUNK))
         vectors[f'ours OpenVINO {precision}'] = fast.encode_docs(texts)
+    # int8 (backend='openvino-int8'): calibrated on the first 256 documents, as an index's first
+    # chunk calibrates it (timed apart, as the conversion); the rest of the model in fp32
+    fast = DualEncoder.from_pretrained(MINILM, precision='fp32', device='cpu', backend='openvino-int8')
+    t0 = time.perf_counter()
+    fast.encode_docs(texts[:256])
+    conversion['int8 (with calibration)'] = round(time.perf_counter() - t0, 1)
+    runs['ours: DualEncoder indexing, OpenVINO int8'] = ('int8', index_with(fast, docs, INDEX_CHUNK))
+    vectors['ours OpenVINO int8'] = fast.encode_docs(texts)
 
     peer_rate = len(docs) / runs['peer: pyterrier-dr SBertBiEncoder indexing'][1]
     st_rate = {p: len(docs) / seconds for name, (p, seconds) in runs.items() if 'sentence-transformers' in name}
     rows = []
     for name, (dtype, seconds) in runs.items():
         rate = len(docs) / seconds
+        same = 'fp32' if dtype == 'int8' else dtype  # (int8 against the fp32 peers; no int8 peak measured)
         rows.append({'encoder': name, 'dtype': dtype, 'seconds': seconds, 'docs_per_s': rate,
-                     'vs_pyterrier_dr': rate / peer_rate, 'vs_st_encode': rate / st_rate[dtype],
-                     'gflops': flops / seconds / 1e9, 'fraction_of_peak': flops / seconds / peak[dtype]})
+                     'vs_pyterrier_dr': rate / peer_rate, 'vs_st_encode': rate / st_rate[same],
+                     'gflops': flops / seconds / 1e9,
+                     'fraction_of_peak': flops / seconds / peak[dtype] if dtype in peak else None})
     reference = vectors['ours fp32']
     quality = {f'{name} vs ours fp32, min cosine': float((v * reference).sum(1).min())
                for name, v in vectors.items() if name != 'ours fp32'}
@@ -148,20 +164,24 @@ def main():
                 'batch size': 32, 'index chunk (ours)': INDEX_CHUNK, 'torch threads': torch.get_num_threads(),
                 'precisions': f'{", ".join(precisions)} ('
                               f'{"given" if args.precisions else "those this CPU runs natively: cpu_has_native_bf16"})',
+                'ISA caps': ', '.join(f'{k}={os.environ[k]}' for k in ('ONEDNN_MAX_CPU_ISA', 'MKL_ENABLE_INSTRUCTIONS')
+                                      if k in os.environ) or 'none',
                 'matmul peak GFLOP/s': {k: round(v / 1e9, 1) for k, v in peak.items()},
                 'OpenVINO conversion and compilation s (once per model and precision, not in the rates)': conversion}
 
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / 'encoding_benchmark.json').write_text(json.dumps(
+    stem = f'encoding_benchmark_{args.tag}' if args.tag else 'encoding_benchmark'
+    (RESULTS / f'{stem}.json').write_text(json.dumps(
         {'header': header, 'settings': settings, 'runs': rows, 'quality': quality}, indent=2))
     md = ['# Encoding benchmark', ''] + [f'- {k}: {v}' for k, v in {**header, **settings}.items()] + ['']
-    md += ['| encoder | dtype | docs/s | × pyterrier-dr (fp32) | × s-t encode() (same dtype) | useful GFLOP/s | '
-           'of peak (same dtype) |',
+    md += ['| encoder | dtype | docs/s | × pyterrier-dr (fp32) | × s-t encode() (same dtype; int8: fp32) | '
+           'useful GFLOP/s | of peak (same dtype) |',
            '|---|---|---|---|---|---|---|']
     md += [f'| {r["encoder"]} | {r["dtype"]} | {r["docs_per_s"]:.1f} | {r["vs_pyterrier_dr"]:.2f} | '
-           f'{r["vs_st_encode"]:.2f} | {r["gflops"]:.0f} | {r["fraction_of_peak"]:.0%} |' for r in rows]
+           f'{r["vs_st_encode"]:.2f} | {r["gflops"]:.0f} | '
+           f'{"—" if r["fraction_of_peak"] is None else format(r["fraction_of_peak"], ".0%")} |' for r in rows]
     md += ['', 'Embedding agreement: ' + '; '.join(f'{k} {v:.6g}' for k, v in quality.items()) + '.', '']
-    (RESULTS / 'encoding_benchmark.md').write_text('\n'.join(md))
+    (RESULTS / f'{stem}.md').write_text('\n'.join(md))
     print('\n'.join(md))
 
 

@@ -10,16 +10,32 @@ for the machine it runs on (dynamic batch and length), ``INFERENCE_PRECISION_HIN
 the precision the encoder resolves to (fp32 stays fp32: OpenVINO would otherwise pick bf16
 by itself on such CPUs).
 
+``backend='openvino-int8'`` (where the CPU multiplies int8 natively: VNNI or AMX) also
+quantises the passage side, which encodes the index and is the cost of encoding, to int8
+by NNCF's post-training quantisation (static: activation ranges measured on the texts
+themselves; ``ModelType.TRANSFORMER``, which keeps the softmax, layer norms and GELU in
+floating point and smooths activation outliers into the weights). It is calibrated,
+label-free, on the first :data:`CALIBRATION_TEXTS` texts the side encodes after its weights
+change: for an index, the corpus's first documents. Queries stay at the encoder's
+precision: they are few and short, and unlike the corpus they are not known in advance.
+Measured (``experiments/results/encoding_benchmark_vnni.md``, ``cpu_speedups_native.md``,
+``encoder_int8_quality.md``): 2.2-2.8x OpenVINO fp32 where the CPU has VNNI or AMX, its
+nDCG@10 on scifact within .005 of fp32's; slower than fp32 on an AVX2 CPU without VNNI
+(``encoding_benchmark_avx2.md``), where it is not the setting to use.
+
 A compiled side is kept per (side, precision) and rebuilt when the weights change (their
 fingerprint, as indexes are keyed), so a trainer that refreshes its index after updating
-the encoder encodes with the weights it has. Conversion takes a few seconds.
+the encoder encodes with the weights it has. Conversion takes a few seconds, int8
+calibration some 25 s.
 """
-from typing import Dict, Tuple
+import logging
+from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 import torch
 
 OPENVINO_PRECISIONS = {torch.float32: 'f32', torch.bfloat16: 'bf16', torch.float16: 'f16'}
+CALIBRATION_TEXTS = 256  # texts whose activations set the int8 ranges (NNCF's default subset is 300 samples)
 
 
 class _Side(torch.nn.Module):
@@ -36,10 +52,14 @@ class _Side(torch.nn.Module):
 class OpenVinoSides:
     """The compiled sides of one encoder, rebuilt when their weights change."""
 
-    def __init__(self):
+    def __init__(self, int8: bool = False):
+        self.int8 = int8
         self._compiled: Dict[Tuple[str, str], Tuple[str, object]] = {}
 
-    def get(self, encoder, side: str, sample: Dict[str, torch.Tensor]):
+    def get(self, encoder, side: str, sample: Dict[str, torch.Tensor],
+            calibration: Callable[[], List[Dict[str, np.ndarray]]]):
+        """The compiled ``side``; ``calibration()`` gives the batches of inputs that
+        calibrate int8 (called only when an int8 side is built)."""
         import openvino as ov  # only where this backend is chosen: `pip install openvino`
         hint = OPENVINO_PRECISIONS[encoder.compute_dtype()]
         weights = encoder.passage_fingerprint() if side == 'passage' else encoder.fingerprint()
@@ -54,12 +74,24 @@ class OpenVinoSides:
                         input=[(name, ov.PartialShape([-1, -1]), ov.Type.i64) for name in sample])
             finally:
                 encoder.model.train(was_training)
+            if self.int8 and side == 'passage':
+                converted = _int8(converted, calibration())
             compiled = ov.Core().compile_model(converted, 'CPU', {'INFERENCE_PRECISION_HINT': hint,
                                                                   'INFERENCE_NUM_THREADS': torch.get_num_threads()})
             built = self._compiled[side, hint] = (weights, compiled)
         return built[1]
 
     @staticmethod
-    def run(compiled, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> np.ndarray:
-        return compiled({'input_ids': input_ids.numpy().astype(np.int64),
-                         'attention_mask': attention_mask.numpy().astype(np.int64)})[0]
+    def inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Dict[str, np.ndarray]:
+        return {'input_ids': input_ids.numpy().astype(np.int64), 'attention_mask': attention_mask.numpy().astype(np.int64)}
+
+    @classmethod
+    def run(cls, compiled, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> np.ndarray:
+        return compiled(cls.inputs(input_ids, attention_mask))[0]
+
+
+def _int8(model, batches: List[Dict[str, np.ndarray]]):
+    """``model`` with its matrix products in int8, calibrated on ``batches`` (NNCF)."""
+    import nncf  # `pip install nncf` (in the cpu extra)
+    nncf.set_log_level(logging.ERROR)
+    return nncf.quantize(model, nncf.Dataset(batches), subset_size=len(batches), model_type=nncf.ModelType.TRANSFORMER)
