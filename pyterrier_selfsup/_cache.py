@@ -1,4 +1,21 @@
-"""Where built artefacts (indexes) live, and how they get there whole or not at all."""
+"""Where built artefacts (indexes, models) live, and how they get there whole or not at all.
+
+:func:`build_once` is the one way into the cache, and where disk faults are met (issue 20):
+
+- a cache directory that cannot be written is reported before anything starts, with the
+  settings that move it (``--cache-dir``, ``$SELFSUP_CACHE``);
+- a build whose size is estimated (``needs``) is refused early when the disk has less
+  free space than that, with both numbers and the path;
+- a write that still fails (disk full, quota, read-only) becomes an error naming what was
+  being built, the file or directory and the cause, and whether the partial build was
+  removed or kept to resume from;
+- the completion marker records the size of every file of the build, and reopening a
+  build compares them (a ``stat`` a file): a truncated or missing file is a damaged build,
+  reported with the path and rebuilt (``on_damage='rebuild'``: indexes, caches, anything
+  derived) or refused with the command that clears it (``'raise'``: trained models,
+  hours of work); never a raw mmap or numpy traceback from the reader.
+"""
+import errno
 import fcntl
 import hashlib
 import json
@@ -6,6 +23,7 @@ import logging
 import os
 import re
 import shutil
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Optional, Union
@@ -16,6 +34,40 @@ logger = logging.getLogger(__name__)
 
 CACHE_ENV = 'SELFSUP_CACHE'
 _COMPLETE = '.selfsup-complete'
+MOVE_HINT = f'move the cache with --cache-dir (or cache_dir=) or ${CACHE_ENV}'
+ON_DAMAGE = ('rebuild', 'set aside', 'raise')
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_UNWRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+# how libraries that do not raise OSError say the disk is full (torch.save, faiss, sqlite)
+_FULL_WORDS = ('no space left', 'disk is full', 'disk full', 'failed writing', 'write error', 'quota')
+
+
+class CacheError(RuntimeError):
+    """The cache cannot be written, has too little space, or holds a damaged build; the
+    message names the path, the cause and what to do."""
+
+
+class CacheNotWritable(CacheError):
+    pass
+
+
+class CacheFull(CacheError):
+    pass
+
+
+class CacheWriteFailed(CacheError):
+    pass
+
+
+class DamagedBuild(CacheError):
+    pass
+
+
+def human_bytes(n: float) -> str:
+    for unit in ('bytes', 'KiB', 'MiB', 'GiB', 'TiB'):
+        if abs(n) < 1024 or unit == 'TiB':
+            return f'{n:.0f} {unit}' if unit == 'bytes' else f'{n:.1f} {unit}'
+        n /= 1024
 
 
 def cache_root(cache_dir: Optional[Union[str, Path]] = None) -> Path:
@@ -51,8 +103,10 @@ def is_complete(path: Path) -> bool:
     return (path / _COMPLETE).is_file()
 
 
-def build_once(path: Union[str, Path], build: Callable[[Path], None], *, resumable: bool = False,
-               collective: bool = False) -> Path:
+def build_once(path: Union[str, Path], build: Callable[[Path], None], *, what: Optional[str] = None,
+               needs: Optional[Callable[[], Optional[int]]] = None,
+               check: Optional[Callable[[Path], Optional[str]]] = None, on_damage: str = 'rebuild',
+               resumable: bool = False, collective: bool = False) -> Path:
     """Returns ``path``, first running ``build(staging_dir)`` if no complete build is there.
 
     A build writes into a staging directory that is renamed to ``path`` only after
@@ -67,37 +121,206 @@ def build_once(path: Union[str, Path], build: Callable[[Path], None], *, resumab
     ``collective``: under ``torch.distributed`` every process of the group calls this and
     runs ``build`` together (a data-parallel training run); rank 0 holds the lock, clears
     leftovers and renames the result, the others follow at barriers.
+
+    Faults (see the module docstring): ``what`` names the build in messages (default: the
+    directory's name); ``needs()``, if given, estimates the bytes the build writes (None:
+    unknown), checked against the free space before it starts; ``check(path)`` adds a
+    format's own integrity check of a complete build (a problem's description, or None:
+    builds made before markers recorded sizes have only this); ``on_damage`` is what a
+    damaged build gets: ``'rebuild'`` (removed, with a warning), ``'set aside'`` (kept as
+    ``<path>.damaged`` for a look, then rebuilt) or ``'raise'`` (:class:`DamagedBuild`).
     """
     path = Path(path)
+    what = what or path.name
+    if on_damage not in ON_DAMAGE:
+        raise ValueError(f'on_damage must be one of {ON_DAMAGE}, not {on_damage!r}')
     if collective and distributed()[1] > 1:
-        return _build_once_collectively(path, build, resumable)
-    if is_complete(path):
+        return _build_once_collectively(path, build, what, needs, check, on_damage, resumable)
+    if _usable(path, what, check, on_damage):
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
+    writable(path.parent, what)
     with locked(path.with_name(path.name + '.lock')):
-        if is_complete(path):  # another process finished it while we waited
+        if _usable(path, what, check, on_damage):  # another process finished it while we waited
             return path
         staging = _clear_leftovers(path, resumable)
+        _check_space(path.parent, needs, what)
+        _run_build(path, staging, build, what, resumable)
+    return path
+
+
+def _run_build(path: Path, staging: Path, build: Callable[[Path], None], what: str, resumable: bool,
+               finish: bool = True):
+    """``build(staging)``, then (``finish``) the marker and the rename; a failure that is a
+    disk fault is raised as :class:`CacheWriteFailed` or :class:`CacheNotWritable`."""
+    try:
+        build(staging)
+        if finish:
+            _finish(staging, path)
+    except BaseException as error:
+        if not resumable:
+            shutil.rmtree(staging, ignore_errors=True)
+        fault = write_fault(error, what, staging, kept=resumable and staging.exists())
+        if fault is not None:
+            raise fault from error
+        raise
+
+
+def _finish(staging: Path, path: Path):
+    """The completion marker, recording every file's size, then the rename."""
+    sizes = {str(f.relative_to(staging)): f.stat().st_size for f in sorted(staging.rglob('*'))
+             if f.is_file() and f.name != _COMPLETE}
+    (staging / _COMPLETE).write_text(json.dumps({'version': 1, 'files': sizes}))
+    os.replace(staging, path)
+
+
+def damage(path: Path, check: Optional[Callable[[Path], Optional[str]]] = None) -> Optional[str]:
+    """What is wrong with the complete build at ``path`` (a file missing or of another size
+    than the marker recorded, or ``check``'s finding), or None. Files added after the build
+    (an ANN index beside a FlexIndex) are not the build's, and are not checked."""
+    try:
+        text = (path / _COMPLETE).read_text()
+    except UnicodeDecodeError:
+        return f'its completion marker {path / _COMPLETE} is garbled'
+    except OSError as error:
+        return f'its completion marker cannot be read ({error.strerror})'
+    if text.strip():  # (an empty marker: a build made before sizes were recorded)
         try:
-            build(staging)
-            (staging / _COMPLETE).touch()
-            os.replace(staging, path)
-        except BaseException:
-            if not resumable:
-                shutil.rmtree(staging, ignore_errors=True)
-            raise
+            sizes = json.loads(text)['files']
+        except (ValueError, KeyError, TypeError):
+            return f'its completion marker {path / _COMPLETE} is garbled'
+        for name, size in sizes.items():
+            try:
+                actual = (path / name).stat().st_size
+            except FileNotFoundError:
+                return f'{name} is missing'
+            if actual != size:
+                return f'{name} is {actual:,} bytes where {size:,} were written'
+    return check(path) if check is not None else None
+
+
+def _usable(path: Path, what: str, check, on_damage: str) -> bool:
+    """Whether a complete, undamaged build is at ``path``. A damaged one is removed (to be
+    rebuilt, with a warning) or refused, as ``on_damage`` says."""
+    if not is_complete(path):
+        return False
+    problem = damage(path, check)
+    if problem is None:
+        return True
+    if on_damage == 'raise':
+        raise DamagedBuild(f'{what} at {path} is damaged: {problem}. Remove it (rm -r {path}) to rebuild it, '
+                           'or restore it from a copy')
+    aside = path.with_name(path.name + '.damaged')
+    logger.warning('%s at %s is damaged (%s); %s and rebuilding', what, path, problem,
+                   f'setting it aside as {aside}' if on_damage == 'set aside' else 'removing it')
+    try:
+        if on_damage == 'set aside':
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(path, aside)
+        else:
+            shutil.rmtree(path)
+    except OSError as error:
+        raise CacheNotWritable(f'{what} at {path} is damaged ({problem}) and cannot be removed to rebuild it '
+                               f'({error.strerror}); remove it by hand or {MOVE_HINT}') from error
+    return False
+
+
+def writable(directory: Path, what: str, hint: str = MOVE_HINT, create: bool = True):
+    """Raises :class:`CacheNotWritable` unless a file can be created in ``directory``
+    (created if missing; ``create=False``: probed in its nearest existing ancestor, nothing
+    left behind). A real write, not ``os.access``: root passes that check on a read-only mount."""
+    try:
+        if create:
+            directory.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=directory if create else _existing(directory), prefix='.selfsup-write-test-')
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as error:
+        raise CacheNotWritable(f'{what}: the directory {directory} cannot be written '
+                               f'({error.strerror}); {hint}') from error
+
+
+def _check_space(directory: Path, needs, what: str):
+    needed = needs() if needs is not None else None
+    if not needed:
+        return
+    free = shutil.disk_usage(directory).free
+    if free < needed:
+        raise CacheFull(f'{what} needs about {human_bytes(needed)} under {directory}, which has '
+                        f'{human_bytes(free)} free; free some space or {MOVE_HINT}')
+
+
+def write_fault(error: BaseException, what: str, where: Path, kept: bool = False,
+                fate: Optional[str] = None) -> Optional[CacheError]:
+    """``error`` as a :class:`CacheError` naming ``what``, the file and the cause, if it is
+    a disk fault (full, quota, read-only, permission); else None. ``fate``: what became of
+    what was written (default: a build's staging directory, removed or ``kept``)."""
+    if isinstance(error, CacheError):
+        return None
+    target = getattr(error, 'filename', None) or where
+    fate = fate or (f'what was written is kept in {where} and the next run resumes from it' if kept
+                    else 'the partial build was removed')
+    if isinstance(error, OSError) and error.errno in _UNWRITABLE:
+        return CacheNotWritable(f'{what}: cannot write {target} ({error.strerror}); {fate}; {MOVE_HINT}')
+    full = isinstance(error, OSError) and error.errno in _FULL
+    if not full and isinstance(error, Exception):
+        try:  # a library's own error: full if it says so, or if the disk is now all but full
+            usage = shutil.disk_usage(_existing(where))
+            full = any(w in str(error).lower() for w in _FULL_WORDS) or usage.free < min(16 << 20, usage.total // 100)
+        except OSError:
+            pass
+    if not full:
+        return None
+    lines = str(error).strip().splitlines()
+    cause = error.strerror if isinstance(error, OSError) and error.strerror else (lines[-1] if lines
+                                                                                   else type(error).__name__)
+    try:
+        free = human_bytes(shutil.disk_usage(_existing(where)).free)
+    except OSError:
+        free = 'unknown'
+    return CacheWriteFailed(f'{what}: writing {target} failed, the disk is full ({cause}; {free} free now); '
+                            f'{fate}; free some space or {MOVE_HINT}')
+
+
+@contextmanager
+def written_whole(path: Union[str, Path], what: str, hint: str = MOVE_HINT):
+    """Yields a temporary path beside ``path`` to write; renamed to ``path`` when the block
+    ends, so that a failed write (a full disk) leaves the earlier ``path`` as it was, never
+    half a file. A disk fault becomes a :class:`CacheError` naming ``path`` and ``hint``."""
+    path = Path(path)
+    partial = path.with_name(f'.{path.stem}.partial{path.suffix}')  # (the suffix kept: it names a format)
+    try:
+        yield partial
+        os.replace(partial, path)
+    except BaseException as error:
+        partial.unlink(missing_ok=True)
+        fault = write_fault(error, what, path)
+        if fault is not None:
+            raise type(fault)(str(fault).replace(MOVE_HINT, hint)) from error
+        raise
+
+
+def _existing(path: Path) -> Path:
+    path = Path(path)
+    while not path.exists() and path != path.parent:
+        path = path.parent
     return path
 
 
 def _clear_leftovers(path: Path, resumable: bool) -> Path:
     """The staging directory of ``path``, with what an earlier build left removed (but a
-    resumable build's staging directory, which is kept to resume from)."""
+    resumable build's staging directory, which is kept to resume from). An engine's log
+    left in it (``*.log``: PISA's) is kept beside, as ``<path>.failed-build.log``."""
     staging = _staging(path)
     if resumable and staging.exists():
         logger.warning('%s is an interrupted build; resuming it', staging)
     for leftover in (path,) if resumable else (path, staging):
         if leftover.exists():
-            logger.warning('%s is an incomplete build (interrupted?); removing it and rebuilding', leftover)
+            logs = sorted(leftover.glob('*.log'))
+            kept = path.with_name(path.name + '.failed-build.log')
+            if logs:
+                os.replace(logs[0], kept)
+            logger.warning('%s is an incomplete build (interrupted?); removing it and rebuilding%s', leftover,
+                           f' (its log: {kept})' if logs else '')
             shutil.rmtree(leftover)
     return staging
 
@@ -106,26 +329,40 @@ def _staging(path: Path) -> Path:
     return path.with_name(path.name + '.partial')
 
 
-def _build_once_collectively(path: Path, build: Callable[[Path], None], resumable: bool) -> Path:
-    """:func:`build_once` with every process of the torch.distributed group running ``build``."""
+def _build_once_collectively(path: Path, build: Callable[[Path], None], what: str, needs, check,
+                             on_damage: str, resumable: bool) -> Path:
+    """:func:`build_once` with every process of the torch.distributed group running ``build``.
+    Rank 0 decides (and meets the faults); its decision, or its error, reaches every rank,
+    so that no rank is left waiting at a barrier for one that failed."""
     import torch.distributed as dist
     rank = dist.get_rank()
     lock = None
-    if rank == 0:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lock = locked(path.with_name(path.name + '.lock'))
-        lock.__enter__()
     try:
-        todo = [not is_complete(path)]
+        todo = [None]
+        if rank == 0:
+            try:
+                if _usable(path, what, check, on_damage):
+                    todo = ['done']
+                else:
+                    writable(path.parent, what)
+                    lock = locked(path.with_name(path.name + '.lock'))
+                    lock.__enter__()
+                    todo = ['done'] if _usable(path, what, check, on_damage) else ['build']
+                    if todo[0] == 'build':
+                        _clear_leftovers(path, resumable)
+                        _check_space(path.parent, needs, what)
+            except CacheError as error:
+                todo = [error]
         dist.broadcast_object_list(todo, src=0)
-        if todo[0]:
-            staging = _clear_leftovers(path, resumable) if rank == 0 else _staging(path)
+        if isinstance(todo[0], CacheError):
+            raise todo[0]
+        if todo[0] == 'build':
+            staging = _staging(path)
             dist.barrier()
-            build(staging)
+            _run_build(path, staging, build, what, resumable, finish=False)
             dist.barrier()  # every rank is done with the staging directory
             if rank == 0:
-                (staging / _COMPLETE).touch()
-                os.replace(staging, path)
+                _run_build(path, staging, lambda _: None, what, resumable)
             dist.barrier()
     finally:
         if lock is not None:

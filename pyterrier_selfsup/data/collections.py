@@ -75,6 +75,15 @@ class Collection:
     def docs_count(self) -> Optional[int]:
         return self.irds.docs_count()
 
+    def text_bytes(self, sample: int = 500) -> Optional[int]:
+        """An estimate of the corpus text's size in bytes (UTF-8, title + text): the mean
+        of the first ``sample`` documents times the count; None where the count is unknown.
+        Sizes builds before they start (free-space checks)."""
+        if not self.docs_count:
+            return None
+        sizes = [len(doc['text'].encode()) for doc, _ in zip(self.corpus_iter(), range(sample))]
+        return int(sum(sizes) / max(len(sizes), 1) * self.docs_count)
+
     def topics(self) -> pd.DataFrame:
         """``qid``, ``query`` (the query's default text)."""
         return pd.DataFrame(

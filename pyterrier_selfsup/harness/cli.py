@@ -14,7 +14,9 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
 
+from pyterrier_selfsup._cache import CacheError, writable
 from pyterrier_selfsup._distributed import distributed, join_process_group
 from pyterrier_selfsup.data.classic import BUILTIN, CLASSIC_DATA_ENV, discover
 from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
@@ -90,9 +92,12 @@ def main(argv=None) -> int:
                       (f' on {distributed()[1]} processes' if rank is not None else '') + f': {path}')
                 print(f'training log and curve: {path.parent}')
             return 0
+        if args.save:  # (before the run, not after it: an unwritable directory is said at once)
+            writable(Path(args.results_dir), f'the results of {args.save}', 'choose another with --results-dir',
+                     create=False)
         result = run_experiment(args.collections, args.pipelines, name=args.save or 'selfsup run',
                                 cache_dir=args.cache_dir, verbose=verbose, log=lambda s: print(s, flush=True))
-    except (UnknownCollectionError, UnknownPipelineError, FileNotFoundError) as e:
+    except (UnknownCollectionError, UnknownPipelineError, FileNotFoundError, CacheError) as e:
         print(f'selfsup: error: {e}', file=sys.stderr)
         return 2
     if args.save:

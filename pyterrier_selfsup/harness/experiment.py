@@ -10,13 +10,14 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
 import pyterrier as pt
 from ir_measures import RR, R, nDCG
 
+from pyterrier_selfsup._cache import writable, written_whole
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.harness.pipelines import PipelineSpec, get_pipeline
@@ -117,7 +118,8 @@ def copy_training_curves(pipelines: Sequence[str], collection: str, target: Unio
         folder = Path(target) / spec.name.replace(':', '_').replace(',', '_').replace('/', '-')
         folder.mkdir(parents=True, exist_ok=True)
         for name in ('training_curve.png', 'training_log.jsonl'):
-            shutil.copy(source / name, folder / name)
+            with written_whole(folder / name, f'the {spec.name} training curve', 'choose another target') as partial:
+                shutil.copy(source / name, partial)
         copied.append(folder)
     return copied
 
@@ -169,11 +171,18 @@ def header_lines(result: ExperimentResult) -> List[str]:
 
 
 def write_results(result: ExperimentResult, results_dir: Union[str, Path]) -> List[Path]:
-    """Writes ``<name>.md``, ``<name>.csv`` and ``<name>.png``, each headed by provenance."""
+    """Writes ``<name>.md``, ``<name>.csv`` and ``<name>.png``, each headed by provenance;
+    each file whole or not at all (an earlier file of the name stays as it was when a write
+    fails), a disk fault reported with the file and ``--results-dir``."""
     results_dir = Path(results_dir)
-    results_dir.mkdir(parents=True, exist_ok=True)
+    hint = 'choose another directory with --results-dir'
+    writable(results_dir, f'the results of {result.name}', hint)
     base = results_dir / result.name
     header = header_lines(result)
+
+    def write(path: Path, fill: Callable[[Path], None]):
+        with written_whole(path, f'the results file {path.name}', hint) as partial:
+            fill(partial)
 
     md = [f'# {result.name}', ''] + [f'- {line}' for line in header] + ['']
     for r in result.results:
@@ -181,16 +190,19 @@ def write_results(result: ExperimentResult, results_dir: Union[str, Path]) -> Li
         md += [f'## {r.collection}', '', format_table(r.table), '',
                f'{r.docs} documents, {r.topics} topics, {r.qrels} judgments. Set-up (building or reopening '
                f'indexes, loading models): {setup}.', '']
-    base.with_suffix('.md').write_text('\n'.join(md))
+    write(base.with_suffix('.md'), lambda path: path.write_text('\n'.join(md)))
 
-    with open(base.with_suffix('.csv'), 'w') as fh:
-        fh.writelines(f'# {line}\n' for line in header)
-        result.table().to_csv(fh, index=False)
+    def csv(path: Path):
+        with open(path, 'w') as fh:
+            fh.writelines(f'# {line}\n' for line in header)
+            result.table().to_csv(fh, index=False)
+    write(base.with_suffix('.csv'), csv)
     written = [base.with_suffix('.md'), base.with_suffix('.csv')]
     per_query = result.per_query()
     if per_query is not None:  # (plain CSV: what the figure's intervals are computed from)
-        per_query.to_csv(base.with_suffix('.perquery.csv'), index=False)
+        write(base.with_suffix('.perquery.csv'), lambda path: per_query.to_csv(path, index=False))
         written.append(base.with_suffix('.perquery.csv'))
 
-    plot_results(result.table(), base.with_suffix('.png'), title=result.name, per_query=per_query, header=header)
+    write(base.with_suffix('.png'), lambda path: plot_results(result.table(), path, title=result.name,
+                                                             per_query=per_query, header=header))
     return written + [base.with_suffix('.png')]

@@ -11,7 +11,7 @@ Each method here is a function from settings to a ready :class:`~pyterrier_selfs
 and its training topics; the trainers themselves know nothing of caches or pipelines.
 """
 from pathlib import Path
-from typing import Callable, Dict, Tuple, Union
+from typing import Callable, Dict, Optional, Tuple, Union
 
 import pandas as pd
 import torch
@@ -75,9 +75,10 @@ def train(collection: Union[str, Collection], method: str, settings: dict, *, ca
                                           verbose=verbose)
         fit_resumably(trainer, topics)
 
-    # under torch.distributed (torchrun) every process trains, together
-    return build_once(model_dir(collection, method, settings, cache_dir), build, resumable=True,
-                      collective=True) / 'final'
+    # under torch.distributed (torchrun) every process trains, together; a damaged model is
+    # not retrained on its own (hours of work): the error says how
+    return build_once(model_dir(collection, method, settings, cache_dir), build, resumable=True, collective=True,
+                      what=f'the {method} model trained on {collection.name}', on_damage='raise') / 'final'
 
 
 def training_topics(collection: Collection, queries: str, n_queries: int, *, seed: int = 0,
@@ -123,7 +124,26 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
             topics = round_trip_queries(collection, generator, n_queries, bm25, depth=ROUND_TRIP_DEPTH, seed=seed)
         topics.to_json(staging / 'topics.jsonl', orient='records', lines=True)
 
-    return pd.read_json(build_once(path, write) / 'topics.jsonl', orient='records', lines=True, dtype=False)
+    built = build_once(path, write, what=f'the {queries} training queries of {collection.name}',
+                       check=lambda built: _topics_damage(built / 'topics.jsonl'), on_damage='set aside')
+    return _read_topics(built / 'topics.jsonl')
+
+
+def _read_topics(path: Path) -> pd.DataFrame:
+    return pd.read_json(path, orient='records', lines=True, dtype=False)
+
+
+def _topics_damage(path: Path) -> Optional[str]:
+    """A generated-queries file that does not parse, or lacks a query column (garbled
+    where its size still matches): damaged, and rebuilt whole (sampled queries come from
+    one random stream, so a part rebuilt alone would not be the same queries)."""
+    try:
+        topics = _read_topics(path)
+    except (OSError, ValueError) as error:
+        return f'{path.name} does not parse ({str(error).splitlines()[0][:200]})'
+    if not {'qid', 'query'} <= set(topics.columns) or topics['query'].isna().any():
+        return f'{path.name} lacks queries'
+    return None
 
 
 # -- the methods: settings -> (trainer, training topics) ---------------------------------

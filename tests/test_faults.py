@@ -1,0 +1,457 @@
+"""Faults on disk (issue 20): a full disk, a read-only cache, a damaged build, an engine
+that dies. Each case asserts the message (what, the path and the cause) and that the run
+after the fault is cleared gives the same results as an undisturbed one.
+
+Full disks and read-only directories are real where the machine allows it: a tmpfs or a
+read-only bind mount in a private mount namespace (``unshare -m``, as root, or ``unshare
+-rm`` in a user namespace), each scenario in a child process whose mounts die with it.
+Where neither works the mount tests are skipped and the in-process cases (writes made to
+fail with ENOSPC, truncated and garbled files) still run.
+"""
+import errno
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import torch
+import pytest
+
+from pyterrier_selfsup import BM25, MINILM, Collection
+from pyterrier_selfsup._cache import (CacheFull, CacheNotWritable, CacheWriteFailed, DamagedBuild, build_once,
+                                      writable)
+from pyterrier_selfsup.models.dual_encoder import DualEncoder
+from pyterrier_selfsup.retrieval.bm25 import ENGINE_LOG
+from pyterrier_selfsup.retrieval.dense import DenseRetriever, flex_index
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _unshare_prefix():
+    """The command prefix that gives a child its own mount namespace here, or None."""
+    if shutil.which('unshare') is None:
+        return None
+    for prefix in (['unshare', '-m'], ['unshare', '-r', '-m']):
+        probe = subprocess.run(prefix + ['sh', '-c', 'mount -t tmpfs -o size=64k tmpfs /mnt 2>/dev/null || '
+                                         'mount -t tmpfs -o size=64k tmpfs "$TMPDIR"'],
+                               capture_output=True, env={**os.environ, 'TMPDIR': '/tmp'})
+        if probe.returncode == 0:
+            return prefix
+    return None
+
+
+UNSHARE = _unshare_prefix()
+needs_mounts = pytest.mark.skipif(UNSHARE is None, reason='no private mount namespace on this machine')
+
+
+def in_namespace(script: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    """``script`` (sh) run in a private mount namespace, with ``$PY`` the test's Python
+    (the package importable) and ``$D`` an empty directory to mount on."""
+    mountpoint = tmp_path / 'mnt'
+    mountpoint.mkdir()
+    env = {**os.environ, 'PY': sys.executable, 'D': str(mountpoint), 'PYTHONPATH': str(ROOT)}
+    return subprocess.run(UNSHARE + ['sh', '-c', script], capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.fixture(scope='module')
+def cranfield_reference(cache_dir):
+    return BM25.from_collection('cranfield', cache_dir=cache_dir)(Collection('cranfield').topics())
+
+
+# -- PISA: refused early, an engine that aborts on a full disk, the next run ------------
+
+PISA_CHILD = textwrap.dedent('''
+    import sys
+    from pyterrier_selfsup import BM25, Collection, _cache
+    cache, phase = sys.argv[1], sys.argv[2]
+    if phase == 'abort':  # an estimate that was too low: the engine itself meets the full disk
+        _cache._check_space = lambda *args: None
+    try:
+        results = BM25.from_collection('cranfield', cache_dir=cache)(Collection('cranfield').topics())
+    except _cache.CacheError as error:
+        print(f'{type(error).__name__}: {error}')
+        sys.exit(3)
+    results.to_pickle(sys.argv[3])
+''')
+
+
+@needs_mounts
+def test_pisa_on_a_full_disk_is_refused_then_leaves_its_log_when_it_dies(tmp_path, cranfield_reference):
+    (tmp_path / 'child.py').write_text(PISA_CHILD)
+    out = tmp_path / 'results.pkl'
+    proc = in_namespace(f'''
+        mount -t tmpfs -o size=1m tmpfs "$D" || exit 99
+        "$PY" {tmp_path}/child.py "$D/cache" refuse x; echo "refuse rc=$?"
+        "$PY" {tmp_path}/child.py "$D/cache" abort x; echo "abort rc=$?"
+        for log in "$D"/cache/pisa/*.partial/{ENGINE_LOG}; do echo "LOG $log"; tr -d '\\000' < "$log"; done
+        mount -o remount,size=64m "$D"
+        "$PY" {tmp_path}/child.py "$D/cache" again {out}; echo "again rc=$?"
+        ls "$D"/cache/pisa
+    ''', tmp_path)
+    text = proc.stdout + proc.stderr
+    assert 'refuse rc=3' in text, text
+    # refused before it started, with the numbers and the path
+    assert 'CacheFull: the BM25 index of cranfield needs about' in text and 'MiB free' in text
+    assert f'{tmp_path}/mnt/cache/pisa' in text and '--cache-dir' in text
+    # the engine died (SIGABRT: no Python handler runs), but said where its log is first ...
+    assert 'abort rc=0' not in text and 'abort rc=3' not in text
+    assert f'the engine writes to {tmp_path}/mnt/cache/pisa/' in text
+    # ... and the log holds the engine's last words
+    log = text.split('LOG ', 1)[1]
+    assert 'terminate' in log or 'No space' in log or 'failed' in log.lower(), text
+    # cleared: rebuilt (its log kept beside), the same results as an undisturbed build
+    assert 'again rc=0' in text and 'incomplete build' in text and '.failed-build.log' in text
+    pd.testing.assert_frame_equal(pd.read_pickle(out), cranfield_reference)
+
+
+# -- FlexIndex: a full disk mid-build, a truncated index, a garbled marker ---------------
+
+@pytest.fixture(scope='module')
+def adi_flex(cache_dir):
+    encoder = DualEncoder.from_pretrained(MINILM, precision='fp32')
+    index = flex_index('classic/adi', encoder, cache_dir=cache_dir)
+    return encoder, index, DenseRetriever(encoder, index)(Collection('classic/adi').topics())
+
+
+FLEX_CHILD = textwrap.dedent('''
+    import sys
+    from pyterrier_selfsup import MINILM, Collection, _cache
+    from pyterrier_selfsup.models.dual_encoder import DualEncoder
+    from pyterrier_selfsup.retrieval.dense import DenseRetriever, flex_index
+    cache, phase = sys.argv[1], sys.argv[2]
+    _cache._check_space = lambda *args: None  # (the estimate is exact here: let the write meet the full disk)
+    encoder = DualEncoder.from_pretrained(MINILM, precision='fp32')
+    try:
+        index = flex_index('classic/adi', encoder, cache_dir=cache)
+    except _cache.CacheError as error:
+        print(f'{type(error).__name__}: {error}')
+        sys.exit(3)
+    DenseRetriever(encoder, index)(Collection('classic/adi').topics()).to_pickle(sys.argv[3])
+''')
+
+
+@needs_mounts
+def test_flex_index_on_a_full_disk_names_the_index_and_the_cause(tmp_path, adi_flex):
+    (tmp_path / 'child.py').write_text(FLEX_CHILD)
+    out = tmp_path / 'results.pkl'
+    # 82 vectors of 384 floats are 126 KiB: a 96 KiB disk fills while they are written
+    proc = in_namespace(f'''
+        mount -t tmpfs -o size=96k tmpfs "$D" || exit 99
+        "$PY" {tmp_path}/child.py "$D/cache" full x; echo "full rc=$?"
+        ls -a "$D"/cache/flex
+        mount -o remount,size=8m "$D"
+        "$PY" {tmp_path}/child.py "$D/cache" again {out}; echo "again rc=$?"
+    ''', tmp_path)
+    text = proc.stdout + proc.stderr
+    assert 'full rc=3' in text, text
+    assert 'CacheWriteFailed: the sentence-transformers/all-MiniLM-L6-v2 index of classic/adi: writing' in text
+    assert 'the disk is full (No space left on device' in text and 'the partial build was removed' in text
+    assert '.partial' not in text.split('full rc=3', 1)[1].split('again rc')[0]  # the staging directory is gone
+    assert 'again rc=0' in text, text
+    pd.testing.assert_frame_equal(pd.read_pickle(out), adi_flex[2])
+
+
+def test_a_truncated_flex_index_is_rebuilt_with_a_warning_naming_it(tmp_path, adi_flex, caplog):
+    encoder, index, reference = adi_flex
+    path = flex_index('classic/adi', encoder, cache_dir=tmp_path).index_path
+    os.truncate(Path(path) / 'vecs.f4', 1000)
+    with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
+        rebuilt = flex_index('classic/adi', encoder, cache_dir=tmp_path)
+    assert f'{path} is damaged (vecs.f4 is 1,000 bytes where 125,952 were written)' in caplog.text and 'rebuilding' in caplog.text
+    pd.testing.assert_frame_equal(DenseRetriever(encoder, rebuilt)(Collection('classic/adi').topics()), reference)
+
+
+def test_an_index_built_before_sizes_were_recorded_is_still_checked(tmp_path, adi_flex, caplog):
+    """An old completion marker (empty) has no sizes: the format's own check (vectors
+    against pt_meta.json) finds the truncation."""
+    encoder, _, reference = adi_flex
+    path = Path(flex_index('classic/adi', encoder, cache_dir=tmp_path).index_path)
+    (path / '.selfsup-complete').write_text('')
+    assert Path(flex_index('classic/adi', encoder, cache_dir=tmp_path).index_path) == path  # intact: reused
+    os.truncate(path / 'vecs.f4', 1000)
+    with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
+        rebuilt = flex_index('classic/adi', encoder, cache_dir=tmp_path)
+    assert 'vecs.f4 is 1,000 bytes, where 82 vectors of 384 floats take 125,952' in caplog.text
+    pd.testing.assert_frame_equal(DenseRetriever(encoder, rebuilt)(Collection('classic/adi').topics()), reference)
+
+
+def test_a_garbled_marker_is_a_damaged_build(tmp_path, adi_flex, caplog):
+    encoder = adi_flex[0]
+    path = Path(flex_index('classic/adi', encoder, cache_dir=tmp_path).index_path)
+    (path / '.selfsup-complete').write_bytes(b'\x00\xff{garbled')
+    with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
+        flex_index('classic/adi', encoder, cache_dir=tmp_path)
+    assert 'completion marker' in caplog.text and 'garbled' in caplog.text
+    assert json.loads((path / '.selfsup-complete').read_text())['files']['vecs.f4'] == 82 * 384 * 4
+
+
+# -- the cache itself: read-only, full before a build, a damaged model -------------------
+
+READ_ONLY_CHILD = textwrap.dedent('''
+    import sys
+    from pyterrier_selfsup import BM25, Collection, _cache
+    try:
+        results = BM25.from_collection('cranfield', cache_dir=sys.argv[1])(Collection('cranfield').topics())
+    except _cache.CacheError as error:
+        print(f'{type(error).__name__}: {error}')
+        sys.exit(3)
+    results.to_pickle(sys.argv[2])
+''')
+
+
+@needs_mounts
+def test_a_read_only_cache_is_reported_at_once_with_the_settings_that_move_it(tmp_path, cranfield_reference,
+                                                                             cache_dir):
+    (tmp_path / 'child.py').write_text(READ_ONLY_CHILD)
+    complete = tmp_path / 'complete'  # a read-only cache that holds the index is still read
+    shutil.copytree(cache_dir / 'pisa', complete / 'pisa', ignore=shutil.ignore_patterns('*.lock', '*.failed-build.log'))
+    out = tmp_path / 'results.pkl'
+    proc = in_namespace(f'''
+        mount --bind "$D" "$D" && mount -o remount,bind,ro "$D" || exit 99
+        "$PY" {tmp_path}/child.py "$D/cache" x; echo "empty rc=$?"
+        mount --bind {complete} {complete} && mount -o remount,bind,ro {complete} || exit 98
+        "$PY" {tmp_path}/child.py {complete} {out}; echo "complete rc=$?"
+    ''', tmp_path)
+    text = proc.stdout + proc.stderr
+    assert 'empty rc=3' in text, text
+    assert f'CacheNotWritable: the BM25 index of cranfield: the directory {tmp_path}/mnt/cache/pisa cannot be ' \
+           'written (Read-only file system)' in text
+    assert '--cache-dir' in text and '$SELFSUP_CACHE' in text
+    assert 'complete rc=0' in text, text
+    pd.testing.assert_frame_equal(pd.read_pickle(out), cranfield_reference)
+
+
+def test_a_build_larger_than_the_free_space_is_refused_before_it_starts(tmp_path, monkeypatch):
+    free = shutil.disk_usage(tmp_path).free
+    built = []
+    with pytest.raises(CacheFull, match=rf'the test index needs about .* under {tmp_path}, which has .* free; '
+                                         r'free some space or move the cache with --cache-dir'):
+        build_once(tmp_path / 'x', built.append, what='the test index', needs=lambda: 2 * free)
+    assert not built and not (tmp_path / 'x.partial').exists()
+
+
+def test_a_write_that_fails_for_space_names_the_build_the_file_and_the_cause(tmp_path):
+    def build(staging):
+        staging.mkdir()
+        (staging / 'part').write_text('written before the disk filled')
+        raise OSError(errno.ENOSPC, 'No space left on device', str(staging / 'vecs.f4'))
+
+    with pytest.raises(CacheWriteFailed, match=rf'the test index: writing {tmp_path}/x.partial/vecs.f4 failed, the '
+                                               r'disk is full \(No space left on device; .* free now\); the partial '
+                                               'build was removed'):
+        build_once(tmp_path / 'x', build, what='the test index')
+    assert not (tmp_path / 'x.partial').exists()
+    # resumable: kept, and said so
+    with pytest.raises(CacheWriteFailed, match='is kept in .*x.partial and the next run resumes from it'):
+        build_once(tmp_path / 'x', build, what='the test index', resumable=True)
+    assert (tmp_path / 'x.partial' / 'part').exists()
+
+
+def test_a_damaged_trained_model_is_refused_not_retrained(tmp_path):
+    def train(staging):
+        (staging / 'final').mkdir(parents=True)
+        (staging / 'final' / 'model.safetensors').write_bytes(b'w' * 4096)
+
+    path = build_once(tmp_path / 'model', train, what='the ds model', on_damage='raise', resumable=True)
+    os.truncate(path / 'final' / 'model.safetensors', 100)
+    with pytest.raises(DamagedBuild, match=rf'the ds model at {path} is damaged: final/model.safetensors is 100 bytes '
+                                           rf'where 4,096 were written. Remove it \(rm -r {path}\) to rebuild it'):
+        build_once(path, train, what='the ds model', on_damage='raise', resumable=True)
+    assert (path / 'final').exists()  # nothing removed
+
+
+def test_trained_models_are_refused_and_indexes_rebuilt_when_damaged(monkeypatch, tmp_path):
+    """Which builds take which course: trained models are refused (hours of work), the rest rebuilt."""
+    from pyterrier_selfsup.harness import trained
+    seen = {}
+    monkeypatch.setattr(trained, 'build_once', lambda path, build, **kwargs: seen.update(kwargs) or path)
+    trained.train(Collection('classic/adi'), 'ds', {}, cache_dir=tmp_path)
+    assert seen['on_damage'] == 'raise' and seen['what'] == 'the ds model trained on classic/adi'
+
+
+def test_unwritable_directory_probe_uses_a_real_write(tmp_path):
+    writable(tmp_path / 'new' / 'dir', 'the test')  # created
+    (tmp_path / 'file').write_text('')
+    with pytest.raises(CacheNotWritable, match=r'the test: the directory .*file/sub cannot be written \(Not a '
+                                               r'directory\); move the cache with --cache-dir'):
+        writable(tmp_path / 'file' / 'sub', 'the test')
+
+
+# -- generated queries, the ReAtt token index, results files ---------------------------
+
+def test_garbled_generated_queries_are_set_aside_and_rebuilt(tmp_path, tiny_generator_dir, caplog):
+    from pyterrier_selfsup.harness.trained import training_topics
+    from pyterrier_selfsup.models.generator import Generator
+    coll = Collection('classic/adi')
+    gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu', precision='fp32',
+                                    max_passage_length=32)
+    first = training_topics(coll, 'generated', 6, seed=1, generator=gen, cache_dir=tmp_path)
+    [path] = (tmp_path / 'queries').glob('*/topics.jsonl')
+    size = path.stat().st_size
+    path.write_bytes(b'{"qid": "1", "query' + b'#' * (size - 19))  # garbled, its size unchanged
+    with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
+        again = training_topics(coll, 'generated', 6, seed=1, generator=gen, cache_dir=tmp_path)
+    assert 'the generated training queries of classic/adi' in caplog.text and 'topics.jsonl does not parse' in caplog.text
+    assert f'setting it aside as {path.parent}.damaged' in caplog.text
+    assert (path.parent.with_name(path.parent.name + '.damaged') / 'topics.jsonl').read_bytes().endswith(b'###')
+    pd.testing.assert_frame_equal(again, first)
+
+
+def test_a_truncated_token_index_is_rebuilt(tiny_reatt, tmp_path, caplog):
+    from pyterrier_selfsup.retrieval.token_index import KEYS_FILE, reatt_index
+    r = tiny_reatt()
+    coll = Collection('classic/adi')
+    first = reatt_index(coll, r, nlist=8, cache_dir=tmp_path)
+    query = ['the retrieval of documents']
+    expected = first.retriever(r, num_results=5)(pd.DataFrame({'qid': ['1'], 'query': query}))
+    os.truncate(first.path / KEYS_FILE, 1000)
+    (first.path / '.selfsup-complete').write_text('')  # (as an index built before sizes were recorded)
+    with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
+        again = reatt_index(coll, r, nlist=8, cache_dir=tmp_path)
+    assert 'the ReAtt token index of classic/adi' in caplog.text and f'{KEYS_FILE} is 1,000 bytes' in caplog.text
+    pd.testing.assert_frame_equal(again.retriever(r, num_results=5)(pd.DataFrame({'qid': ['1'], 'query': query})),
+                                  expected)
+
+
+def test_results_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    from pyterrier_selfsup.harness.experiment import run_experiment, write_results
+    result = run_experiment(['classic/adi'], ['bm25'], name='faults', cache_dir=tmp_path / 'cache',
+                            log=lambda s: None)
+    first = write_results(result, tmp_path / 'results')
+    before = {p: p.read_bytes() for p in first}
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, 'No space left on device')
+    monkeypatch.setattr(pd.DataFrame, 'to_csv', full)
+    with pytest.raises(CacheWriteFailed, match=r'the results file faults.csv: writing .*faults.csv failed, the disk '
+                                               r'is full .*choose another directory with --results-dir'):
+        write_results(result, tmp_path / 'results')
+    assert {p: p.read_bytes() for p in first} == before  # the earlier files as they were
+    assert sorted(p.name for p in (tmp_path / 'results').iterdir()) == sorted(p.name for p in first)
+
+
+# -- the generator's score cache: damaged, half-written, full ---------------------------
+
+@pytest.fixture(scope='module')
+def scoring(tiny_generator_dir, cache_dir):
+    """A tiny generator, BM25's top 30 for ADI's 35 queries with their text (a cache of some
+    40 pages), and the scores an undisturbed cache gives them."""
+    from pyterrier_selfsup.models.generator import Generator
+    coll = Collection('classic/adi')
+    gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu', precision='fp32',
+                                    max_passage_length=32)
+    pairs = ((BM25.from_collection(coll, cache_dir=cache_dir) % 30) >> coll.text_loader())(coll.topics())
+    return gen, pairs, gen.scorer()(pairs)
+
+
+def counted(gen, monkeypatch):
+    """Counts the pairs ``gen`` scores (for the rest of the test)."""
+    seen = []
+    score = gen.log_likelihoods
+    monkeypatch.setattr(gen, 'log_likelihoods', lambda targets, passages: seen.append(len(targets)) or
+                        score(targets, passages))
+    return seen
+
+
+@pytest.mark.parametrize('damage', ['garbled header', 'truncated', 'garbled page'])
+def test_a_damaged_score_cache_is_set_aside_and_only_its_damaged_part_scored_again(scoring, tmp_path, caplog,
+                                                                                monkeypatch, damage):
+    from pyterrier_selfsup.models.generator import SCORE_DB, ReconstructionScorer
+    gen, pairs, reference = scoring
+    path = tmp_path / 'scores'
+    ReconstructionScorer(gen, cache=path)(pairs)
+    db = path / SCORE_DB
+    size = db.stat().st_size
+    with open(db, 'r+b') as fh:
+        if damage == 'garbled header':
+            fh.write(b'\xff' * 100)
+        elif damage == 'truncated':
+            fh.truncate(size // 2 + 100)
+        else:  # the last page overwritten: SQLite opens the file, and finds the damage in its check
+            fh.seek(size - 4096)
+            fh.write(b'\xa5' * 4096)
+    seen = counted(gen, monkeypatch)
+    with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
+        scorer = ReconstructionScorer(gen, cache=path)
+    assert f'the score cache at {path} was damaged' in caplog.text and f'set aside as {path}.damaged' in caplog.text
+    recovered = int(caplog.text.split('; ')[-1].split(' scores recovered')[0].rsplit(' ', 1)[-1])
+    assert recovered < len(pairs)
+    if damage == 'garbled header':
+        assert 'not a SQLite database' in caplog.text and recovered == 0
+    pd.testing.assert_frame_equal(scorer(pairs), reference)
+    assert sum(seen) == len(pairs) - recovered  # only what was lost is scored again
+
+
+def test_a_full_disk_while_scoring_keeps_what_was_committed(scoring, tmp_path, monkeypatch):
+    from pyterrier_selfsup.models.generator import ReconstructionScorer
+    gen, pairs, reference = scoring
+    path = tmp_path / 'scores'
+    scorer = ReconstructionScorer(gen, cache=path)
+    scorer.CHUNK = 4  # a commit every 4 passages
+    pages = scorer.cache.db.execute('PRAGMA page_count').fetchone()[0]
+    scorer.cache.db.execute(f'PRAGMA max_page_count = {pages + 8}')  # SQLite's own 'disk full'
+    with pytest.raises(CacheWriteFailed, match=rf'the score cache: writing {path}/db.sqlite3 failed, the disk is full '
+                                               r'\(database or disk is full; .*\); the scores committed before'):
+        scorer(pairs)
+    kept = scorer.cache.db.execute('SELECT count(*) FROM cache').fetchone()[0]
+    assert 0 < kept < len(pairs)
+    seen = counted(gen, monkeypatch)
+    again = ReconstructionScorer(gen, cache=path)  # the fault cleared
+    pd.testing.assert_frame_equal(again(pairs), reference)
+    assert sum(seen) == len(pairs) - kept
+
+
+# -- training: a damaged checkpoint, a full disk while one is written --------------------
+
+CHECKPOINTED = dict(negatives='bm25', batch_size=8, epochs=3, lr=3e-4, accumulation=2, verbose=False,
+                    checkpoint_every=3)
+
+
+def test_a_damaged_checkpoint_is_set_aside_and_training_resumes_from_the_one_before(tiny_encoder, cache_dir,
+                                                                                 tmp_path, caplog):
+    from pyterrier_selfsup.training.distant import DistantSupervision
+    from pyterrier_selfsup.training.loop import checkpoints, fit_resumably
+    coll = Collection('classic/adi')
+    full = DistantSupervision(tiny_encoder(max_length=64), coll, output_dir=tmp_path / 'full', cache_dir=cache_dir,
+                              **CHECKPOINTED).fit(coll.topics())
+    # a run killed after its second checkpoint, whose weights were then truncated
+    shutil.copytree(tmp_path / 'full', tmp_path / 'killed', ignore=shutil.ignore_patterns('final'))
+    last = checkpoints(tmp_path / 'killed')[-1]
+    assert last.name == 'checkpoint-6'
+    [weights] = last.glob('*.safetensors')
+    os.truncate(weights, 1000)
+    resumed = DistantSupervision(tiny_encoder(max_length=64), coll, output_dir=tmp_path / 'killed',
+                                 cache_dir=cache_dir, **CHECKPOINTED)
+    with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
+        fit_resumably(resumed, coll.topics())
+    assert f'checkpoint {last} is damaged ({weights.name} is 1,000 bytes where' in caplog.text
+    assert f'resuming from {tmp_path}/killed/checkpoint-3' in caplog.text
+    assert (tmp_path / 'killed' / 'checkpoint-6.damaged').is_dir()
+    for a, b in zip(full.encoder.model.parameters(), resumed.encoder.model.parameters()):
+        assert torch.equal(a, b)  # the same weights as the undisturbed run
+
+
+def test_a_checkpoint_that_meets_a_full_disk_is_removed_and_named(tiny_encoder, cache_dir, tmp_path, monkeypatch):
+    from pyterrier_selfsup.training import loop
+    from pyterrier_selfsup.training.distant import DistantSupervision
+    coll = Collection('classic/adi')
+    trainer = DistantSupervision(tiny_encoder(max_length=64), coll, output_dir=tmp_path / 'run', cache_dir=cache_dir,
+                                 **CHECKPOINTED)
+    save = torch.save
+
+    def full_at_step_6(obj, path, *args, **kwargs):
+        if 'checkpoint-6' in str(path):
+            raise OSError(errno.ENOSPC, 'No space left on device', str(path))
+        return save(obj, path, *args, **kwargs)
+    monkeypatch.setattr(loop.torch, 'save', full_at_step_6)
+    with pytest.raises(CacheWriteFailed, match=r'the checkpoint at step 6: writing .*checkpoint-6/\S+ '
+                                               r'failed, the disk is full .*; it was removed; the next run resumes '
+                                               r'from .*checkpoint-3'):
+        trainer.fit(coll.topics())
+    assert [p.name for p in loop.checkpoints(tmp_path / 'run')] == ['checkpoint-3']
+    assert not (tmp_path / 'run' / 'checkpoint-6').exists()
