@@ -167,9 +167,7 @@ def _run_build(path: Path, staging: Path, build: Callable[[Path], None], what: s
 
 def _finish(staging: Path, path: Path):
     """The completion marker, recording every file's size, then the rename."""
-    sizes = {str(f.relative_to(staging)): f.stat().st_size for f in sorted(staging.rglob('*'))
-             if f.is_file() and f.name != _COMPLETE}
-    (staging / _COMPLETE).write_text(json.dumps({'version': 1, 'files': sizes}))
+    (staging / _COMPLETE).write_text(json.dumps({'version': 1, 'files': file_sizes(staging, _COMPLETE)}))
     os.replace(staging, path)
 
 
@@ -188,14 +186,28 @@ def damage(path: Path, check: Optional[Callable[[Path], Optional[str]]] = None) 
             sizes = json.loads(text)['files']
         except (ValueError, KeyError, TypeError):
             return f'its completion marker {path / _COMPLETE} is garbled'
-        for name, size in sizes.items():
-            try:
-                actual = (path / name).stat().st_size
-            except FileNotFoundError:
-                return f'{name} is missing'
-            if actual != size:
-                return f'{name} is {actual:,} bytes where {size:,} were written'
+        problem = size_damage(path, sizes)
+        if problem is not None:
+            return problem
     return check(path) if check is not None else None
+
+
+def file_sizes(path: Path, leave_out: str) -> dict:
+    """Every file under ``path`` (but ``leave_out``) and its size: what a marker records."""
+    return {str(f.relative_to(path)): f.stat().st_size for f in sorted(path.rglob('*'))
+            if f.is_file() and f.name != leave_out}
+
+
+def size_damage(path: Path, sizes: dict) -> Optional[str]:
+    """The first file under ``path`` missing or of another size than ``sizes`` recorded, or None."""
+    for name, size in sizes.items():
+        try:
+            actual = (path / name).stat().st_size
+        except FileNotFoundError:
+            return f'{name} is missing'
+        if actual != size:
+            return f'{name} is {actual:,} bytes where {size:,} were written'
+    return None
 
 
 def _usable(path: Path, what: str, check, on_damage: str) -> bool:

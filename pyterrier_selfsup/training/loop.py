@@ -43,7 +43,7 @@ import torch
 from ir_measures import nDCG
 from transformers import get_linear_schedule_with_warmup
 
-from pyterrier_selfsup._cache import write_fault, written_whole
+from pyterrier_selfsup._cache import file_sizes, size_damage, write_fault, written_whole
 from pyterrier_selfsup._distributed import distributed
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models._base import TrainableModel
@@ -74,14 +74,7 @@ def checkpoint_damage(path: Path) -> Optional[str]:
         return None
     except (OSError, ValueError, KeyError, TypeError) as error:
         return f'{CHECKPOINT_MANIFEST} cannot be read ({error})'
-    for name, size in sizes.items():
-        try:
-            actual = (path / name).stat().st_size
-        except FileNotFoundError:
-            return f'{name} is missing'
-        if actual != size:
-            return f'{name} is {actual:,} bytes where {size:,} were written'
-    return None
+    return size_damage(path, sizes)
 
 
 def fit_resumably(trainer: 'Trainer', topics: pd.DataFrame) -> 'Trainer':
@@ -407,10 +400,8 @@ class Trainer(pt.Estimator):
                         'log': self.log, 'torch_rng': torch.get_rng_state(), 'python_rng': random.getstate()},
                        path / (STATE_FILE + '.tmp'))
             os.replace(path / (STATE_FILE + '.tmp'), path / STATE_FILE)
-            sizes = {str(f.relative_to(path)): f.stat().st_size for f in sorted(path.rglob('*')) if f.is_file()
-                     and f.name != CHECKPOINT_MANIFEST}
             with written_whole(path / CHECKPOINT_MANIFEST, 'a checkpoint') as partial:
-                partial.write_text(json.dumps({'files': sizes}))
+                partial.write_text(json.dumps({'files': file_sizes(path, CHECKPOINT_MANIFEST)}))
         except Exception as error:
             shutil.rmtree(path, ignore_errors=True)  # never half a checkpoint to resume from
             earlier = [p for p in checkpoints(self.output_dir) if p != path]
