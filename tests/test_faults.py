@@ -156,6 +156,35 @@ def test_flex_index_on_a_full_disk_names_the_index_and_the_cause(tmp_path, adi_f
     pd.testing.assert_frame_equal(pd.read_pickle(out), adi_flex[2])
 
 
+KILLED_FLEX_BUILD = textwrap.dedent('''
+    import os, signal, sys
+    from pyterrier_selfsup import MINILM
+    from pyterrier_selfsup.models.dual_encoder import DualEncoder
+    from pyterrier_selfsup.retrieval import dense
+    encode_into = dense.encode_into
+
+    def killed(staging, *args, **kwargs):  # dies once every vector is written, before the marker
+        encode_into(staging, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGKILL)
+    dense.encode_into = killed
+    dense.flex_index('classic/adi', DualEncoder.from_pretrained(MINILM, precision='fp32'), cache_dir=sys.argv[1])
+''')
+
+
+def test_a_flex_build_killed_before_its_marker_is_rebuilt(tmp_path, adi_flex, caplog):
+    import signal
+    proc = subprocess.run([sys.executable, '-c', KILLED_FLEX_BUILD, str(tmp_path)], capture_output=True,
+                          env={**os.environ, 'PYTHONPATH': str(ROOT)})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    [staging] = (tmp_path / 'flex').glob('*.partial')
+    assert (staging / 'vecs.f4').stat().st_size == 82 * 384 * 4  # whole vectors, yet not a finished index
+    encoder, _, reference = adi_flex
+    with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
+        rebuilt = flex_index('classic/adi', encoder, cache_dir=tmp_path)
+    assert f'{staging} is an incomplete build (interrupted?); removing it and rebuilding' in caplog.text
+    pd.testing.assert_frame_equal(DenseRetriever(encoder, rebuilt)(Collection('classic/adi').topics()), reference)
+
+
 def test_a_truncated_flex_index_is_rebuilt_with_a_warning_naming_it(tmp_path, adi_flex, caplog):
     encoder, index, reference = adi_flex
     path = flex_index('classic/adi', encoder, cache_dir=tmp_path).index_path
