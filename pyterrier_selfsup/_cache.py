@@ -221,19 +221,29 @@ def _usable(path: Path, what: str, check, on_damage: str) -> bool:
     if on_damage == 'raise':
         raise DamagedBuild(f'{what} at {path} is damaged: {problem}. Remove it (rm -r {path}) to rebuild it, '
                            'or restore it from a copy')
-    aside = path.with_name(path.name + '.damaged')
     logger.warning('%s at %s is damaged (%s); %s and rebuilding', what, path, problem,
-                   f'setting it aside as {aside}' if on_damage == 'set aside' else 'removing it')
+                   f'setting it aside as {aside_path(path)}' if on_damage == 'set aside' else 'removing it')
     try:
         if on_damage == 'set aside':
-            shutil.rmtree(aside, ignore_errors=True)
-            os.replace(path, aside)
+            set_aside(path)
         else:
             shutil.rmtree(path)
     except OSError as error:
         raise CacheNotWritable(f'{what} at {path} is damaged ({problem}) and cannot be removed to rebuild it '
                                f'({error.strerror}); remove it by hand or {MOVE_HINT}') from error
     return False
+
+
+def aside_path(path: Path) -> Path:
+    return path.with_name(path.name + '.damaged')
+
+
+def set_aside(path: Path) -> Path:
+    """Moves the damaged ``path`` to ``<path>.damaged`` (replacing an earlier one), kept for a look."""
+    aside = aside_path(path)
+    shutil.rmtree(aside, ignore_errors=True)
+    os.replace(path, aside)
+    return aside
 
 
 def writable(directory: Path, what: str, hint: str = MOVE_HINT, create: bool = True):
@@ -252,7 +262,12 @@ def writable(directory: Path, what: str, hint: str = MOVE_HINT, create: bool = T
 
 
 def _check_space(directory: Path, needs, what: str):
-    needed = needs() if needs is not None else None
+    check_space(directory, needs() if needs is not None else None, what)
+
+
+def check_space(directory: Path, needed: Optional[int], what: str):
+    """Raises :class:`CacheFull` if ``directory``'s disk has less than ``needed`` bytes free
+    (None or 0: nothing to check)."""
     if not needed:
         return
     free = shutil.disk_usage(directory).free
@@ -262,35 +277,35 @@ def _check_space(directory: Path, needs, what: str):
 
 
 def write_fault(error: BaseException, what: str, where: Path, kept: bool = False,
-                fate: Optional[str] = None) -> Optional[CacheError]:
+                fate: Optional[str] = None, hint: str = MOVE_HINT) -> Optional[CacheError]:
     """``error`` as a :class:`CacheError` naming ``what``, the file and the cause, if it is
     a disk fault (full, quota, read-only, permission); else None. ``fate``: what became of
-    what was written (default: a build's staging directory, removed or ``kept``)."""
+    what was written (default: a build's staging directory, removed or ``kept``); ``hint``:
+    the setting that moves the writes elsewhere."""
     if isinstance(error, CacheError):
         return None
     target = getattr(error, 'filename', None) or where
     fate = fate or (f'what was written is kept in {where} and the next run resumes from it' if kept
                     else 'the partial build was removed')
     if isinstance(error, OSError) and error.errno in _UNWRITABLE:
-        return CacheNotWritable(f'{what}: cannot write {target} ({error.strerror}); {fate}; {MOVE_HINT}')
+        return CacheNotWritable(f'{what}: cannot write {target} ({error.strerror}); {fate}; {hint}')
+    try:
+        usage = shutil.disk_usage(_existing(where))
+    except OSError:
+        usage = None
     full = isinstance(error, OSError) and error.errno in _FULL
     if not full and isinstance(error, Exception):
-        try:  # a library's own error: full if it says so, or if the disk is now all but full
-            usage = shutil.disk_usage(_existing(where))
-            full = any(w in str(error).lower() for w in _FULL_WORDS) or usage.free < min(16 << 20, usage.total // 100)
-        except OSError:
-            pass
+        # a library's own error: full if it says so, or if the disk is now all but full
+        full = any(w in str(error).lower() for w in _FULL_WORDS) or (
+            usage is not None and usage.free < min(16 << 20, usage.total // 100))
     if not full:
         return None
     lines = str(error).strip().splitlines()
     cause = error.strerror if isinstance(error, OSError) and error.strerror else (lines[-1] if lines
                                                                                    else type(error).__name__)
-    try:
-        free = human_bytes(shutil.disk_usage(_existing(where)).free)
-    except OSError:
-        free = 'unknown'
+    free = 'unknown' if usage is None else human_bytes(usage.free)
     return CacheWriteFailed(f'{what}: writing {target} failed, the disk is full ({cause}; {free} free now); '
-                            f'{fate}; free some space or {MOVE_HINT}')
+                            f'{fate}; free some space or {hint}')
 
 
 @contextmanager
@@ -305,9 +320,9 @@ def written_whole(path: Union[str, Path], what: str, hint: str = MOVE_HINT):
         os.replace(partial, path)
     except BaseException as error:
         partial.unlink(missing_ok=True)
-        fault = write_fault(error, what, path)
+        fault = write_fault(error, what, path, hint=hint)
         if fault is not None:
-            raise type(fault)(str(fault).replace(MOVE_HINT, hint)) from error
+            raise fault from error
         raise
 
 

@@ -23,8 +23,6 @@ gradients to the generator when it is trainable), for training.
 """
 import json
 import logging
-import os
-import shutil
 import sqlite3
 from collections import defaultdict
 from contextlib import closing
@@ -39,7 +37,7 @@ import torch
 from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, DynamicCache)
 from transformers.modeling_outputs import BaseModelOutput
 
-from pyterrier_selfsup._cache import build_once, cache_key, cache_root, locked, weights_fingerprint, writable, write_fault
+from pyterrier_selfsup._cache import build_once, cache_key, cache_root, locked, set_aside, weights_fingerprint, writable, write_fault
 from pyterrier_selfsup._distributed import distributed
 from pyterrier_selfsup.models._base import TorchModel, clean_texts, pad, resolve_device
 
@@ -342,9 +340,7 @@ class ReconstructionScorer(pt.Transformer):
             with locked(cache.with_name(cache.name + '.lock')):
                 problem = score_cache_damage(cache)
                 if problem is not None:
-                    aside = cache.with_name(cache.name + '.damaged')
-                    shutil.rmtree(aside, ignore_errors=True)
-                    os.replace(cache, aside)
+                    aside = set_aside(cache)
                 self.cache = Sqlite3ScorerCache(str(cache), _LogLikelihood(generator, text_field),
                                                 group='query', key='docno', value='loglik')
                 if problem is not None:

@@ -19,7 +19,7 @@ import pandas as pd
 import pyterrier as pt
 from pyterrier_dr import BiEncoder, FlexIndex, SBertBiEncoder
 
-from pyterrier_selfsup._cache import CacheFull, MOVE_HINT, build_once, cache_key, cache_root, human_bytes, write_fault
+from pyterrier_selfsup._cache import build_once, cache_key, cache_root, check_space, write_fault
 from pyterrier_selfsup._distributed import chunk_order, distributed, my_chunks, shared_temporary_directory
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
@@ -230,10 +230,7 @@ def prebuild_ann(index: FlexIndex, search: str) -> Path:
         return path
     what = f'the {search.upper()} structure of {index.index_path}'
     needed = n * (4 * dim + 8) + (2 * HNSW_NEIGHBOURS * 4 * n if search == 'hnsw' else 4 * dim * ivf_n_list(n))
-    free = shutil.disk_usage(index.index_path).free
-    if free < needed:
-        raise CacheFull(f'{what} needs about {human_bytes(needed)}, and {index.index_path} has {human_bytes(free)} '
-                        f'free; free some space or {MOVE_HINT}')
+    check_space(Path(index.index_path), needed, what)
     with locked(path.with_name(path.name + '.lock')):
         if path.exists():
             return path

@@ -337,8 +337,8 @@ def reatt_index(collection, reatt, *, nlist: Optional[int] = None, cache_dir=Non
     name = f'{collection.corpus_id}.{reatt.name.rstrip("/").rsplit("/", 1)[-1]}'
     path = cache_root(cache_dir) / 'reatt' / cache_key(name, settings)
     def needs():  # fp16 keys and the IVF's fp32 copy of them, at the model's token limit at most
-        tokens = collection.text_bytes() and collection.docs_count * min(
-            reatt.max_length, collection.text_bytes() / collection.docs_count / 4)  # (about 4 bytes a token)
+        text = collection.text_bytes()
+        tokens = text and collection.docs_count * min(reatt.max_length, text / collection.docs_count / 4)  # (~4 B a token)
         dim = reatt.model.attention.head_dim
         return tokens and int(tokens * (dim * 2 + dim * 4 + 8))
 
