@@ -28,13 +28,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Optional, Union
 
-from pyterrier_selfsup._distributed import distributed
+from pyterrier_selfsup._distributed import all_or_none, distributed, shared_temporary_directory
 
 logger = logging.getLogger(__name__)
 
 CACHE_ENV = 'SELFSUP_CACHE'
 _COMPLETE = '.selfsup-complete'
 MOVE_HINT = f'move the cache with --cache-dir (or cache_dir=) or ${CACHE_ENV}'
+# where a trainer's refreshed indexes go (tempfile's directory)
+TMP_HINT = 'set $TMPDIR to a directory on a disk with more space'
 ON_DAMAGE = ('rebuild', 'set aside', 'raise')
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _UNWRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
@@ -149,15 +151,17 @@ def build_once(path: Union[str, Path], build: Callable[[Path], None], *, what: O
 
 
 def _run_build(path: Path, staging: Path, build: Callable[[Path], None], what: str, resumable: bool,
-               finish: bool = True):
+               finish: bool = True, owner: bool = True):
     """``build(staging)``, then (``finish``) the marker and the rename; a failure that is a
-    disk fault is raised as :class:`CacheWriteFailed` or :class:`CacheNotWritable`."""
+    disk fault is raised as :class:`CacheWriteFailed` or :class:`CacheNotWritable`. The
+    ``owner`` (of a collective build: rank 0) removes the staging directory of a failed
+    build that cannot be resumed."""
     try:
         build(staging)
         if finish:
             _finish(staging, path)
     except BaseException as error:
-        if not resumable:
+        if owner and not resumable:
             shutil.rmtree(staging, ignore_errors=True)
         fault = write_fault(error, what, staging, kept=resumable and staging.exists())
         if fault is not None:
@@ -265,15 +269,15 @@ def _check_space(directory: Path, needs, what: str):
     check_space(directory, needs() if needs is not None else None, what)
 
 
-def check_space(directory: Path, needed: Optional[int], what: str):
+def check_space(directory: Path, needed: Optional[int], what: str, hint: str = MOVE_HINT):
     """Raises :class:`CacheFull` if ``directory``'s disk has less than ``needed`` bytes free
-    (None or 0: nothing to check)."""
+    (None or 0: nothing to check); ``hint``: the setting that moves the writes elsewhere."""
     if not needed:
         return
     free = shutil.disk_usage(directory).free
     if free < needed:
         raise CacheFull(f'{what} needs about {human_bytes(needed)} under {directory}, which has '
-                        f'{human_bytes(free)} free; free some space or {MOVE_HINT}')
+                        f'{human_bytes(free)} free; free some space or {hint}')
 
 
 def write_fault(error: BaseException, what: str, where: Path, kept: bool = False,
@@ -326,6 +330,26 @@ def written_whole(path: Union[str, Path], what: str, hint: str = MOVE_HINT):
         raise
 
 
+@contextmanager
+def temporary_build(prefix: str, what: str, needed: Optional[int]):
+    """Yields (directory, owner) of a new temporary directory (under torch.distributed: rank
+    0's, shared by the group; :func:`~pyterrier_selfsup._distributed.shared_temporary_directory`)
+    for a trainer's throw-away index: ``needed`` bytes are checked against its free space
+    first, and a write that fails for space inside the block becomes a :class:`CacheError`
+    naming ``what`` and ``$TMPDIR``, with the directory removed."""
+    directory, tmp = shared_temporary_directory(prefix)
+    try:
+        all_or_none(lambda: check_space(Path(directory), needed, what, TMP_HINT) if distributed()[0] == 0 else None)
+        yield directory, tmp
+    except BaseException as error:
+        if tmp is not None:
+            tmp.cleanup()
+        fault = write_fault(error, what, Path(directory), fate='the temporary index was removed', hint=TMP_HINT)
+        if fault is not None:
+            raise fault from error
+        raise
+
+
 def _existing(path: Path) -> Path:
     path = Path(path)
     while not path.exists() and path != path.parent:
@@ -360,7 +384,8 @@ def _build_once_collectively(path: Path, build: Callable[[Path], None], what: st
                              on_damage: str, resumable: bool) -> Path:
     """:func:`build_once` with every process of the torch.distributed group running ``build``.
     Rank 0 decides (and meets the faults); its decision, or its error, reaches every rank,
-    so that no rank is left waiting at a barrier for one that failed."""
+    and so does any rank's failure during the build, so that no rank is left waiting at a
+    barrier for one that failed."""
     import torch.distributed as dist
     rank = dist.get_rank()
     lock = None
@@ -384,13 +409,12 @@ def _build_once_collectively(path: Path, build: Callable[[Path], None], what: st
         if isinstance(todo[0], CacheError):
             raise todo[0]
         if todo[0] == 'build':
-            staging = _staging(path)
+            def together(staging: Path):  # a rank's failure fails every rank (no one left at a barrier)
+                all_or_none(lambda: build(staging))  # (a barrier: every rank is done with the staging directory)
+                all_or_none(lambda: _finish(staging, path) if rank == 0 else None)
+
             dist.barrier()
-            _run_build(path, staging, build, what, resumable, finish=False)
-            dist.barrier()  # every rank is done with the staging directory
-            if rank == 0:
-                _run_build(path, staging, lambda _: None, what, resumable)
-            dist.barrier()
+            _run_build(path, _staging(path), together, what, resumable, finish=False, owner=rank == 0)
     finally:
         if lock is not None:
             lock.__exit__(None, None, None)

@@ -9,8 +9,11 @@ chunks (:func:`my_chunks`, :func:`chunk_order`) and meets in one directory
 """
 import itertools
 import os
+import pickle
 import tempfile
-from typing import Iterable, Iterator, Optional, Sequence, Tuple
+from typing import Callable, Iterable, Iterator, Optional, Sequence, Tuple, TypeVar
+
+T = TypeVar('T')
 
 
 def distributed() -> Tuple[int, int]:
@@ -38,6 +41,38 @@ def join_process_group() -> Optional[int]:
             torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // local))
         dist.init_process_group('nccl' if cuda else 'gloo')
     return dist.get_rank()
+
+
+def all_or_none(step: Callable[[], T]) -> T:
+    """``step()`` on every process of the group, and its result; if it raised on any
+    process, it raises on all: the failing one its own error, the others the first failing
+    process's (a disk that filled under one process's shard reaches every process as the
+    same error), so that no process is left waiting at a barrier for one that failed. The
+    exchange is itself a barrier. Outside torch.distributed: ``step()``."""
+    rank, world_size = distributed()
+    if world_size == 1:
+        return step()
+    import torch.distributed as dist
+    try:
+        result, error = step(), None
+    except Exception as failure:
+        result, error = None, failure
+    errors = [None] * world_size
+    dist.all_gather_object(errors, None if error is None else _portable(error, rank))
+    if error is not None:
+        raise error
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
+    return result
+
+
+def _portable(error: Exception, rank: int) -> Exception:
+    """``error`` as it can cross to the other processes (pickled), or a RuntimeError naming it."""
+    try:
+        return pickle.loads(pickle.dumps(error))
+    except Exception:
+        return RuntimeError(f'process {rank} failed: {type(error).__name__}: {error}')
 
 
 # -- work split in chunks: chunk c of a stream to process c mod N --------------------------

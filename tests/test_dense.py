@@ -43,6 +43,25 @@ def test_scores_are_cosines_ranked(adi_dense):
     assert 'query_vec' not in results.columns
 
 
+def test_stored_vector_reranking_scores_as_reencoding_does_without_encoding_a_passage(adi_dense, cache_dir,
+                                                                                         monkeypatch):
+    from pyterrier_selfsup import BM25
+    coll = Collection('classic/adi')
+    first_stage = BM25.from_collection(coll, cache_dir=cache_dir) % 20
+    reencoded = (first_stage >> coll.text_loader() >> adi_dense.encoder.scorer())(coll.topics())
+    encoded = []
+    original = type(adi_dense.encoder).encode_docs
+    monkeypatch.setattr(type(adi_dense.encoder), 'encode_docs',
+                        lambda self, texts, *a, **k: encoded.extend(texts) or original(self, texts, *a, **k))
+    stored = (first_stage >> adi_dense.scorer())(coll.topics())
+    assert encoded == [] and len(stored) == len(reencoded) == 35 * 20 - 35  # (ADI: some queries have fewer)
+    assert list(stored.columns) == ['qid', 'query', 'docno', 'score', 'rank']
+    both = stored.merge(reencoded, on=['qid', 'docno'], suffixes=('', '_text'))
+    assert len(both) == len(stored)
+    np.testing.assert_allclose(both['score'], both['score_text'], atol=1e-5)
+    assert (both['rank'] == both['rank_text']).all()
+
+
 def test_bad_input(adi_dense):
     with pytest.raises(pt.validate.InputValidationError, match='query'):
         adi_dense(pd.DataFrame({'qid': ['1']}))

@@ -18,6 +18,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 import pytest
@@ -154,6 +155,108 @@ def test_flex_index_on_a_full_disk_names_the_index_and_the_cause(tmp_path, adi_f
     assert '.partial' not in text.split('full rc=3', 1)[1].split('again rc')[0]  # the staging directory is gone
     assert 'again rc=0' in text, text
     pd.testing.assert_frame_equal(pd.read_pickle(out), adi_flex[2])
+
+
+SHARDED_REFRESH_CHILD = textwrap.dedent('''
+    import sys
+    import numpy as np
+    import torch.multiprocessing as mp
+    from pyterrier_selfsup import MINILM, Collection, _cache
+
+    def rank_main(rank, store, phase, out):
+        import torch, torch.distributed as dist
+        from datetime import timedelta
+        from pyterrier_selfsup.models.dual_encoder import DualEncoder
+        from pyterrier_selfsup.retrieval import dense
+        torch.set_num_threads(1)
+        # a rank left at a barrier would time out rather than hang the test
+        dist.init_process_group('gloo', init_method=f'file://{store}', rank=rank, world_size=2,
+                                timeout=timedelta(seconds=120))
+        if phase == 'full':  # an estimate that was too low: rank 0's merge meets the full disk
+            _cache.check_space = lambda *args: None
+        encoder = DualEncoder.from_pretrained(MINILM, precision='fp32')
+        try:
+            index, tmp = dense.fresh_index(Collection('classic/adi'), encoder)
+        except _cache.CacheError as error:
+            print(f'rank {rank} {type(error).__name__}: {error}', flush=True)
+        else:
+            if rank == 0:
+                docnos, vectors, _ = index.payload()
+                np.save(out, np.asarray(vectors))
+        dist.destroy_process_group()
+
+    if __name__ == '__main__':
+        phase, scratch = sys.argv[1], sys.argv[2]
+        mp.spawn(rank_main, args=(f'{scratch}/store-{phase}', phase, f'{scratch}/vectors.npy'), nprocs=2)
+''')
+
+
+@needs_mounts
+def test_a_sharded_refresh_on_a_full_tmpdir_fails_every_rank_naming_tmpdir(tmp_path, adi_flex):
+    """A data-parallel trainer's refreshed index goes to $TMPDIR: too small, it is refused
+    before encoding on both ranks; a merge that still meets the full disk fails both ranks
+    (none is left at a barrier), the temporary directory removed; cleared, the same vectors."""
+    (tmp_path / 'child.py').write_text(SHARDED_REFRESH_CHILD)
+    # shards and merged index: 2 x 126 KiB; 192 KiB holds the shards, not the merge as well
+    proc = in_namespace(f'''
+        mount -t tmpfs -o size=192k tmpfs "$D" || exit 99
+        TMPDIR="$D" "$PY" {tmp_path}/child.py refuse {tmp_path}; echo "refuse rc=$?"
+        TMPDIR="$D" "$PY" {tmp_path}/child.py full {tmp_path}; echo "full rc=$?"
+        echo "LEFT $(ls -A "$D" | wc -l)"
+        mount -o remount,size=8m "$D"
+        TMPDIR="$D" "$PY" {tmp_path}/child.py again {tmp_path}; echo "again rc=$?"
+    ''', tmp_path)
+    text = proc.stdout + proc.stderr
+    refused, full = text.split('refuse rc=0', 1)[0], text.split('refuse rc=0', 1)[1].split('full rc=0')[0]
+    for rank in (0, 1):
+        assert (f'rank {rank} CacheFull: the refreshed index of classic/adi needs about 251.1 KiB under {tmp_path}/mnt/'
+                in refused), text
+        assert f'rank {rank} CacheWriteFailed: the refreshed index of classic/adi: writing ' in full, text
+    assert 'set $TMPDIR to a directory on a disk with more space' in refused
+    assert 'the disk is full' in full and 'the temporary index was removed' in full and '$TMPDIR' in full
+    assert 'LEFT 0' in text  # nothing left behind in $TMPDIR
+    assert 'again rc=0' in text, text
+    np.testing.assert_allclose(np.load(tmp_path / 'vectors.npy'), adi_flex[1].payload()[1], atol=1e-6)
+
+
+def _collective_rank(rank: int, store: str, cache: str, fail: bool, out: str):
+    """One process of test_a_collective_build_that_fails_on_one_rank_fails_on_every_rank."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    dist.init_process_group('gloo', init_method=f'file://{store}', rank=rank, world_size=2,
+                            timeout=timedelta(seconds=60))
+
+    def build(staging: Path):
+        if rank == 0:
+            staging.mkdir(exist_ok=True)
+        dist.barrier()  # (the builds of the ranks meet: the one that fails must not leave the other here)
+        (staging / f'rank-{rank}').write_text('vectors')
+        if fail and rank == 1:
+            raise OSError(errno.ENOSPC, 'No space left on device', str(staging / 'rank-1'))
+
+    try:
+        build_once(Path(cache) / 'model', build, what='the test model', collective=True, resumable=True)
+        result = 'built ' + ' '.join(sorted(p.name for p in (Path(cache) / 'model').iterdir()))
+    except Exception as error:
+        result = f'{type(error).__name__}: {error}'
+    Path(f'{out}-{rank}').write_text(result)
+    dist.destroy_process_group()
+
+
+def test_a_collective_build_that_fails_on_one_rank_fails_on_every_rank(tmp_path):
+    import torch.multiprocessing as mp
+    cache, out = tmp_path / 'cache', str(tmp_path / 'out')
+    cache.mkdir()
+    mp.spawn(_collective_rank, args=(str(tmp_path / 'store-1'), str(cache), True, out), nprocs=2)
+    for rank in (0, 1):  # rank 1's full disk reached rank 0, which was not left at a barrier
+        assert Path(f'{out}-{rank}').read_text().startswith(
+            f'CacheWriteFailed: the test model: writing {cache}/model.partial/rank-1 failed, the disk is full'), rank
+        assert 'is kept in' in Path(f'{out}-{rank}').read_text()
+    assert sorted(p.name for p in (cache / 'model.partial').iterdir()) == ['rank-0', 'rank-1']  # kept to resume
+    mp.spawn(_collective_rank, args=(str(tmp_path / 'store-2'), str(cache), False, out), nprocs=2)
+    for rank in (0, 1):
+        assert Path(f'{out}-{rank}').read_text() == 'built .selfsup-complete rank-0 rank-1'
 
 
 KILLED_FLEX_BUILD = textwrap.dedent('''

@@ -528,4 +528,11 @@ def _dequantised(repo: str, gguf_file: str, cache_dir=None) -> Path:
         model.load_state_dict(loaded.state_dict())
         model.save_pretrained(staging)
 
-    return build_once(path, convert, what=f'the fp32 conversion of {repo}/{gguf_file}')
+    def needs():  # fp32 weights (4 bytes a weight of the GGUF's tensors) and the tokenizer's files
+        import gguf
+        from huggingface_hub import hf_hub_download
+        local = Path(repo) / gguf_file
+        tensors = gguf.GGUFReader(local if local.is_file() else hf_hub_download(repo, gguf_file)).tensors
+        return 4 * sum(int(t.n_elements) for t in tensors) + (16 << 20)
+
+    return build_once(path, convert, what=f'the fp32 conversion of {repo}/{gguf_file}', needs=needs)

@@ -19,8 +19,8 @@ import pandas as pd
 import pyterrier as pt
 from pyterrier_dr import BiEncoder, FlexIndex, SBertBiEncoder
 
-from pyterrier_selfsup._cache import build_once, cache_key, cache_root, check_space, write_fault
-from pyterrier_selfsup._distributed import chunk_order, distributed, my_chunks, shared_temporary_directory
+from pyterrier_selfsup._cache import build_once, cache_key, cache_root, check_space, temporary_build, write_fault
+from pyterrier_selfsup._distributed import all_or_none, chunk_order, distributed, my_chunks
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.retrieval.base import Retriever
@@ -67,17 +67,21 @@ def flex_index(collection: Union[str, Collection], encoder: BiEncoder, *,
     def build(staging: Path):
         encode_into(staging, collection, encoder, verbose=verbose)
 
-    def needs():  # the vectors (float32) and the docnos (npids: about the docnos' text)
-        return collection.docs_count and collection.docs_count * (4 * vector_size(encoder) + 32)
+    return FlexIndex(str(build_once(path, build, what=f'the {model} index of {collection.name}',
+                                    needs=lambda: flex_size(collection, encoder), check=flex_damage)), verbose=False)
 
-    return FlexIndex(str(build_once(path, build, what=f'the {model} index of {collection.name}', needs=needs,
-                                    check=flex_damage)), verbose=False)
+
+def flex_size(collection: Collection, encoder: BiEncoder) -> Optional[int]:
+    """About the bytes of ``collection``'s FlexIndex: the vectors (float32) and the docnos
+    (npids: about the docnos' text); None where the corpus's size is unknown."""
+    return collection.docs_count and collection.docs_count * (4 * vector_size(encoder) + 32)
 
 
 def vector_size(encoder: BiEncoder) -> int:
     if isinstance(encoder, DualEncoder):
         return encoder.model.out_dim
-    return encoder.model.get_sentence_embedding_dimension()
+    model = encoder.model  # (sentence-transformers 5 renamed it)
+    return (getattr(model, 'get_embedding_dimension', None) or model.get_sentence_embedding_dimension)()
 
 
 def flex_damage(path: Path) -> Optional[str]:
@@ -122,7 +126,6 @@ def encode_sharded(path: Union[str, Path], collection: Collection, encoder: BiEn
     returns it. A shared filesystem is the only transport: no vector crosses the network.
 
     Data-parallel trainers refresh their index through it (:func:`fresh_index`)."""
-    import torch.distributed as dist
     path = Path(path)
     shards = path.with_name(path.name + '.shards')
     mine = shards / f'rank-{rank}'
@@ -130,16 +133,24 @@ def encode_sharded(path: Union[str, Path], collection: Collection, encoder: BiEn
     doc_encoder = encoder.doc_encoder(verbose=False)
     docs = collection.corpus_iter(verbose=verbose and rank == 0, desc=f'encoding {collection.name} (rank 0 of '
                                   f'{world_size})')
-    with open(mine / 'vecs.f4', 'wb') as vectors, open(mine / 'docnos.txt', 'w') as docnos:
-        for batch in my_chunks(docs, chunk, rank, world_size):
-            encoded = doc_encoder(pd.DataFrame(batch))
-            vectors.write(np.ascontiguousarray(np.stack(encoded['doc_vec']), dtype=np.float32).tobytes())
-            docnos.writelines(d + '\n' for d in encoded['docno'])
-    dist.barrier()
-    if rank == 0:
-        FlexIndex(str(path), verbose=False).index(_interleaved(shards, world_size, chunk))
-        shutil.rmtree(shards)
-    dist.barrier()
+
+    def encode_my_chunks():
+        with open(mine / 'vecs.f4', 'wb') as vectors, open(mine / 'docnos.txt', 'w') as docnos:
+            for batch in my_chunks(docs, chunk, rank, world_size):
+                encoded = doc_encoder(pd.DataFrame(batch))
+                vectors.write(np.ascontiguousarray(np.stack(encoded['doc_vec']), dtype=np.float32).tobytes())
+                docnos.writelines(d + '\n' for d in encoded['docno'])
+
+    def merge():
+        if rank == 0:
+            try:
+                FlexIndex(str(path), verbose=False).index(_interleaved(shards, world_size, chunk))
+            finally:
+                shutil.rmtree(shards, ignore_errors=True)
+
+    # a rank that fails (a full disk) fails them all, rather than leaving them at a barrier
+    all_or_none(encode_my_chunks)
+    all_or_none(merge)
     return FlexIndex(str(path), verbose=False)
 
 
@@ -292,6 +303,14 @@ class DenseRetriever(Retriever):
     def retrieve(self, topics: pd.DataFrame) -> pd.DataFrame:
         return self._pipeline(topics)
 
+    def scorer(self) -> pt.Transformer:
+        """A re-ranker of the results it is given (``bm25 % 100 >> minilm.scorer()``) by their
+        vectors stored in the index: each query is encoded once and no passage at all, where
+        ``text_loader() >> encoder.scorer()`` encodes every candidate's text again (the same
+        scores, at the cost of encoding k passages a query). pyterrier-dr's FlexIndex scorer."""
+        return (self.encoder.query_encoder() >> self.index.np_scorer()
+                >> pt.apply.generic(lambda results: results.drop(columns='query_vec')))
+
     def fuse_rank_cutoff(self, k: int) -> Optional['DenseRetriever']:
         # (not HNSW: a smaller k would search a smaller beam, and the top k could change)
         if k < self.num_results and self.search != 'hnsw':
@@ -326,12 +345,12 @@ def fresh_index(collection: Collection, encoder: BiEncoder) -> Tuple[FlexIndex, 
     calls this and encodes its share (:func:`encode_sharded`) into rank 0's temporary
     directory (:func:`~pyterrier_selfsup._distributed.shared_temporary_directory`). Rank 0
     owns the directory; the others' memory maps of the vectors outlive its removal."""
-    directory, tmp = shared_temporary_directory('selfsup-index-')
     rank, world_size = distributed()
-    if world_size == 1:
-        return encode_into(f'{directory}/index.flex', collection, encoder), tmp
-    import torch.distributed as dist
-    index = encode_sharded(f'{directory}/index.flex', collection, encoder, rank=rank, world_size=world_size)
-    index.payload()  # mapped now, on every rank, before rank 0 may remove the files
-    dist.barrier()
-    return index, tmp
+    # sharded: the shards and the index they are merged into are on disk together
+    needed = (flex_size(collection, encoder) or 0) * min(world_size, 2)
+    with temporary_build('selfsup-index-', f'the refreshed index of {collection.name}', needed) as (directory, tmp):
+        if world_size == 1:
+            return encode_into(f'{directory}/index.flex', collection, encoder), tmp
+        index = encode_sharded(f'{directory}/index.flex', collection, encoder, rank=rank, world_size=world_size)
+        all_or_none(index.payload)  # mapped now, on every rank, before rank 0 may remove the files
+        return index, tmp

@@ -38,7 +38,7 @@ import pyterrier as pt
 from more_itertools import chunked
 
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root
-from pyterrier_selfsup._distributed import chunk_order, my_chunks
+from pyterrier_selfsup._distributed import all_or_none, chunk_order, my_chunks
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models.reatt import ReAtt
 from pyterrier_selfsup.retrieval.base import Retriever
@@ -192,17 +192,21 @@ class ReAttIndex(pt.Artifact):
         ``rank``: chunk c of ``chunk`` documents is encoded by rank c mod ``world_size``
         into a shard beside ``path`` (a filesystem every rank sees), then rank 0 joins the
         shards in corpus order. Every rank returns the index."""
-        import torch.distributed as dist
         path = Path(path)
         shards = [path.with_name(f'{path.name}.rank-{r}') for r in range(world_size)]
         mine = (d for part in my_chunks(docs, chunk, rank, world_size) for d in part)
-        cls.build(shards[rank], reatt, mine, ivf=False)
-        dist.barrier()
-        if rank == 0:
-            _join_shards(path, [cls(shard) for shard in shards], chunk)
-            for shard in shards:
-                shutil.rmtree(shard)
-        dist.barrier()
+
+        def join():
+            if rank == 0:
+                try:
+                    _join_shards(path, [cls(shard) for shard in shards], chunk)
+                finally:
+                    for shard in shards:
+                        shutil.rmtree(shard, ignore_errors=True)
+
+        # a rank that fails (a full disk) fails them all, rather than leaving them at a barrier
+        all_or_none(lambda: cls.build(shards[rank], reatt, mine, ivf=False))
+        all_or_none(join)
         return cls(path)
 
     # -- scoring ----------------------------------------------------------------------
@@ -336,16 +340,20 @@ def reatt_index(collection, reatt, *, nlist: Optional[int] = None, cache_dir=Non
     settings = {'model': reatt.fingerprint(), 'head': reatt.model.retrieval_head, 'nlist': nlist}
     name = f'{collection.corpus_id}.{reatt.name.rstrip("/").rsplit("/", 1)[-1]}'
     path = cache_root(cache_dir) / 'reatt' / cache_key(name, settings)
-    def needs():  # fp16 keys and the IVF's fp32 copy of them, at the model's token limit at most
-        text = collection.text_bytes()
-        tokens = text and collection.docs_count * min(reatt.max_length, text / collection.docs_count / 4)  # (~4 B a token)
-        dim = reatt.model.attention.head_dim
-        return tokens and int(tokens * (dim * 2 + dim * 4 + 8))
-
     built = build_once(path, lambda staging: ReAttIndex.build(staging, reatt, collection.corpus_iter(verbose=verbose),
                                                               nlist=nlist, verbose=verbose),
-                       what=f'the ReAtt token index of {collection.name}', needs=needs, check=ReAttIndex.damage)
+                       what=f'the ReAtt token index of {collection.name}',
+                       needs=lambda: token_index_size(collection, reatt), check=ReAttIndex.damage)
     return ReAttIndex(built)
+
+
+def token_index_size(collection: Collection, reatt, ivf: bool = True) -> Optional[int]:
+    """About the bytes of ``collection``'s token index: fp16 keys and (``ivf``) the IVF's
+    fp32 copy of them, at the model's token limit at most; None where the corpus's size is unknown."""
+    text = collection.text_bytes()
+    tokens = text and collection.docs_count * min(reatt.max_length, text / collection.docs_count / 4)  # (~4 B a token)
+    dim = reatt.model.attention.head_dim
+    return tokens and int(tokens * (dim * 2 + (dim * 4 if ivf else 0) + 8))
 
 
 def reatt_retriever(collection, *, model_name: str, retrieval_layer: int, head: int, special_tokens: bool = True,

@@ -33,7 +33,8 @@ import pyterrier as pt
 import torch
 import torch.nn.functional as F
 
-from pyterrier_selfsup._distributed import shared_temporary_directory
+from pyterrier_selfsup._cache import temporary_build
+from pyterrier_selfsup._distributed import all_or_none
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.queries import MASK, Query, training_queries
 from pyterrier_selfsup.models.generator import Generator, score_cache_dir
@@ -41,7 +42,7 @@ from pyterrier_selfsup.models.reading import attention_target
 from pyterrier_selfsup.models.reatt import ReAtt
 from pyterrier_selfsup.retrieval.base import top_k_excluding
 from pyterrier_selfsup.retrieval.bm25 import BM25
-from pyterrier_selfsup.retrieval.token_index import ReAttIndex, reatt_index
+from pyterrier_selfsup.retrieval.token_index import ReAttIndex, reatt_index, token_index_size
 from pyterrier_selfsup.training.loop import Trainer
 
 logger = logging.getLogger(__name__)
@@ -243,15 +244,17 @@ class CrossDocumentAdjustment(Trainer):
         """The corpus' token index under the model as it is now (keys only, for exhaustive
         search), in a temporary directory that lives as long as the index; under
         torch.distributed, encoded in shards into rank 0's (one node, as a dense refresh)."""
-        directory, tmp = shared_temporary_directory('selfsup-token-index-')
-        if self.world_size == 1:
-            index = ReAttIndex.build(f'{directory}/index', self.reatt, self.collection.corpus_iter(), ivf=False)
-        else:
-            import torch.distributed as dist
-            index = ReAttIndex.build_sharded(f'{directory}/index', self.reatt, self.collection.corpus_iter(),
-                                             rank=self.process_rank, world_size=self.world_size)
-            index.keys32  # read into memory on every rank, before rank 0 may remove the files
-            dist.barrier()
+        # sharded: the shards and the index they are joined into are on disk together
+        needed = (token_index_size(self.collection, self.reatt, ivf=False) or 0) * min(self.world_size, 2)
+        with temporary_build('selfsup-token-index-', f'the refreshed token index of {self.collection.name}',
+                             needed) as (directory, tmp):
+            if self.world_size == 1:
+                index = ReAttIndex.build(f'{directory}/index', self.reatt, self.collection.corpus_iter(), ivf=False)
+            else:
+                index = ReAttIndex.build_sharded(f'{directory}/index', self.reatt, self.collection.corpus_iter(),
+                                                 rank=self.process_rank, world_size=self.world_size)
+                # read into memory on every rank, before rank 0 may remove the files
+                all_or_none(lambda: index.keys32)
         index._tmp = tmp  # removed with the index
         return index
 
