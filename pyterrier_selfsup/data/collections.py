@@ -2,7 +2,8 @@
 import difflib
 import logging
 from functools import cached_property
-from typing import Dict, Iterator, List, Optional, Sequence
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, Union
 
 import ir_datasets
 import pandas as pd
@@ -35,6 +36,16 @@ class Collection:
             raise UnknownCollectionError(_unknown_message(name)) from None
         self.name = name
         self.dataset = pt.get_dataset(f'irds:{name}')
+
+    @classmethod
+    def from_files(cls, docs: Union[str, Path], queries: Optional[Union[str, Path]] = None, *,
+                   name: Optional[str] = None) -> 'Collection':
+        """A corpus of your own: documents from a JSON lines, CSV or TSV file (``docno``,
+        ``text``, optional ``title``), and optionally queries (``qid``, ``query``; or plain
+        text, one a line); no relevance judgements. Registered with ir_datasets as
+        ``local/<name or the file's stem>-<content hash>`` (see :mod:`pyterrier_selfsup.data.local`)."""
+        from pyterrier_selfsup.data.local import register_local
+        return cls(register_local(docs, queries, name))
 
     def __repr__(self):
         return f'Collection({self.name!r})'
@@ -86,12 +97,17 @@ class Collection:
 
     def topics(self) -> pd.DataFrame:
         """``qid``, ``query`` (the query's default text)."""
+        if not self.irds.has_queries():
+            raise ValueError(f'{self.name} has no queries')
         return pd.DataFrame(
             [{'qid': q.query_id, 'query': q.default_text()} for q in self.irds.queries_iter()],
             columns=['qid', 'query'])
 
     def qrels(self) -> pd.DataFrame:
         """``qid``, ``docno``, ``label``."""
+        if not self.irds.has_qrels():
+            raise ValueError(f'{self.name} has no relevance judgements: compare runs on it without them '
+                             '(their overlap, or by reading results), or on a collection that has them')
         return self.dataset.get_qrels()[['qid', 'docno', 'label']]
 
     def texts(self, docnos: Sequence[str]) -> List[str]:
