@@ -39,3 +39,37 @@ def test_text_loader_gives_title_and_text():
     assert texts[0].startswith('Use Made of Technical Libraries ')
     with pytest.raises(KeyError, match="no documents \\['99999'\\]"):
         coll.text_loader()(pd.DataFrame({'qid': ['1'], 'docno': ['99999']}))
+
+
+def test_a_corpus_of_ones_own_from_jsonl_csv_and_tsv(tmp_path):
+    import gzip
+    import json
+    docs = [{'_id': 'a', 'title': 'Cats', 'text': 'Cats purr.'}, {'_id': 'b', 'title': '', 'text': 'Dogs, "barking".'},
+            {'_id': 'a', 'title': 'again', 'text': 'a repeated id: the first wins'}]
+    with gzip.open(tmp_path / 'docs.jsonl.gz', 'wt') as out:
+        out.writelines(json.dumps(d) + '\n' for d in docs)
+    pd.DataFrame(docs).rename(columns={'_id': 'docno'}).to_csv(tmp_path / 'docs.csv', index=False)
+    pd.DataFrame(docs).rename(columns={'_id': 'doc_id'}).to_csv(tmp_path / 'docs.tsv', sep='\t', index=False)
+    (tmp_path / 'queries.txt').write_text('purring cats\n\ndogs\n')
+    for name in ('docs.jsonl.gz', 'docs.csv', 'docs.tsv'):
+        corpus = Collection.from_files(tmp_path / name, tmp_path / 'queries.txt')
+        assert list(corpus.corpus_iter()) == [{'docno': 'a', 'text': 'Cats Cats purr.'},
+                                              {'docno': 'b', 'text': 'Dogs, "barking".'}], name
+        assert corpus.texts(['b', 'a']) == ['Dogs, "barking".', 'Cats Cats purr.'] and corpus.docs_count == 2
+        assert corpus.topics().values.tolist() == [['1', 'purring cats'], ['3', 'dogs']]  # qid: the line's number
+    # the corpus is named by its contents: the same file under another path is the same corpus
+    (tmp_path / 'elsewhere').mkdir()
+    (tmp_path / 'elsewhere' / 'docs.csv').write_bytes((tmp_path / 'docs.csv').read_bytes())
+    assert Collection.from_files(tmp_path / 'elsewhere' / 'docs.csv').corpus_id == \
+        Collection.from_files(tmp_path / 'docs.csv').corpus_id != Collection.from_files(tmp_path / 'docs.tsv').corpus_id
+    with pytest.raises(ValueError, match='has no relevance judgements'):
+        corpus.qrels()
+    with pytest.raises(ValueError, match='has no queries'):
+        Collection.from_files(tmp_path / 'docs.csv').topics()
+    (tmp_path / 'bad.jsonl').write_text('{"title": "no id"}\n')
+    with pytest.raises(ValueError, match=r'bad.jsonl: a record has no document id field \(one of docno, doc_id'):
+        list(Collection.from_files(tmp_path / 'bad.jsonl').corpus_iter())
+    with pytest.raises(FileNotFoundError, match='no documents file'):
+        Collection.from_files(tmp_path / 'missing.jsonl')
+    bm25 = BM25.from_collection(Collection.from_files(tmp_path / 'docs.csv'), cache_dir=tmp_path / 'cache')
+    assert bm25.search('cats')['docno'].tolist() == ['a']

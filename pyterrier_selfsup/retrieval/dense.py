@@ -12,7 +12,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -303,13 +303,12 @@ class DenseRetriever(Retriever):
     def retrieve(self, topics: pd.DataFrame) -> pd.DataFrame:
         return self._pipeline(topics)
 
-    def scorer(self) -> pt.Transformer:
+    def scorer(self) -> 'StoredVectorScorer':
         """A re-ranker of the results it is given (``bm25 % 100 >> minilm.scorer()``) by their
         vectors stored in the index: each query is encoded once and no passage at all, where
         ``text_loader() >> encoder.scorer()`` encodes every candidate's text again (the same
-        scores, at the cost of encoding k passages a query). pyterrier-dr's FlexIndex scorer."""
-        return (self.encoder.query_encoder() >> self.index.np_scorer()
-                >> pt.apply.generic(lambda results: results.drop(columns='query_vec')))
+        scores, at the cost of encoding k passages a query)."""
+        return StoredVectorScorer(self.encoder, self.index)
 
     def fuse_rank_cutoff(self, k: int) -> Optional['DenseRetriever']:
         # (not HNSW: a smaller k would search a smaller beam, and the top k could change)
@@ -322,6 +321,27 @@ class DenseRetriever(Retriever):
     def __repr__(self):
         return (f'DenseRetriever({self.encoder!r}, {self.index!r}, num_results={self.num_results}, '
                 f'search={self.search!r})')
+
+
+class StoredVectorScorer(pt.Transformer):
+    """Re-ranks results (``qid``, ``query``, ``docno``) by the dot product of the query's
+    vector with each document's vector stored in ``index``: pyterrier-dr's FlexIndex scorer
+    behind ``encoder``'s query encoder, made inspectable (pt.Experiment validates it)."""
+
+    def __init__(self, encoder: BiEncoder, index: FlexIndex):
+        self.encoder, self.index = encoder, index
+        self._pipeline = encoder.query_encoder() >> index.np_scorer()
+
+    def transform(self, results: pd.DataFrame) -> pd.DataFrame:
+        pt.validate.result_frame(results, extra_columns=['query'])
+        return self._pipeline(results).drop(columns='query_vec')
+
+    def transform_outputs(self, input_columns: List[str]) -> List[str]:
+        pt.validate.result_frame(input_columns, extra_columns=['query'])
+        return [c for c in input_columns if c not in ('score', 'rank')] + ['score', 'rank']
+
+    def __repr__(self):
+        return f'StoredVectorScorer({self.encoder!r}, {self.index!r})'
 
 
 def dense_retriever(collection: Collection, encoder: BiEncoder, *, fresh: bool = False, search: str = 'auto',

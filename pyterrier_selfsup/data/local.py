@@ -1,0 +1,189 @@
+"""A corpus of the user's own: documents (and, optionally, queries) from local files,
+registered with ir_datasets so that every component takes it as it takes ``beir/scifact``.
+
+Documents: JSON lines, CSV or TSV (optionally gzipped), one document a record, with its id
+in ``docno`` (or ``doc_id``, ``_id``, ``id``) and its text in ``text`` (or ``body``,
+``contents``), and an optional ``title`` prepended to the text as ir_datasets' BEIR
+collections do. Queries: the same formats with ``qid`` (or ``query_id``, ``_id``, ``id``)
+and ``query`` (or ``text``), or plain text, one query a line (its qid: the line's number). No
+relevance judgements: the point is a corpus that has none.
+
+The dataset id is ``local/<file stem>-<hash of the files' contents>``: indexes and trained
+models are cached under it, so an edited file gets new ones and an unchanged file, under
+any path, finds its old ones. The documents are held in memory (a dict), which suits the
+corpora a user brings to a laptop (a million short passages: a few GB).
+"""
+import csv
+import gzip
+import hashlib
+import json
+from pathlib import Path
+from typing import Dict, Iterator, List, NamedTuple, Optional, Union
+
+import ir_datasets
+from ir_datasets.datasets.base import Dataset
+from ir_datasets.formats import BaseDocs, BaseQueries, GenericQuery
+from ir_datasets.indices import Docstore
+
+DOCNO_FIELDS = ('docno', 'doc_id', '_id', 'id')
+TEXT_FIELDS = ('text', 'body', 'contents')
+QID_FIELDS = ('qid', 'query_id', '_id', 'id')
+QUERY_FIELDS = ('query', 'text')
+
+
+class LocalDoc(NamedTuple):
+    doc_id: str
+    title: str
+    text: str
+
+    def default_text(self) -> str:
+        """title + text: what both BM25 and the neural models see."""
+        return ' '.join(x for x in (self.title, self.text) if x)
+
+
+def _open(path: Path):
+    return gzip.open(path, 'rt', encoding='utf-8') if path.suffix == '.gz' else open(path, encoding='utf-8')
+
+
+def _format(path: Path) -> str:
+    suffixes = [s for s in path.suffixes if s != '.gz']
+    return suffixes[-1].lstrip('.').lower() if suffixes else 'txt'
+
+
+def read_records(path: Union[str, Path]) -> Iterator[Dict[str, str]]:
+    """The records of a JSON lines, CSV or TSV file (optionally gzipped), as dicts of strings."""
+    path = Path(path)
+    kind = _format(path)
+    with _open(path) as lines:
+        if kind in ('jsonl', 'json', 'ndjson'):
+            for number, line in enumerate(lines, 1):
+                if line.strip():
+                    try:
+                        yield {k: '' if v is None else str(v) for k, v in json.loads(line).items()}
+                    except (ValueError, AttributeError) as error:
+                        raise ValueError(f'{path}, line {number}: not a JSON object ({error})') from None
+        elif kind in ('csv', 'tsv'):
+            for record in csv.DictReader(lines, delimiter='\t' if kind == 'tsv' else ','):
+                yield {k: v or '' for k, v in record.items() if k is not None}
+        else:
+            raise ValueError(f'{path}: documents must be JSON lines, CSV or TSV (.jsonl, .csv, .tsv, optionally .gz)')
+
+
+def _field(record: Dict[str, str], names, path: Path, what: str) -> str:
+    for name in names:
+        if name in record:
+            return record[name]
+    raise ValueError(f'{path}: a record has no {what} field (one of {", ".join(names)}); its fields: '
+                     f'{", ".join(record) or "none"}')
+
+
+def read_docs(path: Union[str, Path]) -> Iterator[LocalDoc]:
+    path = Path(path)
+    for record in read_records(path):
+        yield LocalDoc(_field(record, DOCNO_FIELDS, path, 'document id'), record.get('title', ''),
+                       _field(record, TEXT_FIELDS, path, 'text'))
+
+
+def read_queries(path: Union[str, Path]) -> List[GenericQuery]:
+    """The queries of a JSON lines, CSV or TSV file, or of a plain text file (one a line)."""
+    path = Path(path)
+    if _format(path) in ('txt', 'text'):
+        with _open(path) as lines:
+            texts = [line.strip() for line in lines]
+        return [GenericQuery(str(i), text) for i, text in enumerate(texts, 1) if text]
+    return [GenericQuery(_field(r, QID_FIELDS, path, 'query id'), _field(r, QUERY_FIELDS, path, 'query'))
+            for r in read_records(path)]
+
+
+def content_hash(*paths: Optional[Union[str, Path]]) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        if path is not None:
+            with open(path, 'rb') as f:
+                for block in iter(lambda: f.read(1 << 20), b''):
+                    digest.update(block)
+        digest.update(b'\0')
+    return digest.hexdigest()[:10]
+
+
+class LocalDocs(BaseDocs):
+    def __init__(self, path: Path, namespace: str):
+        self._path, self._namespace = path, namespace
+        self._store: Optional['_DictDocstore'] = None
+
+    def docs_iter(self):
+        return read_docs(self._path)
+
+    def docs_cls(self):
+        return LocalDoc
+
+    def docs_store(self, field='doc_id'):
+        if self._store is None:
+            self._store = _DictDocstore(self.docs_iter())
+        return self._store
+
+    def docs_count(self):
+        return len(self.docs_store())
+
+    def docs_namespace(self):
+        return self._namespace
+
+    def docs_lang(self):
+        return None
+
+
+class LocalQueries(BaseQueries):
+    def __init__(self, path: Path, namespace: str):
+        self._path, self._namespace = path, namespace
+
+    def queries_iter(self):
+        return iter(read_queries(self._path))
+
+    def queries_cls(self):
+        return GenericQuery
+
+    def queries_count(self):
+        return len(read_queries(self._path))
+
+    def queries_namespace(self):
+        return self._namespace
+
+    def queries_lang(self):
+        return None
+
+
+class _DictDocstore(Docstore):
+    def __init__(self, docs):
+        super().__init__(LocalDoc)
+        self._docs: Dict[str, LocalDoc] = {}
+        for doc in docs:
+            self._docs.setdefault(doc.doc_id, doc)  # (the first of a repeated id wins, as in corpus_iter)
+
+    def __len__(self):
+        return len(self._docs)
+
+    def get_many(self, doc_ids, field=None):
+        found = {d: self._docs[d] for d in doc_ids if d in self._docs}
+        return found if field is None else {k: getattr(d, field) for k, d in found.items()}
+
+    def get_many_iter(self, doc_ids):
+        return iter(self.get_many(doc_ids).values())
+
+
+def register_local(docs: Union[str, Path], queries: Optional[Union[str, Path]] = None,
+                   name: Optional[str] = None) -> str:
+    """Registers the corpus in ``docs`` (and the queries in ``queries``) with ir_datasets;
+    returns its dataset id, ``local/<name or the file's stem>-<content hash>``."""
+    docs = Path(docs).resolve()
+    if not docs.is_file():
+        raise FileNotFoundError(f'no documents file {docs}')
+    queries = Path(queries).resolve() if queries is not None else None
+    if queries is not None and not queries.is_file():
+        raise FileNotFoundError(f'no queries file {queries}')
+    stem = name or docs.name.split('.')[0]
+    dataset_id = f'local/{stem}-{content_hash(docs, queries)}'
+    if dataset_id not in ir_datasets.registry:
+        namespace = f'local/{stem}-{content_hash(docs)}'  # (the corpus: shared by any queries file)
+        parts = [LocalDocs(docs, namespace)] + ([LocalQueries(queries, namespace)] if queries is not None else [])
+        ir_datasets.registry.register(dataset_id, Dataset(*parts))
+    return dataset_id

@@ -1,0 +1,130 @@
+"""Every script in examples/ runs here, as a user runs it (``python examples/x.py args``:
+the file executed as ``__main__`` with its arguments), on ADI with small settings given
+through its own arguments, so that none of them can rot. Each test then checks numbers
+the script computed (the globals it leaves), against what the package gives directly.
+
+The README's own code blocks are covered by tests/test_readme.py, the notebook by
+tests/test_walkthrough.py.
+"""
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pyterrier_selfsup import Collection
+
+EXAMPLES = Path(__file__).resolve().parents[1] / 'examples'
+ADI = 'classic/adi'
+
+
+@pytest.fixture
+def run_example(cache_dir, tmp_path, monkeypatch):
+    """``run_example(script, *args)``: examples/<script> run as ``__main__`` with ``args`` in a
+    fresh working directory, the test session's cache as ``$SELFSUP_CACHE``; returns the
+    globals it ended with."""
+    monkeypatch.setenv('SELFSUP_CACHE', str(cache_dir))
+    monkeypatch.chdir(tmp_path)
+
+    def run(script: str, *args: str) -> dict:
+        monkeypatch.setattr(sys, 'argv', [str(EXAMPLES / script), *map(str, args)])
+        return runpy.run_path(str(EXAMPLES / script), run_name='__main__')
+    return run
+
+
+def nDCG10(table: pd.DataFrame, name: str) -> float:
+    return float(table.set_index('name').loc[name, 'nDCG@10'])
+
+
+def test_every_example_has_a_test():
+    import re
+    tested = set(re.findall(r"run_example\('(\w+\.py)'", Path(__file__).read_text()))
+    assert tested == {p.name for p in EXAMPLES.glob('*.py')}
+
+
+def test_rerank_from_stored_vectors_scores_as_reencoding_does(run_example):
+    table = run_example('rerank_bm25_with_minilm.py', ADI)['table']
+    assert nDCG10(table, 'BM25') == pytest.approx(0.4855, abs=1e-4)  # (tests/test_bm25.py)
+    assert nDCG10(table, 'MiniLM') == pytest.approx(0.4975, abs=1e-4)  # (tests/test_dense.py)
+    stored, text = (table.set_index('name').loc[f'BM25 >> MiniLM ({how})'] for how in ('stored vectors', 're-encoded'))
+    assert stored['nDCG@10'] == text['nDCG@10'] and stored['R@100'] == text['R@100']
+    assert stored['mrt'] < text['mrt'] / 5  # one query encoded a query, against 100 passages
+
+
+def test_distant_supervision_then_the_saved_model_loads_back_to_the_same_numbers(run_example, tmp_path):
+    trained = run_example('distant_supervision.py', ADI, '--queries', 64, '--output-dir', tmp_path / 'ds')
+    assert trained['queries']['query'].nunique() == len(trained['queries']) <= 64
+    adapted = nDCG10(trained['table'], 'MiniLM adapted')
+    assert adapted != nDCG10(trained['table'], 'MiniLM')  # two steps moved it
+    loaded = run_example('load_trained_model.py', tmp_path / 'ds' / 'final', ADI, '--query', 'computer indexing')
+    assert nDCG10(loaded['table'], str(tmp_path / 'ds' / 'final')) == adapted
+    assert list(loaded['results']['qid'].unique()) == ['0'] and len(loaded['results']) == 82
+
+
+def test_distillation(run_example, tmp_path):
+    ran = run_example('distillation.py', ADI, '--queries', 16, '--rounds', 1, '--output-dir', tmp_path / 'distill')
+    table = ran['table']
+    assert len(ran['queries']) == 16 and ran['queries']['source_docno'].nunique() > 1  # SmolLM2's, from passages
+    # the fused teacher (tests/test_distill.py: above both of its parts on ADI)
+    assert nDCG10(table, 'teacher (BM25 + MiniLM)') > max(nDCG10(table, 'BM25'), nDCG10(table, 'MiniLM'))
+    assert (tmp_path / 'distill' / 'final' / 'config_sentence_transformers.json').exists()
+
+
+def test_rerank_with_generator(run_example):
+    table = run_example('rerank_with_generator.py', ADI, '--depth', 5)['table']
+    # the same five documents a query, reordered: R@5 unchanged, nDCG@10 changed
+    assert nDCG10(table, 'BM25') != nDCG10(table, 'BM25 top 5 >> SmolLM2 log p(q|d)')
+
+
+def test_reatt_token_index(run_example):
+    table = run_example('reatt_token_index.py', ADI, '--candidate-tokens', 64)['table']
+    rows = table.set_index('name')
+    assert rows.loc['ReAtt, exact', 'R@100'] == 1.0  # every document of ADI (82) scored
+    assert rows.loc['ReAtt, exact', 'nDCG@10'] == pytest.approx(0.2839, abs=2e-3)  # MiniLM's head: weak on ADI
+    # 64 tokens a query token reach every document of ADI's 6,052 tokens: the two stages are exact here
+    assert (rows.loc["ReAtt, two stages (K'=64)", ['nDCG@10', 'R@100']] == rows.loc['ReAtt, exact', ['nDCG@10', 'R@100']]).all()
+
+
+@pytest.mark.parametrize('method', ['rumbart', 'acrobart'])
+def test_retrieve_and_reconstruct(run_example, tmp_path, method):
+    ran = run_example('reconstruction.py', ADI, '--method', method, '--queries', 16, '--k', 2,
+                      '--output-dir', tmp_path / method)
+    assert ran['adapted'].state['step'] == 1  # 16 queries, one batch
+    assert nDCG10(ran['table'], f'MiniLM + {method}') != nDCG10(ran['table'], 'MiniLM')
+    assert (tmp_path / method / 'training_log.jsonl').exists() and (tmp_path / method / 'final' / 'config.json').exists()
+
+
+def test_cross_document_adjustment(run_example, tmp_path):
+    table = run_example('cross_document_adjustment.py', ADI, '--queries', 8, '--epochs', 1,
+                        '--output-dir', tmp_path / 'reatt')['table']
+    assert nDCG10(table, 'ReAtt adjusted') != nDCG10(table, 'ReAtt zero-shot')  # the head's keys moved
+    assert (tmp_path / 'reatt' / 'final' / 'config.json').exists()
+
+
+def test_your_own_corpus_on_a_corpus_it_has_never_seen(run_example, tmp_path):
+    """A JSONL of documents under new ids, a plain file of queries, no qrels: trained,
+    indexed, searched, saved; then loaded back and searched by load_trained_model.py."""
+    adi = Collection(ADI)
+    with open(tmp_path / 'docs.jsonl', 'w') as out:
+        for doc in adi.corpus_iter():
+            out.write(json.dumps({'docno': f'doc-{doc["docno"]}', 'text': doc['text']}) + '\n')
+    (tmp_path / 'queries.txt').write_text('\n'.join(adi.topics()['query'].head(12)) + '\n')
+    ran = run_example('your_own_corpus.py', tmp_path / 'docs.jsonl', tmp_path / 'queries.txt', '--rounds', 1,
+                      '--output-dir', tmp_path / 'mine')
+    corpus = ran['corpus']
+    assert corpus.name.startswith('local/docs-') and corpus.docs_count == 82
+    assert set(ran['runs']['adapted']['docno']) <= {f'doc-{d["docno"]}' for d in adi.corpus_iter()}
+    assert ran['runs']['adapted']['qid'].nunique() == 12
+    with pytest.raises(ValueError, match='has no relevance judgements'):
+        corpus.qrels()
+    loaded = run_example('load_trained_model.py', tmp_path / 'mine' / 'final', '--docs', tmp_path / 'docs.jsonl',
+                         '--query', adi.topics()['query'].iloc[0])
+    first = ran['runs']['adapted'].query('qid == "1"').head(10)['docno'].tolist()
+    assert loaded['results'].head(10)['docno'].tolist() == first  # the saved model ranks as the trained one
+
+
+def test_distill_data_parallel_on_one_process(run_example, tmp_path):
+    ran = run_example('distill_data_parallel.py', ADI, tmp_path / 'dp')
+    assert ran['world_size'] == 1 and len([r for r in ran['trainer'].log if 'loss' in r]) > 1
