@@ -29,7 +29,7 @@ collection = selfsup.Collection(args.collection)
 bm25 = selfsup.BM25.from_collection(collection, num_results=100)
 minilm = selfsup.DenseRetriever.from_collection(collection)
 
-if args.queries_from == 'sampled':  # SmolLM2 writes them once; they are cached with the indexes
+if args.queries_from == 'sampled':  # SmolLM2 writes them (each run: `selfsup run -p distill` caches them)
     generator = selfsup.Generator.from_pretrained(selfsup.SMOLLM2, gguf_file=selfsup.SMOLLM2_GGUF)
     queries = selfsup.sampled_queries(collection, generator, args.queries)
 else:
