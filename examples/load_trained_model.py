@@ -5,8 +5,8 @@
 A dense model (distant supervision, RUMBArt, ACROBArT, distillation) loads as a
 `DualEncoder`; its index over the collection is built on first use and cached under a key
 of its weights, so the same model finds its index again. On a collection with relevance
-judgements it is compared with BM25; `--docs` searches a corpus of your own instead
-(see examples/your_own_corpus.py for the formats).
+judgements it is compared with BM25; `--docs` searches a corpus of your own instead of
+the collection (see examples/your_own_corpus.py for the formats).
 """
 import argparse
 

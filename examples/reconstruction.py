@@ -31,10 +31,12 @@ generator = selfsup.Generator.from_pretrained(selfsup.SMOLLM2, gguf_file=selfsup
 
 torch.manual_seed(0)
 trainer = {'rumbart': selfsup.Rumbart, 'acrobart': selfsup.Acrobart}[args.method]
+output_dir = args.output_dir or f'runs/{args.method}'
 adapted = trainer(selfsup.DualEncoder.from_pretrained(selfsup.MINILM), generator, collection, k=args.k,
-                  refresh_every=25, lr=2e-5, output_dir=args.output_dir or f'runs/{args.method}')
+                  refresh_every=25, lr=2e-5, output_dir=output_dir)
 adapted.fit(selfsup.corpus_sentences(collection, args.queries))
 
 table = pt.Experiment([bm25, minilm, adapted], collection.topics(), collection.qrels(), [nDCG @ 10],
                       names=['BM25', 'MiniLM', f'MiniLM + {args.method}'], baseline=0, round=4)
 print(table.to_string())
+print(f'the adapted model: {output_dir}/final (examples/load_trained_model.py searches with it)')

@@ -49,7 +49,9 @@ def test_a_corpus_of_ones_own_from_jsonl_csv_and_tsv(tmp_path):
     with gzip.open(tmp_path / 'docs.jsonl.gz', 'wt') as out:
         out.writelines(json.dumps(d) + '\n' for d in docs)
     pd.DataFrame(docs).rename(columns={'_id': 'docno'}).to_csv(tmp_path / 'docs.csv', index=False)
-    pd.DataFrame(docs).rename(columns={'_id': 'doc_id'}).to_csv(tmp_path / 'docs.tsv', sep='\t', index=False)
+    # (TSV as BEIR and MS MARCO write it: no quoting)
+    (tmp_path / 'docs.tsv').write_text(''.join('\t'.join(row) + '\n' for row in
+                                               [('doc_id', 'title', 'text')] + [tuple(d.values()) for d in docs]))
     (tmp_path / 'queries.txt').write_text('purring cats\n\ndogs\n')
     for name in ('docs.jsonl.gz', 'docs.csv', 'docs.tsv'):
         corpus = Collection.from_files(tmp_path / name, tmp_path / 'queries.txt')
@@ -62,14 +64,24 @@ def test_a_corpus_of_ones_own_from_jsonl_csv_and_tsv(tmp_path):
     (tmp_path / 'elsewhere' / 'docs.csv').write_bytes((tmp_path / 'docs.csv').read_bytes())
     assert Collection.from_files(tmp_path / 'elsewhere' / 'docs.csv').corpus_id == \
         Collection.from_files(tmp_path / 'docs.csv').corpus_id != Collection.from_files(tmp_path / 'docs.tsv').corpus_id
+    # the same contents registered again from another path, the first path gone: read from the new one
+    moved = Collection.from_files(tmp_path / 'elsewhere' / 'docs.csv')
+    (tmp_path / 'docs.csv').unlink()
+    assert Collection.from_files(tmp_path / 'elsewhere' / 'docs.csv').name == moved.name
+    assert moved.docs_count == 2 and len(list(moved.corpus_iter())) == 2
+    # a spreadsheet's byte-order mark; a TSV field that starts with a quote (TSV does not quote)
+    (tmp_path / 'bom.csv').write_text('docno,text\nx,"one, two"\n', encoding='utf-8-sig')
+    (tmp_path / 'quote.tsv').write_text('docno\ttext\nx\t"unclosed\ny\tsecond\n')
+    assert list(Collection.from_files(tmp_path / 'bom.csv').corpus_iter()) == [{'docno': 'x', 'text': 'one, two'}]
+    assert [d['docno'] for d in Collection.from_files(tmp_path / 'quote.tsv').corpus_iter()] == ['x', 'y']
     with pytest.raises(ValueError, match='has no relevance judgements'):
         corpus.qrels()
     with pytest.raises(ValueError, match='has no queries'):
-        Collection.from_files(tmp_path / 'docs.csv').topics()
+        Collection.from_files(tmp_path / 'docs.tsv').topics()
     (tmp_path / 'bad.jsonl').write_text('{"title": "no id"}\n')
     with pytest.raises(ValueError, match=r'bad.jsonl: a record has no document id field \(one of docno, doc_id'):
         list(Collection.from_files(tmp_path / 'bad.jsonl').corpus_iter())
     with pytest.raises(FileNotFoundError, match='no documents file'):
         Collection.from_files(tmp_path / 'missing.jsonl')
-    bm25 = BM25.from_collection(Collection.from_files(tmp_path / 'docs.csv'), cache_dir=tmp_path / 'cache')
+    bm25 = BM25.from_collection(Collection.from_files(tmp_path / 'docs.tsv'), cache_dir=tmp_path / 'cache')
     assert bm25.search('cats')['docno'].tolist() == ['a']

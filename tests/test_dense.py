@@ -53,13 +53,17 @@ def test_stored_vector_reranking_scores_as_reencoding_does_without_encoding_a_pa
     original = type(adi_dense.encoder).encode_docs
     monkeypatch.setattr(type(adi_dense.encoder), 'encode_docs',
                         lambda self, texts, *a, **k: encoded.extend(texts) or original(self, texts, *a, **k))
-    stored = (first_stage >> adi_dense.scorer())(coll.topics())
-    assert encoded == [] and len(stored) == len(reencoded) == 35 * 20 - 35  # (ADI: some queries have fewer)
+    candidates = first_stage(coll.topics())
+    # a first stage's own docids (here: the reverse order) must not be read as the index's
+    stored = adi_dense.scorer()(candidates.assign(docid=np.arange(len(candidates))[::-1]))
+    assert encoded == [] and len(stored) == len(reencoded) == len(candidates) > 600
     assert list(stored.columns) == ['qid', 'query', 'docno', 'score', 'rank']
     both = stored.merge(reencoded, on=['qid', 'docno'], suffixes=('', '_text'))
     assert len(both) == len(stored)
     np.testing.assert_allclose(both['score'], both['score_text'], atol=1e-5)
     assert (both['rank'] == both['rank_text']).all()
+    empty = adi_dense.scorer()(candidates.head(0))
+    assert len(empty) == 0 and {'score', 'rank'} <= set(empty.columns)
 
 
 def test_bad_input(adi_dense):

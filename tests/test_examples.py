@@ -50,7 +50,7 @@ def test_rerank_from_stored_vectors_scores_as_reencoding_does(run_example):
     assert nDCG10(table, 'MiniLM') == pytest.approx(0.4975, abs=1e-4)  # (tests/test_dense.py)
     stored, text = (table.set_index('name').loc[f'BM25 >> MiniLM ({how})'] for how in ('stored vectors', 're-encoded'))
     assert stored['nDCG@10'] == text['nDCG@10'] and stored['R@100'] == pytest.approx(text['R@100'])
-    assert stored['mrt'] < text['mrt'] / 5  # one query encoded a query, against 100 passages
+    # (what each form costs is measured by experiments/rerank_cost.py, not asserted here)
 
 
 def test_distant_supervision_then_the_saved_model_loads_back_to_the_same_numbers(run_example, tmp_path):
@@ -69,13 +69,23 @@ def test_distillation(run_example, tmp_path):
     assert len(ran['queries']) == 16 and ran['queries']['source_docno'].nunique() > 1  # SmolLM2's, from passages
     # the fused teacher (tests/test_distill.py: above both of its parts on ADI)
     assert nDCG10(table, 'teacher (BM25 + MiniLM)') > max(nDCG10(table, 'BM25'), nDCG10(table, 'MiniLM'))
+    assert nDCG10(table, 'MiniLM distilled') != nDCG10(table, 'MiniLM')  # one step moved the query tower
+    steps = [json.loads(line) for line in (tmp_path / 'distill' / 'training_log.jsonl').read_text().splitlines()]
+    assert len([s for s in steps if 'loss' in s]) == 1  # 16 queries: one batch of 32, one round
     assert (tmp_path / 'distill' / 'final' / 'config_sentence_transformers.json').exists()
 
 
 def test_rerank_with_generator(run_example):
-    table = run_example('rerank_with_generator.py', ADI, '--depth', 5)['table']
-    # the same five documents a query, reordered: R@5 unchanged, nDCG@10 changed
-    assert nDCG10(table, 'BM25') != nDCG10(table, 'BM25 top 5 >> SmolLM2 log p(q|d)')
+    import sqlite3
+
+    from pyterrier_selfsup.models.generator import SCORE_DB
+    ran = run_example('rerank_with_generator.py', ADI, '--depth', 5)
+    # the same five documents a query, reordered
+    assert nDCG10(ran['table'], 'BM25') != nDCG10(ran['table'], 'BM25 top 5 >> SmolLM2 log p(q|d)')
+    assert ran['table'].set_index('name')['RR@10'].nunique() == 2
+    with sqlite3.connect(ran['scorer'].cache_path / SCORE_DB) as db:  # every pair scored once, kept for next time
+        assert db.execute('SELECT COUNT(*) FROM cache').fetchone()[0] == len(ran['bm25'](ran['collection'].topics())
+                                                                               .query('rank < 5'))
 
 
 def test_reatt_token_index(run_example):
@@ -123,6 +133,14 @@ def test_your_own_corpus_on_a_corpus_it_has_never_seen(run_example, tmp_path):
                          '--query', adi.topics()['query'].iloc[0])
     first = ran['runs']['adapted'].query('qid == "1"').head(10)['docno'].tolist()
     assert loaded['results'].head(10)['docno'].tolist() == first  # the saved model ranks as the trained one
+
+
+def test_your_own_corpus_without_queries_from_a_csv(run_example, tmp_path):
+    adi = Collection(ADI)
+    pd.DataFrame(list(adi.corpus_iter())).head(40).to_csv(tmp_path / 'docs.csv', index=False)
+    ran = run_example('your_own_corpus.py', tmp_path / 'docs.csv', '--rounds', 1, '--output-dir', tmp_path / 'csv')
+    assert ran['corpus'].docs_count == 40 and ran['queries']['qid'].str.startswith('sent').all()
+    assert (tmp_path / 'csv' / 'final').is_dir() and len(ran['runs']['adapted']) > 0
 
 
 def test_distill_data_parallel_on_one_process(run_example, tmp_path):

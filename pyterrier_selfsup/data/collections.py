@@ -43,7 +43,7 @@ class Collection:
         """A corpus of your own: documents from a JSON lines, CSV or TSV file (``docno``,
         ``text``, optional ``title``), and optionally queries (``qid``, ``query``; or plain
         text, one a line); no relevance judgements. Registered with ir_datasets as
-        ``local/<name or the file's stem>-<content hash>`` (see :mod:`pyterrier_selfsup.data.local`)."""
+        ``local/<name>-<hash of the contents>-<format>`` (see :mod:`pyterrier_selfsup.data.local`)."""
         from pyterrier_selfsup.data.local import register_local
         return cls(register_local(docs, queries, name))
 

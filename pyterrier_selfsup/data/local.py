@@ -8,9 +8,10 @@ collections do. Queries: the same formats with ``qid`` (or ``query_id``, ``_id``
 and ``query`` (or ``text``), or plain text, one query a line (its qid: the line's number). No
 relevance judgements: the point is a corpus that has none.
 
-The dataset id is ``local/<file stem>-<hash of the files' contents>``: indexes and trained
-models are cached under it, so an edited file gets new ones and an unchanged file, under
-any path, finds its old ones. The documents are held in memory (a dict), which suits the
+The corpus is ``local/<name>-<hash of the documents file>-<format>`` (``<name>``: the file's
+name up to its first dot), and a dataset with queries adds a hash of the queries file to
+it: indexes and trained models are cached under the corpus, so an edited file gets new
+ones and an unchanged file, under any path, finds its old ones. The documents are held in memory (a dict), which suits the
 corpora a user brings to a laptop (a million short passages: a few GB).
 """
 import csv
@@ -42,7 +43,11 @@ class LocalDoc(NamedTuple):
 
 
 def _open(path: Path):
-    return gzip.open(path, 'rt', encoding='utf-8') if path.suffix == '.gz' else open(path, encoding='utf-8')
+    # utf-8-sig: a byte-order mark (a CSV saved by a spreadsheet) is not part of the first field;
+    # newline='': as the csv module asks (a quoted field may hold a line break)
+    if path.suffix == '.gz':
+        return gzip.open(path, 'rt', encoding='utf-8-sig', newline='')
+    return open(path, encoding='utf-8-sig', newline='')
 
 
 def _format(path: Path) -> str:
@@ -63,7 +68,10 @@ def read_records(path: Union[str, Path]) -> Iterator[Dict[str, str]]:
                     except (ValueError, AttributeError) as error:
                         raise ValueError(f'{path}, line {number}: not a JSON object ({error})') from None
         elif kind in ('csv', 'tsv'):
-            for record in csv.DictReader(lines, delimiter='\t' if kind == 'tsv' else ','):
+            csv.field_size_limit(1 << 30)  # (full-text documents outgrow the default 128 KiB a field)
+            # TSV has no quoting: a field that starts with " is text, not the start of a quoted field
+            options = {'delimiter': '\t', 'quoting': csv.QUOTE_NONE} if kind == 'tsv' else {}
+            for record in csv.DictReader(lines, **options):
                 yield {k: v or '' for k, v in record.items() if k is not None}
         else:
             raise ValueError(f'{path}: documents must be JSON lines, CSV or TSV (.jsonl, .csv, .tsv, optionally .gz)')
@@ -95,14 +103,11 @@ def read_queries(path: Union[str, Path]) -> List[GenericQuery]:
             for r in read_records(path)]
 
 
-def content_hash(*paths: Optional[Union[str, Path]]) -> str:
+def content_hash(path: Union[str, Path]) -> str:
     digest = hashlib.sha256()
-    for path in paths:
-        if path is not None:
-            with open(path, 'rb') as f:
-                for block in iter(lambda: f.read(1 << 20), b''):
-                    digest.update(block)
-        digest.update(b'\0')
+    with open(path, 'rb') as f:
+        for block in iter(lambda: f.read(1 << 20), b''):
+            digest.update(block)
     return digest.hexdigest()[:10]
 
 
@@ -173,7 +178,7 @@ class _DictDocstore(Docstore):
 def register_local(docs: Union[str, Path], queries: Optional[Union[str, Path]] = None,
                    name: Optional[str] = None) -> str:
     """Registers the corpus in ``docs`` (and the queries in ``queries``) with ir_datasets;
-    returns its dataset id, ``local/<name or the file's stem>-<content hash>``."""
+    returns its dataset id (the module's docstring says how it is made)."""
     docs = Path(docs).resolve()
     if not docs.is_file():
         raise FileNotFoundError(f'no documents file {docs}')
@@ -181,9 +186,20 @@ def register_local(docs: Union[str, Path], queries: Optional[Union[str, Path]] =
     if queries is not None and not queries.is_file():
         raise FileNotFoundError(f'no queries file {queries}')
     stem = name or docs.name.split('.')[0]
-    dataset_id = f'local/{stem}-{content_hash(docs, queries)}'
-    if dataset_id not in ir_datasets.registry:
-        namespace = f'local/{stem}-{content_hash(docs)}'  # (the corpus: shared by any queries file)
+    corpus = content_hash(docs)
+    # the format is part of the corpus's identity: the same bytes read as CSV and as TSV differ
+    namespace = f'local/{stem}-{corpus}-{_format(docs)}'  # (the corpus: shared by any queries file)
+    dataset_id = f'{namespace}-{content_hash(queries)[:6]}' if queries is not None else namespace
+    if dataset_id in _REGISTERED:
+        # ir_datasets refuses re-registration: the same contents, perhaps at another path (the
+        # first may be gone), so the registered components are re-pointed at these files
+        for part, path in zip(_REGISTERED[dataset_id], (docs, queries)):
+            part._path = path
+    else:
         parts = [LocalDocs(docs, namespace)] + ([LocalQueries(queries, namespace)] if queries is not None else [])
         ir_datasets.registry.register(dataset_id, Dataset(*parts))
+        _REGISTERED[dataset_id] = parts
     return dataset_id
+
+
+_REGISTERED: Dict[str, List[BaseDocs]] = {}  # dataset id -> its components, re-pointed on registering again

@@ -334,11 +334,14 @@ class StoredVectorScorer(pt.Transformer):
 
     def transform(self, results: pd.DataFrame) -> pd.DataFrame:
         pt.validate.result_frame(results, extra_columns=['query'])
-        return self._pipeline(results).drop(columns='query_vec')
+        if not len(results):  # (pyterrier-dr's scorer fails on an empty frame)
+            return results.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
+        # a first stage's own docids (Terrier's) are not the index's: FlexIndex would read them as its own
+        return self._pipeline(results.drop(columns='docid', errors='ignore')).drop(columns='query_vec')
 
     def transform_outputs(self, input_columns: List[str]) -> List[str]:
         pt.validate.result_frame(input_columns, extra_columns=['query'])
-        return [c for c in input_columns if c not in ('score', 'rank')] + ['score', 'rank']
+        return [c for c in input_columns if c not in ('score', 'rank', 'docid')] + ['score', 'rank']
 
     def __repr__(self):
         return f'StoredVectorScorer({self.encoder!r}, {self.index!r})'
