@@ -7,6 +7,10 @@ so that its relative paths (runs/...) are where a user running it in Jupyter wou
 them. Settings the notebook reads from the environment (WALKTHROUGH_*) pass through.
 """
 import argparse
+import json
+import os
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -14,11 +18,30 @@ import nbformat
 from nbclient import NotebookClient
 
 
+KERNEL = 'pyterrier-selfsup-this-python'
+
+
 def execute(path: Path, *, timeout: int = 3600, cwd: Path = None) -> nbformat.NotebookNode:
-    """``path``'s notebook executed (in ``cwd``, default its directory); raises on a failing cell."""
+    """``path``'s notebook executed (in ``cwd``, default its directory) by a kernel running
+    this Python (not whatever a user's ``python3`` kernelspec names); raises on a failing cell."""
     notebook = nbformat.read(path, as_version=4)
-    NotebookClient(notebook, timeout=timeout, kernel_name='python3',
-                   resources={'metadata': {'path': str(cwd or path.parent)}}).execute()
+    with tempfile.TemporaryDirectory() as specs:
+        spec = Path(specs) / 'kernels' / KERNEL
+        spec.mkdir(parents=True)
+        (spec / 'kernel.json').write_text(json.dumps({
+            'argv': [sys.executable, '-m', 'ipykernel_launcher', '-f', '{connection_file}'],
+            'display_name': 'Python (pyterrier-selfsup)', 'language': 'python'}))
+        previous = os.environ.get('JUPYTER_PATH')
+        os.environ['JUPYTER_PATH'] = os.pathsep.join([specs] + ([previous] if previous else []))
+        try:
+            NotebookClient(notebook, timeout=timeout, kernel_name=KERNEL,
+                           resources={'metadata': {'path': str(cwd or path.parent)}}).execute()
+        finally:
+            if previous is None:
+                del os.environ['JUPYTER_PATH']
+            else:
+                os.environ['JUPYTER_PATH'] = previous
+    notebook.metadata['kernelspec'] = {'name': 'python3', 'display_name': 'Python 3', 'language': 'python'}
     return notebook
 
 
