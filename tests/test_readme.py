@@ -64,3 +64,33 @@ def test_every_python_block_of_the_readme_runs(cache_dir, tmp_path, monkeypatch)
     assert len(adapting) == 3 and (tmp_path / 'runs' / 'ds' / 'final' / 'config.json').exists()
     assert isinstance(classic, pd.DataFrame) and len(classic) == 76  # CISI's judged queries
     assert own['qid'].nunique() == 5 and set(own['docno']) <= {d['docno'] for d in adi.corpus_iter()}
+
+
+def test_every_selfsup_command_of_the_readme_parses_and_names_known_pipelines(monkeypatch):
+    """The README's shell lines are not run (they train on scifact for hours): each
+    ``selfsup`` command (and ``python -m pyterrier_selfsup`` under torchrun) goes through the
+    CLI's own parser, and every pipeline it names, with its settings, must resolve."""
+    import shlex
+
+    from pyterrier_selfsup.harness import cli
+    from pyterrier_selfsup.harness.pipelines import get_pipeline
+    seen = []
+    monkeypatch.setattr(cli, 'run_experiment', lambda collections, pipelines, **kwargs: seen.extend(
+        get_pipeline(p) for p in pipelines))
+    monkeypatch.setattr(cli, 'write_results', lambda *args, **kwargs: [])
+    monkeypatch.setattr(cli, 'writable', lambda *args, **kwargs: None)
+    monkeypatch.setattr(cli, 'join_process_group', lambda: None)
+    monkeypatch.setattr(cli, 'Collection', lambda name: name)
+    monkeypatch.setattr(type(get_pipeline('ds')), 'train', lambda spec, *args, **kwargs: seen.append(spec) or Path('x'))
+    commands = []
+    for block in re.findall(r'```bash\n(.*?)```', README.read_text(), flags=re.S):
+        for line in block.splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:1] == ['selfsup']:
+                commands.append(words[1:])
+            elif 'pyterrier_selfsup' in words:
+                commands.append(words[words.index('pyterrier_selfsup') + 1:])
+    assert len(commands) >= 10
+    for argv in commands:
+        assert cli.main(argv) == 0, argv
+    assert len(seen) >= 15
