@@ -1,0 +1,63 @@
+"""How long each script in examples/ takes at its defaults (ADI), as a user first runs them
+(issue 21: "runnable as it is on a CPU in minutes"): one after another in a fresh cache,
+so the first to need an index, the GGUF conversion or a generator score pays for it and
+the later ones find it, as they would for the user. The walkthrough is timed by its own
+last cell (examples/walkthrough.ipynb).
+
+    python experiments/examples_runtime.py
+writes experiments/results/examples_runtime.{md,json}.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pyterrier_selfsup.harness import provenance
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / 'experiments' / 'results'
+# in the README's order; a trained model's directory feeds load_trained_model.py
+RUNS = [['rerank_bm25_with_minilm.py'], ['distant_supervision.py'], ['load_trained_model.py', 'runs/distant-supervision/final'],
+        ['distillation.py'], ['reconstruction.py'], ['reconstruction.py', '--method', 'acrobart'],
+        ['rerank_with_generator.py'], ['reatt_token_index.py'], ['cross_document_adjustment.py'],
+        ['your_own_corpus.py', 'docs.jsonl', 'queries.txt'], ['distill_data_parallel.py']]
+
+
+def main():
+    header = provenance.header()
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        env = {**os.environ, 'SELFSUP_CACHE': f'{work}/cache'}
+        from pyterrier_selfsup import Collection
+        adi = Collection('classic/adi')  # your_own_corpus.py's files: ADI's documents under new ids
+        with open(f'{work}/docs.jsonl', 'w') as out:
+            out.writelines(json.dumps({'docno': f'doc-{d["docno"]}', 'text': d['text']}) + '\n'
+                           for d in adi.corpus_iter())
+        Path(f'{work}/queries.txt').write_text('\n'.join(adi.topics()['query']) + '\n')
+        for script, *args in RUNS:
+            started = time.time()
+            proc = subprocess.run([sys.executable, str(ROOT / 'examples' / script), *args], cwd=work, env=env,
+                                  capture_output=True, text=True)
+            seconds = time.time() - started
+            rows.append({'example': ' '.join([script, *args]), 'seconds': round(seconds, 1), 'rc': proc.returncode})
+            print(f'{rows[-1]}', flush=True)
+            if proc.returncode:
+                print(proc.stderr[-3000:], flush=True)
+    settings = {'collection': 'classic/adi (82 documents, 35 queries), each example at its defaults',
+                'cache': 'empty at the start, shared by the examples in this order'}
+    (RESULTS / 'examples_runtime.json').write_text(json.dumps({'header': header, 'settings': settings,
+                                                                'rows': rows}, indent=1))
+    md = ['# The examples at their defaults: wall time', '',
+          *(f'- {k}: {v}' for k, v in {**header, **settings}.items()), '',
+          '| example | seconds | exit |', '|---|---|---|',
+          *(f'| `{r["example"]}` | {r["seconds"]:.0f} | {r["rc"]} |' for r in rows), '',
+          f'All {len(rows)} in {sum(r["seconds"] for r in rows) / 60:.0f} minutes.', '']
+    (RESULTS / 'examples_runtime.md').write_text('\n'.join(md))
+    print('\n'.join(md))
+
+
+if __name__ == '__main__':
+    main()
