@@ -20,20 +20,31 @@ parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
 parser.add_argument('collection', nargs='?', default='classic/adi')
 parser.add_argument('--method', choices=['rumbart', 'acrobart'], default='rumbart')
 parser.add_argument('--queries', type=int, default=500, help='corpus sentences to train on (at most)')
-parser.add_argument('--k', type=int, default=5, help='passages retrieved a query')
+parser.add_argument('--k', type=int, default=None, help='passages retrieved a query (default: 5, ACROBArT 3)')
+parser.add_argument('--passage-tokens', type=int, default=None,
+                    help="the generator's passage length (default: 256, ACROBArT 128)")
 parser.add_argument('--output-dir', default=None, help='default: runs/<method>')
 args = parser.parse_args()
 
 collection = selfsup.Collection(args.collection)
 bm25 = selfsup.BM25.from_collection(collection)
 minilm = selfsup.DenseRetriever.from_collection(collection)
-generator = selfsup.Generator.from_pretrained(selfsup.SMOLLM2, gguf_file=selfsup.SMOLLM2_GGUF)  # frozen
+# ACROBArT reads a query's k passages in one sequence and keeps the generator's activations for
+# the backward pass: k=3, 128 tokens a passage (as experiments/README.md, "ACROBArT on scifact")
+# and batches of 16 queries taken 4 at a time (one optimiser step a batch of 16) keep a step in a
+# laptop's memory
+acrobart = args.method == 'acrobart'
+k = args.k or (3 if acrobart else 5)
+passage_tokens = args.passage_tokens or (128 if acrobart else 256)
+batches = dict(batch_size=4, accumulation=4) if acrobart else dict(batch_size=16)
+generator = selfsup.Generator.from_pretrained(selfsup.SMOLLM2, gguf_file=selfsup.SMOLLM2_GGUF,
+                                              max_passage_length=passage_tokens)  # frozen
 
 torch.manual_seed(0)
 trainer = {'rumbart': selfsup.Rumbart, 'acrobart': selfsup.Acrobart}[args.method]
 output_dir = args.output_dir or f'runs/{args.method}'
-adapted = trainer(selfsup.DualEncoder.from_pretrained(selfsup.MINILM), generator, collection, k=args.k,
-                  refresh_every=25, lr=2e-5, output_dir=output_dir)
+adapted = trainer(selfsup.DualEncoder.from_pretrained(selfsup.MINILM), generator, collection, k=k,
+                  refresh_every=25, lr=2e-5, output_dir=output_dir, **batches)
 adapted.fit(selfsup.corpus_sentences(collection, args.queries))
 
 table = pt.Experiment([bm25, minilm, adapted], collection.topics(), collection.qrels(), [nDCG @ 10],

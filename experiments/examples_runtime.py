@@ -1,4 +1,4 @@
-"""How long each script in examples/ takes at its defaults (ADI), as a user first runs them
+"""How long each script in examples/ takes at its defaults (ADI), and its peak memory, as a user first runs them
 (issue 21: "runnable as it is on a CPU in minutes"): one after another in a fresh cache,
 so the first to need an index, the GGUF conversion or a generator score pays for it and
 the later ones find it, as they would for the user. The walkthrough is timed by its own
@@ -39,21 +39,26 @@ def main():
         Path(f'{work}/queries.txt').write_text('\n'.join(adi.topics()['query']) + '\n')
         for script, *args in RUNS:
             started = time.time()
-            proc = subprocess.run([sys.executable, str(ROOT / 'examples' / script), *args], cwd=work, env=env,
-                                  capture_output=True, text=True)
-            seconds = time.time() - started
-            rows.append({'example': ' '.join([script, *args]), 'seconds': round(seconds, 1), 'rc': proc.returncode})
-            print(f'{rows[-1]}', flush=True)
-            if proc.returncode:
-                print(proc.stderr[-3000:], flush=True)
+            with open(f'{work}/log', 'w+') as log:
+                proc = subprocess.Popen([sys.executable, str(ROOT / 'examples' / script), *args], cwd=work, env=env,
+                                        stdout=log, stderr=subprocess.STDOUT)
+                _, status, usage = os.wait4(proc.pid, 0)  # (this child's own peak memory, not the largest so far)
+                seconds = time.time() - started
+                rc = os.waitstatus_to_exitcode(status)
+                rows.append({'example': ' '.join([script, *args]), 'seconds': round(seconds, 1), 'rc': rc,
+                             'peak GiB': round(usage.ru_maxrss / 2**20, 1)})
+                print(f'{rows[-1]}', flush=True)
+                if rc:
+                    log.seek(0)
+                    print(log.read()[-3000:], flush=True)
     settings = {'collection': 'classic/adi (82 documents, 35 queries), each example at its defaults',
                 'cache': 'empty at the start, shared by the examples in this order'}
     (RESULTS / 'examples_runtime.json').write_text(json.dumps({'header': header, 'settings': settings,
                                                                 'rows': rows}, indent=1))
     md = ['# The examples at their defaults: wall time', '',
           *(f'- {k}: {v}' for k, v in {**header, **settings}.items()), '',
-          '| example | seconds | exit |', '|---|---|---|',
-          *(f'| `{r["example"]}` | {r["seconds"]:.0f} | {r["rc"]} |' for r in rows), '',
+          '| example | seconds | peak memory (GiB) | exit |', '|---|---|---|---|',
+          *(f'| `{r["example"]}` | {r["seconds"]:.0f} | {r["peak GiB"]:.1f} | {r["rc"]} |' for r in rows), '',
           f'All {len(rows)} in {sum(r["seconds"] for r in rows) / 60:.0f} minutes.', '']
     (RESULTS / 'examples_runtime.md').write_text('\n'.join(md))
     print('\n'.join(md))
