@@ -74,6 +74,9 @@ def test_every_selfsup_command_of_the_readme_parses_and_names_known_pipelines(mo
 
     from pyterrier_selfsup.harness import cli
     from pyterrier_selfsup.harness.pipelines import get_pipeline
+    # `--classic-data DIR` sets $SELFSUP_CLASSIC_DATA for the process, as a command line should;
+    # here it must not outlive the test (the walkthrough's kernel, started later, inherits it).
+    monkeypatch.setenv('SELFSUP_CLASSIC_DATA', os.environ.get('SELFSUP_CLASSIC_DATA', ''))
     seen = []
     monkeypatch.setattr(cli, 'run_experiment', lambda collections, pipelines, **kwargs: seen.extend(
         get_pipeline(p) for p in pipelines))
