@@ -21,6 +21,7 @@ written here, on its ``DynamicCache``.
 :meth:`Generator.log_likelihood` is the differentiable version (one sequence per pair,
 gradients to the generator when it is trainable), for training.
 """
+import inspect
 import json
 import logging
 import sqlite3
@@ -28,7 +29,7 @@ from collections import defaultdict
 from contextlib import closing
 from functools import cached_property
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -49,6 +50,11 @@ CAUSAL_PROMPT = 'Passage: {passage}\nA question this passage answers:'
 SEQ2SEQ_PROMPT = '{passage}'
 NORMALISATIONS = ('sum', 'mean')
 MAX_PASSAGE_LENGTH = 256  # tokens of a passage the generator reads, by default
+# bytes of fp32 logits one chunk of targets may produce on a CPU: the log-softmax over them
+# peaks at a few times this. 64 MiB scored RUMBArt's ADI pairs in half the memory and less
+# time than chunks of 4 * batch_size alone (experiments/results/generator_memory.md). On a GPU
+# only the 4 * batch_size bound applies (not measured there: larger batches pay on a GPU).
+LOGITS_BUDGET = 64 * 2 ** 20
 
 
 class Generator(TorchModel):
@@ -60,7 +66,8 @@ class Generator(TorchModel):
             the target right after it, seq2seq models decode it from the encoded prompt.
         max_target_length: targets are truncated to this many tokens.
         batch_size: passages encoded per forward; each passage's targets are scored in
-            batches of up to ``4 * batch_size``.
+            batches of up to ``4 * batch_size`` (on a CPU, fewer where their logits would pass
+            ``LOGITS_BUDGET``).
         trainable: if False (the default) the weights are frozen (no gradients, eval mode).
         precision: ``auto`` (bf16 where the hardware has it), ``fp32``, ``bf16``, ``fp16``.
     """
@@ -199,11 +206,10 @@ class Generator(TorchModel):
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                          logits_to_keep=1)
         first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
-        cache = out.past_key_values
+        cache = out['cache'] if 'cache' in out else out.past_key_values
         lengths = mask.sum(-1)
-        chunk = 4 * self.batch_size
-        for start in range(0, len(items), chunk):
-            part = items[start:start + chunk]
+        for start, end in self._target_chunks(items):
+            part = items[start:end]
             idx = torch.tensor([row for row, _ in part], device=self.device)
             targets, t_mask = pad([t for _, t in part], pad_id, device=self.device)
             values = first[idx].gather(1, targets[:, :1]).squeeze(1) * t_mask[:, 0]
@@ -215,7 +221,7 @@ class Generator(TorchModel):
                                     attention_mask=torch.cat([mask.index_select(0, idx), t_mask[:, :-1]], 1),
                                     position_ids=lengths.index_select(0, idx)[:, None]
                                     + torch.arange(targets.shape[1] - 1, device=self.device),
-                                    past_key_values=expanded, use_cache=False).logits
+                                    use_cache=False, **{_cache_argument(self.model): expanded}).logits
                 values = values + _gather_logp(logits, targets[:, 1:], t_mask[:, 1:])
             yield [rows[start + i][0] for i in range(len(part))], values.double().cpu().numpy()
 
@@ -224,12 +230,28 @@ class Generator(TorchModel):
         for pair_rows, values in self._seq2seq_logp(passages, items, rows):
             yield pair_rows, values.double().cpu().numpy()
 
+    def _target_chunks(self, items: List[Tuple[int, List[int]]]) -> Iterator[Tuple[int, int]]:
+        """(start, end) of consecutive chunks of ``items``: at most ``4 * batch_size`` targets,
+        and, on a CPU, no more fp32 logits (targets × longest target × vocabulary) than
+        LOGITS_BUDGET bytes: a vocabulary of 49k and 64 targets of 64 tokens would be 0.8 GB."""
+        budget = LOGITS_BUDGET if self.device.type == 'cpu' else float('inf')
+        row_bytes = 4 * self.model.get_output_embeddings().weight.shape[0]
+        start = 0
+        while start < len(items):
+            end, longest = start + 1, len(items[start][1])
+            while end < len(items) and end - start < 4 * self.batch_size:
+                wider = max(longest, len(items[end][1]))
+                if (end + 1 - start) * wider * row_bytes > budget:
+                    break
+                end, longest = end + 1, wider
+            yield start, end
+            start = end
+
     def _seq2seq_logp(self, passages, items, rows):
         ids, mask = pad(passages, self.tokenizer.pad_token_id, device=self.device)
         encoded = self.model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
-        chunk = 4 * self.batch_size
-        for start in range(0, len(items), chunk):
-            part = items[start:start + chunk]
+        for start, end in self._target_chunks(items):
+            part = items[start:end]
             idx = torch.tensor([row for row, _ in part], device=self.device)
             yield ([rows[start + i][0] for i in range(len(part))],
                    self.decode_logp(encoded.index_select(0, idx), mask.index_select(0, idx), [t for _, t in part]))
@@ -498,6 +520,13 @@ def score_cache_dir(corpus_id: str, generator: Generator, cache_dir=None) -> Pat
     cached: keyed by the generator's fingerprint (weights and settings)."""
     return cache_root(cache_dir) / 'generator-scores' / cache_key(
         f'{corpus_id}.{generator.name.rstrip("/").rsplit("/", 1)[-1]}', {'generator': generator.fingerprint()})
+
+
+def _cache_argument(model) -> str:
+    """The name under which ``model.forward`` takes a key/value cache: ``cache`` since
+    transformers 5.24 (``past_key_values`` warns there, and goes in 5.40), before it
+    ``past_key_values``."""
+    return 'cache' if 'cache' in inspect.signature(model.forward).parameters else 'past_key_values'
 
 
 def _gather_logp(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
