@@ -221,7 +221,7 @@ class Generator(TorchModel):
                                     attention_mask=torch.cat([mask.index_select(0, idx), t_mask[:, :-1]], 1),
                                     position_ids=lengths.index_select(0, idx)[:, None]
                                     + torch.arange(targets.shape[1] - 1, device=self.device),
-                                    use_cache=False, **{_cache_argument(self.model): expanded}).logits
+                                    use_cache=False, **{self._cache_argument: expanded}).logits
                 values = values + _gather_logp(logits, targets[:, 1:], t_mask[:, 1:])
             yield [rows[start + i][0] for i in range(len(part))], values.double().cpu().numpy()
 
@@ -229,6 +229,13 @@ class Generator(TorchModel):
         """Each passage through the encoder once; its output is shared by its targets."""
         for pair_rows, values in self._seq2seq_logp(passages, items, rows):
             yield pair_rows, values.double().cpu().numpy()
+
+    @cached_property
+    def _cache_argument(self) -> str:
+        """The name under which the model's forward takes a key/value cache: ``cache`` since
+        transformers 5.24 (``past_key_values`` warns there, and goes in 5.40), before it
+        ``past_key_values``. (Read once: the scoring loop passes a cache every chunk.)"""
+        return 'cache' if 'cache' in inspect.signature(self.model.forward).parameters else 'past_key_values'
 
     def _target_chunks(self, items: List[Tuple[int, List[int]]]) -> Iterator[Tuple[int, int]]:
         """(start, end) of consecutive chunks of ``items``: at most ``4 * batch_size`` targets,
@@ -520,13 +527,6 @@ def score_cache_dir(corpus_id: str, generator: Generator, cache_dir=None) -> Pat
     cached: keyed by the generator's fingerprint (weights and settings)."""
     return cache_root(cache_dir) / 'generator-scores' / cache_key(
         f'{corpus_id}.{generator.name.rstrip("/").rsplit("/", 1)[-1]}', {'generator': generator.fingerprint()})
-
-
-def _cache_argument(model) -> str:
-    """The name under which ``model.forward`` takes a key/value cache: ``cache`` since
-    transformers 5.24 (``past_key_values`` warns there, and goes in 5.40), before it
-    ``past_key_values``."""
-    return 'cache' if 'cache' in inspect.signature(model.forward).parameters else 'past_key_values'
 
 
 def _gather_logp(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
