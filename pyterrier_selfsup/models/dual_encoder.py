@@ -27,6 +27,7 @@ from pyterrier_selfsup._cache import weights_fingerprint
 from pyterrier_selfsup.models._base import (TrainableModel, clean_texts, read_saved_config, resolve_device,
                                               to_device)
 from pyterrier_selfsup.models._openvino import CALIBRATION_TEXTS, OpenVinoSides
+from pyterrier_selfsup.models.offsets import PassageOffsets
 
 CONFIG_FILE = 'dual_encoder.json'
 BACKENDS = ('torch', 'openvino', 'openvino-int8')
@@ -143,6 +144,9 @@ class DualEncoder(BiEncoder, TrainableModel):
         self.query_max_length = query_max_length or max_length
         self.temperature = temperature
         self.precision = precision
+        # learned offsets of passage vectors (a query-tower-only training's moving passage side):
+        # applied where the index is built, never by encode_docs (see models/offsets.py)
+        self.passage_offsets: Optional[PassageOffsets] = None
 
     # -- construction and persistence -------------------------------------------------
 
@@ -182,9 +186,13 @@ class DualEncoder(BiEncoder, TrainableModel):
         # the tokenizer's limit is often a placeholder (1e30): the position table is the real one
         max_length = max_length or min(base['max_length'], tokenizer.model_max_length,
                                        getattr(encoder.config, 'max_position_embeddings', math.inf))
-        return cls(model, tokenizer, name=saved.get('name', str(name_or_path)) if saved else str(name_or_path),
-                   max_length=max_length, query_max_length=query_max_length or (saved or {}).get('query_max_length'),
-                   temperature=temperature, **kwargs)
+        encoder = cls(model, tokenizer, name=saved.get('name', str(name_or_path)) if saved else str(name_or_path),
+                      max_length=max_length,
+                      query_max_length=query_max_length or (saved or {}).get('query_max_length'),
+                      temperature=temperature, **kwargs)
+        if saved:
+            encoder.passage_offsets = PassageOffsets.load(name_or_path)
+        return encoder
 
     def config(self) -> Dict:
         config = {'name': self.name, 'pooling': self.model.pooling, 'dim': self.model.dim,
@@ -206,6 +214,8 @@ class DualEncoder(BiEncoder, TrainableModel):
             torch.save({k: v for k, v in self.model.state_dict().items() if k.endswith('_proj.weight')},
                        path / PROJECTIONS_FILE)
         (path / CONFIG_FILE).write_text(json.dumps(self.config(), indent=2))
+        if self.passage_offsets is not None:
+            self.passage_offsets.save(path)
         return path
 
     def save_sentence_transformers(self, path: Union[str, Path]) -> Path:
@@ -215,7 +225,8 @@ class DualEncoder(BiEncoder, TrainableModel):
         tower trained against a frozen passage tower) becomes a ``Router`` whose
         ``encode_query`` and ``encode_document`` take the two towers. Projections have no
         counterpart there (a ``Dense`` module would add a bias and an activation): a model
-        with ``dim`` set is refused."""
+        with ``dim`` set is refused. Nor have passage offsets (:mod:`~pyterrier_selfsup.models.offsets`):
+        sentence-transformers encodes passages as the start encoder did."""
         from sentence_transformers import SentenceTransformer
         from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Router, Transformer
 
@@ -265,6 +276,7 @@ class DualEncoder(BiEncoder, TrainableModel):
         if not saved.tied:  # a run that untied its encoder (a frozen passage tower)
             self.model.untie()
         self.model.load_state_dict(saved.state_dict())
+        self.passage_offsets = PassageOffsets.load(path)
 
     # -- encoding ---------------------------------------------------------------------
 

@@ -48,11 +48,25 @@ SHARD_CHUNK = 256
 
 
 def flex_index(collection: Union[str, Collection], encoder: BiEncoder, *,
-               cache_dir: Optional[Union[str, Path]] = None, verbose: bool = False) -> FlexIndex:
+               cache_dir: Optional[Union[str, Path]] = None, verbose: bool = False,
+               offsets: bool = True) -> FlexIndex:
     """``collection``'s documents (title + text) encoded by ``encoder``, built on first use
     under ``<cache>/flex/<collection>.<model>-<hash>``, the hash covering the model's
-    identity (a :class:`DualEncoder`'s passage side, a sentence-transformers model's name)."""
+    identity (a :class:`DualEncoder`'s passage side, a sentence-transformers model's name).
+
+    A :class:`DualEncoder` with learned passage offsets (:mod:`~pyterrier_selfsup.models.offsets`)
+    gets an index of its own, derived from the index of its passage tower with each
+    passage's offset applied (keyed by the offsets too; no passage is encoded again);
+    ``offsets=False``: the passage tower's index as it is."""
     collection = Collection(collection) if isinstance(collection, str) else collection
+    moved = getattr(encoder, 'passage_offsets', None) if offsets else None
+    if moved is not None and len(moved):
+        base = flex_index(collection, encoder, cache_dir=cache_dir, verbose=verbose, offsets=False)
+        path = Path(base.index_path).with_name(f'{Path(base.index_path).name}.offsets-{moved.fingerprint()}')
+        return FlexIndex(str(build_once(path, lambda staging: offset_index(staging, base, moved),
+                                        what=f'the index of {collection.name} with passage offsets',
+                                        needs=lambda: flex_size(collection, encoder), check=flex_damage)),
+                         verbose=False)
     if isinstance(encoder, DualEncoder):
         model = encoder.name
         settings = {'weights': encoder.passage_fingerprint(), 'dtype': str(encoder.compute_dtype())}
@@ -69,6 +83,22 @@ def flex_index(collection: Union[str, Collection], encoder: BiEncoder, *,
 
     return FlexIndex(str(build_once(path, build, what=f'the {model} index of {collection.name}',
                                     needs=lambda: flex_size(collection, encoder), check=flex_damage)), verbose=False)
+
+
+def offset_index(path: Union[str, Path], base: FlexIndex, offsets) -> FlexIndex:
+    """A new FlexIndex at ``path``: ``base``'s vectors with ``offsets`` applied
+    (:meth:`PassageOffsets.apply`), in its order, a chunk at a time."""
+    docnos, vectors, _ = base.payload()
+
+    def rows():
+        for start in range(0, len(vectors), INDEX_CHUNK):
+            names = [str(d) for d in docnos.fwd[np.arange(start, min(start + INDEX_CHUNK, len(vectors)))]]
+            for docno, vector in zip(names, offsets.apply(names, vectors[start:start + len(names)])):
+                yield {'docno': docno, 'doc_vec': vector}
+
+    index = FlexIndex(str(path), verbose=False)
+    index.index(rows())
+    return index
 
 
 def flex_size(collection: Collection, encoder: BiEncoder) -> Optional[int]:
@@ -351,7 +381,20 @@ def dense_retriever(collection: Collection, encoder: BiEncoder, *, fresh: bool =
                     cache_dir=None) -> DenseRetriever:
     """Search of ``collection`` with ``encoder`` as it is now: over its cached index, or
     (``fresh``) over one encoded into a temporary directory that lives as long as the
-    retriever (a trainer's refreshed index: an approximate one is built with it)."""
+    retriever (a trainer's refreshed index: an approximate one is built with it). An
+    encoder with passage offsets that change as it trains is searched over its cached index
+    with the offsets as they are now applied, in a temporary directory (one cached index
+    a training round would fill the cache)."""
+    moved = getattr(encoder, 'passage_offsets', None)
+    if not fresh and moved is not None and len(moved):
+        base = flex_index(collection, encoder, cache_dir=cache_dir, offsets=False)
+        with temporary_build('selfsup-index-', f'the index of {collection.name} with passage offsets',
+                             flex_size(collection, encoder) or 0) as (directory, tmp):
+            # (under torch.distributed the directory is rank 0's: it writes, every rank reads)
+            all_or_none(lambda: offset_index(f'{directory}/index.flex', base, moved) if distributed()[0] == 0 else None)
+            retriever = DenseRetriever(encoder, FlexIndex(f'{directory}/index.flex', verbose=False), search=search)
+        retriever._tmp = tmp
+        return retriever
     if not fresh:
         return DenseRetriever(encoder, flex_index(collection, encoder, cache_dir=cache_dir), search=search)
     index, tmp = fresh_index(collection, encoder)

@@ -25,6 +25,12 @@ teacher "student × generator over the student's top k".
 - ``train_passages=False`` (the default) trains the query tower only, against the
   start encoder's passage vectors (RAG): a step encodes only the batch's queries, the
   index never goes stale, and a round's re-retrieval is a search of the same index.
+- ``passage_offsets`` (with ``train_passages=False``): the passage side moves too, at the
+  cost of a query step: each candidate passage's vector is v₀ + δ (normalised again), δ a
+  free vector trained by lazy Adam (``offset_lr``) and pulled to 0 by an L2 term of this
+  weight (:mod:`~pyterrier_selfsup.models.offsets`). The offsets are saved with the model
+  and applied where its index is built; a passage training never met, or one added to the
+  corpus later, keeps the start encoder's vector.
 
     bm25 = BM25.from_collection(scifact, num_results=100)
     trainer = Distillation(DualEncoder.from_pretrained(MINILM), scifact,
@@ -47,7 +53,9 @@ from pyterrier_selfsup.data.queries import Query, training_queries
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.retrieval.base import ranked_excluding
 from pyterrier_selfsup.retrieval.dense import DenseRetriever, dense_retriever, flex_index
+from pyterrier_selfsup.models.offsets import PassageOffsets
 from pyterrier_selfsup.training.loop import Trainer
+from pyterrier_selfsup.training.offsets import OffsetAdam
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +113,8 @@ class Distillation(Trainer):
             ranks that passage in its top ``filter_depth`` (None: keep all).
         stop_overlap: end training at the start of a round whose teacher shares at least
             this fraction of its top 10 with the previous round's (None: all ``epochs``).
+        passage_offsets: the weight of the L2 pull on learned passage offsets (None: no
+            offsets; only with ``train_passages=False``); ``offset_lr``: their Adam's rate.
         The rest as for :class:`~pyterrier_selfsup.training.Trainer`; ``epochs`` = rounds.
     """
     description = 'distillation'
@@ -114,9 +124,12 @@ class Distillation(Trainer):
     def __init__(self, encoder: DualEncoder, collection: Union[str, Collection], teacher: Teacher, *,
                  depth: int = 30, teacher_temperature: float = 1.0, loss: str = 'kl', in_batch: bool = True,
                  train_passages: bool = False, exclude_sources: bool = True, filter_depth: Optional[int] = None,
-                 stop_overlap: Optional[float] = None, batch_size: int = 32, lr: float = 2e-5, **kwargs):
+                 stop_overlap: Optional[float] = None, passage_offsets: Optional[float] = None,
+                 offset_lr: float = 1e-3, batch_size: int = 32, lr: float = 2e-5, **kwargs):
         if loss not in LOSSES:
             raise ValueError(f'loss must be one of {LOSSES}, not {loss!r}')
+        if passage_offsets is not None and train_passages:
+            raise ValueError('passage_offsets move the vectors of a frozen passage tower: not with train_passages')
         super().__init__(encoder, collection, batch_size=batch_size, lr=lr, **kwargs)
         self.teacher = teacher
         self.depth = depth
@@ -127,6 +140,9 @@ class Distillation(Trainer):
         self.exclude_sources = exclude_sources
         self.filter_depth = filter_depth
         self.stop_overlap = stop_overlap
+        self.passage_offsets = passage_offsets
+        self.offset_lr = offset_lr
+        self._offsets: Optional[OffsetAdam] = None
         self._round0: Optional[Dict[str, Tuple[List[str], np.ndarray]]] = None
         self._index = None  # the frozen passage tower's index (train_passages=False)
         self.query_stats: Dict[str, float] = {}
@@ -144,7 +160,14 @@ class Distillation(Trainer):
     def on_fit_start(self):
         if not self.train_passages:  # RAG: passages keep a frozen copy of the start encoder
             self.encoder.model.freeze_passage_tower()
-            self._index = flex_index(self.collection, self.encoder, cache_dir=self.cache_dir)
+            self._index = flex_index(self.collection, self.encoder, cache_dir=self.cache_dir, offsets=False)
+        if self.passage_offsets is not None:  # (a resumed run's come back with its checkpoint)
+            self.encoder.passage_offsets = PassageOffsets(self.encoder.model.out_dim, self.encoder.model.normalize)
+            self._offsets = OffsetAdam(self.encoder.passage_offsets, lr=self.offset_lr, weight=self.passage_offsets)
+
+    def on_optimizer_step(self):
+        if self._offsets is not None:
+            self._offsets.step(self.world_size)
 
     # -- the teacher ------------------------------------------------------------------
 
@@ -253,10 +276,11 @@ class Distillation(Trainer):
         # process's gradient of the whole batch
         counted = b if self.loss_name == 'kl' else int((own.sum(1) >= 2).sum())
         local = list(self.local_rows(b))
+        passages, pull = self._passage_vectors(union)
         if not local:  # (the batch lost queries without targets: fewer left than processes)
-            return torch.zeros((), requires_grad=True)
+            return torch.zeros((), requires_grad=True) + 0.0 * pull
         own, shut, teacher = own[local], shut[local], teacher[local]
-        student = self._student_logits([batch[i] for i in local], union)
+        student = self._student_logits([batch[i] for i in local], passages)
         device = student.device
         own, shut, teacher = own.to(device), shut.to(device), teacher.to(device)
         if self.loss_name == 'margin_mse':  # each query's own candidates only, gathered to (b, depth)
@@ -272,21 +296,41 @@ class Distillation(Trainer):
             s_own = student.detach().masked_fill(~own, float('-inf'))
             t_own = teacher.masked_fill(~own, float('-inf'))
             self.record('top-1 agreement', (s_own.argmax(1) == t_own.argmax(1)).float().mean().item(), len(local))
+        if self._offsets is not None:
+            self.record('offset norm', float(self.encoder.passage_offsets.norms().mean()))
+            # the ranks' gradients sum: each adds its share of the pull
+            return loss + pull / self.world_size
         return loss
 
     def save_extra(self, path):
-        """The final model goes out in the sentence-transformers layout as well (no projections)."""
+        """The final model goes out in the sentence-transformers layout as well (no projections,
+        no passage offsets: those live in ``passage_offsets.pt`` and the index); a checkpoint
+        keeps the offsets' Adam moments, for an exact resume."""
         if path.name == 'final' and self.encoder.model.dim is None:
             self.encoder.save_sentence_transformers(path)
+        if self._offsets is not None and path.name != 'final':
+            self._offsets.save(path)
 
-    def _student_logits(self, batch: List[Query], docnos: List[str]) -> torch.Tensor:
-        """q · p / temperature for every query of the batch and every passage in ``docnos``,
-        with gradients to the query tower (and the passage tower if it trains)."""
-        queries = self.encoder.encode([q.query for q in batch], 'query')
+    def load_extra(self, path):
+        if self._offsets is not None:  # (load_weights has put the checkpoint's offsets on the encoder)
+            self._offsets.offsets = self.encoder.passage_offsets
+            if not self._offsets.load(path):
+                raise ValueError(f'{path} has no state of the passage offsets to resume from')
+
+    def _passage_vectors(self, docnos: List[str]) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The vectors of ``docnos`` (with gradients to the passage tower if it trains, or to
+        their offsets), and the offsets' L2 pull (0 without offsets)."""
         if self.train_passages:
-            passages = self.encoder.encode(self.collection.texts(docnos), 'passage')
-        else:
-            index_docnos, vectors, _ = self._index.payload()
-            passages = torch.from_numpy(np.asarray(vectors[index_docnos.inv[docnos]], dtype=np.float32))
-            passages = passages.to(queries.device)
+            return self.encoder.encode(self.collection.texts(docnos), 'passage'), torch.zeros(())
+        index_docnos, vectors, _ = self._index.payload()
+        passages = torch.from_numpy(np.asarray(vectors[index_docnos.inv[docnos]], dtype=np.float32))
+        passages = passages.to(self.encoder.device)
+        if self._offsets is None:
+            return passages, torch.zeros((), device=passages.device)
+        return self._offsets.adjusted(docnos, passages)
+
+    def _student_logits(self, batch: List[Query], passages: torch.Tensor) -> torch.Tensor:
+        """q · p / temperature for every query of the batch and every passage vector, with
+        gradients to the query tower."""
+        queries = self.encoder.encode([q.query for q in batch], 'query')
         return queries @ passages.T / self.encoder.temperature

@@ -202,6 +202,10 @@ class Trainer(pt.Estimator):
     def on_epoch_start(self, examples: list, epoch: int, resumed: bool):
         """Before the first batch of ``epoch`` (``resumed``: or of what is left of it)."""
 
+    def on_optimizer_step(self):
+        """Right after each optimiser step, gradients still in place: for what the method
+        updates outside the optimiser (learned passage offsets)."""
+
     def on_step_end(self, examples: list):
         """After each optimiser step (``self.state['step']`` is the step just taken)."""
 
@@ -290,6 +294,7 @@ class Trainer(pt.Estimator):
                     self.state.update(epoch=epoch, batch=b + 1)
                     continue
                 optimizer.step()
+                self.on_optimizer_step()
                 scheduler.step()
                 optimizer.zero_grad()
                 self.state.update(step=self.state['step'] + 1, epoch=epoch, batch=b + 1)
