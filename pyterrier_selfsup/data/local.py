@@ -19,7 +19,7 @@ import gzip
 import hashlib
 import json
 from pathlib import Path
-from typing import Dict, Iterator, List, NamedTuple, Optional, Union
+from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 import ir_datasets
 from ir_datasets.datasets.base import Dataset
@@ -57,6 +57,13 @@ def _format(path: Path) -> str:
 
 def read_records(path: Union[str, Path]) -> Iterator[Dict[str, str]]:
     """The records of a JSON lines, CSV or TSV file (optionally gzipped), as dicts of strings."""
+    return (record for _, record in numbered_records(path))
+
+
+def numbered_records(path: Union[str, Path]) -> Iterator[Tuple[int, Dict[str, str]]]:
+    """(line number, record) of each record of a JSON lines, CSV or TSV file; a line that is
+    not a JSON object, or a CSV/TSV row with more or fewer fields than its header, is an
+    error that names the file and the line."""
     path = Path(path)
     kind = _format(path)
     with _open(path) as lines:
@@ -64,15 +71,21 @@ def read_records(path: Union[str, Path]) -> Iterator[Dict[str, str]]:
             for number, line in enumerate(lines, 1):
                 if line.strip():
                     try:
-                        yield {k: '' if v is None else str(v) for k, v in json.loads(line).items()}
+                        yield number, {k: '' if v is None else str(v) for k, v in json.loads(line).items()}
                     except (ValueError, AttributeError) as error:
                         raise ValueError(f'{path}, line {number}: not a JSON object ({error})') from None
         elif kind in ('csv', 'tsv'):
             csv.field_size_limit(1 << 30)  # (full-text documents outgrow the default 128 KiB a field)
             # TSV has no quoting: a field that starts with " is text, not the start of a quoted field
             options = {'delimiter': '\t', 'quoting': csv.QUOTE_NONE} if kind == 'tsv' else {}
-            for record in csv.DictReader(lines, **options):
-                yield {k: v or '' for k, v in record.items() if k is not None}
+            reader = csv.DictReader(lines, **options)
+            for record in reader:
+                if None in record or None in record.values():  # (DictReader's rest key and rest value)
+                    fields = len(record) - (None in record) + len(record.get(None) or ()) - sum(
+                        v is None for v in record.values())
+                    raise ValueError(f'{path}, line {reader.line_num}: {fields} field(s) where its header has '
+                                     f'{len(reader.fieldnames)} ({", ".join(reader.fieldnames)})')
+                yield reader.line_num, {k: v or '' for k, v in record.items()}
         else:
             raise ValueError(f'{path}: documents must be JSON lines, CSV or TSV (.jsonl, .csv, .tsv, optionally .gz)')
 
@@ -93,14 +106,38 @@ def read_docs(path: Union[str, Path]) -> Iterator[LocalDoc]:
 
 
 def read_queries(path: Union[str, Path]) -> List[GenericQuery]:
-    """The queries of a JSON lines, CSV or TSV file, or of a plain text file (one a line)."""
+    """The queries of a JSON lines, CSV or TSV file, or of a plain text file (one a line, its
+    qid the line's number; blank lines skipped). A record without a query id or text, with
+    an empty text, or with a query id seen before is an error naming its line."""
     path = Path(path)
     if _format(path) in ('txt', 'text'):
-        with _open(path) as lines:
-            texts = [line.strip() for line in lines]
+        with (gzip.open(path, 'rb') if path.suffix == '.gz' else open(path, 'rb')) as raw:
+            lines = raw.read().splitlines()
+        texts = []
+        for number, line in enumerate(lines, 1):
+            try:
+                texts.append(line.decode('utf-8-sig' if number == 1 else 'utf-8').strip())
+            except UnicodeDecodeError as error:
+                raise ValueError(f'{path}, line {number}: not UTF-8 text ({error.reason} at byte {error.start})') \
+                    from None
+        if not any(texts):
+            raise ValueError(f'{path}: no query in it')
         return [GenericQuery(str(i), text) for i, text in enumerate(texts, 1) if text]
-    return [GenericQuery(_field(r, QID_FIELDS, path, 'query id'), _field(r, QUERY_FIELDS, path, 'query'))
-            for r in read_records(path)]
+    queries, seen = [], {}
+    for number, record in numbered_records(path):
+        try:
+            qid, text = _field(record, QID_FIELDS, path, 'query id'), _field(record, QUERY_FIELDS, path, 'query')
+        except ValueError as error:
+            raise ValueError(f'{path}, line {number}: {str(error).split(": ", 1)[1]}') from None
+        if not text.strip():
+            raise ValueError(f'{path}, line {number}: query {qid!r} has no text')
+        if qid in seen:
+            raise ValueError(f'{path}, line {number}: query id {qid!r} again (first on line {seen[qid]})')
+        seen[qid] = number
+        queries.append(GenericQuery(qid, text))
+    if not queries:
+        raise ValueError(f'{path}: no query in it')
+    return queries
 
 
 def content_hash(path: Union[str, Path]) -> str:

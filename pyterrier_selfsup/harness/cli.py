@@ -90,7 +90,8 @@ def main(argv=None) -> int:
             if not rank:
                 print(f'trained {spec.name} on {args.collection}' +
                       (f' on {distributed()[1]} processes' if rank is not None else '') + f': {path}')
-                print(f'training log and curve: {path.parent}')
+                for directory in spec.model_dirs(Collection(args.collection), args.cache_dir):
+                    print(f'training log and curve: {directory}')
             return 0
         if args.save:  # (before the run, not after it: an unwritable directory is said at once)
             writable(Path(args.results_dir), f'the results of {args.save}', 'choose another with --results-dir',

@@ -112,15 +112,16 @@ def copy_training_curves(pipelines: Sequence[str], collection: str, target: Unio
     corpus = Collection(collection)
     copied = []
     for spec in map(get_pipeline, pipelines):
-        source = spec.model_dir(corpus, cache_dir)
-        if source is None:
-            continue
-        folder = Path(target) / spec.name.replace(':', '_').replace(',', '_').replace('/', '-')
-        folder.mkdir(parents=True, exist_ok=True)
-        for name in ('training_curve.png', 'training_log.jsonl'):
-            with written_whole(folder / name, f'the {spec.name} training curve', 'choose another target') as partial:
-                shutil.copy(source / name, partial)
-        copied.append(folder)
+        sources = spec.model_dirs(corpus, cache_dir)
+        for fold, source in enumerate(sources):  # (one a fold with queries=crossfold)
+            folder = Path(target) / spec.name.replace(':', '_').replace(',', '_').replace('/', '-')
+            if len(sources) > 1:
+                folder = folder / f'fold-{fold}'
+            folder.mkdir(parents=True, exist_ok=True)
+            for name in ('training_curve.png', 'training_log.jsonl'):
+                with written_whole(folder / name, f'the {spec.name} training curve', 'choose another target') as partial:
+                    shutil.copy(source / name, partial)
+            copied.append(folder)
     return copied
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Union
 
+import pandas as pd
 import pyterrier as pt
 
 from pyterrier_selfsup.data.collections import Collection
@@ -44,11 +45,25 @@ class PipelineSpec:
         if self.method is None:
             raise UnknownPipelineError(f'{self.name} trains nothing; pipelines that do: '
                                        f'{", ".join(n for n, s in PIPELINES.items() if s.method)}')
-        return trained.train(collection, self.method, self.settings, cache_dir=cache_dir, verbose=verbose)
+        # (queries=crossfold: a model a fold, the last one's directory returned; model_dirs lists them all)
+        return [trained.train(collection, self.method, settings, cache_dir=cache_dir, verbose=verbose)
+                for settings in self._each_model()][-1]
 
     def model_dir(self, collection: Collection, cache_dir: Optional[Union[str, Path]] = None) -> Optional[Path]:
-        """Where the trained model lives (checkpoints, training_log.jsonl, training_curve.png)."""
-        return None if self.method is None else trained.model_dir(collection, self.method, self.settings, cache_dir)
+        """Where the trained model lives (checkpoints, training_log.jsonl, training_curve.png);
+        with ``queries=crossfold``, fold 0's (:meth:`model_dirs`: every fold's)."""
+        return None if self.method is None else self.model_dirs(collection, cache_dir)[0]
+
+    def model_dirs(self, collection: Collection, cache_dir: Optional[Union[str, Path]] = None) -> list:
+        """Where each of its trained models lives: one, or one a fold (``queries=crossfold``)."""
+        if self.method is None:
+            return []
+        return [trained.model_dir(collection, self.method, settings, cache_dir) for settings in self._each_model()]
+
+    def _each_model(self) -> list:
+        if self.settings.get('queries') == 'crossfold':
+            return [dict(self.settings, fold=fold) for fold in range(trained.CROSS_FOLDS)]
+        return [self.settings]
 
     @property
     def models(self) -> list:
@@ -117,13 +132,52 @@ def reconstruction_reranker(collection: Collection, *, model_name: str, gguf_fil
 
 def trained_dense_retriever(collection: Collection, *, method: str, num_results: int = 1000, search: str = 'auto',
                             backend: str = 'torch', cache_dir=None, verbose: bool = False,
-                            **settings) -> DenseRetriever:
+                            **settings) -> pt.Transformer:
     """The dual encoder that ``method`` trained with ``settings`` (on first use), over its index
     (``search``: see :class:`DenseRetriever`; ``backend``: what encodes the index and the
-    queries, see :class:`DualEncoder`; neither changes the model)."""
+    queries, see :class:`DualEncoder`; neither changes the model). With ``queries=crossfold``:
+    one model a fold of ``collection``'s topics, each trained on the other folds' texts and
+    answering its own fold's queries (:class:`CrossFold`)."""
+    if settings.get('queries') == 'crossfold' and 'fold' not in settings:
+        return CrossFold(collection, [trained_dense_retriever(
+            collection, method=method, num_results=num_results, search=search, backend=backend, cache_dir=cache_dir,
+            verbose=verbose, **settings, fold=fold) for fold in range(trained.CROSS_FOLDS)])
     path = trained.train(collection, method, settings, cache_dir=cache_dir, verbose=verbose)
     return DenseRetriever.from_dual_encoder(collection, str(path), num_results=num_results, search=search,
-                                            backend=backend, cache_dir=cache_dir, verbose=verbose)
+                                            precision=settings.get('precision', 'auto'), backend=backend,
+                                            cache_dir=cache_dir, verbose=verbose)
+
+
+class CrossFold(pt.Transformer):
+    """Cross-validation over a collection's topics without labels: each query goes to the
+    retriever of its fold (:func:`~pyterrier_selfsup.data.queries.folds`), a model trained on
+    the query texts of the other folds, so that no query's own text trained the model that
+    answers it. Only the collection's own topics have a fold; another query is refused."""
+
+    def __init__(self, collection: Collection, retrievers: list):
+        from pyterrier_selfsup.data.queries import folds
+        self.collection = collection
+        self.retrievers = retrievers
+        self.fold = folds(collection.topics()['qid'], len(retrievers))
+
+    def transform(self, topics: pd.DataFrame) -> pd.DataFrame:
+        unknown = sorted(set(topics['qid'].astype(str)) - set(self.fold))
+        if unknown:
+            raise ValueError(f'{len(unknown)} queries (e.g. {unknown[0]!r}) are not topics of {self.collection.name}: '
+                             f'a cross-fold model answers only the topics it was validated on')
+        which = topics['qid'].astype(str).map(self.fold)
+        parts = [retriever(topics[which == fold]) for fold, retriever in enumerate(self.retrievers)
+                 if (which == fold).any()]
+        if not parts:
+            return self.retrievers[0](topics)
+        return pd.concat(parts, ignore_index=True)
+
+    def fuse_rank_cutoff(self, k: int):
+        cut = [r.fuse_rank_cutoff(k) if hasattr(r, 'fuse_rank_cutoff') else None for r in self.retrievers]
+        return None if any(c is None for c in cut) else CrossFold(self.collection, cut)
+
+    def __repr__(self):
+        return f'CrossFold({self.collection.name!r}, {self.retrievers!r})'
 
 
 def adjusted_reatt_retriever(collection: Collection, *, candidate_tokens: Optional[int] = 128, nprobe: int = 32,

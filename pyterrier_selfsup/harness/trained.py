@@ -18,8 +18,10 @@ import torch
 
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root
 from pyterrier_selfsup.data.collections import Collection
+from pyterrier_selfsup.data.local import content_hash
 from pyterrier_selfsup.data.queries import (MASK, corpus_sentences, cropped_spans, generated_queries, given_topics,
-                                            masked_spans, round_trip_queries, sampled_queries)
+                                            masked_spans, other_folds, query_log, round_trip_queries,
+                                            sampled_queries)
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.models.generator import MAX_PASSAGE_LENGTH, Generator, load_generator
 from pyterrier_selfsup.models.reatt import ReAtt
@@ -37,6 +39,9 @@ SEARCH_SETTINGS = frozenset({'num_results', 'candidate_tokens', 'nprobe', 'resco
 GENERATED = ('generated', 'roundtrip', 'sampled')  # the query sources that need a generator
 CUT_FROM_CORPUS = ('sentences', 'spans', 'masked')  # queries that may not retrieve the passage they were cut from
 ROUND_TRIP_DEPTH = 10
+# queries=crossfold: the collection's own topic texts, in this many folds; the model that answers a
+# fold's queries is trained on the other folds' texts (its setting ``fold``: the fold it answers)
+CROSS_FOLDS = 2
 
 
 def training_settings(method: str, settings: dict) -> dict:
@@ -44,7 +49,8 @@ def training_settings(method: str, settings: dict) -> dict:
     ones left out; a setting the method does not have is refused."""
     if method not in METHODS:
         raise ValueError(f'unknown training method {method!r}; known: {", ".join(METHODS)}')
-    unknown = set(settings) - set(DEFAULTS[method]) - SEARCH_SETTINGS
+    unknown = set(settings) - set(DEFAULTS[method]) - SEARCH_SETTINGS - ({'fold'} if settings.get(
+        'queries') == 'crossfold' else set())
     if unknown:
         raise ValueError(f'{method} has no setting {", ".join(sorted(unknown))}; its settings: '
                          f'{", ".join(DEFAULTS[method])}')
@@ -55,6 +61,8 @@ def model_dir(collection: Collection, method: str, settings: dict, cache_dir=Non
     """Where the model of ``method`` trained with ``settings`` lives (``final/``,
     ``training_log.jsonl``, ``training_curve.png``; while it trains, ``<dir>.partial``)."""
     key = training_settings(method, settings)
+    if query_file(key.get('queries')):  # a query log: its contents, wherever it lies
+        key['queries'] = f'file-{content_hash(key["queries"])}'
     if method != 'distill' and key.get('queries') in ('sentences', 'spans'):
         # since issue 16 a corpus with fewer documents than n_queries gives several a document:
         # models trained before on such queries are not found (distill was born with it)
@@ -81,16 +89,27 @@ def train(collection: Union[str, Collection], method: str, settings: dict, *, ca
                       what=f'the {method} model trained on {collection.name}', on_damage='raise') / 'final'
 
 
+def query_file(queries) -> bool:
+    """Whether a pipeline's ``queries`` names a file (a query log), not a source or a collection."""
+    return isinstance(queries, str) and queries not in QUERY_SOURCES and Path(queries).is_file()
+
+
+# what a pipeline's ``queries`` may name besides a file of query texts or a collection's topics
+QUERY_SOURCES = ('sentences', 'spans', 'masked', 'crossfold') + GENERATED
+
+
 def training_topics(collection: Collection, queries: str, n_queries: int, *, seed: int = 0,
                     generator: Union[None, str, Generator] = None, mask: str = MASK,
-                    cache_dir=None) -> pd.DataFrame:
+                    cache_dir=None, fold: Optional[int] = None) -> pd.DataFrame:
     """The training queries a pipeline names by ``queries``: ``n_queries`` corpus
     ``sentences``, ``spans`` or ``masked`` sentences (with their ``answer``); ``n_queries``
     queries ``generated`` by ``generator`` (greedy, one a passage), ``sampled`` from it
     (:data:`SAMPLING`, several a passage, repeats dropped), or generated and kept by BM25's
     ``roundtrip`` check (top 10), written once under ``<cache>/queries/``, keyed by the generator's
     fingerprint, so that every trainer given the same source trains on the same queries;
-    or the name of a collection whose topic texts are used (never its qrels).
+    or a query log: a file of query texts (:func:`~pyterrier_selfsup.data.queries.query_log`),
+    or the name of a collection whose topic texts are used (never its qrels); or
+    ``crossfold``: ``collection``'s own topic texts outside ``fold`` (of :data:`CROSS_FOLDS`).
     ``generator``: a :class:`Generator`, or a name for :func:`load_generator` (loaded at its
     default settings, and only for a source that needs it). ``mask`` replaces a masked
     sentence's span: the student's own mask token, so that it reads one token it knows."""
@@ -100,8 +119,18 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
         return cropped_spans(collection, n_queries, seed=seed)
     if queries == 'masked':
         return masked_spans(collection, n_queries, seed=seed, mask=mask)
+    if queries == 'crossfold':
+        if fold is None:
+            raise ValueError('queries=crossfold trains one model a fold: which fold it answers (fold=) is missing')
+        return other_folds(collection.topics(), fold, CROSS_FOLDS)
+    if query_file(queries):
+        return query_log(queries)
     if queries not in GENERATED:
-        return given_topics(Collection(queries).topics())
+        try:
+            return given_topics(Collection(queries).topics())
+        except ValueError as error:
+            raise ValueError(f'queries={queries!r} is neither a source ({", ".join(QUERY_SOURCES)}), a file of '
+                             f'query texts, nor a collection: {error}') from None
     if generator is None:
         raise ValueError(f'queries={queries!r} needs a generator')
     if isinstance(generator, str):
@@ -154,7 +183,7 @@ def _distant_supervision(collection: Collection, s: dict, *, output_dir: Path, c
                          verbose: bool = False) -> Tuple[Trainer, pd.DataFrame]:
     # generated queries are the same ones RUMBArt trains on (SmolLM2, its default settings)
     topics = training_topics(collection, s['queries'], s['n_queries'], seed=s['seed'], generator='smollm2',
-                             cache_dir=cache_dir)
+                             cache_dir=cache_dir, fold=s.get('fold'))
     torch.manual_seed(s['seed'])
     encoder = DualEncoder.from_pretrained(s['model_name'], dim=s['dim'])
     return DistantSupervision(encoder, collection, negatives=s['negatives'], batch_size=s['batch_size'],
@@ -196,7 +225,7 @@ def _retrieve_and_reconstruct(trainer_class, *own_settings: str) -> Setup:
         # run's passage length, so that every trainer given that source trains on the same queries
         writer = gen if s['max_passage_length'] == MAX_PASSAGE_LENGTH else s['generator']
         return trainer, training_topics(collection, s['queries'], s['n_queries'], seed=s['seed'], generator=writer,
-                                        cache_dir=cache_dir)
+                                        cache_dir=cache_dir, fold=s.get('fold'))
     return setup
 
 
@@ -207,7 +236,7 @@ def _cross_document_adjustment(collection: Collection, s: dict, *, output_dir: P
     reatt = ReAtt.from_pretrained(s['model_name'], retrieval_layer=s['retrieval_layer'], head=s['head'],
                                   special_tokens=s['special_tokens'])
     topics = training_topics(collection, s['queries'], s['n_queries'], seed=s['seed'], generator=gen,
-                             mask=mask_token(reatt), cache_dir=cache_dir)
+                             mask=mask_token(reatt), cache_dir=cache_dir, fold=s.get('fold'))
     # a checkpoint at the end of each iteration only: an iteration's close documents come
     # from the model at its start, so a run resumed there matches an uninterrupted one
     trainer = CrossDocumentAdjustment(reatt, gen, collection, k=s['k'], alpha=s['alpha'], target=s['target'],
@@ -267,9 +296,9 @@ def _distillation(collection: Collection, s: dict, *, output_dir: Path, cache_di
     needs_gen = 'gen' in parse_teacher(s['teacher']) or s['queries'] in GENERATED
     gen = load_generator(s['generator'], cache_dir=cache_dir, verbose=verbose) if needs_gen else None
     topics = training_topics(collection, s['queries'], s['n_queries'], seed=s['seed'], generator=gen,
-                             cache_dir=cache_dir)
+                             cache_dir=cache_dir, fold=s.get('fold'))
     torch.manual_seed(s['seed'])
-    encoder = DualEncoder.from_pretrained(s['model_name'])
+    encoder = DualEncoder.from_pretrained(s['model_name'], precision=s['precision'])
 
     def teacher(student):
         return teacher_pipeline(collection, s['teacher'], student=student, depth=s['fusion_depth'], generator=gen,
@@ -284,7 +313,8 @@ def _distillation(collection: Collection, s: dict, *, output_dir: Path, cache_di
                            loss=s['loss'], in_batch=s['in_batch'], train_passages=s['train_passages'],
                            exclude_sources=s['queries'] in CUT_FROM_CORPUS,
                            filter_depth=s['filter_depth'] if s['queries'] in GENERATED else None,
-                           stop_overlap=s['stop_overlap'], epochs=s['rounds'], batch_size=s['batch_size'], lr=s['lr'],
+                           stop_overlap=s['stop_overlap'], passage_offsets=s['passage_offsets'],
+                           offset_lr=s['offset_lr'], epochs=s['rounds'], batch_size=s['batch_size'], lr=s['lr'],
                            output_dir=output_dir, seed=s['seed'], checkpoint_every='epoch', keep_checkpoints=1,
                            cache_dir=cache_dir, verbose=verbose)
     return trainer, topics
@@ -314,7 +344,8 @@ DEFAULTS: Dict[str, dict] = {
     # no better on scifact train (experiments/results/distill_filter.md)
     'distill': dict(model_name=MINILM, queries='sampled', n_queries=2000, teacher='bm25+student', fusion_depth=100,
                     depth=30, teacher_temperature=1.0, loss='kl', in_batch=True, train_passages=False,
-                    filter_depth=None, rounds=5, stop_overlap=0.97, batch_size=32, lr=2e-5, generator='smollm2', seed=0),
+                    filter_depth=None, rounds=5, stop_overlap=0.97, passage_offsets=None, offset_lr=1e-3, batch_size=32,
+                    lr=2e-5, precision='auto', generator='smollm2', seed=0),
     'ds': dict(model_name=MINILM, queries='sentences', n_queries=5000, negatives='none', epochs=1, batch_size=32,
                lr=2e-5, dim=None, seed=0),
     'rumbart': dict(_RETRIEVE_AND_RECONSTRUCT, teacher_temperature=1.0),
