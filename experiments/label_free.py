@@ -61,6 +61,12 @@ GROUPS = {
     # the unlabeled train-query texts; and, as a diagnostic only (transductive: the test queries'
     # texts, never their labels), how far the student gets when its queries are the test queries
     'label_free_queries': (SCIFACT, ['bm25', 'dual', 'teacher', TRAIN, 'distill:queries=beir/scifact/test']),
+    # issue 30, the query-log setting, chosen on scifact train without its test split: each train query
+    # answered by a model trained on the other half of the train split's texts (queries=crossfold)
+    'query_log_choices': (['beir/scifact/train'], ['bm25', 'dual', 'teacher'] + [
+        f'distill:queries=crossfold{extra}' for extra in (
+            '', ',precision=fp32', ',precision=fp32,passage_offsets=1', ',precision=fp32,teacher=bm25+minilm',
+            ',precision=fp32,teacher=bm25+minilm,passage_offsets=1')]),
 }
 
 
@@ -69,11 +75,12 @@ def query_stats(pipelines, collection: str) -> list:
     how many survived the round-trip filter (from its training log), its rounds and time."""
     lines, seen = [], set()
     corpus = Collection(collection)
-    for spec in map(get_pipeline, pipelines):
-        if spec.method != 'distill' or spec.model_dir(corpus) in seen:  # hybrid reads distill's model
+    for spec, fold, directory in [(spec, fold, directory) for spec in map(get_pipeline, pipelines)
+                                  for fold, directory in enumerate(spec.model_dirs(corpus))]:
+        if spec.method != 'distill' or directory in seen:  # hybrid reads distill's model
             continue
-        seen.add(spec.model_dir(corpus))
-        log_path = spec.model_dir(corpus) / 'training_log.jsonl'
+        seen.add(directory)
+        log_path = directory / 'training_log.jsonl'
         if not log_path.exists():
             continue
         log = [json.loads(line) for line in log_path.read_text().splitlines()]
@@ -83,7 +90,8 @@ def query_stats(pipelines, collection: str) -> list:
         steps = [r for r in log if 'loss' in r]
         seconds = steps[-1]['time'] - steps[0]['time'] if len(steps) > 1 else 0.0
         stopped = next((r['stopped'] for r in log if 'stopped' in r), 'no')
-        line = f'{spec.name} on {corpus.corpus_id}: {trained_rounds} round(s), {len(steps)} steps, {seconds:.0f} s of steps'
+        line = (f'{spec.name}{f" (fold {fold})" if len(spec.model_dirs(corpus)) > 1 else ""} on {corpus.corpus_id}: '
+                f'{trained_rounds} round(s), {len(steps)} steps, {seconds:.0f} s of steps')
         settings = trained.training_settings('distill', spec.settings)
         if settings['queries'] == 'sampled':  # written per_passage a passage, repeats dropped
             n, per = settings['n_queries'], trained.SAMPLING['per_passage']  # as sampled_queries decides them

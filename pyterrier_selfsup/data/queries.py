@@ -11,7 +11,7 @@ import math
 import random
 import re
 from dataclasses import dataclass
-from typing import FrozenSet, Iterable, List, Optional, Tuple
+from typing import FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 import pandas as pd
 
@@ -230,28 +230,36 @@ MAX_PER_PASSAGE = 10  # a small corpus gets more samples a passage, up to this: 
 
 
 def sampled_queries(collection: Collection, generator, n: int, *, per_passage: int = 3, seed: int = 0,
-                    max_new_tokens: int = 32, temperature: float = 1.0, top_p: float = 0.95) -> pd.DataFrame:
+                    max_new_tokens: int = 32, temperature: float = 1.0, top_p: float = 0.95, style: str = 'plain',
+                    examples: Sequence[str] = ()) -> pd.DataFrame:
     """About ``n`` queries written by ``generator`` with nucleus sampling, ``per_passage`` for
     each of ⌈n / per_passage⌉ passages drawn uniformly at random (GPL writes 3 a passage);
     empty ones and repeats (case and spacing ignored, over the whole set) are dropped, so
     the frame says how many distinct queries the generator could write. On a corpus with
-    fewer passages than that, each passage gets proportionally more, up to :data:`MAX_PER_PASSAGE`."""
+    fewer passages than that, each passage gets proportionally more, up to :data:`MAX_PER_PASSAGE`.
+
+    Written by a :class:`~pyterrier_selfsup.models.writing.QueryWriter`: one prefill a passage
+    shared by its samples, each stopped at the end of its first line; ``style``: the prompt
+    (``plain`` completion, or the instruct model's ``chat`` template), ``examples``: query texts
+    shown as the style to write in (a query log's)."""
     import torch  # the generator's sampling is seeded through torch
 
+    from pyterrier_selfsup.models.writing import QueryWriter
     rng = random.Random(seed)
     docs = _sample(collection.corpus_iter(), math.ceil(n / per_passage), rng, _text_if_any)
     if not docs:
         return _frame('gen', [])
     per_passage = min(max(per_passage, math.ceil(n / len(docs))), max(per_passage, MAX_PER_PASSAGE))
-    torch.manual_seed(seed)
-    texts = generator.generate([text for _, text in docs for _ in range(per_passage)], max_new_tokens=max_new_tokens,
-                               do_sample=True, temperature=temperature, top_p=top_p)
+    writer = QueryWriter(generator, style=style, examples=examples, seed=seed)
+    texts = writer.write([text for _, text in docs], per_passage, max_new_tokens=max_new_tokens, do_sample=True,
+                         temperature=temperature, top_p=top_p, generator=torch.Generator().manual_seed(seed))
     kept, seen = [], set()
-    for (docno, _), query in zip([d for d in docs for _ in range(per_passage)], texts):
-        key = ' '.join(query.lower().split())
-        if key and key not in seen:
-            seen.add(key)
-            kept.append((docno, query))
+    for (docno, _), queries in zip(docs, texts):
+        for query in queries:
+            key = ' '.join(query.lower().split())
+            if key and key not in seen:
+                seen.add(key)
+                kept.append((docno, query))
     if len(kept) < n:
         logger.warning('%s: %d sampled queries asked for, %d distinct written', collection.name, n, len(kept))
     return _frame('gen', kept[:n])

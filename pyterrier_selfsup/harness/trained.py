@@ -61,8 +61,9 @@ def model_dir(collection: Collection, method: str, settings: dict, cache_dir=Non
     """Where the model of ``method`` trained with ``settings`` lives (``final/``,
     ``training_log.jsonl``, ``training_curve.png``; while it trains, ``<dir>.partial``)."""
     key = training_settings(method, settings)
-    if query_file(key.get('queries')):  # a query log: its contents, wherever it lies
-        key['queries'] = f'file-{content_hash(key["queries"])}'
+    for name in ('queries', 'query_examples'):  # a query log: its contents, wherever it lies
+        if query_file(key.get(name)):
+            key[name] = f'file-{content_hash(key[name])}'
     if method != 'distill' and key.get('queries') in ('sentences', 'spans'):
         # since issue 16 a corpus with fewer documents than n_queries gives several a document:
         # models trained before on such queries are not found (distill was born with it)
@@ -89,6 +90,15 @@ def train(collection: Union[str, Collection], method: str, settings: dict, *, ca
                       what=f'the {method} model trained on {collection.name}', on_damage='raise') / 'final'
 
 
+def example_texts(examples: Optional[str]) -> list:
+    """The query texts a writer is shown: none, a file's, or a collection's topics'."""
+    if not examples:
+        return []
+    if query_file(examples):
+        return query_log(examples)['query'].tolist()
+    return given_topics(Collection(examples).topics())['query'].tolist()
+
+
 def query_file(queries) -> bool:
     """Whether a pipeline's ``queries`` names a file (a query log), not a source or a collection."""
     return isinstance(queries, str) and queries not in QUERY_SOURCES and Path(queries).is_file()
@@ -100,7 +110,8 @@ QUERY_SOURCES = ('sentences', 'spans', 'masked', 'crossfold') + GENERATED
 
 def training_topics(collection: Collection, queries: str, n_queries: int, *, seed: int = 0,
                     generator: Union[None, str, Generator] = None, mask: str = MASK,
-                    cache_dir=None, fold: Optional[int] = None) -> pd.DataFrame:
+                    cache_dir=None, fold: Optional[int] = None, style: str = 'plain',
+                    examples: Optional[str] = None) -> pd.DataFrame:
     """The training queries a pipeline names by ``queries``: ``n_queries`` corpus
     ``sentences``, ``spans`` or ``masked`` sentences (with their ``answer``); ``n_queries``
     queries ``generated`` by ``generator`` (greedy, one a passage), ``sampled`` from it
@@ -110,6 +121,8 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
     or a query log: a file of query texts (:func:`~pyterrier_selfsup.data.queries.query_log`),
     or the name of a collection whose topic texts are used (never its qrels); or
     ``crossfold``: ``collection``'s own topic texts outside ``fold`` (of :data:`CROSS_FOLDS`).
+    ``style`` and ``examples`` (sampled queries): the writer's prompt, and a query log (a file or
+    a collection, as ``queries`` names one) whose texts it is shown as the style to write in.
     ``generator``: a :class:`Generator`, or a name for :func:`load_generator` (loaded at its
     default settings, and only for a source that needs it). ``mask`` replaces a masked
     sentence's span: the student's own mask token, so that it reads one token it knows."""
@@ -137,7 +150,10 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
         generator = load_generator(generator, cache_dir=cache_dir)
     settings = {'generator': generator.fingerprint(), 'n': n_queries, 'seed': seed}
     if queries == 'sampled':
+        from pyterrier_selfsup.models.writing import QueryWriter
+        shown = example_texts(examples)
         settings['sampling'] = dict(SAMPLING)
+        settings['writer'] = QueryWriter(generator, style=style, examples=shown, seed=seed).config()
     if queries == 'roundtrip':
         settings['check'] = f'bm25 top {ROUND_TRIP_DEPTH}'
     path = cache_root(cache_dir) / 'queries' / cache_key(f'{collection.corpus_id}.{queries}', settings)
@@ -147,7 +163,8 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
         if queries == 'generated':
             topics = generated_queries(collection, generator, n_queries, seed=seed)
         elif queries == 'sampled':
-            topics = sampled_queries(collection, generator, n_queries, seed=seed, **SAMPLING)
+            topics = sampled_queries(collection, generator, n_queries, seed=seed, style=style, examples=shown,
+                                     **SAMPLING)
         else:
             bm25 = BM25.from_collection(collection, cache_dir=cache_dir) % ROUND_TRIP_DEPTH
             topics = round_trip_queries(collection, generator, n_queries, bm25, depth=ROUND_TRIP_DEPTH, seed=seed)
@@ -296,7 +313,8 @@ def _distillation(collection: Collection, s: dict, *, output_dir: Path, cache_di
     needs_gen = 'gen' in parse_teacher(s['teacher']) or s['queries'] in GENERATED
     gen = load_generator(s['generator'], cache_dir=cache_dir, verbose=verbose) if needs_gen else None
     topics = training_topics(collection, s['queries'], s['n_queries'], seed=s['seed'], generator=gen,
-                             cache_dir=cache_dir, fold=s.get('fold'))
+                             cache_dir=cache_dir, fold=s.get('fold'), style=s['query_style'],
+                             examples=s['query_examples'])
     torch.manual_seed(s['seed'])
     encoder = DualEncoder.from_pretrained(s['model_name'], precision=s['precision'])
 
@@ -345,7 +363,7 @@ DEFAULTS: Dict[str, dict] = {
     'distill': dict(model_name=MINILM, queries='sampled', n_queries=2000, teacher='bm25+student', fusion_depth=100,
                     depth=30, teacher_temperature=1.0, loss='kl', in_batch=True, train_passages=False,
                     filter_depth=None, rounds=5, stop_overlap=0.97, passage_offsets=None, offset_lr=1e-3, batch_size=32,
-                    lr=2e-5, precision='auto', generator='smollm2', seed=0),
+                    lr=2e-5, precision='auto', generator='smollm2', query_style='plain', query_examples=None, seed=0),
     'ds': dict(model_name=MINILM, queries='sentences', n_queries=5000, negatives='none', epochs=1, batch_size=32,
                lr=2e-5, dim=None, seed=0),
     'rumbart': dict(_RETRIEVE_AND_RECONSTRUCT, teacher_temperature=1.0),

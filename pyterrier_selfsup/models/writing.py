@@ -1,0 +1,197 @@
+"""Writing training queries with a decoder-only generator: prompts an instruct model reads as
+instructions, one prefill a passage shared by its samples, and a stop at the end of the line.
+
+:class:`QueryWriter` wraps a :class:`~pyterrier_selfsup.models.generator.Generator`'s model
+and tokenizer. What it does that ``model.generate(num_return_sequences=n)`` does not:
+
+- **one prefill a passage**: the prompt is run once and its key/value cache copied to the
+  passage's ``n`` samples (``DynamicCache.batch_repeat_interleave``); ``generate`` copies the
+  prompt ``n`` times before its first forward, so it prefills it ``n`` times;
+- **a stop at the end of the first line** (only the first line is kept), and at the end of
+  the assistant's turn, per sequence: a finished sequence leaves the batch (its rows of the
+  cache are dropped), so a batch costs what its unfinished sequences cost, not its longest;
+- **prompts for instruct models**: the tokenizer's chat template with a system prompt
+  (``style='chat'``), optionally showing example queries (a query log's, or titles: the
+  style to write in), or the completion prompt the project used before (``style='plain'``).
+
+The sampling loop is written here, not taken from ``generate``, so that the prefix sharing
+and the per-sequence stop are explicit; it samples as ``generate`` does with ``do_sample``,
+``temperature`` and ``top_p`` (nucleus: the smallest set of tokens whose probability reaches
+``top_p``), or greedily. A test checks both against the unshared path.
+"""
+import logging
+from functools import cached_property
+from typing import List, Optional, Sequence
+
+import numpy as np
+import pyterrier as pt
+import torch
+
+from pyterrier_selfsup.models._base import clean_texts, pad
+
+logger = logging.getLogger(__name__)
+
+STYLES = ('chat', 'plain')
+SYSTEM_PROMPT = 'You write search queries that a user of a search engine would type.'
+INSTRUCTION = 'Write one search query that the passage below answers. Reply with the query only, on one line.'
+EXAMPLES_INTRO = 'Queries that users of this collection wrote (write in their style, about the passage):'
+PLAIN_PROMPT = 'Passage: {passage}\nA question this passage answers:'
+
+
+class QueryWriter:
+    """Queries written for passages by ``generator`` (a decoder-only
+    :class:`~pyterrier_selfsup.models.generator.Generator`).
+
+    Args:
+        style: ``chat`` (the tokenizer's chat template, :data:`SYSTEM_PROMPT` and
+            :data:`INSTRUCTION`; models without a template fall back to ``plain``) or
+            ``plain`` (:data:`PLAIN_PROMPT`, completed as text).
+        examples: query texts shown in every prompt as the style to write in (a query log's;
+            at most ``max_examples`` of them, chosen once by ``seed``).
+        max_passage_length: tokens of a passage shown (cut in the text).
+        batch_size: passages prefilled together (each then sampled ``n`` times).
+    """
+
+    def __init__(self, generator, *, style: str = 'chat', examples: Sequence[str] = (), max_examples: int = 8,
+                 max_passage_length: Optional[int] = None, batch_size: int = 8, seed: int = 0):
+        if generator.is_seq2seq:
+            raise ValueError('QueryWriter writes with decoder-only generators')
+        if style not in STYLES:
+            raise ValueError(f'style must be one of {STYLES}, not {style!r}')
+        self.generator = generator
+        self.tokenizer = generator.tokenizer
+        self.style = style if style == 'plain' or self.tokenizer.chat_template else 'plain'
+        examples = [e for e in dict.fromkeys(' '.join(e.split()) for e in examples) if e]
+        if len(examples) > max_examples:
+            keep = np.random.default_rng(seed).choice(len(examples), max_examples, replace=False)
+            examples = [examples[i] for i in sorted(keep)]
+        self.examples = examples
+        self.max_passage_length = max_passage_length or generator.max_passage_length
+        self.batch_size = batch_size
+
+    def config(self) -> dict:
+        """What the queries depend on besides the model (keys cached queries)."""
+        return {'style': self.style, 'examples': self.examples, 'max_passage_length': self.max_passage_length,
+                'system': SYSTEM_PROMPT if self.style == 'chat' else None,
+                'instruction': INSTRUCTION if self.style == 'chat' else PLAIN_PROMPT}
+
+    # -- prompts ----------------------------------------------------------------------
+
+    def prompt(self, passage: str) -> str:
+        """The text the model continues for ``passage`` (already cut)."""
+        shown = ''
+        if self.examples:
+            shown = EXAMPLES_INTRO + '\n' + ''.join(f'- {e}\n' for e in self.examples) + '\n'
+        if self.style == 'plain':
+            return shown + PLAIN_PROMPT.replace('{passage}', passage)
+        messages = [{'role': 'system', 'content': SYSTEM_PROMPT},
+                    {'role': 'user', 'content': f'{shown}{INSTRUCTION}\n\nPassage: {passage}'}]
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    def prompt_ids(self, passages: Sequence[str]) -> List[List[int]]:
+        passages = clean_texts(list(passages))
+        enc = self.tokenizer(passages, add_special_tokens=False, return_offsets_mapping=True)
+        cut = [text[:offsets[self.max_passage_length - 1][1]] if len(offsets) > self.max_passage_length else text
+               for text, offsets in zip(passages, enc['offset_mapping'])]
+        ids = self.tokenizer([self.prompt(p) for p in cut], add_special_tokens=False)['input_ids']
+        return [self.generator.bos_ids + x if self.style == 'plain' else x for x in ids]
+
+    @cached_property
+    def token_kinds(self) -> torch.Tensor:
+        """A code per vocabulary entry: 1 ends the sequence (end of text or of the assistant's
+        turn), 2 holds a line break, 4 holds text that is not white space (bits, combined)."""
+        vocab = len(self.tokenizer)
+        size = max(vocab, self.generator.model.config.vocab_size)
+        kinds = torch.zeros(size, dtype=torch.uint8)
+        for i in range(vocab):
+            text = self.tokenizer.decode([i])
+            kinds[i] = (2 if '\n' in text else 0) | (4 if text.strip() else 0)
+        ends = self.generator.model.generation_config.eos_token_id
+        specials = [self.tokenizer.convert_tokens_to_ids(s) for s in ('<|im_end|>', '<|endoftext|>', '<|eot_id|>')]
+        for i in ([ends] if isinstance(ends, int) else list(ends or [])) + [self.tokenizer.eos_token_id] + specials:
+            if isinstance(i, int) and i != self.tokenizer.unk_token_id and 0 <= i < size:
+                kinds[i] = 1
+        return kinds
+
+    # -- writing ----------------------------------------------------------------------
+
+    def write(self, passages: Sequence[str], n: int = 1, *, do_sample: bool = False, temperature: float = 1.0,
+              top_p: float = 1.0, max_new_tokens: int = 32, shared: bool = True,
+              generator: Optional[torch.Generator] = None) -> List[List[str]]:
+        """``n`` queries for each passage (greedy: ``n`` copies of one), the first line of each
+        generation, stripped. ``shared=False``: each sample prefilled on its own (the
+        reference the shared path is tested against). Sampling draws from ``generator``
+        (a ``torch.Generator``; default: torch's global one)."""
+        ids = self.prompt_ids(passages)
+        order = np.argsort([-len(x) for x in ids], kind='stable')  # by length: little padding in a batch
+        out: List[Optional[List[str]]] = [None] * len(ids)
+        batches = range(0, len(order), self.batch_size)
+        if self.generator.verbose and len(batches) > 1:
+            batches = pt.tqdm(batches, desc='writing queries', unit='batch')
+        with self.generator.inference():
+            for start in batches:
+                idx = order[start:start + self.batch_size]
+                prompts = [ids[i] for i in idx]
+                if not shared:
+                    prompts = [p for p in prompts for _ in range(n)]
+                tokens = self._sample(prompts, 1 if not shared else n, do_sample=do_sample, temperature=temperature,
+                                      top_p=top_p, max_new_tokens=max_new_tokens, generator=generator)
+                texts = self.tokenizer.batch_decode(tokens, skip_special_tokens=True)
+                for j, i in enumerate(idx):
+                    out[i] = [t.strip().split('\n')[0].strip() for t in texts[j * n:(j + 1) * n]]
+        return out
+
+    def _sample(self, prompts: List[List[int]], n: int, *, do_sample: bool, temperature: float, top_p: float,
+                max_new_tokens: int, generator: Optional[torch.Generator]) -> List[List[int]]:
+        """The new tokens of ``n`` continuations of each prompt (rows: prompt-major), each up
+        to and with the token that ended it."""
+        model, device = self.generator.model, self.generator.device
+        pad_id = self.tokenizer.pad_token_id
+        input_ids, mask = pad(prompts, pad_id, left=True, device=device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        with self.generator.autocast():
+            output = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        cache, logits = output.past_key_values, output.logits[:, -1].float()
+        if n > 1:  # one prefill a prompt, its cache copied to each of its samples
+            cache.batch_repeat_interleave(n)
+            mask, logits = mask.repeat_interleave(n, 0), logits.repeat_interleave(n, 0)
+        rows = mask.shape[0]
+        written: List[List[int]] = [[] for _ in range(rows)]
+        alive = torch.arange(rows, device=device)  # the rows still writing, in the cache's order
+        started = torch.zeros(rows, dtype=torch.bool, device=device)  # has a row written any text yet
+        kinds = self.token_kinds.to(device)
+        for step in range(max_new_tokens):
+            token = self._next(logits, do_sample, temperature, top_p, generator)
+            kind = kinds[token]
+            # the end of the text, or a line break after some text (the first line is the query:
+            # a line break before any text is skipped, as the decoded text is stripped)
+            ended = (kind & 1).bool() | ((kind & 2).bool() & started)
+            started |= (kind & 4).bool()
+            for row, t in zip(alive.tolist(), token.tolist()):
+                written[row].append(t)  # (decoded without special tokens, cut at the first line)
+            keep = ~ended
+            if step == max_new_tokens - 1 or not keep.any():
+                break
+            if not keep.all():  # finished rows leave the batch
+                where = keep.nonzero().squeeze(1)
+                cache.batch_select_indices(where)
+                alive, token, mask, started = alive[where], token[where], mask[where], started[where]
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            with self.generator.autocast():
+                output = model(input_ids=token[:, None], attention_mask=mask, position_ids=mask.sum(-1, keepdim=True) - 1,
+                               use_cache=True, **{self.generator._cache_argument: cache})
+            cache, logits = output.past_key_values, output.logits[:, -1].float()
+        return written
+
+    @staticmethod
+    def _next(logits: torch.Tensor, do_sample: bool, temperature: float, top_p: float,
+              generator: Optional[torch.Generator]) -> torch.Tensor:
+        if not do_sample:
+            return logits.argmax(-1)
+        probs = torch.softmax(logits / temperature, dim=-1)
+        if top_p < 1.0:  # nucleus: the most probable tokens until their mass reaches top_p
+            sorted_probs, sorted_idx = probs.sort(dim=-1, descending=True)
+            outside = sorted_probs.cumsum(-1) - sorted_probs >= top_p
+            sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+            probs = torch.zeros_like(probs).scatter(-1, sorted_idx, sorted_probs)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)

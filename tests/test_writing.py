@@ -1,0 +1,57 @@
+"""Writing queries (issue 30): one prefill a passage shared by its samples gives what prefilling
+each sample alone gives; greedy writing agrees with transformers' generate; the nucleus
+sampler draws from the distribution it should; a query ends at its first line."""
+import numpy as np
+import pytest
+import torch
+
+from pyterrier_selfsup import Collection
+from pyterrier_selfsup.models.generator import CAUSAL_PROMPT, load_generator
+from pyterrier_selfsup.models.writing import PLAIN_PROMPT, QueryWriter
+
+PASSAGES = ['automatic indexing of scientific documents by their citations', 'the retrieval of legal text',
+            'a thesaurus for information retrieval built from co-occurrence statistics']
+
+
+def test_shared_prefill_writes_what_separate_prefills_write(tiny_generator):
+    writer = QueryWriter(tiny_generator('llama'), batch_size=2)
+    assert writer.style == 'plain'  # (the tiny model's tokenizer has no chat template)
+    greedy = writer.write(PASSAGES, 3)
+    assert greedy == writer.write(PASSAGES, 3, shared=False)
+    assert all(len(set(qs)) == 1 for qs in greedy)  # greedy: n copies of one query
+    # sampling: the same random stream draws the same tokens from the same distributions, row for row
+    sampled = writer.write(PASSAGES, 4, do_sample=True, top_p=0.9, generator=torch.Generator().manual_seed(3))
+    alone = writer.write(PASSAGES, 4, do_sample=True, top_p=0.9, shared=False,
+                         generator=torch.Generator().manual_seed(3))
+    assert sampled == alone
+    assert len({q for qs in sampled for q in qs}) > 6  # and they are samples, not copies
+    other = writer.write(PASSAGES, 4, do_sample=True, top_p=0.9, generator=torch.Generator().manual_seed(4))
+    assert other != sampled
+
+
+def test_nucleus_sampling_draws_from_the_renormalised_top():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).repeat(20000, 1)
+    drawn = QueryWriter._next(logits, True, 1.0, 0.8, torch.Generator().manual_seed(0))
+    counts = np.bincount(drawn.numpy(), minlength=4) / len(drawn)
+    # the smallest set whose mass reaches 0.8 is {0, 1}: renormalised 0.625 / 0.375, never 2 or 3
+    assert counts[2] == counts[3] == 0
+    assert counts[:2] == pytest.approx([0.625, 0.375], abs=0.015)
+    hot = QueryWriter._next(logits, True, 2.0, 1.0, torch.Generator().manual_seed(0))
+    expected = torch.softmax(logits[0] / 2.0, -1).numpy()
+    assert np.bincount(hot.numpy(), minlength=4) / len(hot) == pytest.approx(expected, abs=0.015)
+
+
+def test_greedy_writing_agrees_with_generate_and_stops_at_the_first_line(cache_dir):
+    """Real SmolLM2, the project's former completion prompt: the first line that transformers'
+    generate writes (32 tokens, cut afterwards) is the query the writer stops at."""
+    gen = load_generator('smollm2', cache_dir=cache_dir, precision='fp32')
+    assert PLAIN_PROMPT == CAUSAL_PROMPT
+    docs = [d['text'] for _, d in zip(range(4), Collection('classic/adi').corpus_iter())]
+    writer = QueryWriter(gen, style='plain', max_passage_length=gen.max_passage_length)
+    written = [qs[0] for qs in writer.write(docs, 1)]
+    assert written == gen.generate(docs)
+    assert all(q and '\n' not in q for q in written)
+    # the chat template: the model's own turn, stopped at its end or at the end of a line
+    chat = QueryWriter(gen, style='chat')
+    assert chat.style == 'chat' and '<|im_start|>assistant' in chat.prompt('a passage')
+    assert all(q and '\n' not in q for qs in chat.write(docs[:2], 2, do_sample=True) for q in qs)
