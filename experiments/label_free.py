@@ -106,6 +106,9 @@ def query_stats(pipelines, collection: str) -> list:
         overlaps = [f'{r["teacher overlap"]:.3f}' for r in rounds if 'teacher overlap' in r]
         if overlaps:
             line += f'; teacher top-10 overlap with the previous round: {", ".join(overlaps)}'
+        said = next((r for r in log if 'verdict' in r), None)
+        if said:
+            line += f'; verdict: {said["verdict"]}'
         lines.append(line + f'; early stop: {stopped}')
     return lines
 

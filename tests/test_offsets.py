@@ -117,3 +117,52 @@ def test_a_run_with_offsets_resumes_exactly(tiny_encoder, cache_dir, tmp_path, m
 def test_offsets_need_a_frozen_passage_tower(tiny_encoder, cache_dir):
     with pytest.raises(ValueError, match='train_passages'):
         _trainer(tiny_encoder(), Collection('classic/adi'), cache_dir, train_passages=True)
+
+
+# -- the label-free verdict (issue 30) ----------------------------------------------------
+
+from pyterrier_selfsup.training.verdict import held_out, ndcg_at, verdict  # noqa: E402
+
+
+def test_verdict_parts_by_hand():
+    assert held_out([str(i) for i in range(20)], 0.1) == held_out([str(i) for i in reversed(range(20))], 0.1)
+    assert len(held_out([str(i) for i in range(20)], 0.1)) == 2 and held_out(['a', 'b'], 0.5) == []
+    assert ndcg_at({'q': ['a', 'b', 'c'], 'r': ['x']}, {'q': 'b', 'r': 'y'}).tolist() == pytest.approx([1 / math.log2(3), 0])
+    v = verdict({0: np.array([0.0, 0.5, 1.0, 0.0] * 2), 1: np.array([1.0, 0.5, 1.0, 1.0] * 2),
+                 2: np.array([0.5] * 8)})
+    assert (v.best_round, v.start, v.best) == (1, 0.375, 0.875) and v.low == 0.125 and v.helped
+    assert 'round 1 kept' in v.sentence()
+    none = verdict({0: np.array([1.0, 1.0]), 1: np.array([0.0, 1.0])})
+    assert none.best_round == 0 and not none.helped and 'start model is kept' in none.sentence()
+
+
+def test_held_out_queries_never_train_and_the_best_round_is_kept(tiny_encoder, cache_dir, tmp_path, monkeypatch):
+    coll = Collection('classic/adi')
+    topics = coll.topics()
+    seen = []
+    original = Distillation.loss
+
+    def spy(self, batch, rng):
+        seen.extend(q.qid for q in batch)
+        return original(self, batch, rng)
+
+    monkeypatch.setattr(Distillation, 'loss', spy)
+    trainer = _trainer(tiny_encoder(max_length=64), coll, cache_dir, output_dir=tmp_path / 'run', verdict_share=0.2,
+                       checkpoint_every='epoch')
+    trainer.fit(topics)
+    held = {q.qid for q in trainer._held}
+    assert len(held) == 7 and not held & set(seen) and set(seen) == set(topics['qid']) - held
+    rounds = [r for r in trainer.log if 'verdict round' in r]
+    assert [r['verdict round'] for r in rounds] == [0, 1, 2, 3] and all(len(r['verdict scores']) == 7 for r in rounds)
+    v = trainer.verdict
+    assert v.queries == 7 and v.best == max(r['verdict nDCG@10'] for r in rounds)
+    assert trainer.log[-1]['verdict kept round'] == v.best_round
+    # the model left in place is the kept round's: scoring it again gives the kept round's score
+    again = ndcg_at({q: d for q, (d, _) in trainer.rank(trainer._student(False), trainer._held, depth=10).items()},
+                    trainer._pseudo)
+    assert again.mean() == pytest.approx(v.best, abs=1e-9)
+    # and with lr 0 nothing moves: no round beats the start, and the start is what is kept
+    frozen = _trainer(tiny_encoder(max_length=64), coll, cache_dir, lr=0.0, offset_lr=0.0, verdict_share=0.2,
+                      epochs=2)
+    frozen.fit(topics)
+    assert frozen.verdict.best_round == 0 and not frozen.verdict.helped

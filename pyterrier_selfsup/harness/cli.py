@@ -12,6 +12,7 @@ Any Glasgow/SMART collection ``NAME.ALL``/``NAME.tar.gz`` in ``$SELFSUP_CLASSIC_
 """
 import argparse
 import logging
+import json
 import os
 import sys
 from pathlib import Path
@@ -92,6 +93,9 @@ def main(argv=None) -> int:
                       (f' on {distributed()[1]} processes' if rank is not None else '') + f': {path}')
                 for directory in spec.model_dirs(Collection(args.collection), args.cache_dir):
                     print(f'training log and curve: {directory}')
+                    said = [r['verdict'] for r in read_log(directory) if 'verdict' in r]
+                    if said:
+                        print(f'verdict: {said[-1]}')
             return 0
         if args.save:  # (before the run, not after it: an unwritable directory is said at once)
             writable(Path(args.results_dir), f'the results of {args.save}', 'choose another with --results-dir',
@@ -105,6 +109,12 @@ def main(argv=None) -> int:
         for path in write_results(result, args.results_dir):
             print(f'wrote {path}')
     return 0
+
+
+def read_log(directory: Path) -> list:
+    """A trained model's training log (JSON lines), or nothing where it has none."""
+    path = Path(directory) / 'training_log.jsonl'
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
 
 
 def _classic_here():

@@ -332,7 +332,8 @@ def _distillation(collection: Collection, s: dict, *, output_dir: Path, cache_di
                            exclude_sources=s['queries'] in CUT_FROM_CORPUS,
                            filter_depth=s['filter_depth'] if s['queries'] in GENERATED else None,
                            stop_overlap=s['stop_overlap'], passage_offsets=s['passage_offsets'],
-                           offset_lr=s['offset_lr'], epochs=s['rounds'], batch_size=s['batch_size'], lr=s['lr'],
+                           offset_lr=s['offset_lr'], verdict_share=s['verdict_share'], epochs=s['rounds'],
+                           batch_size=s['batch_size'], lr=s['lr'],
                            output_dir=output_dir, seed=s['seed'], checkpoint_every='epoch', keep_checkpoints=1,
                            cache_dir=cache_dir, verbose=verbose)
     return trainer, topics
@@ -363,7 +364,8 @@ DEFAULTS: Dict[str, dict] = {
     'distill': dict(model_name=MINILM, queries='sampled', n_queries=2000, teacher='bm25+student', fusion_depth=100,
                     depth=30, teacher_temperature=1.0, loss='kl', in_batch=True, train_passages=False,
                     filter_depth=None, rounds=5, stop_overlap=0.97, passage_offsets=None, offset_lr=1e-3, batch_size=32,
-                    lr=2e-5, precision='auto', generator='smollm2', query_style='plain', query_examples=None, seed=0),
+                    lr=2e-5, precision='auto', generator='smollm2', query_style='plain', query_examples=None, verdict_share=0.1,
+                    seed=0),
     'ds': dict(model_name=MINILM, queries='sentences', n_queries=5000, negatives='none', epochs=1, batch_size=32,
                lr=2e-5, dim=None, seed=0),
     'rumbart': dict(_RETRIEVE_AND_RECONSTRUCT, teacher_temperature=1.0),

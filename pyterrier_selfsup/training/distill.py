@@ -19,6 +19,10 @@ teacher "student × generator over the student's top k".
   round, as ReAtt iterates and REALM refreshes. Training stops early when the teacher's
   top 10 hardly changes from one round to the next (``stop_overlap``): a rule that reads
   no labels.
+- **A label-free verdict** (``verdict_share``): that share of the training queries never
+  trains; the student is scored on it at its start and after every round against pseudo-
+  judgements (:mod:`~pyterrier_selfsup.training.verdict`), the best round is kept (the start
+  itself, if no round beats it), and the log says whether adaptation helped, with an interval.
 - **Round-trip filtering** (GPL/InPars/Promptagator): a query that was written for a
   passage (``source_docno``) is kept only when the round-0 teacher ranks that passage
   in its top ``filter_depth``; the survival rate is logged.
@@ -56,6 +60,7 @@ from pyterrier_selfsup.retrieval.dense import DenseRetriever, dense_retriever, f
 from pyterrier_selfsup.models.offsets import PassageOffsets
 from pyterrier_selfsup.training.loop import Trainer
 from pyterrier_selfsup.training.offsets import OffsetAdam
+from pyterrier_selfsup.training.verdict import Verdict, held_out, ndcg_at, pseudo_relevant, verdict
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +120,8 @@ class Distillation(Trainer):
             this fraction of its top 10 with the previous round's (None: all ``epochs``).
         passage_offsets: the weight of the L2 pull on learned passage offsets (None: no
             offsets; only with ``train_passages=False``); ``offset_lr``: their Adam's rate.
+        verdict_share: the share of the training queries held out for the label-free verdict
+            (0: none; then the last round is kept).
         The rest as for :class:`~pyterrier_selfsup.training.Trainer`; ``epochs`` = rounds.
     """
     description = 'distillation'
@@ -125,7 +132,8 @@ class Distillation(Trainer):
                  depth: int = 30, teacher_temperature: float = 1.0, loss: str = 'kl', in_batch: bool = True,
                  train_passages: bool = False, exclude_sources: bool = True, filter_depth: Optional[int] = None,
                  stop_overlap: Optional[float] = None, passage_offsets: Optional[float] = None,
-                 offset_lr: float = 1e-3, batch_size: int = 32, lr: float = 2e-5, **kwargs):
+                 offset_lr: float = 1e-3, verdict_share: float = 0.0, batch_size: int = 32, lr: float = 2e-5,
+                 **kwargs):
         if loss not in LOSSES:
             raise ValueError(f'loss must be one of {LOSSES}, not {loss!r}')
         if passage_offsets is not None and train_passages:
@@ -143,6 +151,11 @@ class Distillation(Trainer):
         self.passage_offsets = passage_offsets
         self.offset_lr = offset_lr
         self._offsets: Optional[OffsetAdam] = None
+        self.verdict_share = verdict_share
+        self.verdict: Optional[Verdict] = None
+        self._held: List[Query] = []  # the verdict's queries: never in a batch
+        self._pseudo: Dict[str, str] = {}
+        self._best: Optional[Tuple[int, dict, Optional[PassageOffsets]]] = None  # (round, weights, offsets)
         self._round0: Optional[Dict[str, Tuple[List[str], np.ndarray]]] = None
         self._index = None  # the frozen passage tower's index (train_passages=False)
         self.query_stats: Dict[str, float] = {}
@@ -203,8 +216,26 @@ class Distillation(Trainer):
     # -- data -------------------------------------------------------------------------
 
     def examples(self, topics: pd.DataFrame) -> List[Query]:
-        """The training queries, round-trip filtered if ``filter_depth`` is set; the start
-        encoder's teacher ranks them here, once (it is round 0's teacher as well)."""
+        """The training queries, round-trip filtered if ``filter_depth`` is set (the start
+        encoder's teacher ranks them here, once: it is round 0's teacher as well), less the
+        verdict's held-out slice."""
+        queries = self._filtered(topics)
+        held = set(held_out([q.qid for q in queries], self.verdict_share, seed=self.seed))
+        self._held = [q for q in queries if q.qid in held]
+        if self._held:
+            sources = dict(zip(topics['qid'].astype(str), topics['source_docno'])) if 'source_docno' in topics else {}
+            judged_by_teacher = [q for q in self._held if not isinstance(sources.get(q.qid), str)
+                                 or sources[q.qid] in q.excluded]
+            top = self.rank(self.round_teacher(), judged_by_teacher, depth=1) if judged_by_teacher else {}
+            self._pseudo = pseudo_relevant(self._held, top, sources)
+            self._held = [q for q in self._held if q.qid in self._pseudo]
+            if not any('verdict queries' in r for r in self.log):
+                self.log.append({'step': 0, 'verdict queries': len(self._held),
+                                 'verdict judged by': f'{len(self._held) - len(judged_by_teacher)} sources, '
+                                                      f'{len(judged_by_teacher)} teacher top 1'})
+        return [q for q in queries if q.qid not in held]
+
+    def _filtered(self, topics: pd.DataFrame) -> List[Query]:
         queries = training_queries(topics)
         if not self.exclude_sources:
             queries = [Query(q.qid, q.query, frozenset(), q.answer) for q in queries]
@@ -224,7 +255,50 @@ class Distillation(Trainer):
             q.qid: (ranked[q.qid][0][:self.depth], ranked[q.qid][1][:self.depth]) for q in kept}
         return kept
 
+    # -- the verdict ------------------------------------------------------------------
+
+    def judge(self, after_round: int):
+        """Scores the student as it is (after ``after_round`` rounds; 0: the start) on the held-out
+        slice, once a round (a resumed run finds the score in its log), and keeps its weights
+        while it is the best."""
+        if not self._held or any(r.get('verdict round') == after_round for r in self.log):
+            return
+        ranked = self.rank(self._student(fresh=False), self._held, depth=10)
+        scores = ndcg_at({q: d for q, (d, _) in ranked.items()}, self._pseudo)
+        self.log.append({'step': self.state.get('step', 0), 'verdict round': after_round,
+                         'verdict nDCG@10': float(scores.mean()), 'verdict scores': scores.round(6).tolist()})
+        earlier = [r['verdict nDCG@10'] for r in self.log[:-1] if 'verdict round' in r]
+        if not earlier or scores.mean() > max(earlier):
+            offsets = self.encoder.passage_offsets
+            self._best = (after_round, {k: v.detach().clone() for k, v in self.encoder.model.state_dict().items()},
+                          None if offsets is None else PassageOffsets(offsets.dim, offsets.normalize, offsets.docnos,
+                                                                      offsets.delta))
+            if self.output_dir is not None and self.process_rank == 0:  # (for a resumed run)
+                self.encoder.save_pretrained(self.output_dir / 'best-round')
+
+    def on_fit_end(self):
+        """The verdict: the best round is put back (the start, if no round beat it) and the
+        log says whether adaptation helped by the held-out signal."""
+        if not self._held:
+            return
+        self.judge(self.state['epoch'])
+        rounds = {r['verdict round']: np.asarray(r['verdict scores']) for r in self.log if 'verdict round' in r}
+        self.verdict = verdict(rounds, seed=self.seed)
+        last = max(rounds)
+        if self.verdict.best_round != last:
+            if self._best is not None and self._best[0] == self.verdict.best_round:
+                self.encoder.model.load_state_dict(self._best[1])
+                self.encoder.passage_offsets = self._best[2]
+            else:  # (a resumed run: the best round was saved before it stopped)
+                self.encoder.load_weights(self.output_dir / 'best-round')
+        logger.info('verdict: %s', self.verdict.sentence())
+        self.log.append({'step': self.state.get('step', 0), 'verdict': self.verdict.sentence(),
+                         'verdict kept round': self.verdict.best_round, 'verdict start': self.verdict.start,
+                         'verdict best': self.verdict.best, 'verdict low': self.verdict.low,
+                         'verdict high': self.verdict.high, 'verdict helped': self.verdict.helped})
+
     def on_epoch_start(self, examples: List[Query], epoch: int, resumed: bool):
+        self.judge(epoch)
         if resumed and self.state.get('targets round') == epoch:
             return  # the round's targets came back with the checkpoint
         t0 = time.time()

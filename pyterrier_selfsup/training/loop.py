@@ -106,6 +106,7 @@ def keep_final_only(output_dir: Union[str, Path]):
     ``training_log.jsonl``). For the cached pipelines, whose models are finished products."""
     for checkpoint in checkpoints(output_dir):
         shutil.rmtree(checkpoint)
+    shutil.rmtree(Path(output_dir) / 'best-round', ignore_errors=True)  # (a kept round is in final/ by now)
     (Path(output_dir) / 'final' / STATE_FILE).unlink(missing_ok=True)
 
 
@@ -201,6 +202,10 @@ class Trainer(pt.Estimator):
 
     def on_epoch_start(self, examples: list, epoch: int, resumed: bool):
         """Before the first batch of ``epoch`` (``resumed``: or of what is left of it)."""
+
+    def on_fit_end(self):
+        """After the last step, before the final checkpoint (a method that keeps an earlier
+        round's weights puts them back here)."""
 
     def on_optimizer_step(self):
         """Right after each optimiser step, gradients still in place: for what the method
@@ -325,6 +330,7 @@ class Trainer(pt.Estimator):
             if self.state['step'] >= total_steps:
                 break
         progress.close()
+        self.on_fit_end()
         self.train_mode(False)
         if self.output_dir is not None:
             self._checkpoint(optimizer, scheduler, final=True)

@@ -1,0 +1,96 @@
+"""A label-free verdict: did adaptation help, by a signal that reads no relevance label?
+
+A slice of the training queries is held out: it never trains. Each held-out query gets a
+pseudo-relevant passage: the passage it was written for (a generated query), or else the
+start's teacher's top passage (a query log, a corpus sentence: its own passage excluded).
+The student is scored on the slice (nDCG@10 against those pseudo-judgements) at its start
+and after every round; the trainer keeps the best round, and the verdict is the best round's
+score against the start's, with a paired bootstrap interval over the held-out queries.
+
+It is a proxy: a slice written by the same generator as the training queries may flatter a
+student trained on them, and agreement with the teacher is what the student is trained
+towards. How often its sign agrees with the real change (measured with labels, afterwards)
+is reported by ``experiments/verdict_agreement.py``.
+"""
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+
+DEPTH = 10
+
+
+def held_out(qids: Sequence[str], share: float, *, seed: int = 0, least: int = 2) -> List[str]:
+    """About ``share`` of ``qids`` (at least one; none where fewer than ``least`` would be left
+    to train on), drawn with ``seed`` from their sorted order: the same qids give the same slice."""
+    qids = sorted(set(qids))
+    n = math.ceil(share * len(qids)) if share > 0 else 0
+    if n == 0 or len(qids) - n < least:
+        return []
+    return sorted(np.random.default_rng(seed).choice(qids, n, replace=False).tolist())
+
+
+def ndcg_at(ranked: Dict[str, List[str]], relevant: Dict[str, str], k: int = DEPTH) -> np.ndarray:
+    """nDCG@k of each query of ``relevant`` (one pseudo-relevant passage a query: 1 / log2(rank + 2)
+    where it is in the top k, else 0), in ``relevant``'s order."""
+    out = []
+    for qid, docno in relevant.items():
+        top = ranked.get(qid, [])[:k]
+        out.append(1 / math.log2(top.index(docno) + 2) if docno in top else 0.0)
+    return np.asarray(out)
+
+
+@dataclass
+class Verdict:
+    start: float          # the start's mean score on the slice
+    best: float           # the kept round's
+    best_round: int       # 0: the start (adaptation did not help by this signal)
+    low: float            # 95% paired bootstrap interval of best - start
+    high: float
+    queries: int
+
+    @property
+    def helped(self) -> bool:
+        """Whether the kept round is above the start, its interval clear of 0."""
+        return self.best_round > 0 and self.low > 0
+
+    def sentence(self) -> str:
+        if self.queries == 0:
+            return 'no verdict: too few training queries to hold any out'
+        change = f'{self.best - self.start:+.4f} [{self.low:+.4f}, {self.high:+.4f}]'
+        if self.best_round == 0:
+            return (f'adaptation did not help by the held-out signal: no round beat the start ({self.start:.4f} '
+                    f'pseudo-nDCG@10 on {self.queries} held-out queries); the start model is kept')
+        return (f'adaptation {"helped" if self.helped else "may not have helped"} by the held-out signal: round '
+                f'{self.best_round} kept, pseudo-nDCG@10 {self.start:.4f} -> {self.best:.4f}, {change} (95% paired '
+                f'bootstrap, {self.queries} held-out queries)')
+
+
+def verdict(scores: Dict[int, np.ndarray], *, seed: int = 0, resamples: int = 2000) -> Verdict:
+    """The verdict from each round's per-query scores (round 0: the start): the best round
+    (the earliest of equals), its mean against the start's, and a paired bootstrap interval."""
+    start = scores[0]
+    if len(start) == 0:
+        return Verdict(0.0, 0.0, 0, 0.0, 0.0, 0)
+    best_round = max(sorted(scores), key=lambda r: (scores[r].mean(), -r))
+    diff = scores[best_round] - start
+    rng = np.random.default_rng(seed)
+    means = diff[rng.integers(0, len(diff), (resamples, len(diff)))].mean(1)
+    low, high = np.quantile(means, [0.025, 0.975])
+    return Verdict(float(start.mean()), float(scores[best_round].mean()), best_round, float(low), float(high),
+                   len(start))
+
+
+def pseudo_relevant(queries, teacher_top: Dict[str, Tuple[List[str], np.ndarray]],
+                    sources: Dict[str, str]) -> Dict[str, str]:
+    """Each held-out query's pseudo-relevant passage: its source (a passage it was written for
+    and may retrieve), else the teacher's top passage; queries with neither are left out."""
+    out = {}
+    for q in queries:
+        source = sources.get(q.qid)
+        if isinstance(source, str) and source not in q.excluded:
+            out[q.qid] = source
+        elif teacher_top.get(q.qid, ([],))[0]:
+            out[q.qid] = teacher_top[q.qid][0][0]
+    return out
