@@ -67,6 +67,11 @@ GROUPS = {
         f'distill:queries=crossfold{extra}' for extra in (
             '', ',precision=fp32', ',precision=fp32,passage_offsets=1', ',precision=fp32,teacher=bm25+minilm',
             ',precision=fp32,teacher=bm25+minilm,passage_offsets=1')]),
+    # the second round of choices (with the verdict's held-out tenth): longer, faster, the offsets' pull and rate
+    'query_log_choices_2': (['beir/scifact/train'], ['bm25', 'dual', 'teacher'] + [
+        f'distill:queries=crossfold,precision=fp32,passage_offsets=1{extra}' for extra in (
+            '', ',stop_overlap=none', ',stop_overlap=none,lr=5e-5', ',passage_offsets=0.3', ',offset_lr=3e-3',
+            ',stop_overlap=none,rounds=10,lr=5e-5')]),
 }
 
 

@@ -11,8 +11,8 @@ Any Glasgow/SMART collection ``NAME.ALL``/``NAME.tar.gz`` in ``$SELFSUP_CLASSIC_
 ``run`` and ``train``, ``--classic-data DIR``) is ``classic/<name>``.
 """
 import argparse
-import logging
 import json
+import logging
 import os
 import sys
 from pathlib import Path

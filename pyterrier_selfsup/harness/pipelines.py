@@ -261,9 +261,13 @@ register(PipelineSpec(
 
 register(PipelineSpec(
     'distill', 'all-MiniLM-L6-v2 distilled from the teacher (BM25 + the student itself, fused), no labels: listwise '
-               'KL over the teacher\'s top depth with in-batch negatives, query tower only, the student re-entering '
-               'the teacher each round; queries: sampled from SmolLM2 and round-trip filtered by the teacher, corpus '
-               'sentences/spans, or a collection\'s topic texts',
+               'KL over the teacher\'s top depth with in-batch negatives, query tower only (passage_offsets=W: each '
+               'passage vector moves by a learned offset, L2 weight W), the student re-entering the teacher each '
+               'round, the best round kept by a held-out label-free verdict (verdict_share); queries: a query log '
+               '(queries=FILE: one query a line, or JSONL/CSV/TSV with qid and query; or queries=COLLECTION: its '
+               'topic texts; or queries=crossfold: the evaluated collection\'s own topic texts, two-fold), or corpus '
+               'only: written by a generator (sampled: generator=smollm2|qwen, query_style=plain|chat, '
+               'query_examples=FILE|COLLECTION shown as the style to write), corpus sentences/spans',
     functools.partial(trained_dense_retriever, method='distill'), dict(DEFAULTS['distill'], **_INFERENCE),
     method='distill'))
 
