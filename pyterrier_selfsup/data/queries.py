@@ -244,13 +244,12 @@ def sampled_queries(collection: Collection, generator, n: int, *, per_passage: i
     shown as the style to write in (a query log's)."""
     import torch  # the generator's sampling is seeded through torch
 
-    from pyterrier_selfsup.models.writing import QueryWriter
     rng = random.Random(seed)
     docs = _sample(collection.corpus_iter(), math.ceil(n / per_passage), rng, _text_if_any)
     if not docs:
         return _frame('gen', [])
     per_passage = min(max(per_passage, math.ceil(n / len(docs))), max(per_passage, MAX_PER_PASSAGE))
-    writer = QueryWriter(generator, style=style, examples=examples, seed=seed)
+    writer = generator.writer(style=style, examples=examples, seed=seed)
     texts = writer.write([text for _, text in docs], per_passage, max_new_tokens=max_new_tokens, do_sample=True,
                          temperature=temperature, top_p=top_p, generator=torch.Generator().manual_seed(seed))
     kept, seen = [], set()

@@ -331,6 +331,12 @@ class Generator(TorchModel):
                 out.extend(t.strip().split('\n')[0].strip() for t in texts)
         return out
 
+    def writer(self, **kwargs) -> 'QueryWriter':
+        """A :class:`~pyterrier_selfsup.models.writing.QueryWriter` of queries for passages
+        with this (decoder-only) generator: one prefill a passage shared by its samples."""
+        from pyterrier_selfsup.models.writing import QueryWriter
+        return QueryWriter(self, **kwargs)
+
     def scorer(self, normalise: str = 'mean', text_field: str = 'text',
                cache: Optional[Union[str, Path]] = None) -> 'ReconstructionScorer':
         return ReconstructionScorer(self, normalise=normalise, text_field=text_field, cache=cache)
