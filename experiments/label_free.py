@@ -72,6 +72,12 @@ GROUPS = {
         f'distill:queries=crossfold,precision=fp32,passage_offsets=1{extra}' for extra in (
             '', ',stop_overlap=none', ',stop_overlap=none,lr=5e-5', ',passage_offsets=0.3', ',offset_lr=3e-3',
             ',stop_overlap=none,rounds=10,lr=5e-5')]),
+    # the acceptance tables of issue 30, the query-log setting at the shipped settings: scifact test from the
+    # train split's texts (3 seeds), the other four two-fold over their own topic texts
+    'label_free_log_scifact': (['beir/scifact/test'], ['bm25', 'minilm', 'teacher', TRAIN, f'{TRAIN},seed=1',
+                                                       f'{TRAIN},seed=2', 'hybrid:queries=beir/scifact/train']),
+    'label_free_log': (FIVE[1:], ['bm25', 'minilm', 'teacher', 'distill:queries=crossfold',
+                                  'hybrid:queries=crossfold']),
 }
 
 

@@ -10,12 +10,14 @@ import importlib
 from pyterrier_selfsup._distributed import join_process_group
 from pyterrier_selfsup.data.classic import register_classic
 from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
-from pyterrier_selfsup.data.queries import (Query, corpus_sentences, cropped_spans, generated_queries, given_topics,
-                                            sampled_queries)
+from pyterrier_selfsup.data.queries import (Query, corpus_sentences, cropped_spans, folds, generated_queries,
+                                            given_topics, query_log, sampled_queries)
 from pyterrier_selfsup.models.dual_encoder import DualEncoder, DualEncoderModel
-from pyterrier_selfsup.models.generator import SMOLLM2, SMOLLM2_GGUF, Generator, ReconstructionScorer
+from pyterrier_selfsup.models.generator import QWEN, QWEN_GGUF, SMOLLM2, SMOLLM2_GGUF, Generator, ReconstructionScorer
+from pyterrier_selfsup.models.offsets import PassageOffsets
 from pyterrier_selfsup.models.reatt import ReAtt
 from pyterrier_selfsup.models.reatt_t5 import ReAttT5
+from pyterrier_selfsup.models.writing import QueryWriter
 from pyterrier_selfsup.retrieval.bm25 import BM25, pisa_index
 from pyterrier_selfsup.retrieval.dense import MINILM, DenseRetriever, flex_index, sbert_encoder
 from pyterrier_selfsup.retrieval.fusion import Fusion
@@ -31,7 +33,7 @@ __version__ = '0.1.0'
 register_classic()  # classic/cisi and classic/adi, read from $SELFSUP_CLASSIC_DATA
 
 # the harness (named pipelines, experiments) is imported when one of its names is first used
-_HARNESS = {'PIPELINES': 'pipelines', 'PipelineSpec': 'pipelines', 'register': 'pipelines',
+_HARNESS = {'PIPELINES': 'pipelines', 'PipelineSpec': 'pipelines', 'register': 'pipelines', 'CrossFold': 'pipelines',
             'run_experiment': 'experiment', 'write_results': 'experiment'}
 
 
@@ -43,11 +45,11 @@ def __getattr__(name):
 
 __all__ = [
     'join_process_group', 'register_classic', 'Collection', 'UnknownCollectionError', 'Query', 'corpus_sentences', 'cropped_spans',
-    'generated_queries', 'given_topics', 'sampled_queries',
-    'DualEncoder', 'DualEncoderModel', 'SMOLLM2', 'SMOLLM2_GGUF', 'Generator', 'ReconstructionScorer', 'ReAtt',
-    'ReAttT5',
+    'generated_queries', 'given_topics', 'sampled_queries', 'query_log', 'folds',
+    'DualEncoder', 'DualEncoderModel', 'SMOLLM2', 'SMOLLM2_GGUF', 'QWEN', 'QWEN_GGUF', 'Generator', 'ReconstructionScorer',
+    'ReAtt', 'ReAttT5', 'PassageOffsets', 'QueryWriter',
     'BM25', 'pisa_index', 'MINILM', 'DenseRetriever', 'flex_index', 'sbert_encoder', 'Fusion', 'ReAttIndex',
     'reatt_index',
     'Trainer', 'DistantSupervision', 'in_batch_loss', 'Distillation', 'listwise_kl', 'margin_mse', 'Rumbart', 'Acrobart', 'marginal_nll', 'CrossDocumentAdjustment',
-    'PIPELINES', 'PipelineSpec', 'register', 'run_experiment', 'write_results',
+    'PIPELINES', 'PipelineSpec', 'register', 'CrossFold', 'run_experiment', 'write_results',
 ]

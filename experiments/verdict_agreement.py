@@ -1,0 +1,109 @@
+"""Does the label-free verdict agree with the truth? (issue 30, item 6)
+
+For every distill model trained by the results groups named (each collection, setting and
+seed; each fold of a two-fold run), the verdict its training log holds (pseudo-nDCG@10 of the
+kept round against the start, on held-out training queries, and whether it says adaptation
+helped) beside the real change: nDCG@10 with the relevance labels, of the pipeline against
+its zero-shot start (the ``dual`` or ``minilm`` row of the same table), measured afterwards.
+A two-fold run's real change is its own fold's queries' (each fold's model answers them).
+
+Reported: each row, how often the verdict's sign (helped, or kept the start / not clear of 0)
+agrees with the sign of the real change, and the Spearman correlation of the verdict's change
+with the real one.
+
+    python experiments/verdict_agreement.py [results group ...]   (default: the label_free groups of issue 30)
+writes experiments/results/verdict_agreement.{md,csv}.
+"""
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyterrier as pt
+from ir_measures import nDCG
+from scipy.stats import spearmanr
+
+from pyterrier_selfsup import Collection
+from pyterrier_selfsup.data.queries import folds
+from pyterrier_selfsup.harness import provenance
+from pyterrier_selfsup.harness.pipelines import get_pipeline
+
+RESULTS = Path(__file__).parent / 'results'
+GROUPS = ['label_free_log', 'label_free_log_scifact', 'label_free']
+
+
+def table(group: str) -> pd.DataFrame:
+    path = RESULTS / f'{group}.csv'
+    return pd.read_csv(path, comment='#') if path.exists() else pd.DataFrame()
+
+
+def rows_of(group: str) -> list:
+    frame = table(group)
+    out = []
+    for collection, results in frame.groupby('collection') if len(frame) else []:
+        start = results[results['name'].isin(['dual', 'minilm'])]
+        if start.empty:
+            continue
+        start_ndcg = float(start['nDCG@10'].iloc[0])
+        coll = Collection(collection)
+        for name in results['name']:
+            if not (name.startswith('distill') or name.startswith('hybrid')) or name.startswith('hybrid'):
+                continue
+            spec = get_pipeline(name)
+            dirs = spec.model_dirs(coll)
+            for fold, directory in enumerate(dirs):
+                log_path = directory / 'training_log.jsonl'
+                if not log_path.exists():
+                    continue
+                said = next((r for r in map(json.loads, log_path.read_text().splitlines()) if 'verdict' in r), None)
+                if said is None:
+                    continue
+                real = float(results.loc[results['name'] == name, 'nDCG@10'].iloc[0]) - start_ndcg
+                if len(dirs) > 1:  # a fold's own queries: its model against the start, with labels
+                    real = fold_change(coll, spec, fold, len(dirs))
+                out.append({'group': group, 'collection': collection, 'pipeline': name,
+                            'fold': fold if len(dirs) > 1 else '', 'verdict change': said['verdict best'] -
+                            said['verdict start'], 'verdict low': said['verdict low'],
+                            'verdict helped': said['verdict helped'], 'kept round': said['verdict kept round'],
+                            'real change': real})
+    return out
+
+
+def fold_change(coll: Collection, spec, fold: int, n: int) -> float:
+    from pyterrier_selfsup.harness.pipelines import PIPELINES
+    topics = coll.topics()
+    mine = topics[topics['qid'].map(folds(topics['qid'], n)) == fold]
+    trained = spec.build(coll).retrievers[fold]
+    start = PIPELINES['dual'].build(coll)
+    result = pt.Experiment([start, trained], mine, coll.qrels(), [nDCG @ 10])
+    return float(result['nDCG@10'][1] - result['nDCG@10'][0])
+
+
+def main(groups):
+    rows = [r for g in groups for r in rows_of(g)]
+    if not rows:
+        raise SystemExit(f'no trained distill model with a verdict in {groups}')
+    frame = pd.DataFrame(rows)
+    agree = (frame['verdict helped'] == (frame['real change'] > 0)).mean()
+    rho = spearmanr(frame['verdict change'], frame['real change'])[0] if len(frame) > 2 else float('nan')
+    header = provenance.header()
+    RESULTS.mkdir(exist_ok=True)
+    frame.to_csv(RESULTS / 'verdict_agreement.csv', index=False)
+    md = ['# The label-free verdict against the real change', ''] + [f'- {k}: {v}' for k, v in header.items()]
+    md += ['- verdict: pseudo-nDCG@10 on the held-out tenth of the training queries, kept round against the start; '
+           '"helped": kept round > 0 and its 95% paired bootstrap interval clear of 0',
+           '- real change: nDCG@10 with the labels, the pipeline against the zero-shot start on the same queries', '']
+    cols = ['group', 'collection', 'pipeline', 'fold', 'kept round', 'verdict change', 'verdict low', 'verdict helped',
+            'real change']
+    md += ['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
+    for r in rows:
+        md.append('| ' + ' | '.join(f'{r[c]:+.4f}' if isinstance(r[c], float) else str(r[c]) for c in cols) + ' |')
+    md += ['', f'Sign agreement (helped vs real change > 0): {agree:.2f} of {len(frame)} models; Spearman correlation '
+               f'of the verdict change with the real change: {rho:.2f}.']
+    (RESULTS / 'verdict_agreement.md').write_text('\n'.join(md) + '\n')
+    print('\n'.join(md))
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:] or GROUPS)
