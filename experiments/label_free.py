@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.queries import MAX_PER_PASSAGE
 from pyterrier_selfsup.harness import trained
@@ -81,6 +83,13 @@ GROUPS = {
 }
 
 
+def source_in_top(corpus: Collection, topics, k: int = 10) -> float:
+    """The share of generated queries whose source passage the start teacher (BM25 + MiniLM) ranks in its top k."""
+    ranked = trained.teacher_pipeline(corpus, 'bm25+minilm', depth=100)(topics[['qid', 'query']])
+    top = set(zip(ranked.loc[ranked['rank'] < k, 'qid'], ranked.loc[ranked['rank'] < k, 'docno']))
+    return float(np.mean([(q, d) in top for q, d in zip(topics['qid'], topics['source_docno'])]))
+
+
 def query_stats(pipelines, collection: str) -> list:
     """For each trained distill pipeline: its training queries, how many were distinct and
     how many survived the round-trip filter (from its training log), its rounds and time."""
@@ -108,9 +117,15 @@ def query_stats(pipelines, collection: str) -> list:
             n, per = settings['n_queries'], trained.SAMPLING['per_passage']  # as sampled_queries decides them
             passages = min(math.ceil(n / per), corpus.docs_count or math.ceil(n / per))
             written = passages * min(max(per, math.ceil(n / passages)), max(per, MAX_PER_PASSAGE))
-            distinct = len(trained.training_topics(corpus, 'sampled', settings['n_queries'], seed=settings['seed'],
-                                                   generator=settings['generator']))
-            line += f'; {distinct} distinct of {written} written (distinct fraction {distinct / written:.3f})'
+            topics = trained.training_topics(corpus, 'sampled', settings['n_queries'], seed=settings['seed'],
+                                             generator=settings['generator'], style=settings['query_style'],
+                                             examples=settings['query_examples'])
+            distinct = len(topics)
+            line += (f'; {distinct} distinct of {written} written (distinct fraction {distinct / written:.3f}), '
+                     f'{np.mean([len(q.split()) for q in topics["query"]]):.1f} words on average, covering '
+                     f'{topics["source_docno"].nunique()} of {corpus.docs_count} passages '
+                     f'({topics["source_docno"].nunique() / corpus.docs_count:.3f}); specificity: the teacher ranks a '
+                     f'query\'s source passage in its top 10 for {source_in_top(corpus, topics):.3f} of them')
         if first:
             line += (f'; round trip kept {first["round-trip kept"]:.0f} of {first["round-trip queries"]:.0f} '
                      f'distinct queries (survival {first["round-trip survival"]:.3f})')

@@ -125,8 +125,11 @@ from pyterrier_selfsup.training.verdict import held_out, ndcg_at, verdict  # noq
 
 
 def test_verdict_parts_by_hand():
-    assert held_out([str(i) for i in range(20)], 0.1) == held_out([str(i) for i in reversed(range(20))], 0.1)
-    assert len(held_out([str(i) for i in range(20)], 0.1)) == 2 and held_out(['a', 'b'], 0.5) == []
+    assert held_out([str(i) for i in range(20)], 0.1, fewest=1) == held_out([str(i) for i in reversed(range(20))], 0.1,
+                                                                         fewest=1)
+    assert len(held_out([str(i) for i in range(20)], 0.1, fewest=1)) == 2 and held_out(['a', 'b'], 0.5) == []
+    assert len(held_out([str(i) for i in range(300)], 0.1)) == 30 and len(held_out([str(i) for i in range(100)], 0.1)) == 20
+    assert held_out([str(i) for i in range(59)], 0.1) == []  # 20 held out would leave fewer than 40 to train
     assert ndcg_at({'q': ['a', 'b', 'c'], 'r': ['x']}, {'q': 'b', 'r': 'y'}).tolist() == pytest.approx([1 / math.log2(3), 0])
     v = verdict({0: np.array([0.0, 0.5, 1.0, 0.0] * 2), 1: np.array([1.0, 0.5, 1.0, 1.0] * 2),
                  2: np.array([0.5] * 8)})
@@ -149,6 +152,7 @@ def test_held_out_queries_never_train_and_the_best_round_is_kept(tiny_encoder, c
     monkeypatch.setattr(Distillation, 'loss', spy)
     trainer = _trainer(tiny_encoder(max_length=64), coll, cache_dir, output_dir=tmp_path / 'run', verdict_share=0.2,
                        checkpoint_every='epoch')
+    trainer.verdict_fewest = 1  # (ADI's 35 queries: a verdict from 7)
     trainer.fit(topics)
     held = {q.qid for q in trainer._held}
     assert len(held) == 7 and not held & set(seen) and set(seen) == set(topics['qid']) - held
@@ -164,5 +168,16 @@ def test_held_out_queries_never_train_and_the_best_round_is_kept(tiny_encoder, c
     # and with lr 0 nothing moves: no round beats the start, and the start is what is kept
     frozen = _trainer(tiny_encoder(max_length=64), coll, cache_dir, lr=0.0, offset_lr=0.0, verdict_share=0.2,
                       epochs=2)
+    frozen.verdict_fewest = 1
     frozen.fit(topics)
     assert frozen.verdict.best_round == 0 and not frozen.verdict.helped
+
+
+def test_a_small_query_log_passes_over_its_queries_to_make_its_steps(tiny_encoder, cache_dir):
+    coll = Collection('classic/adi')
+    trainer = _trainer(tiny_encoder(max_length=64), coll, cache_dir, epochs=2, min_round_steps=10)
+    trainer.fit(coll.topics())
+    steps = [r for r in trainer.log if 'loss' in r]
+    assert [r['passes a round'] for r in trainer.log if 'passes a round' in r] == [3]  # ceil(10 * 8 / 35)
+    # 105 examples in batches of 8 (the last one, alone, joins the one before): 13 steps a round
+    assert len(steps) == 2 * 13 and trainer.verdict is None  # (35 queries: no verdict)

@@ -90,6 +90,14 @@ def train(collection: Union[str, Collection], method: str, settings: dict, *, ca
                       what=f'the {method} model trained on {collection.name}', on_damage='raise') / 'final'
 
 
+def at_most(topics: pd.DataFrame, n: int, seed: int = 0) -> pd.DataFrame:
+    """A query log's texts, or ``n`` of them drawn with ``seed`` where it has more (``n_queries``
+    caps every source; the shipped 2,000 leaves the logs here whole)."""
+    if n is None or n <= 0 or len(topics) <= n:
+        return topics
+    return topics.sample(n=n, random_state=seed).sort_index().reset_index(drop=True)
+
+
 def example_texts(examples: Optional[str]) -> list:
     """The query texts a writer is shown: none, a file's, or a collection's topics'."""
     if not examples:
@@ -135,12 +143,12 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
     if queries == 'crossfold':
         if fold is None:
             raise ValueError('queries=crossfold trains one model a fold: which fold it answers (fold=) is missing')
-        return other_folds(collection.topics(), fold, CROSS_FOLDS)
+        return at_most(other_folds(collection.topics(), fold, CROSS_FOLDS), n_queries, seed)
     if query_file(queries):
-        return query_log(queries)
+        return at_most(query_log(queries), n_queries, seed)
     if queries not in GENERATED:
         try:
-            return given_topics(Collection(queries).topics())
+            return at_most(given_topics(Collection(queries).topics()), n_queries, seed)
         except ValueError as error:
             raise ValueError(f'queries={queries!r} is neither a source ({", ".join(QUERY_SOURCES)}), a file of '
                              f'query texts, nor a collection: {error}') from None
@@ -332,7 +340,8 @@ def _distillation(collection: Collection, s: dict, *, output_dir: Path, cache_di
                            exclude_sources=s['queries'] in CUT_FROM_CORPUS,
                            filter_depth=s['filter_depth'] if s['queries'] in GENERATED else None,
                            stop_overlap=s['stop_overlap'], passage_offsets=s['passage_offsets'],
-                           offset_lr=s['offset_lr'], verdict_share=s['verdict_share'], epochs=s['rounds'],
+                           offset_lr=s['offset_lr'], verdict_share=s['verdict_share'],
+                           min_round_steps=s['min_round_steps'], epochs=s['rounds'],
                            batch_size=s['batch_size'], lr=s['lr'],
                            output_dir=output_dir, seed=s['seed'], checkpoint_every='epoch', keep_checkpoints=1,
                            cache_dir=cache_dir, verbose=verbose)
@@ -368,7 +377,7 @@ DEFAULTS: Dict[str, dict] = {
                     depth=30, teacher_temperature=1.0, loss='kl', in_batch=True, train_passages=False,
                     filter_depth=None, rounds=5, stop_overlap=None, passage_offsets=1.0, offset_lr=1e-3,
                     batch_size=32, lr=5e-5, precision='fp32', generator='smollm2', query_style='plain',
-                    query_examples=None, verdict_share=0.1, seed=0),
+                    query_examples=None, verdict_share=0.1, min_round_steps=0, seed=0),
     'ds': dict(model_name=MINILM, queries='sentences', n_queries=5000, negatives='none', epochs=1, batch_size=32,
                lr=2e-5, dim=None, seed=0),
     'rumbart': dict(_RETRIEVE_AND_RECONSTRUCT, teacher_temperature=1.0),

@@ -44,6 +44,7 @@ teacher "student × generator over the student's top k".
     pt.Experiment([bm25, trainer], ...)  # after fit it retrieves with the student alone
 """
 import logging
+import math
 import time
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
@@ -60,7 +61,7 @@ from pyterrier_selfsup.retrieval.dense import DenseRetriever, dense_retriever, f
 from pyterrier_selfsup.models.offsets import PassageOffsets
 from pyterrier_selfsup.training.loop import Trainer
 from pyterrier_selfsup.training.offsets import OffsetAdam
-from pyterrier_selfsup.training.verdict import Verdict, held_out, ndcg_at, pseudo_relevant, verdict
+from pyterrier_selfsup.training.verdict import FEWEST, Verdict, held_out, ndcg_at, pseudo_relevant, verdict
 
 logger = logging.getLogger(__name__)
 
@@ -122,18 +123,21 @@ class Distillation(Trainer):
             offsets; only with ``train_passages=False``); ``offset_lr``: their Adam's rate.
         verdict_share: the share of the training queries held out for the label-free verdict
             (0: none; then the last round is kept).
+        min_round_steps: a round passes over the training queries as many times as it takes
+            to make this many steps (a small query log; 0: once).
         The rest as for :class:`~pyterrier_selfsup.training.Trainer`; ``epochs`` = rounds.
     """
     description = 'distillation'
     marker = 'round'
     data_parallel = True
+    verdict_fewest = FEWEST  # the fewest held-out queries a verdict is drawn from (training/verdict.py)
 
     def __init__(self, encoder: DualEncoder, collection: Union[str, Collection], teacher: Teacher, *,
                  depth: int = 30, teacher_temperature: float = 1.0, loss: str = 'kl', in_batch: bool = True,
                  train_passages: bool = False, exclude_sources: bool = True, filter_depth: Optional[int] = None,
                  stop_overlap: Optional[float] = None, passage_offsets: Optional[float] = None,
-                 offset_lr: float = 1e-3, verdict_share: float = 0.0, batch_size: int = 32, lr: float = 2e-5,
-                 **kwargs):
+                 offset_lr: float = 1e-3, verdict_share: float = 0.0, min_round_steps: int = 0, batch_size: int = 32,
+                 lr: float = 2e-5, **kwargs):
         if loss not in LOSSES:
             raise ValueError(f'loss must be one of {LOSSES}, not {loss!r}')
         if passage_offsets is not None and train_passages:
@@ -152,6 +156,7 @@ class Distillation(Trainer):
         self.offset_lr = offset_lr
         self._offsets: Optional[OffsetAdam] = None
         self.verdict_share = verdict_share
+        self.min_round_steps = min_round_steps
         self.verdict: Optional[Verdict] = None
         self._held: List[Query] = []  # the verdict's queries: never in a batch
         self._pseudo: Dict[str, str] = {}
@@ -220,7 +225,7 @@ class Distillation(Trainer):
         encoder's teacher ranks them here, once: it is round 0's teacher as well), less the
         verdict's held-out slice."""
         queries = self._filtered(topics)
-        held = set(held_out([q.qid for q in queries], self.verdict_share, seed=self.seed))
+        held = set(held_out([q.qid for q in queries], self.verdict_share, seed=self.seed, fewest=self.verdict_fewest))
         self._held = [q for q in queries if q.qid in held]
         if self._held:
             sources = dict(zip(topics['qid'].astype(str), topics['source_docno'])) if 'source_docno' in topics else {}
@@ -233,7 +238,12 @@ class Distillation(Trainer):
                 self.log.append({'step': 0, 'verdict queries': len(self._held),
                                  'verdict judged by': f'{len(self._held) - len(judged_by_teacher)} sources, '
                                                       f'{len(judged_by_teacher)} teacher top 1'})
-        return [q for q in queries if q.qid not in held]
+        train = [q for q in queries if q.qid not in held]
+        # a small query log: each round passes over its queries several times, to make min_round_steps
+        passes = math.ceil(self.min_round_steps * self.batch_size / len(train)) if self.min_round_steps and train else 1
+        if passes > 1 and not any('passes a round' in r for r in self.log):
+            self.log.append({'step': 0, 'passes a round': passes})
+        return train * passes
 
     def _filtered(self, topics: pd.DataFrame) -> List[Query]:
         queries = training_queries(topics)
@@ -307,7 +317,8 @@ class Distillation(Trainer):
         elif self.state.get('targets') is not None and self.fixed_teacher:
             return  # a teacher that does not read the student ranks as it did in round 0
         else:
-            targets = self.rank(self.round_teacher(fresh=self.train_passages and epoch > 0), examples)
+            targets = self.rank(self.round_teacher(fresh=self.train_passages and epoch > 0),
+                                list({q.qid: q for q in examples}.values()))  # (a query passed over twice: ranked once)
         self._round0 = None
         previous = self.state.get('targets')
         record = {'step': self.state.get('step', 0), 'round': epoch, 'teacher seconds': time.time() - t0}
