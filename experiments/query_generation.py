@@ -91,26 +91,31 @@ def main():
     for name in args.generators:
         gen = load_generator(name)  # its default precision ('auto': bf16 where the CPU multiplies it natively)
         dtype = str(gen.compute_dtype()).split('.')[1]
-        kinds = [('before', None), ('writer', 'plain'), ('writer', 'chat'), ('writer', 'chat+log')]
-        for kind, style in kinds:
+        # (kind, prompt, passage tokens shown)
+        kinds = [('before', 'plain', 256), ('writer', 'plain', 256), ('writer', 'plain', 128), ('writer', 'chat', 256),
+                 ('writer', 'chat', 128), ('writer', 'chat+log', 256)]
+        for kind, style, length in kinds:
             torch.manual_seed(0)
             t0 = time.perf_counter()
             if kind == 'before':
                 flat = gen.generate([p for p in passages for _ in range(PER_PASSAGE)], max_new_tokens=32, **SAMPLING)
                 out = [flat[i:i + PER_PASSAGE] for i in range(0, len(flat), PER_PASSAGE)]
             else:
-                writer = QueryWriter(gen, style=style.split('+')[0], examples=log if 'log' in style else ())
+                writer = QueryWriter(gen, style=style.split('+')[0], examples=log if 'log' in style else (),
+                                     max_passage_length=length)
+                writer.token_kinds  # (read once a model: not the writing's cost)
+                t0 = time.perf_counter()
                 out = writer.write(passages, PER_PASSAGE, max_new_tokens=32, generator=torch.Generator().manual_seed(0),
                                    **SAMPLING)
             seconds = time.perf_counter() - t0
             label = 'generate, prompt repeated a sample' if kind == 'before' else f'QueryWriter, shared prefill'
             quality(rows, label, out, docnos, seconds, teacher, bm25,
-                    {'generator': name, 'dtype': dtype, 'prompt': style or 'plain'})
+                    {'generator': name, 'dtype': dtype, 'prompt': style, 'passage tokens': length})
         # greedy, one a passage, chat: what a title-like query looks like
         t0 = time.perf_counter()
         out = QueryWriter(gen, style='chat').write(passages, 1, max_new_tokens=32)
         quality(rows, 'QueryWriter, greedy, 1 a passage', out, docnos, time.perf_counter() - t0, teacher, bm25,
-                {'generator': name, 'dtype': dtype, 'prompt': 'chat'})
+                {'generator': name, 'dtype': dtype, 'prompt': 'chat', 'passage tokens': 256})
     for name in args.generators:  # the speed-up at the same settings
         before = next(r for r in rows if r['generator'] == name and r['writer'].startswith('generate'))
         for r in rows:
@@ -123,7 +128,7 @@ def main():
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / 'query_generation.json').write_text(json.dumps({'header': header, 'settings': settings, 'rows': rows},
                                                               indent=2))
-    cols = ['generator', 'dtype', 'writer', 'prompt', 'queries/s', 'x before', 'distinct fraction', 'mean words',
+    cols = ['generator', 'dtype', 'writer', 'prompt', 'passage tokens', 'queries/s', 'x before', 'distinct fraction', 'mean words',
             'teacher MRR@10', 'teacher top-10', 'BM25 MRR@10']
     fmt = lambda v: f'{v:.3g}' if isinstance(v, float) else ('' if v is None else str(v))  # noqa: E731
     md = ['# Writing training queries: rate and label-free quality', ''] + \
@@ -132,7 +137,7 @@ def main():
     md += ['| ' + ' | '.join(fmt(r.get(c)) for c in cols) + ' |' for r in rows]
     md += ['', '## What they write (first queries of each row)', '']
     for r in rows:
-        md += [f'**{r["generator"]}, {r["writer"]}, {r.get("prompt")}**', ''] + [f'- {q}' for q in r['examples']] + ['']
+        md += [f'**{r["generator"]}, {r["writer"]}, {r.get("prompt")}, {r.get("passage tokens", "")} passage tokens**', ''] + [f'- {q}' for q in r['examples']] + ['']
     (RESULTS / 'query_generation.md').write_text('\n'.join(md) + '\n')
     print('\n'.join(md))
 

@@ -149,8 +149,9 @@ class QueryWriter:
         pad_id = self.tokenizer.pad_token_id
         input_ids, mask = pad(prompts, pad_id, left=True, device=device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        with self.generator.autocast():
-            output = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        with self.generator.autocast():  # (the output layer on the last position only: the next token's)
+            output = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                           logits_to_keep=1)
         cache, logits = output.past_key_values, output.logits[:, -1].float()
         if n > 1:  # one prefill a prompt, its cache copied to each of its samples
             cache.batch_repeat_interleave(n)
