@@ -46,7 +46,8 @@ def __getattr__(name):
 __all__ = [
     'join_process_group', 'register_classic', 'Collection', 'UnknownCollectionError', 'Query', 'corpus_sentences', 'cropped_spans',
     'generated_queries', 'given_topics', 'sampled_queries', 'query_log', 'folds',
-    'DualEncoder', 'DualEncoderModel', 'SMOLLM2', 'SMOLLM2_GGUF', 'QWEN', 'QWEN_GGUF', 'Generator', 'ReconstructionScorer',
+    'DualEncoder', 'DualEncoderModel', 'SMOLLM2', 'SMOLLM2_GGUF', 'QWEN', 'QWEN_GGUF', 'Generator',
+    'ReconstructionScorer',
     'ReAtt', 'ReAttT5', 'PassageOffsets', 'QueryWriter',
     'BM25', 'pisa_index', 'MINILM', 'DenseRetriever', 'flex_index', 'sbert_encoder', 'Fusion', 'ReAttIndex',
     'reatt_index',

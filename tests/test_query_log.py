@@ -1,6 +1,7 @@
 """A query log without judgements as a first-class input (issue 30): files of query texts, their
 errors, and two-fold cross-validation over a collection's own topic texts."""
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -96,3 +97,21 @@ def test_crossfold_answers_each_query_with_the_model_that_never_saw_its_text(tin
     assert not pipeline.retrievers[0].encoder.fingerprint() == pipeline.retrievers[1].encoder.fingerprint()
     with pytest.raises(ValueError, match='not topics of'):
         pipeline(pd.DataFrame({'qid': ['new'], 'query': ['a query of no fold']}))
+
+
+def test_a_query_log_trains_from_the_command_line_and_the_verdict_is_said(tmp_path, cache_dir, tiny_dir):
+    from pyterrier_selfsup.data.queries import corpus_sentences
+    from tests.test_cli import selfsup
+    log = tmp_path / 'log.txt'
+    log.write_text('\n'.join(corpus_sentences(Collection('classic/adi'), 80)['query']) + '\n')
+    spec = f'distill:queries={log},model_name={tiny_dir},rounds=2'
+    proc = selfsup('train', spec, '-c', 'classic/adi', '--cache-dir', str(cache_dir), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    # 80 queries: 20 held out for the verdict, 60 train
+    assert re.search(r'verdict: .*\b20 held-out queries', proc.stdout), proc.stdout
+    bad = tmp_path / 'bad.tsv'
+    bad.write_text('qid\tquery\n1\tautomatic indexing\n2\tsearch\textra field\n')
+    proc = selfsup('train', f'distill:queries={bad},model_name={tiny_dir}', '-c', 'classic/adi', '--cache-dir',
+                   str(cache_dir), cwd=tmp_path)
+    assert proc.returncode == 2 and f'{bad}, line 3: 3 field(s) where its header has 2' in proc.stderr
+    assert 'Traceback' not in proc.stderr

@@ -32,6 +32,11 @@ QID_FIELDS = ('qid', 'query_id', '_id', 'id')
 QUERY_FIELDS = ('query', 'text')
 
 
+class MalformedFileError(ValueError):
+    """A documents or queries file that cannot be read as it says it is; the message names
+    the file and the line."""
+
+
 class LocalDoc(NamedTuple):
     doc_id: str
     title: str
@@ -73,7 +78,7 @@ def numbered_records(path: Union[str, Path]) -> Iterator[Tuple[int, Dict[str, st
                     try:
                         yield number, {k: '' if v is None else str(v) for k, v in json.loads(line).items()}
                     except (ValueError, AttributeError) as error:
-                        raise ValueError(f'{path}, line {number}: not a JSON object ({error})') from None
+                        raise MalformedFileError(f'{path}, line {number}: not a JSON object ({error})') from None
         elif kind in ('csv', 'tsv'):
             csv.field_size_limit(1 << 30)  # (full-text documents outgrow the default 128 KiB a field)
             # TSV has no quoting: a field that starts with " is text, not the start of a quoted field
@@ -83,18 +88,19 @@ def numbered_records(path: Union[str, Path]) -> Iterator[Tuple[int, Dict[str, st
                 if None in record or None in record.values():  # (DictReader's rest key and rest value)
                     fields = len(record) - (None in record) + len(record.get(None) or ()) - sum(
                         v is None for v in record.values())
-                    raise ValueError(f'{path}, line {reader.line_num}: {fields} field(s) where its header has '
+                    raise MalformedFileError(f'{path}, line {reader.line_num}: {fields} field(s) where its header has '
                                      f'{len(reader.fieldnames)} ({", ".join(reader.fieldnames)})')
                 yield reader.line_num, {k: v or '' for k, v in record.items()}
         else:
-            raise ValueError(f'{path}: documents must be JSON lines, CSV or TSV (.jsonl, .csv, .tsv, optionally .gz)')
+            raise MalformedFileError(f'{path}: documents must be JSON lines, CSV or TSV (.jsonl, .csv, .tsv, '
+                                     f'optionally .gz)')
 
 
 def _field(record: Dict[str, str], names, path: Path, what: str) -> str:
     for name in names:
         if name in record:
             return record[name]
-    raise ValueError(f'{path}: a record has no {what} field (one of {", ".join(names)}); its fields: '
+    raise MalformedFileError(f'{path}: a record has no {what} field (one of {", ".join(names)}); its fields: '
                      f'{", ".join(record) or "none"}')
 
 
@@ -118,25 +124,25 @@ def read_queries(path: Union[str, Path]) -> List[GenericQuery]:
             try:
                 texts.append(line.decode('utf-8-sig' if number == 1 else 'utf-8').strip())
             except UnicodeDecodeError as error:
-                raise ValueError(f'{path}, line {number}: not UTF-8 text ({error.reason} at byte {error.start})') \
-                    from None
+                raise MalformedFileError(
+                    f'{path}, line {number}: not UTF-8 text ({error.reason} at byte {error.start})') from None
         if not any(texts):
-            raise ValueError(f'{path}: no query in it')
+            raise MalformedFileError(f'{path}: no query in it')
         return [GenericQuery(str(i), text) for i, text in enumerate(texts, 1) if text]
     queries, seen = [], {}
     for number, record in numbered_records(path):
         try:
             qid, text = _field(record, QID_FIELDS, path, 'query id'), _field(record, QUERY_FIELDS, path, 'query')
         except ValueError as error:
-            raise ValueError(f'{path}, line {number}: {str(error).split(": ", 1)[1]}') from None
+            raise MalformedFileError(f'{path}, line {number}: {str(error).split(": ", 1)[1]}') from None
         if not text.strip():
-            raise ValueError(f'{path}, line {number}: query {qid!r} has no text')
+            raise MalformedFileError(f'{path}, line {number}: query {qid!r} has no text')
         if qid in seen:
-            raise ValueError(f'{path}, line {number}: query id {qid!r} again (first on line {seen[qid]})')
+            raise MalformedFileError(f'{path}, line {number}: query id {qid!r} again (first on line {seen[qid]})')
         seen[qid] = number
         queries.append(GenericQuery(qid, text))
     if not queries:
-        raise ValueError(f'{path}: no query in it')
+        raise MalformedFileError(f'{path}: no query in it')
     return queries
 
 

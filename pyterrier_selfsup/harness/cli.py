@@ -21,6 +21,7 @@ from pyterrier_selfsup._cache import CacheError, writable
 from pyterrier_selfsup._distributed import distributed, join_process_group
 from pyterrier_selfsup.data.classic import BUILTIN, CLASSIC_DATA_ENV, discover
 from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
+from pyterrier_selfsup.data.local import MalformedFileError
 from pyterrier_selfsup.harness.experiment import run_experiment, write_results
 from pyterrier_selfsup.harness.pipelines import PIPELINES, UnknownPipelineError, get_pipeline
 
@@ -102,7 +103,7 @@ def main(argv=None) -> int:
                      create=False)
         result = run_experiment(args.collections, args.pipelines, name=args.save or 'selfsup run',
                                 cache_dir=args.cache_dir, verbose=verbose, log=lambda s: print(s, flush=True))
-    except (UnknownCollectionError, UnknownPipelineError, FileNotFoundError, CacheError) as e:
+    except (UnknownCollectionError, UnknownPipelineError, FileNotFoundError, CacheError, MalformedFileError) as e:
         print(f'selfsup: error: {e}', file=sys.stderr)
         return 2
     if args.save:

