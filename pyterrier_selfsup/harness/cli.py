@@ -92,7 +92,9 @@ def main(argv=None) -> int:
             if not rank:
                 print(f'trained {spec.name} on {args.collection}' +
                       (f' on {distributed()[1]} processes' if rank is not None else '') + f': {path}')
-                for directory in spec.model_dirs(Collection(args.collection), args.cache_dir):
+                folds = spec.settings.get('queries') == 'crossfold'  # (a model a fold: train returns the last)
+                directories = spec.model_dirs(Collection(args.collection), args.cache_dir) if folds else [path.parent]
+                for directory in directories:
                     print(f'training log and curve: {directory}')
                     said = [r['verdict'] for r in read_log(directory) if 'verdict' in r]
                     if said:
