@@ -36,6 +36,7 @@ SYSTEM_PROMPT = 'You write search queries that a user of a search engine would t
 INSTRUCTION = 'Write one search query that the passage below answers. Reply with the query only, on one line.'
 EXAMPLES_INTRO = 'Queries that users of this collection wrote (write in their style, about the passage):'
 PLAIN_PROMPT = 'Passage: {passage}\nA question this passage answers:'
+NUCLEUS_CANDIDATES = 256  # tokens sorted for nucleus sampling (more where a row's nucleus is wider)
 
 
 class QueryWriter:
@@ -49,11 +50,12 @@ class QueryWriter:
         examples: query texts shown in every prompt as the style to write in (a query log's;
             at most ``max_examples`` of them, chosen once by ``seed``).
         max_passage_length: tokens of a passage shown (cut in the text).
-        batch_size: passages prefilled together (each then sampled ``n`` times).
+        batch_size: passages prefilled together (each then sampled ``n`` times; 32: on 2 cores,
+            SmolLM2 wrote 4.2, 5.0, 6.3 and 5.1 queries/s at 8, 16, 32 and 64, 3 a passage).
     """
 
     def __init__(self, generator, *, style: str = 'chat', examples: Sequence[str] = (), max_examples: int = 8,
-                 max_passage_length: Optional[int] = None, batch_size: int = 8, seed: int = 0):
+                 max_passage_length: Optional[int] = None, batch_size: int = 32, seed: int = 0):
         if generator.is_seq2seq:
             raise ValueError('QueryWriter writes with decoder-only generators')
         if style not in STYLES:
@@ -190,9 +192,16 @@ class QueryWriter:
         if not do_sample:
             return logits.argmax(-1)
         probs = torch.softmax(logits / temperature, dim=-1)
-        if top_p < 1.0:  # nucleus: the most probable tokens until their mass reaches top_p
-            sorted_probs, sorted_idx = probs.sort(dim=-1, descending=True)
-            outside = sorted_probs.cumsum(-1) - sorted_probs >= top_p
-            sorted_probs = sorted_probs.masked_fill(outside, 0.0)
-            probs = torch.zeros_like(probs).scatter(-1, sorted_idx, sorted_probs)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        if top_p >= 1.0:
+            return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        # nucleus: the most probable tokens until their mass reaches top_p. Sorting the whole
+        # vocabulary at every step was a fifth of the writing time: the top NUCLEUS_CANDIDATES
+        # are sorted instead, and the whole only for a row whose nucleus is not inside them
+        # (the same set either way), and the draw is among the candidates
+        k = min(NUCLEUS_CANDIDATES, probs.shape[-1])
+        top_probs, top_idx = probs.topk(k, dim=-1)  # (sorted, descending)
+        if bool((top_probs.sum(-1) < top_p).any()):
+            top_probs, top_idx = probs.sort(dim=-1, descending=True)
+        outside = top_probs.cumsum(-1) - top_probs >= top_p
+        drawn = torch.multinomial(top_probs.masked_fill(outside, 0.0), 1, generator=generator)
+        return top_idx.gather(-1, drawn).squeeze(1)
