@@ -19,7 +19,10 @@ The scifact train split's own query texts are a reference row (their "source" is
 judged passage: the only place labels are read, and only for that row).
 
     python experiments/query_generation.py [--passages 64] [--generators smollm2 qwen]
-writes experiments/results/query_generation.{md,json}.
+writes experiments/results/query_generation.{md,json};
+    python experiments/query_generation.py --batch-sizes 8 16 32 64 [--passages 64]
+the writer's rate against its passages a batch (SmolLM2, plain prompt, the same settings):
+experiments/results/query_generation_batch.{md,json}.
 """
 import argparse
 import json
@@ -73,11 +76,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--passages', type=int, default=64)
     parser.add_argument('--generators', nargs='+', default=['smollm2', 'qwen'])
+    parser.add_argument('--batch-sizes', nargs='+', type=int, help='only the batch-size sweep')
     args = parser.parse_args()
     coll = Collection('beir/scifact/train')
     header = provenance.header()
     docs = _sample(coll.corpus_iter(), args.passages, __import__('random').Random(0), _text_if_any)
     docnos, passages = [d for d, _ in docs], [t for _, t in docs]
+    if args.batch_sizes:
+        return batch_sweep(args.batch_sizes, passages, header)
     bm25 = BM25.from_collection(coll, num_results=100)
     teacher = trained.teacher_pipeline(coll, 'bm25+minilm', depth=100)
     log = coll.topics()['query'].tolist()
@@ -139,6 +145,29 @@ def main():
     for r in rows:
         md += [f'**{r["generator"]}, {r["writer"]}, {r.get("prompt")}, {r.get("passage tokens", "")} passage tokens**', ''] + [f'- {q}' for q in r['examples']] + ['']
     (RESULTS / 'query_generation.md').write_text('\n'.join(md) + '\n')
+    print('\n'.join(md))
+
+
+def batch_sweep(sizes, passages, header):
+    gen = load_generator('smollm2')
+    rows = []
+    for size in sizes:
+        writer = QueryWriter(gen, style='plain', batch_size=size)
+        writer.token_kinds
+        t0 = time.perf_counter()
+        writer.write(passages, PER_PASSAGE, max_new_tokens=32, generator=torch.Generator().manual_seed(0), **SAMPLING)
+        seconds = time.perf_counter() - t0
+        rows.append({'passages a batch': size, 'seconds': seconds, 'queries/s': PER_PASSAGE * len(passages) / seconds})
+        print(rows[-1], flush=True)
+    settings = {'data': f'beir/scifact corpus: {len(passages)} passages drawn with seed 0, {PER_PASSAGE} samples a passage',
+                'generator': f'smollm2 ({str(gen.compute_dtype()).split(".")[1]}), plain prompt, 256 passage tokens'}
+    (RESULTS / 'query_generation_batch.json').write_text(json.dumps({'header': header, 'settings': settings,
+                                                                     'rows': rows}, indent=2))
+    md = ['# QueryWriter: queries a second against passages a batch', ''] + \
+        [f'- {k}: {v}' for k, v in {**header, **settings}.items()] + ['', '| passages a batch | queries/s | seconds |',
+                                                                       '|---|---|---|']
+    md += [f'| {r["passages a batch"]} | {r["queries/s"]:.2f} | {r["seconds"]:.1f} |' for r in rows]
+    (RESULTS / 'query_generation_batch.md').write_text('\n'.join(md) + '\n')
     print('\n'.join(md))
 
 

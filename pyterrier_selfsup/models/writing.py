@@ -50,8 +50,8 @@ class QueryWriter:
         examples: query texts shown in every prompt as the style to write in (a query log's;
             at most ``max_examples`` of them, chosen once by ``seed``).
         max_passage_length: tokens of a passage shown (cut in the text).
-        batch_size: passages prefilled together (each then sampled ``n`` times; 32: on 2 cores,
-            SmolLM2 wrote 4.2, 5.0, 6.3 and 5.1 queries/s at 8, 16, 32 and 64, 3 a passage).
+        batch_size: passages prefilled together (each then sampled ``n`` times; 32 was the
+            fastest of 8 to 64 on 2 cores: ``experiments/query_generation.py --batch-sizes``).
     """
 
     def __init__(self, generator, *, style: str = 'chat', examples: Sequence[str] = (), max_examples: int = 8,
