@@ -16,8 +16,9 @@ and tokenizer. What it does that ``model.generate(num_return_sequences=n)`` does
 
 The sampling loop is written here, not taken from ``generate``, so that the prefix sharing
 and the per-sequence stop are explicit; it samples as ``generate`` does with ``do_sample``,
-``temperature`` and ``top_p`` (nucleus: the smallest set of tokens whose probability reaches
-``top_p``), or greedily. A test checks both against the unshared path.
+``temperature``, ``top_k`` (the model's generation config's, 50 by default, as ``generate``
+applies it) and ``top_p`` (nucleus: the smallest set of tokens whose probability reaches
+``top_p``, within the top k), or greedily. A test checks both against the unshared path.
 """
 import logging
 from functools import cached_property
@@ -36,6 +37,7 @@ SYSTEM_PROMPT = 'You write search queries that a user of a search engine would t
 INSTRUCTION = 'Write one search query that the passage below answers. Reply with the query only, on one line.'
 EXAMPLES_INTRO = 'Queries that users of this collection wrote (write in their style, about the passage):'
 PLAIN_PROMPT = 'Passage: {passage}\nA question this passage answers:'
+GENERATE_TOP_K = 50  # the top k transformers' generate samples from where a model's config sets none
 NUCLEUS_CANDIDATES = 256  # tokens sorted for nucleus sampling (more where a row's nucleus is wider)
 
 
@@ -118,12 +120,16 @@ class QueryWriter:
     # -- writing ----------------------------------------------------------------------
 
     def write(self, passages: Sequence[str], n: int = 1, *, do_sample: bool = False, temperature: float = 1.0,
-              top_p: float = 1.0, max_new_tokens: int = 32, shared: bool = True,
+              top_p: float = 1.0, top_k: Optional[int] = None, max_new_tokens: int = 32, shared: bool = True,
               generator: Optional[torch.Generator] = None) -> List[List[str]]:
         """``n`` queries for each passage (greedy: ``n`` copies of one), the first line of each
         generation, stripped. ``shared=False``: each sample prefilled on its own (the
         reference the shared path is tested against). Sampling draws from ``generator``
-        (a ``torch.Generator``; default: torch's global one)."""
+        (a ``torch.Generator``; default: torch's global one); ``top_k`` None: the model's
+        generation config's (what ``generate`` would apply), 0: none."""
+        if top_k is None:  # the model's, else what generate falls back on (transformers' 50)
+            top_k = getattr(self.generator.model.generation_config, 'top_k', None)
+            top_k = GENERATE_TOP_K if top_k is None else top_k
         ids = self.prompt_ids(passages)
         order = np.argsort([-len(x) for x in ids], kind='stable')  # by length: little padding in a batch
         out: List[Optional[List[str]]] = [None] * len(ids)
@@ -137,14 +143,14 @@ class QueryWriter:
                 if not shared:
                     prompts = [p for p in prompts for _ in range(n)]
                 tokens = self._sample(prompts, 1 if not shared else n, do_sample=do_sample, temperature=temperature,
-                                      top_p=top_p, max_new_tokens=max_new_tokens, generator=generator)
+                                      top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens, generator=generator)
                 texts = self.tokenizer.batch_decode(tokens, skip_special_tokens=True)
                 for j, i in enumerate(idx):
                     out[i] = [t.strip().split('\n')[0].strip() for t in texts[j * n:(j + 1) * n]]
         return out
 
     def _sample(self, prompts: List[List[int]], n: int, *, do_sample: bool, temperature: float, top_p: float,
-                max_new_tokens: int, generator: Optional[torch.Generator]) -> List[List[int]]:
+                top_k: int, max_new_tokens: int, generator: Optional[torch.Generator]) -> List[List[int]]:
         """The new tokens of ``n`` continuations of each prompt (rows: prompt-major), each up
         to and with the token that ended it."""
         model, device = self.generator.model, self.generator.device
@@ -164,7 +170,7 @@ class QueryWriter:
         started = torch.zeros(rows, dtype=torch.bool, device=device)  # has a row written any text yet
         kinds = self.token_kinds.to(device)
         for step in range(max_new_tokens):
-            token = self._next(logits, do_sample, temperature, top_p, generator)
+            token = self._next(logits, do_sample, temperature, top_p, generator, top_k)
             kind = kinds[token]
             # the end of the text, or a line break after some text (the first line is the query:
             # a line break before any text is skipped, as the decoded text is stripped)
@@ -188,20 +194,26 @@ class QueryWriter:
 
     @staticmethod
     def _next(logits: torch.Tensor, do_sample: bool, temperature: float, top_p: float,
-              generator: Optional[torch.Generator]) -> torch.Tensor:
+              generator: Optional[torch.Generator], top_k: int = 0) -> torch.Tensor:
+        """The next token of each row: greedy, or drawn as ``generate`` draws (temperature,
+        then the top k, then the nucleus of their renormalised distribution)."""
         if not do_sample:
             return logits.argmax(-1)
-        probs = torch.softmax(logits / temperature, dim=-1)
-        if top_p >= 1.0:
-            return torch.multinomial(probs, 1, generator=generator).squeeze(1)
-        # nucleus: the most probable tokens until their mass reaches top_p. Sorting the whole
-        # vocabulary at every step was a fifth of the writing time: the top NUCLEUS_CANDIDATES
-        # are sorted instead, and the whole only for a row whose nucleus is not inside them
-        # (the same set either way), and the draw is among the candidates
-        k = min(NUCLEUS_CANDIDATES, probs.shape[-1])
-        top_probs, top_idx = probs.topk(k, dim=-1)  # (sorted, descending)
-        if bool((top_probs.sum(-1) < top_p).any()):
-            top_probs, top_idx = probs.sort(dim=-1, descending=True)
+        scaled = logits / temperature
+        if 0 < top_k < scaled.shape[-1]:  # the top k alone, renormalised
+            values, idx = scaled.topk(top_k, dim=-1)
+            top_probs, top_idx = torch.softmax(values, dim=-1), idx
+        else:
+            probs = torch.softmax(scaled, dim=-1)
+            if top_p >= 1.0:
+                return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+            # Sorting the whole vocabulary at every step was a fifth of the writing time: the top
+            # NUCLEUS_CANDIDATES are sorted instead, and the whole only for a row whose nucleus is
+            # not inside them (the same set either way); the draw is among the candidates
+            top_probs, top_idx = probs.topk(min(NUCLEUS_CANDIDATES, probs.shape[-1]), dim=-1)
+            if bool((top_probs.sum(-1) < top_p).any()):
+                top_probs, top_idx = probs.sort(dim=-1, descending=True)
+        # nucleus: the most probable tokens until their mass reaches top_p
         outside = top_probs.cumsum(-1) - top_probs >= top_p
         drawn = torch.multinomial(top_probs.masked_fill(outside, 0.0), 1, generator=generator)
         return top_idx.gather(-1, drawn).squeeze(1)
