@@ -52,8 +52,10 @@ class QueryWriter:
         examples: query texts shown in every prompt as the style to write in (a query log's;
             at most ``max_examples`` of them, chosen once by ``seed``).
         max_passage_length: tokens of a passage shown (cut in the text).
-        batch_size: passages prefilled together (each then sampled ``n`` times; 32 was the
-            fastest of 8 to 64 on 2 cores: ``experiments/query_generation.py --batch-sizes``).
+        batch_size: passages prefilled together (each then sampled ``n`` times). On 2 cores 64
+            wrote 8.4 queries/s and 32 7.6 (``query_generation_batch.md``); 32 keeps a batch's
+            key/value cache at half the size. The queries' distribution does not depend on it,
+            their draws from the random stream do.
     """
 
     def __init__(self, generator, *, style: str = 'chat', examples: Sequence[str] = (), max_examples: int = 8,
