@@ -162,7 +162,7 @@ class QueryWriter:
         with self.generator.autocast():  # (the output layer on the last position only: the next token's)
             output = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
                            logits_to_keep=1)
-        cache, logits = output.past_key_values, output.logits[:, -1].float()
+        cache, logits = _cache_of(output), output.logits[:, -1].float()
         if n > 1:  # one prefill a prompt, its cache copied to each of its samples
             cache.batch_repeat_interleave(n)
             mask, logits = mask.repeat_interleave(n, 0), logits.repeat_interleave(n, 0)
@@ -191,7 +191,7 @@ class QueryWriter:
             with self.generator.autocast():
                 output = model(input_ids=token[:, None], attention_mask=mask,
                                position_ids=mask.sum(-1, keepdim=True) - 1, use_cache=True, **{self.generator._cache_argument: cache})
-            cache, logits = output.past_key_values, output.logits[:, -1].float()
+            cache, logits = _cache_of(output), output.logits[:, -1].float()
         return written
 
     @staticmethod
@@ -219,3 +219,9 @@ class QueryWriter:
         outside = top_probs.cumsum(-1) - top_probs >= top_p
         drawn = torch.multinomial(top_probs.masked_fill(outside, 0.0), 1, generator=generator)
         return top_idx.gather(-1, drawn).squeeze(1)
+
+
+def _cache_of(output):
+    """A forward's key/value cache: ``cache`` since transformers 5.24 (``past_key_values``
+    warns there), ``past_key_values`` before."""
+    return output['cache'] if 'cache' in output else output.past_key_values
