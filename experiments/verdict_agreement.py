@@ -30,7 +30,7 @@ from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.harness.pipelines import get_pipeline
 
 RESULTS = Path(__file__).parent / 'results'
-GROUPS = ['label_free_log', 'label_free_log_scifact', 'query_log_shipped', 'label_free']
+GROUPS = ['label_free_log', 'label_free_log_scifact', 'query_log_shipped', 'corpus_only_qwen', 'label_free']
 
 
 def table(group: str) -> pd.DataFrame:
