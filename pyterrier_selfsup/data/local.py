@@ -83,25 +83,27 @@ def numbered_records(path: Union[str, Path]) -> Iterator[Tuple[int, Dict[str, st
             csv.field_size_limit(1 << 30)  # (full-text documents outgrow the default 128 KiB a field)
             # TSV has no quoting: a field that starts with " is text, not the start of a quoted field
             options = {'delimiter': '\t', 'quoting': csv.QUOTE_NONE} if kind == 'tsv' else {}
-            reader = csv.DictReader(lines, **options)
-            for record in reader:
-                if None in record or None in record.values():  # (DictReader's rest key and rest value)
-                    fields = len(record) - (None in record) + len(record.get(None) or ()) - sum(
-                        v is None for v in record.values())
-                    raise MalformedFileError(f'{path}, line {reader.line_num}: {fields} field(s) where its header has '
-                                     f'{len(reader.fieldnames)} ({", ".join(reader.fieldnames)})')
-                yield reader.line_num, {k: v or '' for k, v in record.items()}
+            reader = csv.reader(lines, **options)
+            header = next(reader, None)
+            for row in reader:
+                if not row:  # (a blank line, as csv.DictReader skips it)
+                    continue
+                if len(row) != len(header):
+                    raise MalformedFileError(f'{path}, line {reader.line_num}: {len(row)} field(s) where its header '
+                                             f'has {len(header)} ({", ".join(header)})')
+                yield reader.line_num, dict(zip(header, row))
         else:
             raise MalformedFileError(f'{path}: documents must be JSON lines, CSV or TSV (.jsonl, .csv, .tsv, '
                                      f'optionally .gz)')
 
 
-def _field(record: Dict[str, str], names, path: Path, what: str) -> str:
+def _field(record: Dict[str, str], names, where: str, what: str) -> str:
+    """The first of ``names`` that ``record`` has; ``where``: the file (and line) an error names."""
     for name in names:
         if name in record:
             return record[name]
-    raise MalformedFileError(f'{path}: a record has no {what} field (one of {", ".join(names)}); its fields: '
-                     f'{", ".join(record) or "none"}')
+    raise MalformedFileError(f'{where}: a record has no {what} field (one of {", ".join(names)}); its fields: '
+                             f'{", ".join(record) or "none"}')
 
 
 def read_docs(path: Union[str, Path]) -> Iterator[LocalDoc]:
@@ -131,10 +133,8 @@ def read_queries(path: Union[str, Path]) -> List[GenericQuery]:
         return [GenericQuery(str(i), text) for i, text in enumerate(texts, 1) if text]
     queries, seen = [], {}
     for number, record in numbered_records(path):
-        try:
-            qid, text = _field(record, QID_FIELDS, path, 'query id'), _field(record, QUERY_FIELDS, path, 'query')
-        except ValueError as error:
-            raise MalformedFileError(f'{path}, line {number}: {str(error).split(": ", 1)[1]}') from None
+        where = f'{path}, line {number}'
+        qid, text = _field(record, QID_FIELDS, where, 'query id'), _field(record, QUERY_FIELDS, where, 'query')
         if not text.strip():
             raise MalformedFileError(f'{path}, line {number}: query {qid!r} has no text')
         if qid in seen:

@@ -22,6 +22,7 @@ from pyterrier_selfsup._distributed import distributed, join_process_group
 from pyterrier_selfsup.data.classic import BUILTIN, CLASSIC_DATA_ENV, discover
 from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
 from pyterrier_selfsup.data.local import MalformedFileError
+from pyterrier_selfsup.harness import trained
 from pyterrier_selfsup.harness.experiment import run_experiment, write_results
 from pyterrier_selfsup.harness.pipelines import PIPELINES, UnknownPipelineError, get_pipeline
 
@@ -92,7 +93,8 @@ def main(argv=None) -> int:
             if not rank:
                 print(f'trained {spec.name} on {args.collection}' +
                       (f' on {distributed()[1]} processes' if rank is not None else '') + f': {path}')
-                folds = spec.settings.get('queries') == 'crossfold'  # (a model a fold: train returns the last)
+                # (queries=crossfold: a model a fold, of which train returns the last)
+                folds = len(trained.each_model(spec.settings)) > 1
                 directories = spec.model_dirs(Collection(args.collection), args.cache_dir) if folds else [path.parent]
                 for directory in directories:
                     print(f'training log and curve: {directory}')

@@ -47,7 +47,7 @@ class PipelineSpec:
                                        f'{", ".join(n for n, s in PIPELINES.items() if s.method)}')
         # (queries=crossfold: a model a fold, the last one's directory returned; model_dirs lists them all)
         return [trained.train(collection, self.method, settings, cache_dir=cache_dir, verbose=verbose)
-                for settings in self._each_model()][-1]
+                for settings in trained.each_model(self.settings)][-1]
 
     def model_dir(self, collection: Collection, cache_dir: Optional[Union[str, Path]] = None) -> Optional[Path]:
         """Where the trained model lives (checkpoints, training_log.jsonl, training_curve.png);
@@ -58,12 +58,8 @@ class PipelineSpec:
         """Where each of its trained models lives: one, or one a fold (``queries=crossfold``)."""
         if self.method is None:
             return []
-        return [trained.model_dir(collection, self.method, settings, cache_dir) for settings in self._each_model()]
-
-    def _each_model(self) -> list:
-        if self.settings.get('queries') == 'crossfold':
-            return [dict(self.settings, fold=fold) for fold in range(trained.CROSS_FOLDS)]
-        return [self.settings]
+        return [trained.model_dir(collection, self.method, settings, cache_dir)
+                for settings in trained.each_model(self.settings)]
 
     @property
     def models(self) -> list:
@@ -138,10 +134,11 @@ def trained_dense_retriever(collection: Collection, *, method: str, num_results:
     queries, see :class:`DualEncoder`; neither changes the model). With ``queries=crossfold``:
     one model a fold of ``collection``'s topics, each trained on the other folds' texts and
     answering its own fold's queries (:class:`CrossFold`)."""
-    if settings.get('queries') == 'crossfold' and 'fold' not in settings:
+    folds = trained.each_model(settings)
+    if len(folds) > 1:
         return CrossFold(collection, [trained_dense_retriever(
             collection, method=method, num_results=num_results, search=search, backend=backend, cache_dir=cache_dir,
-            verbose=verbose, **settings, fold=fold) for fold in range(trained.CROSS_FOLDS)])
+            verbose=verbose, **fold) for fold in folds])
     path = trained.train(collection, method, settings, cache_dir=cache_dir, verbose=verbose)
     return DenseRetriever.from_dual_encoder(collection, str(path), num_results=num_results, search=search,
                                             precision=settings.get('precision', 'auto'), backend=backend,

@@ -44,6 +44,14 @@ ROUND_TRIP_DEPTH = 10
 CROSS_FOLDS = 2
 
 
+def each_model(settings: dict) -> list:
+    """The settings of each model a pipeline's ``settings`` stand for: themselves, or with
+    ``queries=crossfold`` (and no ``fold`` yet) one copy a fold, ``fold`` set."""
+    if settings.get('queries') == 'crossfold' and 'fold' not in settings:
+        return [dict(settings, fold=fold) for fold in range(CROSS_FOLDS)]
+    return [settings]
+
+
 def training_settings(method: str, settings: dict) -> dict:
     """Every setting ``method`` trains with: ``settings`` over :data:`DEFAULTS`, the search-time
     ones left out; a setting the method does not have is refused."""

@@ -56,9 +56,9 @@ import torch
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.queries import Query, training_queries
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
+from pyterrier_selfsup.models.offsets import PassageOffsets
 from pyterrier_selfsup.retrieval.base import ranked_excluding
 from pyterrier_selfsup.retrieval.dense import DenseRetriever, dense_retriever, flex_index
-from pyterrier_selfsup.models.offsets import PassageOffsets
 from pyterrier_selfsup.training.loop import Trainer
 from pyterrier_selfsup.training.offsets import OffsetAdam
 from pyterrier_selfsup.training.verdict import FEWEST, Verdict, held_out, ndcg_at, pseudo_relevant, verdict
@@ -224,20 +224,21 @@ class Distillation(Trainer):
         """The training queries, round-trip filtered if ``filter_depth`` is set (the start
         encoder's teacher ranks them here, once: it is round 0's teacher as well), less the
         verdict's held-out slice."""
-        queries = self._filtered(topics)
+        sources = dict(zip(topics['qid'].astype(str), topics['source_docno'])) if 'source_docno' in topics else {}
+        queries = self._filtered(topics, sources)
         held = set(held_out([q.qid for q in queries], self.verdict_share, seed=self.seed, fewest=self.verdict_fewest))
         self._held = [q for q in queries if q.qid in held]
         if self._held:
-            sources = dict(zip(topics['qid'].astype(str), topics['source_docno'])) if 'source_docno' in topics else {}
             judged_by_teacher = [q for q in self._held if not isinstance(sources.get(q.qid), str)
                                  or sources[q.qid] in q.excluded]
             top = self.rank(self.round_teacher(), judged_by_teacher, depth=1) if judged_by_teacher else {}
             self._pseudo = pseudo_relevant(self._held, top, sources)
             self._held = [q for q in self._held if q.qid in self._pseudo]
             if not any('verdict queries' in r for r in self.log):
+                by_teacher = sum(q.qid in self._pseudo for q in judged_by_teacher)
                 self.log.append({'step': 0, 'verdict queries': len(self._held),
-                                 'verdict judged by': f'{len(self._held) - len(judged_by_teacher)} sources, '
-                                                      f'{len(judged_by_teacher)} teacher top 1'})
+                                 'verdict judged by': f'{len(self._held) - by_teacher} sources, '
+                                                      f'{by_teacher} teacher top 1'})
         train = [q for q in queries if q.qid not in held]
         # a small query log: each round passes over its queries several times, to make min_round_steps
         passes = math.ceil(self.min_round_steps * self.batch_size / len(train)) if self.min_round_steps and train else 1
@@ -245,11 +246,11 @@ class Distillation(Trainer):
             self.log.append({'step': 0, 'passes a round': passes})
         return train * passes
 
-    def _filtered(self, topics: pd.DataFrame) -> List[Query]:
+    def _filtered(self, topics: pd.DataFrame, sources: Dict[str, str]) -> List[Query]:
+        """The training queries, round-trip filtered by their ``sources`` (qid -> source_docno)."""
         queries = training_queries(topics)
         if not self.exclude_sources:
             queries = [Query(q.qid, q.query, frozenset(), q.answer) for q in queries]
-        sources = dict(zip(topics['qid'].astype(str), topics['source_docno'])) if 'source_docno' in topics else {}
         if self.filter_depth is None or not sources:
             self._round0 = None
             return queries
@@ -361,9 +362,11 @@ class Distillation(Trainer):
         # process's gradient of the whole batch
         counted = b if self.loss_name == 'kl' else int((own.sum(1) >= 2).sum())
         local = list(self.local_rows(b))
-        passages, pull = self._passage_vectors(union)
         if not local:  # (the batch lost queries without targets: fewer left than processes)
+            # offsets: every process holds the batch's rows, whose gradients OffsetAdam sums over them
+            pull = self._passage_vectors(union)[1] if self._offsets is not None else 0.0
             return torch.zeros((), requires_grad=True) + 0.0 * pull
+        passages, pull = self._passage_vectors(union)
         own, shut, teacher = own[local], shut[local], teacher[local]
         student = self._student_logits([batch[i] for i in local], passages)
         device = student.device

@@ -19,8 +19,6 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 
 DEPTH = 10
-
-
 # the fewest held-out queries a verdict is drawn from: fewer say nothing (a round's pseudo-nDCG@10
 # on 2-5 queries picked the start by chance on the small collections), and the queries train instead
 FEWEST = 20
