@@ -209,9 +209,9 @@ class QueryWriter:
             probs = torch.softmax(scaled, dim=-1)
             if top_p >= 1.0:
                 return torch.multinomial(probs, 1, generator=generator).squeeze(1)
-            # Sorting the whole vocabulary at every step was a fifth of the writing time: the top
-            # NUCLEUS_CANDIDATES are sorted instead, and the whole only for a row whose nucleus is
-            # not inside them (the same set either way); the draw is among the candidates
+            # Rather than sorting the whole vocabulary at every step, the top NUCLEUS_CANDIDATES are
+            # sorted, and the whole only for a row whose nucleus is not inside them (the same set
+            # either way); the draw is among the candidates
             top_probs, top_idx = probs.topk(min(NUCLEUS_CANDIDATES, probs.shape[-1]), dim=-1)
             if bool((top_probs.sum(-1) < top_p).any()):
                 top_probs, top_idx = probs.sort(dim=-1, descending=True)
