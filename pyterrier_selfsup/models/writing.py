@@ -208,7 +208,7 @@ class QueryWriter:
         else:
             probs = torch.softmax(scaled, dim=-1)
             if top_p >= 1.0:
-                return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+                return _draw(probs, generator).squeeze(1)
             # Rather than sorting the whole vocabulary at every step, the top NUCLEUS_CANDIDATES are
             # sorted, and the whole only for a row whose nucleus is not inside them (the same set
             # either way); the draw is among the candidates
@@ -217,8 +217,17 @@ class QueryWriter:
                 top_probs, top_idx = probs.sort(dim=-1, descending=True)
         # nucleus: the most probable tokens until their mass reaches top_p
         outside = top_probs.cumsum(-1) - top_probs >= top_p
-        drawn = torch.multinomial(top_probs.masked_fill(outside, 0.0), 1, generator=generator)
+        drawn = _draw(top_probs.masked_fill(outside, 0.0), generator)
         return top_idx.gather(-1, drawn).squeeze(1)
+
+
+def _draw(probs: torch.Tensor, generator: Optional[torch.Generator]) -> torch.Tensor:
+    """One index a row, drawn where ``generator`` lives (a seeded CPU generator draws the
+    same tokens whether the model runs on the CPU or a GPU; torch refuses a CPU generator
+    for a CUDA tensor)."""
+    if generator is None or generator.device == probs.device:
+        return torch.multinomial(probs, 1, generator=generator)
+    return torch.multinomial(probs.to(generator.device), 1, generator=generator).to(probs.device)
 
 
 def _cache_of(output):

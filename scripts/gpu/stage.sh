@@ -12,6 +12,7 @@ part="${1:?a part (a, b, c, d) or env}"
 exports() {
   cat <<EOF
 export PYTHONPATH="$home/site:$root\${PYTHONPATH:+:\$PYTHONPATH}"
+export LD_LIBRARY_PATH="$home/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 export HF_HUB_CACHE="$home/hf" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export IR_DATASETS_HOME="$home/irds" SELFSUP_CLASSIC_DATA="$home/classic" SELFSUP_CACHE="$home/cache"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
@@ -34,6 +35,18 @@ case "$part" in
   a)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$home/site" \
       "$root"/.gpu/a/whl/*.whl
+    # pip --target drops a wheel's data files: tbb's libtbb.so.2, which PISA's extension links
+    # against, is one (found on the first H100 run, 2026-11-25)
+    mkdir -p "$home/lib"
+    python3 - "$home/lib" "$root"/.gpu/a/whl/*.whl <<'EOF'
+import sys, zipfile
+from pathlib import Path
+for wheel in sys.argv[2:]:
+    with zipfile.ZipFile(wheel) as z:
+        for name in z.namelist():
+            if '.data/data/lib/' in name and '.so' in name:
+                (Path(sys.argv[1]) / name.rsplit('/', 1)[1]).write_bytes(z.read(name))
+EOF
     mkdir -p "$home/irds"
     cp -r "$root"/.gpu/a/irds/. "$home/irds/"
     mkdir -p "$home/classic"
