@@ -85,6 +85,14 @@ GROUPS = {
     # corpus only, at the shipped training settings: 2,000 queries from Qwen2.5-Coder-0.5B through the chat template
     # (query_generation.md: 10.5 words, 96% distinct, the source passage at teacher MRR@10 .86; real: 12.0, .64)
     'corpus_only_qwen': (SCIFACT, ['bm25', 'dual', 'teacher', 'distill:generator=qwen,query_style=chat']),
+    # corpus only at the shipped training settings (issue 30 items 3 and 5): SmolLM2's plain completion (the
+    # default) against its chat template (query_generation.md: 17 words, the source at teacher MRR@10 .58, the
+    # nearest of the generators to real queries' .64), and the chat queries' coverage: 1,000, 2,000 and 5,183
+    # (3 a passage: 0.06, 0.13 and 0.33 of the passages; .19, .39, 1.0 queries a passage); and
+    'corpus_only_levers': (SCIFACT, ['bm25', 'dual', 'teacher', 'distill', 'distill:query_style=chat'] + [
+        f'distill:query_style=chat,n_queries={n}' for n in (1000, 5183)] + [
+        # titles as pseudo-queries (no generator; the document excluded from its title's candidates): 2,000, and all
+        'distill:queries=titles', 'distill:queries=titles,n_queries=5183']),
     # the acceptance tables of issue 30, the query-log setting at the shipped settings: scifact test from the
     # train split's texts (3 seeds), the other four two-fold over their own topic texts
     'label_free_log_scifact': (['beir/scifact/test'], ['bm25', 'minilm', 'teacher', TRAIN, f'{TRAIN},seed=1',

@@ -1,7 +1,7 @@
 import pytest
 
 from pyterrier_selfsup import Collection
-from pyterrier_selfsup.data.queries import corpus_sentences, cropped_spans, given_topics, sentences
+from pyterrier_selfsup.data.queries import corpus_sentences, cropped_spans, document_titles, given_topics, sentences
 
 
 def test_sentence_split():
@@ -33,6 +33,23 @@ def test_cropped_spans():
         assert query in texts[docno] and 4 <= len(query.split()) <= 8
     spans = cropped_spans(coll, 500, seed=0)  # more than ADI's 82 documents: several a document
     assert len(spans) == 500 and spans['source_docno'].nunique() == 82
+
+
+def test_document_titles_are_each_documents_own_title_once():
+    from pyterrier_selfsup.harness.trained import CUT_FROM_CORPUS, training_topics
+    coll = Collection('classic/adi')
+    titles = {d.doc_id: ' '.join(d.title.split()) for d in coll.irds.docs_iter()}
+    some = document_titles(coll, 30, seed=0)
+    assert some.equals(training_topics(coll, 'titles', 30, seed=0))
+    assert not some['query'].equals(document_titles(coll, 30, seed=1)['query'])
+    assert len(some) == 30 and some['source_docno'].is_unique
+    assert all(titles[d] == q and len(q.split()) >= 3 for d, q in zip(some['source_docno'], some['query']))
+    every = document_titles(coll, 1000, seed=0)  # all ADI has: one a document, a repeated title once
+    distinct = {t.lower() for t in titles.values() if len(t.split()) >= 3}
+    assert len(every) == len(distinct) and every['query'].str.lower().is_unique and 70 <= len(every) <= 82
+    assert 'titles' in CUT_FROM_CORPUS  # a title is in its document's text: not its own candidate
+    with pytest.raises(ValueError, match='no document of vaswani has a title'):
+        document_titles(Collection('vaswani'), 10)
 
 
 def test_given_topics_keep_only_text():

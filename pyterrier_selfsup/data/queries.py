@@ -104,6 +104,37 @@ def corpus_sentences(collection: Collection, n: int, *, seed: int = 0, min_words
     return _frame('sent', pairs)
 
 
+def document_titles(collection: Collection, n: int, *, seed: int = 0, min_words: int = 3) -> pd.DataFrame:
+    """``n`` document titles as queries (titles as pseudo-queries: the corpus's own short
+    statements of what a document is about), one from each of ``n`` documents drawn uniformly
+    at random among those whose title has ``min_words`` words or more; a title repeated word
+    for word (case and spacing aside) is taken once. The source is the document, whose text
+    holds the title (trainers exclude it from the title's candidates). A collection without
+    such titles raises ``ValueError``; one with fewer than ``n`` gives them all."""
+    rng = random.Random(seed)
+    seen_docs, seen_titles = set(), set()
+
+    def titled():
+        for doc in collection.irds.docs_iter():
+            if doc.doc_id not in seen_docs:
+                seen_docs.add(doc.doc_id)
+                yield {'docno': doc.doc_id, 'title': getattr(doc, 'title', None) or ''}
+
+    def pick(doc):
+        title = ' '.join(doc['title'].split())
+        if len(title.split()) < min_words or title.lower() in seen_titles:
+            return None
+        seen_titles.add(title.lower())
+        return title
+
+    pairs = _sample(titled(), n, rng, pick)
+    if not pairs:
+        raise ValueError(f'queries=titles: no document of {collection.name} has a title of {min_words} words or more')
+    if len(pairs) < n:
+        logger.info('%s: %d titles asked for, %d distinct titles in the corpus', collection.name, n, len(pairs))
+    return _frame('title', pairs)
+
+
 def cropped_spans(collection: Collection, n: int, *, seed: int = 0, min_words: int = 5,
                   max_words: int = 30) -> pd.DataFrame:
     """``n`` random contiguous word spans (length uniform in ``min_words``..``max_words``),

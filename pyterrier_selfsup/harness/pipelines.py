@@ -264,7 +264,7 @@ register(PipelineSpec(
                '(queries=FILE: one query a line, or JSONL/CSV/TSV with qid and query; or queries=COLLECTION: its '
                'topic texts; or queries=crossfold: the evaluated collection\'s own topic texts, two-fold), or corpus '
                'only: written by a generator (sampled: generator=smollm2|qwen, query_style=plain|chat, '
-               'query_examples=FILE|COLLECTION shown as the style to write), corpus sentences/spans',
+               'query_examples=FILE|COLLECTION shown as the style to write), corpus sentences/spans, document titles',
     functools.partial(trained_dense_retriever, method='distill'), dict(DEFAULTS['distill'], **_INFERENCE),
     method='distill'))
 

@@ -19,8 +19,8 @@ import torch
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root
 from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
 from pyterrier_selfsup.data.local import content_hash
-from pyterrier_selfsup.data.queries import (MASK, corpus_sentences, cropped_spans, generated_queries, given_topics,
-                                            masked_spans, other_folds, query_log, round_trip_queries,
+from pyterrier_selfsup.data.queries import (MASK, corpus_sentences, cropped_spans, document_titles, generated_queries,
+                                            given_topics, masked_spans, other_folds, query_log, round_trip_queries,
                                             sampled_queries)
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.models.generator import MAX_PASSAGE_LENGTH, Generator, load_generator
@@ -37,7 +37,7 @@ from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart
 SEARCH_SETTINGS = frozenset({'num_results', 'candidate_tokens', 'nprobe', 'rescore', 'bm25_weight', 'hybrid_depth',
                              'search', 'backend'})
 GENERATED = ('generated', 'roundtrip', 'sampled')  # the query sources that need a generator
-CUT_FROM_CORPUS = ('sentences', 'spans', 'masked')  # queries that may not retrieve the passage they were cut from
+CUT_FROM_CORPUS = ('sentences', 'spans', 'masked', 'titles')  # queries that may not retrieve the passage they were cut from
 ROUND_TRIP_DEPTH = 10
 # queries=crossfold: the collection's own topic texts, in this many folds; the model that answers a
 # fold's queries is trained on the other folds' texts (its setting ``fold``: the fold it answers)
@@ -121,7 +121,7 @@ def query_file(queries) -> bool:
 
 
 # what a pipeline's ``queries`` may name besides a file of query texts or a collection's topics
-QUERY_SOURCES = ('sentences', 'spans', 'masked', 'crossfold') + GENERATED
+QUERY_SOURCES = ('sentences', 'spans', 'masked', 'titles', 'crossfold') + GENERATED
 
 
 def training_topics(collection: Collection, queries: str, n_queries: int, *, seed: int = 0,
@@ -129,7 +129,8 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
                     cache_dir=None, fold: Optional[int] = None, style: str = 'plain',
                     examples: Optional[str] = None) -> pd.DataFrame:
     """The training queries a pipeline names by ``queries``: ``n_queries`` corpus
-    ``sentences``, ``spans`` or ``masked`` sentences (with their ``answer``); ``n_queries``
+    ``sentences``, ``spans`` or ``masked`` sentences (with their ``answer``), or document
+    ``titles``; ``n_queries``
     queries ``generated`` by ``generator`` (greedy, one a passage), ``sampled`` from it
     (:data:`SAMPLING`, several a passage, repeats dropped), or generated and kept by BM25's
     ``roundtrip`` check (top 10), written once under ``<cache>/queries/``, keyed by the generator's
@@ -146,6 +147,8 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
         return corpus_sentences(collection, n_queries, seed=seed)
     if queries == 'spans':
         return cropped_spans(collection, n_queries, seed=seed)
+    if queries == 'titles':
+        return document_titles(collection, n_queries, seed=seed)
     if queries == 'masked':
         return masked_spans(collection, n_queries, seed=seed, mask=mask)
     if queries == 'crossfold':
