@@ -132,11 +132,13 @@ def query_stats(pipelines, collection: str) -> list:
         line = (f'{spec.name}{f" (fold {fold})" if len(spec.model_dirs(corpus)) > 1 else ""} on {corpus.corpus_id}: '
                 f'{trained_rounds} round(s), {len(steps)} steps, {seconds:.0f} s of steps')
         settings = trained.training_settings('distill', spec.settings)
-        if settings['queries'] == 'sampled':  # written per_passage a passage, repeats dropped
+        if settings['queries'] in ('sampled', 'titles'):
             n, per = settings['n_queries'], trained.SAMPLING['per_passage']  # as sampled_queries decides them
             passages = min(math.ceil(n / per), corpus.docs_count or math.ceil(n / per))
-            written = passages * min(max(per, math.ceil(n / passages)), max(per, MAX_PER_PASSAGE))
-            topics = trained.training_topics(corpus, 'sampled', settings['n_queries'], seed=settings['seed'],
+            # sampled: written per_passage a passage, repeats dropped; titles: one a document, repeats dropped
+            written = (passages * min(max(per, math.ceil(n / passages)), max(per, MAX_PER_PASSAGE))
+                       if settings['queries'] == 'sampled' else min(n, corpus.docs_count or n))
+            topics = trained.training_topics(corpus, settings['queries'], settings['n_queries'], seed=settings['seed'],
                                              generator=settings['generator'], style=settings['query_style'],
                                              examples=settings['query_examples'])
             distinct = len(topics)
