@@ -173,6 +173,31 @@ def test_rounds_move_the_student_towards_its_teacher_and_resume_exactly(tiny_enc
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+def test_the_passage_towers_top_layer_trains_alone_over_cached_states(tiny_encoder, cache_dir):
+    coll = Collection('classic/adi')
+    with pytest.raises(ValueError, match='passage_layers'):
+        _distill(tiny_encoder(max_length=64), coll, cache_dir, passage_layers=1, train_passages=True)
+    start = tiny_encoder(max_length=64)
+    trainer = _distill(tiny_encoder(max_length=64), coll, cache_dir, passage_layers=1, epochs=2, lr=1e-3)
+    docnos = sorted(d['docno'] for d in coll.corpus_iter())[:12]
+    texts = coll.texts(docnos)
+    trainer.on_fit_start()  # (fit does it again: freezing twice is freezing once)
+    with torch.no_grad():  # at the start: the whole tower's vectors, from the cached states and one layer
+        torch.testing.assert_close(trainer._top_layer_vectors(docnos), start.encode(texts, 'passage'))
+    trainer.fit(coll.topics())
+    model, first = trainer.encoder.model, start.model
+    top = {id(p) for p in model.top_passage_layers(1).parameters()}
+    passage_tower = list(model.passage_encoder.named_parameters())
+    moved = {name for (name, p), (_, q) in zip(passage_tower, first.encoder.named_parameters())
+             if not torch.equal(p, q)}
+    assert moved and all(id(dict(passage_tower)[name]) in top for name in moved)  # the top layer alone
+    assert trainer.encoder.passage_fingerprint() != start.passage_fingerprint()
+    assert any('teacher overlap' in r for r in trainer.log)  # round 1 searched a freshly encoded index
+    with torch.no_grad():  # the kept states still give the trained tower's vectors
+        torch.testing.assert_close(trainer._top_layer_vectors(docnos), trainer.encoder.encode(texts, 'passage'))
+    assert len(trainer._states) > 12
+
+
 @pytest.mark.parametrize('loss, train_passages', [('kl', False), ('margin_mse', True)])
 def test_the_student_learns_a_fixed_teacher(tiny_encoder, cache_dir, loss, train_passages):
     coll = Collection('classic/adi')

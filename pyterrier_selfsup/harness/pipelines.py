@@ -258,8 +258,9 @@ register(PipelineSpec(
 
 register(PipelineSpec(
     'distill', 'all-MiniLM-L6-v2 distilled from the teacher (BM25 + the student itself, fused), no labels: listwise '
-               'KL over the teacher\'s top depth with in-batch negatives, query tower only (passage_offsets=W: each '
-               'passage vector moves by a learned offset, L2 weight W), the student re-entering the teacher each '
+               'KL over the teacher\'s top depth with in-batch negatives, the query tower (passage_offsets=W: each '
+               'passage vector moves by a learned offset, L2 weight W; passage_layers=K: the passage tower\'s top K '
+               'layers train too, over cached lower-layer states; train_passages=true: both towers whole), the student re-entering the teacher each '
                'round, the best round kept by a held-out label-free verdict (verdict_share); queries: a query log '
                '(queries=FILE: one query a line, or JSONL/CSV/TSV with qid and query; or queries=COLLECTION: its '
                'topic texts; or queries=crossfold: the evaluated collection\'s own topic texts, two-fold), or corpus '

@@ -65,6 +65,11 @@ def training_settings(method: str, settings: dict) -> dict:
     return {**DEFAULTS[method], **{name: value for name, value in settings.items() if name not in SEARCH_SETTINGS}}
 
 
+# settings a method gained after models were trained with it, and the value that trains as before: left
+# out of the model's key at that value, so that those models are still found
+ADDED_SETTINGS = {'distill': {'passage_layers': None}}
+
+
 def model_dir(collection: Collection, method: str, settings: dict, cache_dir=None) -> Path:
     """Where the model of ``method`` trained with ``settings`` lives (``final/``,
     ``training_log.jsonl``, ``training_curve.png``; while it trains, ``<dir>.partial``)."""
@@ -72,6 +77,9 @@ def model_dir(collection: Collection, method: str, settings: dict, cache_dir=Non
     for name in ('queries', 'query_examples'):  # a query log: its contents, wherever it lies
         if query_file(key.get(name)):
             key[name] = f'file-{content_hash(key[name])}'
+    for name, default in ADDED_SETTINGS.get(method, {}).items():  # models trained before it keep their key
+        if key.get(name) == default:
+            key.pop(name)
     if method != 'distill' and key.get('queries') in ('sentences', 'spans'):
         # since issue 16 a corpus with fewer documents than n_queries gives several a document:
         # models trained before on such queries are not found (distill was born with it)
@@ -351,7 +359,8 @@ def _distillation(collection: Collection, s: dict, *, output_dir: Path, cache_di
                            exclude_sources=s['queries'] in CUT_FROM_CORPUS,
                            filter_depth=s['filter_depth'] if s['queries'] in GENERATED else None,
                            stop_overlap=s['stop_overlap'], passage_offsets=s['passage_offsets'],
-                           offset_lr=s['offset_lr'], verdict_share=s['verdict_share'],
+                           offset_lr=s['offset_lr'], passage_layers=s['passage_layers'],
+                           verdict_share=s['verdict_share'],
                            min_round_steps=s['min_round_steps'], epochs=s['rounds'],
                            batch_size=s['batch_size'], lr=s['lr'],
                            output_dir=output_dir, seed=s['seed'], checkpoint_every='epoch', keep_checkpoints=1,
@@ -387,7 +396,7 @@ DEFAULTS: Dict[str, dict] = {
     'distill': dict(model_name=MINILM, queries='sampled', n_queries=2000, teacher='bm25+student', fusion_depth=100,
                     depth=30, teacher_temperature=1.0, loss='kl', in_batch=True, train_passages=False,
                     filter_depth=None, rounds=5, stop_overlap=None, passage_offsets=1.0, offset_lr=1e-3,
-                    batch_size=32, lr=5e-5, precision='fp32', generator='smollm2', query_style='plain',
+                    passage_layers=None, batch_size=32, lr=5e-5, precision='fp32', generator='smollm2', query_style='plain',
                     query_examples=None, verdict_share=0.1, min_round_steps=0, seed=0),
     'ds': dict(model_name=MINILM, queries='sentences', n_queries=5000, negatives='none', epochs=1, batch_size=32,
                lr=2e-5, dim=None, seed=0),

@@ -35,6 +35,11 @@ teacher "student × generator over the student's top k".
   weight (:mod:`~pyterrier_selfsup.models.offsets`). The offsets are saved with the model
   and applied where its index is built; a passage training never met, or one added to the
   corpus later, keeps the start encoder's vector.
+- ``passage_layers=K``: the passage tower's top K layers train, over the states its
+  frozen lower layers give each candidate passage, computed once a passage and kept in
+  memory (a step runs K layers over the batch's candidates rather than the whole tower;
+  each round searches a freshly encoded index). Memory grows with the passages met:
+  tokens × hidden size × 4 bytes each (scifact whole, MiniLM: about 1.7 GB).
 
     bm25 = BM25.from_collection(scifact, num_results=100)
     trainer = Distillation(DualEncoder.from_pretrained(MINILM), scifact,
@@ -121,6 +126,8 @@ class Distillation(Trainer):
             this fraction of its top 10 with the previous round's (None: all ``epochs``).
         passage_offsets: the weight of the L2 pull on learned passage offsets (None: no
             offsets; only with ``train_passages=False``); ``offset_lr``: their Adam's rate.
+        passage_layers: train the passage tower's top this many layers only, over cached
+            lower-layer states (None: as ``train_passages`` says; not with it, nor with offsets).
         verdict_share: the share of the training queries held out for the label-free verdict
             (0: none; then the last round is kept).
         min_round_steps: a round passes over the training queries as many times as it takes
@@ -136,12 +143,15 @@ class Distillation(Trainer):
                  depth: int = 30, teacher_temperature: float = 1.0, loss: str = 'kl', in_batch: bool = True,
                  train_passages: bool = False, exclude_sources: bool = True, filter_depth: Optional[int] = None,
                  stop_overlap: Optional[float] = None, passage_offsets: Optional[float] = None,
-                 offset_lr: float = 1e-3, verdict_share: float = 0.0, min_round_steps: int = 0, batch_size: int = 32,
-                 lr: float = 2e-5, **kwargs):
+                 offset_lr: float = 1e-3, passage_layers: Optional[int] = None, verdict_share: float = 0.0,
+                 min_round_steps: int = 0, batch_size: int = 32, lr: float = 2e-5, **kwargs):
         if loss not in LOSSES:
             raise ValueError(f'loss must be one of {LOSSES}, not {loss!r}')
         if passage_offsets is not None and train_passages:
             raise ValueError('passage_offsets move the vectors of a frozen passage tower: not with train_passages')
+        if passage_layers is not None and (train_passages or passage_offsets is not None):
+            raise ValueError('passage_layers trains the passage tower\'s top layers: not with train_passages (all of '
+                             'it) or passage_offsets (a frozen tower)')
         super().__init__(encoder, collection, batch_size=batch_size, lr=lr, **kwargs)
         self.teacher = teacher
         self.depth = depth
@@ -155,6 +165,8 @@ class Distillation(Trainer):
         self.passage_offsets = passage_offsets
         self.offset_lr = offset_lr
         self._offsets: Optional[OffsetAdam] = None
+        self.passage_layers = passage_layers
+        self._states: Dict[str, torch.Tensor] = {}  # passage_layers: docno -> the lower layers' states
         self.verdict_share = verdict_share
         self.min_round_steps = min_round_steps
         self.verdict: Optional[Verdict] = None
@@ -179,9 +191,17 @@ class Distillation(Trainer):
         if not self.train_passages:  # RAG: passages keep a frozen copy of the start encoder
             self.encoder.model.freeze_passage_tower()
             self._index = flex_index(self.collection, self.encoder, cache_dir=self.cache_dir, offsets=False)
+        if self.passage_layers is not None:  # ... but for its top layers
+            for p in self.encoder.model.top_passage_layers(self.passage_layers).parameters():
+                p.requires_grad_(True)
         if self.passage_offsets is not None:  # (a resumed run's come back with its checkpoint)
             self.encoder.passage_offsets = PassageOffsets(self.encoder.model.out_dim, self.encoder.model.normalize)
             self._offsets = OffsetAdam(self.encoder.passage_offsets, lr=self.offset_lr, weight=self.passage_offsets)
+
+    @property
+    def passages_move(self) -> bool:
+        """Whether the passage tower trains (whole or its top layers): its index goes stale."""
+        return self.train_passages or self.passage_layers is not None
 
     def on_optimizer_step(self):
         if self._offsets is not None:
@@ -318,7 +338,7 @@ class Distillation(Trainer):
         elif self.state.get('targets') is not None and self.fixed_teacher:
             return  # a teacher that does not read the student ranks as it did in round 0
         else:
-            targets = self.rank(self.round_teacher(fresh=self.train_passages and epoch > 0),
+            targets = self.rank(self.round_teacher(fresh=self.passages_move and epoch > 0),
                                 list({q.qid: q for q in examples}.values()))  # (a query passed over twice: ranked once)
         self._round0 = None
         previous = self.state.get('targets')
@@ -410,12 +430,37 @@ class Distillation(Trainer):
         their offsets), and the offsets' L2 pull (0 without offsets)."""
         if self.train_passages:
             return self.encoder.encode(self.collection.texts(docnos), 'passage'), torch.zeros(())
+        if self.passage_layers is not None:
+            return self._top_layer_vectors(docnos), torch.zeros(())
         index_docnos, vectors, _ = self._index.payload()
         passages = torch.from_numpy(np.asarray(vectors[index_docnos.inv[docnos]], dtype=np.float32))
         passages = passages.to(self.encoder.device)
         if self._offsets is None:
             return passages, torch.zeros((), device=passages.device)
         return self._offsets.adjusted(docnos, passages)
+
+    def _top_layer_vectors(self, docnos: List[str]) -> torch.Tensor:
+        """The vectors of ``docnos`` from the passage tower's top ``passage_layers`` layers (with
+        gradients to them) over their lower layers' states, computed for a passage the first
+        time it is a candidate and kept (the lower layers are frozen: they never change)."""
+        model, device, k = self.encoder.model, self.encoder.device, self.passage_layers
+        missing = [d for d in dict.fromkeys(docnos) if d not in self._states]
+        for start in range(0, len(missing), self.encoder.batch_size):
+            chunk = missing[start:start + self.encoder.batch_size]
+            batch = self.encoder.tokenize(self.collection.texts(chunk), 'passage')
+            mask = batch['attention_mask'].to(device)
+            with self.encoder.autocast():
+                states = model.passage_states(batch['input_ids'].to(device), mask, k)
+            for docno, state, length in zip(chunk, states, mask.sum(1).tolist()):
+                self._states[docno] = state[:length].detach().to('cpu', torch.float32)
+        rows = [self._states[d] for d in docnos]
+        states = torch.zeros(len(rows), max(len(r) for r in rows), rows[0].shape[-1])
+        mask = torch.zeros(states.shape[:2], dtype=torch.long)
+        for i, row in enumerate(rows):
+            states[i, :len(row)], mask[i, :len(row)] = row, 1
+        with self.encoder.autocast():
+            vectors = model.passage_from_states(states.to(device), mask.to(device), k)
+        return vectors.float()
 
     def _student_logits(self, batch: List[Query], passages: torch.Tensor) -> torch.Tensor:
         """q · p / temperature for every query of the batch and every passage vector, with
