@@ -173,6 +173,30 @@ def test_rounds_move_the_student_towards_its_teacher_and_resume_exactly(tiny_enc
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+def test_source_share_puts_that_share_of_the_target_on_the_passage_a_query_was_written_for(tiny_encoder, cache_dir):
+    coll = Collection('classic/adi')
+    with pytest.raises(ValueError, match='loss=kl'):
+        _distill(tiny_encoder(max_length=64), coll, cache_dir, source_share=0.5, loss='margin_mse')
+    trainer = _distill(tiny_encoder(max_length=64), coll, cache_dir, source_share=0.25)
+    trainer.on_fit_start()
+    batch = [Query('a', 'computer programs for documents', frozenset()), Query('b', 'indexing of words', frozenset())]
+    trainer._sources = {'a': '7', 'b': '3'}  # a's source is among its candidates, b's is not
+    trainer.state['targets'] = {'a': (['7', '1', '2'], np.array([0.0, 1.0, 2.0])),
+                                'b': (['1', '5'], np.array([1.0, 0.0]))}
+    loss = trainer.loss(batch, np.random.default_rng(0))
+    union = ['7', '1', '2', '5', '3']  # the candidates in order met, then the sources the teacher's tops lack
+    with torch.no_grad():
+        student = trainer._student_logits(batch, trainer._passage_vectors(union)[0])
+    a = np.r_[np.exp([0.0, 1.0, 2.0]) / np.exp([0.0, 1.0, 2.0]).sum(), 0, 0] * 0.75 + np.eye(5)[0] * 0.25
+    b = np.r_[0, np.exp(1.0) / (np.exp(1.0) + 1), 0, 1 / (np.exp(1.0) + 1), 0] * 0.75 + np.eye(5)[4] * 0.25
+    expected = listwise_kl(student, torch.tensor(np.stack([a, b]), dtype=torch.float32),
+                           torch.zeros(2, 5, dtype=torch.bool))
+    torch.testing.assert_close(loss.detach(), expected, rtol=1e-5, atol=1e-6)
+    trainer.source_share = 0.0  # the teacher alone: the sources are not candidates
+    plain = trainer.loss(batch, np.random.default_rng(0))
+    assert abs(plain.item() - loss.item()) > 1e-3
+
+
 def test_the_passage_towers_top_layer_trains_alone_over_cached_states(tiny_encoder, cache_dir):
     coll = Collection('classic/adi')
     with pytest.raises(ValueError, match='passage_layers'):

@@ -67,7 +67,7 @@ def training_settings(method: str, settings: dict) -> dict:
 
 # settings a method gained after models were trained with it, and the value that trains as before: left
 # out of the model's key at that value, so that those models are still found
-ADDED_SETTINGS = {'distill': {'passage_layers': None}}
+ADDED_SETTINGS = {'distill': {'passage_layers': None, 'source_share': 0.0}}
 
 
 def model_dir(collection: Collection, method: str, settings: dict, cache_dir=None) -> Path:
@@ -360,6 +360,7 @@ def _distillation(collection: Collection, s: dict, *, output_dir: Path, cache_di
                            filter_depth=s['filter_depth'] if s['queries'] in GENERATED else None,
                            stop_overlap=s['stop_overlap'], passage_offsets=s['passage_offsets'],
                            offset_lr=s['offset_lr'], passage_layers=s['passage_layers'],
+                           source_share=s['source_share'] if s['queries'] in GENERATED else 0.0,
                            verdict_share=s['verdict_share'],
                            min_round_steps=s['min_round_steps'], epochs=s['rounds'],
                            batch_size=s['batch_size'], lr=s['lr'],
@@ -396,8 +397,9 @@ DEFAULTS: Dict[str, dict] = {
     'distill': dict(model_name=MINILM, queries='sampled', n_queries=2000, teacher='bm25+student', fusion_depth=100,
                     depth=30, teacher_temperature=1.0, loss='kl', in_batch=True, train_passages=False,
                     filter_depth=None, rounds=5, stop_overlap=None, passage_offsets=1.0, offset_lr=1e-3,
-                    passage_layers=None, batch_size=32, lr=5e-5, precision='fp32', generator='smollm2', query_style='plain',
-                    query_examples=None, verdict_share=0.1, min_round_steps=0, seed=0),
+                    passage_layers=None, source_share=0.0, batch_size=32, lr=5e-5, precision='fp32',
+                    generator='smollm2', query_style='plain', query_examples=None, verdict_share=0.1,
+                    min_round_steps=0, seed=0),
     'ds': dict(model_name=MINILM, queries='sentences', n_queries=5000, negatives='none', epochs=1, batch_size=32,
                lr=2e-5, dim=None, seed=0),
     'rumbart': dict(_RETRIEVE_AND_RECONSTRUCT, teacher_temperature=1.0),

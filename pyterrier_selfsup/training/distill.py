@@ -128,6 +128,9 @@ class Distillation(Trainer):
             offsets; only with ``train_passages=False``); ``offset_lr``: their Adam's rate.
         passage_layers: train the passage tower's top this many layers only, over cached
             lower-layer states (None: as ``train_passages`` says; not with it, nor with offsets).
+        source_share: for a query written for a passage (``source_docno``, not excluded), the
+            share of its target put on that passage (GPL's and InPars' pseudo-positive), the
+            rest the teacher's distribution (0: the teacher's alone; ``loss='kl'`` only).
         verdict_share: the share of the training queries held out for the label-free verdict
             (0: none; then the last round is kept).
         min_round_steps: a round passes over the training queries as many times as it takes
@@ -143,12 +146,17 @@ class Distillation(Trainer):
                  depth: int = 30, teacher_temperature: float = 1.0, loss: str = 'kl', in_batch: bool = True,
                  train_passages: bool = False, exclude_sources: bool = True, filter_depth: Optional[int] = None,
                  stop_overlap: Optional[float] = None, passage_offsets: Optional[float] = None,
-                 offset_lr: float = 1e-3, passage_layers: Optional[int] = None, verdict_share: float = 0.0,
+                 offset_lr: float = 1e-3, passage_layers: Optional[int] = None, source_share: float = 0.0,
+                 verdict_share: float = 0.0,
                  min_round_steps: int = 0, batch_size: int = 32, lr: float = 2e-5, **kwargs):
         if loss not in LOSSES:
             raise ValueError(f'loss must be one of {LOSSES}, not {loss!r}')
         if passage_offsets is not None and train_passages:
             raise ValueError('passage_offsets move the vectors of a frozen passage tower: not with train_passages')
+        if source_share and loss != 'kl':
+            raise ValueError('source_share mixes a pseudo-positive into the teacher\'s distribution: loss=kl only')
+        if not 0.0 <= source_share <= 1.0:
+            raise ValueError(f'source_share is a share of the target, in [0, 1], not {source_share}')
         if passage_layers is not None and (train_passages or passage_offsets is not None):
             raise ValueError('passage_layers trains the passage tower\'s top layers: not with train_passages (all of '
                              'it) or passage_offsets (a frozen tower)')
@@ -167,6 +175,8 @@ class Distillation(Trainer):
         self._offsets: Optional[OffsetAdam] = None
         self.passage_layers = passage_layers
         self._states: Dict[str, torch.Tensor] = {}  # passage_layers: docno -> the lower layers' states
+        self.source_share = source_share
+        self._sources: Dict[str, str] = {}  # qid -> the passage a query was written for
         self.verdict_share = verdict_share
         self.min_round_steps = min_round_steps
         self.verdict: Optional[Verdict] = None
@@ -245,6 +255,7 @@ class Distillation(Trainer):
         encoder's teacher ranks them here, once: it is round 0's teacher as well), less the
         verdict's held-out slice."""
         sources = dict(zip(topics['qid'].astype(str), topics['source_docno'])) if 'source_docno' in topics else {}
+        self._sources = {q: d for q, d in sources.items() if isinstance(d, str)}
         queries = self._filtered(topics, sources)
         held = set(held_out([q.qid for q in queries], self.verdict_share, seed=self.seed, fewest=self.verdict_fewest))
         self._held = [q for q in queries if q.qid in held]
@@ -361,7 +372,9 @@ class Distillation(Trainer):
         if not batch:
             return None
         rows = [targets[q.qid] for q in batch]
-        union = list(dict.fromkeys(d for docnos, _ in rows for d in docnos))
+        # source_share: the passage a query was written for is one of its candidates, if the teacher's top lacks it
+        written_for = [self._sources.get(q.qid) if self.source_share and not q.excluded else None for q in batch]
+        union = list(dict.fromkeys([d for docnos, _ in rows for d in docnos] + [d for d in written_for if d]))
         column = {d: j for j, d in enumerate(union)}
         b, n = len(batch), len(union)
         own = torch.zeros(b, n, dtype=torch.bool)
@@ -371,9 +384,13 @@ class Distillation(Trainer):
             own[i, cols] = True
             teacher[i, cols] = torch.from_numpy(np.asarray(scores, dtype=np.float64)) / self.teacher_temperature
         excluded = torch.tensor([[d in q.excluded for d in union] for q in batch], dtype=torch.bool)
+        positive = torch.zeros(b, n, dtype=torch.bool)
+        for i, docno in enumerate(written_for):
+            if docno:
+                positive[i, column[docno]] = True
         # what each query's student distribution spans: its own candidates (margin_mse, or
         # kl without in_batch), or every candidate of the batch but its excluded passages
-        shut = excluded | ~own if self.loss_name == 'margin_mse' or not self.in_batch else excluded
+        shut = excluded | ~(own | positive) if self.loss_name == 'margin_mse' or not self.in_batch else excluded
         if int((~shut).sum(1).max()) < 2:  # one candidate a query and no other in the batch
             return None
         # the rows of the loss: under data parallelism (Trainer.local_rows) this process's share
@@ -387,10 +404,10 @@ class Distillation(Trainer):
             pull = self._passage_vectors(union)[1] if self._offsets is not None else 0.0
             return torch.zeros((), requires_grad=True) + 0.0 * pull
         passages, pull = self._passage_vectors(union)
-        own, shut, teacher = own[local], shut[local], teacher[local]
+        own, shut, teacher, positive = own[local], shut[local], teacher[local], positive[local]
         student = self._student_logits([batch[i] for i in local], passages)
         device = student.device
-        own, shut, teacher = own.to(device), shut.to(device), teacher.to(device)
+        own, shut, teacher, positive = own.to(device), shut.to(device), teacher.to(device), positive.to(device)
         if self.loss_name == 'margin_mse':  # each query's own candidates only, gathered to (b, depth)
             width = int(own.sum(1).max())
             columns = torch.argsort((~own).to(torch.int8), dim=1, stable=True)[:, :width]
@@ -399,6 +416,10 @@ class Distillation(Trainer):
                               per_row=True).sum() / counted
         else:
             probs = torch.softmax(teacher.masked_fill(~own, float('-inf')), dim=-1).float()
+            if self.source_share:
+                written = positive.any(1, keepdim=True)
+                probs = torch.where(written, (1 - self.source_share) * probs + self.source_share * positive.float(),
+                                    probs)
             loss = listwise_kl(student, probs, shut, per_row=True).sum() / counted
         with torch.no_grad():  # label-free diagnostics: does the student agree with the teacher?
             s_own = student.detach().masked_fill(~own, float('-inf'))
