@@ -47,7 +47,8 @@ def main(groups):
     md += [f'- data: {COLLECTION}, {len(test)} queries with a relevant passage; per-query nDCG@10 from each group\'s '
            '.perquery.csv; a passage "moved": it has a row in the model\'s passage_offsets.pt (met by training)',
            f'- the splits\' qrels (read here only): {len(test_docs & train_docs)} of the {len(test_docs)} passages '
-           f'relevant to a test query are relevant to a train query too ({len(test_docs & train_docs) / len(test_docs):.2f})',
+           f'relevant to a test query are relevant to a train query too '
+           f'({len(test_docs & train_docs) / len(test_docs):.2f})',
            '', '| group | pipeline | passages moved | test queries reached | nDCG@10 reached: start -> model | '
            'not reached: start -> model | relevant to a train query too: start -> model | the others |',
            '|---|---|---|---|---|---|---|---|']

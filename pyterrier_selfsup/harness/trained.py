@@ -37,7 +37,8 @@ from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart
 SEARCH_SETTINGS = frozenset({'num_results', 'candidate_tokens', 'nprobe', 'rescore', 'bm25_weight', 'hybrid_depth',
                              'search', 'backend'})
 GENERATED = ('generated', 'roundtrip', 'sampled')  # the query sources that need a generator
-CUT_FROM_CORPUS = ('sentences', 'spans', 'masked', 'titles')  # queries that may not retrieve the passage they were cut from
+# queries that may not retrieve the passage they were cut from
+CUT_FROM_CORPUS = ('sentences', 'spans', 'masked', 'titles')
 ROUND_TRIP_DEPTH = 10
 # queries=crossfold: the collection's own topic texts, in this many folds; the model that answers a
 # fold's queries is trained on the other folds' texts (its setting ``fold``: the fold it answers)
