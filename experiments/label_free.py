@@ -92,7 +92,13 @@ GROUPS = {
     'corpus_only_levers': (SCIFACT, ['bm25', 'dual', 'teacher', 'distill', 'distill:query_style=chat'] + [
         f'distill:query_style=chat,n_queries={n}' for n in (1000, 5183)] + [
         # titles as pseudo-queries (no generator; the document excluded from its title's candidates): 2,000, and all
-        'distill:queries=titles', 'distill:queries=titles,n_queries=5183']),
+        'distill:queries=titles', 'distill:queries=titles,n_queries=5183',
+        # GPL's pseudo-positive: half of each written query's target on the passage it was written for
+        'distill:source_share=0.5', 'distill:query_style=chat,source_share=0.5']),
+    # the passage side that moves (issue 30 item 1), from scifact train's query texts: passage offsets (shipped)
+    # against the passage tower's top layer trained over cached lower-layer states
+    'query_log_layers': (['beir/scifact/test'], ['bm25', 'minilm', TRAIN,
+                                                 f'{TRAIN},passage_offsets=none,passage_layers=1']),
     # the acceptance tables of issue 30, the query-log setting at the shipped settings: scifact test from the
     # train split's texts (3 seeds), the other four two-fold over their own topic texts
     'label_free_log_scifact': (['beir/scifact/test'], ['bm25', 'minilm', 'teacher', TRAIN, f'{TRAIN},seed=1',
