@@ -224,12 +224,13 @@ class Distillation(Trainer):
         """Whether the teacher is one pipeline for every round (not a function of the student)."""
         return isinstance(self.teacher, pt.Transformer)
 
-    def round_teacher(self, fresh: bool = False) -> pt.Transformer:
+    def round_teacher(self, fresh: bool = False, student: Optional[pt.Transformer] = None) -> pt.Transformer:
         """The teacher of a round: the fixed one, or the teacher of the student as it is now
-        (``fresh``: searching an index built from its current passage tower)."""
+        (``fresh``: searching an index built from its current passage tower; ``student``: that
+        retriever, already made)."""
         if self.fixed_teacher:
             return self.teacher
-        return self.teacher(self._student(fresh=fresh))
+        return self.teacher(student if student is not None else self._student(fresh=fresh))
 
     def rank(self, teacher: pt.Transformer, queries: List[Query], *, exclude: bool = True,
              depth: Optional[int] = None) -> Dict[str, Tuple[List[str], np.ndarray]]:
@@ -299,13 +300,13 @@ class Distillation(Trainer):
 
     # -- the verdict ------------------------------------------------------------------
 
-    def judge(self, after_round: int):
+    def judge(self, after_round: int, student: Optional[Callable[[], pt.Transformer]] = None):
         """Scores the student as it is (after ``after_round`` rounds; 0: the start) on the held-out
         slice, once a round (a resumed run finds the score in its log), and keeps its weights
-        while it is the best."""
+        while it is the best. ``student``: gives the retriever of the student as it is now."""
         if not self._held or any(r.get('verdict round') == after_round for r in self.log):
             return
-        ranked = self.rank(self._student(fresh=False), self._held, depth=10)
+        ranked = self.rank(student() if student else self._student(fresh=self.passages_move), self._held, depth=10)
         scores = ndcg_at({q: d for q, (d, _) in ranked.items()}, self._pseudo)
         self.log.append({'step': self.state.get('step', 0), 'verdict round': after_round,
                          'verdict nDCG@10': float(scores.mean()), 'verdict scores': scores.round(6).tolist()})
@@ -340,7 +341,13 @@ class Distillation(Trainer):
                          'verdict high': self.verdict.high, 'verdict helped': self.verdict.helped})
 
     def on_epoch_start(self, examples: List[Query], epoch: int, resumed: bool):
-        self.judge(epoch)
+        made = []
+
+        def student():  # the student as the round starts, made once for the verdict and the teacher: a moving
+            if not made:  # passage tower is encoded afresh once a round
+                made.append(self._student(fresh=self.passages_move and epoch > 0))
+            return made[0]
+        self.judge(epoch, student)
         if resumed and self.state.get('targets round') == epoch:
             return  # the round's targets came back with the checkpoint
         t0 = time.time()
@@ -349,7 +356,7 @@ class Distillation(Trainer):
         elif self.state.get('targets') is not None and self.fixed_teacher:
             return  # a teacher that does not read the student ranks as it did in round 0
         else:
-            targets = self.rank(self.round_teacher(fresh=self.passages_move and epoch > 0),
+            targets = self.rank(self.round_teacher(student=None if self.fixed_teacher else student()),
                                 list({q.qid: q for q in examples}.values()))  # (a query passed over twice: ranked once)
         self._round0 = None
         previous = self.state.get('targets')
