@@ -30,7 +30,8 @@ from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.harness.pipelines import get_pipeline
 
 RESULTS = Path(__file__).parent / 'results'
-GROUPS = ['label_free_log', 'label_free_log_scifact', 'query_log_shipped', 'corpus_only_qwen', 'label_free']
+# (not label_free until it is rerun at issue 30's settings: its distill row is another model than today's key finds)
+GROUPS = ['label_free_log', 'label_free_log_scifact', 'query_log_shipped', 'corpus_only_qwen', 'corpus_only_levers']
 
 
 def table(group: str) -> pd.DataFrame:
