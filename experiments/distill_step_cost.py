@@ -1,10 +1,13 @@
-"""What a distillation step costs, query tower only against both towers (issue 16).
+"""What a distillation step costs, query tower only against both towers (issue 16), and
+against the passage tower's top layer over cached lower-layer states (issue 30).
 
 The shipped `distill` trains the query tower only, against the start encoder's passage
 vectors. GPL trains both towers. This script times the real code path of each: the
 `distill` pipeline's trainer (as `selfsup train` builds it, on scifact's cached sampled
 queries), its round-0 targets, then `loss` + `backward` + an AdamW step on the same
-batches, for ``train_passages`` false and true and for a few candidate depths. It also
+batches, for ``train_passages`` false and true, ``passage_layers=1`` (the top layer's
+states below computed as a passage is first met: the timed steps include that) and for a few
+candidate depths. It also
 times a no-grad encoding of the corpus's passages (what each round costs when the passage
 tower trains: the index is rebuilt), and projects the cost of the shipped schedule (its
 steps a round times its rounds) for each.
@@ -85,9 +88,13 @@ def main(argv=None):
     # (settings, steps timed), cheapest first (peak memory is the process's so far). Both towers
     # at the shipped depth 30 (up to 960 passages a step, with gradients) is not attempted on a CPU
     variants = {
-        'query tower (shipped), depth 30': ({}, args.steps),
-        'both towers, depth 4': ({'train_passages': True, 'depth': 4}, args.steps),
-        'both towers, depth 8': ({'train_passages': True, 'depth': 8}, max(1, args.steps - 1)),
+        'query tower + passage offsets (shipped), depth 30': ({}, args.steps),
+        'query tower alone, depth 30': ({'passage_offsets': None}, args.steps),
+        'both towers, depth 4': ({'train_passages': True, 'passage_offsets': None, 'depth': 4}, args.steps),
+        'both towers, depth 8': ({'train_passages': True, 'passage_offsets': None, 'depth': 8}, max(1, args.steps - 1)),
+        'query tower + passage top layer, depth 8': ({'passage_offsets': None, 'passage_layers': 1, 'depth': 8},
+                                                     args.steps),
+        'query tower + passage top layer, depth 30': ({'passage_offsets': None, 'passage_layers': 1}, 1),
     }
     rows = {}
     for name, (settings, steps) in variants.items():
@@ -97,7 +104,8 @@ def main(argv=None):
     per_second = time_encoding(collection)
     docs = collection.docs_count
     for name, row in rows.items():
-        refresh = docs / per_second if row['settings'].get('train_passages') else 0.0
+        moves = row['settings'].get('train_passages') or row['settings'].get('passage_layers')
+        refresh = docs / per_second if moves else 0.0
         row['refresh seconds (projected)'] = refresh
         # round 0 searches the start encoder's cached index; each later round re-encodes the corpus
         row['schedule seconds (projected)'] = (row['rounds'] * row['steps a round'] * row['seconds per step']
@@ -111,7 +119,7 @@ def main(argv=None):
              f'queries; '
              f'corpus encoding (no grad, inference precision): {per_second:.1f} passages/s',
              '- projected: the shipped schedule (steps a round × rounds, no early stop), plus for both towers '
-             'one re-encoding of the corpus in each round after the first; the teacher\'s ranking of the '
+             'one re-encoding of the corpus in each round after the first (the top layer too); the teacher\'s ranking of the '
              'training queries each round (the same for every variant) is left out', '',
              '| variant | trainable params | passages a step | steps timed | s / step | steps a round × rounds | '
              'refresh s | schedule (projected) | peak RSS GiB |',

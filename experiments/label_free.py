@@ -96,7 +96,8 @@ GROUPS = {
         # GPL's pseudo-positive: half of each written query's target on the passage it was written for
         'distill:source_share=0.5', 'distill:query_style=chat,source_share=0.5']),
     # the passage side that moves (issue 30 item 1), from scifact train's query texts: passage offsets (shipped)
-    # against the passage tower's top layer trained over cached lower-layer states
+    # against the passage tower's top layer trained over cached lower-layer states. Not yet run: on 2 cores a
+    # top-layer step over a batch's ~800 candidates takes ~100 s (distill_step_cost.md), ~3.5 h for 115 steps
     'query_log_layers': (['beir/scifact/test'], ['bm25', 'minilm', TRAIN,
                                                  f'{TRAIN},passage_offsets=none,passage_layers=1']),
     # the acceptance tables of issue 30, the query-log setting at the shipped settings: scifact test from the
