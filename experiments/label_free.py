@@ -100,6 +100,12 @@ GROUPS = {
     # top-layer step over a batch's ~800 candidates takes ~100 s (distill_step_cost.md), ~3.5 h for 115 steps
     'query_log_layers': (['beir/scifact/test'], ['bm25', 'minilm', TRAIN,
                                                  f'{TRAIN},passage_offsets=none,passage_layers=1']),
+    # the same comparison where it is affordable on 2 cores: the collections of a few hundred to 1,460 passages and
+    # 35-225 topics, two-fold over their own topic texts (the acceptance's query-log setting), with the query tower
+    # alone beside them (what each passage side adds)
+    'query_log_layers_small': (['cranfield', 'classic/cisi', 'classic/adi'], [
+        'bm25', 'minilm', 'distill:queries=crossfold', 'distill:queries=crossfold,passage_offsets=none',
+        'distill:queries=crossfold,passage_offsets=none,passage_layers=1']),
     # the acceptance tables of issue 30, the query-log setting at the shipped settings: scifact test from the
     # train split's texts (3 seeds), the other four two-fold over their own topic texts
     'label_free_log_scifact': (['beir/scifact/test'], ['bm25', 'minilm', 'teacher', TRAIN, f'{TRAIN},seed=1',
