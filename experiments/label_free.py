@@ -95,6 +95,12 @@ GROUPS = {
         'distill:queries=titles', 'distill:queries=titles,n_queries=5183',
         # GPL's pseudo-positive: half of each written query's target on the passage it was written for
         'distill:source_share=0.5', 'distill:query_style=chat,source_share=0.5']),
+    # is the best corpus-only lever of corpus_only_levers (SmolLM2 chat, 1,000 queries: +.0145 over the start on
+    # scifact train, while 2,000 and 5,183 of the same kind gave -.003 and -.002) a setting or one training's luck?
+    # Three seeds of it beside three of the default (each seed draws its own passages and queries; the default's
+    # models are label_free_seeds')
+    'corpus_only_seeds': (SCIFACT, ['bm25', 'dual', 'distill', 'distill:seed=1', 'distill:seed=2'] + [
+        f'distill:query_style=chat,n_queries=1000{seed}' for seed in ('', ',seed=1', ',seed=2')]),
     # the passage side that moves (issue 30 item 1), from scifact train's query texts: passage offsets (shipped)
     # against the passage tower's top layer trained over cached lower-layer states. Not yet run: on 2 cores a
     # top-layer step over a batch's ~800 candidates takes ~100 s (distill_step_cost.md), ~3.5 h for 115 steps

@@ -1,0 +1,161 @@
+"""Where the query writer's time goes, and whether another engine writes faster (issue 30 item 4).
+
+The same passages as `query_generation.py` (drawn with seed 0 from scifact's corpus) at its
+settings (SmolLM2-135M-Instruct, the plain completion prompt, 256 passage tokens, 3 samples a
+passage, temperature 1.0, top-k 50, top-p 0.95, at most 32 new tokens, the first line kept),
+one process, rows one after the other:
+
+- ``generate``: ``Generator.generate`` on each passage repeated once a sample (the rate of x before);
+- ``QueryWriter``: the shipped writer (torch, one prefill a passage shared by its samples);
+- ``prefill only``: the writer's prompt forward passes alone, batch for batch as it runs them:
+  a floor under any writer that runs this arithmetic on this machine (what the passages'
+  tokens cost before a single query token is written), with its rate in prompt tokens a second
+  and the arithmetic it implies (2 x the non-embedding weights a token);
+- ``openvino-genai``: OpenVINO GenAI's ``LLMPipeline`` reading the same GGUF file (its own
+  weights' format and kernels), the same prompt texts, ``num_return_sequences=3`` (its samples of
+  a prompt share the prompt's prefill), ``stop_strings={'\\n'}``, every prompt in one call.
+
+Each row's label-free quality is measured as in `query_generation.py` (distinct fraction, mean
+words, where the teacher and BM25 rank the passage a query was written for), so that a faster
+engine is not read as better when it writes other queries.
+
+    python experiments/query_generation.py is the wider table; this one:
+    python experiments/writer_backends.py [--passages 48] [--skip-generate]
+writes experiments/results/writer_backends.{md,json}.
+"""
+import argparse
+import json
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from pyterrier_selfsup import BM25, Collection
+from pyterrier_selfsup.data.queries import _sample, _text_if_any
+from pyterrier_selfsup.harness import provenance, trained
+from pyterrier_selfsup.models._base import pad
+from pyterrier_selfsup.models.generator import GENERATORS, load_generator
+from pyterrier_selfsup.models.writing import QueryWriter
+
+from query_generation import PER_PASSAGE, SAMPLING, quality
+
+RESULTS = Path(__file__).parent / 'results'
+TOP_K = 50  # what generate and the writer apply for SmolLM2 (its generation config sets none)
+
+
+def prefill_only(writer: QueryWriter, passages) -> tuple:
+    """Seconds of the writer's prompt forward passes alone (its batches, its order), and the
+    prompt tokens they ran (padding excluded)."""
+    gen = writer.generator
+    ids = writer.prompt_ids(passages)
+    order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+    tokens, t0 = 0, time.perf_counter()
+    with gen.inference():
+        for start in range(0, len(order), writer.batch_size):
+            prompts = [ids[i] for i in order[start:start + writer.batch_size]]
+            input_ids, mask = pad(prompts, writer.tokenizer.pad_token_id, left=True, device=gen.device)
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)
+            with gen.autocast():
+                gen.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                          logits_to_keep=1)
+            tokens += int(mask.sum())
+    return time.perf_counter() - t0, tokens
+
+
+def openvino_writer(writer: QueryWriter, passages, seed: int = 0):
+    """Queries from OpenVINO GenAI's LLMPipeline over the generator's GGUF file (load seconds,
+    write seconds, queries a passage)."""
+    import openvino_genai as ov_genai
+    from huggingface_hub import hf_hub_download
+    repo, gguf_file = GENERATORS['smollm2']
+    t0 = time.perf_counter()
+    pipe = ov_genai.LLMPipeline(hf_hub_download(repo, gguf_file), 'CPU')
+    load = time.perf_counter() - t0
+    prompts = [writer.tokenizer.decode(x) for x in writer.prompt_ids(passages)]
+    config = ov_genai.GenerationConfig()
+    config.max_new_tokens, config.do_sample, config.num_return_sequences = 32, True, PER_PASSAGE
+    config.temperature, config.top_p, config.top_k = SAMPLING['temperature'], SAMPLING['top_p'], TOP_K
+    config.rng_seed = seed
+    config.stop_strings = {'\n'}
+    config.apply_chat_template = False  # the prompt is the plain completion prompt, already whole
+    t0 = time.perf_counter()
+    result = pipe.generate(prompts, config)
+    seconds = time.perf_counter() - t0
+    texts = list(result.texts)
+    per = [[t.strip().split('\n')[0].strip() for t in texts[i * PER_PASSAGE:(i + 1) * PER_PASSAGE]]
+           for i in range(len(prompts))]
+    return load, seconds, per
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--passages', type=int, default=48)
+    parser.add_argument('--skip-generate', action='store_true', help='leave out the slow reference row')
+    args = parser.parse_args()
+    coll = Collection('beir/scifact/train')
+    header = provenance.header()
+    docs = _sample(coll.corpus_iter(), args.passages, random.Random(0), _text_if_any)
+    docnos, passages = [d for d, _ in docs], [t for _, t in docs]
+    bm25 = BM25.from_collection(coll, num_results=100)
+    teacher = trained.teacher_pipeline(coll, 'bm25+minilm', depth=100)
+    gen = load_generator('smollm2')
+    dtype = str(gen.compute_dtype()).split('.')[1]
+    non_embedding = sum(p.numel() for n, p in gen.model.named_parameters() if 'embed' not in n and 'lm_head' not in n)
+    writer = QueryWriter(gen, style='plain', max_passage_length=256)
+    writer.token_kinds  # (read once a model: not the writing's cost)
+    rows = []
+    extra = {'generator': 'smollm2', 'dtype': dtype, 'prompt': 'plain', 'passage tokens': 256}
+    if not args.skip_generate:
+        torch.manual_seed(0)
+        t0 = time.perf_counter()
+        flat = gen.generate([p for p in passages for _ in range(PER_PASSAGE)], max_new_tokens=32, **SAMPLING)
+        out = [flat[i:i + PER_PASSAGE] for i in range(0, len(flat), PER_PASSAGE)]
+        quality(rows, 'generate, prompt repeated a sample', out, docnos, time.perf_counter() - t0, teacher, bm25,
+                extra)
+    t0 = time.perf_counter()
+    out = writer.write(passages, PER_PASSAGE, max_new_tokens=32, generator=torch.Generator().manual_seed(0),
+                       **SAMPLING)
+    quality(rows, 'QueryWriter (torch), shared prefill', out, docnos, time.perf_counter() - t0, teacher, bm25, extra)
+    seconds, tokens = prefill_only(writer, passages)
+    rows.append({'writer': 'prefill only (the writer\'s prompt forwards)', **extra, 'seconds': seconds,
+                 'queries/s': PER_PASSAGE * len(passages) / seconds, 'prompt tokens': tokens,
+                 'prompt tokens/s': tokens / seconds, 'GFLOP/s': 2 * non_embedding * tokens / seconds / 1e9})
+    print(rows[-1], flush=True)
+    load, seconds, out = openvino_writer(writer, passages)
+    quality(rows, 'openvino-genai LLMPipeline (GGUF), shared prefill', out, docnos, seconds, teacher, bm25,
+            {**extra, 'dtype': 'its own (CPU plug-in default)', 'load seconds': load})
+    before = next((r for r in rows if r['writer'].startswith('generate')), None)
+    for r in rows:
+        if before and r.get('queries/s'):
+            r['x before'] = r['queries/s'] / before['queries/s']
+        writer_row = next(w for w in rows if w['writer'].startswith('QueryWriter'))
+        if r.get('queries/s'):
+            r['x QueryWriter'] = r['queries/s'] / writer_row['queries/s']
+    settings = {'data': f'beir/scifact corpus: {len(passages)} passages drawn with seed 0; {PER_PASSAGE} samples a '
+                        f'passage, temperature {SAMPLING["temperature"]}, top-k {TOP_K}, top-p {SAMPLING["top_p"]}, '
+                        '32 new tokens, the first line kept',
+                'generator': f'SmolLM2-135M-Instruct ({GENERATORS["smollm2"][1]}; torch rows: its fp32 conversion, '
+                             f'computed in {dtype}); {non_embedding / 1e6:.1f}M non-embedding weights',
+                'teacher': 'BM25 (PISA) + all-MiniLM-L6-v2, each top 100, per-query z-scores summed 1:1',
+                'torch threads': torch.get_num_threads()}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / 'writer_backends.json').write_text(json.dumps({'header': header, 'settings': settings, 'rows': rows},
+                                                             indent=2))
+    cols = ['writer', 'dtype', 'seconds', 'queries/s', 'x before', 'x QueryWriter', 'prompt tokens/s', 'GFLOP/s',
+            'distinct fraction', 'mean words', 'teacher MRR@10', 'teacher top-10', 'BM25 MRR@10']
+    fmt = lambda v: f'{v:.3g}' if isinstance(v, float) else ('' if v is None else str(v))  # noqa: E731
+    md = ['# The query writer: where its time goes, and another engine', ''] + \
+        [f'- {k}: {v}' for k, v in {**header, **settings}.items()] + ['']
+    md += ['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
+    md += ['| ' + ' | '.join(fmt(r.get(c)) for c in cols) + ' |' for r in rows]
+    md += ['', '## What they write (first queries of each row)', '']
+    for r in rows:
+        if 'examples' in r:
+            md += [f'**{r["writer"]}**', ''] + [f'- {q}' for q in r['examples']] + ['']
+    (RESULTS / 'writer_backends.md').write_text('\n'.join(md) + '\n')
+    print('\n'.join(md))
+
+
+if __name__ == '__main__':
+    main()
