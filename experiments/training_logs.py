@@ -11,7 +11,9 @@ place (``stale overlap``: the current queries' top k from the stale index that t
 one also returns) and the null document's mean share of p(z|x) and of the posterior; for
 ReAtt's cross-document adjustment, each iteration's seconds finding and teacher-scoring the
 close documents (with their source), the mean loss and the mean share of P_retrieval on
-the close documents (``close mass``) over the first and the last 25 steps.
+the close documents (``close mass``) over the first and the last 25 steps; for distillation,
+the share of a batch's queries on whose top candidate student and teacher agree (``top-1
+agreement``), over the first and the last 25 steps.
 
     python experiments/training_logs.py
 writes experiments/results/training_logs.md.
@@ -37,6 +39,7 @@ def summarise(log_file: Path) -> dict:
     close = [r for r in records if 'close documents' in r]
     mass = [r['close mass'] for r in steps if 'close mass' in r]
     losses = [r['loss'] for r in steps]
+    agree = [r['top-1 agreement'] for r in steps if 'top-1 agreement' in r]
     return {
         'steps': len(steps),
         'median step s': float(np.median(np.diff(times))) if len(times) > 1 else float('nan'),
@@ -53,6 +56,9 @@ def summarise(log_file: Path) -> dict:
         'null share of prior / posterior': (f'{np.mean(null["null prior"]):.3f} / {np.mean(null["null posterior"]):.3f}'
                                             if null['null prior'] else ''),
         f'loss, first / last {WINDOW} steps': f'{np.mean(losses[:WINDOW]):.3f} / {np.mean(losses[-WINDOW:]):.3f}',
+        # distillation: the share of a batch's queries whose top candidate is the teacher's (runs since it is logged)
+        f'top-1 agreement, first / last {WINDOW} steps': (f'{np.mean(agree[:WINDOW]):.3f} / {np.mean(agree[-WINDOW:]):.3f}'
+                                                          if agree else ''),
         # cross-document adjustment: each iteration's close documents, and P_retrieval's mass on them
         'close documents s (source)': ', '.join(f'{r["retrieval seconds"]:.0f} ({r["close documents"]})'
                                                 for r in close),
