@@ -7,6 +7,13 @@ helped) beside the real change: nDCG@10 with the relevance labels, of the pipeli
 its zero-shot start (the ``dual`` or ``minilm`` row of the same table), measured afterwards.
 A two-fold run's real change is its own fold's queries' (each fold's model answers them).
 
+Everything can be read from committed files, so that a fresh clone reruns it without training:
+the verdict from the model cache's training log, or where the model is not cached, from the copy
+`label_free.py` committed under `results/distill_curves/<corpus>/<pipeline>/` (``fold-<k>/`` for
+a two-fold run: the newest training of that pipeline on that corpus; logs hold a verdict only
+since issue 30's settings were fixed), and the real change from the group's per-query nDCG@10
+(`<group>.perquery.csv`) for a fold, its summary table otherwise.
+
 Reported: each row, how often the verdict's sign (helped, or kept the start / not clear of 0)
 agrees with the sign of the real change, and the Spearman correlation of the verdict's change
 with the real one.
@@ -18,10 +25,7 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
-import pyterrier as pt
-from ir_measures import nDCG
 from scipy.stats import spearmanr
 
 from pyterrier_selfsup import Collection
@@ -30,8 +34,9 @@ from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.harness.pipelines import get_pipeline
 
 RESULTS = Path(__file__).parent / 'results'
-# (not label_free until it is rerun at issue 30's settings: its distill row is another model than today's key finds)
-GROUPS = ['label_free_log', 'label_free_log_scifact', 'query_log_shipped', 'corpus_only_qwen', 'corpus_only_levers']
+CURVES = RESULTS / 'distill_curves'
+GROUPS = ['label_free_log', 'label_free_log_scifact', 'query_log_shipped', 'corpus_only_qwen', 'corpus_only_levers',
+          'label_free', 'label_free_seeds', 'corpus_only_seeds', 'query_log_verdict', 'query_log_layers_small']
 
 
 def table(group: str) -> pd.DataFrame:
@@ -48,21 +53,20 @@ def rows_of(group: str) -> list:
             continue
         start_ndcg = float(start['nDCG@10'].iloc[0])
         coll = Collection(collection)
+        per_query = per_query_of(group, collection)
         for name in results['name']:
-            if not (name.startswith('distill') or name.startswith('hybrid')) or name.startswith('hybrid'):
+            if not name.startswith('distill'):  # (hybrid reads distill's model)
                 continue
             spec = get_pipeline(name)
             dirs = spec.model_dirs(coll)
             for fold, directory in enumerate(dirs):
-                log_path = directory / 'training_log.jsonl'
-                if not log_path.exists():
-                    continue
-                said = next((r for r in map(json.loads, log_path.read_text().splitlines()) if 'verdict' in r), None)
+                log = training_log(coll, spec, fold, len(dirs), directory)
+                said = next((r for r in log if 'verdict' in r), None)
                 if said is None:
                     continue
                 real = float(results.loc[results['name'] == name, 'nDCG@10'].iloc[0]) - start_ndcg
                 if len(dirs) > 1:  # a fold's own queries: its model against the start, with labels
-                    real = fold_change(coll, spec, fold, len(dirs))
+                    real = fold_change(coll, per_query, name, start['name'].iloc[0], fold, len(dirs))
                 out.append({'group': group, 'collection': collection, 'pipeline': name,
                             'fold': fold if len(dirs) > 1 else '', 'verdict change': said['verdict best'] -
                             said['verdict start'], 'verdict low': said['verdict low'],
@@ -71,14 +75,30 @@ def rows_of(group: str) -> list:
     return out
 
 
-def fold_change(coll: Collection, spec, fold: int, n: int) -> float:
-    from pyterrier_selfsup.harness.pipelines import PIPELINES
-    topics = coll.topics()
-    mine = topics[topics['qid'].map(folds(topics['qid'], n)) == fold]
-    trained = spec.build(coll).retrievers[fold]
-    start = PIPELINES['dual'].build(coll)
-    result = pt.Experiment([start, trained], mine, coll.qrels(), [nDCG @ 10])
-    return float(result['nDCG@10'][1] - result['nDCG@10'][0])
+def per_query_of(group: str, collection: str) -> pd.DataFrame:
+    path = RESULTS / f'{group}.perquery.csv'
+    if not path.exists():
+        return pd.DataFrame()
+    frame = pd.read_csv(path, dtype={'qid': str})
+    return frame[frame['collection'] == collection]
+
+
+def training_log(coll: Collection, spec, fold: int, n: int, directory: Path) -> list:
+    """The training log of ``spec``'s model (fold ``fold`` of ``n``): the model cache's where the
+    model is cached here, else the copy committed under ``distill_curves/`` (or none)."""
+    folder = CURVES / coll.corpus_id.replace('/', '-') / spec.name.replace(':', '_').replace(',', '_').replace('/', '-')
+    for path in (directory / 'training_log.jsonl', (folder / f'fold-{fold}' if n > 1 else folder) / 'training_log.jsonl'):
+        if path.exists():
+            return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return []
+
+
+def fold_change(coll: Collection, per_query: pd.DataFrame, name: str, start: str, fold: int, n: int) -> float:
+    """nDCG@10 of ``name`` minus the start's over the queries of ``fold`` (the fold its model answers), from the
+    group's per-query results."""
+    mine = set(q for q, f in folds(coll.topics()['qid'], n).items() if f == fold)
+    scores = per_query[per_query['qid'].isin(mine)].pivot(index='qid', columns='name', values='nDCG@10')
+    return float((scores[name] - scores[start]).mean())
 
 
 def main(groups):
