@@ -106,6 +106,11 @@ GROUPS = {
     # models are label_free_seeds')
     'corpus_only_seeds': (SCIFACT, ['bm25', 'dual', 'distill', 'distill:seed=1', 'distill:seed=2'] + [
         f'distill:query_style=chat,n_queries=1000{seed}' for seed in ('', ',seed=1', ',seed=2')]),
+    # the corpus-only half of item 8: the shipped training settings were chosen for query logs; with SmolLM2's
+    # queries on scifact train, which of them help? (the same 2,000 queries, cached: passage offsets off, then the
+    # rate of issue 16's corpus-only setting too, and every query training with the last round kept)
+    'corpus_only_settings': (SCIFACT, ['bm25', 'dual', 'distill', 'distill:passage_offsets=none',
+                                       'distill:passage_offsets=none,lr=2e-5', 'distill:verdict_share=0']),
     # the passage side that moves (issue 30 item 1), from scifact train's query texts: passage offsets (shipped)
     # against the passage tower's top layer trained over cached lower-layer states. Not yet run: on 2 cores a
     # top-layer step over a batch's ~800 candidates takes ~100 s (distill_step_cost.md), ~3.5 h for 115 steps

@@ -7,7 +7,7 @@ import torch
 
 from pyterrier_selfsup import Collection
 from pyterrier_selfsup.models.generator import CAUSAL_PROMPT, load_generator
-from pyterrier_selfsup.models.writing import PLAIN_PROMPT, QueryWriter
+from pyterrier_selfsup.models.writing import PLAIN_PROMPT, QueryWriter, WriterLayer
 
 PASSAGES = ['automatic indexing of scientific documents by their citations', 'the retrieval of legal text',
             'a thesaurus for information retrieval built from co-occurrence statistics']
@@ -27,6 +27,38 @@ def test_shared_prefill_writes_what_separate_prefills_write(tiny_generator):
     assert len({q for qs in sampled for q in qs}) > 6  # and they are samples, not copies
     other = writer.write(PASSAGES, 4, do_sample=True, top_p=0.9, generator=torch.Generator().manual_seed(4))
     assert other != sampled
+
+
+@pytest.mark.parametrize('precision', ['fp32', 'bf16'])
+def test_the_preallocated_cache_writes_what_the_dynamic_cache_writes(tiny_generator, precision):
+    """The writer's own key/value cache (room reserved, held in the dtype attention reads) against
+    transformers' DynamicCache: the same queries, sampled and greedy, with rows leaving the batch
+    as their queries end (bf16: the keys the rotary embedding leaves in fp32 are cast on the way in,
+    where attention cast them before)."""
+    gen = tiny_generator('llama')
+    gen.precision = precision
+    written = {}
+    for preallocated in (True, False):
+        writer = QueryWriter(gen, batch_size=2, preallocated_cache=preallocated)
+        written[preallocated] = (writer.write(PASSAGES, 4, do_sample=True, top_p=0.9, max_new_tokens=12,
+                                              generator=torch.Generator().manual_seed(5)), writer.write(PASSAGES, 2))
+    assert written[True] == written[False]
+    sampled = [q for qs in written[True][0] for q in qs]
+    assert len({len(writer.tokenizer(q)['input_ids']) for q in sampled}) > 2  # queries ended at different steps
+
+
+def test_a_writer_layer_grows_past_its_reserve_and_keeps_what_it_holds():
+    layer = WriterLayer(torch.bfloat16, reserve=1)
+    k, v = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 4, 8)
+    layer.update(k, v)
+    layer.update(k[:, :, :1], v[:, :, :1])
+    keys, values = layer.update(k[:, :, :2], v[:, :, :2])  # past the reserve: a larger buffer
+    expected = torch.cat([k, k[:, :, :1], k[:, :, :2]], -2).to(torch.bfloat16)
+    assert keys.dtype == torch.bfloat16 and torch.equal(keys, expected) and layer.get_seq_length() == 7
+    assert torch.equal(values, torch.cat([v, v[:, :, :1], v[:, :, :2]], -2).to(torch.bfloat16))
+    layer.batch_repeat_interleave(2)
+    layer.batch_select_indices(torch.tensor([1, 2]))
+    assert torch.equal(layer.keys, expected.repeat_interleave(2, 0)[[1, 2]])
 
 
 def test_the_writer_samples_from_the_top_k_that_generate_falls_back_on():

@@ -21,12 +21,14 @@ applies it) and ``top_p`` (nucleus: the smallest set of tokens whose probability
 ``top_p``, within the top k), or greedily. A test checks both against the unshared path.
 """
 import logging
+from contextlib import contextmanager
 from functools import cached_property
 from typing import List, Optional, Sequence
 
 import numpy as np
 import pyterrier as pt
 import torch
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from pyterrier_selfsup.models._base import clean_texts, pad
 
@@ -56,10 +58,16 @@ class QueryWriter:
             wrote 8.4 queries/s and 32 7.6 (``query_generation_batch.md``); 32 keeps a batch's
             key/value cache at half the size. The queries' distribution does not depend on it,
             their draws from the random stream do.
+        preallocated_cache: the key/value cache a batch writes into (:class:`WriterCache`: room
+            for the prompt and every new token, held in the dtype attention reads) rather than
+            transformers' ``DynamicCache`` (which concatenates at every step, and under bf16
+            autocast holds fp32 keys that attention casts again at every step). The same numbers
+            (``experiments/writer_backends.py`` compares the queries); False: the dynamic cache.
     """
 
     def __init__(self, generator, *, style: str = 'chat', examples: Sequence[str] = (), max_examples: int = 8,
-                 max_passage_length: Optional[int] = None, batch_size: int = 32, seed: int = 0):
+                 max_passage_length: Optional[int] = None, batch_size: int = 32, seed: int = 0,
+                 preallocated_cache: bool = True):
         if generator.is_seq2seq:
             raise ValueError('QueryWriter writes with decoder-only generators')
         if style not in STYLES:
@@ -74,6 +82,7 @@ class QueryWriter:
         self.examples = examples
         self.max_passage_length = max_passage_length or generator.max_passage_length
         self.batch_size = batch_size
+        self.preallocated_cache = preallocated_cache
 
     def config(self) -> dict:
         """What the queries depend on besides the model (keys cached queries)."""
@@ -138,7 +147,7 @@ class QueryWriter:
         batches = range(0, len(order), self.batch_size)
         if self.generator.verbose and len(batches) > 1:
             batches = pt.tqdm(batches, desc='writing queries', unit='batch')
-        with self.generator.inference():
+        with casts_kept(self.generator.model), self.generator.inference():
             for start in batches:
                 idx = order[start:start + self.batch_size]
                 prompts = [ids[i] for i in idx]
@@ -159,9 +168,13 @@ class QueryWriter:
         pad_id = self.tokenizer.pad_token_id
         input_ids, mask = pad(prompts, pad_id, left=True, device=device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        given = {}
+        if self.preallocated_cache and WriterCache.fits(model.config):
+            given[self.generator._cache_argument] = WriterCache(model.config.num_hidden_layers,
+                                                                self.generator.compute_dtype(), max_new_tokens)
         with self.generator.autocast():  # (the output layer on the last position only: the next token's)
             output = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                           logits_to_keep=1)
+                           logits_to_keep=1, **given)
         cache, logits = _cache_of(output), output.logits[:, -1].float()
         if n > 1:  # one prefill a prompt, its cache copied to each of its samples
             cache.batch_repeat_interleave(n)
@@ -219,6 +232,86 @@ class QueryWriter:
         outside = top_probs.cumsum(-1) - top_probs >= top_p
         drawn = _draw(top_probs.masked_fill(outside, 0.0), generator)
         return top_idx.gather(-1, drawn).squeeze(1)
+
+
+class WriterLayer(DynamicLayer):
+    """One layer's keys and values in a buffer with room for ``reserve`` more positions than the
+    prompt, written in place (``DynamicLayer`` concatenates: every step copies the whole cache),
+    and held in ``dtype``: under bf16 autocast the rotary embedding leaves the keys in fp32, and
+    attention casts them (the whole cache) to bf16 at every step; cast once on the way in, they
+    are the same bf16 values attention reads."""
+
+    def __init__(self, dtype: torch.dtype, reserve: int):
+        super().__init__()
+        self.dtype, self.reserve, self.length = dtype, reserve, 0
+        self._keys = self._values = None
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.device = key_states.device
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        new = key_states.shape[-2]
+        if self._keys is None or self.length + new > self._keys.shape[-2]:  # (room: the prompt and the reserve)
+            size = self.length + new + self.reserve
+            keys = key_states.new_empty((*key_states.shape[:2], size, key_states.shape[-1]), dtype=self.dtype)
+            values = value_states.new_empty((*value_states.shape[:2], size, value_states.shape[-1]), dtype=self.dtype)
+            if self.length:
+                keys[:, :, :self.length] = self._keys[:, :, :self.length]
+                values[:, :, :self.length] = self._values[:, :, :self.length]
+            self._keys, self._values = keys, values
+        self._keys[:, :, self.length:self.length + new] = key_states
+        self._values[:, :, self.length:self.length + new] = value_states
+        self.length += new
+        self.keys, self.values = self._keys[:, :, :self.length], self._values[:, :, :self.length]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.length:
+            self._keys = self._keys.repeat_interleave(repeats, dim=0)
+            self._values = self._values.repeat_interleave(repeats, dim=0)
+            self.keys, self.values = self._keys[:, :, :self.length], self._values[:, :, :self.length]
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.length:
+            self._keys, self._values = self._keys[indices], self._values[indices]
+            self.keys, self.values = self._keys[:, :, :self.length], self._values[:, :, :self.length]
+
+
+class WriterCache(DynamicCache):
+    """The writer's key/value cache: a :class:`WriterLayer` a layer (models whose layers all
+    attend to every position; others keep ``DynamicCache``)."""
+
+    def __init__(self, layers: int, dtype: torch.dtype, reserve: int):
+        Cache.__init__(self, layers=[WriterLayer(dtype, reserve) for _ in range(layers)])
+
+    @staticmethod
+    def fits(config) -> bool:
+        kinds = getattr(config.get_text_config(decoder=True), 'layer_types', None) or ['full_attention']
+        return all(kind == 'full_attention' for kind in kinds) and not getattr(config, 'is_encoder_decoder', False)
+
+
+@contextmanager
+def casts_kept(model: torch.nn.Module):
+    """Within one autocast region, each weight is cast to the lower precision once, not at every
+    use. Autocast keeps its casts only of leaf tensors that require grad (`cached_cast` in
+    torch's autocast_mode.cpp), so a frozen model's weights were cast again at every forward:
+    for SmolLM2, 135M weights read and written at each of the ~30 one-token steps of a batch.
+    Marking them as requiring grad for the region (no graph is recorded under inference mode)
+    keeps the same casts, so the same numbers; the region's end clears the cache."""
+    frozen = [p for p in model.parameters() if not p.requires_grad]
+    for p in frozen:
+        p.requires_grad_(True)
+    try:
+        yield
+    finally:
+        for p in frozen:
+            p.requires_grad_(False)
 
 
 def _draw(probs: torch.Tensor, generator: Optional[torch.Generator]) -> torch.Tensor:
