@@ -131,20 +131,27 @@ def main():
                         f'passage, temperature {SAMPLING["temperature"]}, top-p {SAMPLING["top_p"]}, 32 new tokens',
                 'teacher': 'BM25 (PISA) + all-MiniLM-L6-v2, each top 100, per-query z-scores summed 1:1',
                 'torch threads': torch.get_num_threads()}
+    cols = ['generator', 'dtype', 'writer', 'prompt', 'passage tokens', 'queries/s', 'x before', 'distinct fraction',
+            'mean words', 'teacher MRR@10', 'teacher top-10', 'BM25 MRR@10']
+    write_table('query_generation', 'Writing training queries: rate and label-free quality', header, settings, rows,
+                cols, lambda r: f'{r["generator"]}, {r["writer"]}, {r.get("prompt")}, {r.get("passage tokens", "")} '
+                                'passage tokens')
+
+
+def write_table(name: str, title: str, header: dict, settings: dict, rows: list, cols: list, label) -> None:
+    """``results/<name>.json`` (everything) and ``<name>.md``: the header and settings, a row a
+    writer in ``cols``, and the first queries of each row that wrote some (titled by ``label(row)``)."""
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / 'query_generation.json').write_text(json.dumps({'header': header, 'settings': settings, 'rows': rows},
-                                                              indent=2))
-    cols = ['generator', 'dtype', 'writer', 'prompt', 'passage tokens', 'queries/s', 'x before', 'distinct fraction', 'mean words',
-            'teacher MRR@10', 'teacher top-10', 'BM25 MRR@10']
+    (RESULTS / f'{name}.json').write_text(json.dumps({'header': header, 'settings': settings, 'rows': rows}, indent=2))
     fmt = lambda v: f'{v:.3g}' if isinstance(v, float) else ('' if v is None else str(v))  # noqa: E731
-    md = ['# Writing training queries: rate and label-free quality', ''] + \
-        [f'- {k}: {v}' for k, v in {**header, **settings}.items()] + ['']
+    md = [f'# {title}', ''] + [f'- {k}: {v}' for k, v in {**header, **settings}.items()] + ['']
     md += ['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
     md += ['| ' + ' | '.join(fmt(r.get(c)) for c in cols) + ' |' for r in rows]
     md += ['', '## What they write (first queries of each row)', '']
     for r in rows:
-        md += [f'**{r["generator"]}, {r["writer"]}, {r.get("prompt")}, {r.get("passage tokens", "")} passage tokens**', ''] + [f'- {q}' for q in r['examples']] + ['']
-    (RESULTS / 'query_generation.md').write_text('\n'.join(md) + '\n')
+        if 'examples' in r:
+            md += [f'**{label(r)}**', ''] + [f'- {q}' for q in r['examples']] + ['']
+    (RESULTS / f'{name}.md').write_text('\n'.join(md) + '\n')
     print('\n'.join(md))
 
 

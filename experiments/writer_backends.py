@@ -28,7 +28,6 @@ engine is not read as better when it writes other queries.
 writes experiments/results/writer_backends.{md,json}.
 """
 import argparse
-import json
 import random
 import time
 from pathlib import Path
@@ -42,7 +41,7 @@ from pyterrier_selfsup.models._base import pad
 from pyterrier_selfsup.models.generator import GENERATORS, load_generator
 from pyterrier_selfsup.models.writing import QueryWriter
 
-from query_generation import PER_PASSAGE, SAMPLING, quality
+from query_generation import PER_PASSAGE, SAMPLING, quality, write_table
 
 RESULTS = Path(__file__).parent / 'results'
 TOP_K = 50  # what generate and the writer apply for SmolLM2 (its generation config sets none)
@@ -151,24 +150,11 @@ def main():
                              f'computed in {dtype}); {non_embedding / 1e6:.1f}M non-embedding weights',
                 'teacher': 'BM25 (PISA) + all-MiniLM-L6-v2, each top 100, per-query z-scores summed 1:1',
                 'torch threads': torch.get_num_threads()}
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / 'writer_backends.json').write_text(json.dumps({'header': header, 'settings': settings, 'rows': rows},
-                                                             indent=2))
     cols = ['writer', 'dtype', 'seconds', 'queries/s', 'x before', 'x QueryWriter', 'prompt tokens/s', 'GFLOP/s',
             'distinct fraction', 'mean words', 'teacher MRR@10', 'teacher top-10', 'BM25 MRR@10',
             'same queries as DynamicCache']
-    fmt = lambda v: f'{v:.3g}' if isinstance(v, float) else ('' if v is None else str(v))  # noqa: E731
-    md = ['# The query writer: where its time goes, and another engine', ''] + \
-        [f'- {k}: {v}' for k, v in {**header, **settings}.items()] + ['']
-    md += ['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
-    md += ['| ' + ' | '.join(fmt(r.get(c)) for c in cols) + ' |' for r in rows]
-    md += ['', '## What they write (first queries of each row)', '']
-    for r in rows:
-        if 'examples' in r:
-            md += [f'**{r["writer"]}**', ''] + [f'- {q}' for q in r['examples']] + ['']
-    (RESULTS / 'writer_backends.md').write_text('\n'.join(md) + '\n')
-    print('\n'.join(md))
-
+    write_table('writer_backends', 'The query writer: where its time goes, and another engine', header, settings, rows,
+                cols, lambda r: r['writer'])
 
 if __name__ == '__main__':
     main()
