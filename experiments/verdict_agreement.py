@@ -7,14 +7,16 @@ helped) beside the real change: nDCG@10 with the relevance labels, of the pipeli
 its zero-shot start (the ``dual`` or ``minilm`` row of the same table), measured afterwards.
 A two-fold run's real change is its own fold's queries' (each fold's model answers them).
 
-Everything can be read from committed files, so that a fresh clone reruns it without training:
+Everything but the topics (for the folds, from ir_datasets) can be read from committed files,
+so that a fresh clone reruns it without training:
 the verdict from the model cache's training log, or where the model is not cached, from the copy
 `label_free.py` committed under `results/distill_curves/<corpus>/<pipeline>/` (``fold-<k>/`` for
 a two-fold run: the newest training of that pipeline on that corpus; logs hold a verdict only
 since issue 30's settings were fixed), and the real change from the group's per-query nDCG@10
 (`<group>.perquery.csv`) for a fold, its summary table otherwise.
 
-Reported: each row, how often the verdict's sign (helped, or kept the start / not clear of 0)
+A model trained once and read by several groups (the same pipeline and settings on the same
+collection: the cache key) is one row, its first group's. Reported: each row, how often the verdict's sign (helped, or kept the start / not clear of 0)
 agrees with the sign of the real change, and the Spearman correlation of the verdict's change
 with the real one.
 
@@ -67,7 +69,7 @@ def rows_of(group: str) -> list:
                 real = float(results.loc[results['name'] == name, 'nDCG@10'].iloc[0]) - start_ndcg
                 if len(dirs) > 1:  # a fold's own queries: its model against the start, with labels
                     real = fold_change(coll, per_query, name, start['name'].iloc[0], fold, len(dirs))
-                out.append({'group': group, 'collection': collection, 'pipeline': name,
+                out.append({'group': group, 'collection': collection, 'pipeline': name, 'model': directory.name,
                             'fold': fold if len(dirs) > 1 else '', 'verdict change': said['verdict best'] -
                             said['verdict start'], 'verdict low': said['verdict low'],
                             'verdict helped': said['verdict helped'], 'kept round': said['verdict kept round'],
@@ -96,6 +98,8 @@ def training_log(coll: Collection, spec, fold: int, n: int, directory: Path) -> 
 def fold_change(coll: Collection, per_query: pd.DataFrame, name: str, start: str, fold: int, n: int) -> float:
     """nDCG@10 of ``name`` minus the start's over the queries of ``fold`` (the fold its model answers), from the
     group's per-query results."""
+    if per_query.empty or not {name, start} <= set(per_query['name']):
+        raise SystemExit(f'{coll.name}: the two-fold {name} needs its group\'s .perquery.csv with {name} and {start}')
     mine = set(q for q, f in folds(coll.topics()['qid'], n).items() if f == fold)
     scores = per_query[per_query['qid'].isin(mine)].pivot(index='qid', columns='name', values='nDCG@10')
     return float((scores[name] - scores[start]).mean())
@@ -105,7 +109,9 @@ def main(groups):
     rows = [r for g in groups for r in rows_of(g)]
     if not rows:
         raise SystemExit(f'no trained distill model with a verdict in {groups}')
-    frame = pd.DataFrame(rows)
+    # a model in several groups (the same pipeline and settings on the same collection) counts once: its first group's
+    frame = pd.DataFrame(rows).drop_duplicates(subset=['collection', 'model', 'fold'])
+    rows = frame.to_dict('records')
     agree = (frame['verdict helped'] == (frame['real change'] > 0)).mean()
     rho = spearmanr(frame['verdict change'], frame['real change'])[0] if len(frame) > 2 else float('nan')
     header = provenance.header()

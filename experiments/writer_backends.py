@@ -6,15 +6,16 @@ passage, temperature 1.0, top-k 50, top-p 0.95, at most 32 new tokens, the first
 one process, rows one after the other:
 
 - ``generate``: ``Generator.generate`` on each passage repeated once a sample (the rate of x before);
-- ``QueryWriter``: the writer (torch, one prefill a passage shared by its samples), with
-  transformers' ``DynamicCache`` and with its own preallocated cache in the dtype attention reads
-  (shipped; the same queries, counted);
+- ``QueryWriter``: the writer (torch, one prefill a passage shared by its samples, each weight
+  cast once a write), with transformers' ``DynamicCache`` and with its own preallocated cache in
+  the dtype attention reads (shipped; the same queries, counted); one run each, in that order;
 - ``prefill only``: the writer's prompt forward passes alone, batch for batch as it runs them:
   a floor under any writer that runs this arithmetic on this machine (what the passages'
   tokens cost before a single query token is written), with its rate in prompt tokens a second
   and the arithmetic it implies (2 x the non-embedding weights a token);
 - ``openvino-genai``: OpenVINO GenAI's ``LLMPipeline`` reading the same GGUF file (its own
-  weights' format and kernels), the same prompt texts, ``num_return_sequences=3`` (its samples of
+  weights' format and kernels), the same prompt texts (the table counts the prompts its
+  tokenizer makes into the writer's token ids), ``num_return_sequences=3`` (its samples of
   a prompt share the prompt's prefill), no stop (each sample runs to 32 new tokens: a stop at a
   line break would end the samples that begin with one before any text), the first non-empty line
   kept, every prompt in one call.
@@ -39,7 +40,7 @@ from pyterrier_selfsup.data.queries import _sample, _text_if_any
 from pyterrier_selfsup.harness import provenance, trained
 from pyterrier_selfsup.models._base import pad
 from pyterrier_selfsup.models.generator import GENERATORS, load_generator
-from pyterrier_selfsup.models.writing import QueryWriter
+from pyterrier_selfsup.models.writing import QueryWriter, WriterCache, casts_kept
 
 from query_generation import PER_PASSAGE, SAMPLING, quality, write_table
 
@@ -48,20 +49,21 @@ TOP_K = 50  # what generate and the writer apply for SmolLM2 (its generation con
 
 
 def prefill_only(writer: QueryWriter, passages) -> tuple:
-    """Seconds of the writer's prompt forward passes alone (its batches, its order), and the
-    prompt tokens they ran (padding excluded)."""
+    """Seconds of the writer's prompt forward passes alone (its batches, its order, its cache, its
+    weight casts kept), and the prompt tokens they ran (padding excluded)."""
     gen = writer.generator
     ids = writer.prompt_ids(passages)
     order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+    layers = WriterCache.layers_if_it_fits(gen.model.config)
     tokens, t0 = 0, time.perf_counter()
-    with gen.inference():
+    with casts_kept(gen.model), gen.inference():
         for start in range(0, len(order), writer.batch_size):
             prompts = [ids[i] for i in order[start:start + writer.batch_size]]
             input_ids, mask = pad(prompts, writer.tokenizer.pad_token_id, left=True, device=gen.device)
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
             with gen.autocast():
                 gen.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                          logits_to_keep=1)
+                          logits_to_keep=1, **{gen._cache_argument: WriterCache(layers, 32)})
             tokens += int(mask.sum())
     return time.perf_counter() - t0, tokens
 
@@ -75,7 +77,11 @@ def openvino_writer(writer: QueryWriter, passages, seed: int = 0):
     t0 = time.perf_counter()
     pipe = ov_genai.LLMPipeline(hf_hub_download(repo, gguf_file), 'CPU')
     load = time.perf_counter() - t0
-    prompts = [writer.tokenizer.decode(x) for x in writer.prompt_ids(passages)]
+    ids = writer.prompt_ids(passages)
+    prompts = [writer.tokenizer.decode(x) for x in ids]
+    # the same prompts? OpenVINO tokenizes the texts with the GGUF's own tokenizer, special tokens as it adds them
+    theirs = [list(pipe.get_tokenizer().encode(p).input_ids.data[0]) for p in prompts]
+    same_prompts = sum(a == b for a, b in zip(ids, theirs))
     config = ov_genai.GenerationConfig()
     config.max_new_tokens, config.do_sample, config.num_return_sequences = 32, True, PER_PASSAGE
     config.temperature, config.top_p, config.top_k = SAMPLING['temperature'], SAMPLING['top_p'], TOP_K
@@ -90,7 +96,7 @@ def openvino_writer(writer: QueryWriter, passages, seed: int = 0):
     texts = list(result.texts)
     per = [[t.strip().split('\n')[0].strip() for t in texts[i * PER_PASSAGE:(i + 1) * PER_PASSAGE]]
            for i in range(len(prompts))]
-    return load, seconds, per
+    return load, seconds, per, f'{same_prompts} of {len(ids)}'
 
 
 def main():
@@ -133,9 +139,10 @@ def main():
                  'queries/s': PER_PASSAGE * len(passages) / seconds, 'prompt tokens': tokens,
                  'prompt tokens/s': tokens / seconds, 'GFLOP/s': 2 * non_embedding * tokens / seconds / 1e9})
     print(rows[-1], flush=True)
-    load, seconds, out = openvino_writer(writer, passages)
+    load, seconds, out, same_prompts = openvino_writer(writer, passages)
     quality(rows, 'openvino-genai LLMPipeline (GGUF), shared prefill', out, docnos, seconds, teacher, bm25,
-            {**extra, 'dtype': 'its own (CPU plug-in default)', 'load seconds': load})
+            {**extra, 'dtype': 'its own (CPU plug-in default)', 'load seconds': load,
+             'same prompt tokens as the writer': same_prompts})
     before = next((r for r in rows if r['writer'].startswith('generate')), None)
     for r in rows:
         if before and r.get('queries/s'):
@@ -152,7 +159,7 @@ def main():
                 'torch threads': torch.get_num_threads()}
     cols = ['writer', 'dtype', 'seconds', 'queries/s', 'x before', 'x QueryWriter', 'prompt tokens/s', 'GFLOP/s',
             'distinct fraction', 'mean words', 'teacher MRR@10', 'teacher top-10', 'BM25 MRR@10',
-            'same queries as DynamicCache']
+            'same queries as DynamicCache', 'same prompt tokens as the writer']
     write_table('writer_backends', 'The query writer: where its time goes, and another engine', header, settings, rows,
                 cols, lambda r: r['writer'])
 

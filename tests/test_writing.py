@@ -48,17 +48,40 @@ def test_the_preallocated_cache_writes_what_the_dynamic_cache_writes(tiny_genera
 
 
 def test_a_writer_layer_grows_past_its_reserve_and_keeps_what_it_holds():
-    layer = WriterLayer(torch.bfloat16, reserve=1)
-    k, v = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 4, 8)
+    layer = WriterLayer(reserve=1)
+    k, v = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 4, 8, dtype=torch.bfloat16)  # (fp32 keys, as rotary leaves them)
     layer.update(k, v)
     layer.update(k[:, :, :1], v[:, :, :1])
     keys, values = layer.update(k[:, :, :2], v[:, :, :2])  # past the reserve: a larger buffer
-    expected = torch.cat([k, k[:, :, :1], k[:, :, :2]], -2).to(torch.bfloat16)
+    expected = torch.cat([k, k[:, :, :1], k[:, :, :2]], -2).to(torch.bfloat16)  # held in the values' dtype
     assert keys.dtype == torch.bfloat16 and torch.equal(keys, expected) and layer.get_seq_length() == 7
-    assert torch.equal(values, torch.cat([v, v[:, :, :1], v[:, :, :2]], -2).to(torch.bfloat16))
+    assert torch.equal(values, torch.cat([v, v[:, :, :1], v[:, :, :2]], -2))
     layer.batch_repeat_interleave(2)
     layer.batch_select_indices(torch.tensor([1, 2]))
     assert torch.equal(layer.keys, expected.repeat_interleave(2, 0)[[1, 2]])
+
+
+def test_bf16_weights_write_at_fp32_precision(tiny_generator):
+    """A model whose weights are bf16 (a hub checkpoint stored so), run without autocast: the
+    cache holds the model's own dtype, and writes what DynamicCache writes."""
+    gen = tiny_generator('llama')
+    gen.model.to(torch.bfloat16)
+    written = [QueryWriter(gen, batch_size=2, preallocated_cache=pre).write(
+        PASSAGES, 2, do_sample=True, max_new_tokens=8, generator=torch.Generator().manual_seed(1)) for pre in (True, False)]
+    assert written[0] == written[1]
+
+
+def test_weights_are_unmarked_after_a_write_and_after_a_failed_one(tiny_generator):
+    from pyterrier_selfsup.models.writing import casts_kept
+    gen = tiny_generator('llama')
+    gen.precision = 'bf16'
+    QueryWriter(gen).write(PASSAGES[:1], 1, max_new_tokens=2)
+    assert not any(p.requires_grad for p in gen.model.parameters())
+    with pytest.raises(RuntimeError, match='inside'):
+        with casts_kept(gen.model):
+            assert all(p.requires_grad for p in gen.model.parameters())
+            raise RuntimeError('inside')
+    assert not any(p.requires_grad for p in gen.model.parameters())
 
 
 def test_the_writer_samples_from_the_top_k_that_generate_falls_back_on():

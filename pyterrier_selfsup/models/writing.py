@@ -28,7 +28,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 import pyterrier as pt
 import torch
-from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, get_layer_types_and_kwargs
 
 from pyterrier_selfsup.models._base import clean_texts, pad
 
@@ -55,8 +55,8 @@ class QueryWriter:
             at most ``max_examples`` of them, chosen once by ``seed``).
         max_passage_length: tokens of a passage shown (cut in the text).
         batch_size: passages prefilled together (each then sampled ``n`` times). On 2 cores 64
-            wrote 8.4 queries/s and 32 7.6 (``query_generation_batch.md``); 32 keeps a batch's
-            key/value cache at half the size. The queries' distribution does not depend on it,
+            wrote 10.1 queries/s and 32 8.5 (``query_generation_batch.md``); 32 keeps a batch's
+            key/value cache at half the size, and the draws of query sets cached before. The queries' distribution does not depend on it,
             their draws from the random stream do.
         preallocated_cache: the key/value cache a batch writes into (:class:`WriterCache`: room
             for the prompt and every new token, held in the dtype attention reads) rather than
@@ -168,10 +168,9 @@ class QueryWriter:
         pad_id = self.tokenizer.pad_token_id
         input_ids, mask = pad(prompts, pad_id, left=True, device=device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        given = {}
-        if self.preallocated_cache and WriterCache.fits(model.config):
-            given[self.generator._cache_argument] = WriterCache(model.config.num_hidden_layers,
-                                                                self.generator.compute_dtype(), max_new_tokens)
+        given, layers = {}, WriterCache.layers_if_it_fits(model.config) if self.preallocated_cache else None
+        if layers:
+            given[self.generator._cache_argument] = WriterCache(layers, max_new_tokens)
         with self.generator.autocast():  # (the output layer on the last position only: the next token's)
             output = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
                            logits_to_keep=1, **given)
@@ -237,13 +236,14 @@ class QueryWriter:
 class WriterLayer(DynamicLayer):
     """One layer's keys and values in a buffer with room for ``reserve`` more positions than the
     prompt, written in place (``DynamicLayer`` concatenates: every step copies the whole cache),
-    and held in ``dtype``: under bf16 autocast the rotary embedding leaves the keys in fp32, and
-    attention casts them (the whole cache) to bf16 at every step; cast once on the way in, they
-    are the same bf16 values attention reads."""
+    and both held in the values' dtype: under bf16 autocast the rotary embedding leaves the keys
+    in fp32 while the values come out of their projection in bf16, and attention cast the keys
+    (the whole cache) to bf16 at every step; cast once on the way in, they are the same bf16
+    values attention reads. Without autocast the two dtypes are the model's own."""
 
-    def __init__(self, dtype: torch.dtype, reserve: int):
+    def __init__(self, reserve: int):
         super().__init__()
-        self.dtype, self.reserve, self.length = dtype, reserve, 0
+        self.reserve, self.length = reserve, 0
         self._keys = self._values = None
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -255,9 +255,9 @@ class WriterLayer(DynamicLayer):
             self.lazy_initialization(key_states, value_states)
         new = key_states.shape[-2]
         if self._keys is None or self.length + new > self._keys.shape[-2]:  # (room: the prompt and the reserve)
-            size = self.length + new + self.reserve
-            keys = key_states.new_empty((*key_states.shape[:2], size, key_states.shape[-1]), dtype=self.dtype)
-            values = value_states.new_empty((*value_states.shape[:2], size, value_states.shape[-1]), dtype=self.dtype)
+            size, dtype = self.length + new + self.reserve, value_states.dtype
+            keys = key_states.new_empty((*key_states.shape[:2], size, key_states.shape[-1]), dtype=dtype)
+            values = value_states.new_empty((*value_states.shape[:2], size, value_states.shape[-1]), dtype=dtype)
             if self.length:
                 keys[:, :, :self.length] = self._keys[:, :, :self.length]
                 values[:, :, :self.length] = self._values[:, :, :self.length]
@@ -265,6 +265,9 @@ class WriterLayer(DynamicLayer):
         self._keys[:, :, self.length:self.length + new] = key_states
         self._values[:, :, self.length:self.length + new] = value_states
         self.length += new
+        return self._views()
+
+    def _views(self):
         self.keys, self.values = self._keys[:, :, :self.length], self._values[:, :, :self.length]
         return self.keys, self.values
 
@@ -275,25 +278,37 @@ class WriterLayer(DynamicLayer):
         if self.length:
             self._keys = self._keys.repeat_interleave(repeats, dim=0)
             self._values = self._values.repeat_interleave(repeats, dim=0)
-            self.keys, self.values = self._keys[:, :, :self.length], self._values[:, :, :self.length]
+            self._views()
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         if self.length:
             self._keys, self._values = self._keys[indices], self._values[indices]
-            self.keys, self.values = self._keys[:, :, :self.length], self._values[:, :, :self.length]
+            self._views()
+
+    def reset(self) -> None:
+        self._keys = self._values = None
+        self.length = 0
+        super().reset()
+
+    def crop(self, tokens_to_remove: int) -> None:
+        raise NotImplementedError('the query writer\'s cache is written forward only')
 
 
 class WriterCache(DynamicCache):
-    """The writer's key/value cache: a :class:`WriterLayer` a layer (models whose layers all
-    attend to every position; others keep ``DynamicCache``)."""
+    """The writer's key/value cache: a :class:`WriterLayer` a layer, for models whose layers all
+    attend to every position (others keep ``DynamicCache``, which knows their layer kinds)."""
 
-    def __init__(self, layers: int, dtype: torch.dtype, reserve: int):
-        Cache.__init__(self, layers=[WriterLayer(dtype, reserve) for _ in range(layers)])
+    def __init__(self, layers: int, reserve: int):
+        Cache.__init__(self, layers=[WriterLayer(reserve) for _ in range(layers)])
 
     @staticmethod
-    def fits(config) -> bool:
-        kinds = getattr(config.get_text_config(decoder=True), 'layer_types', None) or ['full_attention']
-        return all(kind == 'full_attention' for kind in kinds) and not getattr(config, 'is_encoder_decoder', False)
+    def layers_if_it_fits(config) -> Optional[int]:
+        """The decoder's number of layers, if every one is a full-attention layer (else None)."""
+        if getattr(config, 'is_encoder_decoder', False):
+            return None
+        text = config.get_text_config(decoder=True)
+        kinds, _ = get_layer_types_and_kwargs(text)
+        return text.num_hidden_layers if all(kind == 'full_attention' for kind in kinds) else None
 
 
 @contextmanager
@@ -302,15 +317,18 @@ def casts_kept(model: torch.nn.Module):
     use. Autocast keeps its casts only of leaf tensors that require grad (`cached_cast` in
     torch's autocast_mode.cpp), so a frozen model's weights were cast again at every forward:
     for SmolLM2, 135M weights read and written at each of the ~30 one-token steps of a batch.
-    Marking them as requiring grad for the region (no graph is recorded under inference mode)
-    keeps the same casts, so the same numbers; the region's end clears the cache."""
-    frozen = [p for p in model.parameters() if not p.requires_grad]
-    for p in frozen:
-        p.requires_grad_(True)
+    Marking its floating-point weights as requiring grad for the region (no graph is recorded
+    under inference mode) keeps the same casts, so the same numbers; the region's end clears
+    the cache, and every weight marked is unmarked, whatever ends the region."""
+    marked = []
     try:
+        for p in model.parameters():
+            if p.is_floating_point() and not p.requires_grad:
+                p.requires_grad_(True)
+                marked.append(p)
         yield
     finally:
-        for p in frozen:
+        for p in marked:
             p.requires_grad_(False)
 
 
