@@ -127,7 +127,16 @@ def main(groups):
     for r in rows:
         md.append('| ' + ' | '.join(f'{r[c]:+.4f}' if isinstance(r[c], float) else str(r[c]) for c in cols) + ' |')
     md += ['', f'Sign agreement (helped vs real change > 0): {agree:.2f} of {len(frame)} models; Spearman correlation '
-               f'of the verdict change with the real change: {rho:.2f}.']
+               f'of the verdict change with the real change: {rho:.2f}.', '']
+    # by where the training queries came from: a query log's texts, or written from the corpus (the held-out slice
+    # then comes from the same generator)
+    frame['queries'] = ['query log' if 'crossfold' in p or 'queries=beir/' in p else 'corpus only'
+                        for p in frame['pipeline']]
+    for kind, part in frame.groupby('queries'):
+        part_rho = spearmanr(part['verdict change'], part['real change'])[0] if len(part) > 2 else float('nan')
+        md.append(f'- {kind}: {len(part)} models; the verdict says helped for {int(part["verdict helped"].sum())}, '
+                  f'the real change is positive for {int((part["real change"] > 0).sum())}; sign agreement '
+                  f'{(part["verdict helped"] == (part["real change"] > 0)).mean():.2f}, Spearman {part_rho:.2f}')
     (RESULTS / 'verdict_agreement.md').write_text('\n'.join(md) + '\n')
     print('\n'.join(md))
 
