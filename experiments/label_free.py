@@ -116,10 +116,10 @@ GROUPS = {
     # top-layer step over a batch's ~800 candidates takes ~100 s (distill_step_cost.md), ~3.5 h for 115 steps
     'query_log_layers': (['beir/scifact/test'], ['bm25', 'minilm', TRAIN,
                                                  f'{TRAIN},passage_offsets=none,passage_layers=1']),
-    # the same comparison where it is affordable on 2 cores: the collections of a few hundred to 1,460 passages and
-    # 35-225 topics, two-fold over their own topic texts (the acceptance's query-log setting), with the query tower
-    # alone beside them (what each passage side adds)
-    'query_log_layers_small': (['cranfield', 'classic/cisi', 'classic/adi'], [
+    # the same comparison where it is affordable on 2 cores: ADI (82 passages, 35 topics) and cranfield (1,400, 225),
+    # two-fold over their own topic texts (the acceptance's query-log setting), with the query tower alone beside them
+    # (what each passage side adds). A top-layer step over cranfield's ~800 candidates takes about a minute here
+    'query_log_layers_small': (['classic/adi', 'cranfield'], [
         'bm25', 'minilm', 'distill:queries=crossfold', 'distill:queries=crossfold,passage_offsets=none',
         'distill:queries=crossfold,passage_offsets=none,passage_layers=1']),
     # the acceptance tables of issue 30, the query-log setting at the shipped settings: scifact test from the
