@@ -195,8 +195,9 @@ def main(groups):
         started = time.time()
         result = run_experiment(collections, pipelines, name=group, verbose=True)
         paths = write_results(result, RESULTS)
-        stats = query_stats(pipelines, collections[0]) if len(collections) <= 2 else sum(
-            (query_stats(pipelines, c) for c in collections), [])
+        # one line a trained model: the splits of one corpus share their models (scifact train and test)
+        corpora = {Collection(c).corpus_id: c for c in reversed(collections)}
+        stats = sum((query_stats(pipelines, c) for c in reversed(list(corpora.values()))), [])
         wall = [f'{r.collection}: {sum(r.setup_seconds.values()):.0f} s set-up and training '
                 f'({", ".join(f"{k} {v:.0f} s" for k, v in r.setup_seconds.items())})' for r in result.results]
         with open(paths[0], 'a') as fh:
