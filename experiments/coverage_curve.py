@@ -85,7 +85,8 @@ def main(group: str = 'corpus_only_levers'):
                 per_passage = written / passages if passages else float('nan')
                 mean, low, high = change_interval(scores[name].to_numpy(), start)
                 value = rows.loc[name, 'nDCG@10']
-                xs.append(per_passage), ys.append(value), lows.append(value - mean + low), highs.append(value - mean + high)
+                xs.append(per_passage), ys.append(value)
+                lows.append(value - mean + low), highs.append(value - mean + high)
                 share = f'{cover[0]:,} ({cover[0] / cover[1]:.2f})' if cover else '-'
                 md.append(f'| {family} | {written:,} | {per_passage:.2f} | {share} | {value:.4f} | '
                           f'{mean:+.4f} [{low:+.4f}, {high:+.4f}] |')

@@ -16,9 +16,10 @@ since issue 30's settings were fixed), and the real change from the group's per-
 (`<group>.perquery.csv`) for a fold, its summary table otherwise.
 
 A model trained once and read by several groups (the same pipeline and settings on the same
-collection: the cache key) is one row, its first group's. Reported: each row, how often the verdict's sign (helped, or kept the start / not clear of 0)
-agrees with the sign of the real change, and the Spearman correlation of the verdict's change
-with the real one.
+collection: the cache key) is one row, its first group's. Reported: each row, how often the
+verdict's sign (helped, or kept the start / not clear of 0) agrees with the sign of the real
+change, and the Spearman correlation of the verdict's change with the real one; the same for
+the models trained on a query log's texts and for those trained on queries from the corpus.
 
     python experiments/verdict_agreement.py [results group ...]   (default: the label_free groups of issue 30)
 writes experiments/results/verdict_agreement.{md,csv}.
@@ -33,6 +34,7 @@ from scipy.stats import spearmanr
 from pyterrier_selfsup import Collection
 from pyterrier_selfsup.data.queries import folds
 from pyterrier_selfsup.harness import provenance
+from pyterrier_selfsup.harness.experiment import curves_folder
 from pyterrier_selfsup.harness.pipelines import get_pipeline
 
 RESULTS = Path(__file__).parent / 'results'
@@ -48,6 +50,8 @@ def table(group: str) -> pd.DataFrame:
 
 def rows_of(group: str) -> list:
     frame = table(group)
+    path = RESULTS / f'{group}.perquery.csv'
+    per_query_all = pd.read_csv(path, dtype={'qid': str}) if path.exists() else pd.DataFrame()
     out = []
     for collection, results in frame.groupby('collection') if len(frame) else []:
         start = results[results['name'].isin(['dual', 'minilm'])]
@@ -55,7 +59,7 @@ def rows_of(group: str) -> list:
             continue
         start_ndcg = float(start['nDCG@10'].iloc[0])
         coll = Collection(collection)
-        per_query = per_query_of(group, collection)
+        per_query = per_query_all[per_query_all['collection'] == collection] if len(per_query_all) else per_query_all
         for name in results['name']:
             if not name.startswith('distill'):  # (hybrid reads distill's model)
                 continue
@@ -77,19 +81,11 @@ def rows_of(group: str) -> list:
     return out
 
 
-def per_query_of(group: str, collection: str) -> pd.DataFrame:
-    path = RESULTS / f'{group}.perquery.csv'
-    if not path.exists():
-        return pd.DataFrame()
-    frame = pd.read_csv(path, dtype={'qid': str})
-    return frame[frame['collection'] == collection]
-
-
 def training_log(coll: Collection, spec, fold: int, n: int, directory: Path) -> list:
     """The training log of ``spec``'s model (fold ``fold`` of ``n``): the model cache's where the
     model is cached here, else the copy committed under ``distill_curves/`` (or none)."""
-    folder = CURVES / coll.corpus_id.replace('/', '-') / spec.name.replace(':', '_').replace(',', '_').replace('/', '-')
-    for path in (directory / 'training_log.jsonl', (folder / f'fold-{fold}' if n > 1 else folder) / 'training_log.jsonl'):
+    copied = curves_folder(CURVES / coll.corpus_id.replace('/', '-'), spec.name, fold, n)
+    for path in (directory / 'training_log.jsonl', copied / 'training_log.jsonl'):
         if path.exists():
             return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return []
@@ -99,10 +95,18 @@ def fold_change(coll: Collection, per_query: pd.DataFrame, name: str, start: str
     """nDCG@10 of ``name`` minus the start's over the queries of ``fold`` (the fold its model answers), from the
     group's per-query results."""
     if per_query.empty or not {name, start} <= set(per_query['name']):
-        raise SystemExit(f'{coll.name}: the two-fold {name} needs its group\'s .perquery.csv with {name} and {start}')
+        raise SystemExit(f'{coll.name}: the two-fold {name} needs its group\'s .perquery.csv with {name} '
+                         f'and {start}')
     mine = set(q for q, f in folds(coll.topics()['qid'], n).items() if f == fold)
     scores = per_query[per_query['qid'].isin(mine)].pivot(index='qid', columns='name', values='nDCG@10')
     return float((scores[name] - scores[start]).mean())
+
+
+def agreement(frame: pd.DataFrame):
+    """How often the verdict's sign agrees with the real change's, and their changes' Spearman correlation."""
+    agree = (frame['verdict helped'] == (frame['real change'] > 0)).mean()
+    rho = spearmanr(frame['verdict change'], frame['real change'])[0] if len(frame) > 2 else float('nan')
+    return agree, rho
 
 
 def main(groups):
@@ -112,8 +116,7 @@ def main(groups):
     # a model in several groups (the same pipeline and settings on the same collection) counts once: its first group's
     frame = pd.DataFrame(rows).drop_duplicates(subset=['collection', 'model', 'fold'])
     rows = frame.to_dict('records')
-    agree = (frame['verdict helped'] == (frame['real change'] > 0)).mean()
-    rho = spearmanr(frame['verdict change'], frame['real change'])[0] if len(frame) > 2 else float('nan')
+    agree, rho = agreement(frame)
     header = provenance.header()
     RESULTS.mkdir(exist_ok=True)
     frame.to_csv(RESULTS / 'verdict_agreement.csv', index=False)
@@ -133,10 +136,10 @@ def main(groups):
     frame['queries'] = ['query log' if 'crossfold' in p or 'queries=beir/' in p else 'corpus only'
                         for p in frame['pipeline']]
     for kind, part in frame.groupby('queries'):
-        part_rho = spearmanr(part['verdict change'], part['real change'])[0] if len(part) > 2 else float('nan')
+        part_agree, part_rho = agreement(part)
         md.append(f'- {kind}: {len(part)} models; the verdict says helped for {int(part["verdict helped"].sum())}, '
                   f'the real change is positive for {int((part["real change"] > 0).sum())}; sign agreement '
-                  f'{(part["verdict helped"] == (part["real change"] > 0)).mean():.2f}, Spearman {part_rho:.2f}')
+                  f'{part_agree:.2f}, Spearman {part_rho:.2f}')
     (RESULTS / 'verdict_agreement.md').write_text('\n'.join(md) + '\n')
     print('\n'.join(md))
 

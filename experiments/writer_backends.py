@@ -38,9 +38,8 @@ import torch
 from pyterrier_selfsup import BM25, Collection
 from pyterrier_selfsup.data.queries import _sample, _text_if_any
 from pyterrier_selfsup.harness import provenance, trained
-from pyterrier_selfsup.models._base import pad
 from pyterrier_selfsup.models.generator import GENERATORS, load_generator
-from pyterrier_selfsup.models.writing import QueryWriter, WriterCache, casts_kept
+from pyterrier_selfsup.models.writing import QueryWriter, casts_kept
 
 from query_generation import PER_PASSAGE, SAMPLING, quality, write_table
 
@@ -49,21 +48,15 @@ TOP_K = 50  # what generate and the writer apply for SmolLM2 (its generation con
 
 
 def prefill_only(writer: QueryWriter, passages) -> tuple:
-    """Seconds of the writer's prompt forward passes alone (its batches, its order, its cache, its
-    weight casts kept), and the prompt tokens they ran (padding excluded)."""
+    """Seconds of the writer's prompt forward passes alone (``QueryWriter.prefill``, in its
+    batches and order, its weight casts kept), and the prompt tokens they ran (padding excluded)."""
     gen = writer.generator
     ids = writer.prompt_ids(passages)
     order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
-    layers = WriterCache.layers_if_it_fits(gen.model.config)
     tokens, t0 = 0, time.perf_counter()
     with casts_kept(gen.model), gen.inference():
         for start in range(0, len(order), writer.batch_size):
-            prompts = [ids[i] for i in order[start:start + writer.batch_size]]
-            input_ids, mask = pad(prompts, writer.tokenizer.pad_token_id, left=True, device=gen.device)
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)
-            with gen.autocast():
-                gen.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                          logits_to_keep=1, **{gen._cache_argument: WriterCache(layers, 32)})
+            _, _, mask = writer.prefill([ids[i] for i in order[start:start + writer.batch_size]], 32)
             tokens += int(mask.sum())
     return time.perf_counter() - t0, tokens
 
@@ -144,12 +137,12 @@ def main():
             {**extra, 'dtype': 'its own (CPU plug-in default)', 'load seconds': load,
              'same prompt tokens as the writer': same_prompts})
     before = next((r for r in rows if r['writer'].startswith('generate')), None)
+    shipped = next(r for r in rows if r['writer'].startswith('QueryWriter') and 'shipped' in r['writer'])
     for r in rows:
         if before and r.get('queries/s'):
             r['x before'] = r['queries/s'] / before['queries/s']
-        writer_row = next(w for w in rows if w['writer'].startswith('QueryWriter') and 'shipped' in w['writer'])
         if r.get('queries/s'):
-            r['x QueryWriter'] = r['queries/s'] / writer_row['queries/s']
+            r['x QueryWriter'] = r['queries/s'] / shipped['queries/s']
     settings = {'data': f'beir/scifact corpus: {len(passages)} passages drawn with seed 0; {PER_PASSAGE} samples a '
                         f'passage, temperature {SAMPLING["temperature"]}, top-k {TOP_K}, top-p {SAMPLING["top_p"]}, '
                         '32 new tokens, the first line kept',

@@ -67,7 +67,8 @@ def test_bf16_weights_write_at_fp32_precision(tiny_generator):
     gen = tiny_generator('llama')
     gen.model.to(torch.bfloat16)
     written = [QueryWriter(gen, batch_size=2, preallocated_cache=pre).write(
-        PASSAGES, 2, do_sample=True, max_new_tokens=8, generator=torch.Generator().manual_seed(1)) for pre in (True, False)]
+        PASSAGES, 2, do_sample=True, max_new_tokens=8, generator=torch.Generator().manual_seed(1))
+        for pre in (True, False)]
     assert written[0] == written[1]
 
 

@@ -105,6 +105,13 @@ def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *, name
     return ExperimentResult(name, header, specs, results)
 
 
+def curves_folder(target: Union[str, Path], pipeline: str, fold: int = 0, folds: int = 1) -> Path:
+    """Where `copy_training_curves` puts a pipeline's curve and log under ``target``: a folder
+    named by the pipeline, and ``fold-<k>/`` in it for each model of a two-fold pipeline."""
+    folder = Path(target) / pipeline.replace(':', '_').replace(',', '_').replace('/', '-')
+    return folder / f'fold-{fold}' if folds > 1 else folder
+
+
 def copy_training_curves(pipelines: Sequence[str], collection: str, target: Union[str, Path],
                          cache_dir: Optional[Union[str, Path]] = None) -> List[Path]:
     """Copies the training curve and log of every pipeline that trained a model on
@@ -114,9 +121,7 @@ def copy_training_curves(pipelines: Sequence[str], collection: str, target: Unio
     for spec in map(get_pipeline, pipelines):
         sources = spec.model_dirs(corpus, cache_dir)
         for fold, source in enumerate(sources):  # (one a fold with queries=crossfold)
-            folder = Path(target) / spec.name.replace(':', '_').replace(',', '_').replace('/', '-')
-            if len(sources) > 1:
-                folder = folder / f'fold-{fold}'
+            folder = curves_folder(target, spec.name, fold, len(sources))
             folder.mkdir(parents=True, exist_ok=True)
             for name in ('training_curve.png', 'training_log.jsonl'):
                 what = f'the {spec.name} training curve'

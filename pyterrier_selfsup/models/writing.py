@@ -56,8 +56,8 @@ class QueryWriter:
         max_passage_length: tokens of a passage shown (cut in the text).
         batch_size: passages prefilled together (each then sampled ``n`` times). On 2 cores 64
             wrote 10.1 queries/s and 32 8.5 (``query_generation_batch.md``); 32 keeps a batch's
-            key/value cache at half the size, and the draws of query sets cached before. The queries' distribution does not depend on it,
-            their draws from the random stream do.
+            key/value cache at half the size, and the draws of query sets cached before. The
+            queries' distribution does not depend on it, their draws from the random stream do.
         preallocated_cache: the key/value cache a batch writes into (:class:`WriterCache`: room
             for the prompt and every new token, held in the dtype attention reads) rather than
             transformers' ``DynamicCache`` (which concatenates at every step, and under bf16
@@ -160,13 +160,11 @@ class QueryWriter:
                     out[i] = [t.strip().split('\n')[0].strip() for t in texts[j * n:(j + 1) * n]]
         return out
 
-    def _sample(self, prompts: List[List[int]], n: int, *, do_sample: bool, temperature: float, top_p: float,
-                top_k: int, max_new_tokens: int, generator: Optional[torch.Generator]) -> List[List[int]]:
-        """The new tokens of ``n`` continuations of each prompt (rows: prompt-major), each up
-        to and with the token that ended it."""
-        model, device = self.generator.model, self.generator.device
-        pad_id = self.tokenizer.pad_token_id
-        input_ids, mask = pad(prompts, pad_id, left=True, device=device)
+    def prefill(self, prompts: List[List[int]], max_new_tokens: int):
+        """The prompts' forward pass (left-padded, one batch): their key/value cache, with room
+        for ``max_new_tokens`` more, the next token's logits (fp32) and the attention mask."""
+        model = self.generator.model
+        input_ids, mask = pad(prompts, self.tokenizer.pad_token_id, left=True, device=self.generator.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         given, layers = {}, WriterCache.layers_if_it_fits(model.config) if self.preallocated_cache else None
         if layers:
@@ -174,7 +172,14 @@ class QueryWriter:
         with self.generator.autocast():  # (the output layer on the last position only: the next token's)
             output = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
                            logits_to_keep=1, **given)
-        cache, logits = _cache_of(output), output.logits[:, -1].float()
+        return _cache_of(output), output.logits[:, -1].float(), mask
+
+    def _sample(self, prompts: List[List[int]], n: int, *, do_sample: bool, temperature: float, top_p: float,
+                top_k: int, max_new_tokens: int, generator: Optional[torch.Generator]) -> List[List[int]]:
+        """The new tokens of ``n`` continuations of each prompt (rows: prompt-major), each up
+        to and with the token that ended it."""
+        model, device = self.generator.model, self.generator.device
+        cache, logits, mask = self.prefill(prompts, max_new_tokens)
         if n > 1:  # one prefill a prompt, its cache copied to each of its samples
             cache.batch_repeat_interleave(n)
             mask, logits = mask.repeat_interleave(n, 0), logits.repeat_interleave(n, 0)
@@ -202,7 +207,8 @@ class QueryWriter:
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             with self.generator.autocast():
                 output = model(input_ids=token[:, None], attention_mask=mask,
-                               position_ids=mask.sum(-1, keepdim=True) - 1, use_cache=True, **{self.generator._cache_argument: cache})
+                               position_ids=mask.sum(-1, keepdim=True) - 1, use_cache=True,
+                               **{self.generator._cache_argument: cache})
             cache, logits = _cache_of(output), output.logits[:, -1].float()
         return written
 
