@@ -6,9 +6,13 @@ passage, temperature 1.0, top-k 50, top-p 0.95, at most 32 new tokens, the first
 one process, rows one after the other:
 
 - ``generate``: ``Generator.generate`` on each passage repeated once a sample (the rate of x before);
-- ``QueryWriter``: the writer (torch, one prefill a passage shared by its samples, each weight
-  cast once a write), with transformers' ``DynamicCache`` and with its own preallocated cache in
-  the dtype attention reads (shipped; the same queries, counted); one run each, in that order;
+- ``QueryWriter``: the writer (torch, 64 passages a batch, one prefill a passage, each weight
+  cast once a write), with transformers' ``DynamicCache`` (each prompt's keys and values copied
+  to its samples, SDPA) and with its own shared-prompt cache (shipped: each prompt held once and
+  read by its samples through cascade attention, prefills of 4,096 tokens with their attention
+  in chunks of 32 positions); one run each, in that order. In fp32 the two write the same
+  queries (``tests/test_writing.py``); in bf16 their attention rounds differently, so the draws
+  part at the first token that differs (the table counts the queries that are the same);
 - ``prefill only``: the writer's prompt forward passes alone, batch for batch as it runs them:
   a floor under any writer that runs this arithmetic on this machine (what the passages'
   tokens cost before a single query token is written), with its rate in prompt tokens a second
@@ -54,7 +58,7 @@ def prefill_only(writer: QueryWriter, passages) -> tuple:
     ids = writer.prompt_ids(passages)
     order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
     tokens, t0 = 0, time.perf_counter()
-    with casts_kept(gen.model), gen.inference():
+    with gen.inference(), casts_kept(gen.model):
         for start in range(0, len(order), writer.batch_size):
             _, _, mask = writer.prefill([ids[i] for i in order[start:start + writer.batch_size]], 32)
             tokens += int(mask.sum())
@@ -118,12 +122,12 @@ def main():
         quality(rows, 'generate, prompt repeated a sample', out, docnos, time.perf_counter() - t0, teacher, bm25,
                 extra)
     written = {}
-    for preallocated in (False, True):  # transformers' DynamicCache, then the writer's own (shipped)
+    for preallocated in (False, True):  # DynamicCache, then the shared-prompt cache (shipped)
         writer.preallocated_cache = preallocated
         t0 = time.perf_counter()
         written[preallocated] = writer.write(passages, PER_PASSAGE, max_new_tokens=32,
                                              generator=torch.Generator().manual_seed(0), **SAMPLING)
-        label = 'QueryWriter (torch), ' + ('its preallocated cache (shipped)' if preallocated else 'DynamicCache')
+        label = 'QueryWriter (torch), ' + ('its shared-prompt cache (shipped)' if preallocated else 'DynamicCache')
         quality(rows, label, written[preallocated], docnos, time.perf_counter() - t0, teacher, bm25, extra)
     same = [a == b for x, y in zip(written[False], written[True]) for a, b in zip(x, y)]
     rows[-1]['same queries as DynamicCache'] = f'{sum(same)} of {len(same)}'

@@ -1,13 +1,15 @@
 """Writing queries (issue 30): one prefill a passage shared by its samples gives what prefilling
 each sample alone gives; greedy writing agrees with transformers' generate; the nucleus
 sampler draws from the distribution it should; a query ends at its first line."""
+import contextlib
+
 import numpy as np
 import pytest
 import torch
 
 from pyterrier_selfsup import Collection
 from pyterrier_selfsup.models.generator import CAUSAL_PROMPT, load_generator
-from pyterrier_selfsup.models.writing import PLAIN_PROMPT, QueryWriter, WriterLayer
+from pyterrier_selfsup.models.writing import PLAIN_PROMPT, QueryWriter, WriterCache, WriterLayer
 
 PASSAGES = ['automatic indexing of scientific documents by their citations', 'the retrieval of legal text',
             'a thesaurus for information retrieval built from co-occurrence statistics']
@@ -29,17 +31,20 @@ def test_shared_prefill_writes_what_separate_prefills_write(tiny_generator):
     assert other != sampled
 
 
-@pytest.mark.parametrize('precision', ['fp32', 'bf16'])
-def test_the_preallocated_cache_writes_what_the_dynamic_cache_writes(tiny_generator, precision):
-    """The writer's own key/value cache (room reserved, held in the dtype attention reads) against
-    transformers' DynamicCache: the same queries, sampled and greedy, with rows leaving the batch
-    as their queries end (bf16: the keys the rotary embedding leaves in fp32 are cast on the way in,
-    where attention cast them before)."""
+def test_the_shared_prompt_cache_writes_what_the_dynamic_cache_writes(tiny_generator, monkeypatch):
+    """The writer's own cache (each prompt held once and read by all its samples, prompts
+    prefilled in separate forwards and joined, their attention in chunks of 4 positions,
+    finished samples and then their prompts dropped) against transformers' DynamicCache (each
+    prompt copied to its samples, attention in one call): in fp32 the same queries, sampled and
+    greedy, with rows leaving the batch as their queries end."""
+    from pyterrier_selfsup.models import writing
+    monkeypatch.setattr(writing, 'PREFILL_CHUNK', 4)
     gen = tiny_generator('llama')
-    gen.precision = precision
+    assert min(len(x) for x in QueryWriter(gen).prompt_ids(PASSAGES)) > 3 * writing.PREFILL_CHUNK
     written = {}
     for preallocated in (True, False):
-        writer = QueryWriter(gen, batch_size=2, preallocated_cache=preallocated)
+        # prefill_tokens=1: one prompt a prefill forward, three forwards of different lengths joined
+        writer = QueryWriter(gen, batch_size=3, prefill_tokens=1, preallocated_cache=preallocated)
         written[preallocated] = (writer.write(PASSAGES, 4, do_sample=True, top_p=0.9, max_new_tokens=12,
                                               generator=torch.Generator().manual_seed(5)), writer.write(PASSAGES, 2))
     assert written[True] == written[False]
@@ -47,29 +52,84 @@ def test_the_preallocated_cache_writes_what_the_dynamic_cache_writes(tiny_genera
     assert len({len(writer.tokenizer(q)['input_ids']) for q in sampled}) > 2  # queries ended at different steps
 
 
-def test_a_writer_layer_grows_past_its_reserve_and_keeps_what_it_holds():
+def _prompts(rows, length, dtype, padded):
+    """A prefill's keys (fp32, as rotary leaves them) and values, and its left-padded mask."""
+    keys, values = torch.randn(rows, 2, length, 8), torch.randn(rows, 2, length, 8).to(dtype)
+    mask = torch.ones(rows, length, dtype=torch.bool)
+    mask[0, :padded] = False
+    return keys, values, mask
+
+
+@pytest.mark.parametrize('keys_dtype, values_dtype, tolerance', [
+    (torch.float32, torch.float32, 1e-5),  # fp32
+    (torch.float32, torch.bfloat16, 2e-2),  # bf16 autocast: keys fp32, values bf16
+    (torch.bfloat16, torch.bfloat16, 4e-2)])  # a bf16 model run as it is
+def test_shared_prompt_attention_attends_to_each_samples_prompt_and_its_own_tokens(keys_dtype, values_dtype,
+                                                                                 tolerance):
+    """Attention of one new token a sample over a WriterCache against attention written out in
+    fp64 over that sample's prompt (its real positions) and the tokens it wrote: two prefills of
+    different lengths joined, 3 samples a prompt, samples leaving after the first step and with
+    them two prompts (the cache then drops them)."""
+    torch.manual_seed(0)
+    n, heads, scale = 3, 6, 8 ** -0.5
+    parts = [_prompts(3, 5, values_dtype, padded=2), _prompts(1, 3, values_dtype, padded=0)]
+    caches = []
+    for keys, values, _ in parts:
+        caches.append(WriterCache(1, reserve=1))
+        caches[-1].layers[0].update(keys.to(keys_dtype), values)
+    cache = WriterCache.joined(caches, [m for _, _, m in parts])
+    cache.fork(n, torch.cat([parts[0][2], torch.nn.functional.pad(parts[1][2], (0, 2))]))
+    # the reference's view of each prompt: its real positions' keys and values
+    prompts = [(k[i][:, m[i]], v[i][:, m[i]]) for k, v, m in parts for i in range(len(m))]
+    rows = [(p, []) for p in range(len(prompts)) for _ in range(n)]  # (prompt, tokens written) a row
+    layer = cache.layers[0]
+    for step in range(3):  # (3 steps: the new tokens' part grows past its reserve of 1)
+        new_keys, new_values = torch.randn(len(rows), 2, 1, 8), torch.randn(len(rows), 2, 1, 8).to(values_dtype)
+        layer.update(new_keys.to(keys_dtype), new_values)
+        for i, (_, written) in enumerate(rows):
+            written.append((new_keys[i].to(keys_dtype), new_values[i]))
+        query = torch.randn(len(rows), heads, 1, 8).to(keys_dtype)
+        out = cache.attend(layer, query, scale)
+        assert out.shape == (len(rows), 1, heads, 8) and out.dtype == values_dtype
+        for i, (p, written) in enumerate(rows):
+            keys = torch.cat([prompts[p][0].to(keys_dtype)] + [k for k, _ in written], 1).double()
+            values = torch.cat([prompts[p][1]] + [v for _, v in written], 1).double()
+            q = query[i, :, 0].double().view(2, 3, 8)  # (query head h reads key/value head h // 3)
+            weights = torch.softmax(torch.einsum('hgd,hld->hgl', q, keys) * scale, -1)
+            expected = torch.einsum('hgl,hld->hgd', weights, values).reshape(heads, 8)
+            assert torch.allclose(out[i, 0].double(), expected, atol=tolerance, rtol=tolerance), (step, i)
+        if step == 0:  # every sample of prompts 1 and 2 and one of prompt 0 end: 2 of 4 prompts held
+            keep = [i for i, (p, _) in enumerate(rows) if p in (0, 3) and i != 1]
+            cache.batch_select_indices(torch.tensor(keep))
+            rows = [rows[i] for i in keep]
+            assert layer.prompt_keys.shape[0] == 2 and cache.slots.tolist() == [0, 2, 3, 4, 5]
+
+
+def test_a_writer_layer_holds_its_prompts_once_and_grows_past_its_reserve():
     layer = WriterLayer(reserve=1)
     k, v = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 4, 8, dtype=torch.bfloat16)  # (fp32 keys, as rotary leaves them)
-    layer.update(k, v)
+    layer.update(k, v)  # the prefill: the prompts, keys held transposed
+    assert torch.equal(layer.prompt_keys, k.transpose(-1, -2)) and layer.prompt_keys.is_contiguous()
     layer.update(k[:, :, :1], v[:, :, :1])
-    keys, values = layer.update(k[:, :, :2], v[:, :, :2])  # past the reserve: a larger buffer
-    expected = torch.cat([k, k[:, :, :1], k[:, :, :2]], -2).to(torch.bfloat16)  # held in the values' dtype
-    assert keys.dtype == torch.bfloat16 and torch.equal(keys, expected) and layer.get_seq_length() == 7
-    assert torch.equal(values, torch.cat([v, v[:, :, :1], v[:, :, :2]], -2))
-    layer.batch_repeat_interleave(2)
-    layer.batch_select_indices(torch.tensor([1, 2]))
-    assert torch.equal(layer.keys, expected.repeat_interleave(2, 0)[[1, 2]])
+    keys, values = layer.update(k[:, :, 1:2], v[:, :, 1:2])  # past the reserve: a larger buffer
+    assert torch.equal(keys, k[:, :, :2]) and torch.equal(values, v[:, :, :2]) and layer.get_seq_length() == 6
+    layer.select_samples(torch.tensor([1]))
+    assert torch.equal(layer.keys, k[1:, :, :2]) and torch.equal(layer.prompt_keys[1], k[1].transpose(-1, -2))
 
 
-def test_bf16_weights_write_at_fp32_precision(tiny_generator):
+def test_bf16_weights_write_with_the_shared_prompt_cache(tiny_generator):
     """A model whose weights are bf16 (a hub checkpoint stored so), run without autocast: the
-    cache holds the model's own dtype, and writes what DynamicCache writes."""
+    cache holds the model's own dtype; greedy, it writes what DynamicCache writes."""
     gen = tiny_generator('llama')
     gen.model.to(torch.bfloat16)
-    written = [QueryWriter(gen, batch_size=2, preallocated_cache=pre).write(
-        PASSAGES, 2, do_sample=True, max_new_tokens=8, generator=torch.Generator().manual_seed(1))
-        for pre in (True, False)]
+    writer = QueryWriter(gen, batch_size=2)
+    written = [QueryWriter(gen, batch_size=2, preallocated_cache=pre).write(PASSAGES, 2, max_new_tokens=8)
+               for pre in (True, False)]
     assert written[0] == written[1]
+    ids = writer.prompt_ids(PASSAGES[:1])
+    with gen.inference():
+        cache, _, _ = writer.prefill(ids, 2)
+    assert cache.layers[0].prompt_keys.dtype == cache.layers[0].prompt_values.dtype == torch.bfloat16
 
 
 def test_weights_are_unmarked_after_a_write_and_after_a_failed_one(tiny_generator):
@@ -83,6 +143,28 @@ def test_weights_are_unmarked_after_a_write_and_after_a_failed_one(tiny_generato
             assert all(p.requires_grad for p in gen.model.parameters())
             raise RuntimeError('inside')
     assert not any(p.requires_grad for p in gen.model.parameters())
+
+
+def test_each_weight_is_cast_once_a_write_even_under_inference_mode(tiny_generator):
+    """Under ``Generator.inference`` (inference mode and bf16 autocast) a frozen weight was cast
+    again at every forward; within ``casts_kept`` it is cast once for the region."""
+    from torch.profiler import profile
+
+    from pyterrier_selfsup.models.writing import casts_kept
+    gen = tiny_generator('llama')
+    gen.precision = 'bf16'
+    x = torch.tensor([[5, 6, 7]])
+    shape = list(gen.model.model.layers[0].mlp.down_proj.weight.shape)
+
+    def casts(kept: bool) -> int:
+        with gen.inference(), (casts_kept(gen.model) if kept else contextlib.nullcontext()), profile(
+                record_shapes=True) as prof:
+            for _ in range(3):
+                gen.model(input_ids=x)
+        return sum(e.count for e in prof.key_averages(group_by_input_shape=True)
+                   if e.key == 'aten::copy_' and e.input_shapes[:1] == [shape])
+    assert casts(kept=False) == 3 * 2  # (two layers' down projections, at each of three forwards)
+    assert casts(kept=True) == 2
 
 
 def test_the_writer_samples_from_the_top_k_that_generate_falls_back_on():

@@ -4,9 +4,14 @@ instructions, one prefill a passage shared by its samples, and a stop at the end
 :class:`QueryWriter` wraps a :class:`~pyterrier_selfsup.models.generator.Generator`'s model
 and tokenizer. What it does that ``model.generate(num_return_sequences=n)`` does not:
 
-- **one prefill a passage**: the prompt is run once and its key/value cache copied to the
-  passage's ``n`` samples (``DynamicCache.batch_repeat_interleave``); ``generate`` copies the
-  prompt ``n`` times before its first forward, so it prefills it ``n`` times;
+- **one prefill a passage, read by all its samples**: the prompt is run once, and its keys
+  and values are held once (:class:`WriterCache`) and read by each of the passage's ``n``
+  samples at every step (:func:`shared_prompt_attention`: the samples of a prompt attend to it
+  as one block of queries, cascade attention); ``generate`` copies the prompt ``n`` times before
+  its first forward, so it prefills it ``n`` times and its samples read ``n`` copies;
+- **prefills sized by tokens, decoding in large batches**: prompts are prefilled in forwards
+  of ``prefill_tokens`` tokens (faster on a CPU than one large forward: measured in
+  ``writer_backends.md``), and a whole batch of ``batch_size`` passages is then decoded together;
 - **a stop at the end of the first line** (only the first line is kept), and at the end of
   the assistant's turn, per sequence: a finished sequence leaves the batch (its rows of the
   cache are dropped), so a batch costs what its unfinished sequences cost, not its longest;
@@ -22,6 +27,7 @@ applies it) and ``top_p`` (nucleus: the smallest set of tokens whose probability
 """
 import logging
 from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import cached_property
 from typing import List, Optional, Sequence
 
@@ -54,20 +60,26 @@ class QueryWriter:
         examples: query texts shown in every prompt as the style to write in (a query log's;
             at most ``max_examples`` of them, chosen once by ``seed``).
         max_passage_length: tokens of a passage shown (cut in the text).
-        batch_size: passages prefilled together (each then sampled ``n`` times). On 2 cores 64
-            wrote 10.1 queries/s and 32 8.5 (``query_generation_batch.md``); 32 keeps a batch's
-            key/value cache at half the size, and the draws of query sets cached before. The
-            queries' distribution does not depend on it, their draws from the random stream do.
-        preallocated_cache: the key/value cache a batch writes into (:class:`WriterCache`: room
-            for the prompt and every new token, held in the dtype attention reads) rather than
-            transformers' ``DynamicCache`` (which concatenates at every step, and under bf16
-            autocast holds fp32 keys that attention casts again at every step). The same numbers
-            (``experiments/writer_backends.py`` compares the queries); False: the dynamic cache.
+        batch_size: passages written together (each sampled ``n`` times); a step costs about as
+            much at 8 rows as at 64 on a CPU (the weights are read once a step), so larger
+            batches write faster until the prompts' keys and values outgrow the cache; 64 on 2
+            cores (``writer_backends.md``). The queries' distribution does not depend on it,
+            their draws from the random stream do.
+        prefill_tokens: tokens (padding included) a prefill forward runs at most: the prompts of
+            a batch are prefilled in parts of this size, longest first, and joined.
+        preallocated_cache: the key/value cache a batch writes into: :class:`WriterCache` (each
+            prompt held once for its samples, the new tokens in buffers with room reserved,
+            read by :func:`shared_prompt_attention`) for models whose layers all attend to every
+            position, rather than transformers' ``DynamicCache`` (each prompt copied to its
+            samples, concatenated at every step). In fp32 the same queries (a test compares
+            them); under bf16 autocast they differ in rounding (the scores from the fp32 queries
+            and keys rotary leaves, where SDPA reads them rounded to bf16), so the draws differ;
+            False: the dynamic cache.
     """
 
     def __init__(self, generator, *, style: str = 'chat', examples: Sequence[str] = (), max_examples: int = 8,
-                 max_passage_length: Optional[int] = None, batch_size: int = 32, seed: int = 0,
-                 preallocated_cache: bool = True):
+                 max_passage_length: Optional[int] = None, batch_size: int = 64, prefill_tokens: int = 4096,
+                 seed: int = 0, preallocated_cache: bool = True):
         if generator.is_seq2seq:
             raise ValueError('QueryWriter writes with decoder-only generators')
         if style not in STYLES:
@@ -81,14 +93,18 @@ class QueryWriter:
             examples = [examples[i] for i in sorted(keep)]
         self.examples = examples
         self.max_passage_length = max_passage_length or generator.max_passage_length
-        self.batch_size = batch_size
+        self.batch_size, self.prefill_tokens = batch_size, prefill_tokens
         self.preallocated_cache = preallocated_cache
 
     def config(self) -> dict:
-        """What the queries depend on besides the model (keys cached queries)."""
+        """What the queries depend on besides the model (keys cached queries): their
+        distribution, and what their draws depend on (the batch; the cache, whose arithmetic
+        rounds differently under bf16)."""
+        shared = bool(self.preallocated_cache and WriterCache.layers_if_it_fits(self.generator.model.config))
         return {'style': self.style, 'examples': self.examples, 'max_passage_length': self.max_passage_length,
                 'system': SYSTEM_PROMPT if self.style == 'chat' else None,
-                'instruction': INSTRUCTION if self.style == 'chat' else PLAIN_PROMPT}
+                'instruction': INSTRUCTION if self.style == 'chat' else PLAIN_PROMPT,
+                'batch_size': self.batch_size, 'cache': 'shared prompt' if shared else 'dynamic'}
 
     # -- prompts ----------------------------------------------------------------------
 
@@ -147,7 +163,7 @@ class QueryWriter:
         batches = range(0, len(order), self.batch_size)
         if self.generator.verbose and len(batches) > 1:
             batches = pt.tqdm(batches, desc='writing queries', unit='batch')
-        with casts_kept(self.generator.model), self.generator.inference():
+        with self.generator.inference(), casts_kept(self.generator.model):
             for start in batches:
                 idx = order[start:start + self.batch_size]
                 prompts = [ids[i] for i in idx]
@@ -161,17 +177,34 @@ class QueryWriter:
         return out
 
     def prefill(self, prompts: List[List[int]], max_new_tokens: int):
-        """The prompts' forward pass (left-padded, one batch): their key/value cache, with room
-        for ``max_new_tokens`` more, the next token's logits (fp32) and the attention mask."""
+        """The prompts' forward passes (left-padded): their key/value cache, with room for
+        ``max_new_tokens`` more, the next token's logits (fp32) and the attention mask. Into a
+        :class:`WriterCache`, in forwards of at most ``prefill_tokens`` tokens (padding
+        included; prompts given longest first), joined; into a ``DynamicCache``, in one."""
         model = self.generator.model
+        layers = WriterCache.layers_if_it_fits(model.config) if self.preallocated_cache else None
+        if not layers:
+            return self._prefill(prompts, None)
+        parts, start = [], 0
+        while start < len(prompts):
+            size = max(1, self.prefill_tokens // max(1, len(prompts[start])))
+            parts.append(self._prefill(prompts[start:start + size], WriterCache(layers, max_new_tokens)))
+            start += size
+        if len(parts) == 1:
+            return parts[0]
+        cache = WriterCache.joined([c for c, _, _ in parts], [m for _, _, m in parts])
+        width = max(m.shape[1] for _, _, m in parts)  # (padding on the right of a part's prompts: masked)
+        mask = torch.cat([torch.nn.functional.pad(m, (0, width - m.shape[1])) for _, _, m in parts])
+        return cache, torch.cat([logits for _, logits, _ in parts]), mask
+
+    def _prefill(self, prompts: List[List[int]], cache: Optional['WriterCache']):
         input_ids, mask = pad(prompts, self.tokenizer.pad_token_id, left=True, device=self.generator.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        given, layers = {}, WriterCache.layers_if_it_fits(model.config) if self.preallocated_cache else None
-        if layers:
-            given[self.generator._cache_argument] = WriterCache(layers, max_new_tokens)
-        with self.generator.autocast():  # (the output layer on the last position only: the next token's)
-            output = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                           logits_to_keep=1, **given)
+        given = {} if cache is None else {self.generator._cache_argument: cache}
+        # (the output layer on the last position only: the next token's)
+        with self.generator.autocast(), writer_attention(self.generator.model, cache, prefill=True):
+            output = self.generator.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                                          use_cache=True, logits_to_keep=1, **given)
         return _cache_of(output), output.logits[:, -1].float(), mask
 
     def _sample(self, prompts: List[List[int]], n: int, *, do_sample: bool, temperature: float, top_p: float,
@@ -180,9 +213,12 @@ class QueryWriter:
         to and with the token that ended it."""
         model, device = self.generator.model, self.generator.device
         cache, logits, mask = self.prefill(prompts, max_new_tokens)
-        if n > 1:  # one prefill a prompt, its cache copied to each of its samples
+        if isinstance(cache, WriterCache):  # one prefill a prompt, read by each of its samples
+            cache.fork(n, mask.bool())
+        elif n > 1:  # (DynamicCache: the prompt's cache copied to each sample)
             cache.batch_repeat_interleave(n)
-            mask, logits = mask.repeat_interleave(n, 0), logits.repeat_interleave(n, 0)
+        mask, logits = mask.repeat_interleave(n, 0), logits.repeat_interleave(n, 0)
+        own_cache = isinstance(cache, WriterCache)
         rows = mask.shape[0]
         written: List[List[int]] = [[] for _ in range(rows)]
         alive = torch.arange(rows, device=device)  # the rows still writing, in the cache's order
@@ -205,8 +241,9 @@ class QueryWriter:
                 cache.batch_select_indices(where)
                 alive, token, mask, started = alive[where], token[where], mask[where], started[where]
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-            with self.generator.autocast():
-                output = model(input_ids=token[:, None], attention_mask=mask,
+            # (a WriterCache holds where its prompts are padded: no mask)
+            with self.generator.autocast(), writer_attention(model, cache, prefill=False):
+                output = model(input_ids=token[:, None], attention_mask=None if own_cache else mask,
                                position_ids=mask.sum(-1, keepdim=True) - 1, use_cache=True,
                                **{self.generator._cache_argument: cache})
             cache, logits = _cache_of(output), output.logits[:, -1].float()
@@ -240,17 +277,21 @@ class QueryWriter:
 
 
 class WriterLayer(DynamicLayer):
-    """One layer's keys and values in a buffer with room for ``reserve`` more positions than the
-    prompt, written in place (``DynamicLayer`` concatenates: every step copies the whole cache),
-    and both held in the values' dtype: under bf16 autocast the rotary embedding leaves the keys
-    in fp32 while the values come out of their projection in bf16, and attention cast the keys
-    (the whole cache) to bf16 at every step; cast once on the way in, they are the same bf16
-    values attention reads. Without autocast the two dtypes are the model's own."""
+    """One layer's keys and values in two parts: the prompts' (one row a prompt, from the
+    prefill: never copied to the samples) and the new tokens' (one row a sample, in a buffer
+    with room for ``reserve`` positions, written in place: ``DynamicLayer`` concatenates, so
+    every step copied the whole cache). Keys are held as the rotary embedding leaves them (fp32
+    under bf16 autocast: attention's scores are computed from them in fp32), values in their
+    projection's dtype. :func:`shared_prompt_attention` reads both parts; ``update`` returns
+    the part it wrote to (the prompts' at the prefill, the new tokens' after it)."""
 
     def __init__(self, reserve: int):
         super().__init__()
-        self.reserve, self.length = reserve, 0
-        self._keys = self._values = None
+        self.reserve = reserve
+        self.prompt_keys = None  # (prompts, heads, dim, prompt length): transposed
+        self.prompt_values = None  # (prompts, heads, prompt length, dim)
+        self._keys = self._values = None  # (samples, heads, reserve, dim)
+        self.new = 0  # new tokens held
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.device = key_states.device
@@ -259,41 +300,46 @@ class WriterLayer(DynamicLayer):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        new = key_states.shape[-2]
-        if self._keys is None or self.length + new > self._keys.shape[-2]:  # (room: the prompt and the reserve)
-            size, dtype = self.length + new + self.reserve, value_states.dtype
-            keys = key_states.new_empty((*key_states.shape[:2], size, key_states.shape[-1]), dtype=dtype)
-            values = value_states.new_empty((*value_states.shape[:2], size, value_states.shape[-1]), dtype=dtype)
-            if self.length:
-                keys[:, :, :self.length] = self._keys[:, :, :self.length]
-                values[:, :, :self.length] = self._values[:, :, :self.length]
+        if self.prompt_keys is None:  # the prefill: held as every step reads them (keys transposed)
+            self.prompt_keys = key_states.transpose(-1, -2).contiguous()
+            self.prompt_values = value_states.contiguous()
+            self.keys, self.values = key_states, value_states
+            return key_states, value_states
+        step = key_states.shape[-2]
+        if self._keys is None or self.new + step > self._keys.shape[-2]:  # (room: the reserve, then more)
+            size = self.new + step + self.reserve
+            keys = key_states.new_empty((*key_states.shape[:2], size, key_states.shape[-1]))
+            values = value_states.new_empty((*value_states.shape[:2], size, value_states.shape[-1]))
+            if self.new:
+                keys[:, :, :self.new] = self._keys[:, :, :self.new]
+                values[:, :, :self.new] = self._values[:, :, :self.new]
             self._keys, self._values = keys, values
-        self._keys[:, :, self.length:self.length + new] = key_states
-        self._values[:, :, self.length:self.length + new] = value_states
-        self.length += new
-        return self._views()
-
-    def _views(self):
-        self.keys, self.values = self._keys[:, :, :self.length], self._values[:, :, :self.length]
+        self._keys[:, :, self.new:self.new + step] = key_states
+        self._values[:, :, self.new:self.new + step] = value_states
+        self.new += step
+        self.keys, self.values = self._keys[:, :, :self.new], self._values[:, :, :self.new]
         return self.keys, self.values
 
     def get_seq_length(self) -> int:
-        return self.length
+        return (0 if self.prompt_keys is None else self.prompt_keys.shape[-1]) + self.new
+
+    def select_samples(self, indices: torch.Tensor) -> None:
+        if self._keys is not None:
+            self._keys, self._values = self._keys[indices], self._values[indices]
+            self.keys, self.values = self._keys[:, :, :self.new], self._values[:, :, :self.new]
+
+    def select_prompts(self, indices: torch.Tensor) -> None:
+        self.prompt_keys, self.prompt_values = self.prompt_keys[indices], self.prompt_values[indices]
 
     def batch_repeat_interleave(self, repeats: int) -> None:
-        if self.length:
-            self._keys = self._keys.repeat_interleave(repeats, dim=0)
-            self._values = self._values.repeat_interleave(repeats, dim=0)
-            self._views()
+        raise NotImplementedError('the query writer\'s cache shares a prompt across its samples: WriterCache.fork')
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        if self.length:
-            self._keys, self._values = self._keys[indices], self._values[indices]
-            self._views()
+        raise NotImplementedError('the query writer\'s cache selects samples through WriterCache')
 
     def reset(self) -> None:
-        self._keys = self._values = None
-        self.length = 0
+        self.prompt_keys = self.prompt_values = self._keys = self._values = None
+        self.new = 0
         super().reset()
 
     def crop(self, tokens_to_remove: int) -> None:
@@ -302,10 +348,17 @@ class WriterLayer(DynamicLayer):
 
 class WriterCache(DynamicCache):
     """The writer's key/value cache: a :class:`WriterLayer` a layer, for models whose layers all
-    attend to every position (others keep ``DynamicCache``, which knows their layer kinds)."""
+    attend to every position (others keep ``DynamicCache``, which knows their layer kinds).
+
+    After the prefill, :meth:`fork` makes ``n`` samples of each prompt without copying it:
+    sample ``i`` of prompt ``p`` is slot ``p * n + i``; ``slots`` lists the slots of the
+    samples still writing, in the order of the batch's rows. :meth:`batch_select_indices`
+    drops finished samples (their new tokens), and the prompts none of whose samples is
+    still writing once they are a quarter of those held (each drop copies the prompts kept)."""
 
     def __init__(self, layers: int, reserve: int):
         Cache.__init__(self, layers=[WriterLayer(reserve) for _ in range(layers)])
+        self.samples, self.slots, self.prompt_bias = 1, None, None
 
     @staticmethod
     def layers_if_it_fits(config) -> Optional[int]:
@@ -316,23 +369,169 @@ class WriterCache(DynamicCache):
         kinds, _ = get_layer_types_and_kwargs(text)
         return text.num_hidden_layers if all(kind == 'full_attention' for kind in kinds) else None
 
+    @classmethod
+    def joined(cls, caches: List['WriterCache'], masks: List[torch.Tensor]) -> 'WriterCache':
+        """One cache holding the prompts of ``caches`` (each prefilled on its own; ``masks``:
+        their attention masks), each padded on the right to the longest (masked by :meth:`fork`)."""
+        width = max(m.shape[1] for m in masks)
+        joined = cls(len(caches[0].layers), caches[0].layers[0].reserve)
+        for i, layer in enumerate(joined.layers):
+            parts = [c.layers[i] for c in caches]
+            layer.lazy_initialization(parts[0].prompt_keys, parts[0].prompt_values)
+            layer.prompt_keys = torch.cat([torch.nn.functional.pad(p.prompt_keys, (0, width - p.prompt_keys.shape[-1]))
+                                           for p in parts])
+            layer.prompt_values = torch.cat([
+                torch.nn.functional.pad(p.prompt_values, (0, 0, 0, width - p.prompt_values.shape[-2])) for p in parts])
+        return joined
+
+    def fork(self, n: int, prompt_mask: torch.Tensor) -> None:
+        """``n`` samples of each prefilled prompt; ``prompt_mask`` (prompts, length): its
+        real (not padding) positions."""
+        self.samples = n
+        self.slots = torch.arange(prompt_mask.shape[0] * n, device=prompt_mask.device)
+        self.prompt_bias = torch.zeros(prompt_mask.shape, dtype=torch.float32, device=prompt_mask.device
+                                       ).masked_fill_(~prompt_mask, float('-inf'))[:, None, None, :]
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self.slots = self.slots[indices]
+        for layer in self.layers:
+            layer.select_samples(indices)
+        held = self.prompt_bias.shape[0]
+        live = torch.unique(self.slots // self.samples)  # (sorted)
+        if len(live) <= held * 3 // 4:
+            for layer in self.layers:
+                layer.select_prompts(live)
+            self.prompt_bias = self.prompt_bias[live]
+            self.slots = torch.searchsorted(live, self.slots // self.samples) * self.samples + self.slots % self.samples
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        raise NotImplementedError('the query writer\'s cache shares a prompt across its samples: fork')
+
+    def attend(self, layer: WriterLayer, query: torch.Tensor, scale: float) -> torch.Tensor:
+        """One new token's attention (``query``: (samples, heads, 1, dim)) over its prompt and
+        the tokens its sample wrote: each prompt's keys and values read once for all its samples
+        (cascade attention: the two parts' softmaxes merged by their log-sum-exps). Scores and
+        softmax in fp32, weights times values in the values' dtype; returns (samples, 1, heads, dim)."""
+        rows, heads, _, dim = query.shape
+        prompts, kv_heads = layer.prompt_keys.shape[:2]
+        group, n = heads // kv_heads, self.samples
+        # (query head h reads key/value head h // group)
+        q = query.reshape(rows, kv_heads, group, dim).to(layer.prompt_keys.dtype)
+        # the prompt part: the samples of a prompt as one block of queries (slots of finished samples: zeros)
+        slots = q.new_zeros((prompts * n, kv_heads, group, dim)).index_copy_(0, self.slots, q)
+        slots = slots.view(prompts, n, kv_heads, group, dim).transpose(1, 2).reshape(prompts, kv_heads, n * group, dim)
+        scores = torch.matmul(slots, layer.prompt_keys).float() * scale
+        scores += self.prompt_bias
+        head = scores.amax(-1, keepdim=True)
+        weights = torch.exp(scores - head)
+        total = weights.sum(-1, keepdim=True)
+        out = torch.matmul(weights.to(layer.prompt_values.dtype), layer.prompt_values).float()
+
+        def of_rows(x):  # (prompts, kv heads, n * group, -1) -> the rows' (rows, kv heads, group, -1)
+            x = x.view(prompts, kv_heads, n, group, -1).transpose(1, 2).reshape(prompts * n, kv_heads, group, -1)
+            return x.index_select(0, self.slots)
+        head, total, out = of_rows(head), of_rows(total), of_rows(out)
+        if layer.new:  # the part each sample wrote
+            scores = torch.matmul(q, layer.keys.transpose(-1, -2)).float() * scale
+            head2 = scores.amax(-1, keepdim=True)
+            weights = torch.exp(scores - head2)
+            top = torch.maximum(head, head2)
+            a, b = torch.exp(head - top), torch.exp(head2 - top)
+            out = a * out + b * torch.matmul(weights.to(layer.values.dtype), layer.values).float()
+            total = a * total + b * weights.sum(-1, keepdim=True)
+        return (out / total).to(layer.prompt_values.dtype).reshape(rows, 1, heads, dim)
+
+
+# The writer's cache during a decoding step (read by the attention function, which transformers
+# calls with the layer's new keys and values only).
+_WRITING: ContextVar[Optional[WriterCache]] = ContextVar('selfsup_writer_cache', default=None)
+SHARED_PROMPT = 'selfsup_shared_prompt'
+CHUNKED_PREFILL = 'selfsup_chunked_prefill'
+PREFILL_CHUNK = 32  # prompt positions a call of the prefill's attention attends from
+
+
+def shared_prompt_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
+    """The attention of a decoding step over a :class:`WriterCache` (registered with
+    transformers' attention interface as :data:`SHARED_PROMPT`, for the steps after the prefill
+    only: it makes no mask of its own, the cache holds where its prompts are padded)."""
+    cache = _WRITING.get()
+    if cache is None or query.shape[-2] != 1:
+        raise RuntimeError(f'{SHARED_PROMPT} attention runs one new token a row over a WriterCache')
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    with torch.autocast(query.device.type, enabled=False):  # (its products in the dtypes it names)
+        return cache.attend(cache.layers[module.layer_idx], query, scale), None
+
+
+def chunked_prefill_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
+    """The prompts' causal attention (registered as :data:`CHUNKED_PREFILL`), computed by SDPA
+    for :data:`PREFILL_CHUNK` query positions at a time over the keys up to the chunk's end.
+    The same attention as one call, with the same mask; on a CPU, SDPA's flash kernel computes
+    each block of the square a mask leaves in, so one call costs about the whole square, and
+    chunks of 32 about 2/3 of it on 2 cores (266 positions: 12.7 against 19.2 ms a layer for
+    16 prompts, bf16). Queries and keys are cast once to the values' dtype (what autocast gives
+    SDPA), and the key/value heads are read by their groups of query heads without copies."""
+    length = query.shape[-2]
+    # (a GPU's kernels skip masked blocks; a prefill into a cache already written is not this one)
+    if query.device.type != 'cpu' or key.shape[-2] != length or length <= PREFILL_CHUNK:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+    query, key = query.to(value.dtype), key.to(value.dtype)
+    gqa = query.shape[1] != key.shape[1]
+    outs = []
+    for start in range(0, length, PREFILL_CHUNK):
+        end = min(length, start + PREFILL_CHUNK)
+        if attention_mask is None:  # (causal, no padding)
+            mask = torch.ones(end - start, end, dtype=torch.bool, device=query.device).tril(start)
+        else:
+            mask = attention_mask[..., start:end, :end]
+        outs.append(torch.nn.functional.scaled_dot_product_attention(
+            query[:, :, start:end], key[:, :, :end], value[:, :, :end], attn_mask=mask, scale=scaling,
+            enable_gqa=gqa))
+    return torch.cat(outs, 2).transpose(1, 2).contiguous(), None
+
+
+@contextmanager
+def writer_attention(model: torch.nn.Module, cache, prefill: bool):
+    """Within it, ``model``'s attention is the writer's if ``cache`` is a :class:`WriterCache`:
+    :func:`chunked_prefill_attention` for the prefill, :func:`shared_prompt_attention` reading
+    ``cache`` for a decoding step (registered with transformers here, not at import)."""
+    if not isinstance(cache, WriterCache):
+        yield
+        return
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    AttentionInterface.register(SHARED_PROMPT, shared_prompt_attention)
+    AttentionInterface.register(CHUNKED_PREFILL, chunked_prefill_attention)
+    AttentionMaskInterface.register(CHUNKED_PREFILL, sdpa_mask)  # (the decoding step's makes none)
+    before, token = model.config._attn_implementation, _WRITING.set(cache)
+    model.config._attn_implementation = CHUNKED_PREFILL if prefill else SHARED_PROMPT
+    try:
+        yield
+    finally:
+        model.config._attn_implementation = before
+        _WRITING.reset(token)
+
 
 @contextmanager
 def casts_kept(model: torch.nn.Module):
     """Within one autocast region, each weight is cast to the lower precision once, not at every
     use. Autocast keeps its casts only of leaf tensors that require grad (`cached_cast` in
-    torch's autocast_mode.cpp), so a frozen model's weights were cast again at every forward:
-    for SmolLM2, 135M weights read and written at each of the ~30 one-token steps of a batch.
-    Marking its floating-point weights as requiring grad for the region (no graph is recorded
-    under inference mode) keeps the same casts, so the same numbers; the region's end clears
-    the cache, and every weight marked is unmarked, whatever ends the region."""
+    torch's autocast_mode.cpp), and under inference mode not at all (torch 2.13, measured: a
+    frozen or not, every weight is cast again at every forward), so a frozen model's weights
+    were cast at every forward: for SmolLM2, 135M weights read and written at each of the ~30
+    one-token steps of a batch, ~50 ms a step on 2 cores. So for the region its floating-point
+    weights are marked as requiring grad, and it runs under ``no_grad`` (inference mode off: no
+    graph is recorded either way); the same casts, so the same numbers. Enter it inside the
+    autocast region (``Generator.inference``) whose end clears the cache; every weight marked
+    is unmarked, whatever ends the region."""
     marked = []
     try:
         for p in model.parameters():
             if p.is_floating_point() and not p.requires_grad:
                 p.requires_grad_(True)
                 marked.append(p)
-        yield
+        with torch.inference_mode(False), torch.no_grad():
+            yield
     finally:
         for p in marked:
             p.requires_grad_(False)
