@@ -13,7 +13,9 @@ one process, rows one after the other:
   in chunks of 32 positions); one run each, in that order. In fp32 the two write the same
   queries (``tests/test_writing.py``); in bf16 their attention rounds differently, so the draws
   part at the first token that differs (the table counts the queries that are the same);
-- ``prefill only``: the writer's prompt forward passes alone, batch for batch as it runs them:
+- ``prefill only``: the writer's prompt forward passes alone, batch for batch as it runs them
+  (and again with their attention in one SDPA call a layer rather than in chunks of 32 positions,
+  and with a batch's prompts in one forward rather than in forwards of 4,096 tokens):
   a floor under any writer that runs this arithmetic on this machine (what the passages'
   tokens cost before a single query token is written), with its rate in prompt tokens a second
   and the arithmetic it implies (2 x the non-embedding weights a token);
@@ -43,6 +45,7 @@ from pyterrier_selfsup import BM25, Collection
 from pyterrier_selfsup.data.queries import _sample, _text_if_any
 from pyterrier_selfsup.harness import provenance, trained
 from pyterrier_selfsup.models.generator import GENERATORS, load_generator
+from pyterrier_selfsup.models import writing
 from pyterrier_selfsup.models.writing import QueryWriter, casts_kept
 
 from query_generation import PER_PASSAGE, SAMPLING, quality, write_table
@@ -131,11 +134,19 @@ def main():
         quality(rows, label, written[preallocated], docnos, time.perf_counter() - t0, teacher, bm25, extra)
     same = [a == b for x, y in zip(written[False], written[True]) for a, b in zip(x, y)]
     rows[-1]['same queries as DynamicCache'] = f'{sum(same)} of {len(same)}'
-    seconds, tokens = prefill_only(writer, passages)
-    rows.append({'writer': 'prefill only (the writer\'s prompt forwards)', **extra, 'seconds': seconds,
-                 'queries/s': PER_PASSAGE * len(passages) / seconds, 'prompt tokens': tokens,
-                 'prompt tokens/s': tokens / seconds, 'GFLOP/s': 2 * non_embedding * tokens / seconds / 1e9})
-    print(rows[-1], flush=True)
+    shipped_chunk, shipped_tokens = writing.PREFILL_CHUNK, writer.prefill_tokens
+    for label, chunk, forward in (('prefill only (the writer\'s prompt forwards)', shipped_chunk, shipped_tokens),
+                                  ('prefill only, its attention in one SDPA call a layer', 1 << 30, shipped_tokens),
+                                  ('prefill only, a batch\'s prompts in one forward', shipped_chunk, 1 << 30)):
+        writing.PREFILL_CHUNK, writer.prefill_tokens = chunk, forward
+        try:
+            seconds, tokens = prefill_only(writer, passages)
+        finally:
+            writing.PREFILL_CHUNK, writer.prefill_tokens = shipped_chunk, shipped_tokens
+        rows.append({'writer': label, **extra, 'seconds': seconds, 'queries/s': PER_PASSAGE * len(passages) / seconds,
+                     'prompt tokens': tokens, 'prompt tokens/s': tokens / seconds,
+                     'GFLOP/s': 2 * non_embedding * tokens / seconds / 1e9})
+        print(rows[-1], flush=True)
     load, seconds, out, same_prompts = openvino_writer(writer, passages)
     quality(rows, 'openvino-genai LLMPipeline (GGUF), shared prefill', out, docnos, seconds, teacher, bm25,
             {**extra, 'dtype': 'its own (CPU plug-in default)', 'load seconds': load,

@@ -25,6 +25,7 @@ from pyterrier_selfsup.data.queries import (MASK, corpus_sentences, cropped_span
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.models.generator import MAX_PASSAGE_LENGTH, Generator, load_generator
 from pyterrier_selfsup.models.reatt import ReAtt
+from pyterrier_selfsup.models.writing import WRITER_VERSION
 from pyterrier_selfsup.retrieval.bm25 import BM25
 from pyterrier_selfsup.retrieval.dense import MINILM, DenseRetriever
 from pyterrier_selfsup.retrieval.fusion import Fusion
@@ -81,6 +82,8 @@ def model_dir(collection: Collection, method: str, settings: dict, cache_dir=Non
     for name, default in ADDED_SETTINGS.get(method, {}).items():  # models trained before it keep their key
         if key.get(name) == default:
             key.pop(name)
+    if key.get('queries') == 'sampled':  # the writer's queries: models trained on an earlier writer's are not found
+        key['query writer'] = WRITER_VERSION
     if method != 'distill' and key.get('queries') in ('sentences', 'spans'):
         # since issue 16 a corpus with fewer documents than n_queries gives several a document:
         # models trained before on such queries are not found (distill was born with it)

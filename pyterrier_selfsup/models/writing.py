@@ -45,6 +45,10 @@ SYSTEM_PROMPT = 'You write search queries that a user of a search engine would t
 INSTRUCTION = 'Write one search query that the passage below answers. Reply with the query only, on one line.'
 EXAMPLES_INTRO = 'Queries that users of this collection wrote (write in their style, about the passage):'
 PLAIN_PROMPT = 'Passage: {passage}\nA question this passage answers:'
+# What the writer's draws come from, in the keys of the query sets and models made from them:
+# 2 since 2026-11-25 (the shared-prompt cache's attention rounds otherwise under bf16; 64
+# passages a batch). Raise it whenever a seed would write other queries.
+WRITER_VERSION = 2
 GENERATE_TOP_K = 50  # the top k transformers' generate samples from where a model's config sets none
 NUCLEUS_CANDIDATES = 256  # tokens sorted for nucleus sampling (more where a row's nucleus is wider)
 
@@ -104,7 +108,8 @@ class QueryWriter:
         return {'style': self.style, 'examples': self.examples, 'max_passage_length': self.max_passage_length,
                 'system': SYSTEM_PROMPT if self.style == 'chat' else None,
                 'instruction': INSTRUCTION if self.style == 'chat' else PLAIN_PROMPT,
-                'batch_size': self.batch_size, 'cache': 'shared prompt' if shared else 'dynamic'}
+                'batch_size': self.batch_size, 'cache': 'shared prompt' if shared else 'dynamic',
+                'version': WRITER_VERSION}
 
     # -- prompts ----------------------------------------------------------------------
 
@@ -467,9 +472,10 @@ def chunked_prefill_attention(module, query, key, value, attention_mask, scaling
     for :data:`PREFILL_CHUNK` query positions at a time over the keys up to the chunk's end.
     The same attention as one call, with the same mask; on a CPU, SDPA's flash kernel computes
     each block of the square a mask leaves in, so one call costs about the whole square, and
-    chunks of 32 about 2/3 of it on 2 cores (266 positions: 12.7 against 19.2 ms a layer for
-    16 prompts, bf16). Queries and keys are cast once to the values' dtype (what autocast gives
-    SDPA), and the key/value heads are read by their groups of query heads without copies."""
+    chunks skip most of the part above the diagonal (``writer_backends.md``: the prefill with
+    its attention in one call a layer, and in chunks). Queries and keys are cast once to the
+    values' dtype (what autocast gives SDPA), and the key/value heads are read by their groups
+    of query heads without copies."""
     length = query.shape[-2]
     # (a GPU's kernels skip masked blocks; a prefill into a cache already written is not this one)
     if query.device.type != 'cpu' or key.shape[-2] != length or length <= PREFILL_CHUNK:
