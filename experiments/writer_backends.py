@@ -3,7 +3,8 @@
 The same passages as `query_generation.py` (drawn with seed 0 from scifact's corpus) at its
 settings (SmolLM2-135M-Instruct, the plain completion prompt, 256 passage tokens, 3 samples a
 passage, temperature 1.0, top-k 50, top-p 0.95, at most 32 new tokens, the first line kept),
-one process, rows one after the other:
+one process, each row run ``--repeats`` times (3), the rows in turn round after round, the
+table giving each row's median:
 
 - ``generate``: ``Generator.generate`` on each passage repeated once a sample (the rate of x before);
 - ``QueryWriter``: the writer (torch, 64 passages a batch, one prefill a passage, each weight
@@ -31,11 +32,12 @@ words, where the teacher and BM25 rank the passage a query was written for), so 
 engine is not read as better when it writes other queries.
 
     python experiments/query_generation.py is the wider table; this one:
-    python experiments/writer_backends.py [--passages 48] [--skip-generate]
+    python experiments/writer_backends.py [--passages 48] [--skip-generate] [--repeats 3]
 writes experiments/results/writer_backends.{md,json}.
 """
 import argparse
 import random
+import statistics
 import time
 from pathlib import Path
 
@@ -103,6 +105,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--passages', type=int, default=48)
     parser.add_argument('--skip-generate', action='store_true', help='leave out the slow reference row')
+    parser.add_argument('--repeats', type=int, default=3, help='runs of each row (the table: their median)')
     args = parser.parse_args()
     coll = Collection('beir/scifact/train')
     header = provenance.header()
@@ -117,40 +120,68 @@ def main():
     writer.token_kinds  # (read once a model: not the writing's cost)
     rows = []
     extra = {'generator': 'smollm2', 'dtype': dtype, 'prompt': 'plain', 'passage tokens': 256}
-    if not args.skip_generate:
-        torch.manual_seed(0)
-        t0 = time.perf_counter()
-        flat = gen.generate([p for p in passages for _ in range(PER_PASSAGE)], max_new_tokens=32, **SAMPLING)
-        out = [flat[i:i + PER_PASSAGE] for i in range(0, len(flat), PER_PASSAGE)]
-        quality(rows, 'generate, prompt repeated a sample', out, docnos, time.perf_counter() - t0, teacher, bm25,
-                extra)
-    written = {}
-    for preallocated in (False, True):  # DynamicCache, then the shared-prompt cache (shipped)
-        writer.preallocated_cache = preallocated
-        t0 = time.perf_counter()
-        written[preallocated] = writer.write(passages, PER_PASSAGE, max_new_tokens=32,
-                                             generator=torch.Generator().manual_seed(0), **SAMPLING)
-        label = 'QueryWriter (torch), ' + ('its shared-prompt cache (shipped)' if preallocated else 'DynamicCache')
-        quality(rows, label, written[preallocated], docnos, time.perf_counter() - t0, teacher, bm25, extra)
-    same = [a == b for x, y in zip(written[False], written[True]) for a, b in zip(x, y)]
-    rows[-1]['same queries as DynamicCache'] = f'{sum(same)} of {len(same)}'
     shipped_chunk, shipped_tokens = writing.PREFILL_CHUNK, writer.prefill_tokens
-    for label, chunk, forward in (('prefill only (the writer\'s prompt forwards)', shipped_chunk, shipped_tokens),
-                                  ('prefill only, its attention in one SDPA call a layer', 1 << 30, shipped_tokens),
-                                  ('prefill only, a batch\'s prompts in one forward', shipped_chunk, 1 << 30)):
+    prefills = (('prefill only (the writer\'s prompt forwards)', shipped_chunk, shipped_tokens),
+                ('prefill only, its attention in one SDPA call a layer', 1 << 30, shipped_tokens),
+                ('prefill only, a batch\'s prompts in one forward', shipped_chunk, 1 << 30))
+    runs = {}  # a row's label: (what its first run wrote or counted, the seconds of each run)
+
+    def timed(label, fn):
+        t0 = time.perf_counter()
+        out = fn()
+        runs.setdefault(label, (out, []))[1].append(time.perf_counter() - t0)
+        print(label, f'{runs[label][1][-1]:.2f} s', flush=True)
+
+    def generate():
+        torch.manual_seed(0)
+        flat = gen.generate([p for p in passages for _ in range(PER_PASSAGE)], max_new_tokens=32, **SAMPLING)
+        return [flat[i:i + PER_PASSAGE] for i in range(0, len(flat), PER_PASSAGE)]
+
+    def write(preallocated):
+        writer.preallocated_cache = preallocated
+        return writer.write(passages, PER_PASSAGE, max_new_tokens=32, generator=torch.Generator().manual_seed(0),
+                            **SAMPLING)
+
+    def prefill(chunk, forward):
         writing.PREFILL_CHUNK, writer.prefill_tokens = chunk, forward
         try:
-            seconds, tokens = prefill_only(writer, passages)
+            return prefill_only(writer, passages)[1]
         finally:
             writing.PREFILL_CHUNK, writer.prefill_tokens = shipped_chunk, shipped_tokens
-        rows.append({'writer': label, **extra, 'seconds': seconds, 'queries/s': PER_PASSAGE * len(passages) / seconds,
-                     'prompt tokens': tokens, 'prompt tokens/s': tokens / seconds,
-                     'GFLOP/s': 2 * non_embedding * tokens / seconds / 1e9})
-        print(rows[-1], flush=True)
-    load, seconds, out, same_prompts = openvino_writer(writer, passages)
-    quality(rows, 'openvino-genai LLMPipeline (GGUF), shared prefill', out, docnos, seconds, teacher, bm25,
-            {**extra, 'dtype': 'its own (CPU plug-in default)', 'load seconds': load,
-             'same prompt tokens as the writer': same_prompts})
+
+    # the rows in turn, round after round: a machine that slows for a while slows every row alike
+    labels = {False: 'QueryWriter (torch), DynamicCache',
+              True: 'QueryWriter (torch), its shared-prompt cache (shipped)'}
+    for _ in range(args.repeats):
+        if not args.skip_generate:
+            timed('generate, prompt repeated a sample', generate)
+        for preallocated in (False, True):  # DynamicCache, then the shared-prompt cache (shipped)
+            timed(labels[preallocated], lambda: write(preallocated))
+        for label, chunk, forward in prefills:
+            timed(label, lambda: prefill(chunk, forward))
+        result = openvino_writer(writer, passages)  # (its writing timed, its loading apart)
+        runs.setdefault('openvino-genai LLMPipeline (GGUF), shared prefill', (result, []))[1].append(result[1])
+
+    def median_of(label):
+        times = runs[label][1]
+        return statistics.median(times), ', '.join(f'{t:.2f}' for t in times)
+
+    for label, (out, _) in runs.items():
+        seconds, each = median_of(label)
+        if label.startswith('prefill'):
+            tokens = out
+            rows.append({'writer': label, **extra, 'seconds': seconds, 'runs (s)': each,
+                         'queries/s': PER_PASSAGE * len(passages) / seconds, 'prompt tokens': tokens,
+                         'prompt tokens/s': tokens / seconds, 'GFLOP/s': 2 * non_embedding * tokens / seconds / 1e9})
+        elif label.startswith('openvino'):
+            quality(rows, label, out[2], docnos, seconds, teacher, bm25,
+                    {**extra, 'dtype': 'its own (CPU plug-in default)', 'load seconds': out[0],
+                     'same prompt tokens as the writer': out[3], 'runs (s)': each})
+        else:
+            quality(rows, label, out, docnos, seconds, teacher, bm25, {**extra, 'runs (s)': each})
+        if label == labels[True]:
+            same = [a == b for x, y in zip(runs[labels[False]][0], out) for a, b in zip(x, y)]
+            rows[-1]['same queries as DynamicCache'] = f'{sum(same)} of {len(same)}'
     before = next((r for r in rows if r['writer'].startswith('generate')), None)
     shipped = next(r for r in rows if r['writer'].startswith('QueryWriter') and 'shipped' in r['writer'])
     for r in rows:
@@ -164,9 +195,11 @@ def main():
                 'generator': f'SmolLM2-135M-Instruct ({GENERATORS["smollm2"][1]}; torch rows: its fp32 conversion, '
                              f'computed in {dtype}); {non_embedding / 1e6:.1f}M non-embedding weights',
                 'teacher': 'BM25 (PISA) + all-MiniLM-L6-v2, each top 100, per-query z-scores summed 1:1',
-                'torch threads': torch.get_num_threads()}
-    cols = ['writer', 'dtype', 'seconds', 'queries/s', 'x before', 'x QueryWriter', 'prompt tokens/s', 'GFLOP/s',
-            'distinct fraction', 'mean words', 'teacher MRR@10', 'teacher top-10', 'BM25 MRR@10',
+                'torch threads': torch.get_num_threads(),
+                'timing': f'{args.repeats} runs of each row, the rows in turn round after round; seconds: their median '
+                          '(queries/s and the ratios from it); what a row wrote: its first run\'s'}
+    cols = ['writer', 'dtype', 'seconds', 'runs (s)', 'queries/s', 'x before', 'x QueryWriter', 'prompt tokens/s',
+            'GFLOP/s', 'distinct fraction', 'mean words', 'teacher MRR@10', 'teacher top-10', 'BM25 MRR@10',
             'same queries as DynamicCache', 'same prompt tokens as the writer']
     write_table('writer_backends', 'The query writer: where its time goes, and another engine', header, settings, rows,
                 cols, lambda r: r['writer'])
