@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pyterrier as pt
@@ -95,6 +97,7 @@ def test_search_auto_is_exact_below_the_threshold_and_ivf_from_it(adi_dense, mon
 
 
 def test_approximate_search_scores_as_exact_search_does(adi_dense, cache_dir):
+    from pyterrier_selfsup.retrieval import dense
     coll = Collection('classic/adi')
     topics = coll.topics()
     exact = adi_dense(topics)
@@ -118,6 +121,10 @@ def test_approximate_search_scores_as_exact_search_does(adi_dense, cache_dir):
     assert ivf(topics).groupby('qid').size().max() < 82 == exact.groupby('qid').size().min()
     assert ivf.fuse_rank_cutoff(5).search == 'ivf'  # a rank cut-off keeps the search
     assert hnsw.fuse_rank_cutoff(5) is None  # a narrower beam could change HNSW's top 5
+    # FlexIndex's retrievers read the structures built here (dense.prebuild_ann, which writes them under
+    # FlexIndex's own file names): had pyterrier-dr renamed its files, it would have built its own beside them
+    built = {dense.prebuild_ann(approximate.index, approximate.search).name for approximate in (hnsw, ivf)}
+    assert {p.name for p in Path(ivf.index.index_path).glob('*.faiss')} == built
 
 
 def _encode_rank(rank: int, world_size: int, store: str, path: str, chunk: int):
