@@ -77,8 +77,9 @@ def test_shared_prompt_attention_attends_to_each_samples_prompt_and_its_own_toke
     for keys, values, _ in parts:
         caches.append(WriterCache(1, reserve=1))
         caches[-1].layers[0].update(keys.to(keys_dtype), values)
-    cache = WriterCache.joined(caches, [m for _, _, m in parts])
-    cache.fork(n, torch.cat([parts[0][2], torch.nn.functional.pad(parts[1][2], (0, 2))]))
+    cache, mask = WriterCache.joined(caches, [m for _, _, m in parts])
+    assert torch.equal(mask, torch.cat([parts[0][2], torch.nn.functional.pad(parts[1][2], (0, 2))]))
+    cache.fork(n, mask)
     # the reference's view of each prompt: its real positions' keys and values
     prompts = [(k[i][:, m[i]], v[i][:, m[i]]) for k, v, m in parts for i in range(len(m))]
     rows = [(p, []) for p in range(len(prompts)) for _ in range(n)]  # (prompt, tokens written) a row

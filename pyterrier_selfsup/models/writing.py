@@ -28,7 +28,7 @@ applies it) and ``top_p`` (nucleus: the smallest set of tokens whose probability
 import logging
 from contextlib import contextmanager
 from contextvars import ContextVar
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import List, Optional, Sequence
 
 import numpy as np
@@ -104,12 +104,16 @@ class QueryWriter:
         """What the queries depend on besides the model (keys cached queries): their
         distribution, and what their draws depend on (the batch; the cache, whose arithmetic
         rounds differently under bf16)."""
-        shared = bool(self.preallocated_cache and WriterCache.layers_if_it_fits(self.generator.model.config))
+        shared = bool(self._shared_layers())
         return {'style': self.style, 'examples': self.examples, 'max_passage_length': self.max_passage_length,
                 'system': SYSTEM_PROMPT if self.style == 'chat' else None,
                 'instruction': INSTRUCTION if self.style == 'chat' else PLAIN_PROMPT,
                 'batch_size': self.batch_size, 'cache': 'shared prompt' if shared else 'dynamic',
                 'version': WRITER_VERSION}
+
+    def _shared_layers(self) -> Optional[int]:
+        """The decoder's number of layers if the writer writes into a :class:`WriterCache`, else None."""
+        return WriterCache.layers_if_it_fits(self.generator.model.config) if self.preallocated_cache else None
 
     # -- prompts ----------------------------------------------------------------------
 
@@ -186,8 +190,7 @@ class QueryWriter:
         ``max_new_tokens`` more, the next token's logits (fp32) and the attention mask. Into a
         :class:`WriterCache`, in forwards of at most ``prefill_tokens`` tokens (padding
         included; prompts given longest first), joined; into a ``DynamicCache``, in one."""
-        model = self.generator.model
-        layers = WriterCache.layers_if_it_fits(model.config) if self.preallocated_cache else None
+        layers = self._shared_layers()
         if not layers:
             return self._prefill(prompts, None)
         parts, start = [], 0
@@ -197,9 +200,7 @@ class QueryWriter:
             start += size
         if len(parts) == 1:
             return parts[0]
-        cache = WriterCache.joined([c for c, _, _ in parts], [m for _, _, m in parts])
-        width = max(m.shape[1] for _, _, m in parts)  # (padding on the right of a part's prompts: masked)
-        mask = torch.cat([torch.nn.functional.pad(m, (0, width - m.shape[1])) for _, _, m in parts])
+        cache, mask = WriterCache.joined([c for c, _, _ in parts], [m for _, _, m in parts])
         return cache, torch.cat([logits for _, logits, _ in parts]), mask
 
     def _prefill(self, prompts: List[List[int]], cache: Optional['WriterCache']):
@@ -218,12 +219,12 @@ class QueryWriter:
         to and with the token that ended it."""
         model, device = self.generator.model, self.generator.device
         cache, logits, mask = self.prefill(prompts, max_new_tokens)
-        if isinstance(cache, WriterCache):  # one prefill a prompt, read by each of its samples
+        own_cache = isinstance(cache, WriterCache)
+        if own_cache:  # one prefill a prompt, read by each of its samples
             cache.fork(n, mask.bool())
         elif n > 1:  # (DynamicCache: the prompt's cache copied to each sample)
             cache.batch_repeat_interleave(n)
         mask, logits = mask.repeat_interleave(n, 0), logits.repeat_interleave(n, 0)
-        own_cache = isinstance(cache, WriterCache)
         rows = mask.shape[0]
         written: List[List[int]] = [[] for _ in range(rows)]
         alive = torch.arange(rows, device=device)  # the rows still writing, in the cache's order
@@ -375,9 +376,10 @@ class WriterCache(DynamicCache):
         return text.num_hidden_layers if all(kind == 'full_attention' for kind in kinds) else None
 
     @classmethod
-    def joined(cls, caches: List['WriterCache'], masks: List[torch.Tensor]) -> 'WriterCache':
+    def joined(cls, caches: List['WriterCache'], masks: List[torch.Tensor]):
         """One cache holding the prompts of ``caches`` (each prefilled on its own; ``masks``:
-        their attention masks), each padded on the right to the longest (masked by :meth:`fork`)."""
+        their attention masks), each padded on the right to the longest, and their masks so
+        padded (what :meth:`fork` then reads)."""
         width = max(m.shape[1] for m in masks)
         joined = cls(len(caches[0].layers), caches[0].layers[0].reserve)
         for i, layer in enumerate(joined.layers):
@@ -387,7 +389,7 @@ class WriterCache(DynamicCache):
                                            for p in parts])
             layer.prompt_values = torch.cat([
                 torch.nn.functional.pad(p.prompt_values, (0, 0, 0, width - p.prompt_values.shape[-2])) for p in parts])
-        return joined
+        return joined, torch.cat([torch.nn.functional.pad(m, (0, width - m.shape[1])) for m in masks])
 
     def fork(self, n: int, prompt_mask: torch.Tensor) -> None:
         """``n`` samples of each prefilled prompt; ``prompt_mask`` (prompts, length): its
@@ -496,6 +498,16 @@ def chunked_prefill_attention(module, query, key, value, attention_mask, scaling
     return torch.cat(outs, 2).transpose(1, 2).contiguous(), None
 
 
+@lru_cache(maxsize=None)
+def _register_attention() -> None:
+    """The writer's attention functions, registered with transformers once (not at import)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    AttentionInterface.register(SHARED_PROMPT, shared_prompt_attention)
+    AttentionInterface.register(CHUNKED_PREFILL, chunked_prefill_attention)
+    AttentionMaskInterface.register(CHUNKED_PREFILL, sdpa_mask)  # (the decoding step's makes none)
+
+
 @contextmanager
 def writer_attention(model: torch.nn.Module, cache, prefill: bool):
     """Within it, ``model``'s attention is the writer's if ``cache`` is a :class:`WriterCache`:
@@ -504,11 +516,7 @@ def writer_attention(model: torch.nn.Module, cache, prefill: bool):
     if not isinstance(cache, WriterCache):
         yield
         return
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-    AttentionInterface.register(SHARED_PROMPT, shared_prompt_attention)
-    AttentionInterface.register(CHUNKED_PREFILL, chunked_prefill_attention)
-    AttentionMaskInterface.register(CHUNKED_PREFILL, sdpa_mask)  # (the decoding step's makes none)
+    _register_attention()
     before, token = model.config._attn_implementation, _WRITING.set(cache)
     model.config._attn_implementation = CHUNKED_PREFILL if prefill else SHARED_PROMPT
     try:
