@@ -530,10 +530,10 @@ def writer_attention(model: torch.nn.Module, cache, prefill: bool):
 def casts_kept(model: torch.nn.Module):
     """Within one autocast region, each weight is cast to the lower precision once, not at every
     use. Autocast keeps its casts only of leaf tensors that require grad (`cached_cast` in
-    torch's autocast_mode.cpp), and under inference mode not at all (torch 2.13, measured: a
-    frozen or not, every weight is cast again at every forward), so a frozen model's weights
-    were cast at every forward: for SmolLM2, 135M weights read and written at each of the ~30
-    one-token steps of a batch, ~50 ms a step on 2 cores. So for the region its floating-point
+    torch's autocast_mode.cpp), and under inference mode none at all (torch 2.13: every weight,
+    frozen or not, is cast again at every forward; a test counts the casts), so a frozen model's
+    weights were cast at every forward: for SmolLM2, 135M weights read and written at each of
+    the ~30 one-token steps of a batch. So for the region its floating-point
     weights are marked as requiring grad, and it runs under ``no_grad`` (inference mode off: no
     graph is recorded either way); the same casts, so the same numbers. Enter it inside the
     autocast region (``Generator.inference``) whose end clears the cache; every weight marked
