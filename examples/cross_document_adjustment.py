@@ -19,7 +19,7 @@ import pyterrier_selfsup as selfsup
 parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
 parser.add_argument('collection', nargs='?', default='classic/adi')
 parser.add_argument('--queries', type=int, default=500, help='corpus sentences to train on (at most)')
-parser.add_argument('--epochs', type=int, default=2, help='iterations, each re-retrieving the close documents')
+parser.add_argument('--epochs', type=int, default=selfsup.CrossDocumentAdjustmentSettings.epochs, help='iterations, each re-retrieving the close documents')
 parser.add_argument('--output-dir', default='runs/reatt')
 args = parser.parse_args()
 
@@ -28,9 +28,9 @@ bm25 = selfsup.BM25.from_collection(collection)
 generator = selfsup.Generator.from_pretrained(selfsup.SMOLLM2, gguf_file=selfsup.SMOLLM2_GGUF)
 
 torch.manual_seed(0)
-zero_shot = selfsup.ReAtt.from_pretrained(selfsup.MINILM, retrieval_layer=1, head=1, special_tokens=False)
-adapted = selfsup.ReAtt.from_pretrained(selfsup.MINILM, retrieval_layer=1, head=1, special_tokens=False)
-selfsup.CrossDocumentAdjustment(adapted, generator, collection, k=8, epochs=args.epochs,
+zero_shot = selfsup.ReAtt.from_pretrained(selfsup.MINILM, **selfsup.REATT_HEAD)  # MiniLM's retrieval head
+adapted = selfsup.ReAtt.from_pretrained(selfsup.MINILM, **selfsup.REATT_HEAD)
+selfsup.CrossDocumentAdjustment(adapted, generator, collection, epochs=args.epochs,
                                 output_dir=args.output_dir).fit(selfsup.corpus_sentences(collection, args.queries))
 
 table = pt.Experiment(

@@ -19,9 +19,10 @@ import pyterrier_selfsup as selfsup
 
 parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
 parser.add_argument('collection', nargs='?', default='classic/adi')
-parser.add_argument('--queries', type=int, default=2000, help='training queries to write (at most)')
+shipped = selfsup.DistillationSettings()  # the settings `selfsup run -p distill` trains with
+parser.add_argument('--queries', type=int, default=shipped.n_queries, help='training queries to write (at most)')
 parser.add_argument('--queries-from', choices=['sampled', 'sentences'], default='sampled')
-parser.add_argument('--rounds', type=int, default=5, help='epochs, each with the teacher re-ranking')
+parser.add_argument('--rounds', type=int, default=shipped.rounds, help='epochs, each with the teacher re-ranking')
 parser.add_argument('--output-dir', default='runs/distill')
 args = parser.parse_args()
 
@@ -41,9 +42,10 @@ def teacher(student):  # the student re-enters its teacher each round
 
 
 torch.manual_seed(0)
-distilled = selfsup.Distillation(selfsup.DualEncoder.from_pretrained(selfsup.MINILM), collection, teacher,
-                                 exclude_sources=args.queries_from == 'sentences', epochs=args.rounds,
-                                 stop_overlap=0.97, output_dir=args.output_dir).fit(queries)
+# the rest at the shipped settings: passage offsets, a verdict on a held-out tenth of the queries
+distilled = selfsup.Distillation(selfsup.DualEncoder.from_pretrained(selfsup.MINILM, precision=shipped.precision),
+                                 collection, teacher, exclude_sources=args.queries_from == 'sentences',
+                                 epochs=args.rounds, output_dir=args.output_dir).fit(queries)
 
 table = pt.Experiment([bm25, minilm, teacher(minilm), distilled], collection.topics(), collection.qrels(),
                       [nDCG @ 10], names=['BM25', 'MiniLM', 'teacher (BM25 + MiniLM)', 'MiniLM distilled'],

@@ -44,7 +44,7 @@ torch.manual_seed(0)
 trainer = {'rumbart': selfsup.Rumbart, 'acrobart': selfsup.Acrobart}[args.method]
 output_dir = args.output_dir or f'runs/{args.method}'
 adapted = trainer(selfsup.DualEncoder.from_pretrained(selfsup.MINILM), generator, collection, k=k,
-                  refresh_every=25, lr=2e-5, output_dir=output_dir, **batches)
+                  output_dir=output_dir, **batches)  # the rest at the shipped settings (selfsup list)
 adapted.fit(selfsup.corpus_sentences(collection, args.queries))
 
 table = pt.Experiment([bm25, minilm, adapted], collection.topics(), collection.qrels(), [nDCG @ 10],

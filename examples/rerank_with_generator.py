@@ -13,7 +13,7 @@ import pyterrier as pt
 from ir_measures import RR, nDCG
 
 import pyterrier_selfsup as selfsup
-from pyterrier_selfsup.models.generator import score_cache_dir
+from pyterrier_selfsup.models.score_cache import score_cache_dir
 
 parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
 parser.add_argument('collection', nargs='?', default='classic/adi')

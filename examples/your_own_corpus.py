@@ -23,7 +23,7 @@ parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
 parser.add_argument('docs')
 parser.add_argument('queries', nargs='?')
 parser.add_argument('--output-dir', default='runs/my-corpus')
-parser.add_argument('--rounds', type=int, default=5)
+parser.add_argument('--rounds', type=int, default=selfsup.DistillationSettings.rounds)
 parser.add_argument('--show', type=int, default=3, help='queries whose results are printed')
 args = parser.parse_args()
 
@@ -38,7 +38,7 @@ queries = (selfsup.given_topics(corpus.topics()) if args.queries
 torch.manual_seed(0)
 adapted = selfsup.Distillation(selfsup.DualEncoder.from_pretrained(selfsup.MINILM), corpus,
                                lambda student: selfsup.Fusion({'bm25': bm25, 'student': student}),
-                               exclude_sources=not args.queries, epochs=args.rounds, stop_overlap=0.97,
+                               exclude_sources=not args.queries, epochs=args.rounds,
                                output_dir=args.output_dir).fit(queries)
 
 topics = corpus.topics() if args.queries else pd.DataFrame({'qid': ['1'], 'query': [queries['query'].iloc[0]]})

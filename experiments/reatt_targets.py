@@ -30,7 +30,8 @@ from ir_measures import P, nDCG
 from pyterrier_selfsup import BM25, Collection
 from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.models.reading import attention_target
-from pyterrier_selfsup.models.generator import SMOLLM2, SMOLLM2_GGUF, load_generator, score_cache_dir
+from pyterrier_selfsup.models.generator import SMOLLM2, SMOLLM2_GGUF, load_generator
+from pyterrier_selfsup.models.score_cache import score_cache_dir
 
 RESULTS = Path(__file__).parent / 'results'
 N_QUERIES = 200

@@ -13,7 +13,8 @@ from pyterrier_selfsup.data.collections import Collection, UnknownCollectionErro
 from pyterrier_selfsup.data.queries import (Query, corpus_sentences, cropped_spans, folds, generated_queries,
                                             given_topics, query_log, sampled_queries)
 from pyterrier_selfsup.models.dual_encoder import DualEncoder, DualEncoderModel
-from pyterrier_selfsup.models.generator import QWEN, QWEN_GGUF, SMOLLM2, SMOLLM2_GGUF, Generator, ReconstructionScorer
+from pyterrier_selfsup.models.generator import QWEN, QWEN_GGUF, SMOLLM2, SMOLLM2_GGUF, Generator
+from pyterrier_selfsup.models.reranker import ReconstructionScorer
 from pyterrier_selfsup.models.offsets import PassageOffsets
 from pyterrier_selfsup.models.reatt import ReAtt
 from pyterrier_selfsup.models.reatt_t5 import ReAttT5
@@ -25,10 +26,23 @@ from pyterrier_selfsup.retrieval.token_index import ReAttIndex, reatt_index
 from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment
 from pyterrier_selfsup.training.distant import DistantSupervision, in_batch_loss
 from pyterrier_selfsup.training.distill import Distillation, listwise_kl, margin_mse
+from pyterrier_selfsup.training import loop as _loop
 from pyterrier_selfsup.training.loop import Trainer
 from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart, marginal_nll
+from pyterrier_selfsup.training.settings import (REATT_HEAD, AcrobartSettings, CrossDocumentAdjustmentSettings,
+                                                 DistantSupervisionSettings, DistillationSettings, RumbartSettings)
 
 __version__ = '0.1.0'
+
+
+def _draw_training_curve(*args, **kwargs):
+    """The training curve a trainer saves beside its log: the harness's figure, imported (with
+    matplotlib) when a trainer first draws one."""
+    from pyterrier_selfsup.harness.plots import plot_training_curve
+    plot_training_curve(*args, **kwargs)
+
+
+_loop.draw_curve = _draw_training_curve
 
 register_classic()  # classic/cisi and classic/adi, read from $SELFSUP_CLASSIC_DATA
 
@@ -52,5 +66,7 @@ __all__ = [
     'BM25', 'pisa_index', 'MINILM', 'DenseRetriever', 'flex_index', 'sbert_encoder', 'Fusion', 'ReAttIndex',
     'reatt_index',
     'Trainer', 'DistantSupervision', 'in_batch_loss', 'Distillation', 'listwise_kl', 'margin_mse', 'Rumbart', 'Acrobart', 'marginal_nll', 'CrossDocumentAdjustment',
+    'DistillationSettings', 'DistantSupervisionSettings', 'RumbartSettings', 'AcrobartSettings',
+    'CrossDocumentAdjustmentSettings', 'REATT_HEAD',
     'PIPELINES', 'PipelineSpec', 'register', 'CrossFold', 'run_experiment', 'write_results',
 ]

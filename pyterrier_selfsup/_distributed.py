@@ -10,8 +10,10 @@ chunks (:func:`my_chunks`, :func:`chunk_order`) and meets in one directory
 import itertools
 import os
 import pickle
+import shutil
 import tempfile
-from typing import Callable, Iterable, Iterator, Optional, Sequence, Tuple, TypeVar
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 T = TypeVar('T')
 
@@ -93,6 +95,35 @@ def chunk_order(sizes: Sequence[int], chunk: int) -> Iterator[Tuple[int, int, in
         if start >= sizes[rank]:
             return
         yield rank, start, min(start + chunk, sizes[rank])
+
+
+# documents a chunk when several processes share a corpus's encoding (chunk c to process c mod N):
+# small enough that a corpus of a few thousand passages splits evenly (scifact's 5,183 in
+# chunks of 4,096 left one process a fifth of the work), large enough to sort by length
+SHARD_CHUNK = 256
+
+
+def build_sharded(items: Iterable, shards: List[Path], encode: Callable[[Path, Iterator], None],
+                  join: Callable[[List[Path]], None], *, rank: int, world_size: int, chunk: int = SHARD_CHUNK):
+    """One build of ``items`` shared by the ``world_size`` processes of a torch.distributed group,
+    each calling this with its ``rank``: chunk c of ``chunk`` items is rank c mod ``world_size``'s
+    (:func:`my_chunks`); each rank runs ``encode(shards[rank], its items)``, writing its shard
+    (on a filesystem every rank sees), then rank 0 runs ``join(shards)``, putting them back in the
+    stream's order (:func:`chunk_order`), and removes them. A rank that fails (a full disk) fails
+    them all, rather than leaving them at a barrier. The dense index (retrieval/dense.py) and
+    ReAtt's token index (retrieval/token_index.py) are both built through it."""
+    mine = (item for part in my_chunks(items, chunk, rank, world_size) for item in part)
+
+    def joined():
+        if rank == 0:
+            try:
+                join(shards)
+            finally:
+                for shard in shards:
+                    shutil.rmtree(shard, ignore_errors=True)
+
+    all_or_none(lambda: encode(shards[rank], mine))
+    all_or_none(joined)
 
 
 def shared_temporary_directory(prefix: str) -> Tuple[str, Optional[tempfile.TemporaryDirectory]]:

@@ -89,3 +89,19 @@ def test_importing_the_package_runs_no_subprocess_and_leaves_the_harness_alone()
         'print("pyterrier_selfsup.harness.pipelines" in sys.modules)\n')
     out = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True, check=True).stdout
     assert out.splitlines()[-2:] == ['[] []', 'True']
+
+
+def test_nothing_below_the_harness_draws():
+    """Figures (matplotlib) are the harness's: a trainer's curve is drawn through the hook the
+    package sets (training.loop.draw_curve), not by the training layer."""
+    drawing = []
+    for path in PACKAGE.rglob('*.py'):
+        module = module_name(path)
+        if not module or layer(module) >= LAYERS.index('harness'):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ''] if isinstance(node, ast.ImportFrom) else []
+            drawing += [f'{module}: {name}' for name in names if name.split('.')[0] == 'matplotlib']
+    assert not drawing, drawing
+    assert {'training.loop', 'training.distill', 'models.generator'} <= set(GRAPH)  # (the walk found them)

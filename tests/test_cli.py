@@ -1,8 +1,11 @@
+import io
 import json
 import os
 import re
 import subprocess
 import sys
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -11,12 +14,56 @@ import pytest
 from tests.helpers import snapshot
 
 
-def selfsup(*args, cwd):
-    return subprocess.run([sys.executable, '-m', 'pyterrier_selfsup', *args], capture_output=True, text=True, cwd=cwd)
+def selfsup_process(*args, cwd, env=None) -> subprocess.CompletedProcess:
+    """``selfsup ARGS`` in a process of its own: what a user's shell runs (the smoke test, and
+    what only a fresh process shows: the libraries' own output, offline warnings)."""
+    return subprocess.run([sys.executable, '-m', 'pyterrier_selfsup', *args], capture_output=True, text=True, cwd=cwd,
+                          env=env)
+
+
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def selfsup(*args, cwd, env=None) -> Ran:
+    """``selfsup ARGS`` run in this process (``cli.main(argv)``) in ``cwd``, with ``env`` set
+    for the call: its exit status and what it printed, as a process would have, without a
+    process's start-up (seconds of imports and model loads a call). The libraries' own
+    progress bars, which the CLI turns off off a terminal, are turned back on after it."""
+    from huggingface_hub.utils import enable_progress_bars
+    from transformers.utils import logging as transformers_logging
+
+    from pyterrier_selfsup.data.classic import CLASSIC_DATA_ENV
+    from pyterrier_selfsup.harness import cli
+    saved = {name: os.environ.get(name) for name in {CLASSIC_DATA_ENV, *(env or {})}}
+    here = os.getcwd()
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        os.environ.update(env or {})
+        os.chdir(cwd)
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = cli.main([str(a) for a in args])
+            except SystemExit as exit:  # (argparse's errors)
+                code = exit.code if isinstance(exit.code, int) else 1
+    finally:
+        os.chdir(here)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        enable_progress_bars()
+        transformers_logging.enable_progress_bar()
+    return Ran(code, out.getvalue(), err.getvalue())
 
 
 def test_run_writes_results_with_header(tmp_path, cache_dir):
-    proc = selfsup('run', '-c', 'classic/adi', '-p', 'bm25', 'minilm', '--save', 'adi',
+    # the smoke test: a process of its own, as a user's shell runs it
+    proc = selfsup_process('run', '-c', 'classic/adi', '-p', 'bm25', 'minilm', '--save', 'adi',
                    '--results-dir', str(tmp_path / 'results'), '--cache-dir', str(cache_dir), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert re.search(r'\| bm25 \| 0\.4855 \| 0\.8144 \| 0\.6427 \|', proc.stdout)
@@ -160,8 +207,7 @@ def test_any_smart_collection_in_the_data_directory_is_named_on_the_command_line
                    '--cache-dir', str(tmp_path / 'cache'), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert re.search(r'\| bm25 \| 1\.0000 \|', proc.stdout)  # each query finds its one relevant document
-    listed = subprocess.run([sys.executable, '-m', 'pyterrier_selfsup', 'list'], capture_output=True, text=True,
-                            env={**os.environ, 'SELFSUP_CLASSIC_DATA': str(data)}).stdout
+    listed = selfsup('list', cwd=tmp_path, env={'SELFSUP_CLASSIC_DATA': str(data)}).stdout
     assert 'collection classic/toy' in listed
     missing = selfsup('run', '-c', 'classic/nope', '-p', 'bm25', '--classic-data', str(data), cwd=tmp_path)
     assert missing.returncode == 2 and "unknown collection 'classic/nope'" in missing.stderr
@@ -222,7 +268,5 @@ def test_train_runs_on_two_processes_under_torchrun(tmp_path, cache_dir, tiny_di
     again = selfsup('train', ds, '-c', 'classic/adi', '--cache-dir', str(cache_dir), cwd=tmp_path)
     assert again.returncode == 0 and str(final) in again.stdout
     # only training runs on several processes
-    env = {**os.environ, 'WORLD_SIZE': '2'}
-    refused = subprocess.run([sys.executable, '-m', 'pyterrier_selfsup', 'run', '-c', 'classic/adi', '-p', 'bm25'],
-                             capture_output=True, text=True, cwd=tmp_path, env=env)
+    refused = selfsup('run', '-c', 'classic/adi', '-p', 'bm25', cwd=tmp_path, env={'WORLD_SIZE': '2'})
     assert refused.returncode == 2 and 'only `selfsup train` runs on several processes' in refused.stderr

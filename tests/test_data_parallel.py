@@ -36,32 +36,47 @@ def _trainer(method: str, tiny_dir: str, generator_dir: str, cache_dir: str, out
     return trainer
 
 
-def _fit(method, tiny_dir, generator_dir, cache_dir, output_dir, rank=0, world_size=1, store=''):
+def _fit(method, tiny_dir, generator_dir, cache_dir, output_dir):
+    """``method`` trained in this process alone: what the two processes must reproduce."""
+    return _trainer(method, tiny_dir, generator_dir, cache_dir, output_dir).fit(Collection('classic/adi').topics())
+
+
+METHODS = ['rumbart', 'acrobart', 'adjustment']
+
+
+def _spawned_runs(rank, tiny_dir, generator_dir, base, store):
+    """Each method's two-process run as ``rank`` of one process group, one after another (one
+    group's start-up for the three), each with its own cache and output."""
     import torch.distributed as dist
-    if world_size > 1:
-        torch.set_num_threads(1)
-        dist.init_process_group('gloo', init_method=f'file://{store}', rank=rank, world_size=world_size)
+    torch.set_num_threads(1)
+    dist.init_process_group('gloo', init_method=f'file://{store}', rank=rank, world_size=2)
     try:
-        return _trainer(method, tiny_dir, generator_dir, cache_dir, output_dir).fit(Collection('classic/adi').topics())
+        for method in METHODS:
+            _trainer(method, tiny_dir, generator_dir, f'{base}/cache-two-{method}', f'{base}/two-{method}').fit(
+                Collection('classic/adi').topics())
     finally:
-        if world_size > 1:
-            dist.destroy_process_group()
+        dist.destroy_process_group()
 
 
-def _spawned(rank, *args):
-    _fit(*args[:-1], rank=rank, world_size=2, store=args[-1])
+@pytest.fixture(scope='module')
+def two_process_runs(tiny_dir, tiny_generator_dir, tmp_path_factory):
+    """Where each method's run on two processes put its cache (``cache-two-<method>``) and its
+    model and log (``two-<method>``)."""
+    base = tmp_path_factory.mktemp('two-processes')
+    mp.spawn(_spawned_runs, args=(str(tiny_dir), str(tiny_generator_dir['llama']), str(base), str(base / 'store')),
+             nprocs=2)
+    return base
 
 
-@pytest.mark.parametrize('method', ['rumbart', 'acrobart', 'adjustment'])
-def test_two_processes_train_as_one(tiny_dir, tiny_generator_dir, tmp_path, method):
+@pytest.mark.parametrize('method', METHODS)
+def test_two_processes_train_as_one(tiny_dir, tiny_generator_dir, tmp_path, two_process_runs, method):
     args = (method, str(tiny_dir), str(tiny_generator_dir['llama']))
     one = _fit(*args, str(tmp_path / 'cache-one'), str(tmp_path / 'one'))
-    mp.spawn(_spawned, args=(*args, str(tmp_path / 'cache-two'), str(tmp_path / 'two'), str(tmp_path / 'store')),
-             nprocs=2)
+    ran = two_process_runs / f'two-{method}'
     if method == 'adjustment':
-        two = ReAtt.from_pretrained(str(tmp_path / 'two' / 'final'), device='cpu', precision='fp32').model
+        two = ReAtt.from_pretrained(str(ran / 'final'), device='cpu', precision='fp32').model
     else:
-        two = DualEncoder.from_pretrained(str(tmp_path / 'two' / 'final'), device='cpu', precision='fp32').model
+        two = DualEncoder.from_pretrained(str(ran / 'final'), device='cpu', precision='fp32').model
     one_model = one.model.model
     start = _trainer(*args, str(tmp_path / 'cache-one'), str(tmp_path / 'unused')).model.model
     # trained (moved from the start by more than the noise tolerated below), and alike
@@ -72,17 +87,17 @@ def test_two_processes_train_as_one(tiny_dir, tiny_generator_dir, tmp_path, meth
             # its gradient is rounding noise, which Adam scales up to steps of about lr
             continue
         torch.testing.assert_close(a, b, rtol=1e-3, atol=5e-4, msg=lambda m: f'{name}: {m}')
-    logged = [json.loads(line) for line in (tmp_path / 'two' / 'training_log.jsonl').read_text().splitlines()]
+    logged = [json.loads(line) for line in (ran / 'training_log.jsonl').read_text().splitlines()]
     np.testing.assert_allclose([r['loss'] for r in logged if 'loss' in r],
                                [r['loss'] for r in one.log if 'loss' in r], rtol=1e-4)
     if method == 'acrobart':  # a parameter of the method's own, summed like the model's
-        beta = torch.load(tmp_path / 'two' / 'final' / 'acrobart.pt')['beta']
+        beta = torch.load(ran / 'final' / 'acrobart.pt')['beta']
         torch.testing.assert_close(beta, one.beta.detach(), rtol=1e-3, atol=5e-4)
     if method != 'acrobart':  # the two processes scored the teacher's pairs between them, none twice
         import sqlite3
         counts = []
-        for run in ('cache-one', 'cache-two'):
-            db, = (tmp_path / run / 'generator-scores').glob('*/db.sqlite3')
+        for cache in (tmp_path / 'cache-one', two_process_runs / f'cache-two-{method}'):
+            db, = (cache / 'generator-scores').glob('*/db.sqlite3')
             counts.append(sqlite3.connect(db).execute('SELECT COUNT(*) FROM cache').fetchone()[0])
         assert counts[0] == counts[1] > 0
     if method == 'rumbart':

@@ -15,6 +15,10 @@ from pyterrier_selfsup.training.distill import Distillation, listwise_kl, margin
 
 from tests.helpers import central_difference, stopped_at_step
 
+# these tests pin the trainer as it was before passage offsets and the verdict became its defaults (the
+# shipped settings, pyterrier_selfsup.training.settings): their numbers were measured without them
+BEFORE_OFFSETS = dict(passage_offsets=None, verdict_share=0.0)
+
 
 class Frame(pt.Transformer):
     """A first stage that returns a fixed result frame for the queries asked."""
@@ -134,7 +138,7 @@ def test_round_trip_filter_keeps_and_drops_planted_queries(tiny_encoder, cache_d
         'query': [words[0], words[1], words[2], words[3]],
         'source_docno': [docnos[0], docnos[1], docnos[3], docnos[2]]})
     trainer = Distillation(tiny_encoder(max_length=64), coll, _teacher(coll, cache_dir), exclude_sources=False,
-                           filter_depth=1, cache_dir=cache_dir, verbose=False)
+                           filter_depth=1, **BEFORE_OFFSETS, cache_dir=cache_dir, verbose=False)
     kept = trainer.examples(topics)
     assert [q.qid for q in kept] == ['own-0', 'own-1']
     assert all(not q.excluded for q in kept)  # a query written for its passage may retrieve it
@@ -142,7 +146,8 @@ def test_round_trip_filter_keeps_and_drops_planted_queries(tiny_encoder, cache_d
 
 
 def _distill(encoder, coll, cache_dir, **kwargs):
-    settings = dict(depth=10, batch_size=8, lr=3e-4, epochs=3, seed=0, cache_dir=cache_dir, verbose=False)
+    settings = dict(depth=10, batch_size=8, lr=3e-4, epochs=3, seed=0, **BEFORE_OFFSETS, cache_dir=cache_dir,
+                    verbose=False)
     return Distillation(encoder, coll, _teacher(coll, cache_dir), **{**settings, **kwargs})
 
 
@@ -227,7 +232,8 @@ def test_the_student_learns_a_fixed_teacher(tiny_encoder, cache_dir, loss, train
     coll = Collection('classic/adi')
     bm25 = Fusion({'bm25': BM25.from_collection(coll, num_results=100, cache_dir=cache_dir)})
     trainer = Distillation(tiny_encoder(max_length=64), coll, bm25, depth=10, batch_size=7, lr=1e-2, epochs=6,
-                           loss=loss, train_passages=train_passages, cache_dir=cache_dir, verbose=False)
+                           loss=loss, train_passages=train_passages, **BEFORE_OFFSETS, cache_dir=cache_dir,
+                           verbose=False)
     start = tiny_encoder(max_length=64)
     trainer.fit(coll.topics())
     # both towers train (tied), or the passage tower stays the start's
@@ -290,7 +296,7 @@ def test_exported_model_loads_in_sentence_transformers(tmp_path, cache_dir):
     coll = Collection('classic/adi')
     encoder = DualEncoder.from_pretrained(MINILM, precision='fp32')
     trainer = Distillation(encoder, coll, _teacher(coll, cache_dir), depth=10, batch_size=16, lr=1e-4, epochs=1,
-                           output_dir=tmp_path / 'run', cache_dir=cache_dir, verbose=False)
+                           **BEFORE_OFFSETS, output_dir=tmp_path / 'run', cache_dir=cache_dir, verbose=False)
     trainer.fit(coll.topics())
     final = tmp_path / 'run' / 'final'
     model = SentenceTransformer(str(final), device='cpu')
@@ -326,61 +332,91 @@ def test_teacher_with_the_generator_scores_only_its_fused_top_and_caches(tiny_ge
 
 def _fit_fixed_teacher(tiny_dir: str, cache_dir: str, output_dir: str, loss: str, train_passages: bool,
                        rank: int = 0, world_size: int = 1, store: str = '', stop_at: int = 0):
-    """Distillation of BM25 into the tiny encoder on ADI, in one process or as ``rank`` of
-    ``world_size`` (gloo), resuming from the last checkpoint in ``output_dir`` if there is
-    one; dropout off, so that one process and several can agree exactly. ``stop_at``: every
-    process is interrupted in its ``stop_at``-th loss (torchrun stops the whole group when
-    one process fails)."""
-    from pyterrier_selfsup.training.loop import fit_resumably
+    """Distillation of BM25 into the tiny encoder on ADI (:func:`_distil_fixed_teacher`), in one
+    process or as ``rank`` of ``world_size`` (gloo)."""
     import torch.distributed as dist
     if world_size > 1:
         torch.set_num_threads(1)
         dist.init_process_group('gloo', init_method=f'file://{store}', rank=rank, world_size=world_size)
     try:
-        torch.manual_seed(0)
-        encoder = DualEncoder.from_pretrained(tiny_dir, dim=16, pooling='mean', device='cpu', precision='fp32',
-                                              max_length=64)
-        coll = Collection('classic/adi')
-        common = dict(batch_size=7, lr=1e-2, epochs=2, output_dir=output_dir, checkpoint_every='epoch',
-                      cache_dir=cache_dir, verbose=False)
-        if loss == 'ds':  # distant supervision: BM25's top 1 the positive, the batch's the negatives
-            from pyterrier_selfsup.training.distant import DistantSupervision
-            trainer = DistantSupervision(encoder, coll, **common)
-        else:
-            bm25 = Fusion({'bm25': BM25.from_collection(coll, num_results=100, cache_dir=cache_dir)})
-            trainer = Distillation(encoder, coll, bm25, depth=10, loss=loss, train_passages=train_passages,
-                                   **common)
-        trainer.train_mode = lambda on: encoder.train_mode(False)  # no dropout: the masks differ with the split
-        if stop_at:
-            loss_of, calls = trainer.loss, []
-
-            def interrupted(batch, rng):
-                calls.append(1)
-                if len(calls) == stop_at:
-                    raise KeyboardInterrupt
-                return loss_of(batch, rng)
-            trainer.loss = interrupted
-            try:
-                fit_resumably(trainer, coll.topics())
-            except KeyboardInterrupt:
-                return None
-        return fit_resumably(trainer, coll.topics())
+        return _distil_fixed_teacher(tiny_dir, cache_dir, output_dir, loss, train_passages, stop_at)
     finally:
         if world_size > 1:
             dist.destroy_process_group()
 
 
-@pytest.mark.parametrize('loss, train_passages', [('kl', False), ('margin_mse', True), ('ds', True)])
-def test_two_processes_train_as_one(tiny_dir, cache_dir, tmp_path, loss, train_passages):
+def _distil_fixed_teacher(tiny_dir: str, cache_dir: str, output_dir: str, loss: str, train_passages: bool,
+                          stop_at: int = 0):
+    """Distillation of BM25 into the tiny encoder on ADI, in this process (or as its rank of
+    the process group it is in), resuming from the last checkpoint in ``output_dir`` if there
+    is one; dropout off, so that one process and several can agree exactly. ``stop_at``: every
+    process is interrupted in its ``stop_at``-th loss (torchrun stops the whole group when
+    one process fails)."""
+    from pyterrier_selfsup.training.loop import fit_resumably
+    torch.manual_seed(0)
+    encoder = DualEncoder.from_pretrained(tiny_dir, dim=16, pooling='mean', device='cpu', precision='fp32',
+                                          max_length=64)
+    coll = Collection('classic/adi')
+    common = dict(batch_size=7, lr=1e-2, epochs=2, output_dir=output_dir, checkpoint_every='epoch',
+                  cache_dir=cache_dir, verbose=False)
+    if loss == 'ds':  # distant supervision: BM25's top 1 the positive, the batch's the negatives
+        from pyterrier_selfsup.training.distant import DistantSupervision
+        trainer = DistantSupervision(encoder, coll, **common)
+    else:
+        bm25 = Fusion({'bm25': BM25.from_collection(coll, num_results=100, cache_dir=cache_dir)})
+        trainer = Distillation(encoder, coll, bm25, depth=10, loss=loss, train_passages=train_passages,
+                               **BEFORE_OFFSETS, **common)
+    trainer.train_mode = lambda on: encoder.train_mode(False)  # no dropout: the masks differ with the split
+    if stop_at:
+        loss_of, calls = trainer.loss, []
+
+        def interrupted(batch, rng):
+            calls.append(1)
+            if len(calls) == stop_at:
+                raise KeyboardInterrupt
+            return loss_of(batch, rng)
+        trainer.loss = interrupted
+        try:
+            fit_resumably(trainer, coll.topics())
+        except KeyboardInterrupt:
+            return None
+    return fit_resumably(trainer, coll.topics())
+
+
+TWO_PROCESS_RUNS = [('kl', False), ('margin_mse', True), ('ds', True)]
+
+
+def _spawned_runs(rank, tiny_dir, cache_dir, base, store):
+    """Every run of TWO_PROCESS_RUNS as ``rank`` of one process group, one after another (one
+    group's start-up for the three)."""
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group('gloo', init_method=f'file://{store}', rank=rank, world_size=2)
+    try:
+        for loss, train_passages in TWO_PROCESS_RUNS:
+            _distil_fixed_teacher(tiny_dir, cache_dir, f'{base}/two-{loss}', loss, train_passages)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope='module')
+def two_process_runs(tiny_dir, cache_dir, tmp_path_factory):
+    """Where each of TWO_PROCESS_RUNS trained on two processes put its model and log."""
+    import torch.multiprocessing as mp
+    base = tmp_path_factory.mktemp('two-processes')
+    # 35 queries in batches of 7: rank 0 computes rows 0, 2, 4, 6 of each batch, rank 1 rows 1, 3, 5
+    mp.spawn(_spawned_runs, args=(str(tiny_dir), str(cache_dir), str(base), str(base / 'store')), nprocs=2)
+    return base
+
+
+@pytest.mark.parametrize('loss, train_passages', TWO_PROCESS_RUNS)
+def test_two_processes_train_as_one(tiny_dir, cache_dir, tmp_path, two_process_runs, loss, train_passages):
     import json
 
-    import torch.multiprocessing as mp
     one = _fit_fixed_teacher(str(tiny_dir), str(cache_dir), str(tmp_path / 'one'), loss, train_passages)
     one_encoder = one.encoder if loss != 'ds' else one.model
-    # 35 queries in batches of 7: rank 0 computes rows 0, 2, 4, 6 of each batch, rank 1 rows 1, 3, 5
-    mp.spawn(_spawned, args=(str(tiny_dir), str(cache_dir), str(tmp_path / 'two'), loss, train_passages,
-                             str(tmp_path / 'store')), nprocs=2)
-    two = DualEncoder.from_pretrained(str(tmp_path / 'two' / 'final'), device='cpu', precision='fp32')
+    ran = two_process_runs / f'two-{loss}'
+    two = DualEncoder.from_pretrained(str(ran / 'final'), device='cpu', precision='fp32')
     for a, b in zip(one_encoder.model.parameters(), two.model.parameters()):
         # Adam scales a near-zero gradient component up to a step of about lr (1e-2), so the
         # floating-point noise of 1 against 2 threads shows as up to ~1e-4 after 10 steps; a
@@ -392,10 +428,10 @@ def test_two_processes_train_as_one(tiny_dir, cache_dir, tmp_path, loss, train_p
     assert max((a - b).abs().max().item() for a, b in
                zip(one_encoder.model.parameters(), start.model.parameters())) > 1e-3
     # the log (rank 0's, with the summed loss) matches one process's, step by step
-    logged = [json.loads(line) for line in (tmp_path / 'two' / 'training_log.jsonl').read_text().splitlines()]
+    logged = [json.loads(line) for line in (ran / 'training_log.jsonl').read_text().splitlines()]
     np.testing.assert_allclose([r['loss'] for r in logged if 'loss' in r],
                                [r['loss'] for r in one.log if 'loss' in r], rtol=1e-4)
-    assert not list((tmp_path / 'two').glob('*.tmp'))
+    assert not list(ran.glob('*.tmp'))
 
 
 def _spawned(rank, tiny_dir, cache_dir, output_dir, loss, train_passages, store, stop_at=0):

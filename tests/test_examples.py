@@ -78,7 +78,7 @@ def test_distillation(run_example, tmp_path):
 def test_rerank_with_generator(run_example):
     import sqlite3
 
-    from pyterrier_selfsup.models.generator import SCORE_DB
+    from pyterrier_selfsup.models.score_cache import SCORE_DB
     ran = run_example('rerank_with_generator.py', ADI, '--depth', 5)
     # the same five documents a query, reordered
     assert nDCG10(ran['table'], 'BM25') != nDCG10(ran['table'], 'BM25 top 5 >> SmolLM2 log p(q|d)')

@@ -71,7 +71,7 @@ PISA_CHILD = textwrap.dedent('''
     from pyterrier_selfsup import BM25, Collection, _cache
     cache, phase = sys.argv[1], sys.argv[2]
     if phase == 'abort':  # an estimate that was too low: the engine itself meets the full disk
-        _cache._check_space = lambda *args: None
+        _cache.builds._check_space = lambda *args: None
     try:
         results = BM25.from_collection('cranfield', cache_dir=cache)(Collection('cranfield').topics())
     except _cache.CacheError as error:
@@ -125,7 +125,7 @@ FLEX_CHILD = textwrap.dedent('''
     from pyterrier_selfsup.models.dual_encoder import DualEncoder
     from pyterrier_selfsup.retrieval.dense import DenseRetriever, flex_index
     cache, phase = sys.argv[1], sys.argv[2]
-    _cache._check_space = lambda *args: None  # (the estimate is exact here: let the write meet the full disk)
+    _cache.builds._check_space = lambda *args: None  # (the estimate is exact here: let the write meet the full disk)
     encoder = DualEncoder.from_pretrained(MINILM, precision='fp32')
     try:
         index = flex_index('classic/adi', encoder, cache_dir=cache)
@@ -173,7 +173,7 @@ SHARDED_REFRESH_CHILD = textwrap.dedent('''
         dist.init_process_group('gloo', init_method=f'file://{store}', rank=rank, world_size=2,
                                 timeout=timedelta(seconds=120))
         if phase == 'full':  # an estimate that was too low: rank 0's merge meets the full disk
-            _cache.check_space = lambda *args: None
+            _cache.builds.check_space = lambda *args: None
         encoder = DualEncoder.from_pretrained(MINILM, precision='fp32')
         try:
             index, tmp = dense.fresh_index(Collection('classic/adi'), encoder)
@@ -493,7 +493,8 @@ def counted(gen, monkeypatch):
 @pytest.mark.parametrize('damage', ['garbled header', 'truncated', 'garbled page'])
 def test_a_damaged_score_cache_is_set_aside_and_only_its_damaged_part_scored_again(scoring, tmp_path, caplog,
                                                                                 monkeypatch, damage):
-    from pyterrier_selfsup.models.generator import SCORE_DB, ReconstructionScorer
+    from pyterrier_selfsup.models.reranker import ReconstructionScorer
+    from pyterrier_selfsup.models.score_cache import SCORE_DB
     gen, pairs, reference = scoring
     path = tmp_path / 'scores'
     ReconstructionScorer(gen, cache=path)(pairs)
@@ -520,7 +521,7 @@ def test_a_damaged_score_cache_is_set_aside_and_only_its_damaged_part_scored_aga
 
 
 def test_a_full_disk_while_scoring_keeps_what_was_committed(scoring, tmp_path, monkeypatch):
-    from pyterrier_selfsup.models.generator import ReconstructionScorer
+    from pyterrier_selfsup.models.reranker import ReconstructionScorer
     gen, pairs, reference = scoring
     path = tmp_path / 'scores'
     scorer = ReconstructionScorer(gen, cache=path)

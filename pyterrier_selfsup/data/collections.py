@@ -38,6 +38,13 @@ class Collection:
         self.dataset = pt.get_dataset(f'irds:{name}')
 
     @classmethod
+    def of(cls, collection: Union[str, 'Collection']) -> 'Collection':
+        """The collection ``collection`` names (an ir_datasets id, ``classic/<name>``,
+        ``local/...``), or ``collection`` itself: what every function that takes either
+        works on."""
+        return cls(collection) if isinstance(collection, str) else collection
+
+    @classmethod
     def from_files(cls, docs: Union[str, Path], queries: Optional[Union[str, Path]] = None, *,
                    name: Optional[str] = None) -> 'Collection':
         """A corpus of your own: documents from a JSON lines, CSV or TSV file (``docno``,

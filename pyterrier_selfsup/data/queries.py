@@ -260,8 +260,14 @@ def generated_queries(collection: Collection, generator, n: int, *, seed: int = 
 MAX_PER_PASSAGE = 10  # a small corpus gets more samples a passage, up to this: beyond it they repeat
 
 
-def sampled_queries(collection: Collection, generator, n: int, *, per_passage: int = 3, seed: int = 0,
-                    max_new_tokens: int = 32, temperature: float = 1.0, top_p: float = 0.95, style: str = 'plain',
+# how the writer samples by default (``queries=sampled`` and :func:`sampled_queries`): nucleus
+# sampling, several queries a passage (GPL: 3)
+SAMPLING = dict(per_passage=3, temperature=1.0, top_p=0.95)
+
+
+def sampled_queries(collection: Collection, generator, n: int, *, per_passage: int = SAMPLING['per_passage'],
+                    seed: int = 0, max_new_tokens: int = 32, temperature: float = SAMPLING['temperature'],
+                    top_p: float = SAMPLING['top_p'], style: str = 'plain',
                     examples: Sequence[str] = ()) -> pd.DataFrame:
     """About ``n`` queries written by ``generator`` with nucleus sampling, ``per_passage`` for
     each of ⌈n / per_passage⌉ passages drawn uniformly at random (GPL writes 3 a passage);

@@ -18,6 +18,7 @@ Markdown table and the CSV.
 """
 import re
 import textwrap
+from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -242,3 +243,44 @@ def _win_tie_loss(ax, per_query, collection, names, measure, first):
     ax.set_xlabel(f'queries against the baseline ({measure})', fontsize=8)
     ax.tick_params(axis='x', labelsize=7)
     ax.legend(fontsize=6, loc='lower center', bbox_to_anchor=(0.5, 1.0), ncol=3, frameon=False)
+
+
+# what a method's marker records mean, for the curve's legend
+MARKER_LABELS = {'refresh seconds': 'index refreshed', 'retrieval seconds': 'close documents re-retrieved',
+                 'round': 'teacher round starts'}
+
+
+def plot_training_curve(log: List[Dict], path: Path, title: str = '', *, key: str = 'loss', ylabel: str = 'loss',
+                        marker: Optional[str] = None, subtitle: str = ''):
+    """``key`` of the log per optimiser step (and a running mean), a vertical line at each
+    record that has ``marker``, and validation nDCG@10 where the log has it; ``subtitle``:
+    the run's settings, wrapped under the title."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    steps = [r['step'] for r in log if key in r]
+    losses = [r[key] for r in log if key in r]
+    fig, ax = plt.subplots(figsize=(7, 4.4), layout='constrained')
+    ax.plot(steps, losses, alpha=0.35, label=f'{ylabel}, each step')
+    if len(losses) >= 10:
+        w = max(5, len(losses) // 20)
+        ax.plot(steps[w - 1:], np.convolve(losses, np.ones(w) / w, mode='valid'), label=f'mean of {w} steps')
+    marked = [r['step'] for r in log if marker is not None and marker in r]
+    for i, step in enumerate(marked):
+        ax.axvline(step, color='grey', lw=0.6, ls=':', label=MARKER_LABELS.get(marker, marker) if i == 0 else None)
+    ax.set_xlabel('optimiser step')
+    ax.set_ylabel(ylabel)
+    handles, labels = ax.get_legend_handles_labels()
+    validation = [(r['step'], r['validation nDCG@10']) for r in log if 'validation nDCG@10' in r]
+    if validation:
+        ax2 = ax.twinx()
+        ax2.plot(*zip(*validation), 'o-', color='C2', label='validation nDCG@10')
+        ax2.set_ylabel('validation nDCG@10')
+        more_handles, more_labels = ax2.get_legend_handles_labels()
+        handles, labels = handles + more_handles, labels + more_labels
+    ax.set_title('\n'.join([title] + textwrap.wrap(subtitle, 90)), fontsize=10)
+    # below the axes, so that it never covers the curve
+    fig.legend(handles, labels, loc='outside lower center', ncol=min(4, len(labels)), fontsize=8, frameon=False)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

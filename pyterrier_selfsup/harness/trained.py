@@ -34,6 +34,9 @@ from pyterrier_selfsup.training.distant import DistantSupervision
 from pyterrier_selfsup.training.distill import Distillation
 from pyterrier_selfsup.training.loop import Trainer, fit_resumably
 from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart
+from pyterrier_selfsup.training.settings import (ADDED_SETTINGS, REATT_HEAD, SAMPLING, SETTINGS,  # noqa: F401
+                                                 CrossDocumentAdjustmentSettings, DistantSupervisionSettings,
+                                                 DistillationSettings, ReconstructionSettings)
 
 SEARCH_SETTINGS = frozenset({'num_results', 'candidate_tokens', 'nprobe', 'rescore', 'bm25_weight', 'hybrid_depth',
                              'search', 'backend'})
@@ -67,11 +70,6 @@ def training_settings(method: str, settings: dict) -> dict:
     return {**DEFAULTS[method], **{name: value for name, value in settings.items() if name not in SEARCH_SETTINGS}}
 
 
-# settings a method gained after models were trained with it, and the value that trains as before: left
-# out of the model's key at that value, so that those models are still found
-ADDED_SETTINGS = {'distill': {'passage_layers': None, 'source_share': 0.0}}
-
-
 def model_dir(collection: Collection, method: str, settings: dict, cache_dir=None) -> Path:
     """Where the model of ``method`` trained with ``settings`` lives (``final/``,
     ``training_log.jsonl``, ``training_curve.png``; while it trains, ``<dir>.partial``)."""
@@ -79,7 +77,7 @@ def model_dir(collection: Collection, method: str, settings: dict, cache_dir=Non
     for name in ('queries', 'query_examples'):  # a query log: its contents, wherever it lies
         if query_file(key.get(name)):
             key[name] = f'file-{content_hash(key[name])}'
-    for name, default in ADDED_SETTINGS.get(method, {}).items():  # models trained before it keep their key
+    for name, default in ADDED_SETTINGS.get(method, {}).items():  # LEGACY_KEYS['distill settings added']
         if key.get(name) == default:
             key.pop(name)
     if key.get('queries') == 'sampled':  # the writer's queries: models trained on an earlier writer's are not found
@@ -97,11 +95,12 @@ def train(collection: Union[str, Collection], method: str, settings: dict, *, ca
     ``settings`` (the rest at :data:`DEFAULTS`): trained on first use (resuming an
     interrupted run), then reused."""
     settings = training_settings(method, settings)
-    collection = Collection(collection) if isinstance(collection, str) else collection
+    collection = Collection.of(collection)
 
     def build(staging: Path):
-        trainer, topics = METHODS[method](collection, settings, output_dir=staging, cache_dir=cache_dir,
-                                          verbose=verbose)
+        typed = SETTINGS[method](**{name: value for name, value in settings.items() if name != 'fold'})
+        trainer, topics = METHODS[method](collection, typed, fold=settings.get('fold'), output_dir=staging,
+                                          cache_dir=cache_dir, verbose=verbose)
         fit_resumably(trainer, topics)
 
     # under torch.distributed (torchrun) every process trains, together; a damaged model is
@@ -227,69 +226,71 @@ def _topics_damage(path: Path) -> Optional[str]:
 
 Setup = Callable[..., Tuple[Trainer, pd.DataFrame]]
 
-def _distant_supervision(collection: Collection, s: dict, *, output_dir: Path, cache_dir=None,
-                         verbose: bool = False) -> Tuple[Trainer, pd.DataFrame]:
+def _distant_supervision(collection: Collection, s: DistantSupervisionSettings, *, fold: Optional[int] = None,
+                         output_dir: Path, cache_dir=None, verbose: bool = False) -> Tuple[Trainer, pd.DataFrame]:
     # generated queries are the same ones RUMBArt trains on (SmolLM2, its default settings)
-    topics = training_topics(collection, s['queries'], s['n_queries'], seed=s['seed'], generator='smollm2',
-                             cache_dir=cache_dir, fold=s.get('fold'))
-    torch.manual_seed(s['seed'])
-    encoder = DualEncoder.from_pretrained(s['model_name'], dim=s['dim'])
-    return DistantSupervision(encoder, collection, negatives=s['negatives'], batch_size=s['batch_size'],
-                              epochs=s['epochs'], lr=s['lr'], output_dir=output_dir, seed=s['seed'],
+    topics = training_topics(collection, s.queries, s.n_queries, seed=s.seed, generator='smollm2',
+                             cache_dir=cache_dir, fold=fold)
+    torch.manual_seed(s.seed)
+    encoder = DualEncoder.from_pretrained(s.model_name, dim=s.dim)
+    return DistantSupervision(encoder, collection, negatives=s.negatives, batch_size=s.batch_size,
+                              epochs=s.epochs, lr=s.lr, output_dir=output_dir, seed=s.seed,
                               cache_dir=cache_dir, verbose=verbose), topics
 
 
 CHECKPOINT_EVERY = 25  # steps, for a frozen passage tower with no refresh period to set it
 
 
-def start_model(collection: Collection, settings: dict, cache_dir=None, verbose: bool = False) -> str:
+def start_model(collection: Collection, settings: ReconstructionSettings, cache_dir=None, verbose: bool = False) -> str:
     """What a RUMBArt or ACROBArT run starts from: all-MiniLM-L6-v2 (``start='minilm'``),
     the ds pipeline's model trained on the same queries (``start='ds'``, trained first if
     it is not yet), or a path."""
-    start = settings['start']
+    start = settings.start
     if start == 'ds':
-        ds = dict(queries=settings['queries'], n_queries=settings['n_queries'], seed=settings['seed'])
+        ds = dict(queries=settings.queries, n_queries=settings.n_queries, seed=settings.seed)
         return str(train(collection, 'ds', ds, cache_dir=cache_dir, verbose=verbose))
     return MINILM if start == 'minilm' else start
 
 
 def _retrieve_and_reconstruct(trainer_class, *own_settings: str) -> Setup:
-    def setup(collection: Collection, s: dict, *, output_dir: Path, cache_dir=None,
-              verbose: bool = False) -> Tuple[Trainer, pd.DataFrame]:
+    def setup(collection: Collection, s: ReconstructionSettings, *, fold: Optional[int] = None,
+              output_dir: Path, cache_dir=None, verbose: bool = False) -> Tuple[Trainer, pd.DataFrame]:
         start = start_model(collection, s, cache_dir, verbose)
-        gen = load_generator(s['generator'], cache_dir=cache_dir, max_passage_length=s['max_passage_length'],
+        gen = load_generator(s.generator, cache_dir=cache_dir, max_passage_length=s.max_passage_length,
                              verbose=verbose)
-        torch.manual_seed(s['seed'])
+        torch.manual_seed(s.seed)
         # A run resumes exactly from a checkpoint taken right after a refresh (its index is
         # rebuilt from the checkpoint's encoder); a frozen passage tower's index never changes.
-        checkpoint_every = s['refresh_every'] or (None if s['train_passages'] else CHECKPOINT_EVERY)
-        trainer = trainer_class(DualEncoder.from_pretrained(start), gen, collection, k=s['k'],
-                                refresh_every=s['refresh_every'], null_document=s['null_document'],
-                                train_passages=s['train_passages'], epochs=s['epochs'], batch_size=s['batch_size'],
-                                accumulation=s['accumulation'], lr=s['lr'], output_dir=output_dir,
-                                checkpoint_every=checkpoint_every, keep_checkpoints=1, seed=s['seed'],
-                                cache_dir=cache_dir, verbose=verbose, **{name: s[name] for name in own_settings})
+        checkpoint_every = s.refresh_every or (None if s.train_passages else CHECKPOINT_EVERY)
+        trainer = trainer_class(DualEncoder.from_pretrained(start), gen, collection, k=s.k,
+                                refresh_every=s.refresh_every, null_document=s.null_document,
+                                train_passages=s.train_passages, epochs=s.epochs, batch_size=s.batch_size,
+                                accumulation=s.accumulation, lr=s.lr, output_dir=output_dir,
+                                checkpoint_every=checkpoint_every, keep_checkpoints=1, seed=s.seed,
+                                cache_dir=cache_dir, verbose=verbose,
+                                **{name: getattr(s, name) for name in own_settings})
         # generated queries are written by the generator at its default settings, whatever this
         # run's passage length, so that every trainer given that source trains on the same queries
-        writer = gen if s['max_passage_length'] == MAX_PASSAGE_LENGTH else s['generator']
-        return trainer, training_topics(collection, s['queries'], s['n_queries'], seed=s['seed'], generator=writer,
-                                        cache_dir=cache_dir, fold=s.get('fold'))
+        writer = gen if s.max_passage_length == MAX_PASSAGE_LENGTH else s.generator
+        return trainer, training_topics(collection, s.queries, s.n_queries, seed=s.seed, generator=writer,
+                                        cache_dir=cache_dir, fold=fold)
     return setup
 
 
-def _cross_document_adjustment(collection: Collection, s: dict, *, output_dir: Path, cache_dir=None,
+def _cross_document_adjustment(collection: Collection, s: CrossDocumentAdjustmentSettings, *,
+                               fold: Optional[int] = None, output_dir: Path, cache_dir=None,
                                verbose: bool = False) -> Tuple[Trainer, pd.DataFrame]:
-    gen = load_generator(s['generator'], cache_dir=cache_dir, verbose=verbose)
-    torch.manual_seed(s['seed'])
-    reatt = ReAtt.from_pretrained(s['model_name'], retrieval_layer=s['retrieval_layer'], head=s['head'],
-                                  special_tokens=s['special_tokens'])
-    topics = training_topics(collection, s['queries'], s['n_queries'], seed=s['seed'], generator=gen,
-                             mask=mask_token(reatt), cache_dir=cache_dir, fold=s.get('fold'))
+    gen = load_generator(s.generator, cache_dir=cache_dir, verbose=verbose)
+    torch.manual_seed(s.seed)
+    reatt = ReAtt.from_pretrained(s.model_name, retrieval_layer=s.retrieval_layer, head=s.head,
+                                  special_tokens=s.special_tokens)
+    topics = training_topics(collection, s.queries, s.n_queries, seed=s.seed, generator=gen,
+                             mask=mask_token(reatt), cache_dir=cache_dir, fold=fold)
     # a checkpoint at the end of each iteration only: an iteration's close documents come
     # from the model at its start, so a run resumed there matches an uninterrupted one
-    trainer = CrossDocumentAdjustment(reatt, gen, collection, k=s['k'], alpha=s['alpha'], target=s['target'],
-                                      teacher_temperature=s['teacher_temperature'], epochs=s['epochs'],
-                                      batch_size=s['batch_size'], lr=s['lr'], output_dir=output_dir, seed=s['seed'],
+    trainer = CrossDocumentAdjustment(reatt, gen, collection, k=s.k, alpha=s.alpha, target=s.target,
+                                      teacher_temperature=s.teacher_temperature, epochs=s.epochs,
+                                      batch_size=s.batch_size, lr=s.lr, output_dir=output_dir, seed=s.seed,
                                       checkpoint_every='epoch', keep_checkpoints=1, cache_dir=cache_dir,
                                       verbose=verbose)
     return trainer, topics
@@ -317,7 +318,7 @@ def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: 
                      generator: Union[None, str, Generator] = None, cache_dir=None) -> Fusion:
     """The teacher ``spec`` names (:func:`parse_teacher`) over ``collection``, as a PyTerrier
     retriever: its parts' top ``depth`` fused by weighted per-query z-scores."""
-    from pyterrier_selfsup.models.generator import score_cache_dir
+    from pyterrier_selfsup.models.score_cache import score_cache_dir
     weights = parse_teacher(spec)
     stages, rerankers = {}, {}
     for part in weights:
@@ -339,36 +340,36 @@ def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: 
     return Fusion(stages, weights=weights, depth=depth, rerankers=rerankers, rerank_depth=rerank_depth)
 
 
-def _distillation(collection: Collection, s: dict, *, output_dir: Path, cache_dir=None,
-                  verbose: bool = False) -> Tuple[Trainer, pd.DataFrame]:
-    needs_gen = 'gen' in parse_teacher(s['teacher']) or s['queries'] in GENERATED
-    gen = load_generator(s['generator'], cache_dir=cache_dir, verbose=verbose) if needs_gen else None
-    topics = training_topics(collection, s['queries'], s['n_queries'], seed=s['seed'], generator=gen,
-                             cache_dir=cache_dir, fold=s.get('fold'), style=s['query_style'],
-                             examples=s['query_examples'])
-    torch.manual_seed(s['seed'])
-    encoder = DualEncoder.from_pretrained(s['model_name'], precision=s['precision'])
+def _distillation(collection: Collection, s: DistillationSettings, *, fold: Optional[int] = None,
+                  output_dir: Path, cache_dir=None, verbose: bool = False) -> Tuple[Trainer, pd.DataFrame]:
+    needs_gen = 'gen' in parse_teacher(s.teacher) or s.queries in GENERATED
+    gen = load_generator(s.generator, cache_dir=cache_dir, verbose=verbose) if needs_gen else None
+    topics = training_topics(collection, s.queries, s.n_queries, seed=s.seed, generator=gen,
+                             cache_dir=cache_dir, fold=fold, style=s.query_style,
+                             examples=s.query_examples)
+    torch.manual_seed(s.seed)
+    encoder = DualEncoder.from_pretrained(s.model_name, precision=s.precision)
 
     def teacher(student):
-        return teacher_pipeline(collection, s['teacher'], student=student, depth=s['fusion_depth'], generator=gen,
+        return teacher_pipeline(collection, s.teacher, student=student, depth=s.fusion_depth, generator=gen,
                                 cache_dir=cache_dir)
 
-    if 'student' not in parse_teacher(s['teacher']):  # one pipeline for every round, ranked once
+    if 'student' not in parse_teacher(s.teacher):  # one pipeline for every round, ranked once
         teacher = teacher(None)
 
     # each round's candidates come from the model at its start: a checkpoint at each round's
     # end resumes exactly
-    trainer = Distillation(encoder, collection, teacher, depth=s['depth'], teacher_temperature=s['teacher_temperature'],
-                           loss=s['loss'], in_batch=s['in_batch'], train_passages=s['train_passages'],
-                           exclude_sources=s['queries'] in CUT_FROM_CORPUS,
-                           filter_depth=s['filter_depth'] if s['queries'] in GENERATED else None,
-                           stop_overlap=s['stop_overlap'], passage_offsets=s['passage_offsets'],
-                           offset_lr=s['offset_lr'], passage_layers=s['passage_layers'],
-                           source_share=s['source_share'] if s['queries'] in GENERATED else 0.0,
-                           verdict_share=s['verdict_share'],
-                           min_round_steps=s['min_round_steps'], epochs=s['rounds'],
-                           batch_size=s['batch_size'], lr=s['lr'],
-                           output_dir=output_dir, seed=s['seed'], checkpoint_every='epoch', keep_checkpoints=1,
+    trainer = Distillation(encoder, collection, teacher, depth=s.depth, teacher_temperature=s.teacher_temperature,
+                           loss=s.loss, in_batch=s.in_batch, train_passages=s.train_passages,
+                           exclude_sources=s.queries in CUT_FROM_CORPUS,
+                           filter_depth=s.filter_depth if s.queries in GENERATED else None,
+                           stop_overlap=s.stop_overlap, passage_offsets=s.passage_offsets,
+                           offset_lr=s.offset_lr, passage_layers=s.passage_layers,
+                           source_share=s.source_share if s.queries in GENERATED else 0.0,
+                           verdict_share=s.verdict_share,
+                           min_round_steps=s.min_round_steps, epochs=s.rounds,
+                           batch_size=s.batch_size, lr=s.lr,
+                           output_dir=output_dir, seed=s.seed, checkpoint_every='epoch', keep_checkpoints=1,
                            cache_dir=cache_dir, verbose=verbose)
     return trainer, topics
 
@@ -381,33 +382,6 @@ METHODS: Dict[str, Setup] = {
     'reatt': _cross_document_adjustment,
 }
 
-# Every setting of every method, at its default: what a pipeline's ``name:key=value`` changes.
-_RETRIEVE_AND_RECONSTRUCT = dict(start='minilm', queries='sentences', n_queries=5000, k=5, refresh_every=25,
-                                 null_document=False, train_passages=True, epochs=1, batch_size=16, accumulation=1,
-                                 lr=2e-5, generator='smollm2', max_passage_length=MAX_PASSAGE_LENGTH, seed=0)
-# all-MiniLM-L6-v2's zero-shot retrieval head: the (layer, head, special tokens) whose r_h
-# re-ranks BM25's top 100 best on beir/scifact/train (experiments/reatt_heads.py; layers
-# counted from 0, as ReAtt's retrieval_layer: the attention of the second layer)
-REATT_HEAD = dict(retrieval_layer=1, head=1, special_tokens=False)
-# how ``queries=sampled`` writes: nucleus sampling, several queries a passage (GPL: 3)
-SAMPLING = dict(per_passage=3, temperature=1.0, top_p=0.95)
-DEFAULTS: Dict[str, dict] = {
-    # 2,000 sampled queries: SmolLM2 writes ~2 a second on 2 cores, so that a corpus-only run fits in an hour;
-    # no round-trip filter: keeping only queries whose passage the teacher ranks in its top 1, 3 or 10 was
-    # no better on scifact train (experiments/results/distill_filter.md). Chosen on scifact train, each
-    # train query answered by a model trained on the other half's texts (query_log_choices{,_2}.md):
-    # fp32 (as good as bf16 autocast, and 3x faster to train on a CPU with native bf16), passage offsets
-    # (+.008), lr 5e-5 for all 5 rounds (+.005; the verdict keeps the best round, so no early stop)
-    'distill': dict(model_name=MINILM, queries='sampled', n_queries=2000, teacher='bm25+student', fusion_depth=100,
-                    depth=30, teacher_temperature=1.0, loss='kl', in_batch=True, train_passages=False,
-                    filter_depth=None, rounds=5, stop_overlap=None, passage_offsets=1.0, offset_lr=1e-3,
-                    passage_layers=None, source_share=0.0, batch_size=32, lr=5e-5, precision='fp32',
-                    generator='smollm2', query_style='plain', query_examples=None, verdict_share=0.1,
-                    min_round_steps=0, seed=0),
-    'ds': dict(model_name=MINILM, queries='sentences', n_queries=5000, negatives='none', epochs=1, batch_size=32,
-               lr=2e-5, dim=None, seed=0),
-    'rumbart': dict(_RETRIEVE_AND_RECONSTRUCT, teacher_temperature=1.0),
-    'acrobart': dict(_RETRIEVE_AND_RECONSTRUCT, beta=1.0),
-    'reatt': dict(model_name=MINILM, **REATT_HEAD, queries='sentences', n_queries=5000, k=8, epochs=2, batch_size=8,
-                  lr=2e-5, alpha=1.0, target='likelihood', teacher_temperature=1.0, generator='smollm2', seed=0),
-}
+# Every setting of every method, at its default: what a pipeline's ``name:key=value`` changes
+# (pyterrier_selfsup.training.settings, the one source of them).
+DEFAULTS: Dict[str, dict] = {method: settings.defaults() for method, settings in SETTINGS.items()}

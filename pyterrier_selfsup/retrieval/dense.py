@@ -17,10 +17,11 @@ from typing import List, Optional, Tuple, Union
 import numpy as np
 import pandas as pd
 import pyterrier as pt
+from more_itertools import chunked
 from pyterrier_dr import BiEncoder, FlexIndex, SBertBiEncoder
 
-from pyterrier_selfsup._cache import build_once, cache_key, cache_root, check_space, temporary_build, write_fault
-from pyterrier_selfsup._distributed import all_or_none, chunk_order, distributed, my_chunks
+from pyterrier_selfsup._cache import build_once, cache_key, cache_root, check_space, disk_faults, temporary_build
+from pyterrier_selfsup._distributed import SHARD_CHUNK, all_or_none, build_sharded, chunk_order, distributed
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.retrieval.base import Retriever
@@ -41,10 +42,6 @@ def sbert_encoder(model_name: str = MINILM, *, max_length: Optional[int] = None,
 # Documents reach the encoder in chunks of this many: large enough that sorting a chunk
 # by length leaves little padding, small enough that memory stays bounded on any corpus.
 INDEX_CHUNK = 4096
-# documents a chunk when several processes share the encoding (chunk c to process c mod N):
-# small enough that a corpus of a few thousand passages splits evenly (scifact's 5,183 in
-# chunks of 4,096 left one process a fifth of the work), large enough to sort by length
-SHARD_CHUNK = 256
 
 
 def flex_index(collection: Union[str, Collection], encoder: BiEncoder, *,
@@ -58,7 +55,7 @@ def flex_index(collection: Union[str, Collection], encoder: BiEncoder, *,
     gets an index of its own, derived from the index of its passage tower with each
     passage's offset applied (keyed by the offsets too; no passage is encoded again);
     ``offsets=False``: the passage tower's index as it is."""
-    collection = Collection(collection) if isinstance(collection, str) else collection
+    collection = Collection.of(collection)
     moved = getattr(encoder, 'passage_offsets', None) if offsets else None
     if moved is not None and len(moved):
         base = flex_index(collection, encoder, cache_dir=cache_dir, verbose=verbose, offsets=False)
@@ -157,40 +154,37 @@ def encode_sharded(path: Union[str, Path], collection: Collection, encoder: BiEn
 
     Data-parallel trainers refresh their index through it (:func:`fresh_index`)."""
     path = Path(path)
-    shards = path.with_name(path.name + '.shards')
-    mine = shards / f'rank-{rank}'
-    mine.mkdir(parents=True, exist_ok=True)
+    root = path.with_name(path.name + '.shards')
     doc_encoder = encoder.doc_encoder(verbose=False)
     docs = collection.corpus_iter(verbose=verbose and rank == 0, desc=f'encoding {collection.name} (rank 0 of '
                                   f'{world_size})')
 
-    def encode_my_chunks():
-        with open(mine / 'vecs.f4', 'wb') as vectors, open(mine / 'docnos.txt', 'w') as docnos:
-            for batch in my_chunks(docs, chunk, rank, world_size):
+    def encode(shard: Path, mine):
+        shard.mkdir(parents=True, exist_ok=True)
+        with open(shard / 'vecs.f4', 'wb') as vectors, open(shard / 'docnos.txt', 'w') as docnos:
+            for batch in chunked(mine, chunk):  # (the batches encode_into makes: the same vectors)
                 encoded = doc_encoder(pd.DataFrame(batch))
                 vectors.write(np.ascontiguousarray(np.stack(encoded['doc_vec']), dtype=np.float32).tobytes())
                 docnos.writelines(d + '\n' for d in encoded['docno'])
 
-    def merge():
-        if rank == 0:
-            try:
-                FlexIndex(str(path), verbose=False).index(_interleaved(shards, world_size, chunk))
-            finally:
-                shutil.rmtree(shards, ignore_errors=True)
+    def join(shards):
+        try:
+            FlexIndex(str(path), verbose=False).index(_interleaved(shards, chunk))
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
 
-    # a rank that fails (a full disk) fails them all, rather than leaving them at a barrier
-    all_or_none(encode_my_chunks)
-    all_or_none(merge)
+    build_sharded(docs, [root / f'rank-{r}' for r in range(world_size)], encode, join, rank=rank,
+                  world_size=world_size, chunk=chunk)
     return FlexIndex(str(path), verbose=False)
 
 
-def _interleaved(shards: Path, world_size: int, chunk: int):
+def _interleaved(shards: List[Path], chunk: int):
     """{'docno', 'doc_vec'} in corpus order from the ranks' shard files (:func:`chunk_order`)."""
     parts = []
-    for rank in range(world_size):
-        docnos = (shards / f'rank-{rank}' / 'docnos.txt').read_text().splitlines()
-        size = (shards / f'rank-{rank}' / 'vecs.f4').stat().st_size
-        vectors = (np.memmap(shards / f'rank-{rank}' / 'vecs.f4', dtype=np.float32, mode='r').reshape(len(docnos), -1)
+    for shard in shards:
+        docnos = (shard / 'docnos.txt').read_text().splitlines()
+        size = (shard / 'vecs.f4').stat().st_size
+        vectors = (np.memmap(shard / 'vecs.f4', dtype=np.float32, mode='r').reshape(len(docnos), -1)
                    if size else np.zeros((0, 0), dtype=np.float32))
         parts.append((docnos, vectors))
     for rank, start, end in chunk_order([len(docnos) for docnos, _ in parts], chunk):
@@ -286,15 +280,9 @@ def prebuild_ann(index: FlexIndex, search: str) -> Path:
         for start in range(0, n, INDEX_CHUNK):
             ann.add(np.ascontiguousarray(vectors[start:start + INDEX_CHUNK], dtype=np.float32))
         partial = path.with_name(path.name + '.partial')
-        try:
+        with disk_faults(what, partial, undo=lambda: partial.unlink(missing_ok=True)):
             faiss.write_index(ann, str(partial))
             os.replace(partial, path)
-        except Exception as error:
-            partial.unlink(missing_ok=True)
-            fault = write_fault(error, what, partial)
-            if fault is not None:
-                raise fault from error
-            raise
     return path
 
 

@@ -27,7 +27,6 @@ low head temperature makes the mixture select one head, and test-time retrieval 
 only that one, as the paper does.
 """
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Union
@@ -38,7 +37,7 @@ import pyterrier as pt
 from more_itertools import chunked
 
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root
-from pyterrier_selfsup._distributed import all_or_none, chunk_order, my_chunks
+from pyterrier_selfsup._distributed import SHARD_CHUNK, build_sharded, chunk_order
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models.reatt import ReAtt
 from pyterrier_selfsup.retrieval.base import Retriever
@@ -49,7 +48,6 @@ OFFSETS_FILE = 'offsets.npy'
 DOCNOS_FILE = 'docnos.json'
 IVF_FILE = 'tokens.faiss'
 CHUNK = 2048  # documents encoded at a time
-SHARD_CHUNK = 256  # documents a chunk when several processes share the encoding (an even split of small corpora)
 
 
 def _join_shards(path: Path, parts: List['ReAttIndex'], chunk: int):
@@ -193,20 +191,10 @@ class ReAttIndex(pt.Artifact):
         into a shard beside ``path`` (a filesystem every rank sees), then rank 0 joins the
         shards in corpus order. Every rank returns the index."""
         path = Path(path)
-        shards = [path.with_name(f'{path.name}.rank-{r}') for r in range(world_size)]
-        mine = (d for part in my_chunks(docs, chunk, rank, world_size) for d in part)
-
-        def join():
-            if rank == 0:
-                try:
-                    _join_shards(path, [cls(shard) for shard in shards], chunk)
-                finally:
-                    for shard in shards:
-                        shutil.rmtree(shard, ignore_errors=True)
-
-        # a rank that fails (a full disk) fails them all, rather than leaving them at a barrier
-        all_or_none(lambda: cls.build(shards[rank], reatt, mine, ivf=False))
-        all_or_none(join)
+        build_sharded(docs, [path.with_name(f'{path.name}.rank-{r}') for r in range(world_size)],
+                      lambda shard, mine: cls.build(shard, reatt, mine, ivf=False),
+                      lambda shards: _join_shards(path, [cls(shard) for shard in shards], chunk),
+                      rank=rank, world_size=world_size, chunk=chunk)
         return cls(path)
 
     # -- scoring ----------------------------------------------------------------------
@@ -336,7 +324,7 @@ def reatt_index(collection, reatt, *, nlist: Optional[int] = None, cache_dir=Non
     """``collection``'s token index for ``reatt``, built on first use under
     ``<cache>/reatt/<corpus>.<model>-<hash>`` (the hash covering the model's weights and
     settings, its retrieval head, and ``nlist``)."""
-    collection = Collection(collection) if isinstance(collection, str) else collection
+    collection = Collection.of(collection)
     settings = {'model': reatt.fingerprint(), 'head': reatt.model.retrieval_head, 'nlist': nlist}
     name = f'{collection.corpus_id}.{reatt.name.rstrip("/").rsplit("/", 1)[-1]}'
     path = cache_root(cache_dir) / 'reatt' / cache_key(name, settings)

@@ -37,13 +37,15 @@ from pyterrier_selfsup._cache import temporary_build
 from pyterrier_selfsup._distributed import all_or_none
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.queries import MASK, Query, training_queries
-from pyterrier_selfsup.models.generator import Generator, score_cache_dir
+from pyterrier_selfsup.models.generator import Generator
+from pyterrier_selfsup.models.score_cache import score_cache_dir
 from pyterrier_selfsup.models.reading import attention_target
 from pyterrier_selfsup.models.reatt import ReAtt
 from pyterrier_selfsup.retrieval.base import top_k_excluding
 from pyterrier_selfsup.retrieval.bm25 import BM25
 from pyterrier_selfsup.retrieval.token_index import ReAttIndex, reatt_index, token_index_size
 from pyterrier_selfsup.training.loop import Trainer
+from pyterrier_selfsup.training.settings import CrossDocumentAdjustmentSettings as _S
 
 logger = logging.getLogger(__name__)
 
@@ -184,10 +186,11 @@ class CrossDocumentAdjustment(Trainer):
     marker = 'retrieval seconds'  # each iteration's re-retrieval of the close documents
     data_parallel = True
 
-    def __init__(self, model, generator: Optional[Generator], collection: Union[str, Collection], *, k: int = 8,
-                 alpha: float = 1.0, target: str = 'likelihood', teacher_temperature: float = 1.0,
-                 batch_size: int = 8, **kwargs):
-        super().__init__(model, collection, batch_size=batch_size, **kwargs)
+    def __init__(self, model, generator: Optional[Generator], collection: Union[str, Collection], *, k: int = _S.k,
+                 alpha: float = _S.alpha, target: str = _S.target, teacher_temperature: float = _S.teacher_temperature,
+                 epochs: int = _S.epochs, batch_size: int = _S.batch_size, lr: float = _S.lr, seed: int = _S.seed,
+                 **kwargs):
+        super().__init__(model, collection, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, **kwargs)
         self.k = k
         self.alpha = alpha
         self.close: Dict[str, List[str]] = {}  # qid -> its close documents this iteration

@@ -19,7 +19,6 @@ from typing import Dict, List, Optional, Union
 
 import numpy as np
 import pandas as pd
-import pyterrier as pt
 import torch
 import torch.nn.functional as F
 
@@ -28,8 +27,8 @@ from pyterrier_selfsup.data.queries import Query, training_queries
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.retrieval.base import top_k_excluding
 from pyterrier_selfsup.retrieval.bm25 import BM25
-from pyterrier_selfsup.retrieval.dense import dense_retriever
-from pyterrier_selfsup.training.loop import Trainer
+from pyterrier_selfsup.training.loop import DualEncoderTrainer
+from pyterrier_selfsup.training.settings import DistantSupervisionSettings as _S
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +54,7 @@ def in_batch_loss(queries: torch.Tensor, passages: torch.Tensor, temperature: fl
     return F.cross_entropy(scores, targets, reduction='sum') / (batch_size or len(rows))
 
 
-class DistantSupervision(Trainer):
+class DistantSupervision(DualEncoderTrainer):
     """Trains ``encoder`` in place on ``collection`` with BM25's top-1 as positives.
 
     Args:
@@ -67,20 +66,14 @@ class DistantSupervision(Trainer):
     description = 'distant supervision'
     data_parallel = True
 
-    def __init__(self, encoder: DualEncoder, collection: Union[str, Collection], *, negatives: str = 'none',
-                 bm25_depth: int = 30, **kwargs):
+    def __init__(self, encoder: DualEncoder, collection: Union[str, Collection], *, negatives: str = _S.negatives,
+                 bm25_depth: int = 30, epochs: int = _S.epochs, batch_size: int = _S.batch_size, lr: float = _S.lr,
+                 seed: int = _S.seed, **kwargs):
         if negatives not in NEGATIVES:
             raise ValueError(f'negatives must be one of {NEGATIVES}, not {negatives!r}')
-        super().__init__(encoder, collection, **kwargs)
+        super().__init__(encoder, collection, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, **kwargs)
         self.negatives = negatives
         self.bm25_depth = bm25_depth
-
-    @property
-    def encoder(self) -> DualEncoder:
-        return self.model
-
-    def retriever(self, fresh: bool = False) -> pt.Transformer:
-        return dense_retriever(self.collection, self.encoder, fresh=fresh, cache_dir=self.cache_dir)
 
     def on_epoch_start(self, examples: List[Query], epoch: int, resumed: bool):
         if self.negatives == 'retriever' and not (resumed and self.state.get('hard')):

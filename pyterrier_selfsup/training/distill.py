@@ -63,9 +63,10 @@ from pyterrier_selfsup.data.queries import Query, training_queries
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.models.offsets import PassageOffsets
 from pyterrier_selfsup.retrieval.base import ranked_excluding
-from pyterrier_selfsup.retrieval.dense import DenseRetriever, dense_retriever, flex_index
-from pyterrier_selfsup.training.loop import Trainer
+from pyterrier_selfsup.retrieval.dense import flex_index
+from pyterrier_selfsup.training.loop import DualEncoderTrainer
 from pyterrier_selfsup.training.offsets import OffsetAdam
+from pyterrier_selfsup.training.settings import DistillationSettings as _D
 from pyterrier_selfsup.training.verdict import FEWEST, Verdict, held_out, ndcg_at, pseudo_relevant, verdict
 
 logger = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ def top_overlap(a: Dict[str, List[str]], b: Dict[str, List[str]], k: int = 10) -
     return float(np.mean(shares)) if shares else 0.0
 
 
-class Distillation(Trainer):
+class Distillation(DualEncoderTrainer):
     """Trains ``encoder`` in place towards ``teacher``'s distribution over its candidates.
 
     Args:
@@ -143,12 +144,14 @@ class Distillation(Trainer):
     verdict_fewest = FEWEST  # the fewest held-out queries a verdict is drawn from (training/verdict.py)
 
     def __init__(self, encoder: DualEncoder, collection: Union[str, Collection], teacher: Teacher, *,
-                 depth: int = 30, teacher_temperature: float = 1.0, loss: str = 'kl', in_batch: bool = True,
-                 train_passages: bool = False, exclude_sources: bool = True, filter_depth: Optional[int] = None,
-                 stop_overlap: Optional[float] = None, passage_offsets: Optional[float] = None,
-                 offset_lr: float = 1e-3, passage_layers: Optional[int] = None, source_share: float = 0.0,
-                 verdict_share: float = 0.0,
-                 min_round_steps: int = 0, batch_size: int = 32, lr: float = 2e-5, **kwargs):
+                 depth: int = _D.depth, teacher_temperature: float = _D.teacher_temperature, loss: str = _D.loss,
+                 in_batch: bool = _D.in_batch, train_passages: bool = _D.train_passages, exclude_sources: bool = True,
+                 filter_depth: Optional[int] = _D.filter_depth, stop_overlap: Optional[float] = _D.stop_overlap,
+                 passage_offsets: Optional[float] = _D.passage_offsets, offset_lr: float = _D.offset_lr,
+                 passage_layers: Optional[int] = _D.passage_layers, source_share: float = _D.source_share,
+                 verdict_share: float = _D.verdict_share, min_round_steps: int = _D.min_round_steps,
+                 epochs: int = _D.rounds, batch_size: int = _D.batch_size, lr: float = _D.lr,
+                 seed: int = _D.seed, **kwargs):
         if loss not in LOSSES:
             raise ValueError(f'loss must be one of {LOSSES}, not {loss!r}')
         if passage_offsets is not None and train_passages:
@@ -160,7 +163,7 @@ class Distillation(Trainer):
         if passage_layers is not None and (train_passages or passage_offsets is not None):
             raise ValueError('passage_layers trains the passage tower\'s top layers: not with train_passages (all of '
                              'it) or passage_offsets (a frozen tower)')
-        super().__init__(encoder, collection, batch_size=batch_size, lr=lr, **kwargs)
+        super().__init__(encoder, collection, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, **kwargs)
         self.teacher = teacher
         self.depth = depth
         self.teacher_temperature = teacher_temperature
@@ -186,13 +189,6 @@ class Distillation(Trainer):
         self._round0: Optional[Dict[str, Tuple[List[str], np.ndarray]]] = None
         self._index = None  # the frozen passage tower's index (train_passages=False)
         self.query_stats: Dict[str, float] = {}
-
-    @property
-    def encoder(self) -> DualEncoder:
-        return self.model
-
-    def retriever(self, fresh: bool = False) -> DenseRetriever:
-        return dense_retriever(self.collection, self.encoder, fresh=fresh, cache_dir=self.cache_dir)
 
     def title(self) -> str:
         return f'distillation on {self.collection.corpus_id} ({self.loss_name})'

@@ -33,8 +33,9 @@ import os
 import random
 import shutil
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple, Union
+from typing import Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -43,12 +44,19 @@ import torch
 from ir_measures import nDCG
 from transformers import get_linear_schedule_with_warmup
 
-from pyterrier_selfsup._cache import file_sizes, size_damage, write_fault, written_whole
+from pyterrier_selfsup._cache import disk_faults, file_sizes, size_damage, written_whole
 from pyterrier_selfsup._distributed import distributed
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models._base import TrainableModel
+from pyterrier_selfsup.models.dual_encoder import DualEncoder
+from pyterrier_selfsup.retrieval.dense import DenseRetriever, dense_retriever
 
 logger = logging.getLogger(__name__)
+
+# What draws ``training_curve.png`` beside the training log: the harness's figure
+# (:func:`pyterrier_selfsup.harness.plots.plot_training_curve`), set by the package when it is
+# imported (``pyterrier_selfsup/__init__.py``), so that this layer draws nothing itself. None: no figure.
+draw_curve: Optional[Callable[..., None]] = None
 
 
 STATE_FILE = 'trainer_state.pt'
@@ -110,6 +118,21 @@ def keep_final_only(output_dir: Union[str, Path]):
     (Path(output_dir) / 'final' / STATE_FILE).unlink(missing_ok=True)
 
 
+@dataclass
+class _Run:
+    """What one call of :meth:`Trainer.fit` carries from step to step."""
+    examples: list
+    params: List[torch.nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    total_steps: int
+    progress: object
+    resumed: bool = False
+    window: List[float] = field(default_factory=list)  # the losses of the step's batches so far
+    micro: int = 0  # batches accumulated towards the step
+    skipped: int = 0  # batches of the step the method could not learn from
+
+
 class Trainer(pt.Estimator):
     """Trains ``model`` in place on ``collection``; after ``fit`` it retrieves with it.
 
@@ -140,7 +163,7 @@ class Trainer(pt.Estimator):
                  keep_checkpoints: Optional[int] = None,
                  seed: int = 0, cache_dir: Optional[Union[str, Path]] = None, verbose: bool = True):
         self.model = model
-        self.collection = Collection(collection) if isinstance(collection, str) else collection
+        self.collection = Collection.of(collection)
         self.batch_size = batch_size
         self.epochs = epochs
         self.lr = lr
@@ -246,6 +269,21 @@ class Trainer(pt.Estimator):
         """Trains on the query texts of ``tr_topics`` (qrels are never read). With
         ``va_topics`` and ``va_qrels``, nDCG@10 on them is logged after each epoch.
         ``resume_from``: a checkpoint directory of an earlier run with the same settings."""
+        run = self._start(tr_topics, resume_from)
+        for epoch in range(self.state['epoch'], self.epochs):
+            if not self._epoch(run, epoch):
+                break
+            self.state.update(epoch=epoch + 1, batch=0)
+            if va_topics is not None and va_qrels is not None:
+                self.log.append({'step': self.state['step'], 'epoch': epoch,
+                                 'validation nDCG@10': self._validate(va_topics, va_qrels)})
+            if self.state['step'] >= run.total_steps:
+                break
+        self._end(run)
+        return self
+
+    def _start(self, tr_topics: pd.DataFrame, resume_from) -> '_Run':
+        """The examples, the optimiser and its schedule, and the state: fresh, or a checkpoint's."""
         self.process_rank, self.world_size = distributed()
         if self.world_size > 1 and not self.data_parallel:
             raise NotImplementedError(f'{type(self).__name__} does not train on several processes yet '
@@ -260,83 +298,87 @@ class Trainer(pt.Estimator):
         optimizer = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
         scheduler = get_linear_schedule_with_warmup(optimizer, int(self.warmup * total_steps), total_steps)
         self.state = {'epoch': 0, 'batch': 0, 'step': 0}
-        resumed = resume_from is not None
-        if resumed:
+        if resume_from is not None:
             self.state = self._restore(Path(resume_from), optimizer, scheduler)
         self.train_mode(True)
         progress = pt.tqdm(total=total_steps, initial=self.state['step'], desc=self.description, unit='step',
                            disable=not self.verbose)
-        window: List[float] = []
-        micro = skipped = 0
         self._stop_reason = None
-        for epoch in range(self.state['epoch'], self.epochs):
-            batches = self.batches(len(examples), epoch)
-            if self.state['batch'] < len(batches):  # a run resumed at an epoch's end has none of it left
-                self.on_epoch_start(examples, epoch, resumed)
-            resumed = False
-            if self._stop_reason is not None:
+        return _Run(examples, params, optimizer, scheduler, total_steps, progress, resumed=resume_from is not None)
+
+    def _epoch(self, run: '_Run', epoch: int) -> bool:
+        """The rest of ``epoch``'s batches; whether training goes on after it (no stop, no
+        last step taken)."""
+        batches = self.batches(len(run.examples), epoch)
+        if self.state['batch'] < len(batches):  # a run resumed at an epoch's end has none of it left
+            self.on_epoch_start(run.examples, epoch, run.resumed)
+        run.resumed = False
+        if self._stop_reason is not None:
+            return False
+        for b in range(self.state['batch'], len(batches)):
+            self._accumulate(run, [run.examples[i] for i in batches[b]], epoch, b)
+            if run.micro < self.accumulation and b < len(batches) - 1:
+                continue
+            if self._step(run, epoch, b, epoch_end=b == len(batches) - 1):
                 break
-            for b in range(self.state['batch'], len(batches)):
-                batch = [examples[i] for i in batches[b]]
-                if self.world_size > 1 and not self.local_rows(len(batch)):
-                    loss = None  # (more processes than the batch has rows: none is this one's)
-                else:
-                    loss = self.loss(batch, np.random.default_rng([self.seed, epoch, b]))
-                if loss is not None:
-                    (loss / self.accumulation).backward()
-                    window.append(loss.item())
-                else:
-                    skipped += 1
-                micro += 1
-                if micro < self.accumulation and b < len(batches) - 1:
-                    continue
-                micro = 0
-                if self.world_size > 1:  # the ranks' gradients and loss shares sum to the batch's
-                    step_loss = self._all_reduce(params, window)
-                else:
-                    step_loss = float(np.mean(window)) if window else None
-                if step_loss is None:  # every batch of this step was skipped: no step
-                    self.state.update(epoch=epoch, batch=b + 1)
-                    continue
-                optimizer.step()
-                self.on_optimizer_step()
-                scheduler.step()
-                optimizer.zero_grad()
-                self.state.update(step=self.state['step'] + 1, epoch=epoch, batch=b + 1)
-                self.log.append({'step': self.state['step'], 'epoch': epoch, 'loss': step_loss,
-                                 'lr': scheduler.get_last_lr()[0], 'time': time.time(),
-                                 **{k: sum(v for v, _ in m) / sum(w for _, w in m) for k, m in self._metrics.items()},
-                                 **({'skipped batches': skipped} if skipped else {})})
-                self._metrics = {}
-                skipped = 0
-                progress.update(1)
-                progress.set_postfix(loss=f'{np.mean([r["loss"] for r in self.log[-20:] if "loss" in r]):.4f}')
-                window = []
-                if self.state['step'] < total_steps:
-                    self.on_step_end(examples)
-                every = self.checkpoint_every
-                epoch_end = b == len(batches) - 1  # (unless all of its last step's batches were skipped:
-                # then no checkpoint marks the epoch's end, and a resumed run repeats the epoch's tail)
-                if epoch_end if every == 'epoch' else every and self.state['step'] % every == 0:
-                    self._checkpoint(optimizer, scheduler)
-                if self.state['step'] >= total_steps or self._stop_reason is not None:
-                    break
-            if self._stop_reason is not None:
-                break
-            self.state.update(epoch=epoch + 1, batch=0)
-            if va_topics is not None and va_qrels is not None:
-                self.log.append({'step': self.state['step'], 'epoch': epoch,
-                                 'validation nDCG@10': self._validate(va_topics, va_qrels)})
-            if self.state['step'] >= total_steps:
-                break
-        progress.close()
+        return self._stop_reason is None
+
+    def _accumulate(self, run: '_Run', batch: list, epoch: int, b: int):
+        """One batch's gradients, added to the step's (or none: a batch the method skips)."""
+        if self.world_size > 1 and not self.local_rows(len(batch)):
+            loss = None  # (more processes than the batch has rows: none is this one's)
+        else:
+            loss = self.loss(batch, np.random.default_rng([self.seed, epoch, b]))
+        if loss is not None:
+            (loss / self.accumulation).backward()
+            run.window.append(loss.item())
+        else:
+            run.skipped += 1
+        run.micro += 1
+
+    def _step(self, run: '_Run', epoch: int, b: int, epoch_end: bool) -> bool:
+        """The optimiser step of the batches accumulated, its log record, the method's hook and
+        a checkpoint when one is due; whether the epoch ends here (the last step, or a stop)."""
+        run.micro = 0
+        if self.world_size > 1:  # the ranks' gradients and loss shares sum to the batch's
+            step_loss = self._all_reduce(run.params, run.window)
+        else:
+            step_loss = float(np.mean(run.window)) if run.window else None
+        if step_loss is None:  # every batch of this step was skipped: no step
+            self.state.update(epoch=epoch, batch=b + 1)
+            return False
+        run.optimizer.step()
+        self.on_optimizer_step()
+        run.scheduler.step()
+        run.optimizer.zero_grad()
+        self.state.update(step=self.state['step'] + 1, epoch=epoch, batch=b + 1)
+        self.log.append({'step': self.state['step'], 'epoch': epoch, 'loss': step_loss,
+                         'lr': run.scheduler.get_last_lr()[0], 'time': time.time(),
+                         **{k: sum(v for v, _ in m) / sum(w for _, w in m) for k, m in self._metrics.items()},
+                         **({'skipped batches': run.skipped} if run.skipped else {})})
+        self._metrics = {}
+        run.skipped = 0
+        run.progress.update(1)
+        run.progress.set_postfix(loss=f'{np.mean([r["loss"] for r in self.log[-20:] if "loss" in r]):.4f}')
+        run.window = []
+        if self.state['step'] < run.total_steps:
+            self.on_step_end(run.examples)
+        every = self.checkpoint_every
+        # (at an epoch's end unless all of its last step's batches were skipped: then no
+        # checkpoint marks the epoch's end, and a resumed run repeats the epoch's tail)
+        if epoch_end if every == 'epoch' else every and self.state['step'] % every == 0:
+            self._checkpoint(run.optimizer, run.scheduler)
+        return self.state['step'] >= run.total_steps or self._stop_reason is not None
+
+    def _end(self, run: '_Run'):
+        """The method's last word, then the final checkpoint and the training log."""
+        run.progress.close()
         self.on_fit_end()
         self.train_mode(False)
         if self.output_dir is not None:
-            self._checkpoint(optimizer, scheduler, final=True)
+            self._checkpoint(run.optimizer, run.scheduler, final=True)
             if self.process_rank == 0:
                 self._write_log()
-        return self
 
     def batches(self, n: int, epoch: int) -> List[np.ndarray]:
         """The epoch's batches of example indices: a seeded permutation cut every
@@ -403,7 +445,12 @@ class Trainer(pt.Estimator):
 
     def _write_checkpoint(self, optimizer, scheduler, final: bool = False):
         path = self.output_dir / ('final' if final else f'checkpoint-{self.state["step"]}')
-        try:
+        earlier = [p for p in checkpoints(self.output_dir) if p != path]
+        fate = f'it was removed; the next run resumes from {earlier[-1]}' if earlier else \
+            'it was removed; the next run starts over'
+        # never half a checkpoint to resume from: a failed write removes it
+        with disk_faults(f'the checkpoint at step {self.state["step"]}', path, fate=fate,
+                         undo=lambda: shutil.rmtree(path, ignore_errors=True)):
             self.model.save_pretrained(path)
             self.save_extra(path)
             # written last and renamed into place: a checkpoint with a state file is whole
@@ -413,15 +460,6 @@ class Trainer(pt.Estimator):
             os.replace(path / (STATE_FILE + '.tmp'), path / STATE_FILE)
             with written_whole(path / CHECKPOINT_MANIFEST, 'a checkpoint') as partial:
                 partial.write_text(json.dumps({'files': file_sizes(path, CHECKPOINT_MANIFEST)}))
-        except Exception as error:
-            shutil.rmtree(path, ignore_errors=True)  # never half a checkpoint to resume from
-            earlier = [p for p in checkpoints(self.output_dir) if p != path]
-            fault = write_fault(error, f'the checkpoint at step {self.state["step"]}', path, fate=(
-                f'it was removed; the next run resumes from {earlier[-1]}' if earlier
-                else 'it was removed; the next run starts over'))
-            if fault is not None:
-                raise fault from error
-            raise
         logger.info('checkpoint %s', path)
         if not final and self.keep_checkpoints is not None:
             written = checkpoints(self.output_dir)
@@ -443,52 +481,22 @@ class Trainer(pt.Estimator):
         self.output_dir.mkdir(parents=True, exist_ok=True)
         with written_whole(self.output_dir / 'training_log.jsonl', 'the training log') as partial:
             partial.write_text(''.join(json.dumps(r) + '\n' for r in self.log))
-        with written_whole(self.output_dir / 'training_curve.png', 'the training curve') as partial:
-            plot_training_curve(self.log, partial, title=self.title(), key=self.curve, ylabel=self.curve_label,
-                                marker=self.marker)
+        if draw_curve is not None:
+            with written_whole(self.output_dir / 'training_curve.png', 'the training curve') as partial:
+                draw_curve(self.log, partial, title=self.title(), key=self.curve, ylabel=self.curve_label,
+                           marker=self.marker)
 
     def title(self) -> str:
         return f'{self.description} on {self.collection.corpus_id}'
 
 
-# what a method's marker records mean, for the curve's legend
-MARKER_LABELS = {'refresh seconds': 'index refreshed', 'retrieval seconds': 'close documents re-retrieved',
-                 'round': 'teacher round starts'}
+class DualEncoderTrainer(Trainer):
+    """A trainer of a :class:`~pyterrier_selfsup.models.dual_encoder.DualEncoder` that retrieves
+    from a dense index of its collection: distant supervision, RUMBArt and ACROBArT, distillation."""
 
+    @property
+    def encoder(self) -> DualEncoder:
+        return self.model
 
-def plot_training_curve(log: List[Dict], path: Path, title: str = '', *, key: str = 'loss', ylabel: str = 'loss',
-                        marker: Optional[str] = None, subtitle: str = ''):
-    """``key`` of the log per optimiser step (and a running mean), a vertical line at each
-    record that has ``marker``, and validation nDCG@10 where the log has it; ``subtitle``:
-    the run's settings, wrapped under the title."""
-    import textwrap
-
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-
-    steps = [r['step'] for r in log if key in r]
-    losses = [r[key] for r in log if key in r]
-    fig, ax = plt.subplots(figsize=(7, 4.4), layout='constrained')
-    ax.plot(steps, losses, alpha=0.35, label=f'{ylabel}, each step')
-    if len(losses) >= 10:
-        w = max(5, len(losses) // 20)
-        ax.plot(steps[w - 1:], np.convolve(losses, np.ones(w) / w, mode='valid'), label=f'mean of {w} steps')
-    marked = [r['step'] for r in log if marker is not None and marker in r]
-    for i, step in enumerate(marked):
-        ax.axvline(step, color='grey', lw=0.6, ls=':', label=MARKER_LABELS.get(marker, marker) if i == 0 else None)
-    ax.set_xlabel('optimiser step')
-    ax.set_ylabel(ylabel)
-    handles, labels = ax.get_legend_handles_labels()
-    validation = [(r['step'], r['validation nDCG@10']) for r in log if 'validation nDCG@10' in r]
-    if validation:
-        ax2 = ax.twinx()
-        ax2.plot(*zip(*validation), 'o-', color='C2', label='validation nDCG@10')
-        ax2.set_ylabel('validation nDCG@10')
-        more_handles, more_labels = ax2.get_legend_handles_labels()
-        handles, labels = handles + more_handles, labels + more_labels
-    ax.set_title('\n'.join([title] + textwrap.wrap(subtitle, 90)), fontsize=10)
-    # below the axes, so that it never covers the curve
-    fig.legend(handles, labels, loc='outside lower center', ncol=min(4, len(labels)), fontsize=8, frameon=False)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    def retriever(self, fresh: bool = False) -> DenseRetriever:
+        return dense_retriever(self.collection, self.encoder, fresh=fresh, cache_dir=self.cache_dir)

@@ -32,17 +32,19 @@ from typing import List, Optional, Tuple, Union
 
 import numpy as np
 import pandas as pd
-import pyterrier as pt
 import torch
 
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.queries import Query, training_queries
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
-from pyterrier_selfsup.models.generator import Generator, score_cache_dir
+from pyterrier_selfsup.models.generator import Generator
+from pyterrier_selfsup.models.score_cache import score_cache_dir
 from pyterrier_selfsup.models.reading import biased_log_likelihood
 from pyterrier_selfsup.retrieval.base import top_k_excluding
-from pyterrier_selfsup.retrieval.dense import dense_retriever, flex_index, fresh_index, search_stage
-from pyterrier_selfsup.training.loop import Trainer
+from pyterrier_selfsup.retrieval.dense import flex_index, fresh_index, search_stage
+from pyterrier_selfsup.training.loop import DualEncoderTrainer
+from pyterrier_selfsup.training.settings import AcrobartSettings, RumbartSettings
+from pyterrier_selfsup.training.settings import ReconstructionSettings as _R
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +59,7 @@ def marginal_nll(retriever_logits: torch.Tensor, teacher_logp: torch.Tensor, per
     return rows if per_row else rows.mean()
 
 
-class RetrieveAndReconstruct(Trainer):
+class RetrieveAndReconstruct(DualEncoderTrainer):
     """What RUMBArt and ACROBArT share: the stale MIPS index, its refreshes, retrieval of
     the k candidates and their re-scoring by the current encoder.
 
@@ -83,9 +85,12 @@ class RetrieveAndReconstruct(Trainer):
     data_parallel = True
 
     def __init__(self, encoder: DualEncoder, generator: Generator, collection: Union[str, Collection], *,
-                 k: int = 5, refresh_every: Optional[int] = 50, null_document: bool = False,
-                 train_passages: bool = True, batch_size: int = 16, lr: float = 1e-4, **kwargs):
-        super().__init__(encoder, collection, batch_size=batch_size, lr=lr, **kwargs)
+                 k: int = _R.k, refresh_every: Optional[int] = _R.refresh_every,
+                 null_document: bool = _R.null_document, train_passages: bool = _R.train_passages,
+                 epochs: int = _R.epochs, batch_size: int = _R.batch_size, accumulation: int = _R.accumulation,
+                 lr: float = _R.lr, seed: int = _R.seed, **kwargs):
+        super().__init__(encoder, collection, epochs=epochs, batch_size=batch_size, accumulation=accumulation, lr=lr,
+                         seed=seed, **kwargs)
         self.generator = generator
         self.k = k
         self.refresh_every = refresh_every
@@ -93,13 +98,6 @@ class RetrieveAndReconstruct(Trainer):
         self.train_passages = train_passages
         self._index = None  # the stale index: a FlexIndex of the passage encoder as it was at the last refresh
         self._index_dir: Optional[tempfile.TemporaryDirectory] = None
-
-    @property
-    def encoder(self) -> DualEncoder:
-        return self.model
-
-    def retriever(self, fresh: bool = False) -> pt.Transformer:
-        return dense_retriever(self.collection, self.encoder, fresh=fresh, cache_dir=self.cache_dir)
 
     def on_fit_start(self):
         if not self.train_passages:  # RAG: passages keep a frozen copy of the start encoder
@@ -210,7 +208,7 @@ class Rumbart(RetrieveAndReconstruct):
     # over the batch's lower bound instead
     curve, curve_label = 'excess loss', 'loss above its lower bound'
 
-    def __init__(self, *args, teacher_temperature: float = 1.0, **kwargs):
+    def __init__(self, *args, teacher_temperature: float = RumbartSettings.teacher_temperature, **kwargs):
         super().__init__(*args, **kwargs)
         self.teacher_temperature = teacher_temperature
         self._teacher = None
@@ -276,7 +274,7 @@ class Acrobart(RetrieveAndReconstruct):
     reconstruction loss reaches the retriever through the bias."""
     description = 'ACROBArT'
 
-    def __init__(self, *args, beta: float = 1.0, **kwargs):
+    def __init__(self, *args, beta: float = AcrobartSettings.beta, **kwargs):
         super().__init__(*args, **kwargs)
         self.beta = torch.nn.Parameter(torch.tensor(float(beta), device=self.encoder.device))
 

@@ -1,104 +1,23 @@
-"""Where built artefacts (indexes, models) live, and how they get there whole or not at all.
-
-:func:`build_once` is the one way into the cache, and where disk faults are met (issue 20):
-
-- a cache directory that cannot be written is reported before anything starts, with the
-  settings that move it (``--cache-dir``, ``$SELFSUP_CACHE``);
-- a build whose size is estimated (``needs``) is refused early when the disk has less
-  free space than that, with both numbers and the path;
-- a write that still fails (disk full, quota, read-only) becomes an error naming what was
-  being built, the file or directory and the cause, and whether the partial build was
-  removed or kept to resume from;
-- the completion marker records the size of every file of the build, and reopening a
-  build compares them (a ``stat`` a file): a truncated or missing file is a damaged build,
-  reported with the path and rebuilt (``on_damage='rebuild'``: indexes, caches, anything
-  derived) or refused with the command that clears it (``'raise'``: trained models,
-  hours of work); never a raw mmap or numpy traceback from the reader.
-"""
-import errno
+"""Builds that reach the cache whole or not at all: a staging directory renamed into place, a
+completion marker recording every file's size, a lock so that one process builds while the
+others wait, and, under torch.distributed, one build run by the whole group."""
 import fcntl
-import hashlib
 import json
 import logging
 import os
-import re
 import shutil
-import tempfile
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Callable, Optional, Union
 
+from pyterrier_selfsup._cache.faults import (MOVE_HINT, TMP_HINT, CacheError, CacheNotWritable, DamagedBuild,
+                                             check_space, disk_faults, writable)
 from pyterrier_selfsup._distributed import all_or_none, distributed, shared_temporary_directory
 
 logger = logging.getLogger(__name__)
 
-CACHE_ENV = 'SELFSUP_CACHE'
 _COMPLETE = '.selfsup-complete'
-MOVE_HINT = f'move the cache with --cache-dir (or cache_dir=) or ${CACHE_ENV}'
-# where a trainer's refreshed indexes go (tempfile's directory)
-TMP_HINT = 'set $TMPDIR to a directory on a disk with more space'
 ON_DAMAGE = ('rebuild', 'set aside', 'raise')
-_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-_UNWRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
-# how libraries that do not raise OSError say the disk is full (torch.save, faiss, sqlite)
-_FULL_WORDS = ('no space left', 'disk is full', 'disk full', 'failed writing', 'write error', 'quota')
-
-
-class CacheError(RuntimeError):
-    """The cache cannot be written, has too little space, or holds a damaged build; the
-    message names the path, the cause and what to do."""
-
-
-class CacheNotWritable(CacheError):
-    pass
-
-
-class CacheFull(CacheError):
-    pass
-
-
-class CacheWriteFailed(CacheError):
-    pass
-
-
-class DamagedBuild(CacheError):
-    pass
-
-
-def human_bytes(n: float) -> str:
-    for unit in ('bytes', 'KiB', 'MiB', 'GiB', 'TiB'):
-        if abs(n) < 1024 or unit == 'TiB':
-            return f'{n:.0f} {unit}' if unit == 'bytes' else f'{n:.1f} {unit}'
-        n /= 1024
-
-
-def cache_root(cache_dir: Optional[Union[str, Path]] = None) -> Path:
-    """``cache_dir`` if given, else ``$SELFSUP_CACHE``, else ``~/.cache/pyterrier-selfsup``."""
-    if cache_dir is not None:
-        return Path(cache_dir)
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    return Path.home() / '.cache' / 'pyterrier-selfsup'
-
-
-def cache_key(name: str, settings: dict) -> str:
-    """A directory name readable by people (``name``) and unique to ``settings``."""
-    slug = re.sub(r'[^A-Za-z0-9._-]+', '_', name).strip('_')
-    digest = hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:10]
-    return f'{slug}-{digest}'
-
-
-def weights_fingerprint(config: dict, model) -> str:
-    """A digest of a model's settings and weights (a torch module, or its state dict):
-    equal fingerprints, equal outputs. Keys what is cached from a model's outputs
-    (indexes, scores)."""
-    import torch
-    digest = hashlib.sha1(json.dumps(config, sort_keys=True).encode())
-    state = model if isinstance(model, dict) else model.state_dict()
-    for name, tensor in sorted(state.items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:16]
 
 
 def is_complete(path: Path) -> bool:
@@ -156,17 +75,14 @@ def _run_build(path: Path, staging: Path, build: Callable[[Path], None], what: s
     disk fault is raised as :class:`CacheWriteFailed` or :class:`CacheNotWritable`. The
     ``owner`` (of a collective build: rank 0) removes the staging directory of a failed
     build that cannot be resumed."""
-    try:
+    def undo():
+        if owner and not resumable:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    with disk_faults(what, staging, kept=lambda: resumable and staging.exists(), undo=undo):
         build(staging)
         if finish:
             _finish(staging, path)
-    except BaseException as error:
-        if owner and not resumable:
-            shutil.rmtree(staging, ignore_errors=True)
-        fault = write_fault(error, what, staging, kept=resumable and staging.exists())
-        if fault is not None:
-            raise fault from error
-        raise
 
 
 def _finish(staging: Path, path: Path):
@@ -250,66 +166,8 @@ def set_aside(path: Path) -> Path:
     return aside
 
 
-def writable(directory: Path, what: str, hint: str = MOVE_HINT, create: bool = True):
-    """Raises :class:`CacheNotWritable` unless a file can be created in ``directory``
-    (created if missing; ``create=False``: probed in its nearest existing ancestor, nothing
-    left behind). A real write, not ``os.access``: root passes that check on a read-only mount."""
-    try:
-        if create:
-            directory.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=directory if create else _existing(directory), prefix='.selfsup-write-test-')
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as error:
-        raise CacheNotWritable(f'{what}: the directory {directory} cannot be written '
-                               f'({error.strerror}); {hint}') from error
-
-
 def _check_space(directory: Path, needs, what: str):
     check_space(directory, needs() if needs is not None else None, what)
-
-
-def check_space(directory: Path, needed: Optional[int], what: str, hint: str = MOVE_HINT):
-    """Raises :class:`CacheFull` if ``directory``'s disk has less than ``needed`` bytes free
-    (None or 0: nothing to check); ``hint``: the setting that moves the writes elsewhere."""
-    if not needed:
-        return
-    free = shutil.disk_usage(directory).free
-    if free < needed:
-        raise CacheFull(f'{what} needs about {human_bytes(needed)} under {directory}, which has '
-                        f'{human_bytes(free)} free; free some space or {hint}')
-
-
-def write_fault(error: BaseException, what: str, where: Path, kept: bool = False,
-                fate: Optional[str] = None, hint: str = MOVE_HINT) -> Optional[CacheError]:
-    """``error`` as a :class:`CacheError` naming ``what``, the file and the cause, if it is
-    a disk fault (full, quota, read-only, permission); else None. ``fate``: what became of
-    what was written (default: a build's staging directory, removed or ``kept``); ``hint``:
-    the setting that moves the writes elsewhere."""
-    if isinstance(error, CacheError):
-        return None
-    target = getattr(error, 'filename', None) or where
-    fate = fate or (f'what was written is kept in {where} and the next run resumes from it' if kept
-                    else 'the partial build was removed')
-    if isinstance(error, OSError) and error.errno in _UNWRITABLE:
-        return CacheNotWritable(f'{what}: cannot write {target} ({error.strerror}); {fate}; {hint}')
-    try:
-        usage = shutil.disk_usage(_existing(where))
-    except OSError:
-        usage = None
-    full = isinstance(error, OSError) and error.errno in _FULL
-    if not full and isinstance(error, Exception):
-        # a library's own error: full if it says so, or if the disk is now all but full
-        full = any(w in str(error).lower() for w in _FULL_WORDS) or (
-            usage is not None and usage.free < min(16 << 20, usage.total // 100))
-    if not full:
-        return None
-    lines = str(error).strip().splitlines()
-    cause = error.strerror if isinstance(error, OSError) and error.strerror else (lines[-1] if lines
-                                                                                   else type(error).__name__)
-    free = 'unknown' if usage is None else human_bytes(usage.free)
-    return CacheWriteFailed(f'{what}: writing {target} failed, the disk is full ({cause}; {free} free now); '
-                            f'{fate}; free some space or {hint}')
 
 
 @contextmanager
@@ -319,15 +177,9 @@ def written_whole(path: Union[str, Path], what: str, hint: str = MOVE_HINT):
     half a file. A disk fault becomes a :class:`CacheError` naming ``path`` and ``hint``."""
     path = Path(path)
     partial = path.with_name(f'.{path.stem}.partial{path.suffix}')  # (the suffix kept: it names a format)
-    try:
+    with disk_faults(what, path, hint=hint, undo=lambda: partial.unlink(missing_ok=True)):
         yield partial
         os.replace(partial, path)
-    except BaseException as error:
-        partial.unlink(missing_ok=True)
-        fault = write_fault(error, what, path, hint=hint)
-        if fault is not None:
-            raise fault from error
-        raise
 
 
 @contextmanager
@@ -338,23 +190,10 @@ def temporary_build(prefix: str, what: str, needed: Optional[int]):
     first, and a write that fails for space inside the block becomes a :class:`CacheError`
     naming ``what`` and ``$TMPDIR``, with the directory removed."""
     directory, tmp = shared_temporary_directory(prefix)
-    try:
+    with disk_faults(what, Path(directory), fate='the temporary index was removed', hint=TMP_HINT,
+                     undo=tmp.cleanup if tmp is not None else None):
         all_or_none(lambda: check_space(Path(directory), needed, what, TMP_HINT) if distributed()[0] == 0 else None)
         yield directory, tmp
-    except BaseException as error:
-        if tmp is not None:
-            tmp.cleanup()
-        fault = write_fault(error, what, Path(directory), fate='the temporary index was removed', hint=TMP_HINT)
-        if fault is not None:
-            raise fault from error
-        raise
-
-
-def _existing(path: Path) -> Path:
-    path = Path(path)
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
 
 
 def _clear_leftovers(path: Path, resumable: bool) -> Path:
@@ -388,8 +227,7 @@ def _build_once_collectively(path: Path, build: Callable[[Path], None], what: st
     barrier for one that failed."""
     import torch.distributed as dist
     rank = dist.get_rank()
-    lock = None
-    try:
+    with ExitStack() as held:  # rank 0's lock, released however the build ends
         todo = [None]
         if rank == 0:
             try:
@@ -397,8 +235,7 @@ def _build_once_collectively(path: Path, build: Callable[[Path], None], what: st
                     todo = ['done']
                 else:
                     writable(path.parent, what)
-                    lock = locked(path.with_name(path.name + '.lock'))
-                    lock.__enter__()
+                    held.enter_context(locked(path.with_name(path.name + '.lock')))
                     todo = ['done'] if _usable(path, what, check, on_damage) else ['build']
                     if todo[0] == 'build':
                         _clear_leftovers(path, resumable)
@@ -415,9 +252,6 @@ def _build_once_collectively(path: Path, build: Callable[[Path], None], what: st
 
             dist.barrier()
             _run_build(path, _staging(path), together, what, resumable, finish=False, owner=rank == 0)
-    finally:
-        if lock is not None:
-            lock.__exit__(None, None, None)
     return path
 
 
