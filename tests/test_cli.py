@@ -61,6 +61,7 @@ def selfsup(*args, cwd, env=None) -> Ran:
     return Ran(code, out.getvalue(), err.getvalue())
 
 
+@pytest.mark.slow
 def test_run_writes_results_with_header(tmp_path, cache_dir):
     # the smoke test: a process of its own, as a user's shell runs it
     proc = selfsup_process('run', '-c', 'classic/adi', '-p', 'bm25', 'minilm', '--save', 'adi',
@@ -145,6 +146,7 @@ def test_adaptation_runs_from_the_command_line(tmp_path, cache_dir):
     assert f"{table.loc[ds, 'nDCG@10']:.4f}" in again.stdout
 
 
+@pytest.mark.slow
 def test_rumbart_and_acrobart_run_from_the_command_line(tmp_path, cache_dir):
     """The acceptance path with the real models: MiniLM adapted on ADI with SmolLM2 frozen
     as the teacher, on 20 corpus spans (2 steps each), then evaluated beside BM25."""
@@ -223,6 +225,7 @@ def test_the_command_line_keeps_ir_datasets_info_out_of_its_output():
     assert proc.stdout.strip() == 'Microstructura' and 'direct file access' not in proc.stderr
 
 
+@pytest.mark.slow
 def test_distillation_runs_from_the_command_line(tmp_path, cache_dir):
     """The teacher, the distilled student and their query-time fusion side by side on ADI:
     corpus sentences (several a document: ADI has 82), and SmolLM2's samples, round-trip filtered."""
@@ -251,6 +254,7 @@ def test_distillation_runs_from_the_command_line(tmp_path, cache_dir):
         assert model.encode_query(['automatic indexing']).shape == (1, 384)
 
 
+@pytest.mark.slow
 def test_train_runs_on_two_processes_under_torchrun(tmp_path, cache_dir, tiny_dir):
     ds = f'ds:model_name={tiny_dir},queries=classic/adi,batch_size=16,seed=7'
     proc = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2',

@@ -68,6 +68,7 @@ def two_process_runs(tiny_dir, tiny_generator_dir, tmp_path_factory):
     return base
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('method', METHODS)
 def test_two_processes_train_as_one(tiny_dir, tiny_generator_dir, tmp_path, two_process_runs, method):
     args = (method, str(tiny_dir), str(tiny_generator_dir['llama']))

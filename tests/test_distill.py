@@ -409,6 +409,7 @@ def two_process_runs(tiny_dir, cache_dir, tmp_path_factory):
     return base
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('loss, train_passages', TWO_PROCESS_RUNS)
 def test_two_processes_train_as_one(tiny_dir, cache_dir, tmp_path, two_process_runs, loss, train_passages):
     import json
@@ -439,6 +440,7 @@ def _spawned(rank, tiny_dir, cache_dir, output_dir, loss, train_passages, store,
                        stop_at=stop_at)
 
 
+@pytest.mark.slow
 def test_two_processes_stopped_resume_from_the_last_checkpoint(tiny_dir, cache_dir, tmp_path):
     import json
     import time

@@ -44,6 +44,7 @@ def test_every_example_has_a_test():
     assert tested == {p.name for p in EXAMPLES.glob('*.py')}
 
 
+@pytest.mark.slow
 def test_rerank_from_stored_vectors_scores_as_reencoding_does(run_example):
     table = run_example('rerank_bm25_with_minilm.py', ADI)['table']
     assert nDCG10(table, 'BM25') == pytest.approx(0.4855, abs=1e-4)  # (tests/test_bm25.py)
@@ -53,6 +54,7 @@ def test_rerank_from_stored_vectors_scores_as_reencoding_does(run_example):
     # (what each form costs is measured by experiments/rerank_cost.py, not asserted here)
 
 
+@pytest.mark.slow
 def test_distant_supervision_then_the_saved_model_loads_back_to_the_same_numbers(run_example, tmp_path):
     trained = run_example('distant_supervision.py', ADI, '--queries', 64, '--output-dir', tmp_path / 'ds')
     assert trained['queries']['query'].nunique() == len(trained['queries']) <= 64
@@ -63,6 +65,7 @@ def test_distant_supervision_then_the_saved_model_loads_back_to_the_same_numbers
     assert list(loaded['results']['qid'].unique()) == ['0'] and len(loaded['results']) == 82
 
 
+@pytest.mark.slow
 def test_distillation(run_example, tmp_path):
     ran = run_example('distillation.py', ADI, '--queries', 16, '--rounds', 1, '--output-dir', tmp_path / 'distill')
     table = ran['table']
@@ -97,6 +100,7 @@ def test_reatt_token_index(run_example):
     assert (rows.loc["ReAtt, two stages (K'=64)", ['nDCG@10', 'R@100']] == rows.loc['ReAtt, exact', ['nDCG@10', 'R@100']]).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('method', ['rumbart', 'acrobart'])
 def test_retrieve_and_reconstruct(run_example, tmp_path, method):
     ran = run_example('reconstruction.py', ADI, '--method', method, '--queries', 16, '--k', 2,

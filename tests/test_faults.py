@@ -81,6 +81,7 @@ PISA_CHILD = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 @needs_mounts
 def test_pisa_on_a_full_disk_is_refused_then_leaves_its_log_when_it_dies(tmp_path, cranfield_reference):
     (tmp_path / 'child.py').write_text(PISA_CHILD)
@@ -136,6 +137,7 @@ FLEX_CHILD = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 @needs_mounts
 def test_flex_index_on_a_full_disk_names_the_index_and_the_cause(tmp_path, adi_flex):
     (tmp_path / 'child.py').write_text(FLEX_CHILD)
@@ -159,13 +161,14 @@ def test_flex_index_on_a_full_disk_names_the_index_and_the_cause(tmp_path, adi_f
 
 SHARDED_REFRESH_CHILD = textwrap.dedent('''
     import sys
-    import numpy as np
     import torch.multiprocessing as mp
-    from pyterrier_selfsup import MINILM, Collection, _cache
 
     def rank_main(rank, store, phase, out):
+        # (the package is imported by the ranks only: the parent's import would cost each phase seconds)
+        import numpy as np
         import torch, torch.distributed as dist
         from datetime import timedelta
+        from pyterrier_selfsup import MINILM, Collection, _cache
         from pyterrier_selfsup.models.dual_encoder import DualEncoder
         from pyterrier_selfsup.retrieval import dense
         torch.set_num_threads(1)
@@ -191,6 +194,7 @@ SHARDED_REFRESH_CHILD = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 @needs_mounts
 def test_a_sharded_refresh_on_a_full_tmpdir_fails_every_rank_naming_tmpdir(tmp_path, adi_flex):
     """A data-parallel trainer's refreshed index goes to $TMPDIR: too small, it is refused
@@ -244,6 +248,7 @@ def _collective_rank(rank: int, store: str, cache: str, fail: bool, out: str):
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_a_collective_build_that_fails_on_one_rank_fails_on_every_rank(tmp_path):
     import torch.multiprocessing as mp
     cache, out = tmp_path / 'cache', str(tmp_path / 'out')
@@ -336,6 +341,7 @@ READ_ONLY_CHILD = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 @needs_mounts
 def test_a_read_only_cache_is_reported_at_once_with_the_settings_that_move_it(tmp_path, cranfield_reference,
                                                                              cache_dir):

@@ -122,6 +122,7 @@ def test_reconstruction_scorer_needs_text(tiny_generator):
         gen.scorer()(pd.DataFrame({'qid': ['1'], 'query': ['q'], 'docno': ['a'], 'score': [0.], 'rank': [0]}))
 
 
+@pytest.mark.slow
 def test_smollm2_reranks_adi(cache_dir):
     """A regression test on real data: SmolLM2's query likelihood over BM25's top 10 on ADI."""
     coll = Collection('classic/adi')

@@ -51,6 +51,7 @@ def torch_fp32(sample):
     return ours, ndcg(ours, topics, qrels, docs), ours.encode_docs([d['text'] for d in docs[:64]])
 
 
+@pytest.mark.slow
 def test_openvino_fp32_matches_torch_in_vectors_and_ranking(sample, torch_fp32):
     topics, qrels, docs = sample
     ours, reference, exact = torch_fp32
@@ -62,6 +63,7 @@ def test_openvino_fp32_matches_torch_in_vectors_and_ranking(sample, torch_fp32):
     assert abs(measured - reference) <= 0.005
 
 
+@pytest.mark.slow
 def test_openvino_int8_stays_within_the_quality_bound(sample, torch_fp32):
     """int8 passages (NNCF, calibrated on the first texts encoded) rank as fp32 does, within
     the issue's .005 nDCG@10, with vectors close to fp32's but not equal to them."""
@@ -93,6 +95,7 @@ def test_openvino_follows_the_weights():
     assert np.abs(after - reference.encode_docs(texts)).max() < 1e-5
 
 
+@pytest.mark.slow
 def test_backend_flows_through_pipelines_and_keys(tmp_path):
     collection = Collection('classic/adi')
     dual = get_pipeline('dual:backend=openvino').build(collection, cache_dir=tmp_path)

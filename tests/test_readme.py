@@ -37,6 +37,7 @@ def run_block(code: str, namespace: dict):
     return None
 
 
+@pytest.mark.slow
 def test_every_python_block_of_the_readme_runs(cache_dir, tmp_path, monkeypatch):
     monkeypatch.setenv('SELFSUP_CACHE', str(cache_dir))
     monkeypatch.chdir(tmp_path)

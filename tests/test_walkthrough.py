@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import nbformat
+import pytest
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / 'examples' / 'walkthrough.ipynb'
 
@@ -20,6 +21,7 @@ def test_the_committed_notebook_holds_the_outputs_of_a_complete_run():
     assert 'with QUERIES=2000 ROUNDS=5' in text  # the shipped settings, not the test's
 
 
+@pytest.mark.slow
 def test_the_walkthrough_runs(cache_dir, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(NOTEBOOK.parents[1] / 'scripts'))
     from execute_notebook import execute

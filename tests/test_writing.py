@@ -192,6 +192,7 @@ def test_nucleus_sampling_draws_from_the_renormalised_top():
     assert np.bincount(hot.numpy(), minlength=4) / len(hot) == pytest.approx(expected, abs=0.015)
 
 
+@pytest.mark.slow
 def test_greedy_writing_agrees_with_generate_and_stops_at_the_first_line(cache_dir):
     """Real SmolLM2, the project's former completion prompt: the first line that transformers'
     generate writes (32 tokens, cut afterwards) is the query the writer stops at."""

@@ -33,7 +33,7 @@ import torch
 from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, DynamicCache)
 from transformers.modeling_outputs import BaseModelOutput
 
-from pyterrier_selfsup._cache import build_once, cache_key, cache_root, weights_fingerprint
+from pyterrier_selfsup._cache import build_once, cache_key, cache_root, check_space, weights_fingerprint
 from pyterrier_selfsup.models._base import TorchModel, clean_texts, pad, resolve_device
 
 if TYPE_CHECKING:
@@ -357,11 +357,19 @@ def _dequantised(repo: str, gguf_file: str, cache_dir=None) -> Path:
     """A GGUF checkpoint converted once to a Hugging Face directory (fp32 safetensors)."""
     path = cache_root(cache_dir) / 'generators' / cache_key(f'{repo}.{gguf_file}', {'format': 'hf-fp32'})
 
+    what = f'the fp32 conversion of {repo}/{gguf_file}'
+
+    # Each read of the GGUF parses all of its metadata (SmolLM2's: about 3 s, most of it the
+    # vocabulary), so it is read three times, not five: the configuration is handed to the model's
+    # load, and the space the fp32 weights need is counted from the loaded model.
     def convert(staging: Path):
-        AutoTokenizer.from_pretrained(repo, gguf_file=gguf_file).save_pretrained(staging)
+        tokenizer = AutoTokenizer.from_pretrained(repo, gguf_file=gguf_file)
         config = AutoConfig.from_pretrained(repo, gguf_file=gguf_file)
         model_cls = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
-        loaded = model_cls.from_pretrained(repo, gguf_file=gguf_file)
+        loaded = model_cls.from_pretrained(repo, gguf_file=gguf_file, config=config)
+        # fp32 weights (4 bytes a weight) and the tokenizer's files, checked before anything is written
+        check_space(staging.parent, 4 * sum(p.numel() for p in loaded.state_dict().values()) + (16 << 20), what)
+        tokenizer.save_pretrained(staging)
         # transformers refuses to save a model loaded from GGUF; its weights are already
         # plain tensors, so they go into a fresh model of the same configuration
         config = loaded.config
@@ -372,14 +380,7 @@ def _dequantised(repo: str, gguf_file: str, cache_dir=None) -> Path:
         model.load_state_dict(loaded.state_dict())
         model.save_pretrained(staging)
 
-    def needs():  # fp32 weights (4 bytes a weight of the GGUF's tensors) and the tokenizer's files
-        import gguf
-        from huggingface_hub import hf_hub_download
-        local = Path(repo) / gguf_file
-        tensors = gguf.GGUFReader(local if local.is_file() else hf_hub_download(repo, gguf_file)).tensors
-        return 4 * sum(int(t.n_elements) for t in tensors) + (16 << 20)
-
-    return build_once(path, convert, what=f'the fp32 conversion of {repo}/{gguf_file}', needs=needs)
+    return build_once(path, convert, what=what)
 
 
 def load_generator(name: str = 'smollm2', **kwargs) -> Generator:
