@@ -16,12 +16,12 @@ teacher "student × generator over the student's top k".
 - **Rounds of self-training**: each epoch is a round; when the teacher is a function of
   the student (``teacher=lambda student: Fusion({'bm25': bm25, 'student': student})``),
   the improved student re-enters the teacher and its candidates at the start of every
-  round, as ReAtt iterates and REALM refreshes. Training stops early when the teacher's
-  top 10 hardly changes from one round to the next (``stop_overlap``): a rule that reads
-  no labels.
+  round, as ReAtt iterates and REALM refreshes. With ``stop_overlap``, training stops
+  early when the teacher's top 10 hardly changes from one round to the next: a rule that
+  reads no labels (off by default: the verdict keeps the best round).
 - **A label-free verdict** (``verdict_share``): that share of the training queries never
   trains; the student is scored on it at its start and after every round against pseudo-
-  judgements (:mod:`~pyterrier_selfsup.training.verdict`), the best round is kept (the start
+  judgements (:mod:`~pyterrier_selfsup.training.verdict`; by default a tenth), the best round is kept (the start
   itself, if no round beats it), and the log says whether adaptation helped, with an interval.
 - **Round-trip filtering** (GPL/InPars/Promptagator): a query that was written for a
   passage (``source_docno``) is kept only when the round-0 teacher ranks that passage
@@ -29,7 +29,7 @@ teacher "student × generator over the student's top k".
 - ``train_passages=False`` (the default) trains the query tower only, against the
   start encoder's passage vectors (RAG): a step encodes only the batch's queries, the
   index never goes stale, and a round's re-retrieval is a search of the same index.
-- ``passage_offsets`` (with ``train_passages=False``): the passage side moves too, at the
+- ``passage_offsets`` (with ``train_passages=False``; on by default): the passage side moves too, at the
   cost of a query step: each candidate passage's vector is v₀ + δ (normalised again), δ a
   free vector trained by lazy Adam (``offset_lr``) and pulled to 0 by an L2 term of this
   weight (:mod:`~pyterrier_selfsup.models.offsets`). The offsets are saved with the model

@@ -78,8 +78,10 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
         Data parallel (``torchrun``): each process computes the loss of its share of each
         batch's queries, a refresh is encoded in shards (:func:`~pyterrier_selfsup.retrieval.dense.fresh_index`)
         and RUMBArt's teacher scores its share of the passages into the shared cache.
-        The rest as for :class:`~pyterrier_selfsup.training.Trainer` (thesis defaults:
-        lr 1e-4 with warm-up and linear decay, gradient ``accumulation``).
+        The rest as for :class:`~pyterrier_selfsup.training.Trainer` (warm-up and linear decay,
+        gradient ``accumulation``). Defaults: the shipped settings
+        (:class:`~pyterrier_selfsup.training.settings.ReconstructionSettings`: lr 2e-5, a refresh
+        every 25 steps, where the thesis has lr 1e-4).
     """
     marker = 'refresh seconds'
     data_parallel = True
