@@ -12,6 +12,7 @@ from pyterrier_selfsup.data.classic import register_classic
 from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
 from pyterrier_selfsup.data.queries import (Query, corpus_sentences, cropped_spans, folds, generated_queries,
                                             given_topics, query_log, sampled_queries)
+from pyterrier_selfsup.models._base import quiet_offline_hub
 from pyterrier_selfsup.models.dual_encoder import DualEncoder, DualEncoderModel
 from pyterrier_selfsup.models.generator import QWEN, QWEN_GGUF, SMOLLM2, SMOLLM2_GGUF, Generator
 from pyterrier_selfsup.models.reranker import ReconstructionScorer
@@ -45,6 +46,7 @@ def _draw_training_curve(*args, **kwargs):
 _loop.draw_curve = _draw_training_curve
 
 register_classic()  # classic/cisi and classic/adi, read from $SELFSUP_CLASSIC_DATA
+quiet_offline_hub()  # offline mode (HF_HUB_OFFLINE=1) is normal here: no warning a model load
 
 # the harness (named pipelines, experiments) is imported when one of its names is first used
 _HARNESS = {'PIPELINES': 'pipelines', 'PipelineSpec': 'pipelines', 'register': 'pipelines', 'CrossFold': 'pipelines',

@@ -85,3 +85,22 @@ def test_a_corpus_of_ones_own_from_jsonl_csv_and_tsv(tmp_path):
         Collection.from_files(tmp_path / 'missing.jsonl')
     bm25 = BM25.from_collection(Collection.from_files(tmp_path / 'docs.tsv'), cache_dir=tmp_path / 'cache')
     assert bm25.search('cats')['docno'].tolist() == ['a']
+
+
+def test_ms_marco_layout_a_tsv_without_a_header(tmp_path):
+    """MS MARCO's collection.tsv (docno<TAB>text a line, no header) and queries.tsv (qid<TAB>query)
+    load as they are; a line with another number of fields is an error that names it."""
+    (tmp_path / 'collection.tsv').write_text('0\tThe presence of communication amid scientific minds.\n'
+                                            '1\tThe Manhattan Project and its atomic bomb.\n7\t"quoted" text\n')
+    (tmp_path / 'queries.tsv').write_text('121352\tdefine extreme\n634306\twhat does chattel mean\n')
+    corpus = Collection.from_files(tmp_path / 'collection.tsv', tmp_path / 'queries.tsv')
+    assert [d['docno'] for d in corpus.corpus_iter()] == ['0', '1', '7']  # the first line is a document
+    assert corpus.texts(['7']) == ['"quoted" text']
+    assert corpus.topics().values.tolist() == [['121352', 'define extreme'], ['634306', 'what does chattel mean']]
+    (tmp_path / 'torn.tsv').write_text('0\tfine\n1\ttorn\tin two\n2\tfine\n')
+    with pytest.raises(ValueError, match=r'torn.tsv, line 2: 3 field\(s\) where a TSV without a header has 2 '
+                                         r'\(docno<TAB>text a line\)'):
+        list(Collection.from_files(tmp_path / 'torn.tsv').corpus_iter())
+    (tmp_path / 'three.tsv').write_text('0\ta\tb\n')  # neither a header nor a docno<TAB>text line
+    with pytest.raises(ValueError, match=r'three.tsv, line 1: 3 field\(s\) where a TSV without a header has 2'):
+        list(Collection.from_files(tmp_path / 'three.tsv').corpus_iter())

@@ -4,9 +4,11 @@ registered with ir_datasets so that every component takes it as it takes ``beir/
 Documents: JSON lines, CSV or TSV (optionally gzipped), one document a record, with its id
 in ``docno`` (or ``doc_id``, ``_id``, ``id``) and its text in ``text`` (or ``body``,
 ``contents``), and an optional ``title`` prepended to the text as ir_datasets' BEIR
-collections do. Queries: the same formats with ``qid`` (or ``query_id``, ``_id``, ``id``)
-and ``query`` (or ``text``), or plain text, one query a line (its qid: the line's number). No
-relevance judgements: the point is a corpus that has none.
+collections do; or a TSV with no header, ``docno<TAB>text`` a line (MS MARCO's
+``collection.tsv``). Queries: the same formats with ``qid`` (or ``query_id``, ``_id``, ``id``)
+and ``query`` (or ``text``), a header-less ``qid<TAB>query`` TSV (MS MARCO's ``queries.tsv``),
+or plain text, one query a line (its qid: the line's number). No relevance judgements: the
+point is a corpus that has none.
 
 The corpus is ``local/<name>-<hash of the documents file>-<format>`` (``<name>``: the file's
 name up to its first dot), and a dataset with queries adds a hash of the queries file to
@@ -30,6 +32,8 @@ DOCNO_FIELDS = ('docno', 'doc_id', '_id', 'id')
 TEXT_FIELDS = ('text', 'body', 'contents')
 QID_FIELDS = ('qid', 'query_id', '_id', 'id')
 QUERY_FIELDS = ('query', 'text')
+# a TSV whose first line names none of these is a header-less one (MS MARCO's layout)
+KNOWN_FIELDS = frozenset(DOCNO_FIELDS + TEXT_FIELDS + QID_FIELDS + QUERY_FIELDS + ('title',))
 
 
 class MalformedFileError(ValueError):
@@ -60,15 +64,16 @@ def _format(path: Path) -> str:
     return suffixes[-1].lstrip('.').lower() if suffixes else 'txt'
 
 
-def read_records(path: Union[str, Path]) -> Iterator[Dict[str, str]]:
+def read_records(path: Union[str, Path], headerless: Tuple[str, ...] = ()) -> Iterator[Dict[str, str]]:
     """The records of a JSON lines, CSV or TSV file (optionally gzipped), as dicts of strings."""
-    return (record for _, record in numbered_records(path))
+    return (record for _, record in numbered_records(path, headerless))
 
 
-def numbered_records(path: Union[str, Path]) -> Iterator[Tuple[int, Dict[str, str]]]:
+def numbered_records(path: Union[str, Path], headerless: Tuple[str, ...] = ()) -> Iterator[Tuple[int, Dict[str, str]]]:
     """(line number, record) of each record of a JSON lines, CSV or TSV file; a line that is
     not a JSON object, or a CSV/TSV row with more or fewer fields than its header, is an
-    error that names the file and the line."""
+    error that names the file and the line. ``headerless``: the fields of a TSV with no header
+    (its first line names none of :data:`KNOWN_FIELDS`), ``('docno', 'text')`` for documents."""
     path = Path(path)
     kind = _format(path)
     with _open(path) as lines:
@@ -85,12 +90,20 @@ def numbered_records(path: Union[str, Path]) -> Iterator[Tuple[int, Dict[str, st
             options = {'delimiter': '\t', 'quoting': csv.QUOTE_NONE} if kind == 'tsv' else {}
             reader = csv.reader(lines, **options)
             header = next(reader, None)
+            said = f'its header has {len(header or ())} ({", ".join(header or ())})'
+            if kind == 'tsv' and headerless and header is not None and not KNOWN_FIELDS & set(header):
+                # no header: MS MARCO's collection.tsv (docno<TAB>text) or queries.tsv (qid<TAB>query)
+                said = f'a TSV without a header has {len(headerless)} ({"<TAB>".join(headerless)} a line)'
+                if len(header) != len(headerless):
+                    raise MalformedFileError(f'{path}, line 1: {len(header)} field(s) where {said}; or, if it is '
+                                             f'a header, it names none of the fields read: {", ".join(sorted(KNOWN_FIELDS))}')
+                yield 1, dict(zip(headerless, header))
+                header = list(headerless)
             for row in reader:
                 if not row:  # (a blank line, as csv.DictReader skips it)
                     continue
                 if len(row) != len(header):
-                    raise MalformedFileError(f'{path}, line {reader.line_num}: {len(row)} field(s) where its header '
-                                             f'has {len(header)} ({", ".join(header)})')
+                    raise MalformedFileError(f'{path}, line {reader.line_num}: {len(row)} field(s) where {said}')
                 yield reader.line_num, dict(zip(header, row))
         else:
             raise MalformedFileError(f'{path}: documents must be JSON lines, CSV or TSV (.jsonl, .csv, .tsv, '
@@ -108,7 +121,7 @@ def _field(record: Dict[str, str], names, where: str, what: str) -> str:
 
 def read_docs(path: Union[str, Path]) -> Iterator[LocalDoc]:
     path = Path(path)
-    for record in read_records(path):
+    for record in read_records(path, headerless=('docno', 'text')):
         yield LocalDoc(_field(record, DOCNO_FIELDS, path, 'document id'), record.get('title', ''),
                        _field(record, TEXT_FIELDS, path, 'text'))
 
@@ -132,7 +145,7 @@ def read_queries(path: Union[str, Path]) -> List[GenericQuery]:
             raise MalformedFileError(f'{path}: no query in it')
         return [GenericQuery(str(i), text) for i, text in enumerate(texts, 1) if text]
     queries, seen = [], {}
-    for number, record in numbered_records(path):
+    for number, record in numbered_records(path, headerless=('qid', 'query')):
         where = f'{path}, line {number}'
         qid, text = _field(record, QID_FIELDS, where, 'query id'), _field(record, QUERY_FIELDS, where, 'query')
         if not text.strip():

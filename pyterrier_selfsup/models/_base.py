@@ -7,6 +7,7 @@ modules and a tokenizer. The training loop trains any of them through
 ``load_weights``, never by asking which model it is.
 """
 import json
+import logging
 import math
 from contextlib import contextmanager
 from pathlib import Path
@@ -146,3 +147,25 @@ def read_saved_config(name_or_path: Union[str, Path], filename: str) -> Optional
         return json.loads(Path(hf_hub_download(str(name_or_path), filename)).read_text())
     except Exception:  # not in that repository (or not a repository): nothing to read
         return None
+
+
+class OfflineHubFilter(logging.Filter):
+    """Drops huggingface_hub's warning that it could not reach the Hub *because offline mode is
+    on* (``HF_HUB_OFFLINE=1``): offline is a normal way to run this package, and the warning came
+    once a model load. Any other warning of the Hub's, and this one for a real connection failure,
+    passes. The package installs it on the Hub's logger when it is imported
+    (:func:`quiet_offline_hub`); the command line also says offline once, in a line of its own."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (message.startswith('Could not reach the Hub') and 'offline mode is enabled' in message)
+
+
+HUB_LOGGER = 'huggingface_hub.hf_api'  # where huggingface_hub says it (hf_api.py, revision resolution)
+
+
+def quiet_offline_hub():
+    """Installs :class:`OfflineHubFilter` on the Hub's logger (once)."""
+    hub = logging.getLogger(HUB_LOGGER)
+    if not any(isinstance(f, OfflineHubFilter) for f in hub.filters):
+        hub.addFilter(OfflineHubFilter())
