@@ -10,6 +10,9 @@ memory (the child's own ru_maxrss):
 - with the passage tower frozen (train_passages=False: no passage is encoded with gradients);
 - with batches of 4 queries, 4 of them accumulated into a step (the same step, a quarter of the
   activations at a time);
+- with the encoder's gradient checkpointing (transformers' ``gradient_checkpointing_enable``, the
+  RNG state kept: each layer's activations recomputed in the backward pass), and whether its final
+  weights equal the example's;
 and, for the first, where the peak falls (experiments/peak_memory.py: the main thread's stack at
 the highest sample). Writes experiments/results/memory_probe.{md,json}.
 """
@@ -33,12 +36,15 @@ CHILD = '''
 import sys, torch
 import pyterrier_selfsup as selfsup
 train_passages, batch_size, accumulation = sys.argv[1] == 'True', int(sys.argv[2]), int(sys.argv[3])
+checkpointing = len(sys.argv) > 5 and sys.argv[5] == 'checkpointing'
 collection = selfsup.Collection('classic/adi')
 generator = selfsup.Generator.from_pretrained(selfsup.SMOLLM2, gguf_file=selfsup.SMOLLM2_GGUF, max_passage_length=256)
 torch.manual_seed(0)
 trainer = selfsup.Rumbart(selfsup.DualEncoder.from_pretrained(selfsup.MINILM), generator, collection, k=5,
                           batch_size=batch_size, accumulation=accumulation, train_passages=train_passages,
                           output_dir=sys.argv[4], verbose=False)
+if checkpointing:
+    trainer.encoder.model.encoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs={{'use_reentrant': False}})
 trainer.fit(selfsup.corpus_sentences(collection, {queries}))
 '''.format(queries=QUERIES)
 
@@ -68,11 +74,18 @@ def main():
                 ('passage tower frozen (train_passages=False)',
                  [sys.executable, '-c', CHILD, 'False', '16', '1', f'{work}/c'], None),
                 ('batches of 4, 4 accumulated a step',
-                 [sys.executable, '-c', CHILD, 'True', '4', '4', f'{work}/d'], None)]
+                 [sys.executable, '-c', CHILD, 'True', '4', '4', f'{work}/d'], None),
+                ('gradient checkpointing (batches of 16)',
+                 [sys.executable, '-c', CHILD, 'True', '16', '1', f'{work}/f', 'checkpointing'], None)]
         for name, command, env in runs:
             gib, seconds, _ = peak(command, env, cwd=work)
             rows.append({'run': name, 'peak GiB': gib, 'seconds': seconds})
             print(rows[-1], flush=True)
+        from safetensors.torch import load_file
+        example_weights, checkpointed = (load_file(next(Path(f'{work}/{run}/final').rglob('*.safetensors')))
+                                         for run in ('a', 'f'))
+        difference = max((example_weights[k] - checkpointed[k]).abs().max().item() for k in example_weights)
+        rows[-1]['largest weight difference from the example'] = difference
         _, _, located = peak([sys.executable, str(ROOT / 'experiments' / 'peak_memory.py')] + example[1:] +
                              [f'{work}/e'], cwd=work)
     where = located[located.rfind('PEAK MiB'):].strip()
@@ -85,6 +98,8 @@ def main():
           *(f'- {k}: {v}' for k, v in {**header, **settings}.items()), '',
           '| run | peak resident memory (GiB) | seconds |', '|---|---|---|',
           *(f'| {r["run"]} | {r["peak GiB"]:.2f} | {r["seconds"]:.0f} |' for r in rows), '',
+          f'The checkpointed run\'s final weights against the example\'s: largest difference '
+          f'{rows[-1]["largest weight difference from the example"]:.3g}.', '',
           'Where the example\'s peak falls (`experiments/peak_memory.py`):', '', '```', frames, '```', '']
     (RESULTS / 'memory_probe.md').write_text('\n'.join(md))
     print('\n'.join(md))
