@@ -1,19 +1,18 @@
-"""Where RUMBArt's memory goes on ADI (issue 32, item 1): a first probe, not the fix.
+"""Where RUMBArt's memory goes on ADI (issue 32, item 1): a first probe.
 
     python experiments/memory_probe.py
 
 runs RUMBArt as examples/reconstruction.py does (MiniLM, SmolLM2 frozen, k=5, batches of 16) on
 100 of ADI's corpus sentences, each run a process of its own, and records its peak resident
 memory (the child's own ru_maxrss):
-- as the example runs it;
+- without gradient checkpointing (``checkpointing=False``: as the trainer was before issue 32);
 - the same with MALLOC_ARENA_MAX=2 (glibc's arenas: is it the allocator keeping freed memory?);
 - with the passage tower frozen (train_passages=False: no passage is encoded with gradients);
-- with batches of 4 queries, 4 of them accumulated into a step (the same step, a quarter of the
-  activations at a time);
-- with the encoder's gradient checkpointing (transformers' ``gradient_checkpointing_enable``, the
+- with batches of 4 queries, 4 of them accumulated into a step (a quarter of the activations at a time);
+- as the example runs it now: the encoder's gradient checkpointing on (the trainer's default, the
   RNG state kept: each layer's activations recomputed in the backward pass), and whether its final
-  weights equal the example's;
-and, for the first, where the peak falls (experiments/peak_memory.py: the main thread's stack at
+  weights equal those of the run without;
+and, for the example, where the peak falls (experiments/peak_memory.py: the main thread's stack at
 the highest sample). Writes experiments/results/memory_probe.{md,json}.
 """
 import json
@@ -36,15 +35,13 @@ CHILD = '''
 import sys, torch
 import pyterrier_selfsup as selfsup
 train_passages, batch_size, accumulation = sys.argv[1] == 'True', int(sys.argv[2]), int(sys.argv[3])
-checkpointing = len(sys.argv) > 5 and sys.argv[5] == 'checkpointing'
+checkpointing = sys.argv[5] == 'checkpointing'
 collection = selfsup.Collection('classic/adi')
 generator = selfsup.Generator.from_pretrained(selfsup.SMOLLM2, gguf_file=selfsup.SMOLLM2_GGUF, max_passage_length=256)
 torch.manual_seed(0)
 trainer = selfsup.Rumbart(selfsup.DualEncoder.from_pretrained(selfsup.MINILM), generator, collection, k=5,
                           batch_size=batch_size, accumulation=accumulation, train_passages=train_passages,
-                          output_dir=sys.argv[4], verbose=False)
-if checkpointing:
-    trainer.encoder.model.encoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs={{'use_reentrant': False}})
+                          checkpointing=checkpointing, output_dir=sys.argv[4], verbose=False)
 trainer.fit(selfsup.corpus_sentences(collection, {queries}))
 '''.format(queries=QUERIES)
 
@@ -69,14 +66,15 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         example = [sys.executable, str(ROOT / 'examples' / 'reconstruction.py'), '--queries', str(QUERIES),
                    '--output-dir']
-        runs = [('the example (k=5, batches of 16, passages trained)', example + [f'{work}/a'], None),
-                ('the same, MALLOC_ARENA_MAX=2', example + [f'{work}/b'], {'MALLOC_ARENA_MAX': '2'}),
+        runs = [('without gradient checkpointing (k=5, batches of 16, passages trained)',
+                 [sys.executable, '-c', CHILD, 'True', '16', '1', f'{work}/a', 'keep'], None),
+                ('the same, MALLOC_ARENA_MAX=2',
+                 [sys.executable, '-c', CHILD, 'True', '16', '1', f'{work}/b', 'keep'], {'MALLOC_ARENA_MAX': '2'}),
                 ('passage tower frozen (train_passages=False)',
-                 [sys.executable, '-c', CHILD, 'False', '16', '1', f'{work}/c'], None),
-                ('batches of 4, 4 accumulated a step',
-                 [sys.executable, '-c', CHILD, 'True', '4', '4', f'{work}/d'], None),
-                ('gradient checkpointing (batches of 16)',
-                 [sys.executable, '-c', CHILD, 'True', '16', '1', f'{work}/f', 'checkpointing'], None)]
+                 [sys.executable, '-c', CHILD, 'False', '16', '1', f'{work}/c', 'keep'], None),
+                ('batches of 4, 4 accumulated a step, no checkpointing',
+                 [sys.executable, '-c', CHILD, 'True', '4', '4', f'{work}/d', 'keep'], None),
+                ('the example as it runs now (gradient checkpointing, batches of 16)', example + [f'{work}/f'], None)]
         for name, command, env in runs:
             gib, seconds, _ = peak(command, env, cwd=work)
             rows.append({'run': name, 'peak GiB': gib, 'seconds': seconds})
@@ -85,7 +83,7 @@ def main():
         example_weights, checkpointed = (load_file(next(Path(f'{work}/{run}/final').rglob('*.safetensors')))
                                          for run in ('a', 'f'))
         difference = max((example_weights[k] - checkpointed[k]).abs().max().item() for k in example_weights)
-        rows[-1]['largest weight difference from the example'] = difference
+        rows[-1]['largest weight difference from the run without checkpointing'] = difference
         _, _, located = peak([sys.executable, str(ROOT / 'experiments' / 'peak_memory.py')] + example[1:] +
                              [f'{work}/e'], cwd=work)
     where = located[located.rfind('PEAK MiB'):].strip()
@@ -94,12 +92,12 @@ def main():
     (RESULTS / 'memory_probe.json').write_text(json.dumps({'header': header, 'settings': settings, 'rows': rows,
                                                            'peak located': where}, indent=1))
     frames = re.sub(r'\n\s*\n', '\n', where)
-    md = ['# Where RUMBArt\'s memory goes on ADI: a first probe', '',
+    md = ['# Where RUMBArt\'s memory goes on ADI', '',
           *(f'- {k}: {v}' for k, v in {**header, **settings}.items()), '',
           '| run | peak resident memory (GiB) | seconds |', '|---|---|---|',
           *(f'| {r["run"]} | {r["peak GiB"]:.2f} | {r["seconds"]:.0f} |' for r in rows), '',
-          f'The checkpointed run\'s final weights against the example\'s: largest difference '
-          f'{rows[-1]["largest weight difference from the example"]:.3g}.', '',
+          f'The example\'s final weights (checkpointed) against those of the run without checkpointing: '
+          f'largest difference {rows[-1]["largest weight difference from the run without checkpointing"]:.3g}.', '',
           'Where the example\'s peak falls (`experiments/peak_memory.py`):', '', '```', frames, '```', '']
     (RESULTS / 'memory_probe.md').write_text('\n'.join(md))
     print('\n'.join(md))

@@ -292,3 +292,28 @@ def test_generated_queries_do_not_depend_on_the_trainers_passage_length(tiny_dir
     writer = Generator.from_pretrained(str(tiny_generator_dir['llama']))  # its default settings
     assert seen[0].equals(seen[1])
     assert seen[0].equals(training_topics(coll, 'generated', 6, generator=writer, cache_dir=tmp_path / 'fresh'))
+
+
+def test_gradient_checkpointing_trains_the_same_weights_and_is_off_after(tiny_encoder, tiny_generator, tmp_path):
+    """The encoder's activations recomputed in the backward pass (dropout's random state kept):
+    the same weights, bit for bit, as keeping them (experiments/results/memory_probe.md: the
+    memory it saves)."""
+    coll = Collection('classic/adi')
+    weights = {}
+    for on in (True, False):
+        enc, seen = tiny_encoder(), []
+        trainer = Rumbart(enc, tiny_generator(max_passage_length=32), coll, k=3, batch_size=7, epochs=1, lr=1e-2,
+                          refresh_every=None, checkpointing=on, cache_dir=tmp_path / str(on), verbose=False)
+        loss_of = trainer.loss
+
+        def spy(batch, rng):
+            seen.append(enc.model.encoder.is_gradient_checkpointing and enc.model.encoder.training)
+            return loss_of(batch, rng)
+        trainer.loss = spy
+        trainer.fit(coll.topics().head(14))
+        assert seen == [on, on] and not enc.model.encoder.is_gradient_checkpointing
+        weights[on] = {name: value.clone() for name, value in enc.model.state_dict().items()}
+    start = tiny_encoder().model.state_dict()
+    assert any(not torch.equal(value, start[name]) for name, value in weights[True].items())  # it trained
+    for name, value in weights[True].items():
+        assert torch.equal(value, weights[False][name]), name

@@ -72,6 +72,11 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
         train_passages: False: passages get their own frozen copy of the start encoder
             and only the query tower trains (RAG); candidates are scored against the
             index's own vectors, and refreshes re-retrieve without re-encoding.
+        checkpointing: with ``train_passages``, the encoder's activations are recomputed in
+            the backward pass rather than kept (transformers' gradient checkpointing, the RNG
+            state kept, so the weights come out the same): a step's memory no longer holds every
+            layer of its batch × k passages (RUMBArt on ADI: 7.59 GiB at its peak without,
+            3.76 GiB with, for 19% more time; experiments/results/memory_probe.md).
         Resuming from a checkpoint rebuilds the index from the checkpoint's encoder (a
         refresh at the resume step), so a resumed run matches an uninterrupted one
         exactly only when the checkpoint falls on a refresh.
@@ -90,9 +95,10 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
                  k: int = _R.k, refresh_every: Optional[int] = _R.refresh_every,
                  null_document: bool = _R.null_document, train_passages: bool = _R.train_passages,
                  epochs: int = _R.epochs, batch_size: int = _R.batch_size, accumulation: int = _R.accumulation,
-                 lr: float = _R.lr, seed: int = _R.seed, **kwargs):
+                 lr: float = _R.lr, seed: int = _R.seed, checkpointing: bool = True, **kwargs):
         super().__init__(encoder, collection, epochs=epochs, batch_size=batch_size, accumulation=accumulation, lr=lr,
                          seed=seed, **kwargs)
+        self.checkpointing = checkpointing
         self.generator = generator
         self.k = k
         self.refresh_every = refresh_every
@@ -104,6 +110,20 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
     def on_fit_start(self):
         if not self.train_passages:  # RAG: passages keep a frozen copy of the start encoder
             self.encoder.model.freeze_passage_tower()
+        elif self.checkpointing:  # (not a setting of the model: the weights come out the same)
+            self._gradient_checkpointing(True)
+
+    def on_fit_end(self):
+        super().on_fit_end()
+        if self.train_passages and self.checkpointing:
+            self._gradient_checkpointing(False)
+
+    def _gradient_checkpointing(self, on: bool):
+        transformer = self.encoder.model.encoder
+        if on and getattr(transformer, 'supports_gradient_checkpointing', False):
+            transformer.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': False})
+        elif not on and getattr(transformer, 'is_gradient_checkpointing', False):
+            transformer.gradient_checkpointing_disable()
 
     def parameters(self):
         yield from super().parameters()
