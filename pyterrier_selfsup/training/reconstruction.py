@@ -75,8 +75,9 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
         checkpointing: with ``train_passages``, the encoder's activations are recomputed in
             the backward pass rather than kept (transformers' gradient checkpointing, the RNG
             state kept, so the weights come out the same): a step's memory no longer holds every
-            layer of its batch × k passages (RUMBArt on ADI: 7.59 GiB at its peak without,
-            3.76 GiB with, for 19% more time; experiments/results/memory_probe.md).
+            layer of its batch × k passages (RUMBArt on 100 ADI sentences: 7.64 GiB at its peak
+            without, 3.62 GiB with; experiments/results/memory_probe.md), for a recompute of
+            each layer in the backward pass.
         Resuming from a checkpoint rebuilds the index from the checkpoint's encoder (a
         refresh at the resume step), so a resumed run matches an uninterrupted one
         exactly only when the checkpoint falls on a refresh.
