@@ -32,7 +32,7 @@ import numpy as np
 
 from pyterrier_selfsup import MINILM, Collection
 from pyterrier_selfsup.harness import provenance
-from pyterrier_selfsup.harness.trained import REATT_HEAD
+from pyterrier_selfsup.training.settings import REATT_HEAD
 from pyterrier_selfsup.models.reatt import ReAtt
 from pyterrier_selfsup.retrieval.token_index import (DOCNOS_FILE, IVF_FILE, KEYS_FILE, META_FILE, OFFSETS_FILE,
                                                      ReAttIndex, build_ivf, reatt_index)

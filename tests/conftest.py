@@ -87,15 +87,9 @@ def tiny_generator_dir(tmp_path_factory):
 
 @pytest.fixture(scope='session')
 def tiny_encoder(tiny_dir):
-    """The tiny BERT as a :class:`DualEncoder`: mean pooling (a random encoder's [CLS] carries
-    almost no content to learn from), d=16, 48 tokens unless told otherwise."""
-    from pyterrier_selfsup import DualEncoder
-
-    def make(**kwargs):
-        torch.manual_seed(0)
-        settings = dict(dim=16, pooling='mean', device='cpu', precision='fp32', max_length=48)
-        return DualEncoder.from_pretrained(str(tiny_dir), **{**settings, **kwargs})
-    return make
+    """The tiny BERT as a :class:`DualEncoder` (:func:`tests.helpers.tiny_dual_encoder`)."""
+    from tests.helpers import tiny_dual_encoder
+    return lambda **settings: tiny_dual_encoder(tiny_dir, **settings)
 
 
 @pytest.fixture(scope='session')

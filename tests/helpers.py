@@ -7,6 +7,19 @@ DOCS = ['retrieval of information from a library of documents', 'indexing', 'the
         'automatic indexing assigns terms to documents']
 
 
+def tiny_dual_encoder(path, **settings):
+    """The tiny BERT at ``path`` (conftest's ``tiny_dir``) as a DualEncoder, made the same in every
+    process (seeded): mean pooling (a random encoder's [CLS] carries almost no content to learn
+    from), d=16, 48 tokens, on the CPU in fp32, unless ``settings`` say otherwise. A function, not
+    only the ``tiny_encoder`` fixture, so that spawned processes can make it too."""
+    import torch
+
+    from pyterrier_selfsup import DualEncoder
+    torch.manual_seed(0)
+    defaults = dict(dim=16, pooling='mean', device='cpu', precision='fp32', max_length=48)
+    return DualEncoder.from_pretrained(str(path), **{**defaults, **settings})
+
+
 def central_difference(loss, weight, index, eps: float) -> float:
     """(loss(w + eps) - loss(w - eps)) / 2 eps at ``weight[index]``, the weight left as it was."""
     import torch

@@ -9,6 +9,8 @@ from sentence_transformers import SentenceTransformer
 
 from pyterrier_selfsup import MINILM, Collection, DenseRetriever
 
+from tests.helpers import tiny_dual_encoder
+
 
 @pytest.fixture(scope='module')
 def adi_dense(cache_dir):
@@ -127,15 +129,6 @@ def test_approximate_search_scores_as_exact_search_does(adi_dense, cache_dir):
     assert {p.name for p in Path(ivf.index.index_path).glob('*.faiss')} == built
 
 
-def _tiny(tiny_dir: str):
-    """The tiny BERT's DualEncoder (tests/conftest.py's tiny_encoder), made the same in every process."""
-    import torch
-
-    from pyterrier_selfsup.models.dual_encoder import DualEncoder
-    torch.manual_seed(0)
-    return DualEncoder.from_pretrained(tiny_dir, dim=16, pooling='mean', device='cpu', precision='fp32', max_length=48)
-
-
 def _encode_rank(rank: int, world_size: int, store: str, path: str, chunk: int, tiny_dir: str):
     """One process of test_sharded_encoding_equals_one_process."""
     import torch
@@ -145,7 +138,7 @@ def _encode_rank(rank: int, world_size: int, store: str, path: str, chunk: int, 
     torch.set_num_threads(1)
     dist.init_process_group('gloo', init_method=f'file://{store}', rank=rank, world_size=world_size)
     try:
-        encoder = _tiny(tiny_dir)
+        encoder = tiny_dual_encoder(tiny_dir)
         index = encode_sharded(path, Collection('classic/adi'), encoder, rank=rank, world_size=world_size,
                                chunk=chunk)
         assert len(index) == 82
@@ -162,7 +155,7 @@ def test_sharded_encoding_equals_one_process(tmp_path, tiny_dir):
     # 82 passages in chunks of 16: rank 0 encodes chunks 0, 2, 4 (48 passages), rank 1 chunks 1, 3, 5 (34)
     mp.spawn(_encode_rank, args=(2, str(tmp_path / 'store'), str(tmp_path / 'sharded.flex'), 16, str(tiny_dir)),
              nprocs=2)
-    encoder = _tiny(str(tiny_dir))
+    encoder = tiny_dual_encoder(tiny_dir)
     one = encode_into(tmp_path / 'one.flex', Collection('classic/adi'), encoder, chunk=16)
     sharded_docnos, sharded, _ = FlexIndex(str(tmp_path / 'sharded.flex')).payload()
     one_docnos, reference, _ = one.payload()

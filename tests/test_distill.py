@@ -13,7 +13,7 @@ from pyterrier_selfsup.data.queries import Query, corpus_sentences, cropped_span
 from pyterrier_selfsup.retrieval.fusion import Fusion, fuse, softmax_by_query, zscores
 from pyterrier_selfsup.training.distill import Distillation, listwise_kl, margin_mse, top_overlap
 
-from tests.helpers import central_difference, stopped_at_step
+from tests.helpers import central_difference, stopped_at_step, tiny_dual_encoder
 
 # these tests pin the trainer as it was before passage offsets and the verdict became its defaults (the
 # shipped settings, pyterrier_selfsup.training.settings): their numbers were measured without them
@@ -353,9 +353,7 @@ def _distil_fixed_teacher(tiny_dir: str, cache_dir: str, output_dir: str, loss: 
     process is interrupted in its ``stop_at``-th loss (torchrun stops the whole group when
     one process fails)."""
     from pyterrier_selfsup.training.loop import fit_resumably
-    torch.manual_seed(0)
-    encoder = DualEncoder.from_pretrained(tiny_dir, dim=16, pooling='mean', device='cpu', precision='fp32',
-                                          max_length=64)
+    encoder = tiny_dual_encoder(tiny_dir, max_length=64)
     coll = Collection('classic/adi')
     common = dict(batch_size=7, lr=1e-2, epochs=2, output_dir=output_dir, checkpoint_every='epoch',
                   cache_dir=cache_dir, verbose=False)
@@ -423,9 +421,7 @@ def test_two_processes_train_as_one(tiny_dir, cache_dir, tmp_path, two_process_r
         # floating-point noise of 1 against 2 threads shows as up to ~1e-4 after 10 steps; a
         # lost or doubled row would move weights by the order of the steps themselves
         torch.testing.assert_close(a, b, rtol=1e-3, atol=5e-4)
-    torch.manual_seed(0)  # the student did move from its start (the same seed, the same projection)
-    start = DualEncoder.from_pretrained(str(tiny_dir), dim=16, pooling='mean', device='cpu', precision='fp32',
-                                        max_length=64)
+    start = tiny_dual_encoder(tiny_dir, max_length=64)  # the student did move from its start
     assert max((a - b).abs().max().item() for a, b in
                zip(one_encoder.model.parameters(), start.model.parameters())) > 1e-3
     # the log (rank 0's, with the summed loss) matches one process's, step by step

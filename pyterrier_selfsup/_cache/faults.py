@@ -110,17 +110,19 @@ def write_fault(error: BaseException, what: str, where: Path, kept: bool = False
 
 
 @contextmanager
-def disk_faults(what: str, where: Path, *, fate: Optional[str] = None, kept: Union[bool, Callable[[], bool]] = False,
-                hint: str = MOVE_HINT, undo: Optional[Callable[[], None]] = None):
+def disk_faults(what: str, where: Path, *, fate: Union[None, str, Callable[[], str]] = None,
+                kept: Union[bool, Callable[[], bool]] = False, hint: str = MOVE_HINT,
+                undo: Optional[Callable[[], None]] = None):
     """Runs the block; an error raised in it first runs ``undo`` (removing the partial write),
-    then leaves as :func:`write_fault`'s :class:`CacheError` where it is a disk fault (``kept``
-    may be a function, asked after ``undo``), else as it was."""
+    then leaves as :func:`write_fault`'s :class:`CacheError` where it is a disk fault, else as it
+    was. ``fate`` and ``kept`` may be functions, asked only then (after ``undo``)."""
     try:
         yield
     except BaseException as error:
         if undo is not None:
             undo()
-        fault = write_fault(error, what, where, kept=kept() if callable(kept) else kept, fate=fate, hint=hint)
+        fault = write_fault(error, what, where, kept=kept() if callable(kept) else kept,
+                            fate=fate() if callable(fate) else fate, hint=hint)
         if fault is not None:
             raise fault from error
         raise

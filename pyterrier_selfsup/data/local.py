@@ -69,7 +69,8 @@ def read_records(path: Union[str, Path], headerless: Tuple[str, ...] = ()) -> It
     return (record for _, record in numbered_records(path, headerless))
 
 
-def numbered_records(path: Union[str, Path], headerless: Tuple[str, ...] = ()) -> Iterator[Tuple[int, Dict[str, str]]]:
+def numbered_records(path: Union[str, Path],
+                     headerless: Tuple[str, ...] = ()) -> Iterator[Tuple[int, Dict[str, str]]]:
     """(line number, record) of each record of a JSON lines, CSV or TSV file; a line that is
     not a JSON object, or a CSV/TSV row with more or fewer fields than its header, is an
     error that names the file and the line. ``headerless``: the fields of a TSV with no header
@@ -95,8 +96,9 @@ def numbered_records(path: Union[str, Path], headerless: Tuple[str, ...] = ()) -
                 # no header: MS MARCO's collection.tsv (docno<TAB>text) or queries.tsv (qid<TAB>query)
                 said = f'a TSV without a header has {len(headerless)} ({"<TAB>".join(headerless)} a line)'
                 if len(header) != len(headerless):
+                    known = ', '.join(sorted(KNOWN_FIELDS))
                     raise MalformedFileError(f'{path}, line 1: {len(header)} field(s) where {said}; or, if it is '
-                                             f'a header, it names none of the fields read: {", ".join(sorted(KNOWN_FIELDS))}')
+                                             f'a header, it names none of the fields read: {known}')
                 yield 1, dict(zip(headerless, header))
                 header = list(headerless)
             for row in reader:

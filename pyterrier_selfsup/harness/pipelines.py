@@ -16,7 +16,7 @@ import pyterrier as pt
 
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.harness import trained
-from pyterrier_selfsup.harness.trained import DEFAULTS, REATT_HEAD
+from pyterrier_selfsup.harness.trained import DEFAULTS
 from pyterrier_selfsup.models.generator import SMOLLM2, SMOLLM2_GGUF, Generator
 from pyterrier_selfsup.models.score_cache import score_cache_dir
 from pyterrier_selfsup.models.reatt import ReAtt
@@ -24,6 +24,7 @@ from pyterrier_selfsup.retrieval.bm25 import BM25
 from pyterrier_selfsup.retrieval.dense import MINILM, DenseRetriever
 from pyterrier_selfsup.retrieval.fusion import Fusion
 from pyterrier_selfsup.retrieval.token_index import reatt_index, reatt_retriever
+from pyterrier_selfsup.training.settings import REATT_HEAD
 
 
 @dataclass(frozen=True)

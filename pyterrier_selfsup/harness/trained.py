@@ -19,9 +19,9 @@ import torch
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root
 from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
 from pyterrier_selfsup.data.local import content_hash
-from pyterrier_selfsup.data.queries import (MASK, corpus_sentences, cropped_spans, document_titles, generated_queries,
-                                            given_topics, masked_spans, other_folds, query_log, round_trip_queries,
-                                            sampled_queries)
+from pyterrier_selfsup.data.queries import (MASK, SAMPLING, corpus_sentences, cropped_spans, document_titles,
+                                            generated_queries, given_topics, masked_spans, other_folds, query_log,
+                                            round_trip_queries, sampled_queries)
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.models.generator import MAX_PASSAGE_LENGTH, Generator, load_generator
 from pyterrier_selfsup.models.reatt import ReAtt
@@ -34,9 +34,9 @@ from pyterrier_selfsup.training.distant import DistantSupervision
 from pyterrier_selfsup.training.distill import Distillation
 from pyterrier_selfsup.training.loop import Trainer, fit_resumably
 from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart
-from pyterrier_selfsup.training.settings import (ADDED_SETTINGS, REATT_HEAD, SAMPLING, SETTINGS,  # noqa: F401
-                                                 CrossDocumentAdjustmentSettings, DistantSupervisionSettings,
-                                                 DistillationSettings, ReconstructionSettings)
+from pyterrier_selfsup.training.settings import (ADDED_SETTINGS, SETTINGS, CrossDocumentAdjustmentSettings,
+                                                 DistantSupervisionSettings, DistillationSettings,
+                                                 ReconstructionSettings)
 
 SEARCH_SETTINGS = frozenset({'num_results', 'candidate_tokens', 'nprobe', 'rescore', 'bm25_weight', 'hybrid_depth',
                              'search', 'backend'})

@@ -445,9 +445,11 @@ class Trainer(pt.Estimator):
 
     def _write_checkpoint(self, optimizer, scheduler, final: bool = False):
         path = self.output_dir / ('final' if final else f'checkpoint-{self.state["step"]}')
-        earlier = [p for p in checkpoints(self.output_dir) if p != path]
-        fate = f'it was removed; the next run resumes from {earlier[-1]}' if earlier else \
-            'it was removed; the next run starts over'
+
+        def fate() -> str:  # (asked only when the write failed)
+            earlier = [p for p in checkpoints(self.output_dir) if p != path]
+            return f'it was removed; the next run {f"resumes from {earlier[-1]}" if earlier else "starts over"}'
+
         # never half a checkpoint to resume from: a failed write removes it
         with disk_faults(f'the checkpoint at step {self.state["step"]}', path, fate=fate,
                          undo=lambda: shutil.rmtree(path, ignore_errors=True)):

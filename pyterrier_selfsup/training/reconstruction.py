@@ -76,8 +76,8 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
             the backward pass rather than kept (transformers' gradient checkpointing, the RNG
             state kept, so the weights come out the same): a step's memory no longer holds every
             layer of its batch × k passages (RUMBArt on 100 ADI sentences: 7.64 GiB at its peak
-            without, 3.62 GiB with; experiments/results/memory_probe.md), for a recompute of
-            each layer in the backward pass.
+            without, 3.62 GiB with; experiments/results/memory_probe.md), for a second forward
+            pass of the encoder.
         Resuming from a checkpoint rebuilds the index from the checkpoint's encoder (a
         refresh at the resume step), so a resumed run matches an uninterrupted one
         exactly only when the checkpoint falls on a refresh.

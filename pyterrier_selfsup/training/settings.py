@@ -20,7 +20,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Dict, Optional, Type
 
-from pyterrier_selfsup.data.queries import SAMPLING  # noqa: F401 (how queries=sampled writes)
 from pyterrier_selfsup.models.generator import MAX_PASSAGE_LENGTH
 from pyterrier_selfsup.retrieval.dense import MINILM
 
