@@ -1,23 +1,27 @@
-"""Where RUMBArt's memory goes on ADI (issue 32, item 1): a first probe.
+"""What holds the training examples' memory on ADI, and what each lever does (issue 32, item 1).
 
     python experiments/memory_probe.py
 
-runs RUMBArt as examples/reconstruction.py does (MiniLM, SmolLM2 frozen, k=5, batches of 16) on
-100 of ADI's corpus sentences, each run a process of its own, and records its peak resident
-memory (the child's own ru_maxrss):
-- without gradient checkpointing (``checkpointing=False``: as the trainer was before issue 32);
-- the same with MALLOC_ARENA_MAX=2 (glibc's arenas: is it the allocator keeping freed memory?);
-- with the passage tower frozen (train_passages=False: no passage is encoded with gradients);
-- with batches of 4 queries, 4 of them accumulated into a step (a quarter of the activations at a time);
-- as the example runs it now: the encoder's gradient checkpointing on (the trainer's default, the
-  RNG state kept: each layer's activations recomputed in the backward pass), and whether its final
-  weights equal those of the run without;
-and, for the example, where the peak falls (experiments/peak_memory.py: the main thread's stack at
-the highest sample). Writes experiments/results/memory_probe.{md,json}.
+runs each training example at its defaults on ADI (500 corpus sentences asked for: ADI has
+235), each run a process of its own, and records its peak resident memory (the child's own
+ru_maxrss), with a trainer setting changed where the row says so (the child sets it on every
+trainer the example makes):
+- ``checkpointing=False``: as the trainers were before issue 32, every layer's activations kept
+  for the backward pass; else on (the default): each layer recomputed there, the RNG state kept,
+  and for ACROBArT the generator's layers too (the attention bias set again for the recompute);
+- the batches RUMBArt's and ACROBArT's examples took before (16 queries at once; 4 for ACROBArT)
+  against those they take now (4 at a time for RUMBArt, 2 for ACROBArT, accumulated into the
+  same 16 queries a step; RUMBArt without checkpointing on 100 of the sentences, 7.64 GiB, is in
+  the git history of memory_probe.md, the run before this one);
+- ``MALLOC_MMAP_THRESHOLD_=131072``: glibc serves every allocation of 128 KiB or more from a
+  mapping of its own and unmaps it when freed (by default the threshold rises after each large
+  free, and freed blocks below it stay in the heap): whether a peak that creeps up across steps
+  is memory glibc keeps rather than tensors that live (an explanation, not a fix).
+Where a row's only change is checkpointing, the final weights are compared with its pair's.
+Writes experiments/results/memory_probe.{md,json}.
 """
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -28,22 +32,39 @@ from pyterrier_selfsup.harness import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / 'experiments' / 'results'
-QUERIES = 100
 
-# RUMBArt as examples/reconstruction.py builds it, with two settings open
+# an example run with KEY=VALUE set on every trainer it makes (values read as Python literals)
 CHILD = '''
-import sys, torch
-import pyterrier_selfsup as selfsup
-train_passages, batch_size, accumulation = sys.argv[1] == 'True', int(sys.argv[2]), int(sys.argv[3])
-checkpointing = sys.argv[5] == 'checkpointing'
-collection = selfsup.Collection('classic/adi')
-generator = selfsup.Generator.from_pretrained(selfsup.SMOLLM2, gguf_file=selfsup.SMOLLM2_GGUF, max_passage_length=256)
-torch.manual_seed(0)
-trainer = selfsup.Rumbart(selfsup.DualEncoder.from_pretrained(selfsup.MINILM), generator, collection, k=5,
-                          batch_size=batch_size, accumulation=accumulation, train_passages=train_passages,
-                          checkpointing=checkpointing, output_dir=sys.argv[4], verbose=False)
-trainer.fit(selfsup.corpus_sentences(collection, {queries}))
-'''.format(queries=QUERIES)
+import ast, runpy, sys
+from pyterrier_selfsup.training.loop import Trainer
+changes = dict(arg.split('=', 1) for arg in sys.argv[1].split(',') if arg)
+changes = {k: ast.literal_eval(v) for k, v in changes.items()}
+made = Trainer.__init__
+def changed(self, *args, **kwargs):
+    made(self, *args, **{**kwargs, **changes})
+Trainer.__init__ = changed
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name='__main__')
+'''
+
+RUNS = [  # (name, example and its arguments, trainer changes, environment, the run whose weights it should equal)
+    ('distant supervision, checkpointing off', ['distant_supervision.py'], 'checkpointing=False', None, None),
+    ('distant supervision (the example now)', ['distant_supervision.py'], '', None, 0),
+    ('RUMBArt, batches of 16 (the example before, checkpointing on)', ['reconstruction.py'],
+     'batch_size=16,accumulation=1', None, None),
+    ('RUMBArt, 4 queries at a time, 4 a step (the example now)', ['reconstruction.py'], '', None, None),
+    ('ACROBArT, 4 queries at a time, checkpointing off (the example before)', ['reconstruction.py', '--method',
+     'acrobart'], 'batch_size=4,accumulation=4,checkpointing=False', None, None),
+    ('ACROBArT, 4 queries at a time', ['reconstruction.py', '--method', 'acrobart'],
+     'batch_size=4,accumulation=4', None, 4),
+    ('ACROBArT, 4 queries at a time, MALLOC_MMAP_THRESHOLD_=131072', ['reconstruction.py', '--method', 'acrobart'],
+     'batch_size=4,accumulation=4', {'MALLOC_MMAP_THRESHOLD_': '131072'}, 4),
+    ('ACROBArT, 2 queries at a time, 8 a step (the example now)', ['reconstruction.py', '--method', 'acrobart'], '',
+     None, None),
+    ('cross-document adjustment, checkpointing off', ['cross_document_adjustment.py'], 'checkpointing=False', None,
+     None),
+    ('cross-document adjustment (the example now)', ['cross_document_adjustment.py'], '', None, 8),
+]
 
 
 def peak(command, env=None, cwd=None):
@@ -60,45 +81,43 @@ def peak(command, env=None, cwd=None):
     return round(usage.ru_maxrss / 2**20, 2), round(time.time() - started, 1), output
 
 
+def weights(directory: Path) -> dict:
+    from safetensors.torch import load_file
+    return {name: tensor for path in sorted(directory.rglob('*.safetensors')) for name, tensor in
+            load_file(path).items()}
+
+
 def main():
     header = provenance.header()
     rows = []
     with tempfile.TemporaryDirectory() as work:
-        example = [sys.executable, str(ROOT / 'examples' / 'reconstruction.py'), '--queries', str(QUERIES),
-                   '--output-dir']
-        runs = [('without gradient checkpointing (k=5, batches of 16, passages trained)',
-                 [sys.executable, '-c', CHILD, 'True', '16', '1', f'{work}/a', 'keep'], None),
-                ('the same, MALLOC_ARENA_MAX=2',
-                 [sys.executable, '-c', CHILD, 'True', '16', '1', f'{work}/b', 'keep'], {'MALLOC_ARENA_MAX': '2'}),
-                ('passage tower frozen (train_passages=False)',
-                 [sys.executable, '-c', CHILD, 'False', '16', '1', f'{work}/c', 'keep'], None),
-                ('batches of 4, 4 accumulated a step, no checkpointing',
-                 [sys.executable, '-c', CHILD, 'True', '4', '4', f'{work}/d', 'keep'], None),
-                ('the example as it runs now (gradient checkpointing, batches of 16)', example + [f'{work}/f'], None)]
-        for name, command, env in runs:
-            gib, seconds, _ = peak(command, env, cwd=work)
-            rows.append({'run': name, 'peak GiB': gib, 'seconds': seconds})
-            print(rows[-1], flush=True)
-        from safetensors.torch import load_file
-        example_weights, checkpointed = (load_file(next(Path(f'{work}/{run}/final').rglob('*.safetensors')))
-                                         for run in ('a', 'f'))
-        difference = max((example_weights[k] - checkpointed[k]).abs().max().item() for k in example_weights)
-        rows[-1]['largest weight difference from the run without checkpointing'] = difference
-        _, _, located = peak([sys.executable, str(ROOT / 'experiments' / 'peak_memory.py')] + example[1:] +
-                             [f'{work}/e'], cwd=work)
-    where = located[located.rfind('PEAK MiB'):].strip()
-    settings = {'collection': f'classic/adi, {QUERIES} corpus sentences (the example: --queries {QUERIES})',
-                'models': 'MiniLM (trained), SmolLM2-135M-Instruct Q4_1 GGUF (frozen teacher)'}
-    (RESULTS / 'memory_probe.json').write_text(json.dumps({'header': header, 'settings': settings, 'rows': rows,
-                                                           'peak located': where}, indent=1))
-    frames = re.sub(r'\n\s*\n', '\n', where)
-    md = ['# Where RUMBArt\'s memory goes on ADI', '',
+        for i, (name, example, changes, env, pair) in enumerate(RUNS):
+            out = Path(work) / f'run{i}'
+            command = [sys.executable, '-c', CHILD, changes, str(ROOT / 'examples' / example[0]), *example[1:],
+                       '--output-dir', str(out)]
+            gib, seconds, output = peak(command, env, cwd=work)
+            adapted = [line for line in output.splitlines() if line.split()[1:2] and line.split()[1] in
+                       ('MiniLM', 'ReAtt') and ('adapted' in line or '+' in line or 'adjusted' in line)]
+            row = {'run': name, 'peak GiB': gib, 'seconds': seconds,
+                   'nDCG@10': float(adapted[-1].split()[-4]) if adapted else None}
+            if pair is not None:
+                mine, theirs = weights(out / 'final'), weights(Path(work) / f'run{pair}' / 'final')
+                row['largest weight difference'] = max((mine[k] - theirs[k]).abs().max().item() for k in mine)
+                row['compared with'] = RUNS[pair][0]
+            rows.append(row)
+            print(row, flush=True)
+    settings = {'collection': 'classic/adi (82 documents), each example at its defaults (500 corpus sentences '
+                              'asked for, 235 there)',
+                'models': 'MiniLM (trained; ReAtt over it for the adjustment), SmolLM2-135M-Instruct Q4_1 GGUF '
+                          '(frozen teacher)'}
+    (RESULTS / 'memory_probe.json').write_text(json.dumps({'header': header, 'settings': settings, 'rows': rows},
+                                                          indent=1))
+    md = ['# What holds the training examples\' memory on ADI', '',
           *(f'- {k}: {v}' for k, v in {**header, **settings}.items()), '',
-          '| run | peak resident memory (GiB) | seconds |', '|---|---|---|',
-          *(f'| {r["run"]} | {r["peak GiB"]:.2f} | {r["seconds"]:.0f} |' for r in rows), '',
-          f'The example\'s final weights (checkpointed) against those of the run without checkpointing: '
-          f'largest difference {rows[-1]["largest weight difference from the run without checkpointing"]:.3g}.', '',
-          'Where the example\'s peak falls (`experiments/peak_memory.py`):', '', '```', frames, '```', '']
+          '| run | peak resident memory (GiB) | seconds | adapted nDCG@10 | final weights |', '|---|---|---|---|---|',
+          *(f'| {r["run"]} | {r["peak GiB"]:.2f} | {r["seconds"]:.0f} | {r["nDCG@10"]} | ' +
+            (f'largest difference {r["largest weight difference"]:.3g} from "{r["compared with"]}"'
+             if 'compared with' in r else '') + ' |' for r in rows), '']
     (RESULTS / 'memory_probe.md').write_text('\n'.join(md))
     print('\n'.join(md))
 

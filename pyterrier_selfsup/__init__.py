@@ -3,7 +3,8 @@
 The layers, each importing only from those before it:
 ``data`` (collections, training queries) → ``models`` (dual encoder, generator, ReAtt)
 → ``retrieval`` (BM25, dense and token indexes) → ``training`` (one loop, the methods)
-→ ``harness`` (named pipelines, experiments, the command line; imported on first use).
+→ ``harness`` (named pipelines, experiments, the command line; imported on first use);
+beneath them all, ``progress`` (how long stages report: :func:`set_progress`).
 """
 import importlib
 
@@ -20,6 +21,7 @@ from pyterrier_selfsup.models.offsets import PassageOffsets
 from pyterrier_selfsup.models.reatt import ReAtt
 from pyterrier_selfsup.models.reatt_t5 import ReAttT5
 from pyterrier_selfsup.models.writing import QueryWriter
+from pyterrier_selfsup.progress import set_progress
 from pyterrier_selfsup.retrieval.bm25 import BM25, pisa_index
 from pyterrier_selfsup.retrieval.dense import MINILM, DenseRetriever, flex_index, sbert_encoder
 from pyterrier_selfsup.retrieval.fusion import Fusion
@@ -60,7 +62,7 @@ def __getattr__(name):
 
 
 __all__ = [
-    'join_process_group', 'register_classic', 'Collection', 'UnknownCollectionError', 'Query', 'corpus_sentences', 'cropped_spans',
+    'join_process_group', 'set_progress', 'register_classic', 'Collection', 'UnknownCollectionError', 'Query', 'corpus_sentences', 'cropped_spans',
     'generated_queries', 'given_topics', 'sampled_queries', 'query_log', 'folds',
     'DualEncoder', 'DualEncoderModel', 'SMOLLM2', 'SMOLLM2_GGUF', 'QWEN', 'QWEN_GGUF', 'Generator',
     'ReconstructionScorer',

@@ -7,11 +7,19 @@ What several processes build together (a refreshed dense or token index) is spli
 chunks (:func:`my_chunks`, :func:`chunk_order`) and meets in one directory
 (:func:`shared_temporary_directory`).
 """
+import atexit
+import datetime
 import itertools
+import logging
 import os
 import pickle
 import shutil
+import signal
+import socket
+import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
@@ -42,7 +50,152 @@ def join_process_group() -> Optional[int]:
             local = int(os.environ.get('LOCAL_WORLD_SIZE', os.environ['WORLD_SIZE']))
             torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // local))
         dist.init_process_group('nccl' if cuda else 'gloo')
+        watch_the_group(dist.get_rank(), dist.get_world_size())
     return dist.get_rank()
+
+
+# -- a process lost: the others stop, saying which ------------------------------------------
+
+LOST_AFTER = 60.0  # seconds without a heartbeat from a process on another host: it is lost
+POLL = 0.5  # seconds between two looks at the others
+EXIT_LOST = 75  # the exit status of a process that stops because another one was lost
+_KEY = 'selfsup/group'
+
+
+def watch_the_group(rank: int, world_size: int) -> Optional['GroupWatch']:
+    """Makes this process stop, within :data:`POLL` seconds (a process on this host) or
+    :data:`LOST_AFTER` (on another), once another process of the group is lost (killed, out of
+    memory), saying which: otherwise it would wait in its next collective for gloo's or nccl's
+    timeout (30 minutes, then an error that names an address, not a process). Also on SIGTERM
+    (torchrun stops the others when one fails): the same message, then exit. Each process
+    writes its host, pid and a heartbeat into the launcher's store (``MASTER_ADDR``,
+    ``MASTER_PORT``), and marks its own clean exit there, so that a process that ended (an
+    error of its own, already said; or the end of training) is not taken for lost. The
+    checkpoints on disk are whole (each written aside, then renamed): a relaunch resumes from
+    the last one. Not started outside torchrun (no launcher's store to meet in)."""
+    if not (os.environ.get('MASTER_ADDR') and os.environ.get('MASTER_PORT')) or world_size < 2:
+        return None
+    try:
+        watch = GroupWatch(rank, world_size)
+    except Exception as e:  # (no store to meet in: a process lost is then gloo's or nccl's to say)
+        logging.getLogger(__name__).warning('not watching the process group for a lost process: %s', e)
+        return None
+    watch.start()
+    return watch
+
+
+class GroupWatch(threading.Thread):
+    """:func:`watch_the_group`'s watcher, a daemon thread of its own with its own connection to
+    the launcher's store."""
+
+    def __init__(self, rank: int, world_size: int):
+        super().__init__(name='selfsup-group-watch', daemon=True)
+        import torch.distributed as dist
+        self.rank, self.world_size = rank, world_size
+        self.store = dist.TCPStore(os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT']), is_master=False,
+                                   timeout=datetime.timedelta(seconds=30))
+        self.host = socket.gethostname()
+        # (a launch's keys are its own: torchrun's run id, or the store's port outside it)
+        self.prefix = f"{_KEY}/{os.environ.get('TORCHELASTIC_RUN_ID', os.environ['MASTER_PORT'])}"
+        self.store.set(f'{self.prefix}/process/{rank}', f'{self.host} {os.getpid()}')
+        self.peers: dict = {}  # rank -> (host, pid)
+        self.beats: dict = {}  # rank -> (heartbeat count, when it last changed here)
+        atexit.register(self._ended)
+        signal.signal(signal.SIGTERM, self._terminated)
+        self._uncaught_before, sys.excepthook = sys.excepthook, self._uncaught
+
+    def run(self):
+        beat = f'{self.prefix}/beat/{self.rank}'
+        try:
+            while True:
+                self.store.add(beat, 1)
+                lost = self.lost()
+                if lost:
+                    self._stop(lost, 'stops too')
+                time.sleep(POLL)
+        except Exception:  # the store gone (the launcher ending): nothing left to watch
+            return
+
+    def lost(self) -> List[Tuple[int, str]]:
+        """The other processes that are gone without a clean exit: (rank, how it is known)."""
+        out = []
+        now = time.monotonic()
+        for peer in range(self.world_size):
+            if peer == self.rank:
+                continue
+            if peer not in self.peers:
+                key = f'{self.prefix}/process/{peer}'
+                if not self.store.check([key]):
+                    continue  # (not yet said: it is starting)
+                host, pid = self.store.get(key).decode().split()
+                self.peers[peer] = (host, int(pid))
+            host, pid = self.peers[peer]
+            if host == self.host:
+                gone = not _alive(pid)
+                how = f'its process {pid} has ended'
+            else:
+                count = self.store.add(f'{self.prefix}/beat/{peer}', 0)
+                seen, since = self.beats.get(peer, (None, now))
+                self.beats[peer] = (count, now if count != seen else since)
+                gone = now - self.beats[peer][1] > LOST_AFTER
+                how = f'no heartbeat from {host} for {LOST_AFTER:.0f} s'
+            # (read after the liveness: a process marks its clean exit before it ends)
+            if gone and not self.store.check([f'{self.prefix}/ended/{peer}']):
+                out.append((peer, how))
+        return out
+
+    def _stop(self, lost: List[Tuple[int, str]], what: str):
+        names = '; '.join(f'process {r} (rank {r} of {self.world_size}) is lost: {how}' for r, how in lost)
+        print(f'selfsup: {names}. Process {self.rank} {what}; run the same command again to resume from the '
+              f'last checkpoint.', file=sys.stderr, flush=True)
+        os._exit(EXIT_LOST)  # (not an exception: the main thread may be waiting in a collective that never returns)
+
+    def _terminated(self, signum, frame):
+        try:
+            lost = self.lost()
+        except Exception:
+            lost = []
+        if lost:
+            self._stop(lost, 'was stopped by its launcher')
+        print(f'selfsup: process {self.rank} was stopped (SIGTERM); run the same command again to resume from '
+              f'the last checkpoint.', file=sys.stderr, flush=True)
+        os._exit(128 + signal.SIGTERM)
+
+    def _uncaught(self, kind, error, trace):
+        """A collective that failed because a process was lost (gloo: "Connection closed by
+        peer", an address) says which process, not the address."""
+        try:
+            lost = self.lost()
+        except Exception:
+            lost = []
+        if lost:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else ''
+            print(f'selfsup: process {self.rank}: {kind.__name__}: {first}', file=sys.stderr, flush=True)
+            self._stop(lost, 'stops too')
+        self._uncaught_before(kind, error, trace)
+
+    def _ended(self):
+        try:
+            self.store.set(f'{self.prefix}/ended/{self.rank}', '1')
+        except Exception:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host is running (an ended one not yet reaped, a zombie, is not)."""
+    try:
+        with open(f'/proc/{pid}/stat') as stat:
+            return stat.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
 
 
 def all_or_none(step: Callable[[], T]) -> T:

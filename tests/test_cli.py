@@ -36,9 +36,11 @@ def selfsup(*args, cwd, env=None) -> Ran:
     from huggingface_hub.utils import enable_progress_bars
     from transformers.utils import logging as transformers_logging
 
+    from pyterrier_selfsup import progress
     from pyterrier_selfsup.data.classic import CLASSIC_DATA_ENV
     from pyterrier_selfsup.harness import cli
     saved = {name: os.environ.get(name) for name in {CLASSIC_DATA_ENV, *(env or {})}}
+    shown = dict(progress._settings)  # (the CLI sets the process's progress mode)
     here = os.getcwd()
     out, err = io.StringIO(), io.StringIO()
     try:
@@ -58,6 +60,7 @@ def selfsup(*args, cwd, env=None) -> Ran:
                 os.environ[name] = value
         enable_progress_bars()
         transformers_logging.enable_progress_bar()
+        progress._settings.update(shown)
     return Ran(code, out.getvalue(), err.getvalue())
 
 

@@ -1,6 +1,12 @@
 """Distillation of a fused teacher (issue 16): the teacher's distribution, the losses, the
 round-trip filter, the rounds and their stopping rule, exact resume, and the exported model."""
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -9,6 +15,7 @@ import pytest
 import torch
 
 from pyterrier_selfsup import BM25, Collection, DualEncoder, MINILM
+from pyterrier_selfsup._distributed import distributed
 from pyterrier_selfsup.data.queries import Query, corpus_sentences, cropped_spans
 from pyterrier_selfsup.retrieval.fusion import Fusion, fuse, softmax_by_query, zscores
 from pyterrier_selfsup.training.distill import Distillation, listwise_kl, margin_mse, top_overlap
@@ -346,12 +353,13 @@ def _fit_fixed_teacher(tiny_dir: str, cache_dir: str, output_dir: str, loss: str
 
 
 def _distil_fixed_teacher(tiny_dir: str, cache_dir: str, output_dir: str, loss: str, train_passages: bool,
-                          stop_at: int = 0):
+                          stop_at: int = 0, kill_at: int = 0, killed: str = ''):
     """Distillation of BM25 into the tiny encoder on ADI, in this process (or as its rank of
     the process group it is in), resuming from the last checkpoint in ``output_dir`` if there
     is one; dropout off, so that one process and several can agree exactly. ``stop_at``: every
     process is interrupted in its ``stop_at``-th loss (torchrun stops the whole group when
-    one process fails)."""
+    one process fails). ``kill_at``: the process of rank 1 kills itself (SIGKILL) in its
+    ``kill_at``-th loss, having written the time to the file ``killed``."""
     from pyterrier_selfsup.training.loop import fit_resumably
     encoder = tiny_dual_encoder(tiny_dir, max_length=64)
     coll = Collection('classic/adi')
@@ -365,6 +373,16 @@ def _distil_fixed_teacher(tiny_dir: str, cache_dir: str, output_dir: str, loss: 
         trainer = Distillation(encoder, coll, bm25, depth=10, loss=loss, train_passages=train_passages,
                                **BEFORE_OFFSETS, **common)
     trainer.train_mode = lambda on: encoder.train_mode(False)  # no dropout: the masks differ with the split
+    if kill_at and distributed()[0] == 1:
+        loss_of, calls = trainer.loss, []
+
+        def killed_in(batch, rng):
+            calls.append(1)
+            if len(calls) == kill_at:
+                Path(killed).write_text(str(time.time()))
+                os.kill(os.getpid(), signal.SIGKILL)
+            return loss_of(batch, rng)
+        trainer.loss = killed_in
     if stop_at:
         loss_of, calls = trainer.loss, []
 
@@ -431,25 +449,40 @@ def test_two_processes_train_as_one(tiny_dir, cache_dir, tmp_path, two_process_r
     assert not list(ran.glob('*.tmp'))
 
 
-def _spawned(rank, tiny_dir, cache_dir, output_dir, loss, train_passages, store, stop_at=0):
-    _fit_fixed_teacher(tiny_dir, cache_dir, output_dir, loss, train_passages, rank=rank, world_size=2, store=store,
-                       stop_at=stop_at)
+def _torchrun(tiny_dir, cache_dir, out, port, kill_at=0, killed=''):
+    """tests/lost_process.py on two gloo processes under torchrun (rank 1 killed in its
+    ``kill_at``-th loss): what it printed and its exit status."""
+    return subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port',
+                           str(port), '-m', 'tests.lost_process', tiny_dir, cache_dir, out, str(kill_at), killed],
+                          capture_output=True, text=True, cwd=Path(__file__).parent.parent)
 
 
 @pytest.mark.slow
-def test_two_processes_stopped_resume_from_the_last_checkpoint(tiny_dir, cache_dir, tmp_path):
+def test_a_lost_process_stops_the_other_naming_it_and_a_relaunch_resumes_to_the_same_weights(tiny_dir, cache_dir,
+                                                                                            tmp_path):
+    """One of two processes killed (SIGKILL, as the kernel kills one out of memory) mid-round: the
+    other stops at once, saying which process was lost, rather than waiting in its next
+    all-reduce for gloo's timeout; the same command again resumes from the last checkpoint and
+    ends where an uninterrupted run ends."""
     import json
-    import time
-
-    import torch.multiprocessing as mp
     one = _fit_fixed_teacher(str(tiny_dir), str(cache_dir), str(tmp_path / 'one'), 'kl', False)
-    # 35 queries in batches of 7: 5 steps a round; both processes stop in step 7, round 1
-    out = str(tmp_path / 'two')
-    mp.spawn(_spawned, args=(str(tiny_dir), str(cache_dir), out, 'kl', False, str(tmp_path / 'store1'), 7), nprocs=2)
+    # 35 queries in batches of 7: 5 steps a round; rank 1 is killed in step 7, round 1
+    out, killed = str(tmp_path / 'two'), tmp_path / 'killed'
+    ran = _torchrun(str(tiny_dir), str(cache_dir), out, 29531, kill_at=7, killed=str(killed))
+    ended = time.time()
+    assert ran.returncode != 0
+    said = [line for line in ran.stderr.splitlines() if line.startswith('selfsup: ')]
+    assert said and all(line.startswith('selfsup: process 1 (rank 1 of 2) is lost: its process ') and
+                        'Process 0 ' in line and 'run the same command again to resume from the last checkpoint'
+                        in line for line in said if 'is lost' in line), ran.stderr[-3000:]
+    assert any('is lost' in line for line in said), ran.stderr[-3000:]
+    # the survivor and torchrun gone well within a minute of the kill (gloo's own timeout: 30)
+    assert ended - float(killed.read_text()) < 20
     assert sorted(p.name for p in (tmp_path / 'two').iterdir() if p.name.startswith('checkpoint')) == ['checkpoint-5']
     assert not (tmp_path / 'two' / 'final').exists()
     restarted = time.time()
-    mp.spawn(_spawned, args=(str(tiny_dir), str(cache_dir), out, 'kl', False, str(tmp_path / 'store2')), nprocs=2)
+    again = _torchrun(str(tiny_dir), str(cache_dir), out, 29532)
+    assert again.returncode == 0, again.stderr[-3000:]
     resumed = DualEncoder.from_pretrained(str(tmp_path / 'two' / 'final'), device='cpu', precision='fp32')
     for a, b in zip(one.encoder.model.parameters(), resumed.model.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=5e-4)

@@ -294,26 +294,45 @@ def test_generated_queries_do_not_depend_on_the_trainers_passage_length(tiny_dir
     assert seen[0].equals(training_topics(coll, 'generated', 6, generator=writer, cache_dir=tmp_path / 'fresh'))
 
 
-def test_gradient_checkpointing_trains_the_same_weights_and_is_off_after(tiny_encoder, tiny_generator, tmp_path):
-    """The encoder's activations recomputed in the backward pass (dropout's random state kept):
-    the same weights, bit for bit, as keeping them (experiments/results/memory_probe.md: the
-    memory it saves)."""
+@pytest.mark.parametrize('method,kind', [('rumbart', 'llama'), ('acrobart', 'llama'), ('acrobart', 'bart'),
+                                         ('ds', None)])
+def test_gradient_checkpointing_trains_the_same_weights_and_is_off_after(method, kind, tiny_encoder, tiny_generator,
+                                                                         tmp_path):
+    """The encoder's activations (and ACROBArT's generator's, the attention bias set again for
+    the recompute) recomputed in the backward pass, dropout's random state kept: the same
+    weights, bit for bit, as keeping them (experiments/results/memory_probe.md: the memory it
+    saves). A recompute without the bias would move no gradient to the retriever or β."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+    from pyterrier_selfsup import DistantSupervision
     coll = Collection('classic/adi')
     weights = {}
     for on in (True, False):
         enc, seen = tiny_encoder(), []
-        trainer = Rumbart(enc, tiny_generator(max_passage_length=32), coll, k=3, batch_size=7, epochs=1, lr=1e-2,
-                          refresh_every=None, checkpointing=on, cache_dir=tmp_path / str(on), verbose=False)
+        settings = dict(batch_size=7, epochs=1, lr=1e-2, checkpointing=on, cache_dir=tmp_path / str(on), verbose=False)
+        if method == 'ds':
+            trainer, generator = DistantSupervision(enc, coll, **settings), None
+        else:
+            generator = tiny_generator(kind, max_passage_length=32)
+            trainer = {'rumbart': Rumbart, 'acrobart': Acrobart}[method](enc, generator, coll, k=3, refresh_every=None,
+                                                                          **settings)
+        layers = [m for m in generator.model.modules() if isinstance(m, GradientCheckpointingLayer)] if generator else []
         loss_of = trainer.loss
 
         def spy(batch, rng):
-            seen.append(enc.model.encoder.is_gradient_checkpointing and enc.model.encoder.training)
+            seen.append((enc.model.encoder.is_activation_checkpointing and enc.model.encoder.training,
+                         [('forward' in m.__dict__) for m in layers]))
             return loss_of(batch, rng)
         trainer.loss = spy
         trainer.fit(coll.topics().head(14))
-        assert seen == [on, on] and not enc.model.encoder.is_gradient_checkpointing
+        wrapped = on and method == 'acrobart'
+        assert seen == [(on, [wrapped] * len(layers))] * 2
+        assert not enc.model.encoder.is_activation_checkpointing and not any('forward' in m.__dict__ for m in layers)
         weights[on] = {name: value.clone() for name, value in enc.model.state_dict().items()}
+        if method == 'acrobart':
+            weights[on]['beta'] = trainer.beta.detach().clone()
     start = tiny_encoder().model.state_dict()
-    assert any(not torch.equal(value, start[name]) for name, value in weights[True].items())  # it trained
+    assert any(not torch.equal(value, start[name]) for name, value in weights[True].items() if name != 'beta')
+    if method == 'acrobart':
+        assert weights[True]['beta'] != 1.0  # (β's only gradient comes through the bias)
     for name, value in weights[True].items():
         assert torch.equal(value, weights[False][name]), name

@@ -10,6 +10,7 @@ import pandas as pd
 import pyterrier as pt
 
 from pyterrier_selfsup.data.classic import ClassicSource, register_classic
+from pyterrier_selfsup.progress import progress
 
 logger = logging.getLogger(__name__)
 
@@ -67,9 +68,8 @@ class Collection:
         skipped (the first wins), so that no index holds two entries for one docno.
         ``verbose``: a progress bar (``desc``), on ``progress_file`` (default: stderr)."""
         docs = self.irds.docs_iter()
-        if verbose:
-            docs = pt.tqdm(docs, total=self.irds.docs_count(), desc=desc or f'{self.name} documents', unit='doc',
-                           file=progress_file)
+        docs = progress(docs, total=self.irds.docs_count(), desc=desc or f'{self.name} documents', unit='doc',
+                        file=progress_file, enabled=verbose)
         seen, duplicates = set(), 0
         for doc in docs:
             if doc.doc_id in seen:

@@ -25,6 +25,7 @@ from pyterrier_selfsup.data.local import MalformedFileError
 from pyterrier_selfsup.harness import trained
 from pyterrier_selfsup.harness.experiment import run_experiment, write_results
 from pyterrier_selfsup.harness.pipelines import PIPELINES, UnknownPipelineError, get_pipeline
+from pyterrier_selfsup.progress import progress_mode, set_progress
 
 DEFAULT_COLLECTIONS = ['beir/scifact/test']
 DEFAULT_PIPELINES = ['bm25', 'minilm']
@@ -41,8 +42,9 @@ def main(argv=None) -> int:
     common.add_argument('--classic-data', metavar='DIR', help=f'where classic/<name> collections are read '
                                                               f'(default: ${CLASSIC_DATA_ENV})')
     shown = common.add_mutually_exclusive_group()
-    shown.add_argument('-v', '--verbose', action='store_true', help='progress bars even when not on a terminal')
-    shown.add_argument('-q', '--quiet', action='store_true', help='no progress bars')
+    shown.add_argument('-v', '--verbose', action='store_true', help='progress bars even when not on a terminal '
+                                                                    '(off one: a progress line every 30 s)')
+    shown.add_argument('-q', '--quiet', action='store_true', help='no progress, bars or lines')
 
     run = sub.add_parser('run', parents=[common], help='evaluate pipelines on collections in one pt.Experiment each')
     run.add_argument('-c', '--collections', nargs='+', default=DEFAULT_COLLECTIONS, metavar='NAME',
@@ -75,8 +77,9 @@ def main(argv=None) -> int:
     _quiet_libraries()
     if args.classic_data:
         os.environ[CLASSIC_DATA_ENV] = args.classic_data
-    verbose = args.verbose or (not args.quiet and sys.stderr.isatty())
-    if not verbose:  # the libraries' own bars too ("Loading weights", "Writing model shards")
+    verbose = not args.quiet
+    set_progress('off' if args.quiet else 'bars' if args.verbose else 'auto')  # auto: lines off a terminal
+    if progress_mode() != 'bars':  # the libraries' own bars too ("Loading weights", "Writing model shards")
         from huggingface_hub.utils import disable_progress_bars
         from transformers.utils import logging as transformers_logging
         disable_progress_bars()

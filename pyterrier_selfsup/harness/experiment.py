@@ -22,6 +22,7 @@ from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.harness.pipelines import PipelineSpec, get_pipeline
 from pyterrier_selfsup.harness.plots import plot_results
+from pyterrier_selfsup.progress import progress_mode
 
 MEASURES = [nDCG @ 10, R @ 100, RR @ 10]
 MEASURE_NAMES = [str(m) for m in MEASURES]
@@ -91,7 +92,8 @@ def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *, name
             mrt.append(1000 * (time.time() - t0) / len(topics))
         table = pt.Experiment(
             runs, topics, qrels, MEASURES, names=names, baseline=0 if len(specs) > 1 else None, test=TEST,
-            correction=CORRECTION if len(specs) > 1 else None, correction_alpha=ALPHA, verbose=verbose)
+            correction=CORRECTION if len(specs) > 1 else None, correction_alpha=ALPHA,
+            verbose=verbose and progress_mode() == 'bars')  # (PyTerrier's own bar: none in a log)
         table.insert(1 + len(MEASURES), 'mrt', mrt)
         per_query = pt.Experiment(runs, topics, qrels, MEASURES, names=names, perquery=True).pivot_table(
             index=['name', 'qid'], columns='measure', values='value').reset_index()

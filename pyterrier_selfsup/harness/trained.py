@@ -10,6 +10,9 @@ interrupted resumes from its last checkpoint when the model is asked for again.
 Each method here is a function from settings to a ready :class:`~pyterrier_selfsup.training.Trainer`
 and its training topics; the trainers themselves know nothing of caches or pipelines.
 """
+import json
+import logging
+import time
 from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple, Union
 
@@ -17,6 +20,7 @@ import pandas as pd
 import torch
 
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root
+from pyterrier_selfsup._distributed import distributed
 from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
 from pyterrier_selfsup.data.local import content_hash
 from pyterrier_selfsup.data.queries import (MASK, SAMPLING, corpus_sentences, cropped_spans, document_titles,
@@ -25,6 +29,7 @@ from pyterrier_selfsup.data.queries import (MASK, SAMPLING, corpus_sentences, cr
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.models.generator import MAX_PASSAGE_LENGTH, Generator, load_generator
 from pyterrier_selfsup.models.reatt import ReAtt
+from pyterrier_selfsup.harness import plan
 from pyterrier_selfsup.models.writing import WRITER_VERSION
 from pyterrier_selfsup.retrieval.bm25 import BM25
 from pyterrier_selfsup.retrieval.dense import MINILM, DenseRetriever
@@ -32,6 +37,7 @@ from pyterrier_selfsup.retrieval.fusion import Fusion
 from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment, mask_token
 from pyterrier_selfsup.training.distant import DistantSupervision
 from pyterrier_selfsup.training.distill import Distillation
+from pyterrier_selfsup.progress import stage_times
 from pyterrier_selfsup.training.loop import Trainer, fit_resumably
 from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart
 from pyterrier_selfsup.training.settings import (ADDED_SETTINGS, SETTINGS, CrossDocumentAdjustmentSettings,
@@ -47,6 +53,8 @@ ROUND_TRIP_DEPTH = 10
 # queries=crossfold: the collection's own topic texts, in this many folds; the model that answers a
 # fold's queries is trained on the other folds' texts (its setting ``fold``: the fold it answers)
 CROSS_FOLDS = 2
+
+logger = logging.getLogger(__name__)
 
 
 def each_model(settings: dict) -> list:
@@ -93,15 +101,39 @@ def train(collection: Union[str, Collection], method: str, settings: dict, *, ca
           verbose: bool = False) -> Path:
     """The ``final/`` directory of ``method``'s model trained on ``collection`` with
     ``settings`` (the rest at :data:`DEFAULTS`): trained on first use (resuming an
-    interrupted run), then reused."""
+    interrupted run), then reused. Before training, its plan (stages, sizes, the time each
+    should take on this machine: :mod:`~pyterrier_selfsup.harness.plan`) is logged; after,
+    what each stage took, logged and appended to the training log."""
     settings = training_settings(method, settings)
     collection = Collection.of(collection)
 
     def build(staging: Path):
+        started, before = time.time(), stage_times()
+        said = distributed()[0] == 0  # (one process speaks for the group)
+        planned = plan.estimate(plan.stages(collection, method, settings, settings['queries'] in GENERATED),
+                                plan.known_rates(cache_dir))
+        if said:
+            docs = collection.docs_count
+            for line in plan.plan_lines(f'{method} on {collection.name}' + (f' ({docs:,} documents)' if docs else ''),
+                                        planned):
+                logger.info(line)
         typed = SETTINGS[method](**{name: value for name, value in settings.items() if name != 'fold'})
         trainer, topics = METHODS[method](collection, typed, fold=settings.get('fold'), output_dir=staging,
                                           cache_dir=cache_dir, verbose=verbose)
+        if said and len(topics) < settings['n_queries']:  # (a corpus with fewer sentences than asked for)
+            known = {**settings, 'n_queries': len(topics)}
+            replanned = [p for p in plan.estimate(plan.stages(collection, method, known, False),
+                                                  plan.known_rates(cache_dir)) if p.desc != 'writing queries']
+            for line in plan.plan_lines(f'{len(topics):,} training queries, not {settings["n_queries"]:,}', replanned):
+                logger.info(line)
         fit_resumably(trainer, topics)
+        if said:  # what each stage took, said, kept in the training log, and learnt for the next plan
+            done, seconds = stage_times(before), time.time() - started
+            for line in plan.times_lines(done, seconds):
+                logger.info(line)
+            with open(staging / 'training_log.jsonl', 'a') as log:
+                log.writelines(json.dumps(r) + '\n' for r in plan.log_records(planned, done, seconds))
+            plan.learn(done, cache_dir)
 
     # under torch.distributed (torchrun) every process trains, together; a damaged model is
     # not retrained on its own (hours of work): the error says how
@@ -315,7 +347,7 @@ TEACHER_PARTS = ('bm25', 'student', 'minilm', 'gen')
 
 
 def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: int = 100, rerank_depth: int = 10,
-                     generator: Union[None, str, Generator] = None, cache_dir=None) -> Fusion:
+                     generator: Union[None, str, Generator] = None, cache_dir=None, verbose: bool = False) -> Fusion:
     """The teacher ``spec`` names (:func:`parse_teacher`) over ``collection``, as a PyTerrier
     retriever: its parts' top ``depth`` fused by weighted per-query z-scores."""
     from pyterrier_selfsup.models.score_cache import score_cache_dir
@@ -323,9 +355,11 @@ def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: 
     stages, rerankers = {}, {}
     for part in weights:
         if part == 'bm25':
-            stages[part] = BM25.from_collection(collection, num_results=depth, cache_dir=cache_dir)
+            stages[part] = BM25.from_collection(collection, num_results=depth, cache_dir=cache_dir,
+                                                verbose=verbose and distributed()[0] == 0)
         elif part == 'minilm':
-            stages[part] = DenseRetriever.from_collection(collection, MINILM, num_results=depth, cache_dir=cache_dir)
+            stages[part] = DenseRetriever.from_collection(collection, MINILM, num_results=depth, cache_dir=cache_dir,
+                                                          verbose=verbose and distributed()[0] == 0)
         elif part == 'student':
             if student is None:
                 raise ValueError(f'teacher {spec!r} names the student, and no student is given')
@@ -352,7 +386,7 @@ def _distillation(collection: Collection, s: DistillationSettings, *, fold: Opti
 
     def teacher(student):
         return teacher_pipeline(collection, s.teacher, student=student, depth=s.fusion_depth, generator=gen,
-                                cache_dir=cache_dir)
+                                cache_dir=cache_dir, verbose=verbose)
 
     if 'student' not in parse_teacher(s.teacher):  # one pipeline for every round, ranked once
         teacher = teacher(None)

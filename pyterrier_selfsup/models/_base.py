@@ -107,6 +107,28 @@ class TrainableModel(TorchModel):
         for m in self.torch_modules():
             m.train(on)
 
+    def gradient_checkpointing(self, on: bool = True):
+        """Transformers' gradient checkpointing on (or off) in every pretrained transformer of
+        the model: a layer's activations are recomputed in the backward pass rather than kept
+        from the forward one (the RNG state kept: the same gradients, a second forward pass
+        of each layer). In training mode only; a model without such layers is left alone."""
+        from transformers import PreTrainedModel
+        for module in self.torch_modules():
+            for m in module.modules():
+                if not isinstance(m, PreTrainedModel) or not m.supports_gradient_checkpointing:
+                    continue
+                # (transformers 5.2x renamed it activation checkpointing; the old names warn)
+                if hasattr(m, 'activation_checkpointing_enable'):
+                    active, enable, disable = (m.is_activation_checkpointing, m.activation_checkpointing_enable,
+                                               m.activation_checkpointing_disable)
+                else:
+                    active, enable, disable = (m.is_gradient_checkpointing, m.gradient_checkpointing_enable,
+                                               m.gradient_checkpointing_disable)
+                if on and not active:
+                    enable({'use_reentrant': False})
+                elif not on and active:
+                    disable()
+
     def save_pretrained(self, path: Union[str, Path]) -> Path:
         raise NotImplementedError
 
@@ -164,8 +186,23 @@ class OfflineHubFilter(logging.Filter):
 HUB_LOGGER = 'huggingface_hub.hf_api'  # where huggingface_hub says it (hf_api.py, revision resolution)
 
 
+class EncoderCacheFilter(logging.Filter):
+    """Drops transformers' "`use_cache=True` is incompatible with gradient checkpointing" for the
+    encoders this package trains with checkpointing on (:meth:`TrainableModel.gradient_checkpointing`):
+    an encoder's config may say ``use_cache`` (BERT's does, for its use as a decoder), but no
+    encoder here keeps a cache, so there is nothing for a user to act on."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith('`use_cache=True` is incompatible with gradient checkpointing')
+
+
+CACHE_WARNING_LOGGER = 'transformers.utils.generic'  # where transformers says it (merge_with_config_defaults)
+
+
 def quiet_offline_hub():
-    """Installs :class:`OfflineHubFilter` on the Hub's logger (once)."""
-    hub = logging.getLogger(HUB_LOGGER)
-    if not any(isinstance(f, OfflineHubFilter) for f in hub.filters):
-        hub.addFilter(OfflineHubFilter())
+    """Installs :class:`OfflineHubFilter` on the Hub's logger and :class:`EncoderCacheFilter` on
+    transformers' (once)."""
+    for name, kind in ((HUB_LOGGER, OfflineHubFilter), (CACHE_WARNING_LOGGER, EncoderCacheFilter)):
+        log = logging.getLogger(name)
+        if not any(isinstance(f, kind) for f in log.filters):
+            log.addFilter(kind())

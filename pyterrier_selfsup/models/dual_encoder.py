@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Union
 
 import numpy as np
-import pyterrier as pt
 import torch
 from pyterrier_dr import BiEncoder
 from transformers import AutoModel, AutoTokenizer
@@ -28,6 +27,7 @@ from pyterrier_selfsup.models._base import (TrainableModel, clean_texts, read_sa
                                               to_device)
 from pyterrier_selfsup.models._openvino import CALIBRATION_TEXTS, OpenVinoSides
 from pyterrier_selfsup.models.offsets import PassageOffsets
+from pyterrier_selfsup.progress import progress
 
 CONFIG_FILE = 'dual_encoder.json'
 BACKENDS = ('torch', 'openvino', 'openvino-int8')
@@ -349,9 +349,9 @@ class DualEncoder(BiEncoder, TrainableModel):
             return out
         ids = self.tokenize(texts, side, padding=False)['input_ids']
         order = np.argsort([-len(x) for x in ids], kind='stable')  # longest first: fail fast on memory
-        batches = range(0, len(order), batch_size)
-        if self.verbose and len(batches) > 1:
-            batches = pt.tqdm(batches, desc=f'encoding {side}s', unit='batch')
+        batches = progress(range(0, len(order), batch_size), total=len(order), desc=f'encoding {side}s', unit=side,
+                           count=lambda start: len(order[start:start + batch_size]),
+                           enabled=self.verbose and len(order) > batch_size)
         compiled = None
         if self._openvino is not None:  # (traced outside inference mode and autocast)
             sample = self.tokenizer.pad({'input_ids': [ids[i] for i in order[:2]]}, return_tensors='pt')

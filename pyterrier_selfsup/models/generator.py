@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
-import pyterrier as pt
 import torch
 from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, DynamicCache)
 from transformers.modeling_outputs import BaseModelOutput
 
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root, check_space, weights_fingerprint
 from pyterrier_selfsup.models._base import TorchModel, clean_texts, pad, resolve_device
+from pyterrier_selfsup.progress import progress
 
 if TYPE_CHECKING:
     from pyterrier_selfsup.models.reranker import ReconstructionScorer
@@ -183,8 +183,9 @@ class Generator(TorchModel):
             pairs_of[p].append(pair)
         order = sorted(pairs_of, key=lambda p: -len(p_ids[p]))  # longest first: fail fast on memory
         batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
-        if self.verbose and len(batches) > 1:
-            batches = pt.tqdm(batches, desc='generator scoring', unit='batch')
+        batches = progress(batches, total=len(pair_passage), desc='generator scoring', unit='pair',
+                           count=lambda batch: sum(len(pairs_of[p]) for p in batch),
+                           enabled=self.verbose and len(batches) > 1)
         with self.inference():
             for batch in batches:
                 rows = [(pair, row) for row, p in enumerate(batch) for pair in pairs_of[p]]
@@ -312,9 +313,9 @@ class Generator(TorchModel):
         p_ids = self.passage_ids(passages)
         out = []
         pad_id = self.tokenizer.pad_token_id
-        batches = range(0, len(p_ids), self.batch_size)
-        if self.verbose and len(batches) > 1:
-            batches = pt.tqdm(batches, desc='generating', unit='batch')
+        batches = progress(range(0, len(p_ids), self.batch_size), total=len(p_ids), desc='generating', unit='passage',
+                           count=lambda start: len(p_ids[start:start + self.batch_size]),
+                           enabled=self.verbose and len(p_ids) > self.batch_size)
         with self.inference():
             for start in batches:
                 ids, mask = pad(p_ids[start:start + self.batch_size], pad_id, left=not self.is_seq2seq,

@@ -8,18 +8,21 @@ ReAtt's cross-document adjustment share.
   differentiable bias added to the attention logits towards each passage's tokens.
 - :func:`attention_target` (ReAtt §3.2): each passage's share of the generator's attention
   while it reads them all to reconstruct the target.
+- :func:`checkpointed_layers`: the generator's layers recomputed in the backward pass, the
+  bias of their forward pass with them (ACROBArT's memory).
 
 The bias goes in through transformers' attention interface: :func:`enable_attention_bias`
 registers (once) an attention function that is the model's own eager attention plus the
 bias of the forward pass under way.
 """
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import List, Optional
 
 import numpy as np
 import torch
+import torch.utils.checkpoint
 from transformers.modeling_outputs import BaseModelOutput
 
 from pyterrier_selfsup.models._base import pad
@@ -79,6 +82,38 @@ def attention_bias(bias: torch.Tensor):
         yield
     finally:
         _BIAS.reset(token)
+
+
+def checkpointed_layers(generator: Generator, on: bool):
+    """Gradient checkpointing of ``generator``'s layers (each transformers
+    ``GradientCheckpointingLayer``: a decoder's or an encoder's block) on or off: with
+    gradients, a layer keeps its inputs and recomputes its activations in the backward pass.
+
+    Not transformers' own (``gradient_checkpointing_enable``), deliberately: that one acts in
+    training mode only (a frozen generator is in eval mode; training mode would turn dropout
+    on in BART or T5) and recomputes outside the :func:`attention_bias` of the forward pass,
+    which is a context variable, so a recomputed layer would attend without the bias and the
+    gradient towards the retriever would be lost. Here the bias is set again for the recompute
+    (``torch.utils.checkpoint``'s ``context_fn``); the RNG state and autocast are kept as
+    ``torch.utils.checkpoint`` keeps them. The same gradients, for a second forward pass."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+    for module in generator.model.modules():
+        if not isinstance(module, GradientCheckpointingLayer):
+            continue
+        if on and 'forward' not in module.__dict__:
+            module.forward = _checkpointed(module.forward)  # (an attribute of this instance: the class's hides)
+        elif not on and 'forward' in module.__dict__:
+            del module.forward
+
+
+def _checkpointed(forward):
+    def checkpointed(*args, **kwargs):
+        if not torch.is_grad_enabled():
+            return forward(*args, **kwargs)
+        bias = _BIAS.get()
+        return torch.utils.checkpoint.checkpoint(
+            forward, *args, use_reentrant=False, context_fn=lambda: (nullcontext(), attention_bias(bias)), **kwargs)
+    return checkpointed
 
 
 def biased_log_likelihood(generator: Generator, targets: List[str], passages: List[List[str]],

@@ -35,6 +35,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer
 from pyterrier_selfsup._cache import weights_fingerprint
 from pyterrier_selfsup.models._base import (TrainableModel, clean_texts, read_saved_config, resolve_device,
                                               to_device)
+from pyterrier_selfsup.progress import progress
 
 CONFIG_FILE = 'reatt.json'
 HEAD_WEIGHTS_FILE = 'reatt_heads.pt'
@@ -142,9 +143,11 @@ class ReAttModel(torch.nn.Module):
         return proj(hidden).view(b, length, att.heads, att.head_dim).transpose(1, 2)
 
     def head_scores(self, q: torch.Tensor, q_mask: torch.Tensor, k: torch.Tensor, k_mask: torch.Tensor,
-                    chunk: int = 64) -> torch.Tensor:
+                    chunk: int = 16) -> torch.Tensor:
         """r_h(q_i, d_j) for every query i and document j, (n_q, n_d, H); documents in
-        chunks of ``chunk`` to bound memory (n_q · chunk · H · L_q · L_d logits at once)."""
+        chunks of ``chunk`` to bound memory (n_q · chunk · H · L_q · L_d logits at once, and
+        in training their gradient as well: cross-document adjustment scores its 8 queries
+        against up to 64 documents of up to 256 tokens)."""
         out = []
         q_mask = q_mask.to(q.dtype)
         n_tokens = q_mask.sum(1).clamp(min=1)  # (n_q,)
@@ -276,9 +279,9 @@ class ReAtt(TrainableModel):
         texts = list(texts)
         order = np.argsort([-len(t) if isinstance(t, str) else 0 for t in texts], kind='stable')
         out: List[Optional[torch.Tensor]] = [None] * len(texts)
-        batches = range(0, len(texts), self.batch_size)
-        if self.verbose and len(batches) > 1:
-            batches = pt.tqdm(batches, desc=f'ReAtt {side}s', unit='batch')
+        batches = progress(range(0, len(texts), self.batch_size), total=len(texts), desc=f'ReAtt {side}s', unit=side,
+                           count=lambda start: len(order[start:start + self.batch_size]),
+                           enabled=self.verbose and len(texts) > self.batch_size)
         with self.inference():
             for start in batches:
                 idx = order[start:start + self.batch_size]

@@ -32,11 +32,11 @@ from functools import cached_property, lru_cache
 from typing import List, Optional, Sequence
 
 import numpy as np
-import pyterrier as pt
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, get_layer_types_and_kwargs
 
 from pyterrier_selfsup.models._base import clean_texts, pad
+from pyterrier_selfsup.progress import progress
 
 logger = logging.getLogger(__name__)
 
@@ -169,9 +169,9 @@ class QueryWriter:
         ids = self.prompt_ids(passages)
         order = np.argsort([-len(x) for x in ids], kind='stable')  # by length: little padding in a batch
         out: List[Optional[List[str]]] = [None] * len(ids)
-        batches = range(0, len(order), self.batch_size)
-        if self.generator.verbose and len(batches) > 1:
-            batches = pt.tqdm(batches, desc='writing queries', unit='batch')
+        batches = progress(range(0, len(order), self.batch_size), total=len(order), desc='writing queries',
+                           unit='passage', count=lambda start: len(order[start:start + self.batch_size]),
+                           enabled=self.generator.verbose and len(order) > self.batch_size)
         with self.generator.inference(), casts_kept(self.generator.model):
             for start in batches:
                 idx = order[start:start + self.batch_size]

@@ -49,8 +49,7 @@ def pisa_index(collection: Union[str, Collection], *, stemmer: str = 'porter2', 
         # documents' progress bar says how far the build is
         with _engine_output_logged(staging / ENGINE_LOG, what) as terminal:
             index = PisaIndex(str(staging), text_field='text', stemmer=stemmer, stops=stops)
-            index.index(collection.corpus_iter(verbose=verbose, progress_file=terminal,
-                                               desc=f'BM25 index of {collection.name}'))
+            index.index(collection.corpus_iter(verbose=verbose, progress_file=terminal, desc='BM25 index'))
             # Opening a retriever writes PISA's score-bound file for (k1, b) into the
             # index directory: do it here, so that a finished index is never written to.
             index.bm25(k1=k1, b=b)

@@ -136,7 +136,7 @@ def encode_into(path: Union[str, Path], collection: Collection, encoder: BiEncod
     """A new FlexIndex at ``path`` holding ``collection``'s documents encoded by ``encoder``
     in one process (:func:`encode_sharded`: the same index encoded by several)."""
     index = FlexIndex(str(path), verbose=False)
-    docs = collection.corpus_iter(verbose=verbose, desc=f'encoding {collection.name}')
+    docs = collection.corpus_iter(verbose=verbose, desc='encoding documents')
     (encoder.doc_encoder(verbose=False) >> index).index(docs, batch_size=chunk)
     return index
 
@@ -156,8 +156,7 @@ def encode_sharded(path: Union[str, Path], collection: Collection, encoder: BiEn
     path = Path(path)
     root = path.with_name(path.name + '.shards')
     doc_encoder = encoder.doc_encoder(verbose=False)
-    docs = collection.corpus_iter(verbose=verbose and rank == 0, desc=f'encoding {collection.name} (rank 0 of '
-                                  f'{world_size})')
+    docs = collection.corpus_iter(verbose=verbose and rank == 0, desc='encoding documents')  # (the group's pace)
 
     def encode(shard: Path, mine):
         shard.mkdir(parents=True, exist_ok=True)
@@ -366,7 +365,7 @@ class StoredVectorScorer(pt.Transformer):
 
 
 def dense_retriever(collection: Collection, encoder: BiEncoder, *, fresh: bool = False, search: str = 'auto',
-                    cache_dir=None) -> DenseRetriever:
+                    cache_dir=None, verbose: bool = False) -> DenseRetriever:
     """Search of ``collection`` with ``encoder`` as it is now: over its cached index, or
     (``fresh``) over one encoded into a temporary directory that lives as long as the
     retriever (a trainer's refreshed index: an approximate one is built with it). An
@@ -375,7 +374,7 @@ def dense_retriever(collection: Collection, encoder: BiEncoder, *, fresh: bool =
     a training round would fill the cache)."""
     moved = getattr(encoder, 'passage_offsets', None)
     if not fresh and moved is not None and len(moved):
-        base = flex_index(collection, encoder, cache_dir=cache_dir, offsets=False)
+        base = flex_index(collection, encoder, cache_dir=cache_dir, offsets=False, verbose=verbose)
         with temporary_build('selfsup-index-', f'the index of {collection.name} with passage offsets',
                              flex_size(collection, encoder) or 0) as (directory, tmp):
             # (under torch.distributed the directory is rank 0's: it writes, every rank reads)
@@ -384,14 +383,16 @@ def dense_retriever(collection: Collection, encoder: BiEncoder, *, fresh: bool =
         retriever._tmp = tmp
         return retriever
     if not fresh:
-        return DenseRetriever(encoder, flex_index(collection, encoder, cache_dir=cache_dir), search=search)
-    index, tmp = fresh_index(collection, encoder)
+        return DenseRetriever(encoder, flex_index(collection, encoder, cache_dir=cache_dir, verbose=verbose),
+                              search=search)
+    index, tmp = fresh_index(collection, encoder, verbose=verbose)
     retriever = DenseRetriever(encoder, index, search=search)
     retriever._tmp = tmp  # removed with the retriever
     return retriever
 
 
-def fresh_index(collection: Collection, encoder: BiEncoder) -> Tuple[FlexIndex, Optional[tempfile.TemporaryDirectory]]:
+def fresh_index(collection: Collection, encoder: BiEncoder, *,
+                verbose: bool = False) -> Tuple[FlexIndex, Optional[tempfile.TemporaryDirectory]]:
     """``collection`` encoded by ``encoder`` as it is now into a temporary directory, and
     that directory (the index lives as long as the caller keeps it; None: nothing to keep).
 
@@ -404,7 +405,8 @@ def fresh_index(collection: Collection, encoder: BiEncoder) -> Tuple[FlexIndex, 
     needed = (flex_size(collection, encoder) or 0) * min(world_size, 2)
     with temporary_build('selfsup-index-', f'the refreshed index of {collection.name}', needed) as (directory, tmp):
         if world_size == 1:
-            return encode_into(f'{directory}/index.flex', collection, encoder), tmp
-        index = encode_sharded(f'{directory}/index.flex', collection, encoder, rank=rank, world_size=world_size)
+            return encode_into(f'{directory}/index.flex', collection, encoder, verbose=verbose), tmp
+        index = encode_sharded(f'{directory}/index.flex', collection, encoder, rank=rank, world_size=world_size,
+                               verbose=verbose)
         all_or_none(index.payload)  # mapped now, on every rank, before rank 0 may remove the files
         return index, tmp

@@ -230,7 +230,7 @@ class CrossDocumentAdjustment(Trainer):
         t0 = time.time()
         if epoch == 0:  # BM25's, which reads a masked query without its mask (not a word: it would match 'mask')
             mask = mask_token(self.reatt)
-            bm25 = BM25.from_collection(self.collection, cache_dir=self.cache_dir)
+            bm25 = BM25.from_collection(self.collection, cache_dir=self.cache_dir, verbose=self.shows)
             retriever, queries = bm25, [replace(q, query=q.query.replace(mask, ' ')) for q in examples]
             source = 'bm25'
         else:  # the model as it is now: its own exact top k over a fresh token index

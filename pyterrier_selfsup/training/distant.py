@@ -89,7 +89,8 @@ class DistantSupervision(DualEncoderTrainer):
         query was cut from) is each one's positive, the rest of its top ``bm25_depth`` + 1
         the pool of its ``bm25`` negatives."""
         queries = training_queries(topics)
-        bm25 = BM25.from_collection(self.collection, num_results=self.bm25_depth + 1, cache_dir=self.cache_dir)
+        bm25 = BM25.from_collection(self.collection, num_results=self.bm25_depth + 1, cache_dir=self.cache_dir,
+                                    verbose=self.shows)
         self._ranked = top_k_excluding(bm25, queries, self.bm25_depth + 1)
         examples = [q for q in queries if self._ranked[q.qid]]
         if len(examples) < len(queries):

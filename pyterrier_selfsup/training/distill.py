@@ -68,6 +68,7 @@ from pyterrier_selfsup.training.loop import DualEncoderTrainer
 from pyterrier_selfsup.training.offsets import OffsetAdam
 from pyterrier_selfsup.training.settings import DistillationSettings as _D
 from pyterrier_selfsup.training.verdict import FEWEST, Verdict, held_out, ndcg_at, pseudo_relevant, verdict
+from pyterrier_selfsup.progress import progress
 
 logger = logging.getLogger(__name__)
 
@@ -196,7 +197,8 @@ class Distillation(DualEncoderTrainer):
     def on_fit_start(self):
         if not self.train_passages:  # RAG: passages keep a frozen copy of the start encoder
             self.encoder.model.freeze_passage_tower()
-            self._index = flex_index(self.collection, self.encoder, cache_dir=self.cache_dir, offsets=False)
+            self._index = flex_index(self.collection, self.encoder, cache_dir=self.cache_dir, offsets=False,
+                                     verbose=self.shows)
         if self.passage_layers is not None:  # ... but for its top layers
             for p in self.encoder.model.top_passage_layers(self.passage_layers).parameters():
                 p.requires_grad_(True)
@@ -234,7 +236,10 @@ class Distillation(DualEncoderTrainer):
         processes each ranks its share of the queries and every process gets them all."""
         mine = self.local_batch(queries)
         ranked = {}
-        for start in range(0, len(mine), TEACHER_CHUNK):
+        chunks = progress(range(0, len(mine), TEACHER_CHUNK), total=len(mine), desc='teacher rankings', unit='query',
+                          count=lambda start: len(mine[start:start + TEACHER_CHUNK]),
+                          enabled=self.shows)
+        for start in chunks:
             ranked.update(ranked_excluding(teacher, mine[start:start + TEACHER_CHUNK], depth or self.depth,
                                            exclude=exclude and self.exclude_sources))
         self.train_mode(True)

@@ -50,6 +50,7 @@ from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models._base import TrainableModel
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.retrieval.dense import DenseRetriever, dense_retriever
+from pyterrier_selfsup.progress import progress
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +146,10 @@ class Trainer(pt.Estimator):
             with ``checkpoint_every='epoch'``, and at the end), the training log (JSON
             lines) and the training-curve PNG.
         keep_checkpoints: how many of the latest step checkpoints stay on disk (None: all).
+        checkpointing: gradient checkpointing while training
+            (:meth:`~pyterrier_selfsup.models._base.TrainableModel.gradient_checkpointing`): a
+            step's memory holds each layer's input, not its activations, for a second forward
+            pass of every layer; the weights come out the same. Not a setting of the model.
     """
     description = 'training'
     # what the training curve plots: a key of the log, and its label
@@ -160,7 +165,7 @@ class Trainer(pt.Estimator):
                  epochs: int = 1, lr: float = 2e-5, warmup: float = 0.1,
                  weight_decay: float = 0.01, accumulation: int = 1,
                  output_dir: Optional[Union[str, Path]] = None, checkpoint_every: Optional[Union[int, str]] = None,
-                 keep_checkpoints: Optional[int] = None,
+                 keep_checkpoints: Optional[int] = None, checkpointing: bool = True,
                  seed: int = 0, cache_dir: Optional[Union[str, Path]] = None, verbose: bool = True):
         self.model = model
         self.collection = Collection.of(collection)
@@ -173,6 +178,7 @@ class Trainer(pt.Estimator):
         self.output_dir = Path(output_dir) if output_dir is not None else None
         self.checkpoint_every = checkpoint_every
         self.keep_checkpoints = keep_checkpoints
+        self.checkpointing = checkpointing
         self.seed = seed
         self.cache_dir = cache_dir
         self.verbose = verbose
@@ -180,6 +186,12 @@ class Trainer(pt.Estimator):
         self.state: Dict = {}
         self._stop_reason: Optional[str] = None
         self._metrics: Dict[str, List[Tuple[float, float]]] = {}  # name -> (value · weight, weight)
+
+    @property
+    def shows(self) -> bool:
+        """Whether this process shows the progress of what the method builds (one process speaks
+        for the group)."""
+        return self.verbose and self.process_rank == 0
 
     def record(self, name: str, value: float, weight: float = 1.0):
         """A quantity a loss wants logged besides itself, averaged over the step's batches
@@ -294,6 +306,8 @@ class Trainer(pt.Estimator):
         batches_per_epoch = len(self.batches(len(examples), 0))
         total_steps = math.ceil(batches_per_epoch * self.epochs / self.accumulation)
         self.on_fit_start()
+        if self.checkpointing:
+            self.model.gradient_checkpointing(True)
         params = [p for p in self.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
         scheduler = get_linear_schedule_with_warmup(optimizer, int(self.warmup * total_steps), total_steps)
@@ -301,10 +315,10 @@ class Trainer(pt.Estimator):
         if resume_from is not None:
             self.state = self._restore(Path(resume_from), optimizer, scheduler)
         self.train_mode(True)
-        progress = pt.tqdm(total=total_steps, initial=self.state['step'], desc=self.description, unit='step',
-                           disable=not self.verbose)
+        steps = progress(total=total_steps, initial=self.state['step'], desc=self.description, unit='step',
+                         enabled=self.shows)
         self._stop_reason = None
-        return _Run(examples, params, optimizer, scheduler, total_steps, progress, resumed=resume_from is not None)
+        return _Run(examples, params, optimizer, scheduler, total_steps, steps, resumed=resume_from is not None)
 
     def _epoch(self, run: '_Run', epoch: int) -> bool:
         """The rest of ``epoch``'s batches; whether training goes on after it (no stop, no
@@ -373,6 +387,8 @@ class Trainer(pt.Estimator):
     def _end(self, run: '_Run'):
         """The method's last word, then the final checkpoint and the training log."""
         run.progress.close()
+        if self.checkpointing:
+            self.model.gradient_checkpointing(False)
         self.on_fit_end()
         self.train_mode(False)
         if self.output_dir is not None:
@@ -501,4 +517,4 @@ class DualEncoderTrainer(Trainer):
         return self.model
 
     def retriever(self, fresh: bool = False) -> DenseRetriever:
-        return dense_retriever(self.collection, self.encoder, fresh=fresh, cache_dir=self.cache_dir)
+        return dense_retriever(self.collection, self.encoder, fresh=fresh, cache_dir=self.cache_dir, verbose=self.shows)

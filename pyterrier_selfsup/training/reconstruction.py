@@ -39,7 +39,7 @@ from pyterrier_selfsup.data.queries import Query, training_queries
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.models.generator import Generator
 from pyterrier_selfsup.models.score_cache import score_cache_dir
-from pyterrier_selfsup.models.reading import biased_log_likelihood
+from pyterrier_selfsup.models.reading import biased_log_likelihood, checkpointed_layers
 from pyterrier_selfsup.retrieval.base import top_k_excluding
 from pyterrier_selfsup.retrieval.dense import flex_index, fresh_index, search_stage
 from pyterrier_selfsup.training.loop import DualEncoderTrainer
@@ -72,12 +72,9 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
         train_passages: False: passages get their own frozen copy of the start encoder
             and only the query tower trains (RAG); candidates are scored against the
             index's own vectors, and refreshes re-retrieve without re-encoding.
-        checkpointing: with ``train_passages``, the encoder's activations are recomputed in
-            the backward pass rather than kept (transformers' gradient checkpointing, the RNG
-            state kept, so the weights come out the same): a step's memory no longer holds every
+        checkpointing (the trainer's, on by default): a step's memory no longer holds every
             layer of its batch × k passages (RUMBArt on 100 ADI sentences: 7.64 GiB at its peak
-            without, 3.62 GiB with; experiments/results/memory_probe.md), for a second forward
-            pass of the encoder.
+            without, 3.62 GiB with; experiments/results/memory_probe.md).
         Resuming from a checkpoint rebuilds the index from the checkpoint's encoder (a
         refresh at the resume step), so a resumed run matches an uninterrupted one
         exactly only when the checkpoint falls on a refresh.
@@ -96,10 +93,9 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
                  k: int = _R.k, refresh_every: Optional[int] = _R.refresh_every,
                  null_document: bool = _R.null_document, train_passages: bool = _R.train_passages,
                  epochs: int = _R.epochs, batch_size: int = _R.batch_size, accumulation: int = _R.accumulation,
-                 lr: float = _R.lr, seed: int = _R.seed, checkpointing: bool = True, **kwargs):
+                 lr: float = _R.lr, seed: int = _R.seed, **kwargs):
         super().__init__(encoder, collection, epochs=epochs, batch_size=batch_size, accumulation=accumulation, lr=lr,
                          seed=seed, **kwargs)
-        self.checkpointing = checkpointing
         self.generator = generator
         self.k = k
         self.refresh_every = refresh_every
@@ -111,20 +107,6 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
     def on_fit_start(self):
         if not self.train_passages:  # RAG: passages keep a frozen copy of the start encoder
             self.encoder.model.freeze_passage_tower()
-        elif self.checkpointing:  # (not a setting of the model: the weights come out the same)
-            self._gradient_checkpointing(True)
-
-    def on_fit_end(self):
-        super().on_fit_end()
-        if self.train_passages and self.checkpointing:
-            self._gradient_checkpointing(False)
-
-    def _gradient_checkpointing(self, on: bool):
-        transformer = self.encoder.model.encoder
-        if on and getattr(transformer, 'supports_gradient_checkpointing', False):
-            transformer.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': False})
-        elif not on and getattr(transformer, 'is_gradient_checkpointing', False):
-            transformer.gradient_checkpointing_disable()
 
     def parameters(self):
         yield from super().parameters()
@@ -168,10 +150,11 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
         tower's index never changes, so a refresh then only re-retrieves."""
         t0 = time.time()
         if initial:
-            self._index = flex_index(self.collection, self.encoder, cache_dir=self.cache_dir)
+            self._index = flex_index(self.collection, self.encoder, cache_dir=self.cache_dir, verbose=self.shows)
         elif self.train_passages:
             old = self._index_dir
-            self._index, self._index_dir = fresh_index(self.collection, self.encoder)  # (sharded on several processes)
+            self._index, self._index_dir = fresh_index(self.collection, self.encoder,  # (sharded on several processes)
+                                                       verbose=self.shows)
             if old is not None:
                 old.cleanup()
         self.train_mode(True)
@@ -304,6 +287,16 @@ class Acrobart(RetrieveAndReconstruct):
     def parameters(self):
         yield from super().parameters()
         yield self.beta
+
+    def on_fit_start(self):
+        super().on_fit_start()
+        if self.checkpointing:  # the generator's activations (k passages a row) are most of a step's
+            checkpointed_layers(self.generator, True)
+
+    def on_fit_end(self):
+        super().on_fit_end()
+        if self.checkpointing:
+            checkpointed_layers(self.generator, False)
 
     def save_extra(self, path: Path):
         super().save_extra(path)

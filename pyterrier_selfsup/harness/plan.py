@@ -1,0 +1,169 @@
+"""What a training run will do and how long it should take here, said before it starts; what
+each stage took, said (and kept in the training log) when it ends.
+
+The stages are those that report their progress (:mod:`pyterrier_selfsup.progress`), by the
+same names: writing queries, the BM25 index, encoding documents, generator scoring, teacher
+rankings, the training steps. Their sizes come from the method's settings and the corpus;
+how long they take, from the rate each stage ran at the last time it ran on this machine
+(``stage-rates.json`` in the cache, a section a machine: CPU, its flags, cores, GPU), which
+every run updates. A stage never run here has no estimate before it starts: its first
+progress line (30 s in) gives its time left from its own rate.
+"""
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from pyterrier_selfsup._cache import cache_root, written_whole
+from pyterrier_selfsup.data.collections import Collection
+from pyterrier_selfsup.harness.provenance import machine
+from pyterrier_selfsup.progress import Stage, plural, rate_text
+from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment
+from pyterrier_selfsup.training.distant import DistantSupervision
+from pyterrier_selfsup.training.distill import Distillation
+from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart
+from pyterrier_selfsup.training.settings import SETTINGS
+
+logger = logging.getLogger(__name__)
+
+RATES_FILE = 'stage-rates.json'
+TRAINERS = {'ds': DistantSupervision, 'rumbart': Rumbart, 'acrobart': Acrobart, 'distill': Distillation,
+            'reatt': CrossDocumentAdjustment}
+
+
+@dataclass
+class Planned:
+    """A stage to come: its name (as its progress says it), how much, of what, and a note."""
+    desc: str
+    size: float
+    unit: str
+    note: str = ''
+    seconds: Optional[float] = None  # the estimate, where this machine has run the stage before
+
+
+def _steps(n: float, batch: int, epochs: int, accumulation: int = 1) -> int:
+    return math.ceil(math.ceil(n / batch) * epochs / accumulation)
+
+
+def stages(collection: Collection, method: str, settings: dict, writes_queries: bool) -> List[Planned]:
+    """The stages of training ``method`` on ``collection`` with ``settings`` (all of them, as
+    :func:`~pyterrier_selfsup.harness.trained.training_settings` completes them; ``writes_queries``:
+    whether a generator writes the training queries), at most:
+    a stage whose result is in the cache already (queries written, an index built) is skipped
+    when it comes, and ``n_queries`` is an upper bound where the source has fewer."""
+    s = SETTINGS[method](**{k: v for k, v in settings.items() if k != 'fold'})
+    docs = collection.docs_count or 0
+    queries = s.n_queries
+    out = []
+    if writes_queries:
+        out.append(Planned('writing queries', queries, 'passage', 'unless written before'))
+    steps_name = TRAINERS[method].description
+    if method == 'ds':
+        out.append(Planned('BM25 index', docs, 'doc', 'unless built before'))
+        out.append(Planned(steps_name, _steps(queries, s.batch_size, s.epochs), 'step'))
+    elif method in ('rumbart', 'acrobart'):
+        steps = _steps(queries, s.batch_size, s.epochs, s.accumulation)
+        refreshes = (steps - 1) // s.refresh_every if s.refresh_every and s.train_passages else 0
+        out.append(Planned('encoding documents', docs * (1 + refreshes), 'doc',
+                           f'the start index (unless built before) and {refreshes} refreshes'))
+        if method == 'rumbart':
+            out.append(Planned('generator scoring', queries * s.k, 'pair',
+                               "the first index's pairs; a refresh scores those it has not seen"))
+        out.append(Planned(steps_name, steps, 'step'))
+    elif method == 'distill':
+        out.append(Planned('BM25 index', docs, 'doc', 'unless built before'))
+        out.append(Planned('encoding documents', docs, 'doc', "the student's index, unless built before"))
+        out.append(Planned('teacher rankings', queries * s.rounds, 'query', 'once a round'))
+        out.append(Planned(steps_name, _steps(queries * (1 - s.verdict_share), s.batch_size, s.rounds), 'step'))
+    elif method == 'reatt':
+        out.append(Planned('ReAtt passages', docs * s.epochs, 'passage', 'a token index an iteration'))
+        out.append(Planned(steps_name, _steps(queries, s.batch_size, s.epochs), 'step'))
+    return out
+
+
+def rates_path(cache_dir=None) -> Path:
+    return cache_root(cache_dir) / RATES_FILE
+
+
+def known_rates(cache_dir=None) -> Dict[str, dict]:
+    """This machine's rates, by stage: ``{'rate': units a second, 'unit': ...}``."""
+    path = rates_path(cache_dir)
+    try:
+        return json.loads(path.read_text()).get(machine(), {})
+    except (OSError, ValueError):  # none yet, or unreadable: no estimate, nothing worse
+        return {}
+
+
+def estimate(planned: List[Planned], rates: Dict[str, dict]) -> List[Planned]:
+    for p in planned:
+        rate = rates.get(p.desc)
+        if rate and rate.get('unit') == p.unit and rate.get('rate'):
+            p.seconds = p.size / rate['rate']
+    return planned
+
+
+def learn(stages_done: Dict[str, Stage], cache_dir=None):
+    """Keeps each stage's rate of this run as this machine's, for the next plan (a stage
+    shorter than a second says little about its rate: left out)."""
+    path = rates_path(cache_dir)
+    try:
+        every = json.loads(path.read_text())
+    except (OSError, ValueError):
+        every = {}
+    mine = every.setdefault(machine(), {})
+    for desc, stage in stages_done.items():
+        if stage.seconds >= 1 and stage.done > 0:
+            mine[desc] = {'rate': stage.done / stage.seconds, 'unit': stage.unit,
+                          'measured': time.strftime('%Y-%m-%d', time.gmtime())}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with written_whole(path, 'the stage rates') as partial:
+            partial.write_text(json.dumps(every, indent=1, sort_keys=True))
+    except Exception as e:  # (a read-only cache: the next plan has no estimate, the run is not lost)
+        logger.warning('could not keep the stage rates in %s: %s', path, e)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return f'{seconds // 3600} h {seconds // 60 % 60:02d} min'
+    return f'{seconds // 60} min {seconds % 60:02d} s' if seconds >= 60 else f'{seconds} s'
+
+
+def plan_lines(what: str, planned: List[Planned]) -> List[str]:
+    """The plan as said before training: a line a stage, then the total of the estimates."""
+    lines = [f'plan: {what}']
+    for p in planned:
+        size = 'once' if p.unit == 'run' else f'{p.size:,.0f} {plural(p.unit)}'
+        took = f'about {_duration(p.seconds)}' if p.seconds is not None else 'not run on this machine yet'
+        lines.append(f'  {p.desc}: {size}, {took}' + (f' ({p.note})' if p.note else ''))
+    known = [p.seconds for p in planned if p.seconds is not None]
+    unknown = len(planned) - len(known)
+    if known:
+        lines.append(f'  in all: about {_duration(sum(known))}' +
+                     (f', and {unknown} stage(s) this machine has not timed' if unknown else '') +
+                     ' (rates measured here before; a stage whose result is cached takes none)')
+    else:
+        lines.append('  in all: no stage has run on this machine before; each says its time left as it goes')
+    return lines
+
+
+def times_lines(done: Dict[str, Stage], total_seconds: float) -> List[str]:
+    """What each stage did and took, then the whole run's time."""
+    lines = ['stage times:']
+    for stage in done.values():
+        size = '' if stage.unit == 'run' else f'{stage.done:,.0f} {plural(stage.unit)} in '
+        rate = f' ({rate_text(stage.done, stage.seconds, stage.unit)})' if stage.unit != 'run' else ''
+        lines.append(f'  {stage.desc}: {size}{_duration(stage.seconds)}{rate}')
+    lines.append(f'  in all: {_duration(total_seconds)}')
+    return lines
+
+
+def log_records(planned: List[Planned], done: Dict[str, Stage], total_seconds: float) -> List[dict]:
+    """The plan and the stage times as training-log records."""
+    return ([{'plan': [asdict(p) for p in planned]}] +
+            [{'stage': s.desc, 'done': s.done, 'unit': s.unit, 'seconds': s.seconds} for s in done.values()] +
+            [{'stage': 'in all', 'seconds': total_seconds}])

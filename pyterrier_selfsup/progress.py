@@ -1,0 +1,240 @@
+"""How long stages say where they are: bars on a terminal, plain lines off one.
+
+Every long stage of the package (encoding passages, writing queries, generator scoring,
+training steps) reports through :func:`progress`. Where that goes is one setting of the
+process, :func:`set_progress` (or the ``SELFSUP_PROGRESS`` environment variable):
+
+- ``'auto'`` (the default): bars where stderr is a terminal, lines where it is not (the log
+  of a job started with ``nohup ... > log 2>&1 &``);
+- ``'bars'``: PyTerrier's tqdm bars wherever stderr goes;
+- ``'lines'``: a plain line at most every ``interval`` seconds (30; ``SELFSUP_PROGRESS_SECONDS``)
+  with done/total, the rate, the time spent and the time left, and one when the stage ends
+  (a stage shorter than ``interval`` says nothing);
+- ``'off'``: nothing.
+
+A stage's own ``verbose=False`` silences it whatever the mode. Lines go to the
+``pyterrier_selfsup.progress`` logger where logging is set up to show its INFO records (as
+``selfsup`` sets it up), to stderr otherwise.
+
+Each stage that is shown (or would be, in ``'off'`` mode) is also added up by name when it
+ends, :func:`stage_times`; one inside another (a refresh inside training) counts on its own
+and its time is taken off the outer one's. That is what
+``selfsup train`` reports at its end, keeps in the training log and learns its next
+estimates from (:mod:`~pyterrier_selfsup.harness.plan`).
+"""
+import logging
+import os
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterable, Iterator, Optional
+
+logger = logging.getLogger(__name__)
+
+MODES = ('auto', 'bars', 'lines', 'off')
+_settings = {'mode': os.environ.get('SELFSUP_PROGRESS', 'auto'),
+             'interval': float(os.environ.get('SELFSUP_PROGRESS_SECONDS', 30))}
+
+
+def set_progress(mode: str = 'auto', interval: Optional[float] = None):
+    """Where this process's stages report: ``'auto'``, ``'bars'``, ``'lines'`` or ``'off'``;
+    ``interval``: the fewest seconds between two lines."""
+    if mode not in MODES:
+        raise ValueError(f'progress mode must be one of {MODES}, not {mode!r}')
+    _settings['mode'] = mode
+    if interval is not None:
+        _settings['interval'] = float(interval)
+
+
+def progress_mode() -> str:
+    """The mode in effect: ``'bars'``, ``'lines'`` or ``'off'`` (``'auto'`` resolved)."""
+    mode = _settings['mode']
+    if mode == 'auto':
+        return 'bars' if getattr(sys.stderr, 'isatty', lambda: False)() else 'lines'
+    return mode
+
+
+@dataclass
+class Stage:
+    """One stage that ended: what it did, how much, in how long."""
+    desc: str
+    done: float
+    total: Optional[float]
+    unit: str
+    seconds: float
+
+    @property
+    def rate(self) -> Optional[float]:
+        return self.done / self.seconds if self.seconds > 0 and self.done else None
+
+
+_totals: Dict[str, Stage] = {}  # by name, each run of a stage added (bounded by the names, not the work)
+_open: list = []  # the stages under way, oldest first
+
+
+def _add(done: Stage):
+    was = _totals.get(done.desc)
+    _totals[done.desc] = done if was is None else Stage(
+        done.desc, was.done + done.done, None, done.unit, was.seconds + done.seconds)
+
+
+def stage_times(since: Optional[Dict[str, Stage]] = None) -> Dict[str, Stage]:
+    """What each stage of this process did and took, by name, every run of it added up (an
+    index refreshed ten times: one entry); ``since``: an earlier return of this function,
+    whose part is taken off."""
+    out = {}
+    for desc, now in _totals.items():
+        was = (since or {}).get(desc)
+        if was is None:
+            out[desc] = now
+        elif now.seconds > was.seconds or now.done > was.done:
+            out[desc] = Stage(desc, now.done - was.done, None, now.unit, now.seconds - was.seconds)
+    return out
+
+
+def rate_text(done: float, seconds: float, unit: str) -> str:
+    """``41.2 passages/s``, or ``2.3 s/step`` below one a second; empty with nothing done."""
+    if done <= 0 or seconds <= 0:
+        return ''
+    per_second = done / seconds
+    return f'{per_second:,.1f} {plural(unit)}/s' if per_second >= 1 else f'{1 / per_second:,.1f} s/{unit}'
+
+
+def plural(unit: str) -> str:
+    """query: queries, batch: batches, doc: docs."""
+    if unit.endswith('y') and unit[-2:-1] not in tuple('aeiou'):
+        return unit[:-1] + 'ies'
+    return unit + ('es' if unit.endswith(('s', 'x', 'ch', 'sh')) else 's')
+
+
+@contextmanager
+def stage(desc: str, done: float = 1, unit: str = 'run') -> Iterator[None]:
+    """A stage with no steps to count (an index build, a model's conversion): timed and
+    recorded, a line at its end where lines are shown."""
+    tracker = Progress(total=done, desc=desc, unit=unit)
+    try:
+        yield
+        tracker.update(done)
+    finally:
+        tracker.close()
+
+
+def progress(iterable: Optional[Iterable] = None, *, total: Optional[float] = None, desc: str, unit: str = 'item',
+             count: Optional[Callable[[object], float]] = None, initial: float = 0, enabled: bool = True,
+             file=None):
+    """``iterable`` reported on as it is consumed (or, without one, an object with tqdm's
+    ``update``, ``set_postfix`` and ``close``). ``count``: how many ``unit`` one element is
+    worth (a batch's texts), else 1; ``total`` in those units (default: ``len(iterable)``).
+    ``file``: where the bar or the lines go instead (a stream kept from a subprocess's output)."""
+    if total is None and iterable is not None and hasattr(iterable, '__len__'):
+        total = len(iterable) if count is None else None
+    tracker = Progress(total=total, desc=desc, unit=unit, initial=initial, shown=enabled, file=file)
+    return tracker if iterable is None else tracker.wrap(iterable, count)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, m, s = seconds // 3600, seconds // 60 % 60, seconds % 60
+    return f'{h}:{m:02d}:{s:02d}' if h else f'{m}:{s:02d}'
+
+
+def _amount(n: float) -> str:
+    return f'{n:,.0f}' if float(n).is_integer() else f'{n:,.1f}'
+
+
+class Progress:
+    """A stage's progress: a tqdm bar, plain lines, or nothing shown; recorded when closed."""
+
+    def __init__(self, *, total: Optional[float], desc: str, unit: str, initial: float = 0, shown: bool = True,
+                 file=None):
+        self.total, self.desc, self.unit, self.file = total, desc, unit, file
+        self.done = self.initial = initial
+        self.start = self.last_line = time.monotonic()
+        self.postfix = ''
+        self.said = False  # whether a line has been shown
+        self.shown = shown
+        self.inner_seconds = 0.0  # of the stages inside this one that are recorded on their own
+        _open.append(self)
+        self.closed = False
+        mode = progress_mode() if shown else 'off'
+        self.lines = mode == 'lines'
+        self.bar = None
+        if mode == 'bars':
+            import pyterrier as pt
+            self.bar = pt.tqdm(total=total, initial=initial, desc=desc, unit=unit, file=file)
+
+    def wrap(self, iterable: Iterable, count: Optional[Callable[[object], float]]) -> Iterator:
+        try:
+            for item in iterable:
+                yield item
+                self.update(1 if count is None else count(item))
+        finally:
+            self.close()
+
+    def update(self, n: float = 1):
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+        elif self.lines and time.monotonic() - self.last_line >= _settings['interval']:
+            self._say(self._line())
+
+    def set_postfix(self, **values):
+        self.postfix = ', '.join(f'{k} {v}' for k, v in values.items())
+        if self.bar is not None:
+            self.bar.set_postfix(**values)
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        seconds = time.monotonic() - self.start
+        if self.bar is not None:
+            self.bar.close()
+        elif self.lines and (self.said or seconds >= _settings['interval']):  # (a short stage: no line)
+            rate = self._rate(self.done - self.initial, seconds)
+            done = 'done' if self.unit == 'run' else f'{_amount(self.done)} {plural(self.unit)}'
+            self._say(f'{self.desc}: {done} in {_duration(seconds)}' + (f' ({rate})' if rate and self.unit != 'run' else '')
+                      + (f', {self.postfix}' if self.postfix else ''))
+        if self in _open:
+            _open.remove(self)
+        # A stage that is not shown (an encoder's batches inside an index build) is no stage of
+        # its own; one that is, inside another (a refresh inside training), is, and its time is
+        # taken off the outer one's.
+        outer = next((o for o in reversed(_open) if o.start <= self.start), None)
+        if self.shown:
+            _add(Stage(self.desc, self.done - self.initial, self.total, self.unit, seconds - self.inner_seconds))
+            if outer is not None:
+                outer.inner_seconds += seconds
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _rate(self, done: float, seconds: float) -> str:
+        return rate_text(done, seconds, self.unit)
+
+    def _line(self) -> str:
+        elapsed = time.monotonic() - self.start
+        done = self.done - self.initial
+        parts = [f'{_amount(self.done)}/{_amount(self.total)} {plural(self.unit)} ({100 * self.done / self.total:.0f}%)'
+                 if self.total else f'{_amount(self.done)} {plural(self.unit)}']
+        rate = self._rate(done, elapsed)
+        if rate:
+            parts.append(rate)
+        parts.append(f'{_duration(elapsed)} elapsed')
+        if self.total and done > 0:
+            parts.append(f'{_duration((self.total - self.done) * elapsed / done)} left')
+        if self.postfix:
+            parts.append(self.postfix)
+        return f'{self.desc}: ' + ', '.join(parts)
+
+    def _say(self, line: str):
+        self.last_line = time.monotonic()
+        self.said = True
+        if self.file is None and logger.isEnabledFor(logging.INFO) and logger.hasHandlers():
+            logger.info(line)
+        else:
+            print(line, file=self.file or sys.stderr, flush=True)
