@@ -33,11 +33,11 @@ minilm = selfsup.DenseRetriever.from_collection(collection)
 # ACROBArT encode with gradients: 16 queries an optimiser step (the shipped batches of 16), taken
 # 4 at a time, keep a step within a laptop's memory (experiments/results/memory_probe.md).
 # ACROBArT's generator also reads a query's k passages in one sequence with gradients: k=3, 128
-# tokens a passage (as experiments/README.md, "ACROBArT on scifact"), 2 queries at a time.
+# tokens a passage (as experiments/README.md, "ACROBArT on scifact").
 acrobart = args.method == 'acrobart'
 k = args.k or (3 if acrobart else 5)
 passage_tokens = args.passage_tokens or (128 if acrobart else 256)
-batches = dict(batch_size=2, accumulation=8) if acrobart else dict(batch_size=4, accumulation=4)
+batches = dict(batch_size=4, accumulation=4)
 generator = selfsup.Generator.from_pretrained(selfsup.SMOLLM2, gguf_file=selfsup.SMOLLM2_GGUF,
                                               max_passage_length=passage_tokens)  # frozen
 

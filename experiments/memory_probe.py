@@ -17,8 +17,11 @@ trainer the example makes):
   mapping of its own and unmaps it when freed (by default the threshold rises after each large
   free, and freed blocks below it stay in the heap): whether a peak that creeps up across steps
   is memory glibc keeps rather than tensors that live (an explanation, not a fix).
+- cross-document adjustment's documents scored 16 at a time rather than 64 (``head_scores``'
+  chunk): the same scores, their gradient summed in another order; does it hold less?
 Where a row's only change is checkpointing, the final weights are compared with its pair's.
-Writes experiments/results/memory_probe.{md,json}.
+Writes experiments/results/memory_probe.{md,json}; ``--rows 3 11`` runs those rows only and
+keeps the others' results from the JSON (each row then has its own date and code).
 """
 import json
 import os
@@ -39,6 +42,9 @@ import ast, runpy, sys
 from pyterrier_selfsup.training.loop import Trainer
 changes = dict(arg.split('=', 1) for arg in sys.argv[1].split(',') if arg)
 changes = {k: ast.literal_eval(v) for k, v in changes.items()}
+if 'reatt_chunk' in changes:  # ReAtt's documents scored this many at a time (head_scores' chunk)
+    from pyterrier_selfsup.models.reatt import ReAttModel
+    ReAttModel.head_scores.__defaults__ = (changes.pop('reatt_chunk'),)
 made = Trainer.__init__
 def changed(self, *args, **kwargs):
     made(self, *args, **{**kwargs, **changes})
@@ -55,15 +61,17 @@ RUNS = [  # (name, example and its arguments, trainer changes, environment, the 
     ('RUMBArt, 4 queries at a time, 4 a step (the example now)', ['reconstruction.py'], '', None, None),
     ('ACROBArT, 4 queries at a time, checkpointing off (the example before)', ['reconstruction.py', '--method',
      'acrobart'], 'batch_size=4,accumulation=4,checkpointing=False', None, None),
-    ('ACROBArT, 4 queries at a time', ['reconstruction.py', '--method', 'acrobart'],
+    ('ACROBArT, 4 queries at a time (the example now)', ['reconstruction.py', '--method', 'acrobart'],
      'batch_size=4,accumulation=4', None, 4),
     ('ACROBArT, 4 queries at a time, MALLOC_MMAP_THRESHOLD_=131072', ['reconstruction.py', '--method', 'acrobart'],
      'batch_size=4,accumulation=4', {'MALLOC_MMAP_THRESHOLD_': '131072'}, 4),
-    ('ACROBArT, 2 queries at a time, 8 a step (the example now)', ['reconstruction.py', '--method', 'acrobart'], '',
-     None, None),
+    ('ACROBArT, 2 queries at a time, 8 a step', ['reconstruction.py', '--method', 'acrobart'],
+     'batch_size=2,accumulation=8', None, None),
     ('cross-document adjustment, checkpointing off', ['cross_document_adjustment.py'], 'checkpointing=False', None,
      None),
     ('cross-document adjustment (the example now)', ['cross_document_adjustment.py'], '', None, 8),
+    ('cross-document adjustment, documents scored 16 at a time', ['cross_document_adjustment.py'],
+     'reatt_chunk=16', None, None),
 ]
 
 
@@ -88,19 +96,29 @@ def weights(directory: Path) -> dict:
 
 
 def main():
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--rows', nargs='+', type=int, help='run only these rows (0-based), keep the others')
+    args = parser.parse_args()
     header = provenance.header()
+    kept = json.loads((RESULTS / 'memory_probe.json').read_text()) if args.rows else None
     rows = []
     with tempfile.TemporaryDirectory() as work:
         for i, (name, example, changes, env, pair) in enumerate(RUNS):
+            if args.rows and i not in args.rows:
+                row = next(r for r in kept['rows'] if r['row'] == i)
+                rows.append({**row, 'run': name})
+                continue
             out = Path(work) / f'run{i}'
             command = [sys.executable, '-c', CHILD, changes, str(ROOT / 'examples' / example[0]), *example[1:],
                        '--output-dir', str(out)]
             gib, seconds, output = peak(command, env, cwd=work)
             adapted = [line for line in output.splitlines() if line.split()[1:2] and line.split()[1] in
                        ('MiniLM', 'ReAtt') and ('adapted' in line or '+' in line or 'adjusted' in line)]
-            row = {'run': name, 'peak GiB': gib, 'seconds': seconds,
+            row = {'row': i, 'run': name, 'peak GiB': gib, 'seconds': seconds, 'date': header['date'],
+                   'code': header['code'],
                    'nDCG@10': float(adapted[-1].split()[-4]) if adapted else None}
-            if pair is not None:
+            if pair is not None and not (args.rows and pair not in args.rows):
                 mine, theirs = weights(out / 'final'), weights(Path(work) / f'run{pair}' / 'final')
                 row['largest weight difference'] = max((mine[k] - theirs[k]).abs().max().item() for k in mine)
                 row['compared with'] = RUNS[pair][0]

@@ -56,37 +56,60 @@ def join_process_group() -> Optional[int]:
 
 # -- a process lost: the others stop, saying which ------------------------------------------
 
-LOST_AFTER = 60.0  # seconds without a heartbeat from a process on another host: it is lost
+LOST_AFTER = 60.0  # seconds without a heartbeat from a process on another machine: it is lost
 POLL = 0.5  # seconds between two looks at the others
 EXIT_LOST = 75  # the exit status of a process that stops because another one was lost
 _KEY = 'selfsup/group'
 
 
 def watch_the_group(rank: int, world_size: int) -> Optional['GroupWatch']:
-    """Makes this process stop, within :data:`POLL` seconds (a process on this host) or
+    """Makes this process stop, within :data:`POLL` seconds (a process on this machine) or
     :data:`LOST_AFTER` (on another), once another process of the group is lost (killed, out of
     memory), saying which: otherwise it would wait in its next collective for gloo's or nccl's
-    timeout (30 minutes, then an error that names an address, not a process). Also on SIGTERM
-    (torchrun stops the others when one fails): the same message, then exit. Each process
-    writes its host, pid and a heartbeat into the launcher's store (``MASTER_ADDR``,
-    ``MASTER_PORT``), and marks its own clean exit there, so that a process that ended (an
-    error of its own, already said; or the end of training) is not taken for lost. The
-    checkpoints on disk are whole (each written aside, then renamed): a relaunch resumes from
-    the last one. Not started outside torchrun (no launcher's store to meet in)."""
-    if not (os.environ.get('MASTER_ADDR') and os.environ.get('MASTER_PORT')) or world_size < 2:
+    timeout (30 minutes, then an error that names an address, not a process). On torchrun's
+    SIGTERM (it stops the others when one fails) the same message, then exit, even from inside
+    a collective. Each process writes its machine, pid and start time and a heartbeat into
+    torchrun's agent store, and marks its own end there (a clean one, or a stop of this kind),
+    so that a process that ended on its own (an error it has said itself, or the end of
+    training) is not taken for lost, nor is one stopped by this. The checkpoints on disk are
+    whole (each written aside, then renamed): a relaunch resumes from the last one. Started
+    only under torchrun (``TORCHELASTIC_USE_AGENT_STORE``: a store that outlives any process)."""
+    if os.environ.get('TORCHELASTIC_USE_AGENT_STORE', '').lower() != 'true' or world_size < 2:
         return None
     try:
         watch = GroupWatch(rank, world_size)
+        watch.begin()
     except Exception as e:  # (no store to meet in: a process lost is then gloo's or nccl's to say)
         logging.getLogger(__name__).warning('not watching the process group for a lost process: %s', e)
         return None
-    watch.start()
     return watch
 
 
+def _this_machine() -> str:
+    """What two processes share only on one machine and in one pid namespace: the host name, the
+    kernel's boot id and the pid namespace (containers on one host may share a host name)."""
+    parts = [socket.gethostname()]
+    try:
+        parts.append(Path('/proc/sys/kernel/random/boot_id').read_text().strip())
+        parts.append(str(os.stat('/proc/self/ns/pid').st_ino))
+    except OSError:  # no /proc: the host name alone
+        pass
+    return '/'.join(parts)
+
+
+def _started(pid: int) -> Optional[str]:
+    """Process ``pid``'s start time (clock ticks since boot), None if it is not running (a zombie,
+    ended but not yet reaped, is not); with the pid, one process even where pids are reused."""
+    try:
+        with open(f'/proc/{pid}/stat') as stat:
+            fields = stat.read().rsplit(')', 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == 'Z' else fields[19]
+
+
 class GroupWatch(threading.Thread):
-    """:func:`watch_the_group`'s watcher, a daemon thread of its own with its own connection to
-    the launcher's store."""
+    """:func:`watch_the_group`'s watcher: a daemon thread with its own connection to the store."""
 
     def __init__(self, rank: int, world_size: int):
         super().__init__(name='selfsup-group-watch', daemon=True)
@@ -94,30 +117,45 @@ class GroupWatch(threading.Thread):
         self.rank, self.world_size = rank, world_size
         self.store = dist.TCPStore(os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT']), is_master=False,
                                    timeout=datetime.timedelta(seconds=30))
-        self.host = socket.gethostname()
-        # (a launch's keys are its own: torchrun's run id, or the store's port outside it)
-        self.prefix = f"{_KEY}/{os.environ.get('TORCHELASTIC_RUN_ID', os.environ['MASTER_PORT'])}"
-        self.store.set(f'{self.prefix}/process/{rank}', f'{self.host} {os.getpid()}')
-        self.peers: dict = {}  # rank -> (host, pid)
+        # (a launch's keys are its own, and so are those of each of its restarts)
+        self.prefix = (f"{_KEY}/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/"
+                       f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}")
+        self.machine = _this_machine()
+        self.peers: dict = {}  # rank -> (machine, pid, start time)
         self.beats: dict = {}  # rank -> (heartbeat count, when it last changed here)
-        atexit.register(self._ended)
-        signal.signal(signal.SIGTERM, self._terminated)
+        self.signals = None
+
+    def begin(self):
+        """From the main thread: the SIGTERM handler, the hooks, then this process's entry in the
+        store (last: no process is announced that is not watched), then the thread."""
+        read, write = os.pipe()
+        os.set_blocking(write, False)
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)  # (the watcher acts on it: see run)
+        signal.set_wakeup_fd(write)  # the signal's number written there at once, whatever the main thread does
+        self.signals = read
+        atexit.register(self._mark, 'ended')
         self._uncaught_before, sys.excepthook = sys.excepthook, self._uncaught
+        pid = os.getpid()
+        self.store.set(f'{self.prefix}/process/{self.rank}', f'{self.machine} {pid} {_started(pid)}')
+        self.start()
 
     def run(self):
+        import select
         beat = f'{self.prefix}/beat/{self.rank}'
         try:
             while True:
+                ready, _, _ = select.select([self.signals], [], [], POLL)
+                if ready and signal.SIGTERM in os.read(self.signals, 64):
+                    self._terminated()
                 self.store.add(beat, 1)
                 lost = self.lost()
                 if lost:
                     self._stop(lost, 'stops too')
-                time.sleep(POLL)
         except Exception:  # the store gone (the launcher ending): nothing left to watch
             return
 
     def lost(self) -> List[Tuple[int, str]]:
-        """The other processes that are gone without a clean exit: (rank, how it is known)."""
+        """The other processes that are gone without marking their end: (rank, how it is known)."""
         out = []
         now = time.monotonic()
         for peer in range(self.world_size):
@@ -127,19 +165,19 @@ class GroupWatch(threading.Thread):
                 key = f'{self.prefix}/process/{peer}'
                 if not self.store.check([key]):
                     continue  # (not yet said: it is starting)
-                host, pid = self.store.get(key).decode().split()
-                self.peers[peer] = (host, int(pid))
-            host, pid = self.peers[peer]
-            if host == self.host:
-                gone = not _alive(pid)
+                machine, pid, started = self.store.get(key).decode().rsplit(' ', 2)
+                self.peers[peer] = (machine, int(pid), started)
+            machine, pid, started = self.peers[peer]
+            if machine == self.machine:
+                gone = _started(pid) != started
                 how = f'its process {pid} has ended'
             else:
                 count = self.store.add(f'{self.prefix}/beat/{peer}', 0)
                 seen, since = self.beats.get(peer, (None, now))
                 self.beats[peer] = (count, now if count != seen else since)
                 gone = now - self.beats[peer][1] > LOST_AFTER
-                how = f'no heartbeat from {host} for {LOST_AFTER:.0f} s'
-            # (read after the liveness: a process marks its clean exit before it ends)
+                how = f'no heartbeat from its machine for {LOST_AFTER:.0f} s'
+            # (read after the liveness: a process marks its end before it ends)
             if gone and not self.store.check([f'{self.prefix}/ended/{peer}']):
                 out.append((peer, how))
         return out
@@ -148,9 +186,10 @@ class GroupWatch(threading.Thread):
         names = '; '.join(f'process {r} (rank {r} of {self.world_size}) is lost: {how}' for r, how in lost)
         print(f'selfsup: {names}. Process {self.rank} {what}; run the same command again to resume from the '
               f'last checkpoint.', file=sys.stderr, flush=True)
+        self._mark('ended')  # (a stop of this kind is no loss of its own)
         os._exit(EXIT_LOST)  # (not an exception: the main thread may be waiting in a collective that never returns)
 
-    def _terminated(self, signum, frame):
+    def _terminated(self):
         try:
             lost = self.lost()
         except Exception:
@@ -159,6 +198,7 @@ class GroupWatch(threading.Thread):
             self._stop(lost, 'was stopped by its launcher')
         print(f'selfsup: process {self.rank} was stopped (SIGTERM); run the same command again to resume from '
               f'the last checkpoint.', file=sys.stderr, flush=True)
+        self._mark('ended')
         os._exit(128 + signal.SIGTERM)
 
     def _uncaught(self, kind, error, trace):
@@ -174,28 +214,11 @@ class GroupWatch(threading.Thread):
             self._stop(lost, 'stops too')
         self._uncaught_before(kind, error, trace)
 
-    def _ended(self):
+    def _mark(self, what: str):
         try:
-            self.store.set(f'{self.prefix}/ended/{self.rank}', '1')
+            self.store.set(f'{self.prefix}/{what}/{self.rank}', '1')
         except Exception:
             pass
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` of this host is running (an ended one not yet reaped, a zombie, is not)."""
-    try:
-        with open(f'/proc/{pid}/stat') as stat:
-            return stat.read().rsplit(')', 1)[1].split()[0] != 'Z'
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc: ask the kernel
-        try:
-            os.kill(pid, 0)
-            return True
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
 
 
 def all_or_none(step: Callable[[], T]) -> T:

@@ -26,15 +26,31 @@ import logging
 import os
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, Iterator, Optional
 
 logger = logging.getLogger(__name__)
 
 MODES = ('auto', 'bars', 'lines', 'off')
-_settings = {'mode': os.environ.get('SELFSUP_PROGRESS', 'auto'),
-             'interval': float(os.environ.get('SELFSUP_PROGRESS_SECONDS', 30))}
+INTERVAL = 30.0  # seconds, the default fewest between two lines
+
+
+def _from_environment() -> dict:
+    """The settings ``SELFSUP_PROGRESS`` and ``SELFSUP_PROGRESS_SECONDS`` ask for; one that is
+    not understood is said (a warning) and left at its default, rather than failing the import."""
+    mode, interval = os.environ.get('SELFSUP_PROGRESS', 'auto'), os.environ.get('SELFSUP_PROGRESS_SECONDS')
+    if mode not in MODES:
+        logger.warning('SELFSUP_PROGRESS=%s is none of %s: progress is shown as for auto', mode, ', '.join(MODES))
+        mode = 'auto'
+    try:
+        seconds = INTERVAL if interval is None else float(interval)
+    except ValueError:
+        logger.warning('SELFSUP_PROGRESS_SECONDS=%s is not a number of seconds: %.0f it is', interval, INTERVAL)
+        seconds = INTERVAL
+    return {'mode': mode, 'interval': seconds}
+
+
+_settings = _from_environment()
 
 
 def set_progress(mode: str = 'auto', interval: Optional[float] = None):
@@ -47,11 +63,14 @@ def set_progress(mode: str = 'auto', interval: Optional[float] = None):
         _settings['interval'] = float(interval)
 
 
-def progress_mode() -> str:
-    """The mode in effect: ``'bars'``, ``'lines'`` or ``'off'`` (``'auto'`` resolved)."""
+def progress_mode(stream=None) -> str:
+    """The mode in effect for ``stream`` (default: stderr): ``'bars'``, ``'lines'`` or ``'off'``,
+    ``'auto'`` resolved (bars on a terminal or in a notebook, whose stderr is no terminal)."""
     mode = _settings['mode']
     if mode == 'auto':
-        return 'bars' if getattr(sys.stderr, 'isatty', lambda: False)() else 'lines'
+        stream = stream or sys.stderr
+        terminal = getattr(stream, 'isatty', lambda: False)()
+        return 'bars' if terminal or 'ipykernel' in sys.modules else 'lines'
     return mode
 
 
@@ -108,18 +127,6 @@ def plural(unit: str) -> str:
     return unit + ('es' if unit.endswith(('s', 'x', 'ch', 'sh')) else 's')
 
 
-@contextmanager
-def stage(desc: str, done: float = 1, unit: str = 'run') -> Iterator[None]:
-    """A stage with no steps to count (an index build, a model's conversion): timed and
-    recorded, a line at its end where lines are shown."""
-    tracker = Progress(total=done, desc=desc, unit=unit)
-    try:
-        yield
-        tracker.update(done)
-    finally:
-        tracker.close()
-
-
 def progress(iterable: Optional[Iterable] = None, *, total: Optional[float] = None, desc: str, unit: str = 'item',
              count: Optional[Callable[[object], float]] = None, initial: float = 0, enabled: bool = True,
              file=None):
@@ -129,8 +136,21 @@ def progress(iterable: Optional[Iterable] = None, *, total: Optional[float] = No
     ``file``: where the bar or the lines go instead (a stream kept from a subprocess's output)."""
     if total is None and iterable is not None and hasattr(iterable, '__len__'):
         total = len(iterable) if count is None else None
-    tracker = Progress(total=total, desc=desc, unit=unit, initial=initial, shown=enabled, file=file)
-    return tracker if iterable is None else tracker.wrap(iterable, count)
+    if iterable is None:
+        return Progress(total=total, desc=desc, unit=unit, initial=initial, shown=enabled, file=file)
+    return _wrapped(iterable, count, dict(total=total, desc=desc, unit=unit, initial=initial, shown=enabled, file=file))
+
+
+def _wrapped(iterable: Iterable, count: Optional[Callable[[object], float]], settings: dict) -> Iterator:
+    """``iterable`` with a stage that starts when it is first asked for an element (not before:
+    an iterable never consumed is no stage) and ends when it is exhausted or dropped."""
+    tracker = Progress(**settings)
+    try:
+        for item in iterable:
+            yield item
+            tracker.update(1 if count is None else count(item))
+    finally:
+        tracker.close()
 
 
 def _duration(seconds: float) -> str:
@@ -157,20 +177,12 @@ class Progress:
         self.inner_seconds = 0.0  # of the stages inside this one that are recorded on their own
         _open.append(self)
         self.closed = False
-        mode = progress_mode() if shown else 'off'
+        mode = progress_mode(file) if shown else 'off'
         self.lines = mode == 'lines'
         self.bar = None
         if mode == 'bars':
             import pyterrier as pt
             self.bar = pt.tqdm(total=total, initial=initial, desc=desc, unit=unit, file=file)
-
-    def wrap(self, iterable: Iterable, count: Optional[Callable[[object], float]]) -> Iterator:
-        try:
-            for item in iterable:
-                yield item
-                self.update(1 if count is None else count(item))
-        finally:
-            self.close()
 
     def update(self, n: float = 1):
         self.done += n
@@ -193,15 +205,15 @@ class Progress:
             self.bar.close()
         elif self.lines and (self.said or seconds >= _settings['interval']):  # (a short stage: no line)
             rate = self._rate(self.done - self.initial, seconds)
-            done = 'done' if self.unit == 'run' else f'{_amount(self.done)} {plural(self.unit)}'
-            self._say(f'{self.desc}: {done} in {_duration(seconds)}' + (f' ({rate})' if rate and self.unit != 'run' else '')
+            self._say(f'{self.desc}: {_amount(self.done)} {plural(self.unit)} in {_duration(seconds)}' +
+                      (f' ({rate})' if rate else '')
                       + (f', {self.postfix}' if self.postfix else ''))
         if self in _open:
             _open.remove(self)
         # A stage that is not shown (an encoder's batches inside an index build) is no stage of
         # its own; one that is, inside another (a refresh inside training), is, and its time is
         # taken off the outer one's.
-        outer = next((o for o in reversed(_open) if o.start <= self.start), None)
+        outer = next((o for o in reversed(_open) if o.shown and o.start <= self.start), None)
         if self.shown:
             _add(Stage(self.desc, self.done - self.initial, self.total, self.unit, seconds - self.inner_seconds))
             if outer is not None:

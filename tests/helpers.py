@@ -59,3 +59,11 @@ def snapshot(path):
         return None
     return {os.path.join(d, f): (os.stat(os.path.join(d, f)).st_size, os.stat(os.path.join(d, f)).st_mtime_ns)
             for d, dirs, files in os.walk(path) for f in files + dirs}
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now (for a torchrun store: a fixed one can be taken)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]

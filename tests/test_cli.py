@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.helpers import snapshot
+from tests.helpers import free_port, snapshot
 
 
 def selfsup_process(*args, cwd, env=None) -> subprocess.CompletedProcess:
@@ -261,7 +261,7 @@ def test_distillation_runs_from_the_command_line(tmp_path, cache_dir):
 def test_train_runs_on_two_processes_under_torchrun(tmp_path, cache_dir, tiny_dir):
     ds = f'ds:model_name={tiny_dir},queries=classic/adi,batch_size=16,seed=7'
     proc = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2',
-                           '--master_port', '29517', '-m', 'pyterrier_selfsup', 'train', ds, '-c', 'classic/adi',
+                           '--master_port', str(free_port()), '-m', 'pyterrier_selfsup', 'train', ds, '-c', 'classic/adi',
                            '--cache-dir', str(cache_dir)], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     # rank 0 alone reports, writes the model and its log; the 35 queries make 3 steps of 16

@@ -1,6 +1,7 @@
 """Distillation of a fused teacher (issue 16): the teacher's distribution, the losses, the
 round-trip filter, the rounds and their stopping rule, exact resume, and the exported model."""
 import math
+import re
 import os
 import signal
 import subprocess
@@ -20,7 +21,7 @@ from pyterrier_selfsup.data.queries import Query, corpus_sentences, cropped_span
 from pyterrier_selfsup.retrieval.fusion import Fusion, fuse, softmax_by_query, zscores
 from pyterrier_selfsup.training.distill import Distillation, listwise_kl, margin_mse, top_overlap
 
-from tests.helpers import central_difference, stopped_at_step, tiny_dual_encoder
+from tests.helpers import central_difference, free_port, stopped_at_step, tiny_dual_encoder
 
 # these tests pin the trainer as it was before passage offsets and the verdict became its defaults (the
 # shipped settings, pyterrier_selfsup.training.settings): their numbers were measured without them
@@ -449,11 +450,11 @@ def test_two_processes_train_as_one(tiny_dir, cache_dir, tmp_path, two_process_r
     assert not list(ran.glob('*.tmp'))
 
 
-def _torchrun(tiny_dir, cache_dir, out, port, kill_at=0, killed=''):
+def _torchrun(tiny_dir, cache_dir, out, kill_at=0, killed=''):
     """tests/lost_process.py on two gloo processes under torchrun (rank 1 killed in its
     ``kill_at``-th loss): what it printed and its exit status."""
     return subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port',
-                           str(port), '-m', 'tests.lost_process', tiny_dir, cache_dir, out, str(kill_at), killed],
+                           str(free_port()), '-m', 'tests.lost_process', tiny_dir, cache_dir, out, str(kill_at), killed],
                           capture_output=True, text=True, cwd=Path(__file__).parent.parent)
 
 
@@ -468,7 +469,7 @@ def test_a_lost_process_stops_the_other_naming_it_and_a_relaunch_resumes_to_the_
     one = _fit_fixed_teacher(str(tiny_dir), str(cache_dir), str(tmp_path / 'one'), 'kl', False)
     # 35 queries in batches of 7: 5 steps a round; rank 1 is killed in step 7, round 1
     out, killed = str(tmp_path / 'two'), tmp_path / 'killed'
-    ran = _torchrun(str(tiny_dir), str(cache_dir), out, 29531, kill_at=7, killed=str(killed))
+    ran = _torchrun(str(tiny_dir), str(cache_dir), out, kill_at=7, killed=str(killed))
     ended = time.time()
     assert ran.returncode != 0
     said = [line for line in ran.stderr.splitlines() if line.startswith('selfsup: ')]
@@ -476,12 +477,13 @@ def test_a_lost_process_stops_the_other_naming_it_and_a_relaunch_resumes_to_the_
                         'Process 0 ' in line and 'run the same command again to resume from the last checkpoint'
                         in line for line in said if 'is lost' in line), ran.stderr[-3000:]
     assert any('is lost' in line for line in said), ran.stderr[-3000:]
+    assert re.search(r'exitcode\s*: 75 ', ran.stderr) and re.search(r'exitcode\s*: -9 ', ran.stderr)  # (torchrun's summary)
     # the survivor and torchrun gone well within a minute of the kill (gloo's own timeout: 30)
     assert ended - float(killed.read_text()) < 20
     assert sorted(p.name for p in (tmp_path / 'two').iterdir() if p.name.startswith('checkpoint')) == ['checkpoint-5']
     assert not (tmp_path / 'two' / 'final').exists()
     restarted = time.time()
-    again = _torchrun(str(tiny_dir), str(cache_dir), out, 29532)
+    again = _torchrun(str(tiny_dir), str(cache_dir), out)
     assert again.returncode == 0, again.stderr[-3000:]
     resumed = DualEncoder.from_pretrained(str(tmp_path / 'two' / 'final'), device='cpu', precision='fp32')
     for a, b in zip(one.encoder.model.parameters(), resumed.model.parameters()):

@@ -305,7 +305,7 @@ def test_gradient_checkpointing_trains_the_same_weights_and_is_off_after(method,
     from transformers.modeling_layers import GradientCheckpointingLayer
     from pyterrier_selfsup import DistantSupervision
     coll = Collection('classic/adi')
-    weights = {}
+    weights, passes = {}, {True: {}, False: {}}
     for on in (True, False):
         enc, seen = tiny_encoder(), []
         settings = dict(batch_size=7, epochs=1, lr=1e-2, checkpointing=on, cache_dir=tmp_path / str(on), verbose=False)
@@ -316,6 +316,11 @@ def test_gradient_checkpointing_trains_the_same_weights_and_is_off_after(method,
             trainer = {'rumbart': Rumbart, 'acrobart': Acrobart}[method](enc, generator, coll, k=3, refresh_every=None,
                                                                           **settings)
         layers = [m for m in generator.model.modules() if isinstance(m, GradientCheckpointingLayer)] if generator else []
+        # each pass with gradients through a watched module: twice a step where its layer is recomputed
+        watched = [enc.model.encoder.encoder.layer[0].attention] + ([next(layers[-1].children())] if layers else [])
+        for i, module in enumerate(watched):
+            module.register_forward_hook(lambda m, args, out, i=i: passes[on].__setitem__(
+                i, passes[on].get(i, 0) + torch.is_grad_enabled()))
         loss_of = trainer.loss
 
         def spy(batch, rng):
@@ -330,6 +335,8 @@ def test_gradient_checkpointing_trains_the_same_weights_and_is_off_after(method,
         weights[on] = {name: value.clone() for name, value in enc.model.state_dict().items()}
         if method == 'acrobart':
             weights[on]['beta'] = trainer.beta.detach().clone()
+    recomputed = {i: 2 * n if i == 0 or method == 'acrobart' else n for i, n in passes[False].items()}
+    assert passes[False][0] > 0 and passes[True] == recomputed  # (RUMBArt's generator scores without gradients)
     start = tiny_encoder().model.state_dict()
     assert any(not torch.equal(value, start[name]) for name, value in weights[True].items() if name != 'beta')
     if method == 'acrobart':

@@ -43,8 +43,8 @@ def main(argv=None) -> int:
                                                               f'(default: ${CLASSIC_DATA_ENV})')
     shown = common.add_mutually_exclusive_group()
     shown.add_argument('-v', '--verbose', action='store_true', help='progress bars even when not on a terminal '
-                                                                    '(off one: a progress line every 30 s)')
-    shown.add_argument('-q', '--quiet', action='store_true', help='no progress, bars or lines')
+                                                                    '(without -v: a plain line every 30 s there)')
+    shown.add_argument('-q', '--quiet', action='store_true', help='no progress shown, bars or lines')
 
     run = sub.add_parser('run', parents=[common], help='evaluate pipelines on collections in one pt.Experiment each')
     run.add_argument('-c', '--collections', nargs='+', default=DEFAULT_COLLECTIONS, metavar='NAME',
@@ -77,8 +77,9 @@ def main(argv=None) -> int:
     _quiet_libraries()
     if args.classic_data:
         os.environ[CLASSIC_DATA_ENV] = args.classic_data
-    verbose = not args.quiet
-    set_progress('off' if args.quiet else 'bars' if args.verbose else 'auto')  # auto: lines off a terminal
+    verbose = True  # (what is shown is the mode's: -q shows nothing, but stages are still timed)
+    if args.quiet or args.verbose:  # (else SELFSUP_PROGRESS's, 'auto' by default: lines off a terminal)
+        set_progress('off' if args.quiet else 'bars')
     if progress_mode() != 'bars':  # the libraries' own bars too ("Loading weights", "Writing model shards")
         from huggingface_hub.utils import disable_progress_bars
         from transformers.utils import logging as transformers_logging

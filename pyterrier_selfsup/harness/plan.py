@@ -79,7 +79,7 @@ def stages(collection: Collection, method: str, settings: dict, writes_queries: 
         out.append(Planned('teacher rankings', queries * s.rounds, 'query', 'once a round'))
         out.append(Planned(steps_name, _steps(queries * (1 - s.verdict_share), s.batch_size, s.rounds), 'step'))
     elif method == 'reatt':
-        out.append(Planned('ReAtt passages', docs * s.epochs, 'passage', 'a token index an iteration'))
+        out.append(Planned('ReAtt token index', docs * s.epochs, 'doc', 'a token index an iteration'))
         out.append(Planned(steps_name, _steps(queries, s.batch_size, s.epochs), 'step'))
     return out
 
@@ -97,17 +97,35 @@ def known_rates(cache_dir=None) -> Dict[str, dict]:
         return {}
 
 
-def estimate(planned: List[Planned], rates: Dict[str, dict]) -> List[Planned]:
+def run_context(settings: dict, world_size: int = 1) -> dict:
+    """What a stage's rate depends on besides the machine: a training step's on the batch
+    (queries at once, batches a step, passages a query), every stage's on the processes."""
+    return {'batch': f"{settings.get('batch_size')}x{settings.get('accumulation', 1)}", 'k': settings.get('k'),
+            'processes': world_size}
+
+
+def rate_key(desc: str, unit: str, context: dict) -> str:
+    """The name a stage's rate is kept under: a training step's names its batch, and every
+    stage the number of processes (a rate measured at batch 8 says little of batch 64)."""
+    if unit == 'step':
+        k = f", k {context['k']}" if context.get('k') else ''
+        return f"{desc} (batch {context['batch']}{k}, {context['processes']} process(es))"
+    return f"{desc} ({context['processes']} process(es))"
+
+
+def estimate(planned: List[Planned], rates: Dict[str, dict], context: dict) -> List[Planned]:
     for p in planned:
-        rate = rates.get(p.desc)
+        rate = rates.get(rate_key(p.desc, p.unit, context))
         if rate and rate.get('unit') == p.unit and rate.get('rate'):
             p.seconds = p.size / rate['rate']
     return planned
 
 
-def learn(stages_done: Dict[str, Stage], cache_dir=None):
+def learn(stages_done: Dict[str, Stage], context: dict, cache_dir=None):
     """Keeps each stage's rate of this run as this machine's, for the next plan (a stage
-    shorter than a second says little about its rate: left out)."""
+    shorter than a second says little about its rate: left out). The documents' rate of an
+    index build is its documents' whole build (for BM25, the reading of the documents that
+    PISA indexes as they come)."""
     path = rates_path(cache_dir)
     try:
         every = json.loads(path.read_text())
@@ -116,7 +134,7 @@ def learn(stages_done: Dict[str, Stage], cache_dir=None):
     mine = every.setdefault(machine(), {})
     for desc, stage in stages_done.items():
         if stage.seconds >= 1 and stage.done > 0:
-            mine[desc] = {'rate': stage.done / stage.seconds, 'unit': stage.unit,
+            mine[rate_key(desc, stage.unit, context)] = {'rate': stage.done / stage.seconds, 'unit': stage.unit,
                           'measured': time.strftime('%Y-%m-%d', time.gmtime())}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -137,7 +155,7 @@ def plan_lines(what: str, planned: List[Planned]) -> List[str]:
     """The plan as said before training: a line a stage, then the total of the estimates."""
     lines = [f'plan: {what}']
     for p in planned:
-        size = 'once' if p.unit == 'run' else f'{p.size:,.0f} {plural(p.unit)}'
+        size = f'{p.size:,.0f} {plural(p.unit)}'
         took = f'about {_duration(p.seconds)}' if p.seconds is not None else 'not run on this machine yet'
         lines.append(f'  {p.desc}: {size}, {took}' + (f' ({p.note})' if p.note else ''))
     known = [p.seconds for p in planned if p.seconds is not None]
@@ -155,9 +173,9 @@ def times_lines(done: Dict[str, Stage], total_seconds: float) -> List[str]:
     """What each stage did and took, then the whole run's time."""
     lines = ['stage times:']
     for stage in done.values():
-        size = '' if stage.unit == 'run' else f'{stage.done:,.0f} {plural(stage.unit)} in '
-        rate = f' ({rate_text(stage.done, stage.seconds, stage.unit)})' if stage.unit != 'run' else ''
-        lines.append(f'  {stage.desc}: {size}{_duration(stage.seconds)}{rate}')
+        rate = rate_text(stage.done, stage.seconds, stage.unit)
+        lines.append(f'  {stage.desc}: {stage.done:,.0f} {plural(stage.unit)} in {_duration(stage.seconds)}' +
+                     (f' ({rate})' if rate else ''))
     lines.append(f'  in all: {_duration(total_seconds)}')
     return lines
 

@@ -110,8 +110,9 @@ def train(collection: Union[str, Collection], method: str, settings: dict, *, ca
     def build(staging: Path):
         started, before = time.time(), stage_times()
         said = distributed()[0] == 0  # (one process speaks for the group)
+        context = plan.run_context(settings, distributed()[1])
         planned = plan.estimate(plan.stages(collection, method, settings, settings['queries'] in GENERATED),
-                                plan.known_rates(cache_dir))
+                                plan.known_rates(cache_dir), context)
         if said:
             docs = collection.docs_count
             for line in plan.plan_lines(f'{method} on {collection.name}' + (f' ({docs:,} documents)' if docs else ''),
@@ -123,7 +124,7 @@ def train(collection: Union[str, Collection], method: str, settings: dict, *, ca
         if said and len(topics) < settings['n_queries']:  # (a corpus with fewer sentences than asked for)
             known = {**settings, 'n_queries': len(topics)}
             replanned = [p for p in plan.estimate(plan.stages(collection, method, known, False),
-                                                  plan.known_rates(cache_dir)) if p.desc != 'writing queries']
+                                                  plan.known_rates(cache_dir), context) if p.desc != 'writing queries']
             for line in plan.plan_lines(f'{len(topics):,} training queries, not {settings["n_queries"]:,}', replanned):
                 logger.info(line)
         fit_resumably(trainer, topics)
@@ -133,7 +134,7 @@ def train(collection: Union[str, Collection], method: str, settings: dict, *, ca
                 logger.info(line)
             with open(staging / 'training_log.jsonl', 'a') as log:
                 log.writelines(json.dumps(r) + '\n' for r in plan.log_records(planned, done, seconds))
-            plan.learn(done, cache_dir)
+            plan.learn(done, context, cache_dir)
 
     # under torch.distributed (torchrun) every process trains, together; a damaged model is
     # not retrained on its own (hours of work): the error says how

@@ -100,10 +100,14 @@ def checkpointed_layers(generator: Generator, on: bool):
     for module in generator.model.modules():
         if not isinstance(module, GradientCheckpointingLayer):
             continue
+        mine = getattr(module.__dict__.get('forward'), CHECKPOINTED, False)
         if on and 'forward' not in module.__dict__:
             module.forward = _checkpointed(module.forward)  # (an attribute of this instance: the class's hides)
-        elif not on and 'forward' in module.__dict__:
+        elif not on and mine:  # (only this function's own: another's wrapper stays)
             del module.forward
+
+
+CHECKPOINTED = '_selfsup_checkpointed'
 
 
 def _checkpointed(forward):
@@ -113,6 +117,7 @@ def _checkpointed(forward):
         bias = _BIAS.get()
         return torch.utils.checkpoint.checkpoint(
             forward, *args, use_reentrant=False, context_fn=lambda: (nullcontext(), attention_bias(bias)), **kwargs)
+    setattr(checkpointed, CHECKPOINTED, True)
     return checkpointed
 
 

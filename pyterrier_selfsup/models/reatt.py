@@ -143,11 +143,9 @@ class ReAttModel(torch.nn.Module):
         return proj(hidden).view(b, length, att.heads, att.head_dim).transpose(1, 2)
 
     def head_scores(self, q: torch.Tensor, q_mask: torch.Tensor, k: torch.Tensor, k_mask: torch.Tensor,
-                    chunk: int = 16) -> torch.Tensor:
+                    chunk: int = 64) -> torch.Tensor:
         """r_h(q_i, d_j) for every query i and document j, (n_q, n_d, H); documents in
-        chunks of ``chunk`` to bound memory (n_q · chunk · H · L_q · L_d logits at once, and
-        in training their gradient as well: cross-document adjustment scores its 8 queries
-        against up to 64 documents of up to 256 tokens)."""
+        chunks of ``chunk`` to bound memory (n_q · chunk · H · L_q · L_d logits at once)."""
         out = []
         q_mask = q_mask.to(q.dtype)
         n_tokens = q_mask.sum(1).clamp(min=1)  # (n_q,)

@@ -41,6 +41,7 @@ from pyterrier_selfsup._distributed import SHARD_CHUNK, build_sharded, chunk_ord
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models.reatt import ReAtt
 from pyterrier_selfsup.retrieval.base import Retriever
+from pyterrier_selfsup.progress import progress
 
 META_FILE = 'pt_meta.json'
 KEYS_FILE = 'keys.f16'
@@ -157,6 +158,7 @@ class ReAttIndex(pt.Artifact):
         head = reatt.model.retrieval_head
         docnos, offsets = [], [0]
         t0 = time.time()
+        done = progress(desc='ReAtt token index', unit='doc', enabled=verbose)
         with open(path / KEYS_FILE, 'wb') as out:
             for chunk in chunked(docs, CHUNK):
                 vectors = reatt.token_vectors([d['text'] for d in chunk], 'passage')
@@ -165,8 +167,9 @@ class ReAttIndex(pt.Artifact):
                     out.write(keys.tobytes())
                     docnos.append(doc['docno'])
                     offsets.append(offsets[-1] + len(keys))
-                if verbose:
-                    print(f'ReAttIndex: {len(docnos)} documents, {offsets[-1]} tokens', flush=True)
+                done.update(len(chunk))
+                done.set_postfix(tokens=f'{offsets[-1]:,}')
+        done.close()
         encode_seconds = time.time() - t0
         offsets = np.asarray(offsets, dtype=np.int64)
         np.save(path / OFFSETS_FILE, offsets)
@@ -328,7 +331,7 @@ def reatt_index(collection, reatt, *, nlist: Optional[int] = None, cache_dir=Non
     settings = {'model': reatt.fingerprint(), 'head': reatt.model.retrieval_head, 'nlist': nlist}
     name = f'{collection.corpus_id}.{reatt.name.rstrip("/").rsplit("/", 1)[-1]}'
     path = cache_root(cache_dir) / 'reatt' / cache_key(name, settings)
-    built = build_once(path, lambda staging: ReAttIndex.build(staging, reatt, collection.corpus_iter(verbose=verbose),
+    built = build_once(path, lambda staging: ReAttIndex.build(staging, reatt, collection.corpus_iter(),
                                                               nlist=nlist, verbose=verbose),
                        what=f'the ReAtt token index of {collection.name}',
                        needs=lambda: token_index_size(collection, reatt), check=ReAttIndex.damage)

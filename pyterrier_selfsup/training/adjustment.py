@@ -252,7 +252,8 @@ class CrossDocumentAdjustment(Trainer):
         with temporary_build('selfsup-token-index-', f'the refreshed token index of {self.collection.name}',
                              needed) as (directory, tmp):
             if self.world_size == 1:
-                index = ReAttIndex.build(f'{directory}/index', self.reatt, self.collection.corpus_iter(), ivf=False)
+                index = ReAttIndex.build(f'{directory}/index', self.reatt, self.collection.corpus_iter(), ivf=False,
+                                         verbose=self.shows)
             else:
                 index = ReAttIndex.build_sharded(f'{directory}/index', self.reatt, self.collection.corpus_iter(),
                                                  rank=self.process_rank, world_size=self.world_size)

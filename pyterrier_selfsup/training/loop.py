@@ -282,15 +282,20 @@ class Trainer(pt.Estimator):
         ``va_topics`` and ``va_qrels``, nDCG@10 on them is logged after each epoch.
         ``resume_from``: a checkpoint directory of an earlier run with the same settings."""
         run = self._start(tr_topics, resume_from)
-        for epoch in range(self.state['epoch'], self.epochs):
-            if not self._epoch(run, epoch):
-                break
-            self.state.update(epoch=epoch + 1, batch=0)
-            if va_topics is not None and va_qrels is not None:
-                self.log.append({'step': self.state['step'], 'epoch': epoch,
-                                 'validation nDCG@10': self._validate(va_topics, va_qrels)})
-            if self.state['step'] >= run.total_steps:
-                break
+        try:
+            for epoch in range(self.state['epoch'], self.epochs):
+                if not self._epoch(run, epoch):
+                    break
+                self.state.update(epoch=epoch + 1, batch=0)
+                if va_topics is not None and va_qrels is not None:
+                    self.log.append({'step': self.state['step'], 'epoch': epoch,
+                                     'validation nDCG@10': self._validate(va_topics, va_qrels)})
+                if self.state['step'] >= run.total_steps:
+                    break
+        except BaseException:  # (interrupted: the progress ends, and the model is left as a model, not in training)
+            run.progress.close()
+            self.model.gradient_checkpointing(False)
+            raise
         self._end(run)
         return self
 
@@ -306,8 +311,7 @@ class Trainer(pt.Estimator):
         batches_per_epoch = len(self.batches(len(examples), 0))
         total_steps = math.ceil(batches_per_epoch * self.epochs / self.accumulation)
         self.on_fit_start()
-        if self.checkpointing:
-            self.model.gradient_checkpointing(True)
+        self.model.gradient_checkpointing(self.checkpointing)
         params = [p for p in self.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
         scheduler = get_linear_schedule_with_warmup(optimizer, int(self.warmup * total_steps), total_steps)
@@ -387,8 +391,7 @@ class Trainer(pt.Estimator):
     def _end(self, run: '_Run'):
         """The method's last word, then the final checkpoint and the training log."""
         run.progress.close()
-        if self.checkpointing:
-            self.model.gradient_checkpointing(False)
+        self.model.gradient_checkpointing(False)
         self.on_fit_end()
         self.train_mode(False)
         if self.output_dir is not None:

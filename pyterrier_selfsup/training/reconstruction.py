@@ -290,13 +290,12 @@ class Acrobart(RetrieveAndReconstruct):
 
     def on_fit_start(self):
         super().on_fit_start()
-        if self.checkpointing:  # the generator's activations (k passages a row) are most of a step's
-            checkpointed_layers(self.generator, True)
+        # the generator's activations (k passages a row, with gradients) are most of a step's
+        checkpointed_layers(self.generator, self.checkpointing)
 
     def on_fit_end(self):
         super().on_fit_end()
-        if self.checkpointing:
-            checkpointed_layers(self.generator, False)
+        checkpointed_layers(self.generator, False)
 
     def save_extra(self, path: Path):
         super().save_extra(path)

@@ -1,0 +1,132 @@
+"""Peak memory and time against the corpus (issue 32, item 2): every trainer at its shipped
+settings, and the index builds and searches beside them, on ADI, CISI, scifact and vaswani.
+
+    python experiments/memory_scaling.py [--collections classic/adi ...] [--cells ...]
+
+Each cell is a process of its own, as a user runs it (``selfsup train METHOD -c COLLECTION``, or
+a build or a search), its peak resident memory the child's own ru_maxrss. A collection's cells
+share one cache, in this order: the BM25 and MiniLM index builds, their search over the
+collection's topics, then the trainers (so a trainer's peak is its own work: the indexes it
+needs are there; the queries a generator writes are written by the first trainer that needs
+them, and the GGUF conversion by the first that loads SmolLM2, as a user's later runs find
+them). Each cell's result is kept in ``experiments/results/memory_scaling/`` as soon as it ends,
+and a cell found there is not run again: the whole grid takes many hours on 2 cores and may be
+run over several sessions. Every run writes ``memory_scaling.{md,png}`` from the cells there.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pyterrier_selfsup.harness import provenance
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / 'experiments' / 'results'
+CELLS_DIR = RESULTS / 'memory_scaling'
+COLLECTIONS = ['classic/adi', 'classic/cisi', 'beir/scifact/test', 'vaswani']
+TRAINERS = ['ds', 'distill', 'rumbart', 'acrobart', 'reatt']
+
+# builds and searches: a small script each (the index classes as the pipelines use them)
+BUILD = {
+    'bm25 index': "import pyterrier_selfsup as s; s.BM25.from_collection(s.Collection('{c}'), verbose=True)",
+    'minilm index': "import pyterrier_selfsup as s; s.DenseRetriever.from_collection(s.Collection('{c}'), verbose=True)",
+    'bm25 search': "import pyterrier_selfsup as s; c = s.Collection('{c}'); s.BM25.from_collection(c)(c.topics())",
+    'minilm search': ("import pyterrier_selfsup as s; c = s.Collection('{c}'); "
+                      "s.DenseRetriever.from_collection(c)(c.topics())"),
+}
+CELLS = list(BUILD) + TRAINERS
+
+
+def cell_path(collection: str, cell: str) -> Path:
+    return CELLS_DIR / f'{collection.replace("/", "_")}--{cell.replace(" ", "_")}.json'
+
+
+def run_cell(collection: str, cell: str, cache: Path) -> dict:
+    if cell in BUILD:
+        command = [sys.executable, '-c', BUILD[cell].format(c=collection)]
+    else:
+        command = [sys.executable, '-m', 'pyterrier_selfsup', 'train', cell, '-c', collection]
+    env = {**os.environ, 'SELFSUP_CACHE': str(cache)}
+    started = time.time()
+    log_path = cache / f'{cell.replace(" ", "_")}.log'
+    with open(log_path, 'w') as log:
+        proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+    rc = os.waitstatus_to_exitcode(status)
+    out = {'collection': collection, 'cell': cell, 'command': ' '.join(command[1:] if cell not in BUILD else
+                                                                       ['python', '-c', repr(BUILD[cell])]),
+           'peak GiB': round(usage.ru_maxrss / 2**20, 2), 'seconds': round(time.time() - started, 1), 'rc': rc,
+           'header': provenance.header()}
+    said = log_path.read_text().splitlines()
+    out['stage times'] = [line.split(': ', 1)[1].strip() for line in said
+                          if 'harness.trained:   ' in line and 'stage times' not in line][-8:]
+    if rc:
+        out['tail'] = said[-20:]
+    return out
+
+
+def write_summary():
+    from pyterrier_selfsup import Collection
+    cells = [json.loads(p.read_text()) for p in sorted(CELLS_DIR.glob('*.json'))]
+    if not cells:
+        return
+    sizes = {c: Collection(c).docs_count for c in {cell['collection'] for cell in cells}}
+    order = [c for c in COLLECTIONS if c in sizes] + sorted(set(sizes) - set(COLLECTIONS))
+    md = ['# Peak memory and time against the corpus', '',
+          '- command: memory_scaling.py (each cell a process of its own; its header in its JSON file under '
+          'memory_scaling/)',
+          f'- machine: {cells[-1]["header"].get("machine", "")}', '',
+          '| collection | documents | ' + ' | '.join(CELLS) + ' |', '|---|---|' + '---|' * len(CELLS)]
+    for c in order:
+        row = {cell['cell']: cell for cell in cells if cell['collection'] == c}
+        md.append(f'| {c} | {sizes[c]:,} | ' + ' | '.join(
+            (f'{row[k]["peak GiB"]:.2f} GiB, {row[k]["seconds"] / 60:.1f} min' + (' (failed)' if row[k]['rc'] else '')
+             if k in row else '') for k in CELLS) + ' |')
+    md += ['', 'Each cell: peak resident memory, wall time (a cell that failed says so; its log tail is in its '
+           'JSON file).', '']
+    (RESULTS / 'memory_scaling.md').write_text('\n'.join(md))
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for k in CELLS:
+        points = sorted((sizes[cell['collection']], cell['peak GiB']) for cell in cells
+                        if cell['cell'] == k and not cell['rc'])
+        if points:
+            ax.plot(*zip(*points), marker='o', label=k)
+    ax.set_xscale('log')
+    ax.set_xlabel('documents in the corpus')
+    ax.set_ylabel('peak resident memory (GiB)')
+    ax.set_title('Peak memory against corpus size (2-core CPU, shipped settings)')
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(RESULTS / 'memory_scaling.png', dpi=120)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--collections', nargs='+', default=COLLECTIONS)
+    parser.add_argument('--cells', nargs='+', default=CELLS, choices=CELLS)
+    parser.add_argument('--cache-root', default=None, help='where each collection\'s cache lives (default: a '
+                                                           'directory under $TMPDIR kept between runs)')
+    args = parser.parse_args()
+    CELLS_DIR.mkdir(parents=True, exist_ok=True)
+    root = Path(args.cache_root or Path(os.environ.get('TMPDIR', '/tmp')) / 'selfsup-memory-scaling')
+    for collection in args.collections:
+        cache = root / collection.replace('/', '_')
+        cache.mkdir(parents=True, exist_ok=True)
+        for cell in [c for c in CELLS if c in args.cells]:
+            if cell_path(collection, cell).exists():
+                continue
+            result = run_cell(collection, cell, cache)
+            cell_path(collection, cell).write_text(json.dumps(result, indent=1))
+            print(json.dumps({k: v for k, v in result.items() if k not in ('header', 'tail')}), flush=True)
+            write_summary()
+    write_summary()
+
+
+if __name__ == '__main__':
+    main()
