@@ -7,7 +7,8 @@ runs each training example at its defaults on ADI (500 corpus sentences asked fo
 ru_maxrss), with a trainer setting changed where the row says so (the child sets it on every
 trainer the example makes):
 - ``checkpointing=False``: as the trainers were before issue 32, every layer's activations kept
-  for the backward pass; else on (the default): each layer recomputed there, the RNG state kept,
+  for the backward pass; else on (the default of every trainer here but cross-document
+  adjustment's, which this probe turned off): each layer recomputed there, the RNG state kept,
   and for ACROBArT the generator's layers too (the attention bias set again for the recompute);
 - the batches RUMBArt's and ACROBArT's examples took before (16 queries at once; 4 for ACROBArT)
   against those they take now (4 at a time for RUMBArt, 2 for ACROBArT, accumulated into the
@@ -67,9 +68,9 @@ RUNS = [  # (name, example and its arguments, trainer changes, environment, the 
      'batch_size=4,accumulation=4', {'MALLOC_MMAP_THRESHOLD_': '131072'}, 4),
     ('ACROBArT, 2 queries at a time, 8 a step', ['reconstruction.py', '--method', 'acrobart'],
      'batch_size=2,accumulation=8', None, None),
-    ('cross-document adjustment, checkpointing off', ['cross_document_adjustment.py'], 'checkpointing=False', None,
-     None),
-    ('cross-document adjustment (the example now)', ['cross_document_adjustment.py'], '', None, 8),
+    ('cross-document adjustment, checkpointing off (the example now)', ['cross_document_adjustment.py'],
+     'checkpointing=False', None, None),
+    ('cross-document adjustment, checkpointing on', ['cross_document_adjustment.py'], 'checkpointing=True', None, 8),
     ('cross-document adjustment, documents scored 16 at a time', ['cross_document_adjustment.py'],
      'reatt_chunk=16', None, None),
 ]
@@ -131,7 +132,9 @@ def main():
     (RESULTS / 'memory_probe.json').write_text(json.dumps({'header': header, 'settings': settings, 'rows': rows},
                                                           indent=1))
     md = ['# What holds the training examples\' memory on ADI', '',
-          *(f'- {k}: {v}' for k, v in {**header, **settings}.items()), '',
+          *(f'- {k}: {v}' for k, v in {**header, **settings}.items()),
+          *(['- rows: each run\'s own date and code are in memory_probe.json (this file rewritten with '
+             f'--rows {" ".join(map(str, args.rows))})'] if args.rows else []), '',
           '| run | peak resident memory (GiB) | seconds | adapted nDCG@10 | final weights |', '|---|---|---|---|---|',
           *(f'| {r["run"]} | {r["peak GiB"]:.2f} | {r["seconds"]:.0f} | {r["nDCG@10"]} | ' +
             (f'largest difference {r["largest weight difference"]:.3g} from "{r["compared with"]}"'

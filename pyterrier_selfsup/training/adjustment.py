@@ -183,6 +183,12 @@ class CrossDocumentAdjustment(Trainer):
         The rest as for :class:`~pyterrier_selfsup.training.Trainer`.
     """
     description = 'ReAtt adjustment'
+
+    def checkpoints_by_default(self) -> bool:
+        """Off: a step's gradient passes the layers below the retrieval head only (one, for
+        MiniLM's shipped head), where checkpointing saves nothing and costs a third more time
+        (experiments/results/memory_probe.md: 2.93 against 2.92 GiB, 65 against 87 s on ADI)."""
+        return False
     marker = 'retrieval seconds'  # each iteration's re-retrieval of the close documents
     data_parallel = True
 

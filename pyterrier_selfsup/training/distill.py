@@ -191,6 +191,12 @@ class Distillation(DualEncoderTrainer):
         self._index = None  # the frozen passage tower's index (train_passages=False)
         self.query_stats: Dict[str, float] = {}
 
+    def checkpoints_by_default(self) -> bool:
+        """Off with the passage tower frozen (the shipped settings): only the batch's queries are
+        encoded with gradients, too little for a second forward pass to pay; on where passages
+        train too (``train_passages``, ``passage_layers``)."""
+        return self.train_passages or self.passage_layers is not None
+
     def title(self) -> str:
         return f'distillation on {self.collection.corpus_id} ({self.loss_name})'
 

@@ -150,6 +150,8 @@ class Trainer(pt.Estimator):
             (:meth:`~pyterrier_selfsup.models._base.TrainableModel.gradient_checkpointing`): a
             step's memory holds each layer's input, not its activations, for a second forward
             pass of every layer; the weights come out the same. Not a setting of the model.
+            None (the default): the method's :meth:`checkpoints_by_default`, on where a step
+            encodes enough with gradients for it to pay (experiments/results/memory_probe.md).
     """
     description = 'training'
     # what the training curve plots: a key of the log, and its label
@@ -165,7 +167,7 @@ class Trainer(pt.Estimator):
                  epochs: int = 1, lr: float = 2e-5, warmup: float = 0.1,
                  weight_decay: float = 0.01, accumulation: int = 1,
                  output_dir: Optional[Union[str, Path]] = None, checkpoint_every: Optional[Union[int, str]] = None,
-                 keep_checkpoints: Optional[int] = None, checkpointing: bool = True,
+                 keep_checkpoints: Optional[int] = None, checkpointing: Optional[bool] = None,
                  seed: int = 0, cache_dir: Optional[Union[str, Path]] = None, verbose: bool = True):
         self.model = model
         self.collection = Collection.of(collection)
@@ -186,6 +188,16 @@ class Trainer(pt.Estimator):
         self.state: Dict = {}
         self._stop_reason: Optional[str] = None
         self._metrics: Dict[str, List[Tuple[float, float]]] = {}  # name -> (value · weight, weight)
+
+    @property
+    def checkpoints(self) -> bool:
+        """Whether this run recomputes activations in the backward pass (``checkpointing``)."""
+        return self.checkpoints_by_default() if self.checkpointing is None else self.checkpointing
+
+    def checkpoints_by_default(self) -> bool:
+        """Gradient checkpointing's default: on (a method whose steps encode little with
+        gradients says otherwise)."""
+        return True
 
     @property
     def shows(self) -> bool:
@@ -311,7 +323,7 @@ class Trainer(pt.Estimator):
         batches_per_epoch = len(self.batches(len(examples), 0))
         total_steps = math.ceil(batches_per_epoch * self.epochs / self.accumulation)
         self.on_fit_start()
-        self.model.gradient_checkpointing(self.checkpointing)
+        self.model.gradient_checkpointing(self.checkpoints)
         params = [p for p in self.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
         scheduler = get_linear_schedule_with_warmup(optimizer, int(self.warmup * total_steps), total_steps)

@@ -291,7 +291,7 @@ class Acrobart(RetrieveAndReconstruct):
     def on_fit_start(self):
         super().on_fit_start()
         # the generator's activations (k passages a row, with gradients) are most of a step's
-        checkpointed_layers(self.generator, self.checkpointing)
+        checkpointed_layers(self.generator, self.checkpoints)
 
     def on_fit_end(self):
         super().on_fit_end()
