@@ -27,7 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / 'experiments' / 'results'
 CELLS_DIR = RESULTS / 'memory_scaling'
 COLLECTIONS = ['classic/adi', 'classic/cisi', 'beir/scifact/test', 'vaswani']
-TRAINERS = ['ds', 'distill', 'rumbart', 'acrobart', 'reatt']
+# cell -> the pipeline `selfsup train` trains
+TRAINERS = {'ds': 'ds', 'distill': 'distill', 'rumbart': 'rumbart', 'acrobart': 'acrobart',
+            'reatt': 'reatt_adjusted'}
 
 # builds and searches: a small script each (the index classes as the pipelines use them)
 BUILD = {
@@ -37,7 +39,7 @@ BUILD = {
     'minilm search': ("import pyterrier_selfsup as s; c = s.Collection('{c}'); "
                       "s.DenseRetriever.from_collection(c)(c.topics())"),
 }
-CELLS = list(BUILD) + TRAINERS
+CELLS = list(BUILD) + list(TRAINERS)
 
 
 def cell_path(collection: str, cell: str) -> Path:
@@ -48,7 +50,7 @@ def run_cell(collection: str, cell: str, cache: Path) -> dict:
     if cell in BUILD:
         command = [sys.executable, '-c', BUILD[cell].format(c=collection)]
     else:
-        command = [sys.executable, '-m', 'pyterrier_selfsup', 'train', cell, '-c', collection]
+        command = [sys.executable, '-m', 'pyterrier_selfsup', 'train', TRAINERS[cell], '-c', collection]
     env = {**os.environ, 'SELFSUP_CACHE': str(cache)}
     started = time.time()
     log_path = cache / f'{cell.replace(" ", "_")}.log'
@@ -56,16 +58,23 @@ def run_cell(collection: str, cell: str, cache: Path) -> dict:
         proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(proc.pid, 0)
     rc = os.waitstatus_to_exitcode(status)
-    out = {'collection': collection, 'cell': cell, 'command': ' '.join(command[1:] if cell not in BUILD else
-                                                                       ['python', '-c', repr(BUILD[cell])]),
+    out = {'collection': collection, 'cell': cell,
+           'command': ' '.join(['python', '-c', repr(command[2])] if cell in BUILD else ['python'] + command[1:]),
            'peak GiB': round(usage.ru_maxrss / 2**20, 2), 'seconds': round(time.time() - started, 1), 'rc': rc,
            'header': provenance.header()}
     said = log_path.read_text().splitlines()
-    out['stage times'] = [line.split(': ', 1)[1].strip() for line in said
-                          if 'harness.trained:   ' in line and 'stage times' not in line][-8:]
+    out['stage times'] = stage_times_said(said)
     if rc:
         out['tail'] = said[-20:]
     return out
+
+
+def stage_times_said(lines) -> list:
+    """The per-stage times ``selfsup train`` logged at its end (the lines after "stage times:")."""
+    at = max((i for i, line in enumerate(lines) if line.endswith('stage times:')), default=None)
+    if at is None:
+        return []
+    return [line.split(': ', 1)[1].strip() for line in lines[at + 1:] if 'harness.trained:   ' in line]
 
 
 def write_summary():

@@ -191,6 +191,14 @@ class Progress:
         elif self.lines and time.monotonic() - self.last_line >= _settings['interval']:
             self._say(self._line())
 
+    def counting(self, iterable: Iterable) -> Iterator:
+        """``iterable``, each element counted as it is taken, the stage left open: for a stage
+        that goes on after its last element is taken (an index that encodes in chunks, a build
+        that finishes after its input), closed by its caller (``with progress(...) as stage``)."""
+        for item in iterable:
+            yield item
+            self.update(1)
+
     def set_postfix(self, **values):
         self.postfix = ', '.join(f'{k} {v}' for k, v in values.items())
         if self.bar is not None:

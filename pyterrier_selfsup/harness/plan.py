@@ -123,9 +123,8 @@ def estimate(planned: List[Planned], rates: Dict[str, dict], context: dict) -> L
 
 def learn(stages_done: Dict[str, Stage], context: dict, cache_dir=None):
     """Keeps each stage's rate of this run as this machine's, for the next plan (a stage
-    shorter than a second says little about its rate: left out). The documents' rate of an
-    index build is its documents' whole build (for BM25, the reading of the documents that
-    PISA indexes as they come)."""
+    shorter than a second says little about its rate: left out). An index build's rate is its
+    documents over the whole build."""
     path = rates_path(cache_dir)
     try:
         every = json.loads(path.read_text())

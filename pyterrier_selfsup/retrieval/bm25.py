@@ -16,6 +16,7 @@ from pyterrier_pisa import PisaIndex
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root, disk_faults
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.retrieval.base import Retriever
+from pyterrier_selfsup.progress import progress
 
 # PISA reads a query line as "[id:]terms": anything before the first ':' is taken as an
 # id and silently dropped, and a NUL ends the string inside the engine.
@@ -47,9 +48,11 @@ def pisa_index(collection: Union[str, Collection], *, stemmer: str = 'porter2', 
     def build(staging: Path):
         # the engine's own log (a line per percent) is held back even when verbose: the
         # documents' progress bar says how far the build is
-        with _engine_output_logged(staging / ENGINE_LOG, what) as terminal:
+        with _engine_output_logged(staging / ENGINE_LOG, what) as terminal, \
+                progress(total=collection.docs_count, desc='BM25 index', unit='doc', enabled=verbose,
+                         file=terminal) as stage:  # (the stage ends with PISA's whole build)
             index = PisaIndex(str(staging), text_field='text', stemmer=stemmer, stops=stops)
-            index.index(collection.corpus_iter(verbose=verbose, progress_file=terminal, desc='BM25 index'))
+            index.index(stage.counting(collection.corpus_iter()))
             # Opening a retriever writes PISA's score-bound file for (k1, b) into the
             # index directory: do it here, so that a finished index is never written to.
             index.bm25(k1=k1, b=b)

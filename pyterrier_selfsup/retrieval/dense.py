@@ -25,6 +25,7 @@ from pyterrier_selfsup._distributed import SHARD_CHUNK, all_or_none, build_shard
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.retrieval.base import Retriever
+from pyterrier_selfsup.progress import progress
 
 MINILM = 'sentence-transformers/all-MiniLM-L6-v2'
 
@@ -136,8 +137,9 @@ def encode_into(path: Union[str, Path], collection: Collection, encoder: BiEncod
     """A new FlexIndex at ``path`` holding ``collection``'s documents encoded by ``encoder``
     in one process (:func:`encode_sharded`: the same index encoded by several)."""
     index = FlexIndex(str(path), verbose=False)
-    docs = collection.corpus_iter(verbose=verbose, desc='encoding documents')
-    (encoder.doc_encoder(verbose=False) >> index).index(docs, batch_size=chunk)
+    # (the stage ends when the last chunk is encoded, not when the last document is taken)
+    with progress(total=collection.docs_count, desc='encoding documents', unit='doc', enabled=verbose) as stage:
+        (encoder.doc_encoder(verbose=False) >> index).index(stage.counting(collection.corpus_iter()), batch_size=chunk)
     return index
 
 
@@ -156,7 +158,9 @@ def encode_sharded(path: Union[str, Path], collection: Collection, encoder: BiEn
     path = Path(path)
     root = path.with_name(path.name + '.shards')
     doc_encoder = encoder.doc_encoder(verbose=False)
-    docs = collection.corpus_iter(verbose=verbose and rank == 0, desc='encoding documents')  # (the group's pace)
+    stage = progress(total=collection.docs_count, desc='encoding documents', unit='doc',
+                     enabled=verbose and rank == 0)  # (the group's pace)
+    docs = stage.counting(collection.corpus_iter())
 
     def encode(shard: Path, mine):
         shard.mkdir(parents=True, exist_ok=True)
@@ -172,8 +176,9 @@ def encode_sharded(path: Union[str, Path], collection: Collection, encoder: BiEn
         finally:
             shutil.rmtree(root, ignore_errors=True)
 
-    build_sharded(docs, [root / f'rank-{r}' for r in range(world_size)], encode, join, rank=rank,
-                  world_size=world_size, chunk=chunk)
+    with stage:
+        build_sharded(docs, [root / f'rank-{r}' for r in range(world_size)], encode, join, rank=rank,
+                      world_size=world_size, chunk=chunk)
     return FlexIndex(str(path), verbose=False)
 
 
