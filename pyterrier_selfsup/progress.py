@@ -212,7 +212,7 @@ class Progress:
         if self.bar is not None:
             self.bar.close()
         elif self.lines and (self.said or seconds >= _settings['interval']):  # (a short stage: no line)
-            rate = self._rate(self.done - self.initial, seconds)
+            rate = self._rate(self.done - self.initial, seconds - self.inner_seconds)
             self._say(f'{self.desc}: {_amount(self.done)} {plural(self.unit)} in {_duration(seconds)}' +
                       (f' ({rate})' if rate else '')
                       + (f', {self.postfix}' if self.postfix else ''))
@@ -238,15 +238,16 @@ class Progress:
 
     def _line(self) -> str:
         elapsed = time.monotonic() - self.start
+        own = elapsed - self.inner_seconds  # (the rate of its own work: a refresh inside training is not a step)
         done = self.done - self.initial
         parts = [f'{_amount(self.done)}/{_amount(self.total)} {plural(self.unit)} ({100 * self.done / self.total:.0f}%)'
                  if self.total else f'{_amount(self.done)} {plural(self.unit)}']
-        rate = self._rate(done, elapsed)
+        rate = self._rate(done, own)
         if rate:
             parts.append(rate)
         parts.append(f'{_duration(elapsed)} elapsed')
         if self.total and done > 0:
-            parts.append(f'{_duration((self.total - self.done) * elapsed / done)} left')
+            parts.append(f'{_duration((self.total - self.done) * own / done)} left')
         if self.postfix:
             parts.append(self.postfix)
         return f'{self.desc}: ' + ', '.join(parts)

@@ -82,8 +82,8 @@ def test_a_stage_shorter_than_the_interval_says_nothing(lines_every, capsys):
                                                     'slow: 3 batches in 0:33 (11.0 s/batch)']
 
 
-def test_a_stage_inside_another_counts_on_its_own_only_when_it_is_shown(lines_every):
-    clock = lines_every(600)
+def test_a_stage_inside_another_counts_on_its_own_only_when_it_is_shown(lines_every, capsys):
+    clock = lines_every(10)
     before = P.stage_times()
     steps = P.progress(total=2, desc='test training', unit='step')
     for step in range(2):
@@ -98,6 +98,13 @@ def test_a_stage_inside_another_counts_on_its_own_only_when_it_is_shown(lines_ev
     assert {k: (v.done, v.seconds) for k, v in done.items()} == {'test training': (2, 20.0),
                                                                  'test encoding documents': (2, 14.0)}
     assert P._open == []
+    # the outer stage's rate and time left leave out the inner one's 14 s
+    assert capsys.readouterr().err.splitlines() == [
+        'test training: 1/2 steps (50%), 10.0 s/step, 0:10 elapsed, 0:10 left',
+        'test encoding documents: 2/2 docs (100%), 7.0 s/doc, 0:14 elapsed, 0:00 left',
+        'test encoding documents: 2 docs in 0:14 (7.0 s/doc)',
+        'test training: 2/2 steps (100%), 10.0 s/step, 0:34 elapsed, 0:00 left',
+        'test training: 2 steps in 0:34 (10.0 s/step)']
 
 
 def test_an_iterable_never_consumed_is_no_stage(lines_every):
