@@ -124,6 +124,7 @@ class GroupWatch(threading.Thread):
         self.peers: dict = {}  # rank -> (machine, pid, start time)
         self.beats: dict = {}  # rank -> (heartbeat count, when it last changed here)
         self.signals = None
+        self.ending = threading.Event()
 
     def begin(self):
         """From the main thread: the SIGTERM handler, the hooks, then this process's entry in the
@@ -133,7 +134,7 @@ class GroupWatch(threading.Thread):
         signal.signal(signal.SIGTERM, lambda signum, frame: None)  # (the watcher acts on it: see run)
         signal.set_wakeup_fd(write)  # the signal's number written there at once, whatever the main thread does
         self.signals = read
-        atexit.register(self._mark, 'ended')
+        atexit.register(self._end)
         self._uncaught_before, sys.excepthook = sys.excepthook, self._uncaught
         pid = os.getpid()
         self.store.set(f'{self.prefix}/process/{self.rank}', f'{self.machine} {pid} {_started(pid)}')
@@ -143,7 +144,7 @@ class GroupWatch(threading.Thread):
         import select
         beat = f'{self.prefix}/beat/{self.rank}'
         try:
-            while True:
+            while not self.ending.is_set():
                 ready, _, _ = select.select([self.signals], [], [], POLL)
                 if ready and signal.SIGTERM in os.read(self.signals, 64):
                     self._terminated()
@@ -213,6 +214,14 @@ class GroupWatch(threading.Thread):
             print(f'selfsup: process {self.rank}: {kind.__name__}: {first}', file=sys.stderr, flush=True)
             self._stop(lost, 'stops too')
         self._uncaught_before(kind, error, trace)
+
+    def _end(self):
+        """At a clean exit: the end marked, and the watcher stopped before the interpreter tears
+        down what it uses (its store connection)."""
+        self._mark('ended')
+        self.ending.set()
+        if self.is_alive():
+            self.join(timeout=4 * POLL)
 
     def _mark(self, what: str):
         try:
