@@ -146,9 +146,7 @@ def _wrapped(iterable: Iterable, count: Optional[Callable[[object], float]], set
     an iterable never consumed is no stage) and ends when it is exhausted or dropped."""
     tracker = Progress(**settings)
     try:
-        for item in iterable:
-            yield item
-            tracker.update(1 if count is None else count(item))
+        yield from tracker.counting(iterable, count)
     finally:
         tracker.close()
 
@@ -191,13 +189,14 @@ class Progress:
         elif self.lines and time.monotonic() - self.last_line >= _settings['interval']:
             self._say(self._line())
 
-    def counting(self, iterable: Iterable) -> Iterator:
-        """``iterable``, each element counted as it is taken, the stage left open: for a stage
-        that goes on after its last element is taken (an index that encodes in chunks, a build
-        that finishes after its input), closed by its caller (``with progress(...) as stage``)."""
+    def counting(self, iterable: Iterable, count: Optional[Callable[[object], float]] = None) -> Iterator:
+        """``iterable``, each element counted as it is taken (``count(element)`` units, else 1),
+        the stage left open: for a stage that goes on after its last element is taken (an index
+        that encodes in chunks, a build that finishes after its input), closed by its caller
+        (``with progress(...) as stage``)."""
         for item in iterable:
             yield item
-            self.update(1)
+            self.update(1 if count is None else count(item))
 
     def set_postfix(self, **values):
         self.postfix = ', '.join(f'{k} {v}' for k, v in values.items())
