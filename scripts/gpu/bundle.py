@@ -23,11 +23,13 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / '.gpu'
 LIMIT = 64 * 2 ** 20
+MARGIN = 2 ** 20  # for the manifest and what the tree gains before the calls
 PLATFORMS = ['manylinux_2_28_x86_64', 'manylinux_2_27_x86_64', 'manylinux_2_24_x86_64', 'manylinux_2_17_x86_64',
              'manylinux2014_x86_64', 'manylinux1_x86_64', 'any']
 # what this project installs that the GPU image (the device tool's KINDS.md, 2026-11-17) does not
@@ -70,56 +72,64 @@ def wheels(target: Path):
 OTHER_FORMATS = ('onnx', 'openvino', 'pytorch_model.bin', 'tf_model.h5', 'rust_model.ot')
 
 
-def hub_copy(repo: str, target: Path) -> Path:
-    """``repo``'s snapshot in the hub cache's layout under ``target`` (the cache's links
-    followed), without :data:`OTHER_FORMATS`."""
+def hub_copy_dir(repo: str, target: Path) -> Path:
+    """An empty snapshot folder for ``repo`` in the hub cache's layout under ``target``."""
     snapshot = hub_snapshot(repo)
     dest = target / f'models--{repo.replace("/", "--")}'
     (dest / 'refs').mkdir(parents=True, exist_ok=True)
     (dest / 'refs' / 'main').write_text(snapshot.name)
     out = dest / 'snapshots' / snapshot.name
-    shutil.copytree(snapshot, out, ignore=shutil.ignore_patterns(*OTHER_FORMATS))
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def hub_copy(repo: str, target: Path) -> Path:
+    """``repo``'s snapshot in the hub cache's layout under ``target`` (the cache's links
+    followed), without :data:`OTHER_FORMATS`."""
+    out = hub_copy_dir(repo, target)
+    shutil.copytree(hub_snapshot(repo), out, ignore=shutil.ignore_patterns(*OTHER_FORMATS), dirs_exist_ok=True)
     return out
 
 
 def main():
     shutil.rmtree(OUT, ignore_errors=True)
-    parts = {p: OUT / p for p in 'abcd'}
-    # a: wheels and data
-    wheels(parts['a'] / 'whl')
+    whole = OUT / 'whole'  # the layout stage.sh unpacks into /tmp/selfsup
+    wheels(whole / 'whl')
     irds = Path(os.environ.get('IR_DATASETS_HOME', Path.home() / '.ir_datasets'))
     for name in DATASETS:
-        shutil.copytree(irds / name, parts['a'] / 'irds' / name)
-    classic = Path(os.environ['SELFSUP_CLASSIC_DATA'])
-    shutil.copytree(classic, parts['a'] / 'classic')
-    # b: MiniLM, fp16 (half the size; stage.sh casts it back to the fp32 it was saved in)
+        shutil.copytree(irds / name, whole / 'irds' / name)
+    shutil.copytree(Path(os.environ['SELFSUP_CLASSIC_DATA']), whole / 'classic')
+    # MiniLM in fp16 (half the size; stage.sh casts it back to the fp32 it was saved in)
     from safetensors.torch import load_file, save_file
-    weights = hub_copy(MINILM, parts['b'] / 'hf') / 'model.safetensors'
+    weights = hub_copy(MINILM, whole / 'hf') / 'model.safetensors'
     save_file({k: v.half() if v.is_floating_point() else v for k, v in load_file(weights).items()}, weights,
               metadata={'format': 'pt', 'selfsup_fp16_of': 'float32'})
-    # c, d: the GGUF generator, cut in two
     repo, filename = SMOLLM2
-    snapshot = hub_snapshot(repo)
-    data = (snapshot / filename).read_bytes()
-    half = len(data) // 2
-    for part, piece in zip('cd', (data[:half], data[half:])):
-        parts[part].mkdir(parents=True)
-        (parts[part] / f'{filename}.part').write_bytes(piece)
-    meta = {'repo': repo, 'file': filename, 'revision': snapshot.name, 'bytes': len(data),
-            'sha1': hashlib.sha1(data).hexdigest()}
-    (parts['c'] / 'gguf.json').write_text(json.dumps(meta))
-    (parts['d'] / 'gguf.json').write_text(json.dumps(meta))
+    shutil.copy(hub_snapshot(repo) / filename, hub_copy_dir(repo, whole / 'hf') / filename)
     # the commit the runs are of (that machine gets no .git): the results' headers name it
     from pyterrier_selfsup.harness.provenance import code_revision
-    (parts['d'] / 'REVISION').write_text(code_revision())
+    (whole / 'REVISION').write_text(code_revision())
+    # one gzip'd tar, cut into as many parts as the limit needs once the tree is counted in
+    archive = OUT / 'bundle.tar.gz'
+    with tarfile.open(archive, 'w:gz', compresslevel=6) as tar:
+        tar.add(whole, arcname='.')
+    shutil.rmtree(whole)
+    data = archive.read_bytes()
+    archive.unlink()
     tree = tree_size()
-    print(f'working tree: {tree / 2 ** 20:.1f} MiB (travels with every call)')
-    for name, path in parts.items():
-        total = size(path) + tree
-        print(f'.gpu/{name}: {size(path) / 2 ** 20:.1f} MiB, with the tree {total / 2 ** 20:.1f} MiB'
-              f'{"  OVER THE LIMIT" if total > LIMIT else ""}')
-        if total > LIMIT:
-            sys.exit(1)
+    room = LIMIT - tree - MARGIN
+    if room < 2 ** 20:
+        sys.exit(f'the working tree ({tree / 2 ** 20:.1f} MiB) leaves no room under the limit')
+    count = -(-len(data) // room)
+    manifest = {'parts': count, 'bytes': len(data), 'sha1': hashlib.sha1(data).hexdigest()}
+    print(f'working tree: {tree / 2 ** 20:.1f} MiB (travels with every call); bundle '
+          f'{len(data) / 2 ** 20:.1f} MiB in {count} parts')
+    for i in range(count):
+        part = OUT / str(i + 1)
+        part.mkdir(parents=True)
+        (part / 'piece').write_bytes(data[i * room:(i + 1) * room])
+        (part / 'manifest.json').write_text(json.dumps(manifest))
+        print(f'.gpu/{i + 1}: {size(part) / 2 ** 20:.1f} MiB, with the tree {(size(part) + tree) / 2 ** 20:.1f} MiB')
 
 
 if __name__ == '__main__':

@@ -2,12 +2,12 @@
 # On the lent GPU machine: unpacks one part of scripts/gpu/bundle.py's bundle into
 # /tmp/selfsup (kept while the machine stays warm), or, with `env`, prints the exports
 # that make the package, its wheels, models and data load there offline.
-#   bash scripts/gpu/stage.sh a|b|c|d     (in the call that carries .gpu/<part>)
+#   bash scripts/gpu/stage.sh N           (in the call that carries .gpu/N; the last part unpacks them all)
 #   environment="$(bash scripts/gpu/stage.sh env)" && eval "$environment"   (fails if a part is missing)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 home="${SELFSUP_GPU_HOME:-/tmp/selfsup}"
-part="${1:?a part (a, b, c, d) or env}"
+part="${1:?a part (1, 2, ...) or env}"
 
 exports() {
   cat <<EOF
@@ -23,22 +23,38 @@ EOF
 mkdir -p "$home"
 case "$part" in
   env)
-    missing=""
-    for p in a b c d; do [ -f "$home/.staged-$p" ] || missing="$missing $p"; done
-    if [ -n "$missing" ]; then
-      echo "not staged on this machine:$missing (a cold machine starts bare: stage every part again)" >&2
-      exit 1
-    else
+    if [ -f "$home/.staged" ]; then
       exports
+    else
+      echo "not staged on this machine (parts here: $(ls "$home/parts" 2>/dev/null | tr '\n' ' ')); a cold machine starts bare: stage every part again" >&2
+      exit 1
     fi
     ;;
-  a)
+  [0-9]*)
+    mkdir -p "$home/parts"
+    cp "$root/.gpu/$part/piece" "$home/parts/$part"
+    cp "$root/.gpu/$part/manifest.json" "$home/manifest.json"
+    come=$(ls "$home/parts" | wc -l)
+    wanted=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["parts"])' "$home/manifest.json")
+    echo "part $part staged ($come of $wanted)" >&2
+    [ "$come" -eq "$wanted" ] || exit 0
+    # all here: check the whole, unpack it, install the wheels, restore MiniLM's fp32
+    python3 - "$home" <<'EOF'
+import hashlib, io, json, sys, tarfile
+from pathlib import Path
+home = Path(sys.argv[1])
+meta = json.loads((home / 'manifest.json').read_text())
+data = b''.join((home / 'parts' / str(i + 1)).read_bytes() for i in range(meta['parts']))
+assert hashlib.sha1(data).hexdigest() == meta['sha1'], 'the parts do not make the bundle bundle.py cut'
+with tarfile.open(fileobj=io.BytesIO(data), mode='r:gz') as tar:
+    tar.extractall(home, filter='data')
+EOF
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$home/site" \
-      "$root"/.gpu/a/whl/*.whl
+      "$home"/whl/*.whl
     # pip --target drops a wheel's data files: tbb's libtbb.so.2, which PISA's extension links
     # against, is one (found on the first H100 run, 2026-11-25)
     mkdir -p "$home/lib"
-    python3 - "$home/lib" "$root"/.gpu/a/whl/*.whl <<'EOF'
+    python3 - "$home/lib" "$home"/whl/*.whl <<'EOF'
 import sys, zipfile
 from pathlib import Path
 for wheel in sys.argv[2:]:
@@ -47,15 +63,6 @@ for wheel in sys.argv[2:]:
             if '.data/data/lib/' in name and '.so' in name:
                 (Path(sys.argv[1]) / name.rsplit('/', 1)[1]).write_bytes(z.read(name))
 EOF
-    mkdir -p "$home/irds"
-    cp -r "$root"/.gpu/a/irds/. "$home/irds/"
-    mkdir -p "$home/classic"
-    cp -r "$root"/.gpu/a/classic/. "$home/classic/"
-    touch "$home/.staged-a"
-    ;;
-  b)
-    mkdir -p "$home/hf"
-    cp -r "$root"/.gpu/b/hf/. "$home/hf/"
     # the weights travelled in fp16 to halve them: back to the fp32 they were published in
     python3 - "$home/hf" <<'EOF'
 import sys
@@ -69,29 +76,10 @@ for f in Path(sys.argv[1]).glob('models--*/snapshots/*/model.safetensors'):
     save_file({k: v.float() if v.is_floating_point() else v for k, v in load_file(f).items()}, f,
               metadata={'format': 'pt'})
 EOF
-    touch "$home/.staged-b"
-    ;;
-  c|d)
-    cp "$root"/.gpu/$part/*.part "$home/gguf.$part"
-    [ ! -f "$root/.gpu/$part/REVISION" ] || cp "$root/.gpu/$part/REVISION" "$home/REVISION"
-    if [ -f "$home/gguf.c" ] && [ -f "$home/gguf.d" ]; then
-      python3 - "$home" "$root/.gpu/$part/gguf.json" <<'EOF'
-import hashlib, json, sys
-from pathlib import Path
-home, meta = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text())
-data = (home / 'gguf.c').read_bytes() + (home / 'gguf.d').read_bytes()
-assert hashlib.sha1(data).hexdigest() == meta['sha1'], 'the GGUF halves do not make the file bundle.py cut'
-repo = home / 'hf' / f"models--{meta['repo'].replace('/', '--')}"
-(repo / 'refs').mkdir(parents=True, exist_ok=True)
-(repo / 'refs' / 'main').write_text(meta['revision'])
-(repo / 'snapshots' / meta['revision']).mkdir(parents=True, exist_ok=True)
-(repo / 'snapshots' / meta['revision'] / meta['file']).write_bytes(data)
-print('SmolLM2 GGUF staged:', len(data), 'bytes')
-EOF
-      touch "$home/.staged-c" "$home/.staged-d"  # (only once the file is whole and checked)
-    fi
+    rm -rf "$home/parts" "$home/whl"
+    touch "$home/.staged"
+    echo "staged: wheels, data, MiniLM, SmolLM2; code $(cat "$home/REVISION")" >&2
     ;;
   *)
     echo "unknown part $part" >&2; exit 2 ;;
 esac
-[ "$part" = env ] || echo "staged $part" >&2
