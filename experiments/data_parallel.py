@@ -48,7 +48,8 @@ def fit(method: str, collection_name: str, output_dir: str, out: str, rank: int 
     try:
         collection = Collection(collection_name)
         settings = trained.training_settings(method, SETTINGS[method])
-        trainer, topics = trained.METHODS[method](collection, settings, output_dir=Path(output_dir))
+        trainer, topics = trained.METHODS[method](collection, trained.typed_settings(method, settings),
+                                                  output_dir=Path(output_dir))
         if method == 'rumbart':  # a score cache of the run's own: every pair is scored in this run
             trainer._teacher = trainer.generator.scorer(normalise='sum', cache=Path(output_dir) / 'scores')
         start = time.perf_counter()

@@ -37,7 +37,8 @@ def time_steps(collection: Collection, settings: dict, steps: int) -> dict:
     trainer with ``settings``, and the passages a step encodes."""
     s = trained.training_settings('distill', settings)
     with tempfile.TemporaryDirectory() as tmp:
-        trainer, topics = trained.METHODS['distill'](collection, s, output_dir=Path(tmp))
+        trainer, topics = trained.METHODS['distill'](collection, trained.typed_settings('distill', s),
+                                                     output_dir=Path(tmp))
         examples = trainer.examples(topics)
         trainer.on_fit_start()
         trainer.on_epoch_start(examples, 0, False)

@@ -78,6 +78,13 @@ def training_settings(method: str, settings: dict) -> dict:
     return {**DEFAULTS[method], **{name: value for name, value in settings.items() if name not in SEARCH_SETTINGS}}
 
 
+def typed_settings(method: str, settings: dict):
+    """``method``'s settings object (what :data:`METHODS`' setups take) for ``settings``, the
+    rest at :data:`DEFAULTS`; ``fold`` left out, as a setup takes it apart."""
+    return SETTINGS[method](**{name: value for name, value in training_settings(method, settings).items()
+                               if name != 'fold'})
+
+
 def model_dir(collection: Collection, method: str, settings: dict, cache_dir=None) -> Path:
     """Where the model of ``method`` trained with ``settings`` lives (``final/``,
     ``training_log.jsonl``, ``training_curve.png``; while it trains, ``<dir>.partial``)."""
@@ -118,9 +125,8 @@ def train(collection: Union[str, Collection], method: str, settings: dict, *, ca
             for line in plan.plan_lines(f'{method} on {collection.name}' + (f' ({docs:,} documents)' if docs else ''),
                                         planned):
                 logger.info(line)
-        typed = SETTINGS[method](**{name: value for name, value in settings.items() if name != 'fold'})
-        trainer, topics = METHODS[method](collection, typed, fold=settings.get('fold'), output_dir=staging,
-                                          cache_dir=cache_dir, verbose=verbose)
+        trainer, topics = METHODS[method](collection, typed_settings(method, settings), fold=settings.get('fold'),
+                                          output_dir=staging, cache_dir=cache_dir, verbose=verbose)
         if said and len(topics) < settings['n_queries']:  # (a corpus with fewer sentences than asked for)
             known = {**settings, 'n_queries': len(topics)}
             replanned = [p for p in plan.estimate(plan.stages(collection, method, known, False),
