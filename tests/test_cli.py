@@ -176,6 +176,14 @@ def test_code_revision_is_the_one_the_process_imported(tmp_path, monkeypatch):
     assert provenance.CODE_AT_IMPORT != 'moved-on'
 
 
+def test_a_copy_told_its_commit_names_it_over_its_git(monkeypatch):
+    from pyterrier_selfsup.harness import provenance
+    own = provenance.code_revision()
+    assert own != 'not a git checkout'  # (this checkout is one)
+    monkeypatch.setenv('SELFSUP_CODE_REVISION', 'bae234a8ce4f')  # stage.sh's export on a lent GPU machine
+    assert provenance.code_revision() == 'bae234a8ce4f'
+
+
 def test_a_measure_equal_to_the_baseline_on_every_query_is_not_marked_significant():
     from pyterrier_selfsup.harness.experiment import MEASURE_NAMES, format_table
     row = {'name': 'bm25', 'mrt': 1.0, **{m: 0.5 for m in MEASURE_NAMES}}

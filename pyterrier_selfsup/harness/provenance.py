@@ -64,7 +64,13 @@ def packages() -> str:
 
 
 def code_revision() -> str:
-    """The git commit of this package's checkout (with ``+uncommitted`` if dirty), if it is one."""
+    """The git commit of this package's checkout (with ``+uncommitted`` if dirty), if it is one;
+    ``$SELFSUP_CODE_REVISION`` where set: a copy that says which commit it is (a lent GPU
+    machine's, scripts/gpu/stage.sh, whose ``.git`` may be of an older commit than its tree:
+    the first H200 run's headers said 58b90f5+uncommitted for bae234a)."""
+    told = os.environ.get('SELFSUP_CODE_REVISION')
+    if told:
+        return told
     here = Path(__file__).resolve().parent
     try:
         commit = subprocess.run(['git', 'rev-parse', '--short=12', 'HEAD'], cwd=here, capture_output=True,
@@ -72,8 +78,7 @@ def code_revision() -> str:
         dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'], cwd=here,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        # a copy without its .git (a lent GPU machine's): the commit it was copied from, if told
-        return os.environ.get('SELFSUP_CODE_REVISION', 'not a git checkout')
+        return 'not a git checkout'
     return commit + ('+uncommitted' if dirty else '')
 
 
