@@ -67,6 +67,17 @@ def test_prefix_cache_scores_equal_uncached_ones_on_real_smollm2(cache_dir):
     assert cached.reshape(3, 3)[0].argmax() == 0 and cached.reshape(3, 3)[1].argmax() == 1
 
 
+def test_a_gguf_conversion_runs_in_a_process_of_its_own_and_says_why_it_failed(tmp_path):
+    import resource
+    from pyterrier_selfsup.models import generator
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with pytest.raises(RuntimeError, match=r'(?s)conversion of .*no-such\.gguf failed in its own process \(exit 1\): '
+                                           r'OSError: .*couldn\'t find them'):
+        generator._dequantised(SMOLLM2, 'no-such.gguf', cache_dir=tmp_path)
+    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime > children.ru_utime  # (a child did the work)
+    assert not [p for p in (tmp_path / 'generators').glob('*no-such*') if p.is_dir()]  # nothing left as if converted
+
+
 def test_truncation_keeps_the_prompt_whole(tiny_generator):
     gen = tiny_generator('llama', max_passage_length=4)
     long, short = gen.passage_ids(['one two three four five six seven', 'one two three four'])

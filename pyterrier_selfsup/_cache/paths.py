@@ -35,5 +35,6 @@ def weights_fingerprint(config: dict, model) -> str:
     state = model if isinstance(model, dict) else model.state_dict()
     for name, tensor in sorted(state.items()):
         digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        # (the bytes read in place: a copy of the largest tensor would cost its size again)
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().data)
     return digest.hexdigest()[:16]

@@ -22,6 +22,9 @@ written here, on its ``DynamicCache``.
 gradients to the generator when it is trainable), for training.
 """
 import inspect
+import re
+import subprocess
+import sys
 from collections import defaultdict
 from functools import cached_property
 from pathlib import Path
@@ -32,7 +35,7 @@ import torch
 from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, DynamicCache)
 from transformers.modeling_outputs import BaseModelOutput
 
-from pyterrier_selfsup._cache import build_once, cache_key, cache_root, check_space, weights_fingerprint
+from pyterrier_selfsup._cache import CacheFull, build_once, cache_key, cache_root, check_space, weights_fingerprint
 from pyterrier_selfsup.models._base import TorchModel, clean_texts, pad, resolve_device
 from pyterrier_selfsup.progress import progress
 
@@ -355,33 +358,74 @@ def _gather_logp(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
 
 
 def _dequantised(repo: str, gguf_file: str, cache_dir=None) -> Path:
-    """A GGUF checkpoint converted once to a Hugging Face directory (fp32 safetensors)."""
+    """A GGUF checkpoint converted once to a Hugging Face directory (fp32 safetensors), in a
+    process of its own: reading the GGUF and dequantising it holds about twice the model's fp32
+    weights at once (SmolLM2: +0.9 GiB), which the allocator would keep in this process for the
+    rest of a long job (``experiments/results/memory_timeline.md``); a child gives it back when
+    it exits. About 3 s more, once."""
     path = cache_root(cache_dir) / 'generators' / cache_key(f'{repo}.{gguf_file}', {'format': 'hf-fp32'})
-
     what = f'the fp32 conversion of {repo}/{gguf_file}'
 
-    # Each read of the GGUF parses all of its metadata (SmolLM2's: about 3 s, most of it the
-    # vocabulary), so it is read three times, not five: the configuration is handed to the model's
-    # load, and the space the fp32 weights need is counted from the loaded model.
     def convert(staging: Path):
-        tokenizer = AutoTokenizer.from_pretrained(repo, gguf_file=gguf_file)
-        config = AutoConfig.from_pretrained(repo, gguf_file=gguf_file)
-        model_cls = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
-        loaded = model_cls.from_pretrained(repo, gguf_file=gguf_file, config=config)
-        # fp32 weights (4 bytes a weight) and the tokenizer's files, checked before anything is written
-        check_space(staging.parent, 4 * sum(p.numel() for p in loaded.state_dict().values()) + (16 << 20), what)
-        tokenizer.save_pretrained(staging)
-        # transformers refuses to save a model loaded from GGUF; its weights are already
-        # plain tensors, so they go into a fresh model of the same configuration
-        config = loaded.config
-        for attr in ('quantization_config', '_pre_quantization_dtype'):
-            if hasattr(config, attr):
-                delattr(config, attr)
-        model = model_cls.from_config(config)
-        model.load_state_dict(loaded.state_dict())
-        model.save_pretrained(staging)
+        child = subprocess.run([sys.executable, '-c', _CONVERT_IN_A_CHILD, repo, gguf_file, str(staging), what],
+                               capture_output=True, text=True)
+        said = child.stderr.strip()
+        if child.returncode == _CHILD_CACHE_FULL:
+            raise CacheFull(said.splitlines()[-1])
+        if child.returncode == _CHILD_OS_ERROR:  # (a full disk mid-write: build_once names it)
+            code, message = said.splitlines()[-1].split(' ', 1)
+            raise OSError(int(code), message)
+        if child.returncode:
+            lines = said.splitlines() or ['(nothing said)']
+            errors = [line for line in lines if re.match(r'[A-Za-z_][\w.]*(Error|Exception)\b', line)]
+            raise RuntimeError(f'{what} failed in its own process (exit {child.returncode}): '
+                               f'{(errors or lines)[-1]}\n' + '\n'.join(lines[-20:]))
 
     return build_once(path, convert, what=what)
+
+
+_CHILD_CACHE_FULL, _CHILD_OS_ERROR = 3, 4
+_CONVERT_IN_A_CHILD = f"""
+import sys
+from pathlib import Path
+from pyterrier_selfsup._cache.faults import CacheFull
+from pyterrier_selfsup.models.generator import convert_gguf
+try:
+    convert_gguf(sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4])
+except CacheFull as error:
+    print(error, file=sys.stderr)
+    sys.exit({_CHILD_CACHE_FULL})
+except OSError as error:
+    if error.errno is None:
+        raise
+    print(error.errno, error.strerror, file=sys.stderr)
+    sys.exit({_CHILD_OS_ERROR})
+"""
+
+
+def convert_gguf(repo: str, gguf_file: str, staging: Path, what: str):
+    """``repo``'s ``gguf_file`` dequantised into ``staging`` as a Hugging Face directory (fp32
+    safetensors and the tokenizer's files); :func:`_dequantised` runs it in a child process.
+
+    Each read of the GGUF parses all of its metadata (SmolLM2's: about 3 s, most of it the
+    vocabulary), so it is read three times, not five: the configuration is handed to the
+    model's load, and the space the fp32 weights need is counted from the loaded model."""
+    tokenizer = AutoTokenizer.from_pretrained(repo, gguf_file=gguf_file)
+    config = AutoConfig.from_pretrained(repo, gguf_file=gguf_file)
+    model_cls = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
+    loaded = model_cls.from_pretrained(repo, gguf_file=gguf_file, config=config)
+    # fp32 weights (4 bytes a weight) and the tokenizer's files, checked before anything is written
+    check_space(staging.parent, 4 * sum(p.numel() for p in loaded.state_dict().values()) + (16 << 20), what)
+    tokenizer.save_pretrained(staging)
+    # transformers refuses to save a model loaded from GGUF; its weights are already
+    # plain tensors, so they go into a fresh model of the same configuration
+    config = loaded.config
+    for attr in ('quantization_config', '_pre_quantization_dtype'):
+        if hasattr(config, attr):
+            delattr(config, attr)
+    model = model_cls.from_config(config)
+    model.load_state_dict(loaded.state_dict())
+    model.save_pretrained(staging)
 
 
 def load_generator(name: str = 'smollm2', **kwargs) -> Generator:
