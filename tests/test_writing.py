@@ -77,8 +77,11 @@ def test_shared_prompt_attention_attends_to_each_samples_prompt_and_its_own_toke
     for keys, values, _ in parts:
         caches.append(WriterCache(1, reserve=1))
         caches[-1].layers[0].update(keys.to(keys_dtype), values)
-    cache, mask = WriterCache.joined(caches, [m for _, _, m in parts])
-    assert torch.equal(mask, torch.cat([parts[0][2], torch.nn.functional.pad(parts[1][2], (0, 2))]))
+    cache = WriterCache.empty_like(caches[0], 4, 5)  # (as QueryWriter.prefill copies its parts in)
+    cache.place(caches[0], 0)
+    cache.place(caches[1], 3)
+    mask = torch.cat([parts[0][2], torch.nn.functional.pad(parts[1][2], (0, 2))])
+    assert not cache.layers[0].prompt_keys[3, ..., 3:].any()  # the shorter part padded with zeros
     cache.fork(n, mask)
     # the reference's view of each prompt: its real positions' keys and values
     prompts = [(k[i][:, m[i]], v[i][:, m[i]]) for k, v, m in parts for i in range(len(m))]

@@ -70,7 +70,7 @@ class QueryWriter:
             cores (``writer_backends.md``). The queries' distribution does not depend on it,
             their draws from the random stream do.
         prefill_tokens: tokens (padding included) a prefill forward runs at most: the prompts of
-            a batch are prefilled in parts of this size, longest first, and joined.
+            a batch are prefilled in parts of this size, longest first, each copied into the batch's cache.
         preallocated_cache: the key/value cache a batch writes into: :class:`WriterCache` (each
             prompt held once for its samples, the new tokens in buffers with room reserved,
             read by :func:`shared_prompt_attention`) for models whose layers all attend to every
@@ -189,19 +189,28 @@ class QueryWriter:
         """The prompts' forward passes (left-padded): their key/value cache, with room for
         ``max_new_tokens`` more, the next token's logits (fp32) and the attention mask. Into a
         :class:`WriterCache`, in forwards of at most ``prefill_tokens`` tokens (padding
-        included; prompts given longest first), joined; into a ``DynamicCache``, in one."""
+        included; prompts given longest first), each copied into one as it is prefilled; into a
+        ``DynamicCache``, in one."""
         layers = self._shared_layers()
         if not layers:
             return self._prefill(prompts, None)
-        parts, start = [], 0
+        # each part's keys and values are copied into the joined cache as soon as it is prefilled
+        # (not held until the end and concatenated: that held the batch's prompts twice)
+        width = max(len(p) for p in prompts)
+        joined, logits, masks, start = None, [], [], 0
         while start < len(prompts):
             size = max(1, self.prefill_tokens // max(1, len(prompts[start])))
-            parts.append(self._prefill(prompts[start:start + size], WriterCache(layers, max_new_tokens)))
+            cache, part_logits, mask = self._prefill(prompts[start:start + size], WriterCache(layers, max_new_tokens))
+            if start == 0 and size >= len(prompts):
+                return cache, part_logits, mask
+            if joined is None:
+                joined = WriterCache.empty_like(cache, len(prompts), width)
+            joined.place(cache, start)
+            logits.append(part_logits)
+            masks.append(torch.nn.functional.pad(mask, (0, width - mask.shape[1])))
             start += size
-        if len(parts) == 1:
-            return parts[0]
-        cache, mask = WriterCache.joined([c for c, _, _ in parts], [m for _, _, m in parts])
-        return cache, torch.cat([logits for _, logits, _ in parts]), mask
+            del cache
+        return joined, torch.cat(logits), torch.cat(masks)
 
     def _prefill(self, prompts: List[List[int]], cache: Optional['WriterCache']):
         input_ids, mask = pad(prompts, self.tokenizer.pad_token_id, left=True, device=self.generator.device)
@@ -376,20 +385,26 @@ class WriterCache(DynamicCache):
         return text.num_hidden_layers if all(kind == 'full_attention' for kind in kinds) else None
 
     @classmethod
-    def joined(cls, caches: List['WriterCache'], masks: List[torch.Tensor]):
-        """One cache holding the prompts of ``caches`` (each prefilled on its own; ``masks``:
-        their attention masks), each padded on the right to the longest, and their masks so
-        padded (what :meth:`fork` then reads)."""
-        width = max(m.shape[1] for m in masks)
-        joined = cls(len(caches[0].layers), caches[0].layers[0].reserve)
-        for i, layer in enumerate(joined.layers):
-            parts = [c.layers[i] for c in caches]
-            layer.lazy_initialization(parts[0].prompt_keys, parts[0].prompt_values)
-            layer.prompt_keys = torch.cat([torch.nn.functional.pad(p.prompt_keys, (0, width - p.prompt_keys.shape[-1]))
-                                           for p in parts])
-            layer.prompt_values = torch.cat([
-                torch.nn.functional.pad(p.prompt_values, (0, 0, 0, width - p.prompt_values.shape[-2])) for p in parts])
-        return joined, torch.cat([torch.nn.functional.pad(m, (0, width - m.shape[1])) for m in masks])
+    def empty_like(cls, part: 'WriterCache', prompts: int, width: int) -> 'WriterCache':
+        """A cache with room for ``prompts`` prompts of up to ``width`` positions, zeros (the
+        padding on the right of a shorter part), the dtypes and layout of ``part``'s; filled by
+        :meth:`place`."""
+        empty = cls(len(part.layers), part.layers[0].reserve)
+        for layer, given in zip(empty.layers, part.layers):
+            keys, values = given.prompt_keys, given.prompt_values
+            layer.lazy_initialization(keys, values)
+            layer.prompt_keys = keys.new_zeros((prompts, *keys.shape[1:-1], width))
+            layer.prompt_values = values.new_zeros((prompts, values.shape[1], width, values.shape[-1]))
+        return empty
+
+    def place(self, part: 'WriterCache', start: int) -> None:
+        """``part``'s prompts (prefilled on their own) as prompts ``start``, ``start + 1``, ...,
+        each padded on the right to this cache's width (what :meth:`fork` then reads with the
+        masks so padded)."""
+        for layer, given in zip(self.layers, part.layers):
+            rows, length = given.prompt_keys.shape[0], given.prompt_keys.shape[-1]
+            layer.prompt_keys[start:start + rows, ..., :length] = given.prompt_keys
+            layer.prompt_values[start:start + rows, :, :length] = given.prompt_values
 
     def fork(self, n: int, prompt_mask: torch.Tensor) -> None:
         """``n`` samples of each prefilled prompt; ``prompt_mask`` (prompts, length): its
