@@ -31,8 +31,9 @@ bm25 = selfsup.BM25.from_collection(collection, num_results=100)
 minilm = selfsup.DenseRetriever.from_collection(collection)
 
 if args.queries_from == 'sampled':  # SmolLM2 writes them (each run: `selfsup run -p distill` caches them)
-    generator = selfsup.Generator.from_pretrained(selfsup.SMOLLM2, gguf_file=selfsup.SMOLLM2_GGUF)
-    queries = selfsup.sampled_queries(collection, generator, args.queries)
+    # (the generator is not kept: training does not need it, and it holds 0.5 GiB)
+    queries = selfsup.sampled_queries(
+        collection, selfsup.Generator.from_pretrained(selfsup.SMOLLM2, gguf_file=selfsup.SMOLLM2_GGUF), args.queries)
 else:
     queries = selfsup.corpus_sentences(collection, args.queries)
 

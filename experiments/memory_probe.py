@@ -73,6 +73,8 @@ RUNS = [  # (name, example and its arguments, trainer changes, environment, the 
     ('cross-document adjustment, checkpointing on', ['cross_document_adjustment.py'], 'checkpointing=True', None, 8),
     ('cross-document adjustment, documents scored 16 at a time', ['cross_document_adjustment.py'],
      'reatt_chunk=16', None, None),
+    ('cross-document adjustment, MALLOC_MMAP_THRESHOLD_=131072', ['cross_document_adjustment.py'],
+     'checkpointing=False', {'MALLOC_MMAP_THRESHOLD_': '131072'}, 8),
 ]
 
 
@@ -113,11 +115,12 @@ def main():
             out = Path(work) / f'run{i}'
             command = [sys.executable, '-c', CHILD, changes, str(ROOT / 'examples' / example[0]), *example[1:],
                        '--output-dir', str(out)]
+            load = provenance.load()
             gib, seconds, output = peak(command, env, cwd=work)
             adapted = [line for line in output.splitlines() if line.split()[1:2] and line.split()[1] in
                        ('MiniLM', 'ReAtt') and ('adapted' in line or '+' in line or 'adjusted' in line)]
             row = {'row': i, 'run': name, 'peak GiB': gib, 'seconds': seconds, 'date': header['date'],
-                   'code': header['code'],
+                   'code': header['code'], 'load': load,
                    'nDCG@10': float(adapted[-1].split()[-4]) if adapted else None}
             if pair is not None and not (args.rows and pair not in args.rows):
                 mine, theirs = weights(out / 'final'), weights(Path(work) / f'run{pair}' / 'final')

@@ -52,7 +52,7 @@ def run_cell(collection: str, cell: str, cache: Path) -> dict:
     else:
         command = [sys.executable, '-m', 'pyterrier_selfsup', 'train', TRAINERS[cell], '-c', collection]
     env = {**os.environ, 'SELFSUP_CACHE': str(cache)}
-    started = time.time()
+    started, load = time.time(), provenance.load()
     log_path = cache / f'{cell.replace(" ", "_")}.log'
     with open(log_path, 'w') as log:
         proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -61,7 +61,7 @@ def run_cell(collection: str, cell: str, cache: Path) -> dict:
     out = {'collection': collection, 'cell': cell,
            'command': ' '.join(['python', '-c', repr(command[2])] if cell in BUILD else ['python'] + command[1:]),
            'peak GiB': round(usage.ru_maxrss / 2**20, 2), 'seconds': round(time.time() - started, 1), 'rc': rc,
-           'header': provenance.header()}
+           'load': load, 'load at the end': provenance.load(), 'header': provenance.header()}
     said = log_path.read_text().splitlines()
     out['stage times'] = stage_times_said(said)
     if rc:
@@ -75,6 +75,12 @@ def stage_times_said(lines) -> list:
     if at is None:
         return []
     return [line.split(': ', 1)[1].strip() for line in lines[at + 1:] if 'harness.trained:   ' in line]
+
+
+def beside(cell: dict) -> bool:
+    """Whether another job ran beside ``cell`` (cells from before the load was recorded: unknown, False)."""
+    end = cell.get('load at the end')
+    return bool(end) and float(end.split()[0]) > int(end.rsplit(' on ', 1)[1].split()[0]) + 0.5
 
 
 def write_summary():
@@ -93,9 +99,11 @@ def write_summary():
         row = {cell['cell']: cell for cell in cells if cell['collection'] == c}
         md.append(f'| {c} | {sizes[c]:,} | ' + ' | '.join(
             (f'{row[k]["peak GiB"]:.2f} GiB, {row[k]["seconds"] / 60:.1f} min' + (' (failed)' if row[k]['rc'] else '')
+             + ('*' if beside(row[k]) else '')
              if k in row else '') for k in CELLS) + ' |')
     md += ['', 'Each cell: peak resident memory, wall time (a cell that failed says so; its log tail is in its '
-           'JSON file).', '']
+           'JSON file). *: another job ran beside it (the 1-minute load average at its end above the cores + 0.5), '
+           'so its time is longer than alone; its memory is its own.', '']
     (RESULTS / 'memory_scaling.md').write_text('\n'.join(md))
     import matplotlib
     matplotlib.use('Agg')

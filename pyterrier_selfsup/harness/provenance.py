@@ -109,5 +109,13 @@ def header(command: Optional[str] = None) -> Dict[str, str]:
         'command': command or ' '.join(shlex.quote(a) for a in [Path(sys.argv[0]).name] + sys.argv[1:]),
         'code': f'pyterrier-selfsup {CODE_AT_IMPORT}',
         'machine': machine(),
+        'load': load(),
         'packages': packages(),
     }
+
+
+def load() -> str:
+    """How busy the machine was as the run began (timings taken beside another job are slower;
+    on 2 cores, one heavy job alone reads about 2)."""
+    one, five, _ = os.getloadavg()
+    return f'{one:.1f} (1-minute average), {five:.1f} (5-minute) as the run began, on {os.cpu_count()} cores'
