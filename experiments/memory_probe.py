@@ -92,6 +92,13 @@ def peak(command, env=None, cwd=None):
     return round(usage.ru_maxrss / 2**20, 2), round(time.time() - started, 1), output
 
 
+def seconds_note(row: dict) -> str:
+    load = row.get('load')
+    if load:
+        return f' (load {load.split()[0]})'
+    return ' (beside other jobs)' if row.get('date') == '2026-11-26 06:44 UTC' else ''
+
+
 def weights(directory: Path) -> dict:
     from safetensors.torch import load_file
     return {name: tensor for path in sorted(directory.rglob('*.safetensors')) for name, tensor in
@@ -102,7 +109,11 @@ def main():
     import argparse
     parser = argparse.ArgumentParser()
     parser.add_argument('--rows', nargs='+', type=int, help='run only these rows (0-based), keep the others')
+    parser.add_argument('--md', action='store_true', help='only rewrite memory_probe.md from memory_probe.json')
     args = parser.parse_args()
+    if args.md:
+        kept = json.loads((RESULTS / 'memory_probe.json').read_text())
+        return write_md(kept['header'], kept['settings'], kept['rows'], kept['header']['command'].split('--rows')[1:])
     header = provenance.header()
     kept = json.loads((RESULTS / 'memory_probe.json').read_text()) if args.rows else None
     rows = []
@@ -134,14 +145,22 @@ def main():
                           '(frozen teacher)'}
     (RESULTS / 'memory_probe.json').write_text(json.dumps({'header': header, 'settings': settings, 'rows': rows},
                                                           indent=1))
+    write_md(header, settings, rows, [' '.join(map(str, args.rows))] if args.rows else [])
+
+
+def write_md(header: dict, settings: dict, rows: list, rerun: list):
     md = ['# What holds the training examples\' memory on ADI', '',
           *(f'- {k}: {v}' for k, v in {**header, **settings}.items()),
           *(['- rows: each run\'s own date and code are in memory_probe.json (this file rewritten with '
-             f'--rows {" ".join(map(str, args.rows))})'] if args.rows else []), '',
+             f'--rows {rerun[0].strip()})'] if rerun else []), '',
           '| run | peak resident memory (GiB) | seconds | adapted nDCG@10 | final weights |', '|---|---|---|---|---|',
-          *(f'| {r["run"]} | {r["peak GiB"]:.2f} | {r["seconds"]:.0f} | {r["nDCG@10"]} | ' +
+          *(f'| {r["run"]} | {r["peak GiB"]:.2f} | {r["seconds"]:.0f}{seconds_note(r)} | {r["nDCG@10"]} | ' +
             (f'largest difference {r["largest weight difference"]:.3g} from "{r["compared with"]}"'
-             if 'compared with' in r else '') + ' |' for r in rows), '']
+             if 'compared with' in r else '') + ' |' for r in rows), '',
+          'Seconds are comparable only between rows run alone. A row shows the 1-minute load average as it began '
+          'where it recorded one (on 2 cores, a load above 2 means other jobs); the rows of 2026-11-26 06:44 ran '
+          'beside memory_scaling.py and memory_timeline.py before the load was recorded. Memory is each run\'s '
+          'own either way.', '']
     (RESULTS / 'memory_probe.md').write_text('\n'.join(md))
     print('\n'.join(md))
 
