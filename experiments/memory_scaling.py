@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 from pyterrier_selfsup.harness import provenance
 
@@ -42,15 +43,16 @@ BUILD = {
 CELLS = list(BUILD) + list(TRAINERS)
 
 
-def cell_path(collection: str, cell: str) -> Path:
-    return CELLS_DIR / f'{collection.replace("/", "_")}--{cell.replace(" ", "_")}.json'
+def cell_path(collection: str, cell: str, queries: Optional[int] = None) -> Path:
+    return CELLS_DIR / f'{collection.replace("/", "_")}--{cell.replace(" ", "_")}{f"@{queries}" if queries else ""}.json'
 
 
-def run_cell(collection: str, cell: str, cache: Path) -> dict:
+def run_cell(collection: str, cell: str, cache: Path, queries: Optional[int] = None) -> dict:
     if cell in BUILD:
         command = [sys.executable, '-c', BUILD[cell].format(c=collection)]
     else:
-        command = [sys.executable, '-m', 'pyterrier_selfsup', 'train', TRAINERS[cell], '-c', collection]
+        trainer = TRAINERS[cell] + (f':n_queries={queries}' if queries else '')
+        command = [sys.executable, '-m', 'pyterrier_selfsup', 'train', trainer, '-c', collection]
     env = {**os.environ, 'SELFSUP_CACHE': str(cache)}
     started, load = time.time(), provenance.load()
     log_path = cache / f'{cell.replace(" ", "_")}.log'
@@ -58,7 +60,7 @@ def run_cell(collection: str, cell: str, cache: Path) -> dict:
         proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(proc.pid, 0)
     rc = os.waitstatus_to_exitcode(status)
-    out = {'collection': collection, 'cell': cell,
+    out = {'collection': collection, 'cell': cell, **({'queries': queries} if queries else {}),
            'command': ' '.join(['python', '-c', repr(command[2])] if cell in BUILD else ['python'] + command[1:]),
            'peak GiB': round(usage.ru_maxrss / 2**20, 2), 'seconds': round(time.time() - started, 1), 'rc': rc,
            'load': load, 'load at the end': provenance.load(), 'header': provenance.header()}
@@ -83,6 +85,18 @@ def beside(cell: dict) -> bool:
     return bool(end) and float(end.split()[0]) > int(end.rsplit(' on ', 1)[1].split()[0]) + 0.5
 
 
+def table(cells: list, columns: list, order: list, sizes: dict) -> list:
+    lines = ['| collection | documents | ' + ' | '.join(columns) + ' |', '|---|---|' + '---|' * len(columns)]
+    for c in order:
+        row = {cell['cell']: cell for cell in cells if cell['collection'] == c}
+        if not row:
+            continue
+        lines.append(f'| {c} | {sizes[c]:,} | ' + ' | '.join(
+            (f'{row[k]["peak GiB"]:.2f} GiB, {row[k]["seconds"] / 60:.1f} min' + (' (failed)' if row[k]['rc'] else '')
+             + ('*' if beside(row[k]) else '') if k in row else '') for k in columns) + ' |')
+    return lines + ['']
+
+
 def write_summary():
     from pyterrier_selfsup import Collection
     cells = [json.loads(p.read_text()) for p in sorted(CELLS_DIR.glob('*.json'))]
@@ -94,16 +108,19 @@ def write_summary():
           '- command: memory_scaling.py (each cell a process of its own; its header in its JSON file under '
           'memory_scaling/)',
           f'- machine: {cells[-1]["header"].get("machine", "")}', '',
-          '| collection | documents | ' + ' | '.join(CELLS) + ' |', '|---|---|' + '---|' * len(CELLS)]
-    for c in order:
-        row = {cell['cell']: cell for cell in cells if cell['collection'] == c}
-        md.append(f'| {c} | {sizes[c]:,} | ' + ' | '.join(
-            (f'{row[k]["peak GiB"]:.2f} GiB, {row[k]["seconds"] / 60:.1f} min' + (' (failed)' if row[k]['rc'] else '')
-             + ('*' if beside(row[k]) else '')
-             if k in row else '') for k in CELLS) + ' |')
-    md += ['', 'Each cell: peak resident memory, wall time (a cell that failed says so; its log tail is in its '
-           'JSON file). *: another job ran beside it (the 1-minute load average at its end above the cores + 0.5), '
-           'so its time is longer than alone; its memory is its own.', '']
+          *table([cell for cell in cells if 'queries' not in cell], CELLS, order, sizes),
+          'Each cell: peak resident memory, wall time (a cell that failed says so; its log tail is in its '
+          'JSON file). *: another job ran beside it (the 1-minute load average at its end above the cores + 0.5), '
+          'so its time is longer than alone; its memory is its own.', '']
+    short = [cell for cell in cells if 'queries' in cell]
+    if short:
+        md += ['## The first steps only', '',
+               '`memory_scaling.py --queries N`: each trainer on its first N training queries (the rest of its '
+               'settings shipped), where the full run would take hours: its peak is a lower bound of the full '
+               'run\'s (the same batch, fewer steps to creep), its time is not the full run\'s.', '']
+        for n in sorted({cell['queries'] for cell in short}):
+            md += [f'{n} queries:', '', *table([cell for cell in short if cell['queries'] == n], list(TRAINERS),
+                                              order, sizes)]
     (RESULTS / 'memory_scaling.md').write_text('\n'.join(md))
     import matplotlib
     matplotlib.use('Agg')
@@ -111,7 +128,7 @@ def write_summary():
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for k in CELLS:
         points = sorted((sizes[cell['collection']], cell['peak GiB']) for cell in cells
-                        if cell['cell'] == k and not cell['rc'])
+                        if cell['cell'] == k and not cell['rc'] and 'queries' not in cell)
         if points:
             ax.plot(*zip(*points), marker='o', label=k)
     ax.set_xscale('log')
@@ -127,6 +144,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--collections', nargs='+', default=COLLECTIONS)
     parser.add_argument('--cells', nargs='+', default=CELLS, choices=CELLS)
+    parser.add_argument('--queries', type=int, help='trainers on only their first N training queries (cells kept '
+                                                    'apart: a lower bound of the peak, in minutes, not hours)')
     parser.add_argument('--cache-root', default=None, help='where each collection\'s cache lives (default: a '
                                                            'directory under $TMPDIR kept between runs)')
     args = parser.parse_args()
@@ -135,11 +154,11 @@ def main():
     for collection in args.collections:
         cache = root / collection.replace('/', '_')
         cache.mkdir(parents=True, exist_ok=True)
-        for cell in [c for c in CELLS if c in args.cells]:
-            if cell_path(collection, cell).exists():
+        for cell in [c for c in CELLS if c in args.cells and not (args.queries and c in BUILD)]:
+            if cell_path(collection, cell, args.queries).exists():
                 continue
-            result = run_cell(collection, cell, cache)
-            cell_path(collection, cell).write_text(json.dumps(result, indent=1))
+            result = run_cell(collection, cell, cache, args.queries)
+            cell_path(collection, cell, args.queries).write_text(json.dumps(result, indent=1))
             print(json.dumps({k: v for k, v in result.items() if k not in ('header', 'tail')}), flush=True)
             write_summary()
     write_summary()
