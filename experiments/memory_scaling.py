@@ -44,14 +44,15 @@ CELLS = list(BUILD) + list(TRAINERS)
 
 
 def cell_path(collection: str, cell: str, queries: Optional[int] = None) -> Path:
-    return CELLS_DIR / f'{collection.replace("/", "_")}--{cell.replace(" ", "_")}{f"@{queries}" if queries else ""}.json'
+    short = '' if queries is None else f'@{queries}'
+    return CELLS_DIR / f'{collection.replace("/", "_")}--{cell.replace(" ", "_")}{short}.json'
 
 
 def run_cell(collection: str, cell: str, cache: Path, queries: Optional[int] = None) -> dict:
     if cell in BUILD:
         command = [sys.executable, '-c', BUILD[cell].format(c=collection)]
     else:
-        trainer = TRAINERS[cell] + (f':n_queries={queries}' if queries else '')
+        trainer = TRAINERS[cell] + (f':n_queries={queries}' if queries is not None else '')
         command = [sys.executable, '-m', 'pyterrier_selfsup', 'train', trainer, '-c', collection]
     env = {**os.environ, 'SELFSUP_CACHE': str(cache)}
     started, load = time.time(), provenance.load()
@@ -60,7 +61,7 @@ def run_cell(collection: str, cell: str, cache: Path, queries: Optional[int] = N
         proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(proc.pid, 0)
     rc = os.waitstatus_to_exitcode(status)
-    out = {'collection': collection, 'cell': cell, **({'queries': queries} if queries else {}),
+    out = {'collection': collection, 'cell': cell, **({'queries': queries} if queries is not None else {}),
            'command': ' '.join(['python', '-c', repr(command[2])] if cell in BUILD else ['python'] + command[1:]),
            'peak GiB': round(usage.ru_maxrss / 2**20, 2), 'seconds': round(time.time() - started, 1), 'rc': rc,
            'load': load, 'load at the end': provenance.load(), 'header': provenance.header()}
@@ -115,8 +116,8 @@ def write_summary():
     short = [cell for cell in cells if 'queries' in cell]
     if short:
         md += ['## The first steps only', '',
-               '`memory_scaling.py --queries N`: each trainer on its first N training queries (the rest of its '
-               'settings shipped), where the full run would take hours: its peak is a lower bound of the full '
+               '`memory_scaling.py --queries N`: each trainer on N training queries (drawn as its full run draws '
+               'its own, the rest of its settings shipped), where the full run would take hours: its peak is a lower bound of the full '
                'run\'s (the same batch, fewer steps to creep), its time is not the full run\'s.', '']
         for n in sorted({cell['queries'] for cell in short}):
             md += [f'{n} queries:', '', *table([cell for cell in short if cell['queries'] == n], list(TRAINERS),
@@ -144,17 +145,19 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--collections', nargs='+', default=COLLECTIONS)
     parser.add_argument('--cells', nargs='+', default=CELLS, choices=CELLS)
-    parser.add_argument('--queries', type=int, help='trainers on only their first N training queries (cells kept '
+    parser.add_argument('--queries', type=int, help='trainers on only N training queries (cells kept '
                                                     'apart: a lower bound of the peak, in minutes, not hours)')
     parser.add_argument('--cache-root', default=None, help='where each collection\'s cache lives (default: a '
                                                            'directory under $TMPDIR kept between runs)')
     args = parser.parse_args()
+    if args.queries is not None and args.queries < 1:
+        parser.error('--queries: at least 1')
     CELLS_DIR.mkdir(parents=True, exist_ok=True)
     root = Path(args.cache_root or Path(os.environ.get('TMPDIR', '/tmp')) / 'selfsup-memory-scaling')
     for collection in args.collections:
         cache = root / collection.replace('/', '_')
         cache.mkdir(parents=True, exist_ok=True)
-        for cell in [c for c in CELLS if c in args.cells and not (args.queries and c in BUILD)]:
+        for cell in [c for c in CELLS if c in args.cells and not (args.queries is not None and c in BUILD)]:
             if cell_path(collection, cell, args.queries).exists():
                 continue
             result = run_cell(collection, cell, cache, args.queries)

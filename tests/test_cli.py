@@ -178,8 +178,6 @@ def test_code_revision_is_the_one_the_process_imported(tmp_path, monkeypatch):
 
 def test_a_copy_told_its_commit_names_it_over_its_git(monkeypatch):
     from pyterrier_selfsup.harness import provenance
-    own = provenance.code_revision()
-    assert own != 'not a git checkout'  # (this checkout is one)
     monkeypatch.setenv('SELFSUP_CODE_REVISION', 'bae234a8ce4f')  # stage.sh's export on a lent GPU machine
     assert provenance.code_revision() == 'bae234a8ce4f'
 

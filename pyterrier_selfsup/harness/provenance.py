@@ -115,7 +115,7 @@ def header(command: Optional[str] = None) -> Dict[str, str]:
 
 
 def load() -> str:
-    """How busy the machine was as the run began (timings taken beside another job are slower;
-    on 2 cores, one heavy job alone reads about 2)."""
+    """How busy the machine is (a header's: as the run began): timings taken beside another job
+    are slower; on 2 cores, one heavy job alone reads about 2."""
     one, five, _ = os.getloadavg()
-    return f'{one:.1f} (1-minute average), {five:.1f} (5-minute) as the run began, on {os.cpu_count()} cores'
+    return f'{one:.1f} (1-minute average), {five:.1f} (5-minute), on {len(os.sched_getaffinity(0))} cores'

@@ -368,12 +368,13 @@ def _dequantised(repo: str, gguf_file: str, cache_dir=None) -> Path:
 
     def convert(staging: Path):
         child = subprocess.run([sys.executable, '-c', _CONVERT_IN_A_CHILD, repo, gguf_file, str(staging), what],
-                               capture_output=True, text=True)
+                               capture_output=True, text=True, errors='replace')
         said = child.stderr.strip()
-        if child.returncode == _CHILD_CACHE_FULL:
-            raise CacheFull(said.splitlines()[-1])
-        if child.returncode == _CHILD_OS_ERROR:  # (a full disk mid-write: build_once names it)
-            code, message = said.splitlines()[-1].split(' ', 1)
+        marked = [line[len(_CHILD_SAYS):] for line in said.splitlines() if line.startswith(_CHILD_SAYS)]
+        if child.returncode == _CHILD_CACHE_FULL and marked:
+            raise CacheFull(marked[-1])
+        if child.returncode == _CHILD_OS_ERROR and marked:  # (a full disk mid-write: build_once names it)
+            code, message = marked[-1].split(' ', 1)
             raise OSError(int(code), message)
         if child.returncode:
             lines = said.splitlines() or ['(nothing said)']
@@ -384,7 +385,7 @@ def _dequantised(repo: str, gguf_file: str, cache_dir=None) -> Path:
     return build_once(path, convert, what=what)
 
 
-_CHILD_CACHE_FULL, _CHILD_OS_ERROR = 3, 4
+_CHILD_CACHE_FULL, _CHILD_OS_ERROR, _CHILD_SAYS = 3, 4, 'selfsup-conversion: '
 _CONVERT_IN_A_CHILD = f"""
 import sys
 from pathlib import Path
@@ -393,12 +394,12 @@ from pyterrier_selfsup.models.generator import convert_gguf
 try:
     convert_gguf(sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4])
 except CacheFull as error:
-    print(error, file=sys.stderr)
+    print({_CHILD_SAYS!r} + str(error), file=sys.stderr)
     sys.exit({_CHILD_CACHE_FULL})
 except OSError as error:
     if error.errno is None:
         raise
-    print(error.errno, error.strerror, file=sys.stderr)
+    print({_CHILD_SAYS!r} + f'{{error.errno}} {{error.strerror}}', file=sys.stderr)
     sys.exit({_CHILD_OS_ERROR})
 """
 

@@ -2,16 +2,19 @@
 
 That machine (scripts/gpu/README.md) has Python 3.12, torch 2.11, transformers 5.17 and
 sentence-transformers, reaches no registry and no model hub, and takes at most 64 MiB a
-call, the working tree included (about 9 MiB). So the rest travels in parts, each named
-in one call's ``carry`` and unpacked by ``scripts/gpu/stage.sh`` into /tmp/selfsup, which
-stays while the machine is warm (30 s after a call, so the calls follow each other):
+call, the working tree included (22 MiB in 2026-11). So the rest travels as one gzip'd tar
+cut into parts ``.gpu/1``, ``.gpu/2``, ..., each named in one call's ``carry`` and unpacked by
+``scripts/gpu/stage.sh`` into /tmp/selfsup once the last has come, which stays while the
+machine is warm (30 s after a call, so the calls follow each other). The tar holds:
 
-- ``.gpu/a``: cp312 wheels of the dependencies the image lacks (transformers >= 5.23
-  among them; not faiss, whose GPU build is hundreds of MB and is for CUDA 12: exact
-  search runs on the GPU through torch instead), scifact's and cranfield's ir_datasets
-  files and the classic collections;
-- ``.gpu/b``: all-MiniLM-L6-v2 with its weights in fp16 (stage.sh restores fp32);
-- ``.gpu/c``, ``.gpu/d``: the two halves of the SmolLM2 GGUF file.
+- cp312 wheels of the dependencies the image lacks (transformers >= 5.23 among them; not
+  faiss, whose GPU build is hundreds of MB and is for CUDA 12: exact search runs on the GPU
+  through torch instead), scifact's and cranfield's ir_datasets files and the classic
+  collections;
+- all-MiniLM-L6-v2 with its weights in fp16 (stage.sh restores fp32);
+- the SmolLM2 GGUF file;
+- ``REVISION``: the commit the bundle is made at, which the runs' headers name (make the
+  bundle after the last commit: the tree travels afresh with each call, the revision does not).
 
     python scripts/gpu/bundle.py        # here, with the offline assets seeded (make test does it)
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the lent GPU machine, once the four parts are staged (scripts/gpu/README.md), to $OUT
+# On the lent GPU machine, once the bundle's parts are staged (scripts/gpu/README.md), to $OUT
 # (what the device tool brings back), or to experiments/results/gpu elsewhere:
 #   bash scripts/gpu/run.sh          the suite's CUDA tests and the one-device benchmark
 #   bash scripts/gpu/run.sh benchmark the benchmark alone

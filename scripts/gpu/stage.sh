@@ -34,10 +34,12 @@ case "$part" in
     mkdir -p "$home/parts"
     cp "$root/.gpu/$part/piece" "$home/parts/$part"
     cp "$root/.gpu/$part/manifest.json" "$home/manifest.json"
-    come=$(ls "$home/parts" | wc -l)
     wanted=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["parts"])' "$home/manifest.json")
+    come=0
+    for i in $(seq 1 "$wanted"); do [ ! -f "$home/parts/$i" ] || come=$((come + 1)); done
     echo "part $part staged ($come of $wanted)" >&2
     [ "$come" -eq "$wanted" ] || exit 0
+    rm -f "$home/.staged"  # (a warm machine staged before: not staged until this unpacking ends)
     # all here: check the whole, unpack it, install the wheels, restore MiniLM's fp32
     python3 - "$home" <<'EOF'
 import hashlib, io, json, sys, tarfile
