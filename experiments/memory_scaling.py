@@ -43,16 +43,17 @@ BUILD = {
 CELLS = list(BUILD) + list(TRAINERS)
 
 
-def cell_path(collection: str, cell: str, queries: Optional[int] = None) -> Path:
-    short = '' if queries is None else f'@{queries}'
+def cell_path(collection: str, cell: str, queries: Optional[int] = None, settings: str = '') -> Path:
+    short = ('' if queries is None else f'@{queries}') + (f'+{settings}' if settings else '')
     return CELLS_DIR / f'{collection.replace("/", "_")}--{cell.replace(" ", "_")}{short}.json'
 
 
-def run_cell(collection: str, cell: str, cache: Path, queries: Optional[int] = None) -> dict:
+def run_cell(collection: str, cell: str, cache: Path, queries: Optional[int] = None, settings: str = '') -> dict:
     if cell in BUILD:
         command = [sys.executable, '-c', BUILD[cell].format(c=collection)]
     else:
-        trainer = TRAINERS[cell] + (f':n_queries={queries}' if queries is not None else '')
+        given = ([f'n_queries={queries}'] if queries is not None else []) + ([settings] if settings else [])
+        trainer = TRAINERS[cell] + (':' + ','.join(given) if given else '')
         command = [sys.executable, '-m', 'pyterrier_selfsup', 'train', trainer, '-c', collection]
     env = {**os.environ, 'SELFSUP_CACHE': str(cache)}
     started, load = time.time(), provenance.load()
@@ -62,6 +63,7 @@ def run_cell(collection: str, cell: str, cache: Path, queries: Optional[int] = N
         _, status, usage = os.wait4(proc.pid, 0)
     rc = os.waitstatus_to_exitcode(status)
     out = {'collection': collection, 'cell': cell, **({'queries': queries} if queries is not None else {}),
+           **({'settings': settings} if settings else {}),
            'command': ' '.join(['python', '-c', repr(command[2])] if cell in BUILD else ['python'] + command[1:]),
            'peak GiB': round(usage.ru_maxrss / 2**20, 2), 'seconds': round(time.time() - started, 1), 'rc': rc,
            'load': load, 'load at the end': provenance.load(), 'header': provenance.header()}
@@ -109,19 +111,20 @@ def write_summary():
           '- command: memory_scaling.py (each cell a process of its own; its header in its JSON file under '
           'memory_scaling/)',
           f'- machine: {cells[-1]["header"].get("machine", "")}', '',
-          *table([cell for cell in cells if 'queries' not in cell], CELLS, order, sizes),
+          *table([cell for cell in cells if 'queries' not in cell and 'settings' not in cell], CELLS, order, sizes),
           'Each cell: peak resident memory, wall time (a cell that failed says so; its log tail is in its '
           'JSON file). *: another job ran beside it (the 1-minute load average at its end above the cores + 0.5), '
           'so its time is longer than alone; its memory is its own.', '']
-    short = [cell for cell in cells if 'queries' in cell]
+    short = [cell for cell in cells if 'queries' in cell or 'settings' in cell]
     if short:
-        md += ['## The first steps only', '',
-               '`memory_scaling.py --queries N`: each trainer on N training queries (drawn as its full run draws '
-               'its own, the rest of its settings shipped), where the full run would take hours: its peak is a lower bound of the full '
-               'run\'s (the same batch, fewer steps to creep), its time is not the full run\'s.', '']
-        for n in sorted({cell['queries'] for cell in short}):
-            md += [f'{n} queries:', '', *table([cell for cell in short if cell['queries'] == n], list(TRAINERS),
-                                              order, sizes)]
+        md += ['## Short runs, and what a setting trades', '',
+               '`--queries N`: each trainer on N training queries (drawn as its full run draws its own), where the '
+               'full run takes hours: its peak is a lower bound of the full run\'s (the same batches, fewer steps to '
+               'creep); its time is not the full run\'s. `--settings K=V,...`: the same with those settings.', '']
+        for n, given in sorted({(cell.get('queries', 0), cell.get('settings', '')) for cell in short}):
+            md += [f'{n or "all the"} queries' + (f', `{given}`' if given else '') + ':', '',
+                   *table([cell for cell in short if (cell.get('queries', 0), cell.get('settings', '')) == (n, given)],
+                          list(TRAINERS), order, sizes)]
     (RESULTS / 'memory_scaling.md').write_text('\n'.join(md))
     import matplotlib
     matplotlib.use('Agg')
@@ -129,7 +132,7 @@ def write_summary():
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for k in CELLS:
         points = sorted((sizes[cell['collection']], cell['peak GiB']) for cell in cells
-                        if cell['cell'] == k and not cell['rc'] and 'queries' not in cell)
+                        if cell['cell'] == k and not cell['rc'] and 'queries' not in cell and 'settings' not in cell)
         if points:
             ax.plot(*zip(*points), marker='o', label=k)
     ax.set_xscale('log')
@@ -147,6 +150,8 @@ def main():
     parser.add_argument('--cells', nargs='+', default=CELLS, choices=CELLS)
     parser.add_argument('--queries', type=int, help='trainers on only N training queries (cells kept '
                                                     'apart: a lower bound of the peak, in minutes, not hours)')
+    parser.add_argument('--settings', default='', help='KEY=VALUE,... for every trainer (cells kept apart, '
+                                                        'named with them): what a setting trades')
     parser.add_argument('--cache-root', default=None, help='where each collection\'s cache lives (default: a '
                                                            'directory under $TMPDIR kept between runs)')
     args = parser.parse_args()
@@ -157,11 +162,11 @@ def main():
     for collection in args.collections:
         cache = root / collection.replace('/', '_')
         cache.mkdir(parents=True, exist_ok=True)
-        for cell in [c for c in CELLS if c in args.cells and not (args.queries is not None and c in BUILD)]:
-            if cell_path(collection, cell, args.queries).exists():
+        for cell in [c for c in CELLS if c in args.cells and not ((args.queries is not None or args.settings) and c in BUILD)]:
+            if cell_path(collection, cell, args.queries, args.settings).exists():
                 continue
-            result = run_cell(collection, cell, cache, args.queries)
-            cell_path(collection, cell, args.queries).write_text(json.dumps(result, indent=1))
+            result = run_cell(collection, cell, cache, args.queries, args.settings)
+            cell_path(collection, cell, args.queries, args.settings).write_text(json.dumps(result, indent=1))
             print(json.dumps({k: v for k, v in result.items() if k not in ('header', 'tail')}), flush=True)
             write_summary()
     write_summary()
