@@ -41,6 +41,12 @@ BUILD = {
                       "s.DenseRetriever.from_collection(c)(c.topics())"),
 }
 CELLS = list(BUILD) + list(TRAINERS)
+# cells whose time is not their own, for a reason their JSON file could not record
+TIME_NOT_OWN = {
+    ('beir/scifact/test', 'ds'): 'stopped (SIGSTOP) while examples_runtime.py and the CI suite ran, 2026-11-26',
+    ('beir/scifact/test', 'minilm index'): 'ran beside the session\'s tests before the load was recorded',
+    ('classic/adi', 'reatt'): 'ran beside another job before the load was recorded',
+}
 
 
 def cell_path(collection: str, cell: str, queries: Optional[int] = None, settings: str = '') -> Path:
@@ -96,7 +102,8 @@ def table(cells: list, columns: list, order: list, sizes: dict) -> list:
             continue
         lines.append(f'| {c} | {sizes[c]:,} | ' + ' | '.join(
             (f'{row[k]["peak GiB"]:.2f} GiB, {row[k]["seconds"] / 60:.1f} min' + (' (failed)' if row[k]['rc'] else '')
-             + ('*' if beside(row[k]) else '') if k in row else '') for k in columns) + ' |')
+             + ('*' if beside(row[k]) else '') + ('†' if (c, k) in TIME_NOT_OWN and 'queries' not in row[k] else '')
+             if k in row else '') for k in columns) + ' |')
     return lines + ['']
 
 
@@ -114,7 +121,8 @@ def write_summary():
           *table([cell for cell in cells if 'queries' not in cell and 'settings' not in cell], CELLS, order, sizes),
           'Each cell: peak resident memory, wall time (a cell that failed says so; its log tail is in its '
           'JSON file). *: another job ran beside it (the 1-minute load average at its end above the cores + 0.5), '
-          'so its time is longer than alone; its memory is its own.', '']
+          'so its time is longer than alone; its memory is its own.', '',
+          *(f'†: {c} {k}: its time is not its own: {why}.' for (c, k), why in TIME_NOT_OWN.items()), '']
     short = [cell for cell in cells if 'queries' in cell or 'settings' in cell]
     if short:
         md += ['## Short runs, and what a setting trades', '',
