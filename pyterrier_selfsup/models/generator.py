@@ -386,22 +386,22 @@ def _dequantised(repo: str, gguf_file: str, cache_dir=None) -> Path:
 
 
 _CHILD_CACHE_FULL, _CHILD_OS_ERROR, _CHILD_SAYS = 3, 4, 'selfsup-conversion: '
-_CONVERT_IN_A_CHILD = f"""
-import sys
-from pathlib import Path
-from pyterrier_selfsup._cache.faults import CacheFull
-from pyterrier_selfsup.models.generator import convert_gguf
-try:
-    convert_gguf(sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4])
-except CacheFull as error:
-    print({_CHILD_SAYS!r} + str(error), file=sys.stderr)
-    sys.exit({_CHILD_CACHE_FULL})
-except OSError as error:
-    if error.errno is None:
-        raise
-    print({_CHILD_SAYS!r} + f'{{error.errno}} {{error.strerror}}', file=sys.stderr)
-    sys.exit({_CHILD_OS_ERROR})
-"""
+_CONVERT_IN_A_CHILD = 'import sys; from pyterrier_selfsup.models.generator import _child; _child(*sys.argv[1:])'
+
+
+def _child(repo: str, gguf_file: str, staging: str, what: str):
+    """The child process of :func:`_dequantised`: :func:`convert_gguf`, a full cache or a
+    failed write said (marked) for the parent to raise again."""
+    try:
+        convert_gguf(repo, gguf_file, Path(staging), what)
+    except CacheFull as error:
+        print(_CHILD_SAYS + str(error), file=sys.stderr)
+        sys.exit(_CHILD_CACHE_FULL)
+    except OSError as error:
+        if error.errno is None:
+            raise
+        print(f'{_CHILD_SAYS}{error.errno} {error.strerror}', file=sys.stderr)
+        sys.exit(_CHILD_OS_ERROR)
 
 
 def convert_gguf(repo: str, gguf_file: str, staging: Path, what: str):

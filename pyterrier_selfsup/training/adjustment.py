@@ -183,14 +183,14 @@ class CrossDocumentAdjustment(Trainer):
         The rest as for :class:`~pyterrier_selfsup.training.Trainer`.
     """
     description = 'ReAtt adjustment'
+    marker = 'retrieval seconds'  # each iteration's re-retrieval of the close documents
+    data_parallel = True
 
     def checkpoints_by_default(self) -> bool:
         """Off: a step's gradient passes the layers below the retrieval head only (one, for
         MiniLM's shipped head), where checkpointing saves nothing and costs a third more time
         (experiments/results/memory_probe.md: 2.93 against 2.92 GiB, 65 against 87 s on ADI)."""
         return False
-    marker = 'retrieval seconds'  # each iteration's re-retrieval of the close documents
-    data_parallel = True
 
     def __init__(self, model, generator: Optional[Generator], collection: Union[str, Collection], *, k: int = _S.k,
                  alpha: float = _S.alpha, target: str = _S.target, teacher_temperature: float = _S.teacher_temperature,
