@@ -55,6 +55,29 @@ def test_target_chunks_keep_to_the_logits_budget_and_score_the_same(tiny_generat
     np.testing.assert_allclose(gen.log_likelihoods(targets, passages), unbounded, rtol=1e-5)
 
 
+def test_targets_read_their_prefixes_a_layer_at_a_time_and_score_what_copies_score(tiny_generator, monkeypatch):
+    """A chunk of targets reads its prefixes through a PrefixCache (each layer's selected and
+    joined at its turn, nothing stored) rather than a DynamicCache built from copies of them
+    (every layer's held through the forward): the same tensors reach attention, so the same
+    scores, bit for bit."""
+    from pyterrier_selfsup.models import generator
+    gen = tiny_generator('llama', batch_size=2)
+    targets = [t for t in TARGETS for _ in PASSAGES]
+    passages = [p for _ in TARGETS for p in PASSAGES]
+    reads = []
+    update = generator.PrefixLayer.update
+    monkeypatch.setattr(generator.PrefixLayer, 'update', lambda self, *a, **k: reads.append(len(self.rows))
+                        or update(self, *a, **k))
+    assert gen._prefix_cache_fits
+    shared = gen.log_likelihoods(targets, passages)
+    layers = gen.model.config.num_hidden_layers
+    assert len(reads) % layers == 0 and sum(reads) == layers * len(targets)  # every target, at every layer
+    before = len(reads)
+    monkeypatch.setattr(gen, '_prefix_cache_fits', False)  # (DynamicCache, as before)
+    assert np.array_equal(gen.log_likelihoods(targets, passages), shared)
+    assert len(reads) == before  # (that path reads no PrefixLayer)
+
+
 def test_prefix_cache_scores_equal_uncached_ones_on_real_smollm2(cache_dir):
     gen = Generator.from_pretrained(SMOLLM2, gguf_file=SMOLLM2_GGUF, cache_dir=cache_dir, device='cpu',
                                     precision='fp32', batch_size=2)

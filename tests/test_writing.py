@@ -34,11 +34,13 @@ def test_shared_prefill_writes_what_separate_prefills_write(tiny_generator):
 def test_the_shared_prompt_cache_writes_what_the_dynamic_cache_writes(tiny_generator, monkeypatch):
     """The writer's own cache (each prompt held once and read by all its samples, prompts
     prefilled in separate forwards and joined, their attention in chunks of 4 positions,
-    finished samples and then their prompts dropped) against transformers' DynamicCache (each
+    finished samples and then their prompts dropped, the new tokens' buffers grown as samples
+    pass their room) against transformers' DynamicCache (each
     prompt copied to its samples, attention in one call): in fp32 the same queries, sampled and
     greedy, with rows leaving the batch as their queries end."""
     from pyterrier_selfsup.models import writing
     monkeypatch.setattr(writing, 'PREFILL_CHUNK', 4)
+    monkeypatch.setattr(writing, 'NEW_TOKENS_RESERVED', 3)  # the new tokens' buffers grow three times
     gen = tiny_generator('llama')
     assert min(len(x) for x in QueryWriter(gen).prompt_ids(PASSAGES)) > 3 * writing.PREFILL_CHUNK
     written = {}
