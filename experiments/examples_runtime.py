@@ -46,7 +46,7 @@ def main():
                 seconds = time.time() - started
                 rc = os.waitstatus_to_exitcode(status)
                 rows.append({'example': ' '.join([script, *args]), 'seconds': round(seconds, 1), 'rc': rc,
-                             'peak GiB': round(usage.ru_maxrss / 2**20, 1)})
+                             'peak GiB': round(usage.ru_maxrss / 2**20, 2)})
                 print(f'{rows[-1]}', flush=True)
                 if rc:
                     log.seek(0)
@@ -58,7 +58,7 @@ def main():
     md = ['# The examples at their defaults: wall time', '',
           *(f'- {k}: {v}' for k, v in {**header, **settings}.items()), '',
           '| example | seconds | peak memory (GiB) | exit |', '|---|---|---|---|',
-          *(f'| `{r["example"]}` | {r["seconds"]:.0f} | {r["peak GiB"]:.1f} | {r["rc"]} |' for r in rows), '',
+          *(f'| `{r["example"]}` | {r["seconds"]:.0f} | {r["peak GiB"]:.2f} | {r["rc"]} |' for r in rows), '',
           f'All {len(rows)} in {sum(r["seconds"] for r in rows) / 60:.0f} minutes.', '']
     (RESULTS / 'examples_runtime.md').write_text('\n'.join(md))
     print('\n'.join(md))
