@@ -363,8 +363,8 @@ class PrefixLayer(DynamicLayer):
     turn, each target's prefix is selected (``rows``) and joined to the target's own keys and
     values, and not stored. A ``DynamicCache`` built from the selected prefixes held every
     layer's copies for the whole forward, twice while it was built (its ``update``
-    concatenates onto an empty tensor): for 64 targets of SmolLM2 on 256-token passages,
-    about 1.1 GB, where this holds one layer's. Attention reads the same tensors either way."""
+    concatenates onto an empty tensor), where this holds one layer's; attention reads the same
+    tensors either way (experiments/results/memory_fixes.md: the same scores, less memory)."""
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, rows: torch.Tensor):
         super().__init__()

@@ -51,9 +51,10 @@ PLAIN_PROMPT = 'Passage: {passage}\nA question this passage answers:'
 WRITER_VERSION = 2
 GENERATE_TOP_K = 50  # the top k transformers' generate samples from where a model's config sets none
 NUCLEUS_CANDIDATES = 256  # tokens sorted for nucleus sampling (more where a row's nucleus is wider)
-# new tokens' room a sample's keys and values are given at a time: a buffer sized for the
-# longest query (32 tokens) held 0.7 GB for 64 passages x 10 samples of SmolLM2, while most
-# queries end within 16 tokens and leave the batch (then the buffer grows by copying the rows left)
+# new tokens' room a sample's keys and values are given at a time. Room for the longest query
+# (32 tokens) was 0.7 GB for SmolLM2's 64 passages x 10 samples on ADI (640 x 33 positions x 30
+# layers x 1,152 bytes), while most queries end within 16 tokens and leave the batch; the buffer
+# grows by copying the rows still writing (experiments/results/memory_fixes.md)
 NEW_TOKENS_RESERVED = 8
 
 

@@ -1,0 +1,104 @@
+"""Two memory fixes checked on ADI, each against the code path it replaced, a process a side
+(issue 32): the same output, bit for bit, and the peak resident memory of each.
+
+- ``score``: the teacher's scoring (``Generator.log_likelihoods``, SmolLM2) of 560 pairs (each
+  ADI topic with 16 documents drawn with seed 0), its targets reading their prefixes through a
+  ``PrefixCache`` (``new``) or a ``DynamicCache`` built from copies of them (``old``);
+- ``write``: the distillation example's queries (``sampled_queries`` at the shipped settings),
+  the writer's new-token buffers grown ``NEW_TOKENS_RESERVED`` (8) positions at a time
+  (``new``) or reserved for the longest query at once (``old``).
+
+    python experiments/memory_fixes.py
+writes experiments/results/memory_fixes.{md,json}.
+"""
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pyterrier_selfsup.harness import provenance
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / 'experiments' / 'results'
+CHECKS = {'score': 'the teacher scoring 560 ADI pairs (SmolLM2)',
+          'write': "SmolLM2 writing the distillation example's ADI queries"}
+SIDES = {'score': {'old': 'DynamicCache of copied prefixes', 'new': 'PrefixCache'},
+         'write': {'old': 'room for 32 new tokens at once', 'new': 'room grown 8 tokens at a time'}}
+
+
+def child(check: str, side: str, out: str):
+    """One side of one check, in this process: its output saved to ``out`` (.npy or .json)."""
+    import numpy as np
+    import pyterrier_selfsup as selfsup
+    from pyterrier_selfsup.models import generator as G, writing as W
+    collection = selfsup.Collection('classic/adi')
+    gen = selfsup.Generator.from_pretrained(selfsup.SMOLLM2, gguf_file=selfsup.SMOLLM2_GGUF)
+    started = time.time()
+    if check == 'score':
+        if side == 'old':
+            G.Generator._prefix_cache_fits = property(lambda self: False)
+        docs = list(collection.corpus_iter())
+        rng = np.random.default_rng(0)
+        pairs = [(q, docs[j]['text']) for q in collection.topics()['query']
+                 for j in rng.choice(len(docs), 16, replace=False)]
+        scores = gen.log_likelihoods([q for q, _ in pairs], [p for _, p in pairs])
+        np.save(out, scores)
+        size = len(scores)
+    else:
+        if side == 'old':
+            W.NEW_TOKENS_RESERVED = 10 ** 9  # (capped at max_new_tokens: all of it at once)
+        frame = selfsup.sampled_queries(collection, gen, selfsup.DistillationSettings().n_queries)
+        Path(out).write_text(json.dumps(frame.to_dict('records')))
+        size = len(frame)
+    print(json.dumps({'seconds': round(time.time() - started, 1), 'items': size,
+                      'peak GiB': round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20, 2)}))
+
+
+def same(check: str, a: str, b: str) -> bool:
+    if check == 'score':
+        import numpy as np
+        return bool(np.array_equal(np.load(a), np.load(b)))
+    return json.loads(Path(a).read_text()) == json.loads(Path(b).read_text())
+
+
+def main():
+    header = provenance.header()
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        # (a cache of its own: the GGUF conversion is made by the first child, in a process of its own as always)
+        env = {**os.environ, 'SELFSUP_CACHE': f'{work}/cache'}
+        for check in CHECKS:
+            outs = {}
+            for side in ('old', 'new'):
+                outs[side] = f'{work}/{check}-{side}' + ('.npy' if check == 'score' else '.json')
+                done = subprocess.run([sys.executable, __file__, '--child', check, side, outs[side]], env=env,
+                                      capture_output=True, text=True)
+                if done.returncode:
+                    raise RuntimeError(f'{check} {side} failed:\n{done.stderr[-3000:]}')
+                said = json.loads(done.stdout.strip().splitlines()[-1])
+                rows.append({'check': check, 'side': side, 'path': SIDES[check][side], **said})
+                print(rows[-1], flush=True)
+            rows[-1]['same output as old'] = same(check, outs['old'], outs['new'])
+    (RESULTS / 'memory_fixes.json').write_text(json.dumps({'header': header, 'rows': rows}, indent=1))
+    md = ['# Two memory fixes against the paths they replaced (ADI)', '',
+          *(f'- {k}: {v}' for k, v in header.items()),
+          '- each side a process of its own (its peak: its own ru_maxrss); the first child of the run also loads '
+          'SmolLM2 from an empty cache (the GGUF conversion runs in a process of its own)', '',
+          '| check | path | items | seconds | peak memory (GiB) | output the same as the old path\'s |',
+          '|---|---|---|---|---|---|',
+          *(f'| {CHECKS[r["check"]]} | {r["side"]}: {r["path"]} | {r["items"]} | {r["seconds"]} | '
+            f'{r["peak GiB"]:.2f} | {"" if "same output as old" not in r else ("yes, bit for bit" if r["same output as old"] else "NO")} |'
+            for r in rows), '']
+    (RESULTS / 'memory_fixes.md').write_text('\n'.join(md))
+    print('\n'.join(md))
+
+
+if __name__ == '__main__':
+    if sys.argv[1:2] == ['--child']:
+        child(*sys.argv[2:5])
+    else:
+        main()
