@@ -9,10 +9,8 @@ writes experiments/results/examples_runtime.{md,json}.
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from pyterrier_selfsup.harness import provenance
@@ -38,21 +36,19 @@ def main():
                            for d in adi.corpus_iter())
         Path(f'{work}/queries.txt').write_text('\n'.join(adi.topics()['query']) + '\n')
         for script, *args in RUNS:
-            started = time.time()
             with open(f'{work}/log', 'w+') as log:
-                proc = subprocess.Popen([sys.executable, str(ROOT / 'examples' / script), *args], cwd=work, env=env,
-                                        stdout=log, stderr=subprocess.STDOUT)
-                _, status, usage = os.wait4(proc.pid, 0)  # (this child's own peak memory, not the largest so far)
-                seconds = time.time() - started
-                rc = os.waitstatus_to_exitcode(status)
-                rows.append({'example': ' '.join([script, *args]), 'seconds': round(seconds, 1), 'rc': rc,
-                             'peak GiB': round(usage.ru_maxrss / 2**20, 2)})
+                run = provenance.run_measured([sys.executable, str(ROOT / 'examples' / script), *args], cwd=work,
+                                              env=env, log=log)
+                rc = run.rc
+                rows.append({'example': ' '.join([script, *args]), 'seconds': run.seconds, 'rc': rc,
+                             'peak GiB': run.peak_gib})
                 print(f'{rows[-1]}', flush=True)
                 if rc:
                     log.seek(0)
                     print(log.read()[-3000:], flush=True)
     settings = {'collection': 'classic/adi (82 documents, 35 queries), each example at its defaults',
-                'cache': 'empty at the start, shared by the examples in this order'}
+                'cache': 'empty at the start, shared by the examples in this order',
+                'memory': "each example's own peak resident memory (provenance.run_measured)"}
     (RESULTS / 'examples_runtime.json').write_text(json.dumps({'header': header, 'settings': settings,
                                                                 'rows': rows}, indent=1))
     md = ['# The examples at their defaults: wall time', '',

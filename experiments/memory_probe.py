@@ -26,10 +26,8 @@ keeps the others' results from the JSON (each row then has its own date and code
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from pyterrier_selfsup.harness import provenance
@@ -79,17 +77,15 @@ RUNS = [  # (name, example and its arguments, trainer changes, environment, the 
 
 
 def peak(command, env=None, cwd=None):
-    """(peak resident GiB, seconds, output) of ``command`` run as a child."""
-    started = time.time()
+    """(peak resident GiB, seconds, output) of ``command`` run as a child (its own peak:
+    provenance.run_measured)."""
     with tempfile.TemporaryFile('w+') as log:
-        proc = subprocess.Popen(command, env={**os.environ, **(env or {})}, cwd=cwd, stdout=log,
-                                stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)
+        run = provenance.run_measured(command, env={**os.environ, **(env or {})}, cwd=cwd, log=log)
         log.seek(0)
         output = log.read()
-    if os.waitstatus_to_exitcode(status):
+    if run.rc:
         sys.exit(f'{command} failed:\n{output[-3000:]}')
-    return round(usage.ru_maxrss / 2**20, 2), round(time.time() - started, 1), output
+    return run.peak_gib, run.seconds, output
 
 
 def seconds_note(row: dict) -> str:

@@ -16,9 +16,7 @@ run over several sessions. Every run writes ``memory_scaling.{md,png}`` from the
 import argparse
 import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -41,11 +39,14 @@ BUILD = {
                       "s.DenseRetriever.from_collection(c)(c.topics())"),
 }
 CELLS = list(BUILD) + list(TRAINERS)
+# how a cell's peak was taken: since 2026-11-26 by provenance.run_measured, its own; cells without
+# this field were started straight from this script's process, whose memory (about 0.5 GiB: torch
+# imported) Linux counted in theirs, so a peak below that read as that (the build and search cells)
+MEASURED = 'own (run_measured)'
 # cells whose time is not their own, for a reason their JSON file could not record
 TIME_NOT_OWN = {
     ('beir/scifact/test', 'ds'): 'stopped (SIGSTOP) while examples_runtime.py and the CI suite ran, 2026-11-26',
     ('beir/scifact/test', 'minilm index'): 'ran beside the session\'s tests before the load was recorded',
-    ('classic/adi', 'reatt'): 'ran beside another job before the load was recorded',
 }
 
 
@@ -62,16 +63,15 @@ def run_cell(collection: str, cell: str, cache: Path, queries: Optional[int] = N
         trainer = TRAINERS[cell] + (':' + ','.join(given) if given else '')
         command = [sys.executable, '-m', 'pyterrier_selfsup', 'train', trainer, '-c', collection]
     env = {**os.environ, 'SELFSUP_CACHE': str(cache)}
-    started, load = time.time(), provenance.load()
+    load = provenance.load()
     log_path = cache / f'{cell.replace(" ", "_")}.log'
     with open(log_path, 'w') as log:
-        proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)
-    rc = os.waitstatus_to_exitcode(status)
+        run = provenance.run_measured(command, env=env, log=log)
+    rc = run.rc
     out = {'collection': collection, 'cell': cell, **({'queries': queries} if queries is not None else {}),
            **({'settings': settings} if settings else {}),
            'command': ' '.join(['python', '-c', repr(command[2])] if cell in BUILD else ['python'] + command[1:]),
-           'peak GiB': round(usage.ru_maxrss / 2**20, 2), 'seconds': round(time.time() - started, 1), 'rc': rc,
+           'peak GiB': run.peak_gib, 'seconds': run.seconds, 'rc': rc, 'measured': MEASURED,
            'load': load, 'load at the end': provenance.load(), 'header': provenance.header()}
     said = log_path.read_text().splitlines()
     out['stage times'] = stage_times_said(said)

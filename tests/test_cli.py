@@ -182,6 +182,20 @@ def test_a_copy_told_its_commit_names_it_over_its_git(monkeypatch):
     assert provenance.code_revision() == 'bae234a8ce4f'
 
 
+def test_a_measured_child_peaks_at_its_own_memory_not_at_its_parents():
+    """run_measured, the memory experiments' way of taking a peak: the child's own and its exit
+    code. Started straight from this process (which holds torch and the array below), Linux would
+    count this process's peak in the child's ru_maxrss."""
+    import numpy as np
+    from pyterrier_selfsup.harness.provenance import run_measured
+    held = np.ones(256 * 2 ** 20 // 8)  # (this process: far above the children below)
+    small = run_measured([sys.executable, '-c', 'pass'])
+    big = run_measured([sys.executable, '-c', "import sys; b = b'x' * (200 * 2 ** 20); sys.exit(3)"])
+    assert small.rc == 0 and small.peak_gib < 0.05
+    assert big.rc == 3 and 0.19 < big.peak_gib < 0.25
+    assert held.sum() > 0
+
+
 def test_a_measure_equal_to_the_baseline_on_every_query_is_not_marked_significant():
     from pyterrier_selfsup.harness.experiment import MEASURE_NAMES, format_table
     row = {'name': 'bm25', 'mrt': 1.0, **{m: 0.5 for m in MEASURE_NAMES}}

@@ -1,13 +1,17 @@
-"""What produced a result: machine, package versions, models, code revision, command."""
+"""What produced a result: machine, package versions, models, code revision, command; and a
+command run as a child process with its own peak memory and wall time (:func:`run_measured`)."""
 import datetime
 import os
 import platform
 import shlex
 import subprocess
 import sys
+import tempfile
+import time
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Optional, Sequence
 
 PACKAGES = ('pyterrier-selfsup', 'torch', 'transformers', 'sentence-transformers', 'pyterrier', 'python-terrier',
             'pyterrier-pisa', 'pyterrier-dr', 'faiss-cpu', 'faiss-gpu-cu12', 'ir-datasets', 'ir-measures',
@@ -119,3 +123,40 @@ def load() -> str:
     are slower; on 2 cores, one heavy job alone reads about 2."""
     one, five, _ = os.getloadavg()
     return f'{one:.1f} (1-minute average), {five:.1f} (5-minute), on {len(os.sched_getaffinity(0))} cores'
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A child process's exit code, its own peak resident memory and its wall time."""
+    rc: int
+    peak_gib: float  # wait4's ru_maxrss: the child's own peak, or a descendant's it waited for where larger
+    seconds: float
+
+
+# Run between this process and the measured command (python -S: no site packages, a few MiB):
+# Linux counts in a child's ru_maxrss the memory of the process it was started from (at exec, the
+# replaced image's high-water mark: under vfork, which Python's subprocess uses, the parent's whole
+# peak), so a command started straight from a process holding torch would never measure below it.
+_MEASURING = ('import os, subprocess, sys\n'
+              'proc = subprocess.Popen(sys.argv[2:])\n'
+              '_, status, usage = os.wait4(proc.pid, 0)\n'
+              'with open(sys.argv[1], "w") as out:\n'
+              '    out.write(f"{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}")\n')
+
+
+def run_measured(command: Sequence[str], *, env: Optional[Dict[str, str]] = None, cwd=None, log=None) -> Measured:
+    """``command`` run as a child process (both output streams to the file object ``log``, or
+    inherited) and measured: the memory experiments' one way of taking a run's peak resident
+    memory, its own (``wait4``'s ``ru_maxrss``, taken by a small process that starts it, so that
+    this process's memory is not counted in it) and its wall time."""
+    started = time.time()
+    with tempfile.TemporaryDirectory() as work:
+        said = Path(work) / 'measured'
+        proc = subprocess.Popen([sys.executable, '-S', '-c', _MEASURING, str(said), *command], env=env, cwd=cwd,
+                                stdout=log, stderr=subprocess.STDOUT if log is not None else None)
+        proc.wait()
+        seconds = round(time.time() - started, 1)
+        if not said.exists():  # (the measuring process itself failed)
+            raise RuntimeError(f'could not measure {command}: exit {proc.returncode}')
+        rc, kib = said.read_text().split()
+    return Measured(int(rc), round(int(kib) / 2 ** 20, 2), seconds)
