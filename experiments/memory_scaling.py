@@ -122,6 +122,10 @@ def write_summary():
           'Each cell: peak resident memory, wall time (a cell that failed says so; its log tail is in its '
           'JSON file). *: another job ran beside it (the 1-minute load average at its end above the cores + 0.5), '
           'so its time is longer than alone; its memory is its own.', '',
+          'A peak is the cell\'s own (`provenance.run_measured`). Before 2026-11-26 10:00 UTC the cells were started '
+          'straight from this script, whose memory (torch imported: about 0.5 GiB) Linux counted in theirs; their '
+          'JSON files have no `measured` field. Such a peak is right where it is above that (every trainer\'s); a '
+          'cell below it read as it, and the build and search cells were run again.', '',
           *(f'†: {c} {k}: its time is not its own: {why}.' for (c, k), why in TIME_NOT_OWN.items()), '']
     short = [cell for cell in cells if 'queries' in cell or 'settings' in cell]
     if short:
