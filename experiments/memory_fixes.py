@@ -71,7 +71,7 @@ def main():
         # SmolLM2's GGUF converted before any side runs (wait4 would report the conversion's peak where larger)
         subprocess.run([sys.executable, '-c', 'import pyterrier_selfsup as s; '
                         's.Generator.from_pretrained(s.SMOLLM2, gguf_file=s.SMOLLM2_GGUF)'], env=env, check=True,
-                       capture_output=True)
+                       stdout=subprocess.DEVNULL)  # (its errors on stderr)
         for check in CHECKS:
             outs = {}
             for side in ('old', 'new'):

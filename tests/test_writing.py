@@ -40,15 +40,33 @@ def test_the_shared_prompt_cache_writes_what_the_dynamic_cache_writes(tiny_gener
     greedy, with rows leaving the batch as their queries end."""
     from pyterrier_selfsup.models import writing
     monkeypatch.setattr(writing, 'PREFILL_CHUNK', 4)
-    monkeypatch.setattr(writing, 'NEW_TOKENS_RESERVED', 3)  # the new tokens' buffers grow three times
+    monkeypatch.setattr(writing, 'NEW_TOKENS_RESERVED', 3)  # the new tokens' buffers: room for 3, then grown
     gen = tiny_generator('llama')
     assert min(len(x) for x in QueryWriter(gen).prompt_ids(PASSAGES)) > 3 * writing.PREFILL_CHUNK
+    # every 7th token ends a query (a random tiny model seldom writes its real end tokens): rows leave at
+    # different steps, and their prompts with them
+    kinds = QueryWriter(gen).token_kinds.clone()
+    kinds[::7] |= 1
+    selections, sizes = [], set()
+    select, update = WriterCache.batch_select_indices, WriterLayer.update
+    monkeypatch.setattr(WriterCache, 'batch_select_indices',
+                        lambda self, indices: selections.append(len(indices)) or select(self, indices))
+
+    def watched(self, *args, **kwargs):
+        out = update(self, *args, **kwargs)
+        if self._keys is not None:
+            sizes.add(self._keys.shape[-2])  # (the new tokens' buffer: its room)
+        return out
+    monkeypatch.setattr(WriterLayer, 'update', watched)
     written = {}
     for preallocated in (True, False):
         # prefill_tokens=1: one prompt a prefill forward, three forwards of different lengths joined
         writer = QueryWriter(gen, batch_size=3, prefill_tokens=1, preallocated_cache=preallocated)
+        writer.__dict__['token_kinds'] = kinds
         written[preallocated] = (writer.write(PASSAGES, 4, do_sample=True, top_p=0.9, max_new_tokens=12,
                                               generator=torch.Generator().manual_seed(5)), writer.write(PASSAGES, 2))
+        if preallocated:  # the writer's own cache dropped finished rows, and grew its buffers past their room
+            assert selections and len(sizes) >= 3, (selections, sizes)
     assert written[True] == written[False]
     sampled = [q for qs in written[True][0] for q in qs]
     assert len({len(writer.tokenizer(q)['input_ids']) for q in sampled}) > 2  # queries ended at different steps

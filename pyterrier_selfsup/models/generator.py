@@ -375,6 +375,11 @@ class PrefixLayer(DynamicLayer):
         return (torch.cat([self.keys.index_select(0, self.rows), key_states], dim=-2),
                 torch.cat([self.values.index_select(0, self.rows), value_states], dim=-2))
 
+    def _read_only(self, *args, **kwargs):
+        raise NotImplementedError('a PrefixCache is read by one forward of its targets, not changed')
+
+    crop = batch_select_indices = batch_repeat_interleave = reset = _read_only
+
 
 class PrefixCache(DynamicCache):
     """The prefixes' cache (``cache``, one row a prefix) as read by targets whose prefixes are
