@@ -14,6 +14,8 @@ trainer the example makes):
   against those they take now (4 at a time for RUMBArt, 2 for ACROBArT, accumulated into the
   same 16 queries a step; RUMBArt without checkpointing on 100 of the sentences, 7.64 GiB, is in
   the git history of memory_probe.md, the run before this one);
+- ``MALLOC_ARENA_MAX=1``: one arena for every thread, whether the memory kept is spread over the
+  threads' arenas;
 - ``MALLOC_MMAP_THRESHOLD_=131072``: glibc serves every allocation of 128 KiB or more from a
   mapping of its own and unmaps it when freed (by default the threshold rises after each large
   free, and freed blocks below it stay in the heap): whether a peak that creeps up across steps
@@ -73,6 +75,12 @@ RUNS = [  # (name, example and its arguments, trainer changes, environment, the 
      'reatt_chunk=16', None, None),
     ('cross-document adjustment, MALLOC_MMAP_THRESHOLD_=131072', ['cross_document_adjustment.py'],
      'checkpointing=False', {'MALLOC_MMAP_THRESHOLD_': '131072'}, 8),
+    # one malloc arena for all threads: whether the kept memory is spread over per-thread arenas
+    # (torch's OpenMP threads allocate too) rather than the heap's fragments (an explanation, as above)
+    ('ACROBArT, 4 queries at a time, MALLOC_ARENA_MAX=1', ['reconstruction.py', '--method', 'acrobart'],
+     'batch_size=4,accumulation=4', {'MALLOC_ARENA_MAX': '1'}, 5),
+    ('cross-document adjustment, MALLOC_ARENA_MAX=1', ['cross_document_adjustment.py'],
+     'checkpointing=False', {'MALLOC_ARENA_MAX': '1'}, 8),
 ]
 
 
