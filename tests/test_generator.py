@@ -81,13 +81,13 @@ def test_targets_read_their_prefixes_a_layer_at_a_time_and_score_what_copies_sco
 def test_only_models_whose_layers_all_attend_to_every_position_read_prefixes_through_a_prefix_cache():
     """A PrefixLayer is a full-attention layer: a model with sliding-window layers keeps DynamicCache's kinds."""
     from transformers import LlamaConfig, MistralConfig, Qwen2Config
-    from pyterrier_selfsup.models.writing import WriterCache
+    from pyterrier_selfsup.models._base import full_attention_layers
     small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=100)
-    assert WriterCache.layers_if_it_fits(LlamaConfig(**small)) == 2
-    assert WriterCache.layers_if_it_fits(Qwen2Config(**small)) == 2
-    assert WriterCache.layers_if_it_fits(Qwen2Config(use_sliding_window=True, sliding_window=16, max_window_layers=1,
+    assert full_attention_layers(LlamaConfig(**small)) == 2
+    assert full_attention_layers(Qwen2Config(**small)) == 2
+    assert full_attention_layers(Qwen2Config(use_sliding_window=True, sliding_window=16, max_window_layers=1,
                                                       **small)) is None  # (its second layer slides)
-    assert WriterCache.layers_if_it_fits(MistralConfig(sliding_window=16, **small)) is None
+    assert full_attention_layers(MistralConfig(sliding_window=16, **small)) is None
 
 
 def test_prefix_cache_scores_equal_uncached_ones_on_real_smollm2(cache_dir):

@@ -138,6 +138,18 @@ class TrainableModel(TorchModel):
         raise NotImplementedError
 
 
+def full_attention_layers(config) -> Optional[int]:
+    """A decoder-only model's number of layers if every one attends to every position (no
+    sliding window, no other kind), else None: where the package's own key/value caches
+    (the query writer's, the scorer's prefixes) stand in for transformers' per-kind layers."""
+    from transformers.cache_utils import get_layer_types_and_kwargs
+    if getattr(config, 'is_encoder_decoder', False):
+        return None
+    text = config.get_text_config(decoder=True)
+    kinds, _ = get_layer_types_and_kwargs(text)
+    return text.num_hidden_layers if all(kind == 'full_attention' for kind in kinds) else None
+
+
 def clean_texts(texts: Sequence) -> List[str]:
     """None, NaN and other non-strings become strings (missing ones empty)."""
     return [t if isinstance(t, str) else '' if t is None or (isinstance(t, float) and math.isnan(t)) else str(t)

@@ -38,7 +38,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 from transformers.modeling_outputs import BaseModelOutput
 
 from pyterrier_selfsup._cache import CacheFull, build_once, cache_key, cache_root, check_space, weights_fingerprint
-from pyterrier_selfsup.models._base import TorchModel, clean_texts, pad, resolve_device
+from pyterrier_selfsup.models._base import TorchModel, clean_texts, full_attention_layers, pad, resolve_device
 from pyterrier_selfsup.progress import progress
 
 if TYPE_CHECKING:
@@ -241,8 +241,7 @@ class Generator(TorchModel):
     def _prefix_cache_fits(self) -> bool:
         """Whether targets read their prefixes through a :class:`PrefixCache`: where every
         layer attends to every position (a sliding-window layer keeps ``DynamicCache``'s kind)."""
-        from pyterrier_selfsup.models.writing import WriterCache
-        return WriterCache.layers_if_it_fits(self.model.config) is not None
+        return full_attention_layers(self.model.config) is not None
 
     @cached_property
     def _cache_argument(self) -> str:

@@ -33,9 +33,9 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 import torch
-from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, get_layer_types_and_kwargs
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
-from pyterrier_selfsup.models._base import clean_texts, pad
+from pyterrier_selfsup.models._base import clean_texts, full_attention_layers, pad
 from pyterrier_selfsup.progress import progress
 
 logger = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ class QueryWriter:
 
     def _shared_layers(self) -> Optional[int]:
         """The decoder's number of layers if the writer writes into a :class:`WriterCache`, else None."""
-        return WriterCache.layers_if_it_fits(self.generator.model.config) if self.preallocated_cache else None
+        return full_attention_layers(self.generator.model.config) if self.preallocated_cache else None
 
     # -- prompts ----------------------------------------------------------------------
 
@@ -381,15 +381,6 @@ class WriterCache(DynamicCache):
     def __init__(self, layers: int, reserve: int):
         Cache.__init__(self, layers=[WriterLayer(reserve) for _ in range(layers)])
         self.samples, self.slots, self.prompt_bias = 1, None, None
-
-    @staticmethod
-    def layers_if_it_fits(config) -> Optional[int]:
-        """The decoder's number of layers, if every one is a full-attention layer (else None)."""
-        if getattr(config, 'is_encoder_decoder', False):
-            return None
-        text = config.get_text_config(decoder=True)
-        kinds, _ = get_layer_types_and_kwargs(text)
-        return text.num_hidden_layers if all(kind == 'full_attention' for kind in kinds) else None
 
     @classmethod
     def empty_like(cls, part: 'WriterCache', prompts: int, width: int) -> 'WriterCache':
