@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
@@ -106,9 +107,12 @@ def table(cells: list, columns: list, order: list, sizes: dict) -> list:
     return lines + ['']
 
 
-def mean_words(collection) -> float:
-    """The mean number of words (split at white space) of a document's text as the trainers read it."""
-    lengths = [len(d['text'].split()) for d in collection.corpus_iter()]
+@lru_cache(maxsize=None)
+def mean_words(collection: str) -> float:
+    """The mean number of words (split at white space) of a document's text as the trainers read it
+    (read once a process: the summary is written after every cell)."""
+    from pyterrier_selfsup import Collection
+    lengths = [len(d['text'].split()) for d in Collection(collection).corpus_iter()]
     return sum(lengths) / max(1, len(lengths))
 
 
@@ -120,7 +124,7 @@ def write_summary():
     sizes = {c: Collection(c).docs_count for c in {cell['collection'] for cell in cells}}
     order = [c for c in COLLECTIONS if c in sizes] + sorted(set(sizes) - set(COLLECTIONS))
     # (a trainer reads passages, up to the generator's 256 tokens each: their length, not their number, sizes a step)
-    words = {c: mean_words(Collection(c)) for c in order}
+    words = {c: mean_words(c) for c in order}
     md = ['# Peak memory and time against the corpus', '',
           '- command: memory_scaling.py (each cell a process of its own; its header in its JSON file under '
           'memory_scaling/)',
