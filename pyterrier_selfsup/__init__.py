@@ -8,6 +8,7 @@ beneath them all, ``progress`` (how long stages report: :func:`set_progress`).
 """
 import importlib
 
+from pyterrier_selfsup import _kernel_caches  # (first: before torch builds a kernel)
 from pyterrier_selfsup._distributed import join_process_group
 from pyterrier_selfsup.data.classic import register_classic
 from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError

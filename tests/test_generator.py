@@ -113,6 +113,57 @@ def test_a_gguf_conversion_runs_in_a_process_of_its_own_and_says_why_it_failed(t
     assert not [p for p in (tmp_path / 'generators').glob('*no-such*') if p.is_dir()]  # nothing left as if converted
 
 
+@pytest.mark.parametrize('kind', ['bart', 't5', 'llama'])
+def test_a_frozen_generator_keeps_its_matrices_in_its_compute_dtype_and_scores_the_same(tiny_generator_dir, kind,
+                                                                                       tmp_path):
+    """Under bf16 a frozen generator's Linear weights are held in bf16 (the cast autocast made at
+    every forward, made once): scores, the differentiable log-likelihood, ACROBArT's biased one
+    and its gradient towards the bias, and the writer's queries equal, bit for bit, those of the
+    same model held in fp32; a tied output layer stays with its fp32 embedding."""
+    import shutil
+    from pyterrier_selfsup.models.generator import matrices_in_compute_dtype
+    from pyterrier_selfsup.models.reading import biased_log_likelihood
+    path = str(shutil.copytree(tiny_generator_dir[kind], tmp_path / kind))  # (a copy no other test maps)
+
+    def mapped():  # the checkpoint file mapped into this process (transformers maps safetensors)
+        with open('/proc/self/maps') as maps:
+            return any(path in line for line in maps)
+    narrowed = Generator.from_pretrained(path, device='cpu', precision='bf16')
+    # nothing left a view of the mapped checkpoint, which would keep its pages resident (in BART,
+    # something outside the model's parameters and buffers holds a view of its final_logits_bias)
+    assert mapped() == (kind == 'bart')
+    held = Generator.from_pretrained(path, device='cpu', precision='bf16', trainable=True)  # (not narrowed)
+    assert mapped()
+    held.model.requires_grad_(False)
+    held.trainable = False
+    linears = [m for m in narrowed.model.modules() if isinstance(m, torch.nn.Linear)]
+    embedding = narrowed.model.get_input_embeddings().weight
+    assert embedding.dtype == torch.float32
+    assert {m.weight.dtype for m in linears if m.weight is not embedding} == {torch.bfloat16}
+    assert all(m.weight.dtype == torch.float32 for m in linears if m.weight is embedding)
+    assert any(m.weight is embedding for m in linears)  # (the three tiny models tie their output layers)
+    assert matrices_in_compute_dtype(held.model, torch.float32) == 0
+    assert Generator.from_pretrained(path, device='cpu', precision='fp32').model.get_decoder().dtype == torch.float32
+
+    targets = [t for t in TARGETS for _ in PASSAGES]
+    passages = [p for _ in TARGETS for p in PASSAGES]
+    scores = narrowed.log_likelihoods(targets, passages)
+    assert len(set(np.round(scores, 2))) == len(scores)
+    assert np.array_equal(scores, held.log_likelihoods(targets, passages))
+    with torch.no_grad():
+        assert torch.equal(narrowed.log_likelihood(targets, passages), held.log_likelihood(targets, passages))
+    outputs = []
+    for gen in (narrowed, held):
+        weights = torch.tensor([[0.3, 1.2, -0.4], [2.0, 0.1, 0.0]], requires_grad=True)
+        logp = biased_log_likelihood(gen, TARGETS[:2], [PASSAGES, PASSAGES[::-1]], weights)
+        logp.sum().backward()
+        outputs.append((logp.detach(), weights.grad))
+    assert torch.equal(outputs[0][0], outputs[1][0]) and torch.equal(outputs[0][1], outputs[1][1])
+    assert outputs[0][1].abs().sum() > 0  # (a gradient to compare)
+    if kind == 'llama':
+        assert narrowed.writer().write(PASSAGES, 2) == held.writer().write(PASSAGES, 2)
+
+
 def test_truncation_keeps_the_prompt_whole(tiny_generator):
     gen = tiny_generator('llama', max_passage_length=4)
     long, short = gen.passage_ids(['one two three four five six seven', 'one two three four'])

@@ -134,7 +134,9 @@ def biased_log_likelihood(generator: Generator, targets: List[str], passages: Li
     b, k = weights.shape
     t_ids = generator.target_ids(targets)
     if generator.is_seq2seq:
-        enc, enc_mask, owner = concatenated_encoding(generator, passages)
+        # (the encoder under autocast too, as everywhere else: a frozen generator's matrices are in its dtype)
+        with generator.autocast():
+            enc, enc_mask, owner = concatenated_encoding(generator, passages)
         target_width = max(1, max(len(t) for t in t_ids))
         bias = _owner_bias(weights, owner)[:, None, None, :].expand(b, 1, target_width, enc.shape[1])
         with attention_bias(bias), generator.autocast():

@@ -1,0 +1,45 @@
+"""The bounds the package puts on PyTorch's CPU kernel caches (pyterrier_selfsup._kernel_caches),
+each checked in a fresh process: they are read once, when torch builds its first kernel."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pyterrier_selfsup._kernel_caches import KERNEL_CACHE_CAPACITY, VARIABLES
+
+# (after the package's import, or not) bf16 products of one Linear over 79 batch sizes, then the
+# first size again; ONEDNN_VERBOSE says whether the last one's kernel was built anew (cache_miss)
+# or found (cache_hit)
+SHAPES = """
+import torch
+lin = torch.nn.Linear(64, 64)
+with torch.autocast('cpu', dtype=torch.bfloat16), torch.no_grad():
+    for n in [*range(2, 81), 2]:
+        lin(torch.randn(n, 64))
+"""
+
+
+def _run(code: str, **env) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+    return subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env={**clean, **env},
+                          check=True)
+
+
+def test_importing_the_package_bounds_the_kernel_caches_unless_the_user_set_them():
+    show = 'import os, pyterrier_selfsup; print(*(os.environ[v] for v in pyterrier_selfsup._kernel_caches.VARIABLES))'
+    assert VARIABLES == ('ONEDNN_PRIMITIVE_CACHE_CAPACITY', 'LRU_CACHE_CAPACITY')
+    assert _run(show, LRU_CACHE_CAPACITY='7').stdout.split() == [str(KERNEL_CACHE_CAPACITY), '7']
+
+
+def test_a_kernel_met_again_after_more_shapes_than_the_cache_holds_is_built_anew():
+    def last_build(package=True, **env):
+        code = ('import pyterrier_selfsup' if package else '') + SHAPES
+        builds = [line.split(',')[3] for line in _run(code, ONEDNN_VERBOSE='profile_create', **env).stdout.splitlines()
+                  if line.startswith('onednn_verbose') and ',matmul,' in line]
+        if not builds:
+            pytest.skip("this CPU's bf16 products do not go through oneDNN")
+        return builds[-1]
+    assert KERNEL_CACHE_CAPACITY < 79
+    assert last_build() == 'create:cache_miss'  # evicted: the cache is bounded
+    assert last_build(package=False) == 'create:cache_hit'  # (without the package: PyTorch's 1024 kernels)
