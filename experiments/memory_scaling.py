@@ -16,6 +16,7 @@ run over several sessions. Every run writes ``memory_scaling.{md,png}`` from the
 import argparse
 import json
 import os
+import shutil
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -62,6 +63,9 @@ def run_cell(collection: str, cell: str, cache: Path, queries: Optional[int] = N
         given = ([f'n_queries={queries}'] if queries is not None else []) + ([settings] if settings else [])
         trainer = TRAINERS[cell] + (':' + ','.join(given) if given else '')
         command = [sys.executable, '-m', 'pyterrier_selfsup', 'train', trainer, '-c', collection]
+        # a trainer cell trains: a model trained before under the same settings (a cell run again)
+        # would be found in the cache, and only its loading measured
+        shutil.rmtree(cache / 'models', ignore_errors=True)
     env = {**os.environ, 'SELFSUP_CACHE': str(cache)}
     load = provenance.load()
     log_path = cache / f'{cell.replace(" ", "_")}.log'
