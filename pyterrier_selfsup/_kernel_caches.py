@@ -16,4 +16,6 @@ KERNEL_CACHE_CAPACITY = 64
 VARIABLES = ('ONEDNN_PRIMITIVE_CACHE_CAPACITY', 'LRU_CACHE_CAPACITY')
 
 for _name in VARIABLES:
+    if _name == VARIABLES[0] and 'DNNL_PRIMITIVE_CACHE_CAPACITY' in os.environ:
+        continue  # (oneDNN's older name for it, which ONEDNN_... would override)
     os.environ.setdefault(_name, str(KERNEL_CACHE_CAPACITY))

@@ -142,7 +142,11 @@ def test_a_frozen_generator_keeps_its_matrices_in_its_compute_dtype_and_scores_t
     assert {m.weight.dtype for m in linears if m.weight is not embedding} == {torch.bfloat16}
     assert all(m.weight.dtype == torch.float32 for m in linears if m.weight is embedding)
     assert any(m.weight is embedding for m in linears)  # (the three tiny models tie their output layers)
-    assert matrices_in_compute_dtype(held.model, torch.float32) == 0
+    assert narrowed._held_in == torch.bfloat16 and held._held_in is None
+    with pytest.raises(ValueError, match='holds its matrices in torch.bfloat16'):
+        narrowed.precision = 'fp32'  # (its fp32 weights are gone)
+    narrowed.precision = 'bf16'
+    assert matrices_in_compute_dtype(held.model, torch.float32) == 0  # (fp32: nothing converted)
     assert Generator.from_pretrained(path, device='cpu', precision='fp32').model.get_decoder().dtype == torch.float32
 
     targets = [t for t in TARGETS for _ in PASSAGES]
@@ -162,6 +166,10 @@ def test_a_frozen_generator_keeps_its_matrices_in_its_compute_dtype_and_scores_t
     assert outputs[0][1].abs().sum() > 0  # (a gradient to compare)
     if kind == 'llama':
         assert narrowed.writer().write(PASSAGES, 2) == held.writer().write(PASSAGES, 2)
+        seqs = [p + t for p, t in zip(narrowed.passage_ids(PASSAGES), narrowed.target_ids(TARGETS))]
+        with torch.no_grad():  # (called outside any autocast of the caller's: it enters the generator's own)
+            assert torch.equal(narrowed.sequence_logp(seqs, narrowed.target_ids(TARGETS)),
+                               held.sequence_logp(seqs, held.target_ids(TARGETS)))
 
 
 def test_truncation_keeps_the_prompt_whole(tiny_generator):

@@ -21,15 +21,18 @@ with torch.autocast('cpu', dtype=torch.bfloat16), torch.no_grad():
 
 
 def _run(code: str, **env) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+    clean = {k: v for k, v in os.environ.items() if k not in (*VARIABLES, 'DNNL_PRIMITIVE_CACHE_CAPACITY')}
     return subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env={**clean, **env},
                           check=True)
 
 
 def test_importing_the_package_bounds_the_kernel_caches_unless_the_user_set_them():
-    show = 'import os, pyterrier_selfsup; print(*(os.environ[v] for v in pyterrier_selfsup._kernel_caches.VARIABLES))'
+    show = ('import os, pyterrier_selfsup; '
+            'print(*(os.environ.get(v, "-") for v in pyterrier_selfsup._kernel_caches.VARIABLES))')
     assert VARIABLES == ('ONEDNN_PRIMITIVE_CACHE_CAPACITY', 'LRU_CACHE_CAPACITY')
     assert _run(show, LRU_CACHE_CAPACITY='7').stdout.split() == [str(KERNEL_CACHE_CAPACITY), '7']
+    # oneDNN's older name for its capacity, which the newer one would override, is left in charge
+    assert _run(show, DNNL_PRIMITIVE_CACHE_CAPACITY='5').stdout.split() == ['-', str(KERNEL_CACHE_CAPACITY)]
 
 
 def test_a_kernel_met_again_after_more_shapes_than_the_cache_holds_is_built_anew():

@@ -38,7 +38,8 @@ from transformers.cache_utils import Cache, DynamicLayer
 from transformers.modeling_outputs import BaseModelOutput
 
 from pyterrier_selfsup._cache import CacheFull, build_once, cache_key, cache_root, check_space, weights_fingerprint
-from pyterrier_selfsup.models._base import TorchModel, clean_texts, full_attention_layers, pad, resolve_device
+from pyterrier_selfsup.models._base import (TorchModel, clean_texts, compute_dtype, full_attention_layers, pad,
+                                            resolve_device)
 from pyterrier_selfsup.progress import progress
 
 if TYPE_CHECKING:
@@ -101,8 +102,23 @@ class Generator(TorchModel):
         self.trainable = trainable
         self.model.requires_grad_(trainable)
         self.model.eval()
-        if not trainable:
-            matrices_in_compute_dtype(self.model, self.compute_dtype())
+        self._held_in: Optional[torch.dtype] = None  # the dtype a frozen model's matrices were converted to
+        if not trainable and matrices_in_compute_dtype(self.model, self.compute_dtype()):
+            self._held_in = self.compute_dtype()
+
+    @property
+    def precision(self) -> str:
+        return self._precision
+
+    @precision.setter
+    def precision(self, value: str):
+        """Another precision, where it resolves to the dtype the matrices are held in (a frozen
+        generator's, converted at construction: no longer the fp32 weights it was loaded with)."""
+        held = getattr(self, '_held_in', None)
+        if held is not None and compute_dtype(value, self.device) != held:
+            raise ValueError(f'this frozen generator holds its matrices in {held} (its precision when built): '
+                             f'build it with precision={value!r} instead')
+        self._precision = value
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, gguf_file: Optional[str] = None,
@@ -285,8 +301,9 @@ class Generator(TorchModel):
         """Σ log p(target) per row, decoded from given encoder outputs (seq2seq)."""
         labels, t_mask = pad(t_ids, self.tokenizer.pad_token_id, device=self.device)
         decoder_input = self.model.prepare_decoder_input_ids_from_labels(labels=labels.masked_fill(t_mask == 0, -100))
-        logits = self.model(encoder_outputs=BaseModelOutput(last_hidden_state=encoded), attention_mask=encoder_mask,
-                            decoder_input_ids=decoder_input, decoder_attention_mask=t_mask, use_cache=False).logits
+        with self.autocast():  # (also where a caller has none: a frozen model's matrices are in its dtype)
+            logits = self.model(encoder_outputs=BaseModelOutput(last_hidden_state=encoded), attention_mask=encoder_mask,
+                                decoder_input_ids=decoder_input, decoder_attention_mask=t_mask, use_cache=False).logits
         return _gather_logp(logits, labels, t_mask)
 
     def log_likelihood(self, targets: Sequence[str], passages: Sequence[str]) -> torch.Tensor:
@@ -312,8 +329,9 @@ class Generator(TorchModel):
         ids, mask = pad(seqs, self.tokenizer.pad_token_id, left=True, device=self.device)
         width = max(1, max(len(t) for t in t_ids))
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
-                            logits_to_keep=width + 1).logits[:, :-1]
+        with self.autocast():  # (also where a caller has none: a frozen model's matrices are in its dtype)
+            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
+                                logits_to_keep=width + 1).logits[:, :-1]
         targets = torch.zeros((len(seqs), width), dtype=torch.long, device=self.device)
         t_mask = torch.zeros_like(targets)
         for i, t in enumerate(t_ids):  # right-aligned, like the sequences
