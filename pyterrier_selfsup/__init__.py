@@ -4,7 +4,8 @@ The layers, each importing only from those before it:
 ``data`` (collections, training queries) → ``models`` (dual encoder, generator, ReAtt)
 → ``retrieval`` (BM25, dense and token indexes) → ``training`` (one loop, the methods)
 → ``harness`` (named pipelines, experiments, the command line; imported on first use);
-beneath them all, ``progress`` (how long stages report: :func:`set_progress`).
+beneath them all, ``progress`` (how long stages report: :func:`set_progress`), and under it
+``_kernel_caches`` (imported first: bounds on PyTorch's CPU kernel caches).
 """
 import importlib
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / 'pyterrier_selfsup'
-LAYERS = ['progress', '_distributed', '_cache', 'data', 'models', 'retrieval', 'training', 'harness']
+LAYERS = ['_kernel_caches', 'progress', '_distributed', '_cache', 'data', 'models', 'retrieval', 'training', 'harness']
 TRAINERS = {'training.distant', 'training.reconstruction', 'training.adjustment', 'training.distill'}
 
 
