@@ -103,8 +103,9 @@ class Generator(TorchModel):
         self.model.requires_grad_(trainable)
         self.model.eval()
         self._held_in: Optional[torch.dtype] = None  # the dtype a frozen model's matrices were converted to
-        if not trainable and matrices_in_compute_dtype(self.model, self.compute_dtype()):
-            self._held_in = self.compute_dtype()
+        dtype = self.compute_dtype()
+        if not trainable and matrices_in_compute_dtype(self.model, dtype):
+            self._held_in = dtype
 
     @property
     def precision(self) -> str:
@@ -437,10 +438,8 @@ def matrices_in_compute_dtype(model: torch.nn.Module, dtype: torch.dtype) -> int
         if isinstance(module, torch.nn.Linear) and id(module.weight) not in others and module.weight.dtype != dtype:
             converted += sum(p.numel() for p in module.parameters(recurse=False))
             module.to(dtype)
-    seen = set()
-    for tensor in [*model.parameters(), *model.buffers()]:
-        if tensor.dtype != dtype and id(tensor) not in seen:
-            seen.add(id(tensor))
+    for tensor in [*model.parameters(), *model.buffers()]:  # (each once: both skip a tied tensor's repeats)
+        if tensor.dtype != dtype:
             tensor.data = tensor.data.clone()
     return converted
 
