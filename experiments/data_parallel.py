@@ -36,7 +36,9 @@ SETTINGS = {'distill': {'rounds': 1},
 
 
 def fit(method: str, collection_name: str, output_dir: str, out: str, rank: int = 0, world_size: int = 1,
-        store: str = ''):
+        store: str = '', checkpointing=None):
+    """One run of ``method``'s trainer; rank 0 writes its costs to ``out``. ``checkpointing``: the
+    trainer's gradient checkpointing (None: its default)."""
     import torch
     import torch.distributed as dist
 
@@ -50,6 +52,8 @@ def fit(method: str, collection_name: str, output_dir: str, out: str, rank: int 
         settings = trained.training_settings(method, SETTINGS[method])
         trainer, topics = trained.METHODS[method](collection, trained.typed_settings(method, settings),
                                                   output_dir=Path(output_dir))
+        if checkpointing is not None:
+            trainer.checkpointing = checkpointing
         if method == 'rumbart':  # a score cache of the run's own: every pair is scored in this run
             trainer._teacher = trainer.generator.scorer(normalise='sum', cache=Path(output_dir) / 'scores')
         start = time.perf_counter()
@@ -62,7 +66,8 @@ def fit(method: str, collection_name: str, output_dir: str, out: str, rank: int 
             gaps = np.diff([r['time'] for r in steps])
             plain = [g for g, r in zip(gaps, steps[1:]) if 'refresh_every' not in settings
                      or (r['step'] - 1) % settings['refresh_every']]
-            row = {'processes': world_size, 'threads a process': torch.get_num_threads(), 'fit seconds': seconds,
+            row = {'processes': world_size, 'threads a process': torch.get_num_threads(),
+                   'checkpointing': trainer.checkpoints, 'fit seconds': seconds,
                    'teacher seconds': sum(r.get('teacher seconds', 0.0) for r in trainer.log),
                    'steps': len(steps), 'step seconds': float(np.mean(plain)),
                    'losses': [r['loss'] for r in steps]}

@@ -8,7 +8,10 @@ a training step cost there, as the MS MARCO plan in the README needs them.
    passages of the corpus, pairs / s.
 3. RUMBArt's trainer as `data_parallel.py --method rumbart` runs it, in one process: its
    teacher's scoring (pairs / s), s / step (MiniLM, both towers, batch 16, k 5) and the time
-   of a refresh (the whole corpus re-encoded).
+   of a refresh (the whole corpus re-encoded); twice, with gradient checkpointing (its
+   default) and without, on the same machine, so that the two step times compare.
+
+Each part also reports the GPU memory torch allocated at its peak (CUDA only).
 
     python experiments/gpu_benchmark.py [--results-dir DIR]
 
@@ -35,6 +38,24 @@ RESULTS = Path(__file__).parent / 'results'
 def synchronise():
     if torch.cuda.is_available():
         torch.cuda.synchronize()
+
+
+def reset_peak():
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_gib() -> float:
+    """The most GPU memory torch allocated since :func:`reset_peak` (NaN on a CPU)."""
+    return torch.cuda.max_memory_allocated() / 2 ** 30 if torch.cuda.is_available() else float('nan')
+
+
+def measured(part, *args) -> dict:
+    reset_peak()
+    row = part(*args)
+    row['GPU peak GiB'] = peak_gib()
+    return row
 
 
 def encoding(n_passages: int) -> dict:
@@ -71,9 +92,10 @@ def generator(n_queries: int, per_query: int) -> dict:
             'dtype': str(gen.compute_dtype()).replace('torch.', '')}
 
 
-def rumbart() -> dict:
+def rumbart(checkpointing: bool) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        data_parallel.fit('rumbart', 'beir/scifact/train', f'{tmp}/run', f'{tmp}/row.json')
+        data_parallel.fit('rumbart', 'beir/scifact/train', f'{tmp}/run', f'{tmp}/row.json',
+                          checkpointing=checkpointing)
         row = json.loads(Path(f'{tmp}/row.json').read_text())
     row.pop('losses')
     row['teacher pairs / s'] = row['pairs scored'] / row['teacher seconds']
@@ -88,24 +110,28 @@ def main(argv=None):
     parser.add_argument('--results-dir', type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     from pyterrier_selfsup.harness import provenance, trained
-    rows = {'encoding': encoding(args.passages), 'generator': generator(args.queries, args.per_query),
-            'rumbart': rumbart()}
+    rows = {'encoding': measured(encoding, args.passages), 'generator': measured(generator, args.queries, args.per_query),
+            'rumbart': measured(rumbart, True), 'rumbart without checkpointing': measured(rumbart, False)}
     header = provenance.header()
-    e, g, r = rows['encoding'], rows['generator'], rows['rumbart']
+    e, g, r, o = rows['encoding'], rows['generator'], rows['rumbart'], rows['rumbart without checkpointing']
     settings = trained.training_settings('rumbart', data_parallel.SETTINGS['rumbart'])
     lines = ['# The package\'s costs on one device', '', *(f'- {k}: {v}' for k, v in header.items()),
              f'- models: {provenance.model_revision(trained.MINILM)}; SmolLM2-135M-Instruct (Q4_1 GGUF, dequantised)',
              f'- RUMBArt settings: {", ".join(f"{k}={v}" for k, v in settings.items())}', '',
-             '| what | on | precision | measured | rate |', '|---|---|---|---|---|',
+             '| what | on | precision | measured | rate | GPU peak (GiB) |', '|---|---|---|---|---|---|',
              f'| MiniLM encoding | {e["device"]} | {e["dtype"]} | {e["passages"]} scifact passages in '
-             f'{e["seconds"]:.1f} s | **{e["passages / s"]:.1f} passages / s** |',
+             f'{e["seconds"]:.1f} s | **{e["passages / s"]:.1f} passages / s** | {e["GPU peak GiB"]:.2f} |',
              f'| SmolLM2 scoring | {g["device"]} | {g["dtype"]} | {g["pairs"]} pairs (passages of '
-             f'{g["passage tokens (mean)"]:.0f} tokens) in {g["seconds"]:.1f} s | **{g["pairs / s"]:.1f} pairs / s** |',
-             f'| RUMBArt teacher (cached scoring) | | | {r["pairs scored"]} pairs in {r["teacher seconds"]:.1f} s '
-             f'| {r["teacher pairs / s"]:.1f} pairs / s |',
-             f'| RUMBArt step (both towers) | | | {r["steps"]} steps | **{r["step seconds"]:.2f} s / step** |',
-             f'| RUMBArt refresh (5,183 passages re-encoded) | | | {r["refreshes"]} refreshes | '
-             f'**{r["refresh seconds"]:.1f} s** |', '']
+             f'{g["passage tokens (mean)"]:.0f} tokens) in {g["seconds"]:.1f} s | **{g["pairs / s"]:.1f} pairs / s** '
+             f'| {g["GPU peak GiB"]:.2f} |']
+    for name, x in (('', r), (', no checkpointing', o)):
+        lines += [f'| RUMBArt teacher (cached scoring){name} | | | {x["pairs scored"]} pairs in '
+                  f'{x["teacher seconds"]:.1f} s | {x["teacher pairs / s"]:.1f} pairs / s | |',
+                  f'| RUMBArt step (both towers){name} | | | {x["steps"]} steps | **{x["step seconds"]:.2f} s / step** | |',
+                  f'| RUMBArt refresh (5,183 passages re-encoded){name} | | | {x["refreshes"]} refreshes | '
+                  f'**{x["refresh seconds"]:.1f} s** | {x["GPU peak GiB"]:.2f} (the whole run) |']
+    lines += ['', 'The RUMBArt rows: the same run with gradient checkpointing (the trainer\'s default) and without '
+              '(`Trainer.checkpointing = False`), one after the other in one process.', '']
     args.results_dir.mkdir(parents=True, exist_ok=True)
     (args.results_dir / 'gpu_benchmark.md').write_text('\n'.join(lines))
     (args.results_dir / 'gpu_benchmark.json').write_text(json.dumps({'header': header, 'rows': rows}, indent=1))
