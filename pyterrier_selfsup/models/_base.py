@@ -156,16 +156,18 @@ def clean_texts(texts: Sequence) -> List[str]:
             for t in texts]
 
 
-def pad(seqs: Sequence[Sequence[int]], value: int, *, left: bool = False,
-        device=None) -> Tuple[torch.Tensor, torch.Tensor]:
+def pad(seqs: Sequence[Sequence[int]], value: int, *, left: bool = False, device=None,
+        width: int = 1) -> Tuple[torch.Tensor, torch.Tensor]:
     """Token id lists as one (b, width) tensor and its attention mask, padded on the right
-    (or the left, for decoder-only models whose sequences must end together)."""
+    (or the left, for decoder-only models whose sequences must end together) to the longest,
+    or to ``width`` where that is longer (a slice of a batch padded as the whole batch)."""
     pieces = [torch.as_tensor(list(s), dtype=torch.long) for s in seqs]
     side = 'left' if left else 'right'
-    # one extra row of width 1, dropped after: a batch of empty sequences is one column wide
-    ids = pad_sequence(pieces + [torch.full((1,), value)], batch_first=True, padding_value=value,
+    # one extra row of the least width, dropped after: a batch of empty sequences is one column wide
+    filler = max(1, width)
+    ids = pad_sequence(pieces + [torch.full((filler,), value)], batch_first=True, padding_value=value,
                        padding_side=side)[:-1]
-    mask = pad_sequence([torch.ones_like(p) for p in pieces] + [torch.zeros(1, dtype=torch.long)],
+    mask = pad_sequence([torch.ones_like(p) for p in pieces] + [torch.zeros(filler, dtype=torch.long)],
                         batch_first=True, padding_value=0, padding_side=side)[:-1]
     return to_device(ids, device), to_device(mask, device)
 

@@ -122,39 +122,53 @@ def _checkpointed(forward):
 
 
 def biased_log_likelihood(generator: Generator, targets: List[str], passages: List[List[str]],
-                          weights: torch.Tensor) -> torch.Tensor:
+                          weights: torch.Tensor, rows: Optional[slice] = None) -> torch.Tensor:
     """log p_θ(target | z_1..z_k) with ``weights[i, j]`` (β·p_η(z_j|x_i), differentiable)
     added to the attention logits from the target's positions towards z_j's tokens.
 
     Seq2seq: each passage encoded on its own, the encoder outputs concatenated (thesis
     Eq. 4.10), the bias on the decoder's cross-attention. Decoder-only: the passages
     one after another inside the prompt, the bias on the self-attention of the rows
-    that follow the passages (the prompt's tail and the target)."""
+    that follow the passages (the prompt's tail and the target).
+
+    ``rows``: only these rows of the batch (``weights`` holds theirs alone), padded as the
+    whole batch pads them, so that each row's value is the one the whole batch gives it, for
+    a fraction of the activations (:class:`~pyterrier_selfsup.training.reconstruction.Acrobart`'s
+    ``generator_batch``)."""
     enable_attention_bias(generator)
-    b, k = weights.shape
     t_ids = generator.target_ids(targets)
+    target_width = max(1, max(len(t) for t in t_ids))
     if generator.is_seq2seq:
+        shape = {}
+        if rows is not None:  # the whole batch's widths: its longest passage and its longest row of k
+            lengths = np.array([len(i) for i in generator.passage_ids([p for row in passages for p in row])])
+            lengths = lengths.reshape(len(passages), -1)
+            shape = dict(passage_width=int(lengths.max()), width=int(lengths.sum(1).max()))
+            passages, t_ids = passages[rows], t_ids[rows]
         # (the encoder under autocast too, as everywhere else: a frozen generator's matrices are in its dtype)
         with generator.autocast():
-            enc, enc_mask, owner = concatenated_encoding(generator, passages)
-        target_width = max(1, max(len(t) for t in t_ids))
-        bias = _owner_bias(weights, owner)[:, None, None, :].expand(b, 1, target_width, enc.shape[1])
+            enc, enc_mask, owner = concatenated_encoding(generator, passages, **shape)
+        bias = _owner_bias(weights, owner)[:, None, None, :].expand(len(t_ids), 1, target_width, enc.shape[1])
         with attention_bias(bias), generator.autocast():
-            return generator.decode_logp(enc, enc_mask, t_ids)
+            return generator.decode_logp(enc, enc_mask, t_ids, target_width=target_width)
     seqs, owner, after = concatenated_prompts(generator, passages, t_ids)
+    length = owner.shape[1]
+    if rows is not None:
+        seqs, t_ids, owner, after = seqs[rows], t_ids[rows], owner[rows], after[rows]
     bias = _owner_bias(weights, owner)[:, None, None, :] * after[:, None, :, None]
     with attention_bias(bias), generator.autocast():
-        return generator.sequence_logp(seqs, t_ids)
+        return generator.sequence_logp(seqs, t_ids, length=length, target_width=target_width)
 
 
-def concatenated_encoding(generator: Generator, passages: List[List[str]]):
+def concatenated_encoding(generator: Generator, passages: List[List[str]], passage_width: int = 1, width: int = 1):
     """Seq2seq: each row's passages encoded one by one and their encoder outputs
     concatenated (FiD; thesis Eq. 4.10): (outputs (b, width, d), mask (b, width), owner
-    (b, width): the passage each position belongs to, -1 for padding)."""
+    (b, width): the passage each position belongs to, -1 for padding). ``passage_width``,
+    ``width``: at least this long a padded passage and row (rows of a larger batch)."""
     device = generator.device
     b, k = len(passages), len(passages[0])
     p_ids = generator.passage_ids([p for row in passages for p in row])
-    ids, mask = pad(p_ids, generator.tokenizer.pad_token_id, device=device)
+    ids, mask = pad(p_ids, generator.tokenizer.pad_token_id, device=device, width=passage_width)
     encoded = generator.model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
     hidden, spans = [], []
     for i in range(b):
@@ -162,7 +176,7 @@ def concatenated_encoding(generator: Generator, passages: List[List[str]]):
         lengths = [int(mask[r].sum()) for r in rows]
         hidden.append(torch.cat([encoded[r, :n] for r, n in zip(rows, lengths)]))
         spans.append(np.repeat(np.arange(k), lengths))
-    width = max(len(h) for h in hidden)
+    width = max(width, max(len(h) for h in hidden))
     enc = torch.zeros((b, width, encoded.shape[-1]), dtype=encoded.dtype, device=device)
     enc_mask = torch.zeros((b, width), dtype=torch.long, device=device)
     owner = torch.full((b, width), -1, dtype=torch.long, device=device)

@@ -274,15 +274,27 @@ class Rumbart(RetrieveAndReconstruct):
 
 # -- ACROBArT ---------------------------------------------------------------------------
 
+# ACROBArT's queries whose k passages go through the generator at once (Acrobart's generator_batch)
+GENERATOR_BATCH = 4
+
+
 class Acrobart(RetrieveAndReconstruct):
     """ACROBArT: the k passages go to the generator together, the retrieval scores bias
     its attention (thesis §4.3.2). β is trainable (initial value ``beta``); the
-    reconstruction loss reaches the retriever through the bias."""
+    reconstruction loss reaches the retriever through the bias.
+
+    ``generator_batch``: the batch's queries go through the generator this many at a time,
+    each group's backward pass run at once, so a step holds the generator's activations of
+    that many queries × k passages, not of the whole batch (None: the whole batch at once).
+    Not a setting: each row is padded as the whole batch pads it, and the loss and the
+    gradients are those of the whole batch's pass (tests/test_reconstruction.py)."""
     description = 'ACROBArT'
 
-    def __init__(self, *args, beta: float = AcrobartSettings.beta, **kwargs):
+    def __init__(self, *args, beta: float = AcrobartSettings.beta, generator_batch: Optional[int] = GENERATOR_BATCH,
+                 **kwargs):
         super().__init__(*args, **kwargs)
         self.beta = torch.nn.Parameter(torch.tensor(float(beta), device=self.encoder.device))
+        self.generator_batch = generator_batch
 
     def parameters(self):
         yield from super().parameters()
@@ -311,5 +323,18 @@ class Acrobart(RetrieveAndReconstruct):
         docnos, texts, logits = self.candidates(mine)
         self.record('beta', self.beta.item())  # the value this step uses, before its update
         weights = self.beta * torch.softmax(logits, dim=-1)
-        # this process's share of the batch's mean
-        return -biased_log_likelihood(self.generator, [q.query for q in mine], texts, weights).sum() / len(batch)
+        queries = [q.query for q in mine]
+        chunk = self.generator_batch or len(mine)
+        if chunk >= len(mine):  # this process's share of the batch's mean
+            return -biased_log_likelihood(self.generator, queries, texts, weights).sum() / len(batch)
+        # a few rows at a time through the generator, each backward at once: the gradients
+        # reach the weights, which carry them to β and the retriever in the step's backward
+        held, rows_logp = weights.detach().requires_grad_(), []
+        for start in range(0, len(mine), chunk):
+            rows = slice(start, start + chunk)
+            logp = biased_log_likelihood(self.generator, queries, texts, held[rows], rows=rows)
+            (-logp.sum() / len(batch)).backward()
+            rows_logp.append(logp.detach())
+        value = -torch.cat(rows_logp).sum() / len(batch)  # (summed as the whole batch's pass sums it)
+        through = (weights * held.grad).sum()  # its gradient: held.grad along the weights' graph
+        return value + (through - through.detach())  # (adds exactly 0: the value is the batch's)
