@@ -181,9 +181,13 @@ def test_trainable_generator_is_trained_and_checkpointed(tiny_encoder, tiny_gene
     gen = tiny_generator(trainable=True, max_passage_length=32)
     before = gen.model.lm_head.weight.detach().clone()
     trainer = Acrobart(tiny_encoder(), gen, coll, k=2, batch_size=12, epochs=1, lr=1e-3, cache_dir=tmp_path,
-                       output_dir=tmp_path / 'out', verbose=False)
+                       output_dir=tmp_path / 'out', verbose=False, generator_batch=4)
+    rows = []  # a generator that trains takes the whole batch at once, whatever generator_batch says
+    gen.model.register_forward_hook(lambda m, args, kwargs, out: rows.append(kwargs['input_ids'].shape[0]),
+                                    with_kwargs=True)
     beta = trainer.beta.item()
     trainer.fit(coll.topics())
+    assert max(rows) == 12
     assert not torch.equal(before, gen.model.lm_head.weight)
     assert trainer.beta.item() != beta
     logged = [entry['beta'] for entry in trainer.log if 'beta' in entry]

@@ -287,7 +287,9 @@ class Acrobart(RetrieveAndReconstruct):
     each group's backward pass run at once, so a step holds the generator's activations of
     that many queries × k passages, not of the whole batch (None: the whole batch at once).
     Not a setting: each row is padded as the whole batch pads it, and the loss and the
-    gradients are those of the whole batch's pass (tests/test_reconstruction.py)."""
+    gradients are those of the whole batch's pass (tests/test_reconstruction.py;
+    experiments/results/generator_batch.md). A generator that trains (``trainable``) takes the
+    whole batch at once."""
     description = 'ACROBArT'
 
     def __init__(self, *args, beta: float = AcrobartSettings.beta, generator_batch: Optional[int] = GENERATOR_BATCH,
@@ -324,7 +326,8 @@ class Acrobart(RetrieveAndReconstruct):
         self.record('beta', self.beta.item())  # the value this step uses, before its update
         weights = self.beta * torch.softmax(logits, dim=-1)
         queries = [q.query for q in mine]
-        chunk = self.generator_batch or len(mine)
+        # (a generator that trains takes the whole batch: its own gradients must come from the step's backward)
+        chunk = len(mine) if self.generator.trainable else self.generator_batch or len(mine)
         if chunk >= len(mine):  # this process's share of the batch's mean
             return -biased_log_likelihood(self.generator, queries, texts, weights).sum() / len(batch)
         # a few rows at a time through the generator, each backward at once: the gradients
