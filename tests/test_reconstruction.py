@@ -349,12 +349,14 @@ def test_gradient_checkpointing_trains_the_same_weights_and_is_off_after(method,
         assert torch.equal(value, weights[False][name]), name
 
 
-@pytest.mark.parametrize('kind,precision', [('llama', 'bf16'), ('bart', 'fp32')])
-def test_acrobart_a_few_queries_at_a_time_through_the_generator_trains_the_same_weights(kind, precision, tiny_encoder,
+@pytest.mark.parametrize('kind,precision,accumulation',
+                         [('llama', 'bf16', 1), ('bart', 'fp32', 1), ('llama', 'bf16', 2)])
+def test_acrobart_a_few_queries_at_a_time_through_the_generator_trains_the_same_weights(kind, precision, accumulation,
+                                                                                         tiny_encoder,
                                                                                          tiny_generator_dir, tmp_path):
     """``generator_batch``: the generator's activations of 3 queries at a time, not 7, and the
     same losses and weights as the whole batch's pass, bit for bit (each row padded as the
-    whole batch pads it; in bf16 too)."""
+    whole batch pads it; in bf16 too; two batches a step, 1/2 being exact)."""
     coll = Collection('classic/adi')
     runs = {}
     for generator_batch in (None, 3):
@@ -364,8 +366,9 @@ def test_acrobart_a_few_queries_at_a_time_through_the_generator_trains_the_same_
         rows = []  # the rows of each pass through the generator (seq2seq: its decoder's)
         generator.model.register_forward_hook(lambda m, args, kwargs, out: rows.append(
             next(v for v in [*args, *kwargs.values()] if torch.is_tensor(v)).shape[0]), with_kwargs=True)
-        trainer = Acrobart(enc, generator, coll, k=3, refresh_every=None, batch_size=7, epochs=1, lr=1e-2,
-                           generator_batch=generator_batch, cache_dir=tmp_path / str(generator_batch), verbose=False)
+        trainer = Acrobart(enc, generator, coll, k=3, refresh_every=None, batch_size=7, accumulation=accumulation,
+                           epochs=1, lr=1e-2, generator_batch=generator_batch,
+                           cache_dir=tmp_path / str(generator_batch), verbose=False)
         trainer.fit(coll.topics().head(14))
         runs[generator_batch] = ({n: v.clone() for n, v in enc.model.state_dict().items()}, trainer.beta.item(),
                                  [r['loss'] for r in trainer.log if 'loss' in r], rows)

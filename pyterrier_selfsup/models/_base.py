@@ -157,14 +157,14 @@ def clean_texts(texts: Sequence) -> List[str]:
 
 
 def pad(seqs: Sequence[Sequence[int]], value: int, *, left: bool = False, device=None,
-        width: int = 1) -> Tuple[torch.Tensor, torch.Tensor]:
+        min_width: int = 1) -> Tuple[torch.Tensor, torch.Tensor]:
     """Token id lists as one (b, width) tensor and its attention mask, padded on the right
     (or the left, for decoder-only models whose sequences must end together) to the longest,
-    or to ``width`` where that is longer (a slice of a batch padded as the whole batch)."""
+    or to ``min_width`` where that is longer (a slice of a batch padded as the whole batch)."""
     pieces = [torch.as_tensor(list(s), dtype=torch.long) for s in seqs]
     side = 'left' if left else 'right'
-    # one extra row of the least width, dropped after: a batch of empty sequences is one column wide
-    filler = max(1, width)
+    # one extra row of the least width, dropped after (so a batch of empty sequences is at least one column wide)
+    filler = max(1, min_width)
     ids = pad_sequence(pieces + [torch.full((filler,), value)], batch_first=True, padding_value=value,
                        padding_side=side)[:-1]
     mask = pad_sequence([torch.ones_like(p) for p in pieces] + [torch.zeros(filler, dtype=torch.long)],

@@ -299,10 +299,10 @@ class Generator(TorchModel):
                    self.decode_logp(encoded.index_select(0, idx), mask.index_select(0, idx), [t for _, t in part]))
 
     def decode_logp(self, encoded: torch.Tensor, encoder_mask: torch.Tensor, t_ids: List[List[int]], *,
-                    target_width: int = 1) -> torch.Tensor:
+                    min_target_width: int = 1) -> torch.Tensor:
         """Σ log p(target) per row, decoded from given encoder outputs (seq2seq); the targets
-        padded to at least ``target_width``."""
-        labels, t_mask = pad(t_ids, self.tokenizer.pad_token_id, device=self.device, width=target_width)
+        padded to the longest, or to ``min_target_width`` where that is longer."""
+        labels, t_mask = pad(t_ids, self.tokenizer.pad_token_id, device=self.device, min_width=min_target_width)
         decoder_input = self.model.prepare_decoder_input_ids_from_labels(labels=labels.masked_fill(t_mask == 0, -100))
         with self.autocast():  # (also where a caller has none: a frozen model's matrices are in its dtype)
             logits = self.model(encoder_outputs=BaseModelOutput(last_hidden_state=encoded), attention_mask=encoder_mask,
@@ -325,15 +325,16 @@ class Generator(TorchModel):
     def _causal_logp(self, p_ids: List[List[int]], t_ids: List[List[int]]) -> torch.Tensor:
         return self.sequence_logp([p + t for p, t in zip(p_ids, t_ids)], t_ids)
 
-    def sequence_logp(self, seqs: List[List[int]], t_ids: List[List[int]], *, length: int = 1,
-                      target_width: int = 1) -> torch.Tensor:
+    def sequence_logp(self, seqs: List[List[int]], t_ids: List[List[int]], *, min_length: int = 1,
+                      min_target_width: int = 1) -> torch.Tensor:
         """Σ log p(target) per row of a decoder-only model, each sequence ending with its
-        target: left-padded so that all targets end at the last position, and only the
-        last ``max target length + 1`` positions reach the output layer. ``length``,
-        ``target_width``: at least this long a padded sequence and target (rows of a batch
-        computed a few at a time, shaped as the whole batch shapes them)."""
-        ids, mask = pad(seqs, self.tokenizer.pad_token_id, left=True, device=self.device, width=length)
-        width = max(1, target_width, max(len(t) for t in t_ids))
+        target: left-padded so that all targets end at the last position, and only the last
+        ``target width + 1`` positions reach the output layer, the target width the longest
+        target's. ``min_length``, ``min_target_width``: at least this long a padded sequence
+        and target width (rows of a batch computed a few at a time, shaped as the whole batch
+        shapes them)."""
+        ids, mask = pad(seqs, self.tokenizer.pad_token_id, left=True, device=self.device, min_width=min_length)
+        width = max(1, min_target_width, max(len(t) for t in t_ids))
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         with self.autocast():  # (also where a caller has none: a frozen model's matrices are in its dtype)
             logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,

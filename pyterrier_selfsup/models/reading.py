@@ -143,32 +143,33 @@ def biased_log_likelihood(generator: Generator, targets: List[str], passages: Li
         if rows is not None:  # the whole batch's widths: its longest passage and its longest row of k
             lengths = np.array([len(i) for i in generator.passage_ids([p for row in passages for p in row])])
             lengths = lengths.reshape(len(passages), -1)
-            shape = dict(passage_width=int(lengths.max()), width=int(lengths.sum(1).max()))
+            shape = dict(min_passage_width=int(lengths.max()), min_width=int(lengths.sum(1).max()))
             passages, t_ids = passages[rows], t_ids[rows]
         # (the encoder under autocast too, as everywhere else: a frozen generator's matrices are in its dtype)
         with generator.autocast():
             enc, enc_mask, owner = concatenated_encoding(generator, passages, **shape)
         bias = _owner_bias(weights, owner)[:, None, None, :].expand(len(t_ids), 1, target_width, enc.shape[1])
         with attention_bias(bias), generator.autocast():
-            return generator.decode_logp(enc, enc_mask, t_ids, target_width=target_width)
+            return generator.decode_logp(enc, enc_mask, t_ids, min_target_width=target_width)
     seqs, owner, after = concatenated_prompts(generator, passages, t_ids)
     length = owner.shape[1]
     if rows is not None:
         seqs, t_ids, owner, after = seqs[rows], t_ids[rows], owner[rows], after[rows]
     bias = _owner_bias(weights, owner)[:, None, None, :] * after[:, None, :, None]
     with attention_bias(bias), generator.autocast():
-        return generator.sequence_logp(seqs, t_ids, length=length, target_width=target_width)
+        return generator.sequence_logp(seqs, t_ids, min_length=length, min_target_width=target_width)
 
 
-def concatenated_encoding(generator: Generator, passages: List[List[str]], passage_width: int = 1, width: int = 1):
+def concatenated_encoding(generator: Generator, passages: List[List[str]], *, min_passage_width: int = 1,
+                          min_width: int = 1):
     """Seq2seq: each row's passages encoded one by one and their encoder outputs
     concatenated (FiD; thesis Eq. 4.10): (outputs (b, width, d), mask (b, width), owner
-    (b, width): the passage each position belongs to, -1 for padding). ``passage_width``,
-    ``width``: at least this long a padded passage and row (rows of a larger batch)."""
+    (b, width): the passage each position belongs to, -1 for padding). ``min_passage_width``,
+    ``min_width``: at least this long a padded passage and row (rows of a larger batch)."""
     device = generator.device
     b, k = len(passages), len(passages[0])
     p_ids = generator.passage_ids([p for row in passages for p in row])
-    ids, mask = pad(p_ids, generator.tokenizer.pad_token_id, device=device, width=passage_width)
+    ids, mask = pad(p_ids, generator.tokenizer.pad_token_id, device=device, min_width=min_passage_width)
     encoded = generator.model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
     hidden, spans = [], []
     for i in range(b):
@@ -176,7 +177,7 @@ def concatenated_encoding(generator: Generator, passages: List[List[str]], passa
         lengths = [int(mask[r].sum()) for r in rows]
         hidden.append(torch.cat([encoded[r, :n] for r, n in zip(rows, lengths)]))
         spans.append(np.repeat(np.arange(k), lengths))
-    width = max(width, max(len(h) for h in hidden))
+    width = max(min_width, max(len(h) for h in hidden))
     enc = torch.zeros((b, width, encoded.shape[-1]), dtype=encoded.dtype, device=device)
     enc_mask = torch.zeros((b, width), dtype=torch.long, device=device)
     owner = torch.full((b, width), -1, dtype=torch.long, device=device)

@@ -278,6 +278,22 @@ class Rumbart(RetrieveAndReconstruct):
 GENERATOR_BATCH = 4
 
 
+class _Computed(torch.autograd.Function):
+    """A loss whose gradient towards ``inputs`` was computed already: its value, and in the
+    backward pass that gradient times the one that reaches the loss (ACROBArT's generator
+    taken a few queries at a time)."""
+
+    @staticmethod
+    def forward(ctx, inputs, value, gradient):
+        ctx.save_for_backward(gradient)
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        gradient, = ctx.saved_tensors
+        return gradient * grad_output, None, None
+
+
 class Acrobart(RetrieveAndReconstruct):
     """ACROBArT: the k passages go to the generator together, the retrieval scores bias
     its attention (thesis §4.3.2). β is trainable (initial value ``beta``); the
@@ -287,9 +303,11 @@ class Acrobart(RetrieveAndReconstruct):
     each group's backward pass run at once, so a step holds the generator's activations of
     that many queries × k passages, not of the whole batch (None: the whole batch at once).
     Not a setting: each row is padded as the whole batch pads it, and the loss and the
-    gradients are those of the whole batch's pass (tests/test_reconstruction.py;
-    experiments/results/generator_batch.md). A generator that trains (``trainable``) takes the
-    whole batch at once."""
+    gradients are those of the whole batch's pass, bit for bit on a CPU where ``accumulation``
+    is 1 (shipped) or a power of 2 (tests/test_reconstruction.py; experiments/results/generator_batch.md).
+    Otherwise equal up to rounding: 1/accumulation meets the gradient after the generator's
+    backward pass rather than before, and on a GPU, kernels chosen by shape may sum in another
+    order. A generator that trains (``trainable``) takes the whole batch at once."""
     description = 'ACROBArT'
 
     def __init__(self, *args, beta: float = AcrobartSettings.beta, generator_batch: Optional[int] = GENERATOR_BATCH,
@@ -339,5 +357,4 @@ class Acrobart(RetrieveAndReconstruct):
             (-logp.sum() / len(batch)).backward()
             rows_logp.append(logp.detach())
         value = -torch.cat(rows_logp).sum() / len(batch)  # (summed as the whole batch's pass sums it)
-        through = (weights * held.grad).sum()  # its gradient: held.grad along the weights' graph
-        return value + (through - through.detach())  # (adds exactly 0: the value is the batch's)
+        return _Computed.apply(weights, value, held.grad)
