@@ -45,6 +45,12 @@ CELLS = list(BUILD) + list(TRAINERS)
 # this field were started straight from this script's process, whose memory (about 0.5 GiB: torch
 # imported) Linux counted in theirs, so a peak below that read as that (the build and search cells)
 MEASURED = 'own (run_measured)'
+# cells stopped before their end on purpose (a SIGTERM, so that a session could end): their peak is
+# the run's up to then, a lower bound of the whole run's; remove the cell's JSON file to run it whole
+STOPPED = {
+    ('beir/scifact/test', 'reatt'): ('stopped (SIGTERM) after the first of its two iterations (625 of 1,250 steps, its teacher scoring '
+                                    'included) and the start of the second, 2026-11-26, so that the session could end'),
+}
 # cells whose time is not their own, for a reason their JSON file could not record
 TIME_NOT_OWN = {
     ('beir/scifact/test', 'ds'): 'stopped (SIGSTOP) while examples_runtime.py and the CI suite ran, 2026-11-26',
@@ -105,7 +111,8 @@ def table(cells: list, columns: list, order: list, sizes: dict) -> list:
         if not row:
             continue
         lines.append(f'| {c} | {sizes[c]:,} | ' + ' | '.join(
-            (f'{row[k]["peak GiB"]:.2f} GiB, {row[k]["seconds"] / 60:.1f} min' + (' (failed)' if row[k]['rc'] else '')
+            (f'{row[k]["peak GiB"]:.2f} GiB, {row[k]["seconds"] / 60:.1f} min'
+             + ((' (stopped‡)' if (c, k) in STOPPED else ' (failed)') if row[k]['rc'] else '')
              + ('*' if beside(row[k]) else '') + ('†' if (c, k) in TIME_NOT_OWN and 'queries' not in row[k] else '')
              if k in row else '') for k in columns) + ' |')
     return lines + ['']
@@ -146,7 +153,10 @@ def write_summary():
           '2026-11-26 10:21): all but one moved by 0.06 GiB at most (their own peaks are about as high: each '
           'imports the package); scifact\'s MiniLM index went from 0.99 GiB to 1.19 with its code unchanged (the earlier run '
           'beside the tests; not explained).', '',
-          *(f'†: {c} {k}: its time is not its own: {why}.' for (c, k), why in TIME_NOT_OWN.items()), '']
+          *(f'†: {c} {k}: its time is not its own: {why}.' for (c, k), why in TIME_NOT_OWN.items()), '',
+          *(f'‡: {c} {k}: {why}. Its peak is the run\'s up to then, a lower bound of the whole run\'s (remove its '
+            'JSON file to run it whole).' for (c, k), why in STOPPED.items()
+            if any(cell['collection'] == c and cell['cell'] == k and cell['rc'] for cell in cells)), '']
     short = [cell for cell in cells if 'queries' in cell or 'settings' in cell]
     if short:
         md += ['## Short runs, and what a setting trades', '',
