@@ -7,8 +7,12 @@ its own for each ``generator_batch`` (the whole batch at once, and 4, the defaul
 ``Acrobart.fit`` on those 16 queries: its loss, β and a hash of the retriever's weights after the
 step, its peak resident memory and its time.
 
-    python experiments/generator_batch.py
-writes experiments/results/generator_batch.md.
+On a GPU (scripts/gpu/run.sh) each row also gives the GPU memory torch allocated at its peak;
+there the two rows need not be equal bit for bit (CUDA may choose other kernels for 4 rows than
+for 16), and the table says whether they are.
+
+    python experiments/generator_batch.py [--results-dir DIR]
+writes experiments/results/generator_batch.md (or DIR/generator_batch.md).
 """
 import argparse
 import hashlib
@@ -35,6 +39,8 @@ def step(generator_batch: str, out: str):
         trainer = Acrobart(encoder, generator, collection, batch_size=16, output_dir=tmp, verbose=False,
                            generator_batch=None if generator_batch == 'whole' else int(generator_batch))
         torch.manual_seed(0)  # (the encoder's dropout masks, as `selfsup train` seeds them before `fit`)
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
         trainer.fit(collection.topics().head(16))  # one step, as `fit` takes it (its index, checkpointing)
         seconds = time.perf_counter() - start
@@ -43,14 +49,21 @@ def step(generator_batch: str, out: str):
         weights.update(name.encode() + value.detach().float().cpu().numpy().tobytes())
     Path(out).write_text(json.dumps({'loss': [r['loss'] for r in trainer.log if 'loss' in r][0],
                                      'beta after': trainer.beta.item(), 'retriever after (sha1)': weights.hexdigest(),
-                                     'fit seconds': seconds,
+                                     'fit seconds': seconds, 'device': str(encoder.device),
+                                     'GPU peak GiB': torch.cuda.max_memory_allocated() / 2 ** 30
+                                     if torch.cuda.is_available() else None,
                                      'generator dtype': str(generator.compute_dtype()).replace('torch.', '')}))
+
+
+def gib(value) -> str:
+    return '' if value is None else f'{value:.2f}'
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--step', help=argparse.SUPPRESS)  # (a child: one step with this generator_batch)
     parser.add_argument('--out', help=argparse.SUPPRESS)
+    parser.add_argument('--results-dir', type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if args.step:
         return step(args.step, args.out)
@@ -69,15 +82,16 @@ def main(argv=None):
              '- command: python experiments/generator_batch.py', '- one ACROBArT step at its shipped settings '
              '(MiniLM, SmolLM2 at precision auto, k 5, 16 queries: ADI\'s first 16 topics), a process each: '
              '`Acrobart.fit` on those 16 (its index built, gradient checkpointing on, one optimiser step)', '',
-             '| generator_batch | generator dtype | loss | β after | retriever after (sha1) | fit (s) '
-             '| process (s) | peak (GiB) |', '|---|---|---|---|---|---|---|---|']
-    lines += [f'| {b} | {r["generator dtype"]} | {r["loss"]!r} | {r["beta after"]!r} | '
+             '| generator_batch | device | generator dtype | loss | β after | retriever after (sha1) | fit (s) '
+             '| process (s) | peak (GiB) | GPU peak (GiB) |', '|---|---|---|---|---|---|---|---|---|---|']
+    lines += [f'| {b} | {r.get("device", "cpu")} | {r["generator dtype"]} | {r["loss"]!r} | {r["beta after"]!r} | '
               f'{r["retriever after (sha1)"][:12]} | {r["fit seconds"]:.1f} | {r["seconds"]:.0f} | '
-              f'{r["peak GiB"]:.2f} |' for b, r in rows.items()]
+              f'{r["peak GiB"]:.2f} | {gib(r.get("GPU peak GiB"))} |'
+              for b, r in rows.items()]
     lines += ['', 'Equal across the rows, bit for bit: ' + ', '.join(f'{k}: {"yes" if v else "NO"}'
                                                                   for k, v in same.items()), '']
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / 'generator_batch.md').write_text('\n'.join(lines))
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    (args.results_dir / 'generator_batch.md').write_text('\n'.join(lines))
     print('\n'.join(lines))
 
 

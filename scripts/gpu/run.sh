@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # On the lent GPU machine, once the bundle's parts are staged (scripts/gpu/README.md), to $OUT
 # (what the device tool brings back), or to experiments/results/gpu elsewhere:
-#   bash scripts/gpu/run.sh          the suite's CUDA tests and the one-device benchmark
-#   bash scripts/gpu/run.sh benchmark the benchmark alone
+#   bash scripts/gpu/run.sh          the suite's CUDA tests, the one-device benchmark and one ACROBArT
+#                                    step with the generator's whole batch and 4 queries at a time
+#                                    (experiments/generator_batch.py: GPU memory, and whether equal)
+#   bash scripts/gpu/run.sh benchmark the benchmarks alone
 #   bash scripts/gpu/run.sh adapt    one scifact adaptation end to end, corpus only: the shipped
 #                                    `distill` (queries sampled from SmolLM2, the teacher ranked, the
 #                                    query tower and passage offsets trained) and the GPU setting,
@@ -35,3 +37,4 @@ nvidia-smi -L | tee "$out/nvidia-smi.txt"
 [ "${1:-checks}" = benchmark ] ||
 python3 -m pytest -p no:cacheprovider -m cuda -q -rA tests/test_cuda.py 2>&1 | tee "$out/cuda_tests.txt" | tail -20
 python3 experiments/gpu_benchmark.py --results-dir "$out" 2>&1 | tee "$out/gpu_benchmark.log" | grep -v '^\[INFO\]' | tail -25
+python3 experiments/generator_batch.py --results-dir "$out" 2>&1 | tee "$out/generator_batch.log" | grep -v '^\[INFO\]' | tail -8
