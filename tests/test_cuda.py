@@ -137,5 +137,10 @@ def test_acrobart_a_few_queries_at_a_time_on_the_gpu_trains_as_the_whole_batch(t
     assert len(loss_parts) == len(loss_whole) == 2
     np.testing.assert_allclose(loss_parts, loss_whole, rtol=1e-3)
     assert beta_whole != 1.0 and abs(beta_parts - beta_whole) < 1e-3
+    # Adam moves a weight by about lr a step whatever its gradient's size, so a gradient near 0
+    # whose sign the kernels flip moves it the other way: a few elements may differ by up to
+    # 2 lr a step (an H100 run: 53 of 976,704 by up to .027), all the others agree closely
     for n in whole:
-        torch.testing.assert_close(parts[n], whole[n], atol=1e-3, rtol=1e-3)
+        difference = (parts[n] - whole[n]).abs()
+        assert difference.max() <= 2 * 1e-2 * 2 + 1e-6, n
+        assert (difference > 1e-3 + 1e-3 * whole[n].abs()).float().mean() < 1e-3, n
