@@ -140,7 +140,7 @@ def test_acrobart_a_few_queries_at_a_time_on_the_gpu_trains_as_the_whole_batch(t
     # Adam moves a weight by about lr a step whatever its gradient's size, so a gradient near 0
     # whose sign the kernels flip moves it the other way: a few elements may differ by up to
     # 2 lr a step (an H100 run: 53 of 976,704 by up to .027), all the others agree closely
-    for n in whole:
-        difference = (parts[n] - whole[n]).abs()
-        assert difference.max() <= 2 * 1e-2 * 2 + 1e-6, n
-        assert (difference > 1e-3 + 1e-3 * whole[n].abs()).float().mean() < 1e-3, n
+    differences = {n: (parts[n] - whole[n]).abs() for n in whole}
+    assert max(d.max().item() for d in differences.values()) <= 2 * 1e-2 * 2 + 1e-6
+    apart = sum((d > 1e-3 + 1e-3 * whole[n].abs()).sum().item() for n, d in differences.items())
+    assert apart / sum(d.numel() for d in differences.values()) < 1e-3
