@@ -130,6 +130,29 @@ def test_a_plan_estimates_each_stage_from_this_machines_rates_and_says_which_it_
     assert lines[-1].startswith('  in all: about 20 min 10 s, and 1 stage(s) this machine has not timed')
 
 
+def test_a_distillation_that_trains_its_passage_side_plans_an_encoding_a_round_and_its_own_step_rate():
+    """An H100's plan (2026-11-26) said 9 s for a both-towers distillation that took 3 min 11 s: the
+    step rate it used was the query tower's, and it counted one encoding of the corpus, not 5."""
+    from pyterrier_selfsup import Collection
+    from pyterrier_selfsup.harness.trained import training_settings
+    adi = Collection('classic/adi')
+    for settings, encoded in [({}, 82), ({'train_passages': True, 'passage_offsets': None}, 82 * 5),
+                              ({'passage_layers': 2, 'passage_offsets': None}, 82 * 5)]:
+        settings = training_settings('distill', settings)
+        planned = {p.desc: p for p in plan.stages(adi, 'distill', settings, False)}
+        assert planned['encoding documents'].size == encoded
+    query_tower = plan.run_context(training_settings('distill', {}))
+    both = plan.run_context(training_settings('distill', {'train_passages': True, 'passage_offsets': None}))
+    top = plan.run_context(training_settings('distill', {'passage_layers': 2, 'passage_offsets': None}))
+    keys = {plan.rate_key('distillation', 'step', c) for c in (query_tower, both, top)}
+    assert keys == {'distillation (batch 32x1, 1 process(es))', 'distillation (batch 32x1, both towers, 1 process(es))',
+                    'distillation (batch 32x1, top 2 passage layers, 1 process(es))'}
+    assert plan.rate_key('encoding documents', 'doc', both) == 'encoding documents (1 process(es))'  # (as fast)
+    planned = plan.estimate([plan.Planned('distillation', 115, 'step')],
+                            {plan.rate_key('distillation', 'step', query_tower): {'rate': 13.1, 'unit': 'step'}}, both)
+    assert planned[0].seconds is None
+
+
 def test_rates_are_learnt_per_machine_from_stages_of_a_second_or_more(tmp_path):
     plan.learn({'a': Stage('a', 10, 10, 'doc', 2.0), 'b': Stage('b', 10, 10, 'doc', 0.1),
                 'c': Stage('c', 4, 4, 'step', 8.0)}, plan.run_context({'batch_size': 16, 'k': 5}, 2), tmp_path)
