@@ -12,6 +12,15 @@ them, and the GGUF conversion by the first that loads SmolLM2, as a user's later
 them). Each cell's result is kept in ``experiments/results/memory_scaling/`` as soon as it ends,
 and a cell found there is not run again: the whole grid takes many hours on 2 cores and may be
 run over several sessions. Every run writes ``memory_scaling.{md,png}`` from the cells there.
+
+A trainer's run longer than a session is run in pieces: stopped on purpose (a SIGTERM to its
+``selfsup train``: it is then kept with the return code and marked as stopped, ``STOPPED``), it
+goes on with ``--resume``, which runs the cell again on its cache as it was left (its partial
+model and checkpoints): ``selfsup train`` resumes from the last checkpoint, as a user's rerun
+would. The cell then keeps each piece; its peak is the largest piece's (memory is measured a
+process at a time, so memory that grew across the stop would not be seen: each piece starts
+from a checkpoint, as the run's own refreshes and rounds start from the state they are given),
+its time the pieces' sum.
 """
 import argparse
 import json
@@ -62,7 +71,8 @@ def cell_path(collection: str, cell: str, queries: Optional[int] = None, setting
     return CELLS_DIR / f'{collection.replace("/", "_")}--{cell.replace(" ", "_")}{short}.json'
 
 
-def run_cell(collection: str, cell: str, cache: Path, queries: Optional[int] = None, settings: str = '') -> dict:
+def run_cell(collection: str, cell: str, cache: Path, queries: Optional[int] = None, settings: str = '',
+             resume: bool = False) -> dict:
     if cell in BUILD:
         command = [sys.executable, '-c', BUILD[cell].format(c=collection)]
     else:
@@ -70,8 +80,10 @@ def run_cell(collection: str, cell: str, cache: Path, queries: Optional[int] = N
         trainer = TRAINERS[cell] + (':' + ','.join(given) if given else '')
         command = [sys.executable, '-m', 'pyterrier_selfsup', 'train', trainer, '-c', collection]
         # a trainer cell trains: a model trained before under the same settings (a cell run again)
-        # would be found in the cache, and only its loading measured
-        shutil.rmtree(cache / 'models', ignore_errors=True)
+        # would be found in the cache, and only its loading measured; a stopped cell's next piece
+        # (resume) goes on from its checkpoints there
+        if not resume:
+            shutil.rmtree(cache / 'models', ignore_errors=True)
     env = {**os.environ, 'SELFSUP_CACHE': str(cache)}
     load = provenance.load()
     log_path = cache / f'{cell.replace(" ", "_")}.log'
@@ -88,6 +100,20 @@ def run_cell(collection: str, cell: str, cache: Path, queries: Optional[int] = N
     if rc:
         out['tail'] = said[-20:]
     return out
+
+
+def in_pieces(before: dict, piece: dict) -> dict:
+    """A stopped cell (``before``) and the piece that resumed it, as one cell: each piece kept, the
+    peak the largest piece's, the time their sum, the return code and load the last piece's."""
+    keys = ('peak GiB', 'seconds', 'rc', 'load', 'load at the end', 'stage times', 'header', 'tail')
+    pieces = before.get('pieces') or [{k: before[k] for k in keys if k in before}]
+    pieces = pieces + [{k: piece[k] for k in keys if k in piece}]
+    whole = {**{k: v for k, v in before.items() if k not in keys}, **{k: v for k, v in piece.items() if k != 'tail'},
+             'pieces': pieces}
+    whole['peak GiB'] = max(p['peak GiB'] for p in pieces)
+    whole['seconds'] = sum(p['seconds'] for p in pieces)
+    whole['load'] = pieces[0].get('load')
+    return whole
 
 
 def stage_times_said(lines) -> list:
@@ -112,6 +138,7 @@ def table(cells: list, columns: list, order: list, sizes: dict) -> list:
             continue
         lines.append(f'| {c} | {sizes[c]:,} | ' + ' | '.join(
             (f'{row[k]["peak GiB"]:.2f} GiB, {row[k]["seconds"] / 60:.1f} min'
+             + (f' (in {len(row[k]["pieces"])} pieces§)' if row[k].get('pieces') else '')
              + ((' (stopped‡)' if (c, k) in STOPPED else ' (failed)') if row[k]['rc'] else '')
              + ('*' if beside(row[k]) else '') + ('†' if (c, k) in TIME_NOT_OWN and 'queries' not in row[k] else '')
              if k in row else '') for k in columns) + ' |')
@@ -156,7 +183,11 @@ def write_summary():
           *(f'†: {c} {k}: its time is not its own: {why}.' for (c, k), why in TIME_NOT_OWN.items()), '',
           *(f'‡: {c} {k}: {why}. Its peak is the run\'s up to then, a lower bound of the whole run\'s (remove its '
             'JSON file to run it whole).' for (c, k), why in STOPPED.items()
-            if any(cell['collection'] == c and cell['cell'] == k and cell['rc'] for cell in cells)), '']
+            if any(cell['collection'] == c and cell['cell'] == k and cell['rc'] for cell in cells)),
+          *(['§: run in pieces (`--resume`): stopped on purpose, then resumed from its last checkpoint by the same '
+             'command on the same cache. Its peak is the largest piece\'s, its time the sum of the pieces\' (each '
+             'piece, with its own peak, time and load, is in its JSON file).', '']
+            if any(cell.get('pieces') for cell in cells) else [])]
     short = [cell for cell in cells if 'queries' in cell or 'settings' in cell]
     if short:
         md += ['## Short runs, and what a setting trades', '',
@@ -194,6 +225,8 @@ def main():
                                                     'apart: a lower bound of the peak, in minutes, not hours)')
     parser.add_argument('--settings', default='', help='KEY=VALUE,... for every trainer (cells kept apart, '
                                                         'named with them): what a setting trades')
+    parser.add_argument('--resume', action='store_true', help='run a stopped cell\'s next piece: it goes on from '
+                                                               'its last checkpoint (see above)')
     parser.add_argument('--cache-root', default=None, help='where each collection\'s cache lives (default: a '
                                                            'directory under $TMPDIR kept between runs)')
     args = parser.parse_args()
@@ -205,11 +238,15 @@ def main():
         cache = root / collection.replace('/', '_')
         cache.mkdir(parents=True, exist_ok=True)
         for cell in [c for c in CELLS if c in args.cells and not ((args.queries is not None or args.settings) and c in BUILD)]:
-            if cell_path(collection, cell, args.queries, args.settings).exists():
+            path = cell_path(collection, cell, args.queries, args.settings)
+            before = json.loads(path.read_text()) if path.exists() else None
+            if before is not None and not (args.resume and before['rc'] and cell in TRAINERS):
                 continue
-            result = run_cell(collection, cell, cache, args.queries, args.settings)
-            cell_path(collection, cell, args.queries, args.settings).write_text(json.dumps(result, indent=1))
-            print(json.dumps({k: v for k, v in result.items() if k not in ('header', 'tail')}), flush=True)
+            result = run_cell(collection, cell, cache, args.queries, args.settings, resume=before is not None)
+            if before is not None:
+                result = in_pieces(before, result)
+            path.write_text(json.dumps(result, indent=1))
+            print(json.dumps({k: v for k, v in result.items() if k not in ('header', 'tail', 'pieces')}), flush=True)
             write_summary()
     write_summary()
 
