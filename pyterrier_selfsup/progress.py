@@ -120,6 +120,28 @@ def rate_text(done: float, seconds: float, unit: str) -> str:
     return f'{per_second:,.1f} {plural(unit)}/s' if per_second >= 1 else f'{1 / per_second:,.1f} s/{unit}'
 
 
+def resident_gib() -> Optional[float]:
+    """This process's resident memory now, in GiB (Linux's ``/proc/self/statm``; None elsewhere).
+    Training records it with every step, and says it in its progress lines: memory that grows
+    with the run, not with the work, shows there."""
+    try:
+        with open('/proc/self/statm') as statm:
+            return int(statm.read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2 ** 30
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def peak_resident_gib() -> Optional[float]:
+    """This process's peak resident memory so far, in GiB (``ru_maxrss``: KiB on Linux, bytes on
+    macOS; None where there is no ``resource`` module)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (2 ** 30 if sys.platform == 'darwin' else 2 ** 20)
+
+
 def plural(unit: str) -> str:
     """query: queries, batch: batches, doc: docs."""
     if unit.endswith('y') and unit[-2:-1] not in tuple('aeiou'):

@@ -107,6 +107,16 @@ def test_a_stage_inside_another_counts_on_its_own_only_when_it_is_shown(lines_ev
         'test training: 2 steps in 0:34 (10.0 s/step)']
 
 
+def test_resident_memory_is_the_processs_own_now_and_its_peak():
+    import numpy as np
+    before, peak_before = P.resident_gib(), P.peak_resident_gib()
+    held = np.ones(3 * 2 ** 27 // 8 * 2)  # 768 MiB, touched
+    now = P.resident_gib()
+    assert 0.7 < now - before < 0.8 and P.peak_resident_gib() >= max(now, peak_before)
+    del held
+    assert P.resident_gib() < now - 0.7  # (numpy gives a large array back to the system)
+
+
 def test_an_iterable_never_consumed_is_no_stage(lines_every):
     lines_every(600)
     before = P.stage_times()
@@ -188,8 +198,13 @@ def test_a_background_training_says_where_it_is_at_a_bounded_rate(background_tra
     for line in steps:
         assert re.search(r'distant supervision: [1-5]/5 steps \(\d+%\), [\d.]+ (s/step|steps/s), \d:\d\d elapsed, '
                          r'\d:\d\d left', line), line
-    # at most a line every half second of the stage (its time from the training log)
+    # from the first step on, each line says the process's resident memory, as the log keeps it each step
+    assert all(re.search(r', memory \d+\.\d\d GiB$', line) for line in steps if not re.search(r': 0/5 steps', line))
     log = [json.loads(line) for line in next((cache / 'models').glob('*/training_log.jsonl')).read_text().splitlines()]
+    memory = [(r['resident GiB'], r['peak resident GiB']) for r in log if 'loss' in r]
+    assert len(memory) == 5 and all(0.3 < now <= peak < 8 for now, peak in memory)
+    assert [peak for _, peak in memory] == sorted(peak for _, peak in memory)
+    # at most a line every half second of the stage (its time from the training log)
     seconds = next(r['seconds'] for r in log if r.get('stage') == 'distant supervision')
     assert len(steps) <= seconds / 0.5 + 1
     assert not any('\r' in line or '|' in line for _, line in came)  # no bar in the log

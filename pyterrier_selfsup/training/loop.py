@@ -50,7 +50,7 @@ from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models._base import TrainableModel
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.retrieval.dense import DenseRetriever, dense_retriever
-from pyterrier_selfsup.progress import progress
+from pyterrier_selfsup.progress import peak_resident_gib, progress, resident_gib
 
 logger = logging.getLogger(__name__)
 
@@ -382,14 +382,18 @@ class Trainer(pt.Estimator):
         run.scheduler.step()
         run.optimizer.zero_grad()
         self.state.update(step=self.state['step'] + 1, epoch=epoch, batch=b + 1)
+        resident = resident_gib()
         self.log.append({'step': self.state['step'], 'epoch': epoch, 'loss': step_loss,
                          'lr': run.scheduler.get_last_lr()[0], 'time': time.time(),
+                         'resident GiB': resident, 'peak resident GiB': peak_resident_gib(),
                          **{k: sum(v for v, _ in m) / sum(w for _, w in m) for k, m in self._metrics.items()},
                          **({'skipped batches': run.skipped} if run.skipped else {})})
         self._metrics = {}
         run.skipped = 0
+        # (the postfix first: a line the update says carries this step's loss and memory, not the last's)
+        run.progress.set_postfix(loss=f'{np.mean([r["loss"] for r in self.log[-20:] if "loss" in r]):.4f}',
+                                 **({'memory': f'{resident:.2f} GiB'} if resident is not None else {}))
         run.progress.update(1)
-        run.progress.set_postfix(loss=f'{np.mean([r["loss"] for r in self.log[-20:] if "loss" in r]):.4f}')
         run.window = []
         if self.state['step'] < run.total_steps:
             self.on_step_end(run.examples)
