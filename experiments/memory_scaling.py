@@ -97,6 +97,8 @@ def run_cell(collection: str, cell: str, cache: Path, queries: Optional[int] = N
            'load': load, 'load at the end': provenance.load(), 'header': provenance.header()}
     said = log_path.read_text().splitlines()
     out['stage times'] = stage_times_said(said)
+    if cell in TRAINERS:
+        out['resident by step'] = resident_by_step(cache)
     if rc:
         out['tail'] = said[-20:]
     return out
@@ -114,6 +116,22 @@ def in_pieces(before: dict, piece: dict) -> dict:
     whole['seconds'] = sum(p['seconds'] for p in pieces)
     whole['load'] = pieces[0].get('load')
     return whole
+
+
+def resident_by_step(cache: Path) -> dict:
+    """The trainer's resident memory as its training log kept it, step by step (since
+    2026-11-26): at its first step, its least and most, and at its last; whether the run's memory
+    grows with its length shows there."""
+    logs = sorted((cache / 'models').glob('*/training_log.jsonl'), key=lambda p: p.stat().st_mtime)
+    if not logs:
+        return {}
+    steps = [r for r in map(json.loads, logs[-1].read_text().splitlines())
+             if 'loss' in r and r.get('resident GiB') is not None]
+    if not steps:
+        return {}
+    resident = [r['resident GiB'] for r in steps]
+    return {'steps': len(steps), 'first': resident[0], 'least': min(resident), 'most': max(resident),
+            'last': resident[-1], 'at step': {r['step']: round(r['resident GiB'], 3) for r in steps}}
 
 
 def stage_times_said(lines) -> list:
@@ -188,6 +206,17 @@ def write_summary():
              'command on the same cache. Its peak is the largest piece\'s, its time the sum of the pieces\' (each '
              'piece, with its own peak, time and load, is in its JSON file).', '']
             if any(cell.get('pieces') for cell in cells) else [])]
+    traced = [cell for cell in cells if cell.get('resident by step')]
+    if traced:
+        md += ['## Resident memory across a run\'s steps', '',
+               'From the training log, which keeps the process\'s resident memory with every step (since 2026-11-26): '
+               'at the first step, the least and the most over the steps, and at the last. A run whose memory grew '
+               'with its length, not with its work, would show it here.', '',
+               '| collection | trainer | queries | steps | first | least | most | last |', '|---|---|---|---|---|---|---|---|',
+               *(f'| {cell["collection"]} | {cell["cell"]} | {cell.get("queries", "all")} | '
+                 f'{cell["resident by step"]["steps"]} | '
+                 + ' | '.join(f'{cell["resident by step"][k]:.2f} GiB' for k in ('first', 'least', 'most', 'last'))
+                 + ' |' for cell in traced), '']
     short = [cell for cell in cells if 'queries' in cell or 'settings' in cell]
     if short:
         md += ['## Short runs, and what a setting trades', '',
