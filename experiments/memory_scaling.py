@@ -98,31 +98,40 @@ def run_cell(collection: str, cell: str, cache: Path, queries: Optional[int] = N
     said = log_path.read_text().splitlines()
     out['stage times'] = stage_times_said(said)
     if cell in TRAINERS:
-        out['resident by step'] = resident_by_step(cache)
+        out['resident by step'] = resident_by_step(cache, cell)
+        if resume:
+            out['resumed from'] = next((line.split('resuming from ', 1)[1] for line in said
+                                        if 'resuming from ' in line), None)
     if rc:
         out['tail'] = said[-20:]
     return out
 
 
 def in_pieces(before: dict, piece: dict) -> dict:
-    """A stopped cell (``before``) and the piece that resumed it, as one cell: each piece kept, the
-    peak the largest piece's, the time their sum, the return code and load the last piece's."""
+    """A stopped cell (``before``) and the piece that resumed it, as one cell: each piece kept (with
+    its own load, stage times and header), the peak the largest piece's, the time their sum, the
+    load at the start the first piece's, the rest (return code, load at the end, log tail) the
+    last piece's."""
     keys = ('peak GiB', 'seconds', 'rc', 'load', 'load at the end', 'stage times', 'header', 'tail')
     pieces = before.get('pieces') or [{k: before[k] for k in keys if k in before}]
     pieces = pieces + [{k: piece[k] for k in keys if k in piece}]
-    whole = {**{k: v for k, v in before.items() if k not in keys}, **{k: v for k, v in piece.items() if k != 'tail'},
-             'pieces': pieces}
+    whole = {**{k: v for k, v in before.items() if k not in keys}, **piece, 'pieces': pieces}
     whole['peak GiB'] = max(p['peak GiB'] for p in pieces)
     whole['seconds'] = sum(p['seconds'] for p in pieces)
     whole['load'] = pieces[0].get('load')
     return whole
 
 
-def resident_by_step(cache: Path) -> dict:
+def checkpoints(cache: Path, cell: str) -> list:
+    """The checkpoints a stopped run of ``cell``'s trainer left in ``cache`` (its partial model)."""
+    return sorted((cache / 'models').glob(f'*.{cell}-*.partial/checkpoint-*'))
+
+
+def resident_by_step(cache: Path, cell: str) -> dict:
     """The trainer's resident memory as its training log kept it, step by step (since
     2026-11-26): at its first step, its least and most, and at its last; whether the run's memory
     grows with its length shows there."""
-    logs = sorted((cache / 'models').glob('*/training_log.jsonl'), key=lambda p: p.stat().st_mtime)
+    logs = sorted((cache / 'models').glob(f'*.{cell}-*/training_log.jsonl'), key=lambda p: p.stat().st_mtime)
     if not logs:
         return {}
     steps = [r for r in map(json.loads, logs[-1].read_text().splitlines())
@@ -269,10 +278,20 @@ def main():
         for cell in [c for c in CELLS if c in args.cells and not ((args.queries is not None or args.settings) and c in BUILD)]:
             path = cell_path(collection, cell, args.queries, args.settings)
             before = json.loads(path.read_text()) if path.exists() else None
-            if before is not None and not (args.resume and before['rc'] and cell in TRAINERS):
+            if args.resume:  # only a stopped cell whose checkpoints are still there: any other run would clear them
+                if before is None or not before['rc'] or cell not in TRAINERS:
+                    continue
+                if not checkpoints(cache, cell):
+                    print(f'{collection} {cell}: stopped, but no checkpoint of it is left in {cache / "models"}: '
+                          'remove its JSON file to run it whole', flush=True)
+                    continue
+            elif before is not None:
                 continue
-            result = run_cell(collection, cell, cache, args.queries, args.settings, resume=before is not None)
-            if before is not None:
+            result = run_cell(collection, cell, cache, args.queries, args.settings, resume=args.resume)
+            if args.resume:
+                if not result['resumed from']:
+                    sys.exit(f'{collection} {cell}: the next piece did not resume from a checkpoint (its log: '
+                             f'{cache / cell.replace(" ", "_")}.log); the cell is left as it was')
                 result = in_pieces(before, result)
             path.write_text(json.dumps(result, indent=1))
             print(json.dumps({k: v for k, v in result.items() if k not in ('header', 'tail', 'pieces')}), flush=True)

@@ -132,14 +132,16 @@ def resident_gib() -> Optional[float]:
 
 
 def peak_resident_gib() -> Optional[float]:
-    """This process's peak resident memory so far, in GiB (``ru_maxrss``: KiB on Linux, bytes on
-    macOS; None where there is no ``resource`` module)."""
+    """This process's peak resident memory so far, in GiB: Linux's ``VmHWM`` (``/proc/self/status``),
+    which starts afresh at ``exec``; None elsewhere. (Not ``ru_maxrss``: Linux carries the peak of
+    the process that started this one into it, so a ``selfsup train`` started by a large process
+    would report that one's peak.)"""
     try:
-        import resource
-    except ImportError:
+        with open('/proc/self/status') as status:
+            kib = next(line.split()[1] for line in status if line.startswith('VmHWM:'))
+        return int(kib) / 2 ** 20
+    except (OSError, ValueError, IndexError, StopIteration):
         return None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / (2 ** 30 if sys.platform == 'darwin' else 2 ** 20)
 
 
 def plural(unit: str) -> str:

@@ -139,8 +139,15 @@ def test_acrobart_a_few_queries_at_a_time_on_the_gpu_trains_as_the_whole_batch(t
     assert beta_whole != 1.0 and abs(beta_parts - beta_whole) < 1e-3
     # Adam moves a weight by about lr a step whatever its gradient's size, so a gradient near 0
     # whose sign the kernels flip moves it the other way: a few elements may differ by up to
-    # 2 lr a step (an H100 run: 53 of 976,704 by up to .027), all the others agree closely
-    differences = {n: (parts[n] - whole[n]).abs() for n in whole}
-    assert max(d.max().item() for d in differences.values()) <= 2 * 1e-2 * 2 + 1e-6
-    apart = sum((d > 1e-3 + 1e-3 * whole[n].abs()).sum().item() for n, d in differences.items())
-    assert apart / sum(d.numel() for d in differences.values()) < 1e-3
+    # 2 lr a step (an H100 run: 53 elements of the word embeddings by up to .027), all the others
+    # agree closely. Counted among the weights a gradient moved in either run (by 1e-4 or more: weight
+    # decay alone moves one by about 1e-6; most of the word embeddings are of tokens these texts
+    # never use, equal in both runs whatever the code). (Adam hides a gradient scaled as a whole;
+    # the CPU test's bit-equality covers that arithmetic.)
+    moved = apart = 0
+    for n in whole:
+        before = start[n].float().cpu()
+        changed = ((whole[n] - before).abs() >= 1e-4) | ((parts[n] - before).abs() >= 1e-4)
+        moved += changed.sum().item()
+        apart += ((parts[n] - whole[n]).abs() > 1e-3 + 1e-3 * whole[n].abs()).sum().item()
+    assert moved > 10_000 and apart / moved < 1e-2

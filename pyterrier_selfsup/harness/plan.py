@@ -75,9 +75,14 @@ def stages(collection: Collection, method: str, settings: dict, writes_queries: 
         out.append(Planned(steps_name, steps, 'step'))
     elif method == 'distill':
         out.append(Planned('BM25 index', docs, 'doc', 'unless built before'))
-        if s.train_passages or s.passage_layers is not None:  # a passage side that trains: encoded once a round
-            out.append(Planned('encoding documents', docs * s.rounds, 'doc',
-                               f"the student's index once a round ({s.rounds})"))
+        if s.train_passages or s.passage_layers is not None:
+            # a passage side that trains: the start index, then one afresh for each later round whose teacher
+            # or verdict reads the student, and one for the last verdict (Distillation.on_epoch_start, judge)
+            reads = 'student' in {term.strip().rpartition('*')[2] for term in s.teacher.split('+')}
+            verdict = s.verdict_share > 0
+            fresh = (s.rounds - 1) * (reads or verdict) + verdict
+            out.append(Planned('encoding documents', docs * (1 + fresh), 'doc',
+                               f"the student's start index (unless built before) and {fresh} afresh"))
         else:
             out.append(Planned('encoding documents', docs, 'doc', "the student's index, unless built before"))
         out.append(Planned('teacher rankings', queries * s.rounds, 'query', 'once a round'))
