@@ -172,6 +172,19 @@ def test_a_distillation_that_trains_its_passage_side_plans_an_encoding_a_round_a
     assert planned[0].seconds is None
 
 
+def test_a_resumed_run_plans_the_steps_it_has_left():
+    """scifact's adjustment resumed after step 625 of 1,250 planned all 1,250 (2026-11-26)."""
+    planned = plan.resuming([plan.Planned('ReAtt token index', 10366, 'doc'),
+                             plan.Planned('ReAtt adjustment', 1250, 'step')], 625)
+    assert [(p.size, p.note) for p in planned] == [(10366, ''), (625, 'resuming after step 625 of 1,250')]
+    plan.estimate(planned, {'ReAtt adjustment (batch 8x1, 1 process(es))': {'rate': 0.5, 'unit': 'step'}},
+                  plan.run_context({'batch_size': 8}))
+    assert planned[1].seconds == 1250
+    assert plan.plan_lines('reatt', planned)[2] == ('  ReAtt adjustment: 625 steps, about 20 min 50 s '
+                                                    '(resuming after step 625 of 1,250)')
+    assert [p.size for p in plan.resuming([plan.Planned('x', 10, 'step')], 0)] == [10]
+
+
 def test_rates_are_learnt_per_machine_from_stages_of_a_second_or_more(tmp_path):
     plan.learn({'a': Stage('a', 10, 10, 'doc', 2.0), 'b': Stage('b', 10, 10, 'doc', 0.1),
                 'c': Stage('c', 4, 4, 'step', 8.0)}, plan.run_context({'batch_size': 16, 'k': 5}, 2), tmp_path)

@@ -93,6 +93,17 @@ def stages(collection: Collection, method: str, settings: dict, writes_queries: 
     return out
 
 
+def resuming(planned: List[Planned], step: int) -> List[Planned]:
+    """The plan of a run that resumes from its checkpoint at ``step``: the training steps left, not
+    all of them (the other stages stay as planned, at most: a stage whose result is in the
+    cache, or in the checkpoint, takes none)."""
+    if step:
+        for p in planned:
+            if p.unit == 'step':
+                p.size, p.note = max(0, p.size - step), f'resuming after step {step:,} of {p.size:,}'
+    return planned
+
+
 def rates_path(cache_dir=None) -> Path:
     return cache_root(cache_dir) / RATES_FILE
 

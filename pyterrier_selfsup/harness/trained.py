@@ -38,7 +38,7 @@ from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment, mask_
 from pyterrier_selfsup.training.distant import DistantSupervision
 from pyterrier_selfsup.training.distill import Distillation
 from pyterrier_selfsup.progress import stage_times
-from pyterrier_selfsup.training.loop import Trainer, fit_resumably
+from pyterrier_selfsup.training.loop import Trainer, checkpoint_damage, checkpoints, fit_resumably
 from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart
 from pyterrier_selfsup.training.settings import (ADDED_SETTINGS, SETTINGS, CrossDocumentAdjustmentSettings,
                                                  DistantSupervisionSettings, DistillationSettings,
@@ -118,8 +118,10 @@ def train(collection: Union[str, Collection], method: str, settings: dict, *, ca
         started, before = time.time(), stage_times()
         said = distributed()[0] == 0  # (one process speaks for the group)
         context = plan.run_context(settings, distributed()[1])
-        planned = plan.estimate(plan.stages(collection, method, settings, settings['queries'] in GENERATED),
-                                plan.known_rates(cache_dir), context)
+        done = [c for c in checkpoints(staging) if checkpoint_damage(c) is None]  # (fit_resumably's)
+        at = int(done[-1].name.split('-', 1)[1]) if done else 0
+        stages = plan.stages(collection, method, settings, settings['queries'] in GENERATED)
+        planned = plan.estimate(plan.resuming(stages, at), plan.known_rates(cache_dir), context)
         if said:
             docs = collection.docs_count
             for line in plan.plan_lines(f'{method} on {collection.name}' + (f' ({docs:,} documents)' if docs else ''),
@@ -129,7 +131,7 @@ def train(collection: Union[str, Collection], method: str, settings: dict, *, ca
                                           output_dir=staging, cache_dir=cache_dir, verbose=verbose)
         if said and len(topics) < settings['n_queries']:  # (a corpus with fewer sentences than asked for)
             known = {**settings, 'n_queries': len(topics)}
-            replanned = [p for p in plan.estimate(plan.stages(collection, method, known, False),
+            replanned = [p for p in plan.estimate(plan.resuming(plan.stages(collection, method, known, False), at),
                                                   plan.known_rates(cache_dir), context) if p.desc != 'writing queries']
             for line in plan.plan_lines(f'{len(topics):,} training queries, not {settings["n_queries"]:,}', replanned):
                 logger.info(line)
