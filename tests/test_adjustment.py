@@ -76,11 +76,14 @@ def test_close_documents_come_from_bm25_then_from_the_model_and_training_moves_i
     from pyterrier_selfsup.retrieval.bm25 import BM25
     coll = trainer.collection
     topics = coll.topics().head(8)
+    from pyterrier_selfsup.progress import stage_times
     before = {k: v.clone() for k, v in trainer.reatt.model.state_dict().items()}
+    trainer.verbose, stages = True, stage_times()  # (its stages counted; off a terminal, too short to say a line)
     trainer.fit(topics)
     bm25 = BM25.from_collection(coll, num_results=3, cache_dir=tmp_path)(topics)
     sources = [r['close documents'] for r in trainer.log if 'close documents' in r]
     assert sources == ['bm25', 'model']
+    assert stage_times(stages)['ReAtt search'].done == 8  # the model's search, a stage a long run reports on
     # the second iteration's close documents are the trained model's own top 3 at that point,
     # which differ from BM25's for some query
     bm25_close = bm25.sort_values(['qid', 'rank']).groupby('qid')['docno'].apply(list).to_dict()

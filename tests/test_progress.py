@@ -172,6 +172,16 @@ def test_a_distillation_that_trains_its_passage_side_plans_an_encoding_a_round_a
     assert planned[0].seconds is None
 
 
+def test_the_adjustments_plan_has_its_search_for_close_documents():
+    """scifact's adjustment searched its 5,000 queries against every document's tokens for minutes
+    at its second iteration's start, unplanned and unreported (2026-11-26)."""
+    from pyterrier_selfsup import Collection
+    from pyterrier_selfsup.harness.trained import training_settings
+    planned = plan.stages(Collection('classic/adi'), 'reatt', training_settings('reatt', {}), False)
+    assert [(p.desc, p.size) for p in planned] == [('ReAtt token index', 82 * 2), ('ReAtt search', 5000),
+                                                   ('ReAtt adjustment', 1250)]
+
+
 def test_a_resumed_run_plans_the_steps_it_has_left():
     """scifact's adjustment resumed after step 625 of 1,250 planned all 1,250 (2026-11-26)."""
     planned = plan.resuming([plan.Planned('ReAtt token index', 10366, 'doc'),

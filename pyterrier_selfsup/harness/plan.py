@@ -89,6 +89,9 @@ def stages(collection: Collection, method: str, settings: dict, writes_queries: 
         out.append(Planned(steps_name, _steps(queries * (1 - s.verdict_share), s.batch_size, s.rounds), 'step'))
     elif method == 'reatt':
         out.append(Planned('ReAtt token index', docs * s.epochs, 'doc', 'a token index an iteration'))
+        if s.epochs > 1:  # (the first iteration's close documents are BM25's)
+            out.append(Planned('ReAtt search', queries * (s.epochs - 1), 'query',
+                               "the model's close documents, each iteration after the first"))
         out.append(Planned(steps_name, _steps(queries, s.batch_size, s.epochs), 'step'))
     return out
 

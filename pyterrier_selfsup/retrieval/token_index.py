@@ -270,39 +270,43 @@ class ReAttIndex(pt.Artifact):
         return docs[top], scores[top]
 
     def retriever(self, reatt, *, num_results: int = 1000, candidate_tokens: Optional[int] = 128,
-                  nprobe: int = 32, rescore: Optional[int] = None) -> 'ReAttRetriever':
+                  nprobe: int = 32, rescore: Optional[int] = None, verbose: bool = False) -> 'ReAttRetriever':
         """Two-stage retrieval: each query token's ``candidate_tokens`` (K') nearest
         document tokens (``nprobe`` IVF lists searched) give the candidates, scored exactly
         (only the ``rescore`` best by their approximate score when given: at most that many
         results); ``candidate_tokens=None``: every document scored exactly (:meth:`exhaustive`)."""
         self.check(reatt)
         return ReAttRetriever(self, reatt, num_results=num_results, candidate_tokens=candidate_tokens, nprobe=nprobe,
-                              rescore=rescore)
+                              rescore=rescore, verbose=verbose)
 
-    def exhaustive(self, reatt, *, num_results: int = 1000) -> 'ReAttRetriever':
+    def exhaustive(self, reatt, *, num_results: int = 1000, verbose: bool = False) -> 'ReAttRetriever':
         """Every document scored exactly: the reference the two-stage search approximates."""
-        return self.retriever(reatt, num_results=num_results, candidate_tokens=None)
+        return self.retriever(reatt, num_results=num_results, candidate_tokens=None, verbose=verbose)
 
     def __repr__(self):
         return f'ReAttIndex({str(self.path)!r})'
 
 
 class ReAttRetriever(Retriever):
-    """Searches a :class:`ReAttIndex` with a ReAtt model's query vectors (see :meth:`ReAttIndex.retriever`)."""
+    """Searches a :class:`ReAttIndex` with a ReAtt model's query vectors (see :meth:`ReAttIndex.retriever`);
+    ``verbose``: its queries reported on as a stage ('ReAtt search': a trainer's thousands of
+    queries against every document take minutes)."""
 
     def __init__(self, index: ReAttIndex, reatt, *, num_results: int = 1000, candidate_tokens: Optional[int] = 128,
-                 nprobe: int = 32, rescore: Optional[int] = None):
+                 nprobe: int = 32, rescore: Optional[int] = None, verbose: bool = False):
         self.index = index
         self.reatt = reatt
         self.num_results = num_results
         self.candidate_tokens = candidate_tokens
         self.nprobe = nprobe
         self.rescore = rescore
+        self.verbose = verbose
 
     def retrieve(self, topics: pd.DataFrame) -> pd.DataFrame:
         vectors = self.index.query_vectors(self.reatt, topics['query'].tolist())
         frames = []
-        for (_, topic), q in zip(topics.iterrows(), vectors):
+        for (_, topic), q in progress(zip(topics.iterrows(), vectors), total=len(topics), desc='ReAtt search',
+                                      unit='query', enabled=self.verbose):
             docs, scores = self.index.search(q, self.num_results, self.candidate_tokens, self.nprobe, self.rescore)
             frame = pd.DataFrame({'docno': self.index.docnos[docs], 'score': scores.astype(np.float64),
                                   'rank': np.arange(len(docs))})
@@ -314,7 +318,7 @@ class ReAttRetriever(Retriever):
     def fuse_rank_cutoff(self, k: int) -> Optional['ReAttRetriever']:
         if k < self.num_results:
             return ReAttRetriever(self.index, self.reatt, num_results=k, candidate_tokens=self.candidate_tokens,
-                                  nprobe=self.nprobe, rescore=self.rescore)
+                                  nprobe=self.nprobe, rescore=self.rescore, verbose=self.verbose)
         return None
 
     def __repr__(self):

@@ -221,8 +221,9 @@ class CrossDocumentAdjustment(Trainer):
 
     def retriever(self, fresh: bool = False) -> pt.Transformer:
         if fresh:
-            return self._fresh_index().exhaustive(self.reatt)
-        return reatt_index(self.collection, self.reatt, cache_dir=self.cache_dir).exhaustive(self.reatt)
+            return self._fresh_index().exhaustive(self.reatt, verbose=self.shows)
+        return reatt_index(self.collection, self.reatt, cache_dir=self.cache_dir).exhaustive(self.reatt,
+                                                                                             verbose=self.shows)
 
     def examples(self, topics: pd.DataFrame) -> List[Query]:
         if self.needs_answers and 'answer' not in topics.columns:
