@@ -172,14 +172,15 @@ def test_a_distillation_that_trains_its_passage_side_plans_an_encoding_a_round_a
     assert planned[0].seconds is None
 
 
-def test_the_adjustments_plan_has_its_search_for_close_documents():
+def test_the_adjustments_plan_has_its_search_for_close_documents_and_their_scoring():
     """scifact's adjustment searched its 5,000 queries against every document's tokens for minutes
-    at its second iteration's start, unplanned and unreported (2026-11-26)."""
+    at its second iteration's start, unplanned and unreported, then scored 40,000 pairs, unplanned
+    (2026-11-26)."""
     from pyterrier_selfsup import Collection
     from pyterrier_selfsup.harness.trained import training_settings
     planned = plan.stages(Collection('classic/adi'), 'reatt', training_settings('reatt', {}), False)
     assert [(p.desc, p.size) for p in planned] == [('ReAtt token index', 82 * 2), ('ReAtt search', 5000),
-                                                   ('ReAtt adjustment', 1250)]
+                                                   ('generator scoring', 5000 * 8 * 2), ('ReAtt adjustment', 1250)]
 
 
 def test_a_resumed_run_plans_the_steps_it_has_left():
