@@ -76,12 +76,15 @@ def progress_mode(stream=None) -> str:
 
 @dataclass
 class Stage:
-    """One stage that ended: what it did, how much, in how long."""
+    """One stage that ended: what it did, how much, in how long; ``peak_gib``: where it raised
+    the process's peak resident memory (by 10 MiB or more), that peak at its end (None where it
+    did not): which stage set a run's peak."""
     desc: str
     done: float
     total: Optional[float]
     unit: str
     seconds: float
+    peak_gib: Optional[float] = None
 
     @property
     def rate(self) -> Optional[float]:
@@ -95,7 +98,8 @@ _open: list = []  # the stages under way, oldest first
 def _add(done: Stage):
     was = _totals.get(done.desc)
     _totals[done.desc] = done if was is None else Stage(
-        done.desc, was.done + done.done, None, done.unit, was.seconds + done.seconds)
+        done.desc, was.done + done.done, None, done.unit, was.seconds + done.seconds,
+        max((p for p in (was.peak_gib, done.peak_gib) if p is not None), default=None))
 
 
 def stage_times(since: Optional[Dict[str, Stage]] = None) -> Dict[str, Stage]:
@@ -108,7 +112,8 @@ def stage_times(since: Optional[Dict[str, Stage]] = None) -> Dict[str, Stage]:
         if was is None:
             out[desc] = now
         elif now.seconds > was.seconds or now.done > was.done:
-            out[desc] = Stage(desc, now.done - was.done, None, now.unit, now.seconds - was.seconds)
+            raised = now.peak_gib if now.peak_gib != was.peak_gib else None  # (raised it again since)
+            out[desc] = Stage(desc, now.done - was.done, None, now.unit, now.seconds - was.seconds, raised)
     return out
 
 
@@ -193,6 +198,7 @@ class Progress:
         self.total, self.desc, self.unit, self.file = total, desc, unit, file
         self.done = self.initial = initial
         self.start = self.last_line = time.monotonic()
+        self.peak_at_start = peak_resident_gib()
         self.postfix = ''
         self.said = False  # whether a line has been shown
         self.shown = shown
@@ -246,7 +252,10 @@ class Progress:
         # taken off the outer one's.
         outer = next((o for o in reversed(_open) if o.shown and o.start <= self.start), None)
         if self.shown:
-            _add(Stage(self.desc, self.done - self.initial, self.total, self.unit, seconds - self.inner_seconds))
+            peak = peak_resident_gib()
+            raised = peak if peak is not None and self.peak_at_start is not None and \
+                peak - self.peak_at_start >= 10 / 1024 else None
+            _add(Stage(self.desc, self.done - self.initial, self.total, self.unit, seconds - self.inner_seconds, raised))
             if outer is not None:
                 outer.inner_seconds += seconds
 

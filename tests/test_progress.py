@@ -121,6 +121,31 @@ def test_resident_memory_is_the_processs_own_now_and_its_peak():
     assert P.resident_gib() < now - 0.7  # (numpy gives a large array back to the system)
 
 
+def test_the_stage_that_raised_the_peak_memory_says_so():
+    """scifact's adjustment peaked at 4.70 GiB while its 625 steps held 3.36-3.38 (2026-11-26): the
+    stage times now say which stage set the peak."""
+    import numpy as np
+    P.set_progress('off')
+    try:
+        before = P.stage_times()
+        with P.progress(total=1, desc='test holds nothing', unit='item') as stage:
+            stage.update(1)
+        above = P.peak_resident_gib() - P.resident_gib() + 0.3  # GiB: past this process's peak so far
+        with P.progress(total=1, desc='test allocates', unit='item') as stage:
+            held = np.ones(int(above * 2 ** 30) // 8)
+            stage.update(1)
+        del held
+        done = P.stage_times(before)
+    finally:
+        P.set_progress('auto')
+    assert done['test holds nothing'].peak_gib is None
+    assert done['test allocates'].peak_gib == pytest.approx(P.peak_resident_gib(), abs=0.01)
+    lines = plan.times_lines(done, 2.0)
+    assert lines[1].startswith('  test holds nothing: 1 items in 0 s') and 'peak' not in lines[1]
+    assert lines[2].endswith(f'; the peak memory rose to {P.peak_resident_gib():.2f} GiB')
+    assert plan.log_records([], done, 2.0)[2]['peak raised to GiB'] == done['test allocates'].peak_gib
+
+
 def test_an_iterable_never_consumed_is_no_stage(lines_every):
     lines_every(600)
     before = P.stage_times()
@@ -253,7 +278,8 @@ def test_selfsup_train_says_its_plan_first_and_each_stages_time_at_the_end(backg
     assert text[plan_at + 2].endswith('  distant supervision: 5 steps, not run on this machine yet')
     times = next(i for i, line in enumerate(text) if line.endswith('stage times:'))
     assert times > first_step
-    assert re.search(r'  distant supervision: 5 steps in (\d+ min )?\d+ s \([\d.]+ (s/step|steps/s)\)$', text[times + 1])
+    assert re.search(r'  distant supervision: 5 steps in (\d+ min )?\d+ s \([\d.]+ (s/step|steps/s)\)'
+                     r'(; the peak memory rose to [\d.]+ GiB)?$', text[times + 1])
     assert re.search(r'  in all: (\d+ min )?\d+ s$', text[times + 2])
     log = [json.loads(line) for line in next((cache / 'models').glob('*/training_log.jsonl')).read_text().splitlines()]
     assert [p['desc'] for p in log[-3]['plan']] == ['BM25 index', 'distant supervision']

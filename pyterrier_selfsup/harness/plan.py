@@ -202,12 +202,14 @@ def plan_lines(what: str, planned: List[Planned]) -> List[str]:
 
 
 def times_lines(done: Dict[str, Stage], total_seconds: float) -> List[str]:
-    """What each stage did and took, then the whole run's time."""
+    """What each stage did and took (and where it raised the process's peak memory, to what),
+    then the whole run's time."""
     lines = ['stage times:']
     for stage in done.values():
         rate = rate_text(stage.done, stage.seconds, stage.unit)
         lines.append(f'  {stage.desc}: {stage.done:,.0f} {plural(stage.unit)} in {_duration(stage.seconds)}' +
-                     (f' ({rate})' if rate else ''))
+                     (f' ({rate})' if rate else '') +
+                     (f'; the peak memory rose to {stage.peak_gib:.2f} GiB' if stage.peak_gib is not None else ''))
     lines.append(f'  in all: {_duration(total_seconds)}')
     return lines
 
@@ -215,5 +217,6 @@ def times_lines(done: Dict[str, Stage], total_seconds: float) -> List[str]:
 def log_records(planned: List[Planned], done: Dict[str, Stage], total_seconds: float) -> List[dict]:
     """The plan and the stage times as training-log records."""
     return ([{'plan': [asdict(p) for p in planned]}] +
-            [{'stage': s.desc, 'done': s.done, 'unit': s.unit, 'seconds': s.seconds} for s in done.values()] +
+            [{'stage': s.desc, 'done': s.done, 'unit': s.unit, 'seconds': s.seconds, 'peak raised to GiB': s.peak_gib}
+             for s in done.values()] +
             [{'stage': 'in all', 'seconds': total_seconds}])
