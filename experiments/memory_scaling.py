@@ -223,7 +223,8 @@ def write_summary():
                'with its length, not with its work, would show it here.', '',
                '| collection | trainer | queries | steps | first | least | most | last |', '|---|---|---|---|---|---|---|---|',
                *(f'| {cell["collection"]} | {cell["cell"]} | {cell.get("queries", "all")} | '
-                 f'{cell["resident by step"]["steps"]} | '
+                 f'{cell["resident by step"]["steps"]}'
+                 + (f' (the last of {len(cell["pieces"])} pieces)' if cell.get('pieces') else '') + ' | '
                  + ' | '.join(f'{cell["resident by step"][k]:.2f} GiB' for k in ('first', 'least', 'most', 'last'))
                  + ' |' for cell in traced), '']
     short = [cell for cell in cells if 'queries' in cell or 'settings' in cell]
