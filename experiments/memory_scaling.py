@@ -125,8 +125,9 @@ def in_pieces(before: dict, piece: dict) -> dict:
 
 
 def checkpoints(cache: Path, cell: str) -> list:
-    """The checkpoints a stopped run of ``cell``'s trainer left in ``cache`` (its partial model)."""
-    return sorted((cache / 'models').glob(f'*.{cell}-*.partial/checkpoint-*'))
+    """The whole checkpoints a stopped run of ``cell``'s trainer left in ``cache`` (its partial model)."""
+    from pyterrier_selfsup.training.loop import checkpoints as whole_checkpoints
+    return [c for partial in sorted((cache / 'models').glob(f'*.{cell}-*.partial')) for c in whole_checkpoints(partial)]
 
 
 def resident_by_step(cache: Path, cell: str) -> dict:

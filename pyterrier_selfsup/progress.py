@@ -198,7 +198,7 @@ class Progress:
         self.total, self.desc, self.unit, self.file = total, desc, unit, file
         self.done = self.initial = initial
         self.start = self.last_line = time.monotonic()
-        self.peak_at_start = peak_resident_gib()
+        self.peak_at_start = peak_resident_gib() if shown else None  # (a stage not shown records nothing)
         self.postfix = ''
         self.said = False  # whether a line has been shown
         self.shown = shown

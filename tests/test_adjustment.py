@@ -73,10 +73,10 @@ def test_target_is_the_generators_softmax_over_close_documents_and_zero_elsewher
 
 
 def test_close_documents_come_from_bm25_then_from_the_model_and_training_moves_it(trainer, tmp_path):
+    from pyterrier_selfsup.progress import stage_times
     from pyterrier_selfsup.retrieval.bm25 import BM25
     coll = trainer.collection
     topics = coll.topics().head(8)
-    from pyterrier_selfsup.progress import stage_times
     before = {k: v.clone() for k, v in trainer.reatt.model.state_dict().items()}
     trainer.verbose, stages = True, stage_times()  # (its stages counted; off a terminal, too short to say a line)
     trainer.fit(topics)

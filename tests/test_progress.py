@@ -221,6 +221,19 @@ def test_a_resumed_run_plans_the_steps_it_has_left():
     assert [p.size for p in plan.resuming([plan.Planned('x', 10, 'step')], 0)] == [10]
 
 
+def test_a_resumed_run_plans_from_the_checkpoint_fit_resumably_goes_on_from(tmp_path):
+    """``selfsup train`` plans from ``resume_point``: the last whole checkpoint whose files are not
+    damaged (a torn checkpoint-10 is passed over, as fit_resumably passes over it)."""
+    from pyterrier_selfsup.training.loop import CHECKPOINT_MANIFEST, STATE_FILE, checkpoint_step, resume_point
+    assert resume_point(tmp_path) is None
+    for step in (5, 10):
+        (tmp_path / f'checkpoint-{step}').mkdir()
+        (tmp_path / f'checkpoint-{step}' / STATE_FILE).write_bytes(b'state')
+    (tmp_path / 'checkpoint-10' / CHECKPOINT_MANIFEST).write_text(json.dumps({'files': {STATE_FILE: 99}}))
+    (tmp_path / 'checkpoint-12').mkdir()  # (no state: not a whole checkpoint)
+    assert resume_point(tmp_path) == tmp_path / 'checkpoint-5' and checkpoint_step(resume_point(tmp_path)) == 5
+
+
 def test_rates_are_learnt_per_machine_from_stages_of_a_second_or_more(tmp_path):
     plan.learn({'a': Stage('a', 10, 10, 'doc', 2.0), 'b': Stage('b', 10, 10, 'doc', 0.1),
                 'c': Stage('c', 4, 4, 'step', 8.0)}, plan.run_context({'batch_size': 16, 'k': 5}, 2), tmp_path)

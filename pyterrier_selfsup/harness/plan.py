@@ -78,7 +78,8 @@ def stages(collection: Collection, method: str, settings: dict, writes_queries: 
         if s.train_passages or s.passage_layers is not None:
             # a passage side that trains: the start index, then one afresh for each later round whose teacher
             # or verdict reads the student, and one for the last verdict (Distillation.on_epoch_start, judge)
-            reads = 'student' in {term.strip().rpartition('*')[2] for term in s.teacher.split('+')}
+            from pyterrier_selfsup.harness.trained import parse_teacher  # (trained imports this module)
+            reads = 'student' in parse_teacher(s.teacher)
             verdict = s.verdict_share > 0
             fresh = (s.rounds - 1) * (reads or verdict) + verdict
             out.append(Planned('encoding documents', docs * (1 + fresh), 'doc',

@@ -38,7 +38,7 @@ from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment, mask_
 from pyterrier_selfsup.training.distant import DistantSupervision
 from pyterrier_selfsup.training.distill import Distillation
 from pyterrier_selfsup.progress import stage_times
-from pyterrier_selfsup.training.loop import Trainer, checkpoint_damage, checkpoints, fit_resumably
+from pyterrier_selfsup.training.loop import Trainer, checkpoint_step, fit_resumably, resume_point
 from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart
 from pyterrier_selfsup.training.settings import (ADDED_SETTINGS, SETTINGS, CrossDocumentAdjustmentSettings,
                                                  DistantSupervisionSettings, DistillationSettings,
@@ -118,8 +118,8 @@ def train(collection: Union[str, Collection], method: str, settings: dict, *, ca
         started, before = time.time(), stage_times()
         said = distributed()[0] == 0  # (one process speaks for the group)
         context = plan.run_context(settings, distributed()[1])
-        done = [c for c in checkpoints(staging) if checkpoint_damage(c) is None]  # (fit_resumably's)
-        at = int(done[-1].name.split('-', 1)[1]) if done else 0
+        resumed = resume_point(staging)
+        at = checkpoint_step(resumed) if resumed is not None else 0
         stages = plan.stages(collection, method, settings, settings['queries'] in GENERATED)
         planned = plan.estimate(plan.resuming(stages, at), plan.known_rates(cache_dir), context)
         if said:

@@ -68,7 +68,18 @@ def checkpoints(output_dir: Union[str, Path]) -> List[Path]:
     (the last one is what ``fit(resume_from=...)`` continues from)."""
     found = [p for p in Path(output_dir).glob('checkpoint-*')
              if p.name.split('-', 1)[1].isdigit() and (p / STATE_FILE).is_file()]
-    return sorted(found, key=lambda p: int(p.name.split('-', 1)[1]))
+    return sorted(found, key=checkpoint_step)
+
+
+def checkpoint_step(path: Union[str, Path]) -> int:
+    """The step a checkpoint was written after (``checkpoint-625``: 625)."""
+    return int(Path(path).name.split('-', 1)[1])
+
+
+def resume_point(output_dir: Union[str, Path]) -> Optional[Path]:
+    """The checkpoint :func:`fit_resumably` goes on from: the last whole one whose files are not
+    damaged (None: it starts over)."""
+    return next((c for c in reversed(checkpoints(output_dir)) if checkpoint_damage(c) is None), None)
 
 
 CHECKPOINT_MANIFEST = 'checkpoint.json'  # every file's size, written last
