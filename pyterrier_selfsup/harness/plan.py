@@ -25,7 +25,7 @@ from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment
 from pyterrier_selfsup.training.distant import DistantSupervision
 from pyterrier_selfsup.training.distill import Distillation
 from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart
-from pyterrier_selfsup.training.settings import SETTINGS
+from pyterrier_selfsup.training.settings import SETTINGS, parse_teacher
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,6 @@ def stages(collection: Collection, method: str, settings: dict, writes_queries: 
         if s.train_passages or s.passage_layers is not None:
             # a passage side that trains: the start index, then one afresh for each later round whose teacher
             # or verdict reads the student, and one for the last verdict (Distillation.on_epoch_start, judge)
-            from pyterrier_selfsup.harness.trained import parse_teacher  # (trained imports this module)
             reads = 'student' in parse_teacher(s.teacher)
             verdict = s.verdict_share > 0
             fresh = (s.rounds - 1) * (reads or verdict) + verdict

@@ -42,7 +42,7 @@ from pyterrier_selfsup.training.loop import Trainer, checkpoint_step, fit_resuma
 from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart
 from pyterrier_selfsup.training.settings import (ADDED_SETTINGS, SETTINGS, CrossDocumentAdjustmentSettings,
                                                  DistantSupervisionSettings, DistillationSettings,
-                                                 ReconstructionSettings)
+                                                 ReconstructionSettings, parse_teacher)
 
 SEARCH_SETTINGS = frozenset({'num_results', 'candidate_tokens', 'nprobe', 'rescore', 'bm25_weight', 'hybrid_depth',
                              'search', 'backend'})
@@ -335,24 +335,6 @@ def _cross_document_adjustment(collection: Collection, s: CrossDocumentAdjustmen
                                       checkpoint_every='epoch', keep_checkpoints=1, cache_dir=cache_dir,
                                       verbose=verbose)
     return trainer, topics
-
-
-def parse_teacher(spec: str) -> Dict[str, float]:
-    """A teacher named by its parts and their weights: ``bm25+student`` (1:1),
-    ``2*bm25+student``, ``bm25+student+gen``... Parts: :data:`TEACHER_PARTS`."""
-    weights = {}
-    for term in spec.split('+'):
-        weight, _, part = term.strip().rpartition('*')
-        if part not in TEACHER_PARTS or part in weights:
-            raise ValueError(f'teacher {spec!r}: {part!r} is not one of {", ".join(TEACHER_PARTS)} '
-                             f'(or is named twice); e.g. bm25+student or 2*bm25+student+gen')
-        weights[part] = float(weight) if weight else 1.0
-    return weights
-
-
-# bm25: BM25; student: the student as it is at each round; minilm: the start model, frozen;
-# gen: the generator's query likelihood on the fused top ``rerank_depth`` (its scores cached)
-TEACHER_PARTS = ('bm25', 'student', 'minilm', 'gen')
 
 
 def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: int = 100, rerank_depth: int = 10,

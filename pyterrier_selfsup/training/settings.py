@@ -183,3 +183,21 @@ LEGACY_KEYS: Dict[str, LegacyKey] = {
 }
 # the settings that ``distill settings added`` leaves out of the key at these values
 ADDED_SETTINGS = {'distill': {'passage_layers': None, 'source_share': 0.0}}
+
+
+def parse_teacher(spec: str) -> Dict[str, float]:
+    """A teacher named by its parts and their weights: ``bm25+student`` (1:1),
+    ``2*bm25+student``, ``bm25+student+gen``... Parts: :data:`TEACHER_PARTS`."""
+    weights = {}
+    for term in spec.split('+'):
+        weight, _, part = term.strip().rpartition('*')
+        if part not in TEACHER_PARTS or part in weights:
+            raise ValueError(f'teacher {spec!r}: {part!r} is not one of {", ".join(TEACHER_PARTS)} '
+                             f'(or is named twice); e.g. bm25+student or 2*bm25+student+gen')
+        weights[part] = float(weight) if weight else 1.0
+    return weights
+
+
+# bm25: BM25; student: the student as it is at each round; minilm: the start model, frozen;
+# gen: the generator's query likelihood on the fused top ``rerank_depth`` (its scores cached)
+TEACHER_PARTS = ('bm25', 'student', 'minilm', 'gen')
