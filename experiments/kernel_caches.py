@@ -40,14 +40,14 @@ def child(script: str, args: list):
     """Runs an example in this process, printing the heap's account after each optimiser step."""
     libc = ctypes.CDLL('libc.so.6')
     libc.mallinfo2.restype = _MallInfo2
+    from pyterrier_selfsup.progress import resident_gib
     from pyterrier_selfsup.training import loop
     step = loop.Trainer._step
 
     def recorded(self, *args, **kwargs):
         out = step(self, *args, **kwargs)
         info = libc.mallinfo2()
-        with open('/proc/self/statm') as statm:
-            resident = int(statm.read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
+        resident = resident_gib() * 2 ** 30
         print(MARK + json.dumps({'step': self.state['step'], 'in use MiB': round(info.uordblks / 2 ** 20),
                                  'kept free MiB': round(info.fordblks / 2 ** 20),
                                  'resident MiB': round(resident / 2 ** 20)}), flush=True)

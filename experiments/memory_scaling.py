@@ -60,7 +60,8 @@ STOPPED = {
     ('beir/scifact/test', 'reatt'): ('stopped (SIGTERM) after the first of its two iterations (625 of 1,250 steps, its teacher scoring '
                                     'included) and the start of the second, 2026-11-26, so that the session could end'),
     ('classic/cisi', 'rumbart'): ('stopped (SIGTERM) at step 26 of 313, after its checkpoint at step 25, 2026-11-26, so that the '
-                                  'session could end; its next piece: --resume'),
+                                  'session could end; its checkpoint was on that session\'s machine, since returned, so the '
+                                  'cell can only be run again whole'),
 }
 # cells whose time is not their own, for a reason their JSON file could not record
 TIME_NOT_OWN = {

@@ -14,6 +14,8 @@ import threading
 import time
 import traceback
 
+from pyterrier_selfsup.progress import resident_gib  # (imports the package, as the script itself does)
+
 MAIN = threading.main_thread().ident
 STEP = 100  # MiB: a line each time the resident set passes its last high by this much
 started = time.time()
@@ -21,8 +23,7 @@ high = [0]
 
 
 def resident_mib() -> int:
-    with open('/proc/self/status') as status:
-        return next(int(line.split()[1]) // 1024 for line in status if line.startswith('VmRSS'))
+    return round(resident_gib() * 1024)
 
 
 def watch():

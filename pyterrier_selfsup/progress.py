@@ -190,6 +190,11 @@ def _amount(n: float) -> str:
     return f'{n:,.0f}' if float(n).is_integer() else f'{n:,.1f}'
 
 
+def counted(n: float, unit: str) -> str:
+    """``1 step``, ``5 steps``, ``1,460 docs``."""
+    return f'{_amount(n)} {unit if n == 1 else plural(unit)}'
+
+
 class Progress:
     """A stage's progress: a tqdm bar, plain lines, or nothing shown; recorded when closed."""
 
@@ -242,7 +247,7 @@ class Progress:
             self.bar.close()
         elif self.lines and (self.said or seconds >= _settings['interval']):  # (a short stage: no line)
             rate = self._rate(self.done - self.initial, seconds - self.inner_seconds)
-            self._say(f'{self.desc}: {_amount(self.done)} {plural(self.unit)} in {_duration(seconds)}' +
+            self._say(f'{self.desc}: {counted(self.done, self.unit)} in {_duration(seconds)}' +
                       (f' ({rate})' if rate else '')
                       + (f', {self.postfix}' if self.postfix else ''))
         if self in _open:
@@ -273,7 +278,7 @@ class Progress:
         own = elapsed - self.inner_seconds  # (the rate of its own work: a refresh inside training is not a step)
         done = self.done - self.initial
         parts = [f'{_amount(self.done)}/{_amount(self.total)} {plural(self.unit)} ({100 * self.done / self.total:.0f}%)'
-                 if self.total else f'{_amount(self.done)} {plural(self.unit)}']
+                 if self.total else counted(self.done, self.unit)]
         rate = self._rate(done, own)
         if rate:
             parts.append(rate)

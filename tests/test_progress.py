@@ -141,7 +141,7 @@ def test_the_stage_that_raised_the_peak_memory_says_so():
     assert done['test holds nothing'].peak_gib is None
     assert done['test allocates'].peak_gib == pytest.approx(P.peak_resident_gib(), abs=0.01)
     lines = plan.times_lines(done, 2.0)
-    assert lines[1].startswith('  test holds nothing: 1 items in 0 s') and 'peak' not in lines[1]
+    assert lines[1].startswith('  test holds nothing: 1 item in 0 s') and 'peak' not in lines[1]
     assert lines[2].endswith(f'; the peak memory rose to {P.peak_resident_gib():.2f} GiB')
     assert plan.log_records([], done, 2.0)[2]['peak raised to GiB'] == done['test allocates'].peak_gib
 
@@ -299,3 +299,53 @@ def test_selfsup_train_says_its_plan_first_and_each_stages_time_at_the_end(backg
     assert log[-2]['stage'] == 'distant supervision' and log[-2]['done'] == 5
     assert log[-1]['stage'] == 'in all' and log[-1]['seconds'] >= log[-2]['seconds']
     assert plan.known_rates(cache)['distant supervision (batch 8x1, 1 process(es))']['unit'] == 'step'
+
+
+class Stopped(Exception):
+    """A run killed right after a checkpoint."""
+
+
+def test_a_stopped_training_plans_and_trains_only_the_steps_left_and_ends_as_one_never_stopped(cache_dir, tmp_path,
+                                                                                             monkeypatch, caplog):
+    """Distant supervision checkpoints every ``CHECKPOINT_EVERY`` steps (its one epoch is the whole
+    run: it had no checkpoint before its end). ``selfsup train``'s run stopped after one plans the
+    steps left, trains them, and ends with the weights of a run that was never stopped (with no
+    checkpoint before its end, as before)."""
+    import torch
+    from safetensors.torch import load_file
+    from pyterrier_selfsup import BM25
+    from pyterrier_selfsup.harness import trained
+    from pyterrier_selfsup.training import loop
+    BM25.from_collection('classic/adi', cache_dir=cache_dir)
+    settings = {'n_queries': 40, 'batch_size': 8}  # 5 steps
+    caches = {name: tmp_path / name for name in ('whole', 'stopped')}
+    for cache in caches.values():
+        cache.mkdir()
+        (cache / 'pisa').symlink_to(cache_dir / 'pisa')
+    whole = trained.train('classic/adi', 'ds', settings, cache_dir=caches['whole'])  # CHECKPOINT_EVERY 25: none
+
+    monkeypatch.setattr(trained, 'CHECKPOINT_EVERY', 2)
+    checkpoint = loop.Trainer._checkpoint
+
+    def stop_after_step_4(self, optimizer, scheduler, final=False):
+        checkpoint(self, optimizer, scheduler, final)
+        if self.state['step'] == 4 and not final:
+            raise Stopped
+    monkeypatch.setattr(loop.Trainer, '_checkpoint', stop_after_step_4)
+    with pytest.raises(Stopped):
+        trained.train('classic/adi', 'ds', settings, cache_dir=caches['stopped'])
+    monkeypatch.setattr(loop.Trainer, '_checkpoint', checkpoint)
+    with caplog.at_level(logging.INFO, logger='pyterrier_selfsup'):
+        resumed = trained.train('classic/adi', 'ds', settings, cache_dir=caches['stopped'], verbose=True)
+    said = caplog.text.splitlines()
+    assert any(line.endswith('  distant supervision: 1 step, not run on this machine yet (resuming after step 4 of 5)')
+               for line in said), caplog.text
+    assert any(re.search(r'resuming from .*/checkpoint-4$', line) for line in said), caplog.text
+    assert any(re.search(r'  distant supervision: 1 step in \d+ s \([\d.]+ (s/step|steps/s)\)', line) for line in said)
+    log = [json.loads(line) for line in (resumed.parent / 'training_log.jsonl').read_text().splitlines()]
+    assert [r['step'] for r in log if 'loss' in r] == [1, 2, 3, 4, 5]  # (the stopped run's four kept, one more)
+    assert next(r for r in log if r.get('stage') == 'distant supervision')['done'] == 1
+    [a], [b] = whole.glob('**/*.safetensors'), resumed.glob('**/*.safetensors')
+    mine, theirs = load_file(a), load_file(b)
+    assert mine.keys() == theirs.keys() and len(mine) > 10
+    assert all(torch.equal(mine[k], theirs[k]) for k in mine)

@@ -20,7 +20,7 @@ from typing import Dict, List, Optional
 from pyterrier_selfsup._cache import cache_root, written_whole
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.harness.provenance import machine
-from pyterrier_selfsup.progress import Stage, plural, rate_text
+from pyterrier_selfsup.progress import Stage, counted, rate_text
 from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment
 from pyterrier_selfsup.training.distant import DistantSupervision
 from pyterrier_selfsup.training.distill import Distillation
@@ -187,7 +187,7 @@ def plan_lines(what: str, planned: List[Planned]) -> List[str]:
     """The plan as said before training: a line a stage, then the total of the estimates."""
     lines = [f'plan: {what}']
     for p in planned:
-        size = f'{p.size:,.0f} {plural(p.unit)}'
+        size = counted(round(p.size), p.unit)
         took = f'about {_duration(p.seconds)}' if p.seconds is not None else 'not run on this machine yet'
         lines.append(f'  {p.desc}: {size}, {took}' + (f' ({p.note})' if p.note else ''))
     known = [p.seconds for p in planned if p.seconds is not None]
@@ -207,7 +207,7 @@ def times_lines(done: Dict[str, Stage], total_seconds: float) -> List[str]:
     lines = ['stage times:']
     for stage in done.values():
         rate = rate_text(stage.done, stage.seconds, stage.unit)
-        lines.append(f'  {stage.desc}: {stage.done:,.0f} {plural(stage.unit)} in {_duration(stage.seconds)}' +
+        lines.append(f'  {stage.desc}: {counted(round(stage.done), stage.unit)} in {_duration(stage.seconds)}' +
                      (f' ({rate})' if rate else '') +
                      (f'; the peak memory rose to {stage.peak_gib:.2f} GiB' if stage.peak_gib is not None else ''))
     lines.append(f'  in all: {_duration(total_seconds)}')

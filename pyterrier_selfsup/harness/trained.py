@@ -274,12 +274,15 @@ def _distant_supervision(collection: Collection, s: DistantSupervisionSettings, 
                              cache_dir=cache_dir, fold=fold)
     torch.manual_seed(s.seed)
     encoder = DualEncoder.from_pretrained(s.model_name, dim=s.dim)
+    # a checkpoint every CHECKPOINT_EVERY steps (its one epoch is the whole run: at its end only,
+    # a run stopped at 90% would start again from nothing)
     return DistantSupervision(encoder, collection, negatives=s.negatives, batch_size=s.batch_size,
                               epochs=s.epochs, lr=s.lr, output_dir=output_dir, seed=s.seed,
+                              checkpoint_every=CHECKPOINT_EVERY, keep_checkpoints=1,
                               cache_dir=cache_dir, verbose=verbose), topics
 
 
-CHECKPOINT_EVERY = 25  # steps, for a frozen passage tower with no refresh period to set it
+CHECKPOINT_EVERY = 25  # steps: distant supervision's, and RUMBArt's and ACROBArT's with a frozen passage tower
 
 
 def start_model(collection: Collection, settings: ReconstructionSettings, cache_dir=None, verbose: bool = False) -> str:
