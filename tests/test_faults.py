@@ -491,8 +491,8 @@ def counted(gen, monkeypatch):
     """Counts the pairs ``gen`` scores (for the rest of the test)."""
     seen = []
     score = gen.log_likelihoods
-    monkeypatch.setattr(gen, 'log_likelihoods', lambda targets, passages: seen.append(len(targets)) or
-                        score(targets, passages))
+    monkeypatch.setattr(gen, 'log_likelihoods', lambda targets, passages, **kwargs: seen.append(len(targets)) or
+                        score(targets, passages, **kwargs))
     return seen
 
 

@@ -251,7 +251,8 @@ def test_cached_scoring_goes_by_passage_and_commits_each_chunk(tiny_generator, t
     expected = gen.scorer(normalise='sum')(frame).sort_values(['qid', 'docno'])['score'].to_numpy()
     calls = []
     score = gen.log_likelihoods
-    gen.log_likelihoods = lambda targets, passages: calls.append(sorted(set(passages))) or score(targets, passages)
+    gen.log_likelihoods = lambda targets, passages, **kwargs: calls.append(sorted(set(passages))) or \
+        score(targets, passages, **kwargs)
     scorer = gen.scorer(normalise='sum', cache=tmp_path / 'scores')
     scorer.CHUNK = 2
     np.testing.assert_allclose(scorer(frame).sort_values(['qid', 'docno'])['score'], expected, rtol=1e-6)

@@ -349,3 +349,37 @@ def test_a_stopped_training_plans_and_trains_only_the_steps_left_and_ends_as_one
     mine, theirs = load_file(a), load_file(b)
     assert mine.keys() == theirs.keys() and len(mine) > 10
     assert all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+
+def test_a_score_cache_filled_a_chunk_at_a_time_is_one_stage_of_the_pairs_it_did_not_hold(
+        lines_every, capsys, tiny_generator, cache_dir, tmp_path):
+    """RUMBArt's first index fills the score cache with 25,000 pairs, 512 passages a commit: its
+    progress said each chunk's pairs and time left, ten times over (vaswani, 2026-11-26), not the
+    fill's. Now one stage counts the pairs the cache did not hold, whatever the chunks."""
+    from pyterrier_selfsup import BM25, Collection
+    from pyterrier_selfsup.models.reranker import ReconstructionScorer
+    lines_every(0)  # (a line at every batch of passages: the fake clock does not move)
+    coll = Collection('classic/adi')
+    pairs = ((BM25.from_collection(coll, cache_dir=cache_dir) % 5) >> coll.text_loader())(coll.topics())
+    scorer = ReconstructionScorer(tiny_generator('llama', max_passage_length=32, verbose=True),
+                                  cache=tmp_path / 'scores')
+    scorer.CHUNK = 8  # passages a commit
+    scorer(pairs[pairs['qid'].isin(pairs['qid'].unique()[:10])])  # some of the pairs held already
+    held = scorer.cache.db.execute('SELECT count(*) FROM cache').fetchone()[0]
+    missing = len(pairs.drop_duplicates(['query', 'docno'])) - held
+    assert held > 0 and missing > 0 and pairs['docno'].nunique() > 4 * scorer.CHUNK
+    capsys.readouterr()
+    before = P.stage_times()
+    scorer(pairs)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith('generator scoring: ')]
+    assert len(lines) > 4, lines
+    assert all(re.match(rf'generator scoring: [\d,]+/{missing:,} pairs \(\d+%\), 0:00 elapsed, 0:00 left$', line)
+               for line in lines[:-1]), lines
+    assert lines[-2].startswith(f'generator scoring: {missing:,}/{missing:,} pairs (100%)')
+    assert lines[-1] == f'generator scoring: {missing:,} pairs in 0:00'
+    assert P.stage_times(before)['generator scoring'].done == missing
+    capsys.readouterr()
+    scorer(pairs)  # all held: no stage
+    assert 'generator scoring' not in P.stage_times(before) or \
+        P.stage_times(before)['generator scoring'].done == missing
+    assert capsys.readouterr().err == ''

@@ -193,9 +193,11 @@ class Generator(TorchModel):
 
     # -- scoring ----------------------------------------------------------------------
 
-    def log_likelihoods(self, targets: Sequence[str], passages: Sequence[str]) -> np.ndarray:
+    def log_likelihoods(self, targets: Sequence[str], passages: Sequence[str], *, tracker=None) -> np.ndarray:
         """Σ_j log p(target_j | passage, target_<j) for each (target, passage) pair, without
-        gradients; each distinct passage is encoded once (see the module docstring)."""
+        gradients; each distinct passage is encoded once (see the module docstring).
+        ``tracker``: the progress of a larger scoring job, which this call's pairs count
+        towards (a score cache filled a chunk at a time), instead of a stage of its own."""
         if len(targets) != len(passages):
             raise ValueError(f'{len(targets)} targets but {len(passages)} passages')
         out = np.zeros(len(targets), dtype=np.float64)
@@ -210,9 +212,12 @@ class Generator(TorchModel):
             pairs_of[p].append(pair)
         order = sorted(pairs_of, key=lambda p: -len(p_ids[p]))  # longest first: fail fast on memory
         batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
-        batches = progress(batches, total=len(pair_passage), desc='generator scoring', unit='pair',
-                           count=lambda batch: sum(len(pairs_of[p]) for p in batch),
-                           enabled=self.verbose and len(batches) > 1)
+
+        def counted(batch) -> int:
+            return sum(len(pairs_of[p]) for p in batch)
+        if tracker is None:
+            batches = progress(batches, total=len(pair_passage), desc='generator scoring', unit='pair',
+                               count=counted, enabled=self.verbose and len(batches) > 1)
         with self.inference():
             for batch in batches:
                 rows = [(pair, row) for row, p in enumerate(batch) for pair in pairs_of[p]]
@@ -223,6 +228,8 @@ class Generator(TorchModel):
                 for pair_rows, values in score([p_ids[p] for p in batch],
                                                [(row, t_ids[pair_target[pair]]) for pair, row in rows], rows):
                     out[pair_rows] = values
+                if tracker is not None:
+                    tracker.update(counted(batch))
         return out
 
     def _score_causal(self, prefixes: List[List[int]], items: List[Tuple[int, List[int]]], rows):

@@ -13,7 +13,8 @@ import pyterrier as pt
 
 from pyterrier_selfsup._cache import disk_faults
 from pyterrier_selfsup._distributed import distributed
-from pyterrier_selfsup.models.score_cache import SCORE_DB, open_score_cache
+from pyterrier_selfsup.models.score_cache import SCORE_DB, cached_count, open_score_cache
+from pyterrier_selfsup.progress import progress
 
 NORMALISATIONS = ('sum', 'mean')
 
@@ -44,8 +45,9 @@ class ReconstructionScorer(pt.Transformer):
         self.normalise = normalise
         self.text_field = text_field
         self.cache_path = Path(cache) if cache is not None else None
-        self.cache = None if cache is None else open_score_cache(
-            self.cache_path, _LogLikelihood(generator, text_field), busy_seconds=self.BUSY_SECONDS)
+        self._missing = _LogLikelihood(generator, text_field)  # what scores the cache's misses
+        self.cache = None if cache is None else open_score_cache(self.cache_path, self._missing,
+                                                                 busy_seconds=self.BUSY_SECONDS)
 
     def fill(self, pairs: pd.DataFrame):
         """Scores every (query, docno) pair of ``pairs`` (with its text) into the cache. Under
@@ -75,11 +77,19 @@ class ReconstructionScorer(pt.Transformer):
             pairs = out.drop_duplicates(['query', 'docno'])
             # By passage, so that each passage's queries are scored together (its prompt
             # encoded once) and the cache commits after every CHUNK passages: a long
-            # scoring run that is interrupted keeps what it did.
+            # scoring run that is interrupted keeps what it did. Its progress is one stage,
+            # of the pairs the cache does not hold, not one a chunk.
             passages = pairs['docno'].unique()
-            looked_up = pd.concat([
-                self._cached(pairs[pairs['docno'].isin(set(passages[i:i + self.CHUNK]))])
-                for i in range(0, len(passages), self.CHUNK)]).set_index(['query', 'docno'])['loglik']
+            missing = len(pairs) - cached_count(self.cache, pairs)
+            self._missing.tracker = progress(total=missing, desc='generator scoring', unit='pair',
+                                             enabled=self.generator.verbose and missing > 0)
+            try:
+                looked_up = pd.concat([
+                    self._cached(pairs[pairs['docno'].isin(set(passages[i:i + self.CHUNK]))])
+                    for i in range(0, len(passages), self.CHUNK)]).set_index(['query', 'docno'])['loglik']
+            finally:
+                self._missing.tracker.close()
+                self._missing.tracker = None
             scores = looked_up.reindex(pd.MultiIndex.from_frame(out[['query', 'docno']])).to_numpy(dtype=np.float64)
         else:
             scores = self.generator.log_likelihoods(out['query'].tolist(), out[self.text_field].tolist())
@@ -110,6 +120,8 @@ class _LogLikelihood(pt.Transformer):
     def __init__(self, generator, text_field: str):
         self.generator = generator
         self.text_field = text_field
+        self.tracker = None  # the progress of the scorer's call under way, where it has one
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        return inp.assign(loglik=self.generator.log_likelihoods(inp['query'].tolist(), inp[self.text_field].tolist()))
+        return inp.assign(loglik=self.generator.log_likelihoods(inp['query'].tolist(), inp[self.text_field].tolist(),
+                                                                tracker=self.tracker))

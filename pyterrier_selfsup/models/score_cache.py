@@ -8,6 +8,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Optional
 
+import pandas as pd
 import pyterrier as pt
 
 from pyterrier_selfsup._cache import cache_key, cache_root, locked, set_aside, writable
@@ -76,6 +77,19 @@ def _copy_readable_scores(source: Path, db) -> int:
     db.executemany('INSERT OR IGNORE INTO cache VALUES (?, ?, ?)', rows)
     db.commit()
     return db.execute('SELECT count(*) FROM cache').fetchone()[0]
+
+
+def cached_count(cache, pairs: pd.DataFrame) -> int:
+    """How many (query, docno) pairs of ``pairs`` the score cache ``cache`` holds: what a call
+    will not score, so that its progress counts the rest. (Read from the table as
+    pyterrier-caching's ``Sqlite3ScorerCache`` keeps it, ``[group]`` the query and ``key`` the
+    docno, a query at a time, as its own look-up reads it.)"""
+    held = 0
+    for query, docnos in pairs.groupby('query', sort=False)['docno']:
+        docnos = docnos.unique().tolist()
+        held += cache.db.execute(f'SELECT count(*) FROM cache WHERE [group]=? AND key IN ({", ".join("?" * len(docnos))})',
+                                 [query, *docnos]).fetchone()[0]
+    return held
 
 
 def score_cache_dir(corpus_id: str, generator, cache_dir=None) -> Path:
