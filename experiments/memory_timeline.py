@@ -14,8 +14,6 @@ import threading
 import time
 import traceback
 
-from pyterrier_selfsup.progress import resident_gib  # (imports the package, as the script itself does)
-
 MAIN = threading.main_thread().ident
 STEP = 100  # MiB: a line each time the resident set passes its last high by this much
 started = time.time()
@@ -23,7 +21,9 @@ high = [0]
 
 
 def resident_mib() -> int:
-    return round(resident_gib() * 1024)
+    # (not progress.resident_gib: importing the package here would put its import before the start)
+    with open('/proc/self/status') as status:
+        return next(int(line.split()[1]) // 1024 for line in status if line.startswith('VmRSS'))
 
 
 def watch():

@@ -14,14 +14,14 @@ import threading
 import time
 import traceback
 
-from pyterrier_selfsup.progress import resident_gib  # (imports the package, as the script itself does)
-
 peak = [0, '']
 main = threading.main_thread().ident
 
 
 def resident_mib() -> int:
-    return round(resident_gib() * 1024)
+    # (not progress.resident_gib: importing the package here would put its import before the start)
+    with open('/proc/self/status') as status:
+        return next(int(line.split()[1]) // 1024 for line in status if line.startswith('VmRSS'))
 
 
 def watch():

@@ -284,7 +284,8 @@ class Progress:
             parts.append(rate)
         parts.append(f'{_duration(elapsed)} elapsed')
         if self.total and done > 0:
-            parts.append(f'{_duration((self.total - self.done) * own / done)} left')
+            # (never below nothing: two processes that scored the same pairs count them twice)
+            parts.append(f'{_duration(max(0.0, self.total - self.done) * own / done)} left')
         if self.postfix:
             parts.append(self.postfix)
         return f'{self.desc}: ' + ', '.join(parts)

@@ -309,8 +309,9 @@ def test_a_stopped_training_plans_and_trains_only_the_steps_left_and_ends_as_one
                                                                                              monkeypatch, caplog):
     """Distant supervision checkpoints every ``CHECKPOINT_EVERY`` steps (its one epoch is the whole
     run: it had no checkpoint before its end). ``selfsup train``'s run stopped after one plans the
-    steps left, trains them, and ends with the weights of a run that was never stopped (with no
-    checkpoint before its end, as before)."""
+    steps left, trains them, and ends with the weights of a run that was never stopped, with its
+    checkpoints or with none before its end (as before). (On the CPU: the CUDA generator's state is
+    not in a checkpoint.)"""
     import torch
     from safetensors.torch import load_file
     from pyterrier_selfsup import BM25
@@ -318,13 +319,14 @@ def test_a_stopped_training_plans_and_trains_only_the_steps_left_and_ends_as_one
     from pyterrier_selfsup.training import loop
     BM25.from_collection('classic/adi', cache_dir=cache_dir)
     settings = {'n_queries': 40, 'batch_size': 8}  # 5 steps
-    caches = {name: tmp_path / name for name in ('whole', 'stopped')}
+    caches = {name: tmp_path / name for name in ('whole', 'checkpointed', 'stopped')}
     for cache in caches.values():
         cache.mkdir()
         (cache / 'pisa').symlink_to(cache_dir / 'pisa')
     whole = trained.train('classic/adi', 'ds', settings, cache_dir=caches['whole'])  # CHECKPOINT_EVERY 25: none
 
     monkeypatch.setattr(trained, 'CHECKPOINT_EVERY', 2)
+    checkpointed = trained.train('classic/adi', 'ds', settings, cache_dir=caches['checkpointed'])
     checkpoint = loop.Trainer._checkpoint
 
     def stop_after_step_4(self, optimizer, scheduler, final=False):
@@ -345,10 +347,10 @@ def test_a_stopped_training_plans_and_trains_only_the_steps_left_and_ends_as_one
     log = [json.loads(line) for line in (resumed.parent / 'training_log.jsonl').read_text().splitlines()]
     assert [r['step'] for r in log if 'loss' in r] == [1, 2, 3, 4, 5]  # (the stopped run's four kept, one more)
     assert next(r for r in log if r.get('stage') == 'distant supervision')['done'] == 1
-    [a], [b] = whole.glob('**/*.safetensors'), resumed.glob('**/*.safetensors')
-    mine, theirs = load_file(a), load_file(b)
-    assert mine.keys() == theirs.keys() and len(mine) > 10
-    assert all(torch.equal(mine[k], theirs[k]) for k in mine)
+    weights = [load_file(next(run.glob('**/*.safetensors'))) for run in (whole, checkpointed, resumed)]
+    assert len(weights[0]) > 10 and all(w.keys() == weights[0].keys() for w in weights)
+    # (a checkpoint changes nothing of the run that writes it, and resuming from one neither)
+    assert all(torch.equal(w[k], weights[0][k]) for w in weights[1:] for k in weights[0])
 
 
 def test_a_score_cache_filled_a_chunk_at_a_time_is_one_stage_of_the_pairs_it_did_not_hold(
@@ -356,11 +358,14 @@ def test_a_score_cache_filled_a_chunk_at_a_time_is_one_stage_of_the_pairs_it_did
     """RUMBArt's first index fills the score cache with 25,000 pairs, 512 passages a commit: its
     progress said each chunk's pairs and time left, ten times over (vaswani, 2026-11-26), not the
     fill's. Now one stage counts the pairs the cache did not hold, whatever the chunks."""
+    import pandas as pd
     from pyterrier_selfsup import BM25, Collection
     from pyterrier_selfsup.models.reranker import ReconstructionScorer
     lines_every(0)  # (a line at every batch of passages: the fake clock does not move)
     coll = Collection('classic/adi')
     pairs = ((BM25.from_collection(coll, cache_dir=cache_dir) % 5) >> coll.text_loader())(coll.topics())
+    again = pairs[pairs['qid'] == pairs['qid'].iloc[-1]].assign(qid='again')  # a query's text under a second qid
+    pairs = pd.concat([pairs, again], ignore_index=True)  # (its pairs scored once, and counted once)
     scorer = ReconstructionScorer(tiny_generator('llama', max_passage_length=32, verbose=True),
                                   cache=tmp_path / 'scores')
     scorer.CHUNK = 8  # passages a commit

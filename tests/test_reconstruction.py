@@ -126,8 +126,8 @@ def test_rumbart_reuses_cached_teacher_scores_and_leaves_a_frozen_generator_alon
     weights = {k: v.clone() for k, v in gen.model.state_dict().items()}
     calls = []
     score = gen.log_likelihoods
-    gen.log_likelihoods = lambda targets, passages: calls.append(list(zip(targets, passages))) or score(targets,
-                                                                                                      passages)
+    gen.log_likelihoods = lambda targets, passages, **kwargs: calls.append(list(zip(targets, passages))) or \
+        score(targets, passages, **kwargs)
     trainer = Rumbart(tiny_encoder(), gen, coll, k=3, refresh_every=None, batch_size=7, epochs=2, lr=1e-3,
                       cache_dir=tmp_path, output_dir=tmp_path / 'out', verbose=False)
     trainer.fit(coll.topics())

@@ -40,7 +40,7 @@ from transformers.modeling_outputs import BaseModelOutput
 from pyterrier_selfsup._cache import CacheFull, build_once, cache_key, cache_root, check_space, weights_fingerprint
 from pyterrier_selfsup.models._base import (TorchModel, clean_texts, compute_dtype, full_attention_layers, pad,
                                             resolve_device)
-from pyterrier_selfsup.progress import progress
+from pyterrier_selfsup.progress import Progress, progress
 
 if TYPE_CHECKING:
     from pyterrier_selfsup.models.reranker import ReconstructionScorer
@@ -193,7 +193,8 @@ class Generator(TorchModel):
 
     # -- scoring ----------------------------------------------------------------------
 
-    def log_likelihoods(self, targets: Sequence[str], passages: Sequence[str], *, tracker=None) -> np.ndarray:
+    def log_likelihoods(self, targets: Sequence[str], passages: Sequence[str], *,
+                        tracker: Optional[Progress] = None) -> np.ndarray:
         """Σ_j log p(target_j | passage, target_<j) for each (target, passage) pair, without
         gradients; each distinct passage is encoded once (see the module docstring).
         ``tracker``: the progress of a larger scoring job, which this call's pairs count
@@ -213,11 +214,11 @@ class Generator(TorchModel):
         order = sorted(pairs_of, key=lambda p: -len(p_ids[p]))  # longest first: fail fast on memory
         batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
 
-        def counted(batch) -> int:
+        def pairs_in(batch) -> int:
             return sum(len(pairs_of[p]) for p in batch)
         if tracker is None:
             batches = progress(batches, total=len(pair_passage), desc='generator scoring', unit='pair',
-                               count=counted, enabled=self.verbose and len(batches) > 1)
+                               count=pairs_in, enabled=self.verbose and len(batches) > 1)
         with self.inference():
             for batch in batches:
                 rows = [(pair, row) for row, p in enumerate(batch) for pair in pairs_of[p]]
@@ -229,7 +230,7 @@ class Generator(TorchModel):
                                                [(row, t_ids[pair_target[pair]]) for pair, row in rows], rows):
                     out[pair_rows] = values
                 if tracker is not None:
-                    tracker.update(counted(batch))
+                    tracker.update(pairs_in(batch))
         return out
 
     def _score_causal(self, prefixes: List[List[int]], items: List[Tuple[int, List[int]]], rows):

@@ -80,7 +80,8 @@ class ReconstructionScorer(pt.Transformer):
             # scoring run that is interrupted keeps what it did. Its progress is one stage,
             # of the pairs the cache does not hold, not one a chunk.
             passages = pairs['docno'].unique()
-            missing = len(pairs) - cached_count(self.cache, pairs)
+            # (counted only where shown: a training step's look-up of what its fill scored counts nothing)
+            missing = len(pairs) - cached_count(self.cache, pairs) if self.generator.verbose else 0
             self._missing.tracker = progress(total=missing, desc='generator scoring', unit='pair',
                                              enabled=self.generator.verbose and missing > 0)
             try:

@@ -503,7 +503,10 @@ class Trainer(pt.Estimator):
             self.save_extra(path)
             # written last and renamed into place: a checkpoint with a state file is whole
             torch.save({'state': self.state, 'optimizer': optimizer.state_dict(), 'scheduler': scheduler.state_dict(),
-                        'log': self.log, 'torch_rng': torch.get_rng_state(), 'python_rng': random.getstate()},
+                        'log': self.log, 'torch_rng': torch.get_rng_state(), 'python_rng': random.getstate(),
+                        # (dropout on a GPU draws from the CUDA generators: without them, a resumed
+                        # run there drew other masks than one never stopped)
+                        **({'cuda_rng': torch.cuda.get_rng_state_all()} if torch.cuda.is_initialized() else {})},
                        path / (STATE_FILE + '.tmp'))
             os.replace(path / (STATE_FILE + '.tmp'), path / STATE_FILE)
             with written_whole(path / CHECKPOINT_MANIFEST, 'a checkpoint') as partial:
@@ -522,6 +525,8 @@ class Trainer(pt.Estimator):
         scheduler.load_state_dict(saved['scheduler'])
         torch.set_rng_state(saved['torch_rng'])
         random.setstate(saved['python_rng'])
+        if 'cuda_rng' in saved and torch.cuda.is_available() and torch.cuda.device_count() == len(saved['cuda_rng']):
+            torch.cuda.set_rng_state_all(saved['cuda_rng'])
         self.log = list(saved['log'])
         return dict(saved['state'])
 
