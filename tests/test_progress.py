@@ -388,3 +388,27 @@ def test_a_score_cache_filled_a_chunk_at_a_time_is_one_stage_of_the_pairs_it_did
     assert 'generator scoring' not in P.stage_times(before) or \
         P.stage_times(before)['generator scoring'].done == missing
     assert capsys.readouterr().err == ''
+
+
+def test_the_time_left_counts_the_stages_that_recur_inside_but_not_what_came_before_the_first_unit(lines_every,
+                                                                                                   capsys):
+    """A RUMBArt run's steps took 9.5 s each, its refreshes (every 25 steps) some 5 s a step more:
+    its lines said 30 minutes left where 43 were (vaswani, 2026-11-26). Its first index and
+    scoring, inside the stage before its first step (20 minutes), do not recur."""
+    clock = lines_every(0)  # (a line at every update)
+    steps = P.progress(total=4, desc='test training', unit='step')
+    for _ in P.progress(range(2), desc='test first index', unit='doc'):
+        clock.tick(10)
+    for step in range(4):
+        clock.tick(2)  # a step
+        steps.update(1)
+        if step == 1:
+            for _ in P.progress(range(2), desc='test refresh', unit='doc'):
+                clock.tick(3)
+    steps.close()
+    assert [line for line in capsys.readouterr().err.splitlines() if line.startswith('test training: ')] == [
+        'test training: 1/4 steps (25%), 2.0 s/step, 0:22 elapsed, 0:06 left',  # (one step: its own time)
+        'test training: 2/4 steps (50%), 2.0 s/step, 0:24 elapsed, 0:04 left',
+        'test training: 3/4 steps (75%), 2.0 s/step, 0:32 elapsed, 0:05 left',  # (steps alone: 0:02)
+        'test training: 4/4 steps (100%), 2.0 s/step, 0:34 elapsed, 0:00 left',
+        'test training: 4 steps in 0:34 (2.0 s/step)']
