@@ -178,6 +178,14 @@ def table(cells: list, columns: list, order: list, sizes: dict) -> list:
     return lines + ['']
 
 
+def halves_most(at_step: dict) -> tuple:
+    """The most resident memory over the first half of a run's steps and over the second."""
+    values = [at_step[k] for k in sorted(at_step, key=int)]  # (to the MiB: a half's most may read 0.01 above
+    # the run's most, which is kept whole; a row shows the lesser)
+    middle = len(values) // 2
+    return max(values[:middle] or values), max(values[middle:])
+
+
 @lru_cache(maxsize=None)
 def mean_words(collection: str) -> float:
     """The mean number of words (split at white space) of a document's text as the trainers read it
@@ -225,13 +233,17 @@ def write_summary():
     if traced:
         md += ['## Resident memory across a run\'s steps', '',
                'From the training log, which keeps the process\'s resident memory with every step (since 2026-11-26): '
-               'at the first step, the least and the most over the steps, and at the last. A run whose memory grew '
-               'with its length, not with its work, would show it here.', '',
-               '| collection | trainer | queries | steps | first | least | most | last |', '|---|---|---|---|---|---|---|---|',
+               'at the first step, the least and the most over the steps, the most over each half of them, and at '
+               'the last. A run whose memory grew with its length, not with its work, would show it here.', '',
+               '| collection | trainer | queries | steps | first | least | most | most, first half | most, second half '
+               '| last |', '|---|---|---|---|---|---|---|---|---|---|',
                *(f'| {cell["collection"]} | {cell["cell"]} | {cell.get("queries", "all")} | '
                  f'{cell["resident by step"]["steps"]}'
                  + (f' (the last of {len(cell["pieces"])} pieces)' if cell.get('pieces') else '') + ' | '
-                 + ' | '.join(f'{cell["resident by step"][k]:.2f} GiB' for k in ('first', 'least', 'most', 'last'))
+                 + ' | '.join(f'{value:.2f} GiB' for value in (
+                     *(cell['resident by step'][k] for k in ('first', 'least', 'most')),
+                     *(min(half, cell['resident by step']['most'])
+                       for half in halves_most(cell['resident by step']['at step'])), cell['resident by step']['last']))
                  + ' |' for cell in traced), '']
     short = [cell for cell in cells if 'queries' in cell or 'settings' in cell]
     if short:
