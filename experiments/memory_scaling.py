@@ -145,8 +145,15 @@ def resident_by_step(cache: Path, cell: str) -> dict:
     if not steps:
         return {}
     resident = [r['resident GiB'] for r in steps]
+    # (and the steps whose record found the process's peak risen: where a run's peak came, which
+    # vaswani's whole RUMBArt run, 2026-11-26, could not say once its cache was cleared)
+    rose, peak = {}, 0.0
+    for r in steps:
+        if r.get('peak resident GiB') is not None and r['peak resident GiB'] > peak + 0.01:
+            rose[r['step']] = peak = round(r['peak resident GiB'], 3)
     return {'steps': len(steps), 'first': resident[0], 'least': min(resident), 'most': max(resident),
-            'last': resident[-1], 'at step': {r['step']: round(r['resident GiB'], 3) for r in steps}}
+            'last': resident[-1], 'at step': {r['step']: round(r['resident GiB'], 3) for r in steps},
+            'peak rose at step': rose}
 
 
 def stage_times_said(lines) -> list:
