@@ -62,6 +62,8 @@ STOPPED = {
     ('classic/cisi', 'rumbart'): ('stopped (SIGTERM) at step 26 of 313, after its checkpoint at step 25, 2026-11-26, so that the '
                                   'session could end; its checkpoint was on that session\'s machine, since returned, so the '
                                   'cell can only be run again whole'),
+    ('vaswani', 'acrobart'): ('stopped (SIGTERM) after its checkpoint at step 75 of 313, 2026-11-27, so that the session '
+                              'could end; its step records are its last checkpoint\'s'),
 }
 # cells whose time is not their own, for a reason their JSON file could not record
 TIME_NOT_OWN = {
@@ -138,10 +140,15 @@ def resident_by_step(cache: Path, cell: str) -> dict:
     2026-11-26): at its first step, its least and most, and at its last; whether the run's memory
     grows with its length shows there."""
     logs = sorted((cache / 'models').glob(f'*.{cell}-*/training_log.jsonl'), key=lambda p: p.stat().st_mtime)
-    if not logs:
+    if logs:
+        records = list(map(json.loads, logs[-1].read_text().splitlines()))
+    elif checkpoints(cache, cell):  # a stopped run writes no log: its last checkpoint keeps the records so far
+        import torch
+        from pyterrier_selfsup.training.loop import STATE_FILE
+        records = torch.load(checkpoints(cache, cell)[-1] / STATE_FILE, map_location='cpu', weights_only=False)['log']
+    else:
         return {}
-    steps = [r for r in map(json.loads, logs[-1].read_text().splitlines())
-             if 'loss' in r and r.get('resident GiB') is not None]
+    steps = [r for r in records if 'loss' in r and r.get('resident GiB') is not None]
     if not steps:
         return {}
     resident = [r['resident GiB'] for r in steps]
