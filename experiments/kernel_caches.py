@@ -47,10 +47,9 @@ def child(script: str, args: list):
     def recorded(self, *args, **kwargs):
         out = step(self, *args, **kwargs)
         info = libc.mallinfo2()
-        resident = resident_gib() * 2 ** 30
         print(MARK + json.dumps({'step': self.state['step'], 'in use MiB': round(info.uordblks / 2 ** 20),
                                  'kept free MiB': round(info.fordblks / 2 ** 20),
-                                 'resident MiB': round(resident / 2 ** 20)}), flush=True)
+                                 'resident MiB': round(resident_gib() * 1024)}), flush=True)
         return out
     loop.Trainer._step = recorded
     sys.argv = [script, *args]

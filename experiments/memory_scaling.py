@@ -140,12 +140,13 @@ def resident_by_step(cache: Path, cell: str) -> dict:
     2026-11-26): at its first step, its least and most, and at its last; whether the run's memory
     grows with its length shows there."""
     logs = sorted((cache / 'models').glob(f'*.{cell}-*/training_log.jsonl'), key=lambda p: p.stat().st_mtime)
-    if logs:
+    stopped = [] if logs else checkpoints(cache, cell)  # a stopped run writes no log: its last checkpoint
+    if logs:                                            # keeps the records so far
         records = list(map(json.loads, logs[-1].read_text().splitlines()))
-    elif checkpoints(cache, cell):  # a stopped run writes no log: its last checkpoint keeps the records so far
+    elif stopped:
         import torch
         from pyterrier_selfsup.training.loop import STATE_FILE
-        records = torch.load(checkpoints(cache, cell)[-1] / STATE_FILE, map_location='cpu', weights_only=False)['log']
+        records = torch.load(stopped[-1] / STATE_FILE, map_location='cpu', weights_only=False)['log']
     else:
         return {}
     steps = [r for r in records if 'loss' in r and r.get('resident GiB') is not None]

@@ -8,6 +8,7 @@ from scipy.stats import spearmanr
 
 from pyterrier_selfsup import MINILM, Collection, DualEncoder
 from pyterrier_selfsup.models._base import to_device
+from tests.helpers import stopped_at_step
 
 pytestmark = pytest.mark.cuda
 
@@ -108,10 +109,6 @@ def test_a_trainer_trains_on_the_gpu_and_its_model_loads_on_the_cpu(tiny_dir, ca
     np.testing.assert_allclose(reloaded.encode_docs(texts), encoder.encode_docs(texts), atol=0.05)
 
 
-class Stopped(Exception):
-    """A run killed right after a checkpoint."""
-
-
 def test_a_run_resumed_on_the_gpu_ends_as_one_never_stopped(tiny_dir, cache_dir, tmp_path, monkeypatch):
     """A checkpoint keeps the CUDA generators' state: the tiny BERT's dropout draws its masks
     there, so a run resumed without it (the seed set again at its start) draws the first steps'
@@ -129,16 +126,8 @@ def test_a_run_resumed_on_the_gpu_ends_as_one_never_stopped(tiny_dir, cache_dir,
         return [p.detach().cpu() for p in encoder.model.parameters()]
 
     never_stopped = run(tmp_path / 'whole')
-    checkpoint = loop.Trainer._checkpoint
-
-    def stop_after_step_4(self, optimizer, scheduler, final=False):
-        checkpoint(self, optimizer, scheduler, final)
-        if self.state['step'] == 4 and not final:
-            raise Stopped
-    monkeypatch.setattr(loop.Trainer, '_checkpoint', stop_after_step_4)
-    with pytest.raises(Stopped):
+    with stopped_at_step(monkeypatch, DistantSupervision, 5):  # (killed in step 5, after the step-4 checkpoint)
         run(tmp_path / 'stopped')
-    monkeypatch.setattr(loop.Trainer, '_checkpoint', checkpoint)
     assert 'cuda_rng' in torch.load(tmp_path / 'stopped' / 'checkpoint-4' / loop.STATE_FILE, weights_only=False)
     resumed = run(tmp_path / 'stopped')
     assert max((a - b).abs().max().item() for a, b in zip(never_stopped, resumed)) < 1e-4

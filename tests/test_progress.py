@@ -13,6 +13,7 @@ import pytest
 from pyterrier_selfsup import progress as P
 from pyterrier_selfsup.harness import plan
 from pyterrier_selfsup.progress import Stage
+from tests.helpers import stopped_at_step
 
 
 class Clock:
@@ -301,22 +302,18 @@ def test_selfsup_train_says_its_plan_first_and_each_stages_time_at_the_end(backg
     assert plan.known_rates(cache)['distant supervision (batch 8x1, 1 process(es))']['unit'] == 'step'
 
 
-class Stopped(Exception):
-    """A run killed right after a checkpoint."""
-
-
 def test_a_stopped_training_plans_and_trains_only_the_steps_left_and_ends_as_one_never_stopped(cache_dir, tmp_path,
                                                                                              monkeypatch, caplog):
     """Distant supervision checkpoints every ``CHECKPOINT_EVERY`` steps (its one epoch is the whole
     run: it had no checkpoint before its end). ``selfsup train``'s run stopped after one plans the
     steps left, trains them, and ends with the weights of a run that was never stopped, with its
-    checkpoints or with none before its end (as before). (On the CPU: the CUDA generator's state is
-    not in a checkpoint.)"""
+    checkpoints or with none before its end (as before). (On the CPU; tests/test_cuda.py resumes on
+    a GPU, whose dropout draws from the CUDA generators.)"""
     import torch
     from safetensors.torch import load_file
     from pyterrier_selfsup import BM25
     from pyterrier_selfsup.harness import trained
-    from pyterrier_selfsup.training import loop
+    from pyterrier_selfsup.training.distant import DistantSupervision
     BM25.from_collection('classic/adi', cache_dir=cache_dir)
     settings = {'n_queries': 40, 'batch_size': 8}  # 5 steps
     caches = {name: tmp_path / name for name in ('whole', 'checkpointed', 'stopped')}
@@ -327,16 +324,8 @@ def test_a_stopped_training_plans_and_trains_only_the_steps_left_and_ends_as_one
 
     monkeypatch.setattr(trained, 'CHECKPOINT_EVERY', 2)
     checkpointed = trained.train('classic/adi', 'ds', settings, cache_dir=caches['checkpointed'])
-    checkpoint = loop.Trainer._checkpoint
-
-    def stop_after_step_4(self, optimizer, scheduler, final=False):
-        checkpoint(self, optimizer, scheduler, final)
-        if self.state['step'] == 4 and not final:
-            raise Stopped
-    monkeypatch.setattr(loop.Trainer, '_checkpoint', stop_after_step_4)
-    with pytest.raises(Stopped):
+    with stopped_at_step(monkeypatch, DistantSupervision, 5):  # (killed in step 5, after the step-4 checkpoint)
         trained.train('classic/adi', 'ds', settings, cache_dir=caches['stopped'])
-    monkeypatch.setattr(loop.Trainer, '_checkpoint', checkpoint)
     with caplog.at_level(logging.INFO, logger='pyterrier_selfsup'):
         resumed = trained.train('classic/adi', 'ds', settings, cache_dir=caches['stopped'], verbose=True)
     said = caplog.text.splitlines()
