@@ -295,10 +295,10 @@ class Progress:
 
     def _seconds_a_unit(self, own: float) -> float:
         """For the time left: the time a unit has taken since the first was done, the stages
-        inside this one included, as they recur (RUMBArt's refresh every 25 steps: its steps
-        alone said 30 minutes left where 43 were, vaswani, 2026-11-26), but not what came
-        before the first (its first index and scoring, 20 minutes); ``own`` (the stage's own
-        time a unit) until a second one is done."""
+        inside this one included, as they recur (RUMBArt's refresh every 25 steps, which its
+        steps' own rate leaves out), but not what came before the first (its first index and
+        scoring, which do not recur); ``own`` (the stage's own time a unit) until a second one
+        is done."""
         at, done = self.first
         return (time.monotonic() - at) / (self.done - done) if self.done > done else own
 

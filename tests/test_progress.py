@@ -345,8 +345,7 @@ def test_a_stopped_training_plans_and_trains_only_the_steps_left_and_ends_as_one
 def test_a_score_cache_filled_a_chunk_at_a_time_is_one_stage_of_the_pairs_it_did_not_hold(
         lines_every, capsys, tiny_generator, cache_dir, tmp_path):
     """RUMBArt's first index fills the score cache with 25,000 pairs, 512 passages a commit: its
-    progress said each chunk's pairs and time left, ten times over (vaswani, 2026-11-26), not the
-    fill's. Now one stage counts the pairs the cache did not hold, whatever the chunks."""
+    progress said each chunk's pairs and time left (vaswani, 2026-11-26), not the fill's. Now one stage counts the pairs the cache did not hold, whatever the chunks."""
     import pandas as pd
     from pyterrier_selfsup import BM25, Collection
     from pyterrier_selfsup.models.reranker import ReconstructionScorer
@@ -381,9 +380,9 @@ def test_a_score_cache_filled_a_chunk_at_a_time_is_one_stage_of_the_pairs_it_did
 
 def test_the_time_left_counts_the_stages_that_recur_inside_but_not_what_came_before_the_first_unit(lines_every,
                                                                                                    capsys):
-    """A RUMBArt run's steps took 9.5 s each, its refreshes (every 25 steps) some 5 s a step more:
-    its lines said 30 minutes left where 43 were (vaswani, 2026-11-26). Its first index and
-    scoring, inside the stage before its first step (20 minutes), do not recur."""
+    """vaswani's RUMBArt run (2026-11-26) took 50 min of steps at 9.6 s each, and a refresh every
+    25 steps inside the same stage, which a time left from the steps' own rate left out. Its
+    first index and scoring, inside the stage before its first step, do not recur."""
     clock = lines_every(0)  # (a line at every update)
     steps = P.progress(total=4, desc='test training', unit='step')
     for _ in P.progress(range(2), desc='test first index', unit='doc'):
