@@ -78,11 +78,63 @@ def cell_path(collection: str, cell: str, queries: Optional[int] = None, setting
     return CELLS_DIR / f'{collection.replace("/", "_")}--{cell.replace(" ", "_")}{short}.json'
 
 
+# the trainers whose step reads each query's top k passages through the generator (--heaviest)
+RETRIEVE_AND_RECONSTRUCT = ('rumbart', 'acrobart')
+HEAVIEST = 'heaviest'  # the settings label of --heaviest cells
+
+
+def heaviest_queries(collection: str, n: int, cache: Path) -> dict:
+    """The ``n`` of the shipped RUMBArt and ACROBArT runs' training queries (the same draw: their
+    5,000 corpus sentences, seed 0) whose top k passages are the longest for the generator,
+    written as a query log (``<cache>/heaviest-N.jsonl``) that a trainer cell is given
+    (``queries=FILE,n_queries=N``) so that every one of its batches is among the heaviest of a
+    whole run. A step's memory grows with its batch's longest row, not its mean: ACROBArT pads each
+    row (the k passages, each cut at the generator's ``max_passage_length``, and the query) to the
+    batch's longest, and the encoder pads a batch's k passages to their longest. The top k is the
+    trainer's own first retrieval (the start encoder's cached index, exact search); a query log
+    names no source passage, so none is excluded, as the trainer given the file excludes none.
+    Returns the file and the row lengths (in the generator's tokens) of the chosen and of all."""
+    import numpy as np
+    from pyterrier_selfsup import Collection
+    from pyterrier_selfsup.data.queries import Query
+    from pyterrier_selfsup.harness.trained import training_topics
+    from pyterrier_selfsup.models.dual_encoder import DualEncoder
+    from pyterrier_selfsup.models.generator import load_generator
+    from pyterrier_selfsup.models.reading import _truncated_ids
+    from pyterrier_selfsup.retrieval.base import top_k_excluding
+    from pyterrier_selfsup.retrieval.dense import MINILM, flex_index, search_stage
+    from pyterrier_selfsup.training.settings import RumbartSettings
+    shipped = RumbartSettings()
+    c = Collection(collection)
+    topics = training_topics(c, shipped.queries, shipped.n_queries, seed=shipped.seed)
+    queries = [Query(str(qid), text, frozenset()) for qid, text in zip(topics['qid'], topics['query'])]
+    encoder = DualEncoder.from_pretrained(MINILM)
+    index = flex_index(c, encoder, cache_dir=cache)
+    vectors = encoder.encode_queries([q.query for q in queries])
+    top = top_k_excluding(search_stage(index, 'auto', 1000), queries, shipped.k, query_vectors=vectors)
+    generator = load_generator(shipped.generator, cache_dir=cache, max_passage_length=shipped.max_passage_length)
+    docnos = sorted({d for q in queries for d in top[q.qid]})
+    passage_tokens = dict(zip(docnos, (len(_truncated_ids(generator, t)) for t in c.texts(docnos))))
+    target_tokens = [len(ids) for ids in generator.target_ids([q.query for q in queries])]
+    rows = np.array([sum(passage_tokens[d] for d in top[q.qid]) + t for q, t in zip(queries, target_tokens)])
+    chosen = np.argsort(-rows, kind='stable')[:n]
+    path = cache / f'{HEAVIEST}-{n}.jsonl'  # (JSON lines: a sentence may hold a quote, which TSV reads as quoting)
+    path.write_text(''.join(json.dumps({'qid': queries[i].qid, 'query': queries[i].query}) + '\n' for i in chosen))
+    return {'file': str(path), 'qids': [queries[i].qid for i in chosen],
+            'row tokens, chosen': {'least': int(rows[chosen].min()), 'most': int(rows[chosen].max())},
+            'row tokens, all': {'queries': len(rows), 'mean': round(float(rows.mean()), 1),
+                                'median': float(np.median(rows)), '99th percentile': float(np.percentile(rows, 99)),
+                                'most': int(rows.max())}}
+
+
 def run_cell(collection: str, cell: str, cache: Path, queries: Optional[int] = None, settings: str = '',
-             resume: bool = False) -> dict:
+             resume: bool = False, heaviest: Optional[dict] = None) -> dict:
+    label = settings
     if cell in BUILD:
         command = [sys.executable, '-c', BUILD[cell].format(c=collection)]
     else:
+        if heaviest:  # (the label's settings after it, if any, are given as they are)
+            settings = ','.join([f'queries={heaviest["file"]}'] + settings.split(',')[1:])
         given = ([f'n_queries={queries}'] if queries is not None else []) + ([settings] if settings else [])
         trainer = TRAINERS[cell] + (':' + ','.join(given) if given else '')
         command = [sys.executable, '-m', 'pyterrier_selfsup', 'train', trainer, '-c', collection]
@@ -98,7 +150,7 @@ def run_cell(collection: str, cell: str, cache: Path, queries: Optional[int] = N
         run = provenance.run_measured(command, env=env, log=log)
     rc = run.rc
     out = {'collection': collection, 'cell': cell, **({'queries': queries} if queries is not None else {}),
-           **({'settings': settings} if settings else {}),
+           **({'settings': label} if label else {}), **({HEAVIEST: heaviest} if heaviest else {}),
            'command': ' '.join(['python', '-c', repr(command[2])] if cell in BUILD else ['python'] + command[1:]),
            'peak GiB': run.peak_gib, 'seconds': run.seconds, 'rc': rc, 'measured': MEASURED,
            'load': load, 'load at the end': provenance.load(), 'header': provenance.header()}
@@ -267,9 +319,37 @@ def write_summary():
                'full run takes hours: its peak is a lower bound of the full run\'s (the same batches, fewer steps to '
                'creep); its time is not the full run\'s. `--settings K=V,...`: the same with those settings.', '']
         for n, given in sorted({(cell.get('queries', 0), cell.get('settings', '')) for cell in short}):
-            md += [f'{n or "all the"} queries' + (f', `{given}`' if given else '') + ':', '',
+            heavy_too = given.split(',')[1:] if given.split(',')[0] == HEAVIEST else None
+            md += [(f'the {n} heaviest queries (`--heaviest {n}`' + (f' `--settings {",".join(heavy_too)}`' if heavy_too
+                                                                     else '') + ')' if heavy_too is not None else
+                    f'{n or "all the"} queries' + (f', `{given}`' if given else '')) + ':', '',
                    *table([cell for cell in short if (cell.get('queries', 0), cell.get('settings', '')) == (n, given)],
                           list(TRAINERS), order, sizes)]
+    heavy = [cell for cell in short if cell.get(HEAVIEST)]
+    if heavy:
+        md += ['## The heaviest batches', '',
+               '`--heaviest N`: RUMBArt and ACROBArT on the N of their shipped training queries (5,000 corpus '
+               'sentences, seed 0) whose top k passages, as the start encoder retrieves them, make the longest '
+               'generator row (the k passages, each cut at 256 tokens, and the query; `heaviest_queries`), so that '
+               'every batch is about as heavy as a whole run\'s heaviest: a step pads each row to its batch\'s '
+               'longest. The trainer reads them as a query log, so it excludes no source passage. Row lengths in '
+               'SmolLM2\'s tokens, of the chosen and of all 5,000; the steps where the run\'s peak rose:', '',
+               '| collection | trainer | besides shipped | rows chosen | rows, all: median / 99th percentile / most | '
+               'steps | peak | peak rose at step (GiB) | whole run\'s peak |', '|---|---|---|---|---|---|---|---|---|']
+        whole = {(cell['collection'], cell['cell']): cell for cell in cells if 'queries' not in cell and 'settings' not in cell}
+        for cell in heavy:
+            h, rows = cell[HEAVIEST], cell[HEAVIEST]['row tokens, all']
+            other = whole.get((cell['collection'], cell['cell']))
+            md.append(f'| {cell["collection"]} | {cell["cell"]} | '
+                      + ', '.join(f'`{kv}`' for kv in cell['settings'].split(',')[1:]) + ' | '
+                      f'{h["row tokens, chosen"]["least"]} to '
+                      f'{h["row tokens, chosen"]["most"]} | {rows["median"]:.0f} / {rows["99th percentile"]:.0f} / '
+                      f'{rows["most"]} | {cell.get("resident by step", {}).get("steps", "")} | '
+                      f'{cell["peak GiB"]:.2f} GiB | '
+                      + ', '.join(f'{k}: {v:.2f}' for k, v in cell.get('resident by step', {}).get('peak rose at step', {}).items())
+                      + ' | ' + ('' if other is None else f'{other["peak GiB"]:.2f} GiB'
+                                 + (' (stopped‡, a lower bound)' if other['rc'] else '')) + ' |')
+        md.append('')
     (RESULTS / 'memory_scaling.md').write_text('\n'.join(md))
     import matplotlib
     matplotlib.use('Agg')
@@ -297,6 +377,10 @@ def main():
                                                     'apart: a lower bound of the peak, in minutes, not hours)')
     parser.add_argument('--settings', default='', help='KEY=VALUE,... for every trainer (cells kept apart, '
                                                         'named with them): what a setting trades')
+    parser.add_argument('--heaviest', type=int, metavar='N',
+                        help='RUMBArt and ACROBArT on the N of their training queries whose retrieved passages are '
+                             'the longest (heaviest_queries): a bound, in minutes, of the peak of a whole run\'s '
+                             'steps (cells kept apart)')
     parser.add_argument('--resume', action='store_true', help='run a stopped cell\'s next piece: it goes on from '
                                                                'its last checkpoint (see above)')
     parser.add_argument('--cache-root', default=None, help='where each collection\'s cache lives (default: a '
@@ -304,11 +388,19 @@ def main():
     args = parser.parse_args()
     if args.queries is not None and args.queries < 1:
         parser.error('--queries: at least 1')
+    if args.heaviest is not None:
+        if args.queries is not None or args.resume:
+            parser.error('--heaviest: neither with --queries nor with --resume')
+        if args.heaviest < 1:
+            parser.error('--heaviest: at least 1')
+        args.queries, args.settings = args.heaviest, ','.join([HEAVIEST] + ([args.settings] if args.settings else []))
+        args.cells = [c for c in args.cells if c in RETRIEVE_AND_RECONSTRUCT]
     CELLS_DIR.mkdir(parents=True, exist_ok=True)
     root = Path(args.cache_root or Path(os.environ.get('TMPDIR', '/tmp')) / 'selfsup-memory-scaling')
     for collection in args.collections:
         cache = root / collection.replace('/', '_')
         cache.mkdir(parents=True, exist_ok=True)
+        heaviest = None
         for cell in [c for c in CELLS if c in args.cells and not ((args.queries is not None or args.settings) and c in BUILD)]:
             path = cell_path(collection, cell, args.queries, args.settings)
             before = json.loads(path.read_text()) if path.exists() else None
@@ -321,7 +413,10 @@ def main():
                     continue
             elif before is not None:
                 continue
-            result = run_cell(collection, cell, cache, args.queries, args.settings, resume=args.resume)
+            if args.heaviest is not None and heaviest is None:
+                heaviest = heaviest_queries(collection, args.heaviest, cache)
+            result = run_cell(collection, cell, cache, args.queries, args.settings, resume=args.resume,
+                              heaviest=heaviest)
             if args.resume:
                 if not result['resumed from']:
                     sys.exit(f'{collection} {cell}: the next piece did not resume from a checkpoint (its log: '
