@@ -21,6 +21,14 @@ would. The cell then keeps each piece; its peak is the largest piece's (memory i
 process at a time, so memory that grew across the stop would not be seen: each piece starts
 from a checkpoint, as the run's own refreshes and rounds start from the state they are given),
 its time the pieces' sum.
+
+Where a whole run is out of reach (scifact's RUMBArt takes hours, its ACROBArT most of a day),
+``--heaviest N`` runs RUMBArt and ACROBArT on the N of their training queries whose retrieved
+passages are the longest (:func:`heaviest_queries`), every batch as heavy as a whole run's
+heaviest; ``--settings`` may be given with it (e.g. ``refresh_every=4``: a refresh every few
+steps). ``--again`` runs kept cells again, each new run added to the cell (how much the same work's
+peak varies from run to run), and ``--env NAME=VALUE`` runs the cells with an environment variable
+(the allocator's, to explain a peak: not what the package ships).
 """
 import argparse
 import json
@@ -127,9 +135,15 @@ def heaviest_queries(collection: str, n: int, cache: Path) -> dict:
                                 'most': int(rows.max())}}
 
 
+def cell_label(settings: str, env: Optional[dict] = None) -> str:
+    """What names a cell besides its collection, trainer and queries: its settings, then the
+    environment variables it was run with (``env:NAME=VALUE``)."""
+    return ','.join([settings] * bool(settings) + [f'env:{k}={v}' for k, v in (env or {}).items()])
+
+
 def run_cell(collection: str, cell: str, cache: Path, queries: Optional[int] = None, settings: str = '',
-             resume: bool = False, heaviest: Optional[dict] = None) -> dict:
-    label = settings
+             resume: bool = False, heaviest: Optional[dict] = None, env: Optional[dict] = None) -> dict:
+    label = cell_label(settings, env)
     if cell in BUILD:
         command = [sys.executable, '-c', BUILD[cell].format(c=collection)]
     else:
@@ -143,14 +157,14 @@ def run_cell(collection: str, cell: str, cache: Path, queries: Optional[int] = N
         # (resume) goes on from its checkpoints there
         if not resume:
             shutil.rmtree(cache / 'models', ignore_errors=True)
-    env = {**os.environ, 'SELFSUP_CACHE': str(cache)}
     load = provenance.load()
     log_path = cache / f'{cell.replace(" ", "_")}.log'
     with open(log_path, 'w') as log:
-        run = provenance.run_measured(command, env=env, log=log)
+        run = provenance.run_measured(command, env={**os.environ, **(env or {}), 'SELFSUP_CACHE': str(cache)}, log=log)
     rc = run.rc
     out = {'collection': collection, 'cell': cell, **({'queries': queries} if queries is not None else {}),
            **({'settings': label} if label else {}), **({HEAVIEST: heaviest} if heaviest else {}),
+           **({'env': env} if env else {}),
            'command': ' '.join(['python', '-c', repr(command[2])] if cell in BUILD else ['python'] + command[1:]),
            'peak GiB': run.peak_gib, 'seconds': run.seconds, 'rc': rc, 'measured': MEASURED,
            'load': load, 'load at the end': provenance.load(), 'header': provenance.header()}
@@ -237,12 +251,18 @@ def table(cells: list, columns: list, order: list, sizes: dict) -> list:
         if not row:
             continue
         lines.append(f'| {c} | {sizes[c]:,} | ' + ' | '.join(
-            (f'{row[k]["peak GiB"]:.2f} GiB, {row[k]["seconds"] / 60:.1f} min'
+            (f'{row[k]["peak GiB"]:.2f} GiB{again(row[k])}, {row[k]["seconds"] / 60:.1f} min'
              + (f' (in {len(row[k]["pieces"])} pieces§)' if row[k].get('pieces') else '')
              + ((' (stopped‡)' if (c, k) in STOPPED else ' (failed)') if row[k]['rc'] else '')
              + ('*' if beside(row[k]) else '') + ('†' if (c, k) in TIME_NOT_OWN and 'queries' not in row[k] else '')
              if k in row else '') for k in columns) + ' |')
     return lines + ['']
+
+
+def again(cell: dict) -> str:
+    """`` (again: 4.31, 4.02)``: the peaks of the cell's runs again (``--again``), if any."""
+    runs = [run['peak GiB'] for run in cell.get('runs again', []) if not run['rc']]
+    return f' (again: {", ".join(f"{p:.2f}" for p in runs)})' if runs else ''
 
 
 def halves_most(at_step: dict) -> tuple:
@@ -319,10 +339,15 @@ def write_summary():
                'full run takes hours: its peak is a lower bound of the full run\'s (the same batches, fewer steps to '
                'creep); its time is not the full run\'s. `--settings K=V,...`: the same with those settings.', '']
         for n, given in sorted({(cell.get('queries', 0), cell.get('settings', '')) for cell in short}):
-            heavy_too = given.split(',')[1:] if given.split(',')[0] == HEAVIEST else None
-            md += [(f'the {n} heaviest queries (`--heaviest {n}`' + (f' `--settings {",".join(heavy_too)}`' if heavy_too
-                                                                     else '') + ')' if heavy_too is not None else
-                    f'{n or "all the"} queries' + (f', `{given}`' if given else '')) + ':', '',
+            parts = given.split(',') if given else []
+            heavy = parts[:1] == [HEAVIEST]
+            rest = parts[1:] if heavy else parts
+            plain = [p for p in rest if not p.startswith('env:')]
+            named = [f'`--settings {",".join(plain)}`'] * bool(plain) + [f'`--env {p[4:]}`' for p in rest
+                                                                         if p.startswith('env:')]
+            title = (f'the {n} heaviest queries (`--heaviest {n}`' + ''.join(' ' + x for x in named) + ')' if heavy
+                     else f'{n or "all the"} queries' + ''.join(', ' + x for x in named))
+            md += [title + ':', '',
                    *table([cell for cell in short if (cell.get('queries', 0), cell.get('settings', '')) == (n, given)],
                           list(TRAINERS), order, sizes)]
     heavy = [cell for cell in short if cell.get(HEAVIEST)]
@@ -334,18 +359,18 @@ def write_summary():
                'every batch is about as heavy as a whole run\'s heaviest: a step pads each row to its batch\'s '
                'longest. The trainer reads them as a query log, so it excludes no source passage. Row lengths in '
                'SmolLM2\'s tokens, of the chosen and of all 5,000; the steps where the run\'s peak rose:', '',
-               '| collection | trainer | besides shipped | rows chosen | rows, all: median / 99th percentile / most | '
-               'steps | peak | peak rose at step (GiB) | whole run\'s peak |', '|---|---|---|---|---|---|---|---|---|']
+               '| collection | trainer | queries | besides shipped | rows chosen | rows, all: median / 99th percentile / '
+               'most | steps | peak | peak rose at step (GiB) | whole run\'s peak |', '|---|---|---|---|---|---|---|---|---|---|']
         whole = {(cell['collection'], cell['cell']): cell for cell in cells if 'queries' not in cell and 'settings' not in cell}
-        for cell in heavy:
+        for cell in sorted(heavy, key=lambda cell: (order.index(cell['collection']), cell['cell'], cell['queries'])):
             h, rows = cell[HEAVIEST], cell[HEAVIEST]['row tokens, all']
             other = whole.get((cell['collection'], cell['cell']))
-            md.append(f'| {cell["collection"]} | {cell["cell"]} | '
+            md.append(f'| {cell["collection"]} | {cell["cell"]} | {cell["queries"]} | '
                       + ', '.join(f'`{kv}`' for kv in cell['settings'].split(',')[1:]) + ' | '
                       f'{h["row tokens, chosen"]["least"]} to '
                       f'{h["row tokens, chosen"]["most"]} | {rows["median"]:.0f} / {rows["99th percentile"]:.0f} / '
                       f'{rows["most"]} | {cell.get("resident by step", {}).get("steps", "")} | '
-                      f'{cell["peak GiB"]:.2f} GiB | '
+                      f'{cell["peak GiB"]:.2f} GiB{again(cell)} | '
                       + ', '.join(f'{k}: {v:.2f}' for k, v in cell.get('resident by step', {}).get('peak rose at step', {}).items())
                       + ' | ' + ('' if other is None else f'{other["peak GiB"]:.2f} GiB'
                                  + (' (stopped‡, a lower bound)' if other['rc'] else '')) + ' |')
@@ -381,6 +406,12 @@ def main():
                         help='RUMBArt and ACROBArT on the N of their training queries whose retrieved passages are '
                              'the longest (heaviest_queries): a bound, in minutes, of the peak of a whole run\'s '
                              'steps (cells kept apart)')
+    parser.add_argument('--env', action='append', default=[], metavar='NAME=VALUE',
+                        help='run the trainers with this environment variable too (cells kept apart, named with it): '
+                             'e.g. the allocator\'s MALLOC_MMAP_THRESHOLD_, to explain a peak, not to ship one')
+    parser.add_argument('--again', action='store_true', help='run cells that are kept again, each new run added to '
+                                                              'its file (`runs again`): how much a peak varies between '
+                                                              'runs of the same work')
     parser.add_argument('--resume', action='store_true', help='run a stopped cell\'s next piece: it goes on from '
                                                                'its last checkpoint (see above)')
     parser.add_argument('--cache-root', default=None, help='where each collection\'s cache lives (default: a '
@@ -388,6 +419,11 @@ def main():
     args = parser.parse_args()
     if args.queries is not None and args.queries < 1:
         parser.error('--queries: at least 1')
+    if any('=' not in kv for kv in args.env):
+        parser.error('--env: NAME=VALUE')
+    env = dict(kv.split('=', 1) for kv in args.env)
+    if args.again and args.resume:
+        parser.error('--again: not with --resume')
     if args.heaviest is not None:
         if args.queries is not None or args.resume:
             parser.error('--heaviest: neither with --queries nor with --resume')
@@ -401,8 +437,9 @@ def main():
         cache = root / collection.replace('/', '_')
         cache.mkdir(parents=True, exist_ok=True)
         heaviest = None
-        for cell in [c for c in CELLS if c in args.cells and not ((args.queries is not None or args.settings) and c in BUILD)]:
-            path = cell_path(collection, cell, args.queries, args.settings)
+        for cell in [c for c in CELLS if c in args.cells
+                     and not ((args.queries is not None or args.settings or env) and c in BUILD)]:
+            path = cell_path(collection, cell, args.queries, cell_label(args.settings, env))
             before = json.loads(path.read_text()) if path.exists() else None
             if args.resume:  # only a stopped cell whose checkpoints are still there: any other run would clear them
                 if before is None or not before['rc'] or cell not in TRAINERS:
@@ -411,12 +448,20 @@ def main():
                     print(f'{collection} {cell}: stopped, but no checkpoint of it is left in {cache / "models"}: '
                           'remove its JSON file to run it whole', flush=True)
                     continue
+            elif args.again:
+                if before is None or before['rc']:
+                    continue
             elif before is not None:
                 continue
             if args.heaviest is not None and heaviest is None:
                 heaviest = heaviest_queries(collection, args.heaviest, cache)
             result = run_cell(collection, cell, cache, args.queries, args.settings, resume=args.resume,
-                              heaviest=heaviest)
+                              heaviest=heaviest, env=env)
+            if args.again:  # (kept beside the first run, which stays the cell's value)
+                keys = ('peak GiB', 'seconds', 'rc', 'load', 'load at the end', 'stage times', 'resident by step',
+                        'header')
+                result = {**before, 'runs again': before.get('runs again', []) + [{k: result[k] for k in keys
+                                                                                   if k in result}]}
             if args.resume:
                 if not result['resumed from']:
                     sys.exit(f'{collection} {cell}: the next piece did not resume from a checkpoint (its log: '
