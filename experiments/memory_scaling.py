@@ -265,6 +265,15 @@ def again(cell: dict) -> str:
     return f' (again: {", ".join(f"{p:.2f}" for p in runs)})' if runs else ''
 
 
+def queries_named(cell: dict) -> str:
+    """A cell's training queries and what else it was given: ``all``, ``64``, ``192 heaviest, `refresh_every=4```."""
+    named = str(cell.get('queries', 'all'))
+    parts = cell['settings'].split(',') if cell.get('settings') else []
+    if parts[:1] == [HEAVIEST]:
+        named, parts = f'{named} heaviest', parts[1:]
+    return named + ''.join(f', `{p}`' for p in parts)
+
+
 def halves_most(at_step: dict) -> tuple:
     """The most resident memory over the first half of a run's steps and over the second."""
     values = [at_step[k] for k in sorted(at_step, key=int)]  # (to the MiB: a half's most may read 0.01 above
@@ -324,7 +333,7 @@ def write_summary():
                'the last. A run whose memory grew with its length, not with its work, would show it here.', '',
                '| collection | trainer | queries | steps | first | least | most | most, first half | most, second half '
                '| last |', '|---|---|---|---|---|---|---|---|---|---|',
-               *(f'| {cell["collection"]} | {cell["cell"]} | {cell.get("queries", "all")} | '
+               *(f'| {cell["collection"]} | {cell["cell"]} | {queries_named(cell)} | '
                  f'{cell["resident by step"]["steps"]}'
                  + (f' (the last of {len(cell["pieces"])} pieces)' if cell.get('pieces') else '') + ' | '
                  + ' | '.join(f'{value:.2f} GiB' for value in (
@@ -358,7 +367,12 @@ def write_summary():
                'generator row (the k passages, each cut at 256 tokens, and the query; `heaviest_queries`), so that '
                'every batch is about as heavy as a whole run\'s heaviest: a step pads each row to its batch\'s '
                'longest. The trainer reads them as a query log, so it excludes no source passage. Row lengths in '
-               'SmolLM2\'s tokens, of the chosen and of all 5,000; the steps where the run\'s peak rose:', '',
+               'SmolLM2\'s tokens, of the chosen and of all 5,000; the steps where the run\'s peak rose. They do not '
+               'bound a whole run\'s peak: on vaswani, whose whole runs are measured, each peaked below its whole run\'s. '
+               'The same work\'s peak varies from run to run (`--again`), and with the allocator told to give large blocks '
+               'back when they are freed (`--env MALLOC_MMAP_THRESHOLD_=131072`) the same steps peak about 1.5 GiB lower: '
+               'what a long run adds to a short one\'s peak is mostly freed memory that glibc holds, which grows over '
+               'a run\'s first few dozen steps (experiments/README.md, "Training memory").', '',
                '| collection | trainer | queries | besides shipped | rows chosen | rows, all: median / 99th percentile / '
                'most | steps | peak | peak rose at step (GiB) | whole run\'s peak |', '|---|---|---|---|---|---|---|---|---|---|']
         whole = {(cell['collection'], cell['cell']): cell for cell in cells if 'queries' not in cell and 'settings' not in cell}
@@ -404,8 +418,9 @@ def main():
                                                         'named with them): what a setting trades')
     parser.add_argument('--heaviest', type=int, metavar='N',
                         help='RUMBArt and ACROBArT on the N of their training queries whose retrieved passages are '
-                             'the longest (heaviest_queries): a bound, in minutes, of the peak of a whole run\'s '
-                             'steps (cells kept apart)')
+                             'the longest (heaviest_queries), every batch as heavy as a whole run\'s heaviest (cells '
+                             'kept apart; not a bound of a whole run\'s peak: see the results\' "The heaviest '
+                             'batches")')
     parser.add_argument('--env', action='append', default=[], metavar='NAME=VALUE',
                         help='run the trainers with this environment variable too (cells kept apart, named with it): '
                              'e.g. the allocator\'s MALLOC_MMAP_THRESHOLD_, to explain a peak, not to ship one')
