@@ -135,6 +135,14 @@ def heaviest_queries(collection: str, n: int, cache: Path) -> dict:
                                 'most': int(rows.max())}}
 
 
+def label_parts(label: str) -> tuple:
+    """A cell's label read back: whether it is a ``--heaviest`` cell, and the rest of its parts
+    (``K=V`` settings, then ``env:NAME=VALUE``)."""
+    parts = label.split(',') if label else []
+    heavy = parts[:1] == [HEAVIEST]
+    return heavy, parts[heavy:]
+
+
 def cell_label(settings: str, env: Optional[dict] = None) -> str:
     """What names a cell besides its collection, trainer and queries: its settings, then the
     environment variables it was run with (``env:NAME=VALUE``)."""
@@ -148,7 +156,7 @@ def run_cell(collection: str, cell: str, cache: Path, queries: Optional[int] = N
         command = [sys.executable, '-c', BUILD[cell].format(c=collection)]
     else:
         if heaviest:  # (the label's settings after it, if any, are given as they are)
-            settings = ','.join([f'queries={heaviest["file"]}'] + settings.split(',')[1:])
+            settings = ','.join([f'queries={heaviest["file"]}'] + label_parts(settings)[1])
         given = ([f'n_queries={queries}'] if queries is not None else []) + ([settings] if settings else [])
         trainer = TRAINERS[cell] + (':' + ','.join(given) if given else '')
         command = [sys.executable, '-m', 'pyterrier_selfsup', 'train', trainer, '-c', collection]
@@ -267,11 +275,8 @@ def again(cell: dict) -> str:
 
 def queries_named(cell: dict) -> str:
     """A cell's training queries and what else it was given: ``all``, ``64``, ``192 heaviest, `refresh_every=4```."""
-    named = str(cell.get('queries', 'all'))
-    parts = cell['settings'].split(',') if cell.get('settings') else []
-    if parts[:1] == [HEAVIEST]:
-        named, parts = f'{named} heaviest', parts[1:]
-    return named + ''.join(f', `{p}`' for p in parts)
+    heavy, parts = label_parts(cell.get('settings', ''))
+    return str(cell.get('queries', 'all')) + ' heaviest' * heavy + ''.join(f', `{p}`' for p in parts)
 
 
 def halves_most(at_step: dict) -> tuple:
@@ -348,9 +353,7 @@ def write_summary():
                'full run takes hours: its peak is a lower bound of the full run\'s (the same batches, fewer steps to '
                'creep); its time is not the full run\'s. `--settings K=V,...`: the same with those settings.', '']
         for n, given in sorted({(cell.get('queries', 0), cell.get('settings', '')) for cell in short}):
-            parts = given.split(',') if given else []
-            heavy = parts[:1] == [HEAVIEST]
-            rest = parts[1:] if heavy else parts
+            heavy, rest = label_parts(given)
             plain = [p for p in rest if not p.startswith('env:')]
             named = [f'`--settings {",".join(plain)}`'] * bool(plain) + [f'`--env {p[4:]}`' for p in rest
                                                                          if p.startswith('env:')]
@@ -380,7 +383,7 @@ def write_summary():
             h, rows = cell[HEAVIEST], cell[HEAVIEST]['row tokens, all']
             other = whole.get((cell['collection'], cell['cell']))
             md.append(f'| {cell["collection"]} | {cell["cell"]} | {cell["queries"]} | '
-                      + ', '.join(f'`{kv}`' for kv in cell['settings'].split(',')[1:]) + ' | '
+                      + ', '.join(f'`{kv}`' for kv in label_parts(cell['settings'])[1]) + ' | '
                       f'{h["row tokens, chosen"]["least"]} to '
                       f'{h["row tokens, chosen"]["most"]} | {rows["median"]:.0f} / {rows["99th percentile"]:.0f} / '
                       f'{rows["most"]} | {cell.get("resident by step", {}).get("steps", "")} | '
