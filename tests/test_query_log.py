@@ -26,6 +26,11 @@ def test_a_query_log_is_read_from_text_tsv_and_jsonl(tmp_path):
 @pytest.mark.parametrize('name, content, message', [
     ('extra.tsv', 'qid\tquery\n1\tfine\n2\ttoo\tmany\n', r'extra.tsv, line 3: 3 field\(s\) where its header has 2'),
     ('short.tsv', 'qid\tquery\n1\tfine\n2\n', r'short.tsv, line 3: 1 field\(s\) where its header has 2'),
+    # a text with a line break: its second half is a row of one field, and the error says why
+    ('newline.tsv', 'qid\tquery\n1\tfine\n2\ttwo\nlines\n', r'newline.tsv, line 4: 1 field\(s\) where its header '
+                                                             r'has 2 \(qid, query\); a TSV cannot quote, so a tab or a '
+                                                             r'line break inside a text splits its row: write such texts '
+                                                             r'as JSON lines'),
     ('nojson.jsonl', '{"qid": "1", "query": "a"}\n{"qid": "2", "query": \n', r'nojson.jsonl, line 2: not a JSON'),
     ('nofield.jsonl', '{"qid": "1", "query": "a"}\n{"qid": "2", "q": "b"}\n', r'nofield.jsonl, line 2: .*no query '
                                                                                 r'field'),

@@ -105,7 +105,10 @@ def numbered_records(path: Union[str, Path],
                 if not row:  # (a blank line, as csv.DictReader skips it)
                     continue
                 if len(row) != len(header):
-                    raise MalformedFileError(f'{path}, line {reader.line_num}: {len(row)} field(s) where {said}')
+                    # (TSV has no quoting: a tab or a line break inside a text breaks its row, the commonest cause)
+                    why = ('; a TSV cannot quote, so a tab or a line break inside a text splits its row: write such '
+                           'texts as JSON lines (.jsonl) or CSV') if kind == 'tsv' else ''
+                    raise MalformedFileError(f'{path}, line {reader.line_num}: {len(row)} field(s) where {said}{why}')
                 yield reader.line_num, dict(zip(header, row))
         else:
             raise MalformedFileError(f'{path}: documents must be JSON lines, CSV or TSV (.jsonl, .csv, .tsv, '
