@@ -296,6 +296,11 @@ def mean_words(collection: str) -> float:
     return sum(lengths) / max(1, len(lengths))
 
 
+def whole_run(cell: dict) -> bool:
+    """Whether a cell is a run of the whole work at shipped settings (not some queries, nor other settings)."""
+    return 'queries' not in cell and 'settings' not in cell
+
+
 def write_summary():
     from pyterrier_selfsup import Collection
     cells = [json.loads(p.read_text()) for p in sorted(CELLS_DIR.glob('*.json'))]
@@ -311,7 +316,7 @@ def write_summary():
           f'- machine: {cells[-1]["header"].get("machine", "")}', '',
           '| collection | documents | words a document (mean) |', '|---|---|---|',
           *(f'| {c} | {sizes[c]:,} | {words[c]:.0f} |' for c in order), '',
-          *table([cell for cell in cells if 'queries' not in cell and 'settings' not in cell], CELLS, order, sizes),
+          *table([cell for cell in cells if whole_run(cell)], CELLS, order, sizes),
           'Each cell: peak resident memory, wall time (a cell that failed says so; its log tail is in its '
           'JSON file). *: another job ran beside it (the 1-minute load average at its end above the cores + 0.5), '
           'so its time is longer than alone; its memory is its own.', '',
@@ -378,7 +383,7 @@ def write_summary():
                'a run\'s first few dozen steps (experiments/README.md, "Training memory").', '',
                '| collection | trainer | queries | besides shipped | rows chosen | rows, all: median / 99th percentile / '
                'most | steps | peak | peak rose at step (GiB) | whole run\'s peak |', '|---|---|---|---|---|---|---|---|---|---|']
-        whole = {(cell['collection'], cell['cell']): cell for cell in cells if 'queries' not in cell and 'settings' not in cell}
+        whole = {(cell['collection'], cell['cell']): cell for cell in cells if whole_run(cell)}
         for cell in sorted(heavy, key=lambda cell: (order.index(cell['collection']), cell['cell'], cell['queries'])):
             h, rows = cell[HEAVIEST], cell[HEAVIEST]['row tokens, all']
             other = whole.get((cell['collection'], cell['cell']))
@@ -399,7 +404,7 @@ def write_summary():
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for k in CELLS:
         points = sorted((sizes[cell['collection']], cell['peak GiB']) for cell in cells
-                        if cell['cell'] == k and not cell['rc'] and 'queries' not in cell and 'settings' not in cell)
+                        if cell['cell'] == k and not cell['rc'] and whole_run(cell))
         if points:
             ax.plot(*zip(*points), marker='o', label=k)
     ax.set_xscale('log')
