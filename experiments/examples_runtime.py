@@ -5,10 +5,13 @@ the later ones find it, as they would for the user. The walkthrough is timed by 
 last cell (examples/walkthrough.ipynb).
 
     python experiments/examples_runtime.py
-writes experiments/results/examples_runtime.{md,json}.
+writes experiments/results/examples_runtime.{md,json}; each example's own output is kept in
+``--logs`` (default: ``$TMPDIR/selfsup-examples-runtime``), one file an example, for reading after.
 """
+import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -24,7 +27,17 @@ RUNS = [['rerank_bm25_with_minilm.py'], ['distant_supervision.py'], ['load_train
         ['your_own_corpus.py', 'docs.jsonl', 'queries.txt'], ['distill_data_parallel.py']]
 
 
+def log_name(script: str, args) -> str:
+    """An example's log file name: its script and arguments, e.g. ``reconstruction.py_method_acrobart.log``."""
+    return re.sub(r'[^\w.]+', '_', ' '.join([script, *args])) + '.log'
+
+
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--logs', type=Path, default=Path(tempfile.gettempdir()) / 'selfsup-examples-runtime',
+                        help='where each example\'s output is kept (one file an example, replaced by its next run)')
+    logs = parser.parse_args().logs
+    logs.mkdir(parents=True, exist_ok=True)
     header = provenance.header()
     rows = []
     with tempfile.TemporaryDirectory() as work:
@@ -36,7 +49,7 @@ def main():
                            for d in adi.corpus_iter())
         Path(f'{work}/queries.txt').write_text('\n'.join(adi.topics()['query']) + '\n')
         for script, *args in RUNS:
-            with open(f'{work}/log', 'w+') as log:
+            with open(logs / log_name(script, args), 'w+') as log:
                 run = provenance.run_measured([sys.executable, str(ROOT / 'examples' / script), *args], cwd=work,
                                               env=env, log=log)
                 rc = run.rc
@@ -46,6 +59,7 @@ def main():
                 if rc:
                     log.seek(0)
                     print(log.read()[-3000:], flush=True)
+    print(f'each example\'s output: {logs}', flush=True)
     settings = {'collection': 'classic/adi (82 documents, 35 queries), each example at its defaults',
                 'cache': 'empty at the start, shared by the examples in this order',
                 'memory': "each example's own peak resident memory (provenance.run_measured)"}
