@@ -78,6 +78,8 @@ TIME_NOT_OWN = {
     ('beir/scifact/test', 'ds'): 'stopped (SIGSTOP) while examples_runtime.py and the CI suite ran, 2026-11-26',
     ('vaswani', 'rumbart'): ('unit tests ran beside it for some 7 minutes of its first teacher scoring, 2026-11-26 '
                              '(which went from 34 pairs a second to 4)'),
+    ('beir/scifact/test', 'rumbart'): ('two examples (examples_runtime.py\'s new --logs, tried on them) ran beside it '
+                                       'for about 2 minutes, 2026-11-27 05:37, its steps 26 to 32'),
 }
 
 
@@ -262,7 +264,7 @@ def table(cells: list, columns: list, order: list, sizes: dict) -> list:
             (f'{row[k]["peak GiB"]:.2f} GiB{again(row[k])}, {row[k]["seconds"] / 60:.1f} min'
              + (f' (in {len(row[k]["pieces"])} pieces§)' if row[k].get('pieces') else '')
              + ((' (stopped‡)' if (c, k) in STOPPED else ' (failed)') if row[k]['rc'] else '')
-             + ('*' if beside(row[k]) else '') + ('†' if (c, k) in TIME_NOT_OWN and 'queries' not in row[k] else '')
+             + ('*' if beside(row[k]) else '') + ('†' if (c, k) in TIME_NOT_OWN and whole_run(row[k]) else '')
              if k in row else '') for k in columns) + ' |')
     return lines + ['']
 
@@ -351,7 +353,7 @@ def write_summary():
                      *(min(half, cell['resident by step']['most'])
                        for half in halves_most(cell['resident by step']['at step'])), cell['resident by step']['last']))
                  + ' |' for cell in traced), '']
-    short = [cell for cell in cells if 'queries' in cell or 'settings' in cell]
+    short = [cell for cell in cells if not whole_run(cell)]
     if short:
         md += ['## Short runs, and what a setting trades', '',
                '`--queries N`: each trainer on N training queries (drawn as its full run draws its own), where the '

@@ -92,22 +92,22 @@ def numbered_records(path: Union[str, Path],
             reader = csv.reader(lines, **options)
             header = next(reader, None)
             said = f'its header has {len(header or ())} ({", ".join(header or ())})'
+            # (TSV has no quoting: a tab or a line break inside a text breaks its row, the commonest cause)
+            why = ('; a TSV cannot quote, so a tab or a line break inside a text splits its row: write such texts as '
+                   'JSON lines (.jsonl) or CSV') if kind == 'tsv' else ''
             if kind == 'tsv' and headerless and header is not None and not KNOWN_FIELDS & set(header):
                 # no header: MS MARCO's collection.tsv (docno<TAB>text) or queries.tsv (qid<TAB>query)
                 said = f'a TSV without a header has {len(headerless)} ({"<TAB>".join(headerless)} a line)'
                 if len(header) != len(headerless):
                     known = ', '.join(sorted(KNOWN_FIELDS))
                     raise MalformedFileError(f'{path}, line 1: {len(header)} field(s) where {said}; or, if it is '
-                                             f'a header, it names none of the fields read: {known}')
+                                             f'a header, it names none of the fields read: {known}{why}')
                 yield 1, dict(zip(headerless, header))
                 header = list(headerless)
             for row in reader:
                 if not row:  # (a blank line, as csv.DictReader skips it)
                     continue
                 if len(row) != len(header):
-                    # (TSV has no quoting: a tab or a line break inside a text breaks its row, the commonest cause)
-                    why = ('; a TSV cannot quote, so a tab or a line break inside a text splits its row: write such '
-                           'texts as JSON lines (.jsonl) or CSV') if kind == 'tsv' else ''
                     raise MalformedFileError(f'{path}, line {reader.line_num}: {len(row)} field(s) where {said}{why}')
                 yield reader.line_num, dict(zip(header, row))
         else:
