@@ -45,8 +45,8 @@ def teacher(student):  # the student re-enters its teacher each round
 torch.manual_seed(0)
 # the rest at the shipped settings: passage offsets, a verdict on a held-out tenth of the queries
 distilled = selfsup.Distillation(selfsup.DualEncoder.from_pretrained(selfsup.MINILM, precision=shipped.precision),
-                                 collection, teacher, exclude_sources=args.queries_from == 'sentences',
-                                 epochs=args.rounds, output_dir=args.output_dir).fit(queries)
+                                 collection, teacher, queries=args.queries_from, rounds=args.rounds,
+                                 output_dir=args.output_dir).fit(queries)
 
 table = pt.Experiment([bm25, minilm, teacher(minilm), distilled], collection.topics(), collection.qrels(),
                       [nDCG @ 10], names=['BM25', 'MiniLM', 'teacher (BM25 + MiniLM)', 'MiniLM distilled'],

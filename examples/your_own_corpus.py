@@ -38,7 +38,7 @@ queries = (selfsup.given_topics(corpus.topics()) if args.queries
 torch.manual_seed(0)
 adapted = selfsup.Distillation(selfsup.DualEncoder.from_pretrained(selfsup.MINILM), corpus,
                                lambda student: selfsup.Fusion({'bm25': bm25, 'student': student}),
-                               exclude_sources=not args.queries, epochs=args.rounds,
+                               queries=args.queries or 'sentences', rounds=args.rounds,
                                output_dir=args.output_dir).fit(queries)
 
 topics = corpus.topics() if args.queries else pd.DataFrame({'qid': ['1'], 'query': [queries['query'].iloc[0]]})

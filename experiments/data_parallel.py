@@ -42,6 +42,7 @@ def fit(method: str, collection_name: str, output_dir: str, out: str, rank: int 
     import torch
     import torch.distributed as dist
 
+    from pyterrier_selfsup.context import RunContext
     from pyterrier_selfsup.data.collections import Collection
     from pyterrier_selfsup.harness import trained
     if world_size > 1:
@@ -50,10 +51,10 @@ def fit(method: str, collection_name: str, output_dir: str, out: str, rank: int 
     try:
         collection = Collection(collection_name)
         settings = trained.training_settings(method, SETTINGS[method])
-        trainer, topics = trained.METHODS[method](collection, trained.typed_settings(method, settings),
-                                                  output_dir=Path(output_dir))
+        typed = trained.typed_settings(method, settings)
         if checkpointing is not None:
-            trainer.checkpointing = checkpointing
+            typed = typed.replace(gradient_checkpointing=checkpointing)
+        trainer, topics = trained.METHODS[method](collection, typed, RunContext(output_dir=Path(output_dir)))
         if method == 'rumbart':  # a score cache of the run's own: every pair is scored in this run
             trainer._teacher = trainer.generator.scorer(normalise='sum', cache=Path(output_dir) / 'scores')
         start = time.perf_counter()
@@ -67,7 +68,7 @@ def fit(method: str, collection_name: str, output_dir: str, out: str, rank: int 
             plain = [g for g, r in zip(gaps, steps[1:]) if 'refresh_every' not in settings
                      or (r['step'] - 1) % settings['refresh_every']]
             row = {'processes': world_size, 'threads a process': torch.get_num_threads(),
-                   'checkpointing': trainer.checkpoints, 'fit seconds': seconds,
+                   'checkpointing': trainer.uses_gradient_checkpointing, 'fit seconds': seconds,
                    'teacher seconds': sum(r.get('teacher seconds', 0.0) for r in trainer.log),
                    'steps': len(steps), 'step seconds': float(np.mean(plain)),
                    'losses': [r['loss'] for r in steps]}

@@ -65,7 +65,7 @@ def weights_digest(final: Path) -> str:
             continue
         for name, tensor in tensors(saved, str(path.relative_to(final))):
             digest.update(name.encode())
-            digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+            digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()[:16]
 
 

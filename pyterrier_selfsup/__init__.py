@@ -5,12 +5,14 @@ The layers, each importing only from those before it:
 → ``retrieval`` (BM25, dense and token indexes) → ``training`` (one loop, the methods)
 → ``harness`` (named pipelines, experiments, the command line; imported on first use);
 beneath them all, ``progress`` (how long stages report: :func:`set_progress`), and under it
-``_kernel_caches`` (imported first: bounds on PyTorch's CPU kernel caches).
+``_kernel_caches`` (imported first: bounds on PyTorch's CPU kernel caches); ``context`` holds
+:class:`RunContext`, what a run reads besides its settings.
 """
 import importlib
 
 from pyterrier_selfsup import _kernel_caches  # (first: before torch builds a kernel)
 from pyterrier_selfsup._distributed import join_process_group
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.classic import register_classic
 from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
 from pyterrier_selfsup.data.queries import (Query, corpus_sentences, cropped_spans, folds, generated_queries,
@@ -31,30 +33,20 @@ from pyterrier_selfsup.retrieval.token_index import ReAttIndex, reatt_index
 from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment
 from pyterrier_selfsup.training.distant import DistantSupervision, in_batch_loss
 from pyterrier_selfsup.training.distill import Distillation, listwise_kl, margin_mse
-from pyterrier_selfsup.training import loop as _loop
 from pyterrier_selfsup.training.loop import Trainer
 from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart, marginal_nll
 from pyterrier_selfsup.training.settings import (REATT_HEAD, AcrobartSettings, CrossDocumentAdjustmentSettings,
-                                                 DistantSupervisionSettings, DistillationSettings, RumbartSettings)
+                                                 DistantSupervisionSettings, DistillationSettings, MethodSettings,
+                                                 RumbartSettings)
 
 __version__ = '0.1.0'
-
-
-def _draw_training_curve(*args, **kwargs):
-    """The training curve a trainer saves beside its log: the harness's figure, imported (with
-    matplotlib) when a trainer first draws one."""
-    from pyterrier_selfsup.harness.plots import plot_training_curve
-    plot_training_curve(*args, **kwargs)
-
-
-_loop.draw_curve = _draw_training_curve
 
 register_classic()  # classic/cisi and classic/adi, read from $SELFSUP_CLASSIC_DATA
 quiet_offline_hub()  # offline mode (HF_HUB_OFFLINE=1) is normal here: no warning a model load
 
 # the harness (named pipelines, experiments) is imported when one of its names is first used
 _HARNESS = {'PIPELINES': 'pipelines', 'PipelineSpec': 'pipelines', 'register': 'pipelines', 'CrossFold': 'pipelines',
-            'run_experiment': 'experiment', 'write_results': 'experiment'}
+            'run_experiment': 'experiment', 'write_results': 'experiment', 'plot_training_curve': 'plots'}
 
 
 def __getattr__(name):
@@ -64,7 +56,7 @@ def __getattr__(name):
 
 
 __all__ = [
-    'join_process_group', 'set_progress', 'register_classic', 'Collection', 'UnknownCollectionError', 'Query', 'corpus_sentences', 'cropped_spans',
+    'join_process_group', 'set_progress', 'RunContext', 'MethodSettings', 'register_classic', 'Collection', 'UnknownCollectionError', 'Query', 'corpus_sentences', 'cropped_spans',
     'generated_queries', 'given_topics', 'sampled_queries', 'query_log', 'folds',
     'DualEncoder', 'DualEncoderModel', 'SMOLLM2', 'SMOLLM2_GGUF', 'QWEN', 'QWEN_GGUF', 'Generator',
     'ReconstructionScorer',
@@ -74,5 +66,5 @@ __all__ = [
     'Trainer', 'DistantSupervision', 'in_batch_loss', 'Distillation', 'listwise_kl', 'margin_mse', 'Rumbart', 'Acrobart', 'marginal_nll', 'CrossDocumentAdjustment',
     'DistillationSettings', 'DistantSupervisionSettings', 'RumbartSettings', 'AcrobartSettings',
     'CrossDocumentAdjustmentSettings', 'REATT_HEAD',
-    'PIPELINES', 'PipelineSpec', 'register', 'CrossFold', 'run_experiment', 'write_results',
+    'PIPELINES', 'PipelineSpec', 'register', 'CrossFold', 'run_experiment', 'write_results', 'plot_training_curve',
 ]

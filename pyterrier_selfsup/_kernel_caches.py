@@ -3,10 +3,9 @@
 oneDNN (the CPU back end of PyTorch's bf16 matrix products) and ideep over it keep every kernel
 they build, keyed by the shapes of its tensors, up to 1024 of each (``ONEDNN_PRIMITIVE_CACHE_CAPACITY``,
 ``LRU_CACHE_CAPACITY``; pytorch/pytorch#27971). A trainer meets new sequence lengths at every step,
-so at PyTorch's defaults those caches grow with the run's length, not with its batch: on ADI,
-ACROBArT's example held 466 MiB more in use after its 15 steps than after its first, and
-peaked at 3.04 GiB against 2.31 with 64 kernels a cache, which kept the heap in use flat, the
-same nDCG and less time (``experiments/kernel_caches.py``). Both settings are read once, when the
+so at PyTorch's defaults those caches grow with the run's length, not with its batch; a bound
+of 64 kernels a cache keeps the memory in use flat, with the same results
+(``experiments/kernel_caches.py`` measures it). Both settings are read once, when the
 first kernel is built, so they are set here, when the package is imported, and only where the
 user has not set them; a kernel built before the package is imported leaves PyTorch's defaults
 in place for the process."""

@@ -74,11 +74,14 @@ def progress_mode(stream=None) -> str:
     return mode
 
 
+PEAK_STEP = 10 / 1024  # GiB: the least rise of the peak resident memory that a stage is said to set
+
+
 @dataclass
 class Stage:
     """One stage that ended: what it did, how much, in how long; ``peak_gib``: where it raised
-    the process's peak resident memory (by 10 MiB or more), that peak at its end (None where it
-    did not): which stage set a run's peak."""
+    the process's peak resident memory (by :data:`PEAK_STEP` or more), that peak at its end
+    (None where it did not): which stage set a run's peak."""
     desc: str
     done: float
     total: Optional[float]
@@ -262,7 +265,7 @@ class Progress:
         if self.shown:
             peak = peak_resident_gib()
             raised = peak if peak is not None and self.peak_at_start is not None and \
-                peak - self.peak_at_start >= 10 / 1024 else None
+                peak - self.peak_at_start >= PEAK_STEP else None
             _add(Stage(self.desc, self.done - self.initial, self.total, self.unit, seconds - self.inner_seconds, raised))
             if outer is not None:
                 outer.inner_seconds += seconds

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / 'pyterrier_selfsup'
-LAYERS = ['_kernel_caches', 'progress', '_distributed', '_cache', 'data', 'models', 'retrieval', 'training', 'harness']
+LAYERS = ['_kernel_caches', 'progress', '_distributed', '_cache', 'context', 'data', 'models', 'retrieval', 'training', 'harness']
 TRAINERS = {'training.distant', 'training.reconstruction', 'training.adjustment', 'training.distill'}
 
 
@@ -92,8 +92,8 @@ def test_importing_the_package_runs_no_subprocess_and_leaves_the_harness_alone()
 
 
 def test_nothing_below_the_harness_draws():
-    """Figures (matplotlib) are the harness's: a trainer's curve is drawn through the hook the
-    package sets (training.loop.draw_curve), not by the training layer."""
+    """Figures (matplotlib) are the harness's: a trainer's curve is drawn by the function its run
+    context hands it (RunContext.draw_curve), not by the training layer."""
     drawing = []
     for path in PACKAGE.rglob('*.py'):
         module = module_name(path)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from pyterrier_selfsup.harness.plots import plot_training_curve
 from pyterrier_selfsup import Collection
 from pyterrier_selfsup.training.distant import DistantSupervision, in_batch_loss
 from pyterrier_selfsup.data.queries import corpus_sentences
@@ -58,7 +59,8 @@ def test_duplicate_positives_are_not_negatives(tiny_encoder, cache_dir):
 def test_loss_falls_on_a_toy_corpus(tiny_encoder, cache_dir, tmp_path, negatives):
     coll = Collection('classic/adi')
     trainer = DistantSupervision(tiny_encoder(max_length=64), coll, negatives=negatives, batch_size=7, epochs=8, lr=3e-3,
-                                 output_dir=tmp_path, cache_dir=cache_dir, verbose=False)
+                                 output_dir=tmp_path, cache_dir=cache_dir, verbose=False,
+                                 draw_curve=plot_training_curve)
     trainer.fit(coll.topics(), Untouchable())
     losses = [r['loss'] for r in trainer.log if 'loss' in r]
     assert len(losses) == 8 * 35 // 7

@@ -19,7 +19,9 @@ from pyterrier_selfsup import BM25, Collection, DualEncoder, MINILM
 from pyterrier_selfsup._distributed import distributed
 from pyterrier_selfsup.data.queries import Query, corpus_sentences, cropped_spans
 from pyterrier_selfsup.retrieval.fusion import Fusion, fuse, softmax_by_query, zscores
-from pyterrier_selfsup.training.distill import Distillation, listwise_kl, margin_mse, top_overlap
+from pyterrier_selfsup.training.distill import Distillation
+from pyterrier_selfsup.training.losses import (candidate_table, distillation_loss, listwise_kl, margin_mse,
+                                               top1_agreement, top_overlap)
 
 from tests.helpers import central_difference, free_port, stopped_at_step, tiny_dual_encoder
 
@@ -125,6 +127,31 @@ def test_margin_mse_against_brute_force_with_gradients():
     assert torch.autograd.gradcheck(lambda x: margin_mse(x, t, valid), (s.detach().requires_grad_(),))
 
 
+def test_the_candidate_table_lays_out_each_querys_teacher_scores_and_what_it_may_not_rank():
+    rankings = [(['a', 'b'], np.array([2.0, 0.0])), (['b', 'c'], np.array([1.0, 3.0]))]
+    table = candidate_table(rankings, [frozenset({'c'}), frozenset()], 2.0, own_only=False)
+    assert table.docnos == ['a', 'b', 'c']
+    assert table.own.tolist() == [[True, True, False], [False, True, True]]
+    assert table.teacher.tolist() == [[1.0, 0.0, 0.0], [0.0, 0.5, 1.5]]
+    assert table.shut.tolist() == [[False, False, True], [False, False, False]]  # in-batch: the rest is open
+    own_only = candidate_table(rankings, [frozenset({'c'}), frozenset()], 2.0, own_only=True)
+    assert own_only.shut.tolist() == [[False, False, True], [True, False, False]]
+    assert own_only.rows([1], 'cpu').own.tolist() == [[False, True, True]]
+
+
+def test_the_distillation_loss_is_the_kl_or_margin_mse_of_the_tables_rows_over_the_count():
+    table = candidate_table([(['a', 'b'], np.array([2.0, 0.0])), (['b', 'c'], np.array([1.0, 3.0]))],
+                            [frozenset(), frozenset()], 1.0, own_only=False)
+    student = torch.tensor([[0.5, -0.5, 0.0], [1.0, 3.0, 2.0]])
+    teacher = torch.softmax(table.teacher.masked_fill(~table.own, float('-inf')), -1).float()
+    kl = distillation_loss(student, table.teacher, table.own, table.shut, 'kl', counted=4)
+    torch.testing.assert_close(kl, listwise_kl(student, teacher, table.shut) * 2 / 4)
+    mse = distillation_loss(student, table.teacher, table.own, table.shut, 'margin_mse', counted=2)
+    # row 0: (0.5 - -0.5) - (2 - 0) = -1; row 1: (3 - 2) - (1 - 3) = 3: each squared, summed over 2 rows
+    assert mse.item() == pytest.approx((1.0 + 9.0) / 2)
+    assert top1_agreement(student, table.teacher, table.own) == 0.5  # row 0 agrees on a; row 1: b against c
+
+
 def test_top_overlap():
     assert top_overlap({'q': list('abcdefghij')}, {'q': list('abcde') + list('vwxyz')}) == 0.5
     assert top_overlap({'q': ['a'], 'r': ['b']}, {'q': ['a']}, k=1) == 0.5
@@ -145,7 +172,8 @@ def test_round_trip_filter_keeps_and_drops_planted_queries(tiny_encoder, cache_d
         # the first words of a document, planted on it (kept), or on another document (dropped)
         'query': [words[0], words[1], words[2], words[3]],
         'source_docno': [docnos[0], docnos[1], docnos[3], docnos[2]]})
-    trainer = Distillation(tiny_encoder(max_length=64), coll, _teacher(coll, cache_dir), exclude_sources=False,
+    # (queries written for a passage: filtered, and each may retrieve its own passage)
+    trainer = Distillation(tiny_encoder(max_length=64), coll, _teacher(coll, cache_dir), queries='generated',
                            filter_depth=1, **BEFORE_OFFSETS, cache_dir=cache_dir, verbose=False)
     kept = trainer.examples(topics)
     assert [q.qid for q in kept] == ['own-0', 'own-1']
@@ -186,55 +214,6 @@ def test_rounds_move_the_student_towards_its_teacher_and_resume_exactly(tiny_enc
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
-def test_source_share_puts_that_share_of_the_target_on_the_passage_a_query_was_written_for(tiny_encoder, cache_dir):
-    coll = Collection('classic/adi')
-    with pytest.raises(ValueError, match='loss=kl'):
-        _distill(tiny_encoder(max_length=64), coll, cache_dir, source_share=0.5, loss='margin_mse')
-    trainer = _distill(tiny_encoder(max_length=64), coll, cache_dir, source_share=0.25)
-    trainer.on_fit_start()
-    batch = [Query('a', 'computer programs for documents', frozenset()), Query('b', 'indexing of words', frozenset())]
-    trainer._sources = {'a': '7', 'b': '3'}  # a's source is among its candidates, b's is not
-    trainer.state['targets'] = {'a': (['7', '1', '2'], np.array([0.0, 1.0, 2.0])),
-                                'b': (['1', '5'], np.array([1.0, 0.0]))}
-    loss = trainer.loss(batch, np.random.default_rng(0))
-    union = ['7', '1', '2', '5', '3']  # the candidates in order met, then the sources the teacher's tops lack
-    with torch.no_grad():
-        student = trainer._student_logits(batch, trainer._passage_vectors(union)[0])
-    a = np.r_[np.exp([0.0, 1.0, 2.0]) / np.exp([0.0, 1.0, 2.0]).sum(), 0, 0] * 0.75 + np.eye(5)[0] * 0.25
-    b = np.r_[0, np.exp(1.0) / (np.exp(1.0) + 1), 0, 1 / (np.exp(1.0) + 1), 0] * 0.75 + np.eye(5)[4] * 0.25
-    expected = listwise_kl(student, torch.tensor(np.stack([a, b]), dtype=torch.float32),
-                           torch.zeros(2, 5, dtype=torch.bool))
-    torch.testing.assert_close(loss.detach(), expected, rtol=1e-5, atol=1e-6)
-    trainer.source_share = 0.0  # the teacher alone: the sources are not candidates
-    plain = trainer.loss(batch, np.random.default_rng(0))
-    assert abs(plain.item() - loss.item()) > 1e-3
-
-
-def test_the_passage_towers_top_layer_trains_alone_over_cached_states(tiny_encoder, cache_dir):
-    coll = Collection('classic/adi')
-    with pytest.raises(ValueError, match='passage_layers'):
-        _distill(tiny_encoder(max_length=64), coll, cache_dir, passage_layers=1, train_passages=True)
-    start = tiny_encoder(max_length=64)
-    trainer = _distill(tiny_encoder(max_length=64), coll, cache_dir, passage_layers=1, epochs=2, lr=1e-3)
-    docnos = sorted(d['docno'] for d in coll.corpus_iter())[:12]
-    texts = coll.texts(docnos)
-    trainer.on_fit_start()  # (fit does it again: freezing twice is freezing once)
-    with torch.no_grad():  # at the start: the whole tower's vectors, from the cached states and one layer
-        torch.testing.assert_close(trainer._top_layer_vectors(docnos), start.encode(texts, 'passage'))
-    trainer.fit(coll.topics())
-    model, first = trainer.encoder.model, start.model
-    top = {id(p) for p in model.top_passage_layers(1).parameters()}
-    passage_tower = list(model.passage_encoder.named_parameters())
-    moved = {name for (name, p), (_, q) in zip(passage_tower, first.encoder.named_parameters())
-             if not torch.equal(p, q)}
-    assert moved and all(id(dict(passage_tower)[name]) in top for name in moved)  # the top layer alone
-    assert trainer.encoder.passage_fingerprint() != start.passage_fingerprint()
-    assert any('teacher overlap' in r for r in trainer.log)  # round 1 searched a freshly encoded index
-    with torch.no_grad():  # the kept states still give the trained tower's vectors
-        torch.testing.assert_close(trainer._top_layer_vectors(docnos), trainer.encoder.encode(texts, 'passage'))
-    assert len(trainer._states) > 12
-
-
 @pytest.mark.parametrize('loss, train_passages', [('kl', False), ('margin_mse', True)])
 def test_the_student_learns_a_fixed_teacher(tiny_encoder, cache_dir, loss, train_passages):
     coll = Collection('classic/adi')
@@ -252,17 +231,6 @@ def test_the_student_learns_a_fixed_teacher(tiny_encoder, cache_dir, loss, train
     assert np.mean(losses[-5:]) < 0.85 * np.mean(losses[:5])
     assert np.mean(agreement[-5:]) > np.mean(agreement[:5]) + 0.3
     assert [r['round'] for r in trainer.log if 'round' in r] == [0]  # a fixed teacher ranks once
-
-
-def test_a_settled_teacher_stops_training(tiny_encoder, cache_dir):
-    coll = Collection('classic/adi')
-    # lr 0: the student, and so its teacher, never changes; round 1 sees the same top 10
-    trainer = _distill(tiny_encoder(max_length=64), coll, cache_dir, lr=0.0, stop_overlap=0.9, epochs=5)
-    trainer.fit(coll.topics())
-    assert [r['round'] for r in trainer.log if 'round' in r] == [0, 1]
-    assert [r for r in trainer.log if 'round' in r][1]['teacher overlap'] == 1.0
-    assert any('stopped' in r for r in trainer.log)
-    assert max(r['step'] for r in trainer.log if 'loss' in r) == math.ceil(35 / 8)
 
 
 def test_a_batch_without_negatives_takes_no_step(tiny_encoder, cache_dir):

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from pyterrier_selfsup.training.settings import CrossDocumentAdjustmentSettings, DistillationSettings, RumbartSettings
 from pyterrier_selfsup import progress as P
 from pyterrier_selfsup.harness import plan
 from pyterrier_selfsup.progress import Stage
@@ -157,7 +158,7 @@ def test_an_iterable_never_consumed_is_no_stage(lines_every):
 def test_a_plan_estimates_each_stage_from_this_machines_rates_and_says_which_it_has_none_for():
     planned = [plan.Planned('writing queries', 2000, 'passage'), plan.Planned('distillation', 315, 'step'),
                plan.Planned('BM25 index', 5183, 'doc')]
-    context = plan.run_context({'batch_size': 32}, 1)
+    context = plan.run_context(DistillationSettings(), 1)
     plan.estimate(planned, {'writing queries (1 process(es))': {'rate': 2.0, 'unit': 'passage'},
                             'distillation (batch 32x1, 1 process(es))': {'rate': 1.5, 'unit': 'step'},
                             'distillation (batch 64x1, 1 process(es))': {'rate': 9.0, 'unit': 'step'},
@@ -171,27 +172,22 @@ def test_a_plan_estimates_each_stage_from_this_machines_rates_and_says_which_it_
 
 
 def test_a_distillation_that_trains_its_passage_side_plans_an_encoding_a_round_and_its_own_step_rate():
-    """An H100's plan (2026-11-26) said 9 s for a both-towers distillation that took 3 min 11 s: the
-    step rate it used was the query tower's, and it counted one encoding of the corpus, not 5."""
+    """A plan once said 9 s for a both-towers distillation that took minutes: the step rate it used
+    was the query tower's, and it counted one encoding of the corpus, not one a round."""
     from pyterrier_selfsup import Collection
-    from pyterrier_selfsup.harness.trained import training_settings
+    from pyterrier_selfsup.harness.trained import typed_settings
     adi = Collection('classic/adi')
     # (the start index, then one afresh for rounds 1-4 and one for the last verdict: on the H100 the start
     # index was in the cache, and the run encoded 5 x 5,183)
-    for settings, encoded in [({}, 82), ({'train_passages': True, 'passage_offsets': None}, 82 * 6),
-                              ({'passage_layers': 2, 'passage_offsets': None}, 82 * 6),
+    for settings, encoded in [({}, 82), ({'passages': 'trained'}, 82 * 6),
                               ({'train_passages': True, 'passage_offsets': None, 'verdict_share': 0.0}, 82 * 5),
-                              ({'train_passages': True, 'passage_offsets': None, 'verdict_share': 0.0,
-                                'teacher': 'bm25'}, 82)]:
-        settings = training_settings('distill', settings)
-        planned = {p.desc: p for p in plan.stages(adi, 'distill', settings, False)}
+                              ({'passages': 'trained', 'verdict_share': 0.0, 'teacher': 'bm25'}, 82)]:
+        planned = {p.desc: p for p in plan.stages(adi, 'distill', typed_settings('distill', settings), False)}
         assert planned['encoding documents'].size == encoded
-    query_tower = plan.run_context(training_settings('distill', {}))
-    both = plan.run_context(training_settings('distill', {'train_passages': True, 'passage_offsets': None}))
-    top = plan.run_context(training_settings('distill', {'passage_layers': 2, 'passage_offsets': None}))
-    keys = {plan.rate_key('distillation', 'step', c) for c in (query_tower, both, top)}
-    assert keys == {'distillation (batch 32x1, 1 process(es))', 'distillation (batch 32x1, both towers, 1 process(es))',
-                    'distillation (batch 32x1, top 2 passage layers, 1 process(es))'}
+    query_tower = plan.run_context(typed_settings('distill', {}))
+    both = plan.run_context(typed_settings('distill', {'passages': 'trained'}))
+    keys = {plan.rate_key('distillation', 'step', c) for c in (query_tower, both)}
+    assert keys == {'distillation (batch 32x1, 1 process(es))', 'distillation (batch 32x1, both towers, 1 process(es))'}
     assert plan.rate_key('encoding documents', 'doc', both) == 'encoding documents (1 process(es))'  # (as fast)
     planned = plan.estimate([plan.Planned('distillation', 115, 'step')],
                             {plan.rate_key('distillation', 'step', query_tower): {'rate': 13.1, 'unit': 'step'}}, both)
@@ -203,8 +199,7 @@ def test_the_adjustments_plan_has_its_search_for_close_documents_and_their_scori
     at its second iteration's start, unplanned and unreported, then scored 40,000 pairs, unplanned
     (2026-11-26)."""
     from pyterrier_selfsup import Collection
-    from pyterrier_selfsup.harness.trained import training_settings
-    planned = plan.stages(Collection('classic/adi'), 'reatt', training_settings('reatt', {}), False)
+    planned = plan.stages(Collection('classic/adi'), 'reatt', CrossDocumentAdjustmentSettings(), False)
     assert [(p.desc, p.size) for p in planned] == [('ReAtt token index', 82 * 2), ('ReAtt search', 5000),
                                                    ('generator scoring', 5000 * 8 * 2), ('ReAtt adjustment', 1250)]
 
@@ -214,8 +209,8 @@ def test_a_resumed_run_plans_the_steps_it_has_left():
     planned = plan.resuming([plan.Planned('ReAtt token index', 10366, 'doc'),
                              plan.Planned('ReAtt adjustment', 1250, 'step')], 625)
     assert [(p.size, p.note) for p in planned] == [(10366, ''), (625, 'resuming after step 625 of 1,250')]
-    plan.estimate(planned, {'ReAtt adjustment (batch 8x1, 1 process(es))': {'rate': 0.5, 'unit': 'step'}},
-                  plan.run_context({'batch_size': 8}))
+    plan.estimate(planned, {'ReAtt adjustment (batch 8x1, k 8, 1 process(es))': {'rate': 0.5, 'unit': 'step'}},
+                  plan.run_context(CrossDocumentAdjustmentSettings()))
     assert planned[1].seconds == 1250
     assert plan.plan_lines('reatt', planned)[2] == ('  ReAtt adjustment: 625 steps, about 20 min 50 s '
                                                     '(resuming after step 625 of 1,250)')
@@ -237,7 +232,8 @@ def test_a_resumed_run_plans_from_the_checkpoint_fit_resumably_goes_on_from(tmp_
 
 def test_rates_are_learnt_per_machine_from_stages_of_a_second_or_more(tmp_path):
     plan.learn({'a': Stage('a', 10, 10, 'doc', 2.0), 'b': Stage('b', 10, 10, 'doc', 0.1),
-                'c': Stage('c', 4, 4, 'step', 8.0)}, plan.run_context({'batch_size': 16, 'k': 5}, 2), tmp_path)
+                'c': Stage('c', 4, 4, 'step', 8.0)}, plan.run_context(RumbartSettings(train_passages=False), 2),
+               tmp_path)
     today = time.strftime('%Y-%m-%d', time.gmtime())
     assert plan.known_rates(tmp_path) == {'a (2 process(es))': {'rate': 5.0, 'unit': 'doc', 'measured': today},
                                           'c (batch 16x1, k 5, 2 process(es))': {'rate': 0.5, 'unit': 'step',
@@ -320,9 +316,9 @@ def test_a_stopped_training_plans_and_trains_only_the_steps_left_and_ends_as_one
     for cache in caches.values():
         cache.mkdir()
         (cache / 'pisa').symlink_to(cache_dir / 'pisa')
-    whole = trained.train('classic/adi', 'ds', settings, cache_dir=caches['whole'])  # CHECKPOINT_EVERY 25: none
+    whole = trained.train('classic/adi', 'ds', settings, cache_dir=caches['whole'])  # checkpoint_every 25: none
 
-    monkeypatch.setattr(trained, 'CHECKPOINT_EVERY', 2)
+    settings['checkpoint_every'] = 2  # (not in the model's key: the same model, checkpointed)
     checkpointed = trained.train('classic/adi', 'ds', settings, cache_dir=caches['checkpointed'])
     with stopped_at_step(monkeypatch, DistantSupervision, 5):  # (killed in step 5, after the step-4 checkpoint)
         trained.train('classic/adi', 'ds', settings, cache_dir=caches['stopped'])

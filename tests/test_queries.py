@@ -36,7 +36,8 @@ def test_cropped_spans():
 
 
 def test_document_titles_are_each_documents_own_title_once():
-    from pyterrier_selfsup.harness.trained import CUT_FROM_CORPUS, training_topics
+    from pyterrier_selfsup.harness.trained import training_topics
+    from pyterrier_selfsup.training.settings import CUT_FROM_CORPUS
     coll = Collection('classic/adi')
     titles = {d.doc_id: ' '.join(d.title.split()) for d in coll.irds.docs_iter()}
     some = document_titles(coll, 30, seed=0)

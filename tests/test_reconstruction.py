@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from pyterrier_selfsup.harness.plots import plot_training_curve
 from pyterrier_selfsup import Collection, DualEncoder
 from pyterrier_selfsup.retrieval.dense import flex_index
 from pyterrier_selfsup.models.generator import Generator
@@ -129,7 +130,7 @@ def test_rumbart_reuses_cached_teacher_scores_and_leaves_a_frozen_generator_alon
     gen.log_likelihoods = lambda targets, passages, **kwargs: calls.append(list(zip(targets, passages))) or \
         score(targets, passages, **kwargs)
     trainer = Rumbart(tiny_encoder(), gen, coll, k=3, refresh_every=None, batch_size=7, epochs=2, lr=1e-3,
-                      cache_dir=tmp_path, output_dir=tmp_path / 'out', verbose=False)
+                      cache_dir=tmp_path, output_dir=tmp_path / 'out', verbose=False, draw_curve=plot_training_curve)
     trainer.fit(coll.topics())
     # one bulk pass after the index was built scored the pairs of all 35 queries at once;
     # batches then score only pairs that the changing query encoder newly retrieves

@@ -1,88 +1,136 @@
-"""One source of settings: a trainer's constructor, its named pipeline and ``selfsup list`` agree."""
-import datetime
-import inspect
+"""One settings object per method: the trainer, the command line, the reference and the cache key
+all read the same fields."""
+import dataclasses
+from pathlib import Path
+from typing import Optional
 
 import pytest
 
-from pyterrier_selfsup.harness import cli
-from pyterrier_selfsup.harness.pipelines import PIPELINES
-from pyterrier_selfsup.harness.trained import DEFAULTS, METHODS
+from pyterrier_selfsup import Collection
+from pyterrier_selfsup.harness import cli, reference, trained
+from pyterrier_selfsup.harness.pipelines import get_pipeline
+from pyterrier_selfsup.harness.trained import METHODS, model_dir
 from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment
 from pyterrier_selfsup.training.distant import DistantSupervision
 from pyterrier_selfsup.training.distill import Distillation
 from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart
-from pyterrier_selfsup.training.settings import CONSTRUCTOR_NAMES, LEGACY_KEYS, SETTINGS
+from pyterrier_selfsup.training.settings import (SETTINGS, DistantSupervisionSettings, DistillationSettings,
+                                                 RumbartSettings, setting)
 
 TRAINERS = {'distill': Distillation, 'ds': DistantSupervision, 'rumbart': Rumbart, 'acrobart': Acrobart,
             'reatt': CrossDocumentAdjustment}
+DOCS = Path(__file__).resolve().parents[1] / 'docs' / 'settings.md'
 
 
-def constructor_defaults(cls) -> dict:
-    """Each keyword's default as a call ``cls(...)`` sees it: a subclass's own, else the first
-    class up its MRO whose ``__init__`` names it (where ``**kwargs`` passes it on)."""
-    defaults = {}
-    for klass in cls.__mro__:
-        if '__init__' not in vars(klass):
-            continue
-        for name, parameter in inspect.signature(klass.__init__).parameters.items():
-            if parameter.default is not inspect.Parameter.empty:
-                defaults.setdefault(name, parameter.default)
-    return defaults
-
-
-@pytest.mark.parametrize('method', sorted(TRAINERS))
-def test_a_trainers_constructor_defaults_are_its_pipelines(method):
+def test_each_method_has_one_settings_class_and_its_trainer_takes_it():
     assert set(TRAINERS) == set(METHODS) == set(SETTINGS)
-    constructor = constructor_defaults(TRAINERS[method])
-    names = CONSTRUCTOR_NAMES.get(method, {})
-    shared = {name: names.get(name, name) for name in DEFAULTS[method] if names.get(name, name) in constructor}
-    # the settings that shape training are the constructor's (the rest pick queries and models)
-    assert {'lr', 'batch_size', 'epochs', 'seed'} <= set(shared.values())
-    differ = {name: (DEFAULTS[method][name], constructor[arg]) for name, arg in shared.items()
-              if constructor[arg] != DEFAULTS[method][name]}
-    assert not differ, f'{method}: (pipeline, constructor) defaults differ: {differ}'
+    for method, trainer in TRAINERS.items():
+        assert trainer.Settings is SETTINGS[method]
+        for field in dataclasses.fields(SETTINGS[method]):
+            assert field.metadata['help'].endswith('.'), (method, field.name)  # a sentence
 
 
-def test_the_reconstruction_trainers_ship_the_thesis_refresh_and_learning_rate():
-    # the values that differed before issue 31 (the constructor's 50 steps and 1e-4)
-    assert constructor_defaults(Rumbart)['refresh_every'] == DEFAULTS['rumbart']['refresh_every'] == 25
-    assert constructor_defaults(Acrobart)['lr'] == DEFAULTS['acrobart']['lr'] == 2e-5
-    assert constructor_defaults(Distillation)['epochs'] == DEFAULTS['distill']['rounds'] == 5
+def test_a_field_added_to_a_settings_class_reaches_the_trainer_the_list_the_key_and_the_reference(
+        tiny_encoder, monkeypatch, capsys, tmp_path):
+    @dataclasses.dataclass(frozen=True)
+    class Extended(DistantSupervisionSettings):
+        probe_depth: int = setting(7, 'How deep a probe looks, added by a test.')
 
-
-def test_selfsup_list_prints_every_method_setting_from_the_same_source(capsys):
+    monkeypatch.setitem(SETTINGS, 'ds', Extended)
+    monkeypatch.setattr(DistantSupervision, 'Settings', Extended)
+    trainer = DistantSupervision(tiny_encoder(), 'classic/adi', probe_depth=9)
+    assert trainer.settings.probe_depth == 9
+    assert trained.typed_settings('ds', {'probe_depth': 9}).probe_depth == 9
+    assert get_pipeline('ds:probe_depth=9').settings['probe_depth'] == 9
+    adi = Collection('classic/adi')
+    assert model_dir(adi, 'ds', {'probe_depth': 9}, tmp_path) != model_dir(adi, 'ds', {}, tmp_path)
     assert cli.main(['list']) == 0
-    printed = {}
+    listed = capsys.readouterr().out
+    assert any(line.split() == ['probe_depth=7', 'How', 'deep', 'a', 'probe', 'looks,', 'added', 'by', 'a', 'test.']
+               for line in listed.splitlines())
+    assert '| `probe_depth` | `7` | How deep a probe looks, added by a test. |' in reference.markdown()
+
+
+def test_the_settings_reference_in_the_docs_is_the_generated_one():
+    assert DOCS.read_text() == reference.markdown(), 'regenerate: selfsup settings --markdown > docs/settings.md'
+
+
+def test_selfsup_list_prints_every_setting_of_every_method_with_its_help(capsys):
+    assert cli.main(['list']) == 0
     lines = capsys.readouterr().out.splitlines()
-    for line, following in zip(lines, lines[1:]):
-        if line.startswith('pipeline ') and following.strip().startswith('settings: '):
-            printed[line.split()[1].rstrip(':')] = following.split('settings: ', 1)[1]
-    for spec in PIPELINES.values():
-        if spec.method:
-            for name, value in DEFAULTS[spec.method].items():
-                assert f'{name}={value}' in printed[spec.name].split(', '), (spec.name, name)
+    for method, cls in SETTINGS.items():
+        start = next(i for i, line in enumerate(lines) if line.startswith(f'settings of {method} '))
+        block = lines[start + 1:start + 1 + len(cls.fields())]
+        assert [line.split()[0].split('=')[0] for line in block] == cls.names()
 
 
-def test_legacy_cache_keys_go_on_their_date():
-    today = datetime.date.today().isoformat()
-    expired = [name for name, key in LEGACY_KEYS.items() if key.until < today]
-    assert not expired, f'remove these special cases of old cache keys (their date has passed): {expired}'
-    assert all(key.since < key.until for key in LEGACY_KEYS.values())
+def test_values_are_typed_and_checked_by_their_settings_class():
+    assert DistillationSettings.parse('filter_depth', 'none') is None
+    assert DistillationSettings.parse('filter_depth', '10') == 10
+    assert DistillationSettings.parse('in_batch', 'false') is False
+    assert RumbartSettings.parse('checkpoint_every', 'epoch') == 'epoch'
+    assert RumbartSettings.parse('checkpoint_every', '5') == 5
+    with pytest.raises(ValueError, match='not a int'):
+        DistillationSettings.parse('depth', 'deep')
+    with pytest.raises(ValueError, match='loss must be one of kl, margin_mse'):
+        DistillationSettings(loss='mse')
+    with pytest.raises(ValueError, match='no setting'):
+        DistillationSettings().replace(dpth=3)
+    with pytest.raises(ValueError, match='warmup'):
+        RumbartSettings(warmup=2.0)
 
 
-# the model directories of the shipped settings on ADI, as they were before the settings had one
-# source (aec058a): a change to a default, or a setting added without its legacy entry, moves them,
-# and every model trained before is no longer found
+def test_a_dependent_value_is_a_documented_rule_of_the_settings():
+    # queries cut from a passage may not retrieve it; queries written for one may
+    assert DistillationSettings(queries='sentences').excludes_sources
+    assert not DistillationSettings(queries='sampled').excludes_sources
+    # round-trip filtering applies to queries written for a passage only
+    assert DistillationSettings(queries='sampled', filter_depth=3).round_trip_depth == 3
+    assert DistillationSettings(queries='sentences', filter_depth=3).round_trip_depth is None
+    # RUMBArt checkpoints at its refreshes, or every 25 steps where its index never changes
+    assert RumbartSettings().checkpoint_interval == 25 and RumbartSettings(refresh_every=10).checkpoint_interval == 10
+    assert RumbartSettings(refresh_every=None, train_passages=False).checkpoint_interval == 25
+    assert RumbartSettings(refresh_every=None).checkpoint_interval is None
+    assert RumbartSettings(checkpoint_every=3).checkpoint_interval == 3
+
+
+def test_old_names_still_work():
+    assert DistillationSettings.of(epochs=3).rounds == 3
+    assert DistillationSettings.of(passage_offsets=None).passages == 'frozen'
+    assert DistillationSettings.of(passage_offsets=0.5) == DistillationSettings(offset_weight=0.5)
+    assert DistillationSettings.of(train_passages=True, passage_offsets=None).passages == 'trained'
+    assert RumbartSettings.of(checkpointing=False).gradient_checkpointing is False
+    assert get_pipeline('distill:passage_offsets=none').settings['passages'] == 'frozen'
+
+
+# the model directories of the shipped settings on ADI, as they have been since each method's settings
+# first had one source: a change to a default, or a setting added to the key at its default, moves
+# them, and every model trained before is no longer found
 SHIPPED_KEYS = {'distill': 'classic_adi.distill-1073349500', 'ds': 'classic_adi.ds-3f870b5fa0',
                 'rumbart': 'classic_adi.rumbart-0bfcf7f96a', 'acrobart': 'classic_adi.acrobart-9580c04ce8',
                 'reatt': 'classic_adi.reatt-2cc8a89d9f'}
 
 
 def test_the_shipped_settings_keep_their_model_keys(tmp_path):
-    from pyterrier_selfsup import Collection
-    from pyterrier_selfsup.harness.trained import model_dir
     adi = Collection('classic/adi')
     assert {method: model_dir(adi, method, {}, tmp_path).name for method in METHODS} == SHIPPED_KEYS
-    # a setting added later (LEGACY_KEYS) changes the key only where it is not at its old behaviour
-    assert model_dir(adi, 'distill', {'passage_layers': None}, tmp_path).name == SHIPPED_KEYS['distill']
-    assert model_dir(adi, 'distill', {'passage_layers': 2}, tmp_path).name != SHIPPED_KEYS['distill']
+    # a setting that changes only the run, or one added later at its default, leaves the key as it is
+    for unchanged in ({'checkpoint_every': 5}, {'gradient_checkpointing': True}, {'warmup': 0.1},
+                      {'passage_offsets': 1.0}, {'passages': 'offsets'}):
+        assert model_dir(adi, 'distill', unchanged, tmp_path).name == SHIPPED_KEYS['distill'], unchanged
+    for changed in ({'warmup': 0.2}, {'weight_decay': 0.0}, {'passages': 'frozen'}, {'offset_weight': 0.5}):
+        assert model_dir(adi, 'distill', changed, tmp_path).name != SHIPPED_KEYS['distill'], changed
+    # the passage side keys as its two former settings did
+    assert model_dir(adi, 'distill', {'passages': 'frozen'}, tmp_path) == \
+        model_dir(adi, 'distill', {'passage_offsets': None}, tmp_path)
+
+
+def test_a_trainer_takes_its_settings_whole_and_its_run_context_apart(tiny_encoder, tmp_path):
+    settings = DistantSupervisionSettings(negatives='bm25', epochs=2)
+    trainer = DistantSupervision(tiny_encoder(), 'classic/adi', settings, output_dir=tmp_path, verbose=False)
+    assert trainer.settings is settings and trainer.output_dir == tmp_path and not trainer.run.verbose
+    with pytest.raises(TypeError, match='takes DistantSupervisionSettings'):
+        DistantSupervision(tiny_encoder(), 'classic/adi', RumbartSettings())
+    changed: Optional[DistantSupervisionSettings] = DistantSupervision(tiny_encoder(), 'classic/adi', settings,
+                                                                       lr=1e-3).settings
+    assert changed.lr == 1e-3 and changed.negatives == 'bm25' and settings.lr == 2e-5

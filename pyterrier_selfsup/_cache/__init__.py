@@ -1,6 +1,6 @@
 """Where built artefacts (indexes, models) live, and how they get there whole or not at all.
 
-:func:`build_once` is the one way into the cache, and where disk faults are met (issue 20):
+:func:`build_once` is the one way into the cache, and where disk faults are met:
 
 - a cache directory that cannot be written is reported before anything starts, with the
   settings that move it (``--cache-dir``, ``$SELFSUP_CACHE``);

@@ -1,5 +1,5 @@
 """Disk faults met as errors a user can act on: what was being written, the path, the cause,
-what became of the partial write, and the setting that moves the writes elsewhere (issue 20).
+what became of the partial write, and the setting that moves the writes elsewhere.
 
 :func:`disk_faults` is the one translation: every writer of the cache wraps its writes in it;
 a full disk, a quota, a read-only mount or a missing permission leaves it as a

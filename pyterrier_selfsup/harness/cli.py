@@ -2,9 +2,10 @@
 
     selfsup run                         # BM25 vs all-MiniLM-L6-v2 zero-shot on beir/scifact/test
     selfsup run -c cranfield classic/cisi -p bm25 minilm --save baseline
-    selfsup run -p bm25 dual "ds:queries=beir/scifact/train,epochs=3"
+    selfsup run -p bm25 dual_encoder "distant_supervision:queries=beir/scifact/train,epochs=3"
     selfsup train "rumbart:queries=beir/scifact/train" -c beir/scifact/test   # train only; `run` picks it up
     selfsup list                        # the pipelines and collections it knows
+    selfsup settings distill            # a method's settings, their defaults and help
 
 Progress bars show on a terminal and stay out of logs (``-v`` forces them, ``-q`` hides them).
 Any Glasgow/SMART collection ``NAME.ALL``/``NAME.tar.gz`` in ``$SELFSUP_CLASSIC_DATA`` (or, for
@@ -22,10 +23,11 @@ from pyterrier_selfsup._distributed import distributed, join_process_group
 from pyterrier_selfsup.data.classic import BUILTIN, CLASSIC_DATA_ENV, discover
 from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
 from pyterrier_selfsup.data.local import MalformedFileError
-from pyterrier_selfsup.harness import trained
+from pyterrier_selfsup.harness import reference, trained
 from pyterrier_selfsup.harness.experiment import run_experiment, write_results
-from pyterrier_selfsup.harness.pipelines import PIPELINES, UnknownPipelineError, get_pipeline
+from pyterrier_selfsup.harness.pipelines import PIPELINE_ALIASES, PIPELINES, UnknownPipelineError, get_pipeline
 from pyterrier_selfsup.progress import progress_mode, set_progress
+from pyterrier_selfsup.training.settings import SETTINGS
 
 DEFAULT_COLLECTIONS = ['beir/scifact/test']
 DEFAULT_PIPELINES = ['bm25', 'minilm']
@@ -60,15 +62,36 @@ def main(argv=None) -> int:
     train.add_argument('pipeline', metavar='PIPELINE', help='a pipeline that trains (NAME or NAME:key=value,...)')
     train.add_argument('-c', '--collection', required=True, metavar='NAME', help='the corpus to adapt to')
 
-    sub.add_parser('list', help='the named pipelines and the collections used in this project')
+    sub.add_parser('list', help='the named pipelines, their settings and the collections used in this project')
+    settings = sub.add_parser('settings', help='each training method\'s settings, defaults and help')
+    settings.add_argument('methods', nargs='*', metavar='METHOD', help=f'(default: all; known: '
+                                                                       f'{", ".join(SETTINGS)})')
+    settings.add_argument('--markdown', action='store_true', help='the settings reference page (docs/settings.md)')
 
     args = parser.parse_args(argv)
     if args.command == 'list':
+        formerly = {new: old for old, new in PIPELINE_ALIASES.items()}
         for name, spec in PIPELINES.items():
-            print(f'pipeline {name}: {spec.description}' + (' (trains a model)' if spec.method else ''))
+            print(f'pipeline {name}: {spec.description}' + (' (trains a model)' if spec.method else '')
+                  + (f' (formerly {formerly[name]})' if name in formerly else ''))
             print(f'    settings: {", ".join(f"{k}={v}" for k, v in spec.settings.items())}')
         for name in COLLECTIONS_HERE + [f'classic/{n}' for n in _classic_here() if n not in BUILTIN]:
             print(f'collection {name}')
+        for method in SETTINGS:
+            print(f'settings of {method} (used by pipelines '
+                  f'{", ".join(n for n, s in PIPELINES.items() if s.method == method)}):')
+            print('\n'.join(reference.settings_lines(method)))
+        return 0
+    if args.command == 'settings':
+        unknown = [m for m in args.methods if m not in SETTINGS]
+        if unknown:
+            print(f'selfsup: error: unknown method {unknown[0]!r}; known: {", ".join(SETTINGS)}', file=sys.stderr)
+            return 2
+        if args.markdown:
+            print(reference.markdown(args.methods or None), end='')
+        for method in [] if args.markdown else args.methods or SETTINGS:
+            print(f'{method}:')
+            print('\n'.join(reference.settings_lines(method)))
         return 0
     if args.command not in ('run', 'train'):
         parser.print_help()

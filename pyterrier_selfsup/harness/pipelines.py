@@ -24,7 +24,7 @@ from pyterrier_selfsup.retrieval.bm25 import BM25
 from pyterrier_selfsup.retrieval.dense import MINILM, DenseRetriever
 from pyterrier_selfsup.retrieval.fusion import Fusion
 from pyterrier_selfsup.retrieval.token_index import reatt_index, reatt_retriever
-from pyterrier_selfsup.training.settings import REATT_HEAD
+from pyterrier_selfsup.training.settings import REATT_HEAD, SETTINGS
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,8 @@ class PipelineSpec:
 
 
 PIPELINES: Dict[str, PipelineSpec] = {}
+# the names pipelines had before they were renamed, still accepted (results files and commands use them)
+PIPELINE_ALIASES = {'ds': 'distant_supervision', 'dual': 'dual_encoder', 'recon': 'query_likelihood'}
 
 
 class UnknownPipelineError(ValueError):
@@ -85,20 +87,32 @@ def register(spec: PipelineSpec) -> PipelineSpec:
 
 def get_pipeline(spec: str) -> PipelineSpec:
     """A registered pipeline by ``name``, or ``name:key=value,...`` to change its settings
-    (``ds:negatives=bm25,epochs=2``); values take the type of the setting's default."""
+    (``ds:negatives=bm25,epochs=2``). A training method's setting is typed and checked by its
+    settings class (old names accepted); another setting takes the type of its default."""
     name, _, overrides = spec.partition(':')
-    if name not in PIPELINES:
+    if PIPELINE_ALIASES.get(name, name) not in PIPELINES:
         raise UnknownPipelineError(f'unknown pipeline {name!r}; known: {", ".join(sorted(PIPELINES))}')
-    base = PIPELINES[name]
+    base = PIPELINES[PIPELINE_ALIASES.get(name, name)]
     if not overrides:
-        return base
+        return base if name == base.name else replace(base, name=name)
     settings = dict(base.settings)
-    for item in overrides.split(','):
-        key, sep, value = item.partition('=')
-        if not sep or key not in base.settings:
-            raise UnknownPipelineError(f'{spec!r}: {name} has no setting {key!r}; its settings: '
-                                       f'{", ".join(f"{k}={v}" for k, v in base.settings.items())}')
-        settings[key] = _parse(value, base.settings[key])
+    method = SETTINGS.get(base.method)
+    changes = {}  # a method's settings, made canonical together (an old name may stand for two)
+    try:
+        for item in overrides.split(','):
+            key, sep, value = item.partition('=')
+            if sep and key in base.settings and (method is None or key not in method.names()):
+                settings[key] = _parse(value, base.settings[key])
+            elif sep and method is not None:
+                changes[key] = method.parse(key, value)
+            else:
+                raise ValueError(f'{name} has no setting {key!r}; its settings: '
+                                 f'{", ".join(f"{k}={v}" for k, v in base.settings.items())}')
+        if method is not None:  # (refused here, not when the model first trains)
+            settings.update(method.canonical(changes))
+            method.of(**{k: v for k, v in settings.items() if k in method.names()})
+    except ValueError as error:
+        raise UnknownPipelineError(f'{spec!r}: {error}') from None
     return replace(base, name=spec, settings=settings)
 
 
@@ -204,24 +218,24 @@ register(PipelineSpec(
                                          search='auto')))
 
 register(PipelineSpec(
-    'dual', 'all-MiniLM-L6-v2 zero-shot through the trainable DualEncoder (precision auto: bf16 where the '
+    'dual_encoder', 'all-MiniLM-L6-v2 zero-shot through the trainable DualEncoder (precision auto: bf16 where the '
             'hardware has it; backend torch, or openvino on a CPU), the trainers\' starting point',
     DenseRetriever.from_dual_encoder, dict(model_name=MINILM, dim=None, search='auto', precision='auto',
                                            backend='torch')))
 
 register(PipelineSpec(
-    'ds', 'all-MiniLM-L6-v2 adapted to the collection by distant supervision (BM25 top-1 positives, '
+    'distant_supervision', 'all-MiniLM-L6-v2 adapted to the collection by distant supervision (BM25 top-1 positives, '
           'in-batch negatives); queries: corpus sentences/spans, SmolLM2-generated (roundtrip: BM25-checked), or a collection\'s topic texts',
     functools.partial(trained_dense_retriever, method='ds'), dict(DEFAULTS['ds'], **_INFERENCE), method='ds'))
 
 register(PipelineSpec(
-    'recon', 'BM25 top 100 re-ranked by a generator\'s query likelihood log p(query | document) '
+    'query_likelihood', 'BM25 top 100 re-ranked by a generator\'s query likelihood log p(query | document) '
              '(SmolLM2-135M-Instruct, prompted), the reconstruction scorer',
     reconstruction_reranker, dict(model_name=SMOLLM2, gguf_file=SMOLLM2_GGUF, depth=100, normalise='mean',
                                   max_passage_length=256, precision='auto')))
 
 register(PipelineSpec(
-    'rumbart', 'all-MiniLM-L6-v2 (or its ds adaptation: start=ds) adapted by RUMBArt: the top k of a stale MIPS '
+    'rumbart', 'all-MiniLM-L6-v2 (or its distant supervision adaptation: start=ds) adapted by RUMBArt: the top k of a stale MIPS '
                'index re-scored by the encoder, loss -log sum_k p(z_k|x) p_gen(x|z_k) with SmolLM2 frozen as the '
                'teacher (its scores cached); queries: corpus sentences/spans, SmolLM2-generated (roundtrip: BM25-checked), or a collection\'s topic texts',
     functools.partial(trained_dense_retriever, method='rumbart'), dict(DEFAULTS['rumbart'], **_INFERENCE),
@@ -260,9 +274,8 @@ register(PipelineSpec(
 
 register(PipelineSpec(
     'distill', 'all-MiniLM-L6-v2 distilled from the teacher (BM25 + the student itself, fused), no labels: listwise '
-               'KL over the teacher\'s top depth with in-batch negatives, the query tower (passage_offsets=W: each '
-               'passage vector moves by a learned offset, L2 weight W; passage_layers=K: the passage tower\'s top K '
-               'layers train too, over cached lower-layer states; train_passages=true: both towers whole), the student re-entering the teacher each '
+               'KL over the teacher\'s top depth with in-batch negatives, the query tower with passage offsets '
+               '(passages=frozen|offsets|trained), the student re-entering the teacher each '
                'round, the best round kept by a held-out label-free verdict (verdict_share); queries: a query log '
                '(queries=FILE: one query a line, or JSONL/CSV/TSV with qid and query; or queries=COLLECTION: its '
                'topic texts; or queries=crossfold: the evaluated collection\'s own topic texts, two-fold), or corpus '

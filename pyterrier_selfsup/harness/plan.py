@@ -25,7 +25,7 @@ from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment
 from pyterrier_selfsup.training.distant import DistantSupervision
 from pyterrier_selfsup.training.distill import Distillation
 from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart
-from pyterrier_selfsup.training.settings import SETTINGS, parse_teacher
+from pyterrier_selfsup.training.settings import MethodSettings, parse_teacher
 
 logger = logging.getLogger(__name__)
 
@@ -48,13 +48,11 @@ def _steps(n: float, batch: int, epochs: int, accumulation: int = 1) -> int:
     return math.ceil(math.ceil(n / batch) * epochs / accumulation)
 
 
-def stages(collection: Collection, method: str, settings: dict, writes_queries: bool) -> List[Planned]:
-    """The stages of training ``method`` on ``collection`` with ``settings`` (all of them, as
-    :func:`~pyterrier_selfsup.harness.trained.training_settings` completes them; ``writes_queries``:
-    whether a generator writes the training queries), at most:
-    a stage whose result is in the cache already (queries written, an index built) is skipped
-    when it comes, and ``n_queries`` is an upper bound where the source has fewer."""
-    s = SETTINGS[method](**{k: v for k, v in settings.items() if k != 'fold'})
+def stages(collection: Collection, method: str, s: MethodSettings, writes_queries: bool) -> List[Planned]:
+    """The stages of training ``method`` on ``collection`` with the settings object ``s``
+    (``writes_queries``: whether a generator writes the training queries), at most: a stage
+    whose result is in the cache already (queries written, an index built) is skipped when it
+    comes, and ``n_queries`` is an upper bound where the source has fewer."""
     docs = collection.docs_count or 0
     queries = s.n_queries
     out = []
@@ -75,7 +73,7 @@ def stages(collection: Collection, method: str, settings: dict, writes_queries: 
         out.append(Planned(steps_name, steps, 'step'))
     elif method == 'distill':
         out.append(Planned('BM25 index', docs, 'doc', 'unless built before'))
-        if s.train_passages or s.passage_layers is not None:
+        if s.passages == 'trained':
             # a passage side that trains: the start index, then one afresh for each later round whose teacher
             # or verdict reads the student, and one for the last verdict (Distillation.on_epoch_start, judge)
             reads = 'student' in parse_teacher(s.teacher)
@@ -123,17 +121,13 @@ def known_rates(cache_dir=None) -> Dict[str, dict]:
         return {}
 
 
-def run_context(settings: dict, world_size: int = 1) -> dict:
+def run_context(s: MethodSettings, world_size: int = 1) -> dict:
     """What a stage's rate depends on besides the machine: a training step's on the batch
-    (queries at once, batches a step, passages a query) and on what trains where a setting
-    says (both towers, or the passage tower's top layers, against the query tower alone: an
-    H100 took 1.7 s a distillation step with both towers, 0.08 with the query tower's), every
-    stage's on the processes."""
-    trains = ('both towers' if settings.get('train_passages') else
-              f"top {settings['passage_layers']} passage layers" if settings.get('passage_layers') is not None
-              else None)
-    return {'batch': f"{settings.get('batch_size')}x{settings.get('accumulation', 1)}", 'k': settings.get('k'),
-            'trains': trains, 'processes': world_size}
+    (queries at once, batches a step, passages a query) and on whether both towers train
+    (against the query tower alone), every stage's on the processes."""
+    both = getattr(s, 'passages', None) == 'trained' or getattr(s, 'train_passages', False)
+    return {'batch': f"{s.batch_size}x{s.accumulation}", 'k': getattr(s, 'k', None),
+            'trains': 'both towers' if both else None, 'processes': world_size}
 
 
 def rate_key(desc: str, unit: str, context: dict) -> str:

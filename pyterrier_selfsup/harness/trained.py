@@ -30,6 +30,7 @@ from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.models.generator import MAX_PASSAGE_LENGTH, Generator, load_generator
 from pyterrier_selfsup.models.reatt import ReAtt
 from pyterrier_selfsup.harness import plan
+from pyterrier_selfsup.harness.plots import plot_training_curve
 from pyterrier_selfsup.models.writing import WRITER_VERSION
 from pyterrier_selfsup.retrieval.bm25 import BM25
 from pyterrier_selfsup.retrieval.dense import MINILM, DenseRetriever
@@ -40,15 +41,13 @@ from pyterrier_selfsup.training.distill import Distillation
 from pyterrier_selfsup.progress import stage_times
 from pyterrier_selfsup.training.loop import Trainer, checkpoint_step, fit_resumably, resume_point
 from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart
-from pyterrier_selfsup.training.settings import (ADDED_SETTINGS, SETTINGS, CrossDocumentAdjustmentSettings,
-                                                 DistantSupervisionSettings, DistillationSettings,
+from pyterrier_selfsup.training.settings import (GENERATED, QUERY_SOURCES, SETTINGS, CrossDocumentAdjustmentSettings,
+                                                 DistantSupervisionSettings, DistillationSettings, MethodSettings,
                                                  ReconstructionSettings, parse_teacher)
+from pyterrier_selfsup.context import RunContext
 
 SEARCH_SETTINGS = frozenset({'num_results', 'candidate_tokens', 'nprobe', 'rescore', 'bm25_weight', 'hybrid_depth',
                              'search', 'backend'})
-GENERATED = ('generated', 'roundtrip', 'sampled')  # the query sources that need a generator
-# queries that may not retrieve the passage they were cut from
-CUT_FROM_CORPUS = ('sentences', 'spans', 'masked', 'titles')
 ROUND_TRIP_DEPTH = 10
 # queries=crossfold: the collection's own topic texts, in this many folds; the model that answers a
 # fold's queries is trained on the other folds' texts (its setting ``fold``: the fold it answers)
@@ -65,41 +64,43 @@ def each_model(settings: dict) -> list:
     return [settings]
 
 
-def training_settings(method: str, settings: dict) -> dict:
-    """Every setting ``method`` trains with: ``settings`` over :data:`DEFAULTS`, the search-time
-    ones left out; a setting the method does not have is refused."""
+def typed_settings(method: str, settings: dict) -> MethodSettings:
+    """``method``'s settings object for a pipeline's ``settings`` (old names accepted; the
+    search-time settings and a cross-fold model's ``fold`` left out); a setting the method does
+    not have is refused."""
     if method not in METHODS:
         raise ValueError(f'unknown training method {method!r}; known: {", ".join(METHODS)}')
-    unknown = set(settings) - set(DEFAULTS[method]) - SEARCH_SETTINGS - ({'fold'} if settings.get(
-        'queries') == 'crossfold' else set())
-    if unknown:
-        raise ValueError(f'{method} has no setting {", ".join(sorted(unknown))}; its settings: '
-                         f'{", ".join(DEFAULTS[method])}')
-    return {**DEFAULTS[method], **{name: value for name, value in settings.items() if name not in SEARCH_SETTINGS}}
+    return SETTINGS[method].of(**{name: value for name, value in settings.items()
+                                  if name not in SEARCH_SETTINGS and name != 'fold'})
 
 
-def typed_settings(method: str, settings: dict):
-    """``method``'s settings object (what :data:`METHODS`' setups take) for ``settings``, the
-    rest at :data:`DEFAULTS`; ``fold`` left out, as a setup takes it apart."""
-    return SETTINGS[method](**{name: value for name, value in training_settings(method, settings).items()
-                               if name != 'fold'})
+def training_settings(method: str, settings: dict) -> dict:
+    """Every setting ``method`` trains with, as a dict: the settings object's fields, and
+    ``fold`` for a model of a cross-fold pipeline."""
+    fold = {'fold': settings['fold']} if 'fold' in settings and settings.get('queries') == 'crossfold' else {}
+    if 'fold' in settings and not fold:
+        raise ValueError(f'{method} has no setting fold (only queries=crossfold trains one model a fold)')
+    return {**typed_settings(method, settings).asdict(), **fold}
 
 
 def model_dir(collection: Collection, method: str, settings: dict, cache_dir=None) -> Path:
     """Where the model of ``method`` trained with ``settings`` lives (``final/``,
-    ``training_log.jsonl``, ``training_curve.png``; while it trains, ``<dir>.partial``)."""
-    key = training_settings(method, settings)
+    ``training_log.jsonl``, ``training_curve.png``; while it trains, ``<dir>.partial``).
+    Its name holds a digest of the settings' cache key
+    (:meth:`~pyterrier_selfsup.training.settings.MethodSettings.key`), of the contents of a
+    query log rather than its path, and of the query writer's version."""
+    s = typed_settings(method, settings)
+    key = s.key()
+    if settings.get('queries') == 'crossfold' and 'fold' in settings:
+        key['fold'] = settings['fold']
     for name in ('queries', 'query_examples'):  # a query log: its contents, wherever it lies
         if query_file(key.get(name)):
             key[name] = f'file-{content_hash(key[name])}'
-    for name, default in ADDED_SETTINGS.get(method, {}).items():  # LEGACY_KEYS['distill settings added']
-        if key.get(name) == default:
-            key.pop(name)
-    if key.get('queries') == 'sampled':  # the writer's queries: models trained on an earlier writer's are not found
+    if key.get('queries') == 'sampled':  # models trained on an earlier writer's queries are not found
         key['query writer'] = WRITER_VERSION
     if method != 'distill' and key.get('queries') in ('sentences', 'spans'):
-        # since issue 16 a corpus with fewer documents than n_queries gives several a document:
-        # models trained before on such queries are not found (distill was born with it)
+        # a corpus with fewer documents than n_queries gives several sentences a document: the key
+        # has said so since that changed, and distill was born with it
         key['several a document'] = True
     return cache_root(cache_dir) / 'models' / cache_key(f'{collection.corpus_id}.{method}', key)
 
@@ -111,29 +112,30 @@ def train(collection: Union[str, Collection], method: str, settings: dict, *, ca
     interrupted run), then reused. Before training, its plan (stages, sizes, the time each
     should take on this machine: :mod:`~pyterrier_selfsup.harness.plan`) is logged; after,
     what each stage took, logged and appended to the training log."""
-    settings = training_settings(method, settings)
+    fold = settings.get('fold')
+    s = typed_settings(method, settings)
     collection = Collection.of(collection)
 
     def build(staging: Path):
         started, before = time.time(), stage_times()
         said = distributed()[0] == 0  # (one process speaks for the group)
-        context = plan.run_context(settings, distributed()[1])
+        context = plan.run_context(s, distributed()[1])
         resumed = resume_point(staging)
         at = checkpoint_step(resumed) if resumed is not None else 0
-        stages = plan.stages(collection, method, settings, settings['queries'] in GENERATED)
+        stages = plan.stages(collection, method, s, s.queries in GENERATED)
         planned = plan.estimate(plan.resuming(stages, at), plan.known_rates(cache_dir), context)
         if said:
             docs = collection.docs_count
             for line in plan.plan_lines(f'{method} on {collection.name}' + (f' ({docs:,} documents)' if docs else ''),
                                         planned):
                 logger.info(line)
-        trainer, topics = METHODS[method](collection, typed_settings(method, settings), fold=settings.get('fold'),
-                                          output_dir=staging, cache_dir=cache_dir, verbose=verbose)
-        if said and len(topics) < settings['n_queries']:  # (a corpus with fewer sentences than asked for)
-            known = {**settings, 'n_queries': len(topics)}
+        run = RunContext(output_dir=staging, cache_dir=cache_dir, verbose=verbose, draw_curve=plot_training_curve)
+        trainer, topics = METHODS[method](collection, s, run, fold=fold)
+        if said and len(topics) < s.n_queries:  # (a corpus with fewer sentences than asked for)
+            known = s.replace(n_queries=len(topics))
             replanned = [p for p in plan.estimate(plan.resuming(plan.stages(collection, method, known, False), at),
                                                   plan.known_rates(cache_dir), context) if p.desc != 'writing queries']
-            for line in plan.plan_lines(f'{len(topics):,} training queries, not {settings["n_queries"]:,}', replanned):
+            for line in plan.plan_lines(f'{len(topics):,} training queries, not {s.n_queries:,}', replanned):
                 logger.info(line)
         fit_resumably(trainer, topics)
         if said:  # what each stage took, said, kept in the training log, and learnt for the next plan
@@ -170,10 +172,6 @@ def example_texts(examples: Optional[str]) -> list:
 def query_file(queries) -> bool:
     """Whether a pipeline's ``queries`` names a file (a query log), not a source or a collection."""
     return isinstance(queries, str) and queries not in QUERY_SOURCES and Path(queries).is_file()
-
-
-# what a pipeline's ``queries`` may name besides a file of query texts or a collection's topics
-QUERY_SOURCES = ('sentences', 'spans', 'masked', 'titles', 'crossfold') + GENERATED
 
 
 def training_topics(collection: Collection, queries: str, n_queries: int, *, seed: int = 0,
@@ -267,22 +265,15 @@ def _topics_damage(path: Path) -> Optional[str]:
 
 Setup = Callable[..., Tuple[Trainer, pd.DataFrame]]
 
-def _distant_supervision(collection: Collection, s: DistantSupervisionSettings, *, fold: Optional[int] = None,
-                         output_dir: Path, cache_dir=None, verbose: bool = False) -> Tuple[Trainer, pd.DataFrame]:
+
+def _distant_supervision(collection: Collection, s: DistantSupervisionSettings, run: RunContext, *,
+                         fold: Optional[int] = None) -> Tuple[Trainer, pd.DataFrame]:
     # generated queries are the same ones RUMBArt trains on (SmolLM2, its default settings)
     topics = training_topics(collection, s.queries, s.n_queries, seed=s.seed, generator='smollm2',
-                             cache_dir=cache_dir, fold=fold)
+                             cache_dir=run.cache_dir, fold=fold)
     torch.manual_seed(s.seed)
     encoder = DualEncoder.from_pretrained(s.model_name, dim=s.dim)
-    # a checkpoint every CHECKPOINT_EVERY steps (its one epoch is the whole run: at its end only,
-    # a run stopped at 90% would start again from nothing)
-    return DistantSupervision(encoder, collection, negatives=s.negatives, batch_size=s.batch_size,
-                              epochs=s.epochs, lr=s.lr, output_dir=output_dir, seed=s.seed,
-                              checkpoint_every=CHECKPOINT_EVERY, keep_checkpoints=1,
-                              cache_dir=cache_dir, verbose=verbose), topics
-
-
-CHECKPOINT_EVERY = 25  # steps: distant supervision's, and RUMBArt's and ACROBArT's with a frozen passage tower
+    return DistantSupervision(encoder, collection, s, run), topics
 
 
 def start_model(collection: Collection, settings: ReconstructionSettings, cache_dir=None, verbose: bool = False) -> str:
@@ -296,48 +287,31 @@ def start_model(collection: Collection, settings: ReconstructionSettings, cache_
     return MINILM if start == 'minilm' else start
 
 
-def _retrieve_and_reconstruct(trainer_class, *own_settings: str) -> Setup:
-    def setup(collection: Collection, s: ReconstructionSettings, *, fold: Optional[int] = None,
-              output_dir: Path, cache_dir=None, verbose: bool = False) -> Tuple[Trainer, pd.DataFrame]:
-        start = start_model(collection, s, cache_dir, verbose)
-        gen = load_generator(s.generator, cache_dir=cache_dir, max_passage_length=s.max_passage_length,
-                             verbose=verbose)
+def _retrieve_and_reconstruct(trainer_class) -> Setup:
+    def setup(collection: Collection, s: ReconstructionSettings, run: RunContext, *,
+              fold: Optional[int] = None) -> Tuple[Trainer, pd.DataFrame]:
+        start = start_model(collection, s, run.cache_dir, run.verbose)
+        gen = load_generator(s.generator, cache_dir=run.cache_dir, max_passage_length=s.max_passage_length,
+                             verbose=run.verbose)
         torch.manual_seed(s.seed)
-        # A run resumes exactly from a checkpoint taken right after a refresh (its index is
-        # rebuilt from the checkpoint's encoder); a frozen passage tower's index never changes.
-        checkpoint_every = s.refresh_every or (None if s.train_passages else CHECKPOINT_EVERY)
-        trainer = trainer_class(DualEncoder.from_pretrained(start), gen, collection, k=s.k,
-                                refresh_every=s.refresh_every, null_document=s.null_document,
-                                train_passages=s.train_passages, epochs=s.epochs, batch_size=s.batch_size,
-                                accumulation=s.accumulation, lr=s.lr, output_dir=output_dir,
-                                checkpoint_every=checkpoint_every, keep_checkpoints=1, seed=s.seed,
-                                cache_dir=cache_dir, verbose=verbose,
-                                **{name: getattr(s, name) for name in own_settings})
+        trainer = trainer_class(DualEncoder.from_pretrained(start), gen, collection, s, run)
         # generated queries are written by the generator at its default settings, whatever this
         # run's passage length, so that every trainer given that source trains on the same queries
         writer = gen if s.max_passage_length == MAX_PASSAGE_LENGTH else s.generator
         return trainer, training_topics(collection, s.queries, s.n_queries, seed=s.seed, generator=writer,
-                                        cache_dir=cache_dir, fold=fold)
+                                        cache_dir=run.cache_dir, fold=fold)
     return setup
 
 
-def _cross_document_adjustment(collection: Collection, s: CrossDocumentAdjustmentSettings, *,
-                               fold: Optional[int] = None, output_dir: Path, cache_dir=None,
-                               verbose: bool = False) -> Tuple[Trainer, pd.DataFrame]:
-    gen = load_generator(s.generator, cache_dir=cache_dir, verbose=verbose)
+def _cross_document_adjustment(collection: Collection, s: CrossDocumentAdjustmentSettings, run: RunContext, *,
+                               fold: Optional[int] = None) -> Tuple[Trainer, pd.DataFrame]:
+    gen = load_generator(s.generator, cache_dir=run.cache_dir, verbose=run.verbose)
     torch.manual_seed(s.seed)
     reatt = ReAtt.from_pretrained(s.model_name, retrieval_layer=s.retrieval_layer, head=s.head,
                                   special_tokens=s.special_tokens)
     topics = training_topics(collection, s.queries, s.n_queries, seed=s.seed, generator=gen,
-                             mask=mask_token(reatt), cache_dir=cache_dir, fold=fold)
-    # a checkpoint at the end of each iteration only: an iteration's close documents come
-    # from the model at its start, so a run resumed there matches an uninterrupted one
-    trainer = CrossDocumentAdjustment(reatt, gen, collection, k=s.k, alpha=s.alpha, target=s.target,
-                                      teacher_temperature=s.teacher_temperature, epochs=s.epochs,
-                                      batch_size=s.batch_size, lr=s.lr, output_dir=output_dir, seed=s.seed,
-                                      checkpoint_every='epoch', keep_checkpoints=1, cache_dir=cache_dir,
-                                      verbose=verbose)
-    return trainer, topics
+                             mask=mask_token(reatt), cache_dir=run.cache_dir, fold=fold)
+    return CrossDocumentAdjustment(reatt, gen, collection, s, run), topics
 
 
 def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: int = 100, rerank_depth: int = 10,
@@ -368,8 +342,9 @@ def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: 
     return Fusion(stages, weights=weights, depth=depth, rerankers=rerankers, rerank_depth=rerank_depth)
 
 
-def _distillation(collection: Collection, s: DistillationSettings, *, fold: Optional[int] = None,
-                  output_dir: Path, cache_dir=None, verbose: bool = False) -> Tuple[Trainer, pd.DataFrame]:
+def _distillation(collection: Collection, s: DistillationSettings, run: RunContext, *,
+                  fold: Optional[int] = None) -> Tuple[Trainer, pd.DataFrame]:
+    cache_dir, verbose = run.cache_dir, run.verbose
     needs_gen = 'gen' in parse_teacher(s.teacher) or s.queries in GENERATED
     gen = load_generator(s.generator, cache_dir=cache_dir, verbose=verbose) if needs_gen else None
     topics = training_topics(collection, s.queries, s.n_queries, seed=s.seed, generator=gen,
@@ -384,32 +359,16 @@ def _distillation(collection: Collection, s: DistillationSettings, *, fold: Opti
 
     if 'student' not in parse_teacher(s.teacher):  # one pipeline for every round, ranked once
         teacher = teacher(None)
-
-    # each round's candidates come from the model at its start: a checkpoint at each round's
-    # end resumes exactly
-    trainer = Distillation(encoder, collection, teacher, depth=s.depth, teacher_temperature=s.teacher_temperature,
-                           loss=s.loss, in_batch=s.in_batch, train_passages=s.train_passages,
-                           exclude_sources=s.queries in CUT_FROM_CORPUS,
-                           filter_depth=s.filter_depth if s.queries in GENERATED else None,
-                           stop_overlap=s.stop_overlap, passage_offsets=s.passage_offsets,
-                           offset_lr=s.offset_lr, passage_layers=s.passage_layers,
-                           source_share=s.source_share if s.queries in GENERATED else 0.0,
-                           verdict_share=s.verdict_share,
-                           min_round_steps=s.min_round_steps, epochs=s.rounds,
-                           batch_size=s.batch_size, lr=s.lr,
-                           output_dir=output_dir, seed=s.seed, checkpoint_every='epoch', keep_checkpoints=1,
-                           cache_dir=cache_dir, verbose=verbose)
-    return trainer, topics
+    return Distillation(encoder, collection, teacher, s, run), topics
 
 
 METHODS: Dict[str, Setup] = {
     'distill': _distillation,
     'ds': _distant_supervision,
-    'rumbart': _retrieve_and_reconstruct(Rumbart, 'teacher_temperature'),
-    'acrobart': _retrieve_and_reconstruct(Acrobart, 'beta'),
+    'rumbart': _retrieve_and_reconstruct(Rumbart),
+    'acrobart': _retrieve_and_reconstruct(Acrobart),
     'reatt': _cross_document_adjustment,
 }
 
-# Every setting of every method, at its default: what a pipeline's ``name:key=value`` changes
-# (pyterrier_selfsup.training.settings, the one source of them).
+# Every setting of every method, at its default (read from pyterrier_selfsup.training.settings)
 DEFAULTS: Dict[str, dict] = {method: settings.defaults() for method, settings in SETTINGS.items()}

@@ -32,9 +32,8 @@ def compute_dtype(precision: str, device: torch.device) -> torch.dtype:
 
 
 def cpu_has_native_bf16() -> bool:
-    """AVX512-BF16 or AMX: bf16 matrix products at 2-3x the fp32 rate (measured on an EPYC
-    with AVX512-BF16: 421 vs 154 GFLOP/s, experiments/results/encoding_benchmark.md); without
-    them bf16 is emulated and slower than fp32."""
+    """Whether the CPU has AVX512-BF16 or AMX, where bf16 matrix products run faster than fp32
+    (experiments/results/encoding_benchmark.md); without them bf16 is emulated and slower."""
     try:
         with open('/proc/cpuinfo') as fh:
             flags = next((line for line in fh if line.startswith('flags')), '').split()

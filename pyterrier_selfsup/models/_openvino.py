@@ -1,7 +1,7 @@
 """OpenVINO as the inference engine of a :class:`~pyterrier_selfsup.models.dual_encoder.DualEncoder`
 (``backend='openvino'``): one setting, no change to the model or its training.
 
-Why OpenVINO (issue 19): measured against torch on the same documents in one process
+Why OpenVINO: measured against torch on the same documents in one process
 (``experiments/cpu_speedups.py``), it encodes faster at the *same* precision, where torch's
 int8 costs nDCG (``experiments/encoder_int8_quality.py``) and ONNX Runtime was slower than
 torch in fp32; with bf16 hardware it uses the AMX/AVX512-BF16 kernels as well. The library
@@ -18,15 +18,14 @@ floating point and smooths activation outliers into the weights). It is calibrat
 label-free, on the first :data:`CALIBRATION_TEXTS` texts the side encodes after its weights
 change: for an index, the corpus's first documents. Queries stay at the encoder's
 precision: they are few and short, and unlike the corpus they are not known in advance.
-Measured (``experiments/results/encoding_benchmark_vnni.md``, ``cpu_speedups_native.md``,
-``encoder_int8_quality.md``): 2.2-2.8x OpenVINO fp32 where the CPU has VNNI or AMX, its
-nDCG@10 on scifact within .005 of fp32's; slower than fp32 on an AVX2 CPU without VNNI
-(``encoding_benchmark_avx2.md``), where it is not the setting to use.
+It pays where the CPU has VNNI or AMX, and is slower than fp32 on an AVX2 CPU without VNNI,
+where it is not the setting to use (``experiments/results/encoding_benchmark_vnni.md``,
+``encoding_benchmark_avx2.md`` and ``encoder_int8_quality.md`` give the speeds and the nDCG).
 
 A compiled side is kept per (side, precision) and rebuilt when the weights change (their
 fingerprint, as indexes are keyed), so a trainer that refreshes its index after updating
-the encoder encodes with the weights it has. Conversion takes a few seconds, int8
-calibration some 25 s.
+the encoder encodes with the weights it has. Conversion takes seconds, and int8 calibration
+somewhat longer.
 """
 import logging
 from typing import Callable, Dict, List, Tuple

@@ -97,39 +97,6 @@ class DualEncoderModel(torch.nn.Module):
         hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return self.pool(hidden, attention_mask, side)
 
-    # -- the passage tower's top layers over cached lower-layer states -----------------------------
-
-    def top_passage_layers(self, k: int) -> torch.nn.ModuleList:
-        """The passage tower's top ``k`` transformer layers (a BERT-like encoder, whose
-        ``encoder.layer`` output is its last hidden state: checked by the tests against the
-        whole tower's vectors)."""
-        tower = self.passage_encoder if not self.tied else self.encoder
-        layers = getattr(getattr(tower, 'encoder', None), 'layer', None)
-        if layers is None or not 0 < k <= len(layers):
-            raise ValueError(f'{type(tower).__name__} has no {k} top layers under encoder.layer to train alone')
-        return layers[len(layers) - k:]
-
-    def passage_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, below: int) -> torch.Tensor:
-        """The hidden states that enter the passage tower's top ``below`` layers (no gradients):
-        what :meth:`passage_from_states` starts from."""
-        tower = self.passage_encoder if not self.tied else self.encoder
-        self.top_passage_layers(below)
-        with torch.no_grad():
-            out = tower(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
-        return out.hidden_states[-below - 1]
-
-    def passage_from_states(self, states: torch.Tensor, attention_mask: torch.Tensor, top: int) -> torch.Tensor:
-        """Passage vectors from :meth:`passage_states`: the top ``top`` layers (with gradients to
-        them), pooling, the projection: what :meth:`forward` gives for the passages."""
-        from transformers.masking_utils import create_bidirectional_mask
-        tower = self.passage_encoder if not self.tied else self.encoder
-        mask = create_bidirectional_mask(config=tower.config, inputs_embeds=states, attention_mask=attention_mask)
-        hidden = states
-        for layer in self.top_passage_layers(top):
-            out = layer(hidden, mask)
-            hidden = out[0] if isinstance(out, tuple) else out
-        return self.pool(hidden, attention_mask, 'passage')
-
     def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor, side: str) -> torch.Tensor:
         """A side's vectors from its last hidden states: pooling, projection, normalisation."""
         if self.pooling == 'cls':

@@ -283,7 +283,8 @@ class Generator(TorchModel):
     def _target_chunks(self, items: List[Tuple[int, List[int]]]) -> Iterator[Tuple[int, int]]:
         """(start, end) of consecutive chunks of ``items``: at most ``4 * batch_size`` targets,
         and, on a CPU, no more fp32 logits (targets × longest target × vocabulary) than
-        LOGITS_BUDGET bytes: a vocabulary of 49k and 64 targets of 64 tokens would be 0.8 GB."""
+        :data:`LOGITS_BUDGET` bytes (a vocabulary of 49k and 64 targets of 64 tokens would hold
+        four times 49k × 64 × 64 bytes)."""
         budget = LOGITS_BUDGET if self.device.type == 'cpu' else float('inf')
         row_bytes = 4 * self.model.get_output_embeddings().weight.shape[0]
         start = 0
@@ -439,9 +440,8 @@ def matrices_in_compute_dtype(model: torch.nn.Module, dtype: torch.dtype) -> int
     The tensors left as loaded are copied into memory of their own: transformers maps a
     safetensors checkpoint into memory and the weights are views of that mapping, whose pages,
     once read, stay resident as long as any weight holds it (the converted matrices' fp32 pages
-    with them). For SmolLM2-135M under bf16: its weights hold 0.30 GiB instead of 0.50, and
-    scoring and writing the distillation example's queries on ADI peak at 2.23 GiB instead of
-    2.77, with the same output bit for bit (``experiments/memory_fixes.py``).
+    with them). The output is the same bit for bit, in less memory (``experiments/memory_fixes.py``
+    measures it).
     Returns the number of weights converted (0 for fp32: nothing is done)."""
     if dtype == torch.float32:
         return 0
@@ -470,9 +470,9 @@ def _gather_logp(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
 def _dequantised(repo: str, gguf_file: str, cache_dir=None) -> Path:
     """A GGUF checkpoint converted once to a Hugging Face directory (fp32 safetensors), in a
     process of its own: reading the GGUF and dequantising it holds about twice the model's fp32
-    weights at once (SmolLM2: +0.9 GiB), which the allocator would keep in this process for the
-    rest of a long job (``experiments/results/memory_timeline.md``); a child gives it back when
-    it exits. About 3 s more, once."""
+    weights at once, which the allocator would keep in this process for the rest of a long job
+    (``experiments/results/memory_timeline.md``); a child gives it back when it exits, at the
+    cost of starting a process once."""
     path = cache_root(cache_dir) / 'generators' / cache_key(f'{repo}.{gguf_file}', {'format': 'hf-fp32'})
     what = f'the fp32 conversion of {repo}/{gguf_file}'
 

@@ -45,9 +45,8 @@ SYSTEM_PROMPT = 'You write search queries that a user of a search engine would t
 INSTRUCTION = 'Write one search query that the passage below answers. Reply with the query only, on one line.'
 EXAMPLES_INTRO = 'Queries that users of this collection wrote (write in their style, about the passage):'
 PLAIN_PROMPT = 'Passage: {passage}\nA question this passage answers:'
-# What the writer's draws come from, in the keys of the query sets and models made from them:
-# 2 since 2026-11-25 (the shared-prompt cache's attention rounds otherwise under bf16; 64
-# passages a batch). Raise it whenever a seed would write other queries.
+# What the writer's draws come from, in the keys of the query sets and models made from them.
+# Raise it whenever a seed would write other queries (CHANGELOG.md says when it last rose).
 WRITER_VERSION = 2
 GENERATE_TOP_K = 50  # the top k transformers' generate samples from where a model's config sets none
 NUCLEUS_CANDIDATES = 256  # tokens sorted for nucleus sampling (more where a row's nucleus is wider)
@@ -55,7 +54,7 @@ NUCLEUS_CANDIDATES = 256  # tokens sorted for nucleus sampling (more where a row
 # (32 tokens) was 0.7 GB for SmolLM2's 64 passages x 10 samples on ADI (640 x 33 positions x 30
 # layers x 1,152 bytes), while a sample whose query has ended leaves the batch, so most of that
 # room went unused; the buffer grows by copying the rows still writing
-# (experiments/results/memory_fixes.md: the same queries, 2.57 GiB against 2.94)
+# (experiments/results/memory_fixes.md: the same queries, in less memory)
 NEW_TOKENS_RESERVED = 8
 
 

@@ -45,7 +45,8 @@ from pyterrier_selfsup.retrieval.base import top_k_excluding
 from pyterrier_selfsup.retrieval.bm25 import BM25
 from pyterrier_selfsup.retrieval.token_index import ReAttIndex, reatt_index, token_index_size
 from pyterrier_selfsup.training.loop import Trainer
-from pyterrier_selfsup.training.settings import CrossDocumentAdjustmentSettings as _S
+from pyterrier_selfsup.context import RunContext
+from pyterrier_selfsup.training.settings import CrossDocumentAdjustmentSettings
 
 logger = logging.getLogger(__name__)
 
@@ -172,33 +173,30 @@ class CrossDocumentAdjustment(Trainer):
     queries need an ``answer``: ``queries=masked``).
 
     Args:
+        model: the ReAtt retriever to train, or a single-model ReAttT5.
         generator: the teacher of a separate retriever (frozen: its scores are cached);
             None for a single model.
-        k: close documents per query (ReAtt: 100 on 8 A100s; a few here).
-        epochs: iterations; each after the first re-retrieves the close documents with
-            the model as it is then (§3.1).
-        alpha: the weight of the KL term (ReAtt: 8 beside the generation loss).
-        target: how P_target is derived from a separate generator (module docstring).
-        teacher_temperature: T of the likelihood target.
-        The rest as for :class:`~pyterrier_selfsup.training.Trainer`.
+        collection: the corpus, or its name.
+        settings: :class:`~pyterrier_selfsup.training.settings.CrossDocumentAdjustmentSettings`
+            (None: the defaults): k close documents a query, the KL term's weight ``alpha``, the
+            target, and the iterations (``epochs``; each after the first re-retrieves the close
+            documents with the model as it is then, ReAtt §3.1).
+        run, **changes: as for :class:`~pyterrier_selfsup.training.Trainer`.
     """
+    Settings = CrossDocumentAdjustmentSettings
     description = 'ReAtt adjustment'
     marker = 'retrieval seconds'  # each iteration's re-retrieval of the close documents
     data_parallel = True
 
-    def checkpoints_by_default(self) -> bool:
-        """Off: a step's gradient passes the layers below the retrieval head only (one, for
-        MiniLM's shipped head), where checkpointing saves nothing and costs a third more time
-        (experiments/results/memory_probe.md: 2.93 against 2.92 GiB, 65 against 87 s on ADI)."""
+    def gradient_checkpointing_by_default(self) -> bool:
+        """Off: a step's gradient passes only the layers below the retrieval head (one, for
+        MiniLM's shipped head), where checkpointing saves no memory and costs time."""
         return False
 
-    def __init__(self, model, generator: Optional[Generator], collection: Union[str, Collection], *, k: int = _S.k,
-                 alpha: float = _S.alpha, target: str = _S.target, teacher_temperature: float = _S.teacher_temperature,
-                 epochs: int = _S.epochs, batch_size: int = _S.batch_size, lr: float = _S.lr, seed: int = _S.seed,
-                 **kwargs):
-        super().__init__(model, collection, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, **kwargs)
-        self.k = k
-        self.alpha = alpha
+    def __init__(self, model, generator: Optional[Generator], collection: Union[str, Collection],
+                 settings: Optional[CrossDocumentAdjustmentSettings] = None, run: Optional[RunContext] = None,
+                 **changes):
+        super().__init__(model, collection, settings, run, **changes)
         self.close: Dict[str, List[str]] = {}  # qid -> its close documents this iteration
         reads = callable(getattr(model, 'read', None))  # a single model (ReAttT5) that reads as well
         if reads != (generator is None):
@@ -209,14 +207,12 @@ class CrossDocumentAdjustment(Trainer):
             self.teacher: _Target = ReaderTarget(model)
             self.needs_answers = True
             return
-        if target not in TARGETS:
-            raise ValueError(f'target must be one of {TARGETS}, not {target!r}')
         if generator.trainable:
             raise NotImplementedError('a trainable separate generator is not supported: use a single-model '
                                       'ReAttT5, whose reader trains')
         self.reatt = model
-        self.teacher = AttentionTarget(generator) if target == 'attention' else LikelihoodTarget(
-            generator, teacher_temperature, self.cache_dir, self.collection.corpus_id)
+        self.teacher = AttentionTarget(generator) if self.settings.target == 'attention' else LikelihoodTarget(
+            generator, self.settings.teacher_temperature, self.cache_dir, self.collection.corpus_id)
         self.needs_answers = False
 
     def retriever(self, fresh: bool = False) -> pt.Transformer:
@@ -244,7 +240,7 @@ class CrossDocumentAdjustment(Trainer):
             retriever, queries = self.retriever(fresh=True), examples
             source = 'model'
         # (each process retrieves for its share of the queries; the processes share the result)
-        self.close = self.gather(top_k_excluding(retriever, self.local_batch(queries), self.k))
+        self.close = self.gather(top_k_excluding(retriever, self.local_batch(queries), self.settings.k))
         self.teacher.prepare(self, examples)
         self.train_mode(True)
         self.log.append({'step': self.state.get('step', 0), 'close documents': source,
@@ -293,7 +289,7 @@ class CrossDocumentAdjustment(Trainer):
         logits = self.reatt.model.scores(q_vectors, q_mask, k_vectors, k_mask)  # (b, documents)
         own_loss, target = self.teacher(self, mine, docnos)
         target = target.to(logits.device)
-        rows = self.alpha * adjustment_loss(logits, target, per_row=True)
+        rows = self.settings.alpha * adjustment_loss(logits, target, per_row=True)
         if own_loss is not None:
             rows = own_loss + rows
         loss = rows.sum() / len(batch)  # this process's share of the batch's mean

@@ -15,24 +15,22 @@ retriever's top non-positive, recomputed each epoch).
 import logging
 from dataclasses import replace
 from functools import cached_property
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional
 
 import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.queries import Query, training_queries
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.retrieval.base import top_k_excluding
 from pyterrier_selfsup.retrieval.bm25 import BM25
 from pyterrier_selfsup.training.loop import DualEncoderTrainer
-from pyterrier_selfsup.training.settings import DistantSupervisionSettings as _S
+from pyterrier_selfsup.training.settings import DistantSupervisionSettings
 
 logger = logging.getLogger(__name__)
 
-NEGATIVES = ('none', 'random', 'bm25', 'retriever')
 
 
 def in_batch_loss(queries: torch.Tensor, passages: torch.Tensor, temperature: float,
@@ -55,32 +53,31 @@ def in_batch_loss(queries: torch.Tensor, passages: torch.Tensor, temperature: fl
 
 
 class DistantSupervision(DualEncoderTrainer):
-    """Trains ``encoder`` in place on ``collection`` with BM25's top-1 as positives.
+    """Trains ``encoder`` in place on ``collection`` with BM25's top-1 passages as positives.
 
     Args:
-        negatives: extra hard negatives, one per query, shared across the batch:
-            ``none``, ``random``, ``bm25`` (from ranks 2..``bm25_depth`` + 1), ``retriever``.
-        The rest as for :class:`~pyterrier_selfsup.training.Trainer`: ``batch_size`` (the
-        in-batch negatives), ``accumulation``, ``epochs``, ``lr``, ``warmup``, ``output_dir``...
+        encoder: the dual encoder to train.
+        collection: the corpus, or its name.
+        settings: :class:`~pyterrier_selfsup.training.settings.DistantSupervisionSettings`
+            (None: the defaults): the negatives, BM25's depth, the batch (its in-batch
+            negatives), epochs and learning rate.
+        run, **changes: as for :class:`~pyterrier_selfsup.training.Trainer`.
+
+    Example::
+
+        trainer = DistantSupervision(DualEncoder.from_pretrained(MINILM), 'classic/adi', negatives='bm25')
+        trainer.fit(corpus_sentences(Collection('classic/adi'), 200))
     """
+    Settings = DistantSupervisionSettings
     description = 'distant supervision'
     data_parallel = True
 
-    def __init__(self, encoder: DualEncoder, collection: Union[str, Collection], *, negatives: str = _S.negatives,
-                 bm25_depth: int = 30, epochs: int = _S.epochs, batch_size: int = _S.batch_size, lr: float = _S.lr,
-                 seed: int = _S.seed, **kwargs):
-        if negatives not in NEGATIVES:
-            raise ValueError(f'negatives must be one of {NEGATIVES}, not {negatives!r}')
-        super().__init__(encoder, collection, epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, **kwargs)
-        self.negatives = negatives
-        self.bm25_depth = bm25_depth
-
     def on_epoch_start(self, examples: List[Query], epoch: int, resumed: bool):
-        if self.negatives == 'retriever' and not (resumed and self.state.get('hard')):
+        if self.settings.negatives == 'retriever' and not (resumed and self.state.get('hard')):
             self.state['hard'] = self._retriever_negatives(examples)
 
     def title(self) -> str:
-        return f'distant supervision on {self.collection.corpus_id} ({self.negatives} negatives)'
+        return f'distant supervision on {self.collection.corpus_id} ({self.settings.negatives} negatives)'
 
     # -- data -------------------------------------------------------------------------
 
@@ -89,9 +86,9 @@ class DistantSupervision(DualEncoderTrainer):
         query was cut from) is each one's positive, the rest of its top ``bm25_depth`` + 1
         the pool of its ``bm25`` negatives."""
         queries = training_queries(topics)
-        bm25 = BM25.from_collection(self.collection, num_results=self.bm25_depth + 1, cache_dir=self.cache_dir,
+        bm25 = BM25.from_collection(self.collection, num_results=self.settings.bm25_depth + 1, cache_dir=self.cache_dir,
                                     verbose=self.shows)
-        self._ranked = top_k_excluding(bm25, queries, self.bm25_depth + 1)
+        self._ranked = top_k_excluding(bm25, queries, self.settings.bm25_depth + 1)
         examples = [q for q in queries if self._ranked[q.qid]]
         if len(examples) < len(queries):
             logger.warning('%d of %d training queries have no BM25 result and are skipped',
@@ -117,12 +114,12 @@ class DistantSupervision(DualEncoderTrainer):
                              batch_size=len(batch))
 
     def _negatives(self, batch: List[Query], rng: np.random.Generator, hard: Optional[Dict[str, str]]) -> List[str]:
-        if self.negatives == 'none':
+        if self.settings.negatives == 'none':
             return []
-        if self.negatives == 'random':
+        if self.settings.negatives == 'random':
             docnos = self._all_docnos
             return [docnos[i] for i in rng.integers(len(docnos), size=len(batch))]
-        if self.negatives == 'bm25':
+        if self.settings.negatives == 'bm25':
             pools = [self._ranked[q.qid][1:] for q in batch]
             return [pool[rng.integers(len(pool))] if pool else self.positive(q) for q, pool in zip(batch, pools)]
         return [hard.get(q.qid, self.positive(q)) for q in batch]  # retriever

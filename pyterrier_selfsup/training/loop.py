@@ -46,21 +46,19 @@ from transformers import get_linear_schedule_with_warmup
 
 from pyterrier_selfsup._cache import disk_faults, file_sizes, size_damage, written_whole
 from pyterrier_selfsup._distributed import distributed
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models._base import TrainableModel
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
+from pyterrier_selfsup.retrieval.base import ranked_excluding
 from pyterrier_selfsup.retrieval.dense import DenseRetriever, dense_retriever
 from pyterrier_selfsup.progress import peak_resident_gib, progress, resident_gib
+from pyterrier_selfsup.training.settings import MethodSettings, TrainingSettings
 
 logger = logging.getLogger(__name__)
 
-# What draws ``training_curve.png`` beside the training log: the harness's figure
-# (:func:`pyterrier_selfsup.harness.plots.plot_training_curve`), set by the package when it is
-# imported (``pyterrier_selfsup/__init__.py``), so that this layer draws nothing itself. None: no figure.
-draw_curve: Optional[Callable[..., None]] = None
-
-
 STATE_FILE = 'trainer_state.pt'
+RANKING_CHUNK = 1024  # queries a retriever ranks a call in Trainer.ranked
 
 
 def checkpoints(output_dir: Union[str, Path]) -> List[Path]:
@@ -149,21 +147,21 @@ class Trainer(pt.Estimator):
     """Trains ``model`` in place on ``collection``; after ``fit`` it retrieves with it.
 
     Args:
-        batch_size: queries per batch; ``accumulation`` batches make one optimiser step.
-        epochs: how long.
-        lr, warmup: AdamW's peak learning rate, reached linearly over the first
-            ``warmup`` fraction of steps, then decayed linearly to zero.
-        output_dir: checkpoints (every ``checkpoint_every`` steps, or at each epoch's end
-            with ``checkpoint_every='epoch'``, and at the end), the training log (JSON
-            lines) and the training-curve PNG.
-        keep_checkpoints: how many of the latest step checkpoints stay on disk (None: all).
-        checkpointing: gradient checkpointing while training
-            (:meth:`~pyterrier_selfsup.models._base.TrainableModel.gradient_checkpointing`): a
-            step's memory holds each layer's input, not its activations, for a second forward
-            pass of every layer; the weights come out the same. Not a setting of the model.
-            None (the default): the method's :meth:`checkpoints_by_default`, on where a step
-            encodes enough with gradients for it to pay (experiments/results/memory_probe.md).
+        model: the model to train (a :class:`~pyterrier_selfsup.models._base.TrainableModel`).
+        collection: the corpus, a :class:`~pyterrier_selfsup.data.collections.Collection` or its name.
+        settings: the method's settings object (:attr:`Settings`; None: its defaults). The loop
+            reads ``epochs``, ``batch_size``, ``accumulation``, ``lr``, ``warmup``,
+            ``weight_decay``, ``checkpoint_every``, ``gradient_checkpointing`` and ``seed`` from it.
+        run: where checkpoints, the log and the caches go, and what is shown
+            (:class:`~pyterrier_selfsup.context.RunContext`; None: the defaults, nothing saved).
+        **changes: settings or run-context fields to change, by name
+            (``Distillation(encoder, collection, teacher, rounds=2, output_dir='runs/d')``).
+
+    A subclass sets :attr:`Settings` to its settings class, and says what an example is
+    (:meth:`examples`), what a batch's loss is (:meth:`loss`) and how the model retrieves
+    (:meth:`retriever`).
     """
+    Settings = TrainingSettings
     description = 'training'
     # what the training curve plots: a key of the log, and its label
     curve, curve_label = 'loss', 'loss'
@@ -174,38 +172,45 @@ class Trainer(pt.Estimator):
     data_parallel = False
     process_rank, world_size = 0, 1  # this process's place under torch.distributed (set by fit)
 
-    def __init__(self, model: TrainableModel, collection: Union[str, Collection], *, batch_size: int = 32,
-                 epochs: int = 1, lr: float = 2e-5, warmup: float = 0.1,
-                 weight_decay: float = 0.01, accumulation: int = 1,
-                 output_dir: Optional[Union[str, Path]] = None, checkpoint_every: Optional[Union[int, str]] = None,
-                 keep_checkpoints: Optional[int] = None, checkpointing: Optional[bool] = None,
-                 seed: int = 0, cache_dir: Optional[Union[str, Path]] = None, verbose: bool = True):
+    def __init__(self, model: TrainableModel, collection: Union[str, Collection],
+                 settings: Optional[MethodSettings] = None, run: Optional[RunContext] = None, **changes):
         self.model = model
         self.collection = Collection.of(collection)
-        self.batch_size = batch_size
-        self.epochs = epochs
-        self.lr = lr
-        self.warmup = warmup
-        self.weight_decay = weight_decay
-        self.accumulation = accumulation
-        self.output_dir = Path(output_dir) if output_dir is not None else None
-        self.checkpoint_every = checkpoint_every
-        self.keep_checkpoints = keep_checkpoints
-        self.checkpointing = checkpointing
-        self.seed = seed
-        self.cache_dir = cache_dir
-        self.verbose = verbose
+        in_run = {name: value for name, value in changes.items() if name in RunContext.names()}
+        settings = self.Settings() if settings is None else settings
+        if not isinstance(settings, self.Settings):
+            raise TypeError(f'{type(self).__name__} takes {self.Settings.__name__}, not {type(settings).__name__}')
+        self.settings = settings.replace(**{k: v for k, v in changes.items() if k not in in_run})
+        self.run = (run or RunContext()).replace(**in_run)
         self.log: List[Dict] = []
         self.state: Dict = {}
         self._stop_reason: Optional[str] = None
         self._metrics: Dict[str, List[Tuple[float, float]]] = {}  # name -> (value · weight, weight)
 
     @property
-    def checkpoints(self) -> bool:
-        """Whether this run recomputes activations in the backward pass (``checkpointing``)."""
-        return self.checkpoints_by_default() if self.checkpointing is None else self.checkpointing
+    def output_dir(self) -> Optional[Path]:
+        return self.run.output_dir
 
-    def checkpoints_by_default(self) -> bool:
+    @property
+    def cache_dir(self):
+        return self.run.cache_dir
+
+    @property
+    def seed(self) -> int:
+        return self.settings.seed
+
+    @property
+    def batch_size(self) -> int:
+        return self.settings.batch_size
+
+    @property
+    def uses_gradient_checkpointing(self) -> bool:
+        """Whether this run recomputes activations in the backward pass (the setting
+        ``gradient_checkpointing``, or the method's default)."""
+        chosen = self.settings.gradient_checkpointing
+        return self.gradient_checkpointing_by_default() if chosen is None else chosen
+
+    def gradient_checkpointing_by_default(self) -> bool:
         """Gradient checkpointing's default: on (a method whose steps encode little with
         gradients says otherwise)."""
         return True
@@ -214,7 +219,7 @@ class Trainer(pt.Estimator):
     def shows(self) -> bool:
         """Whether this process shows the progress of what the method builds (one process speaks
         for the group)."""
-        return self.verbose and self.process_rank == 0
+        return self.run.verbose and self.process_rank == 0
 
     def record(self, name: str, value: float, weight: float = 1.0):
         """A quantity a loss wants logged besides itself, averaged over the step's batches
@@ -257,6 +262,20 @@ class Trainer(pt.Estimator):
         parts = [None] * self.world_size
         dist.all_gather_object(parts, part)
         return {k: v for p in parts for k, v in p.items()}
+
+    def ranked(self, retriever: pt.Transformer, queries: list, depth: int, *,
+               desc: str = 'rankings') -> Dict[str, Tuple[List[str], np.ndarray]]:
+        """``retriever``'s top ``depth`` (docnos, scores) for each query, less its excluded
+        passages, ranked :data:`RANKING_CHUNK` queries a call (bounded memory on any query set);
+        on several processes each ranks its share and every process gets them all."""
+        mine = self.local_batch(queries)
+        ranked = {}
+        chunks = progress(range(0, len(mine), RANKING_CHUNK), total=len(mine), desc=desc, unit='query',
+                          count=lambda start: len(mine[start:start + RANKING_CHUNK]), enabled=self.shows)
+        for start in chunks:
+            ranked.update(ranked_excluding(retriever, mine[start:start + RANKING_CHUNK], depth))
+        self.train_mode(True)
+        return self.gather(ranked)
 
     def on_epoch_start(self, examples: list, epoch: int, resumed: bool):
         """Before the first batch of ``epoch`` (``resumed``: or of what is left of it)."""
@@ -306,7 +325,7 @@ class Trainer(pt.Estimator):
         ``resume_from``: a checkpoint directory of an earlier run with the same settings."""
         run = self._start(tr_topics, resume_from)
         try:
-            for epoch in range(self.state['epoch'], self.epochs):
+            for epoch in range(self.state['epoch'], self.settings.epochs):
                 if not self._epoch(run, epoch):
                     break
                 self.state.update(epoch=epoch + 1, batch=0)
@@ -325,19 +344,21 @@ class Trainer(pt.Estimator):
     def _start(self, tr_topics: pd.DataFrame, resume_from) -> '_Run':
         """The examples, the optimiser and its schedule, and the state: fresh, or a checkpoint's."""
         self.process_rank, self.world_size = distributed()
+        self.log = []  # (a resumed run's comes back with its checkpoint)
         if self.world_size > 1 and not self.data_parallel:
             raise NotImplementedError(f'{type(self).__name__} does not train on several processes yet '
                                       f'(world size {self.world_size}); run it in one')
         examples = self.examples(tr_topics)
         if not examples:
             raise ValueError('no training example could be made from these topics')
+        s = self.settings
         batches_per_epoch = len(self.batches(len(examples), 0))
-        total_steps = math.ceil(batches_per_epoch * self.epochs / self.accumulation)
+        total_steps = math.ceil(batches_per_epoch * s.epochs / s.accumulation)
         self.on_fit_start()
-        self.model.gradient_checkpointing(self.checkpoints)
+        self.model.gradient_checkpointing(self.uses_gradient_checkpointing)
         params = [p for p in self.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
-        scheduler = get_linear_schedule_with_warmup(optimizer, int(self.warmup * total_steps), total_steps)
+        optimizer = torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay)
+        scheduler = get_linear_schedule_with_warmup(optimizer, int(s.warmup * total_steps), total_steps)
         self.state = {'epoch': 0, 'batch': 0, 'step': 0}
         if resume_from is not None:
             self.state = self._restore(Path(resume_from), optimizer, scheduler)
@@ -358,7 +379,7 @@ class Trainer(pt.Estimator):
             return False
         for b in range(self.state['batch'], len(batches)):
             self._accumulate(run, [run.examples[i] for i in batches[b]], epoch, b)
-            if run.micro < self.accumulation and b < len(batches) - 1:
+            if run.micro < self.settings.accumulation and b < len(batches) - 1:
                 continue
             if self._step(run, epoch, b, epoch_end=b == len(batches) - 1):
                 break
@@ -371,7 +392,7 @@ class Trainer(pt.Estimator):
         else:
             loss = self.loss(batch, np.random.default_rng([self.seed, epoch, b]))
         if loss is not None:
-            (loss / self.accumulation).backward()
+            (loss / self.settings.accumulation).backward()
             run.window.append(loss.item())
         else:
             run.skipped += 1
@@ -408,7 +429,7 @@ class Trainer(pt.Estimator):
         run.window = []
         if self.state['step'] < run.total_steps:
             self.on_step_end(run.examples)
-        every = self.checkpoint_every
+        every = self.settings.checkpoint_interval
         # (at an epoch's end unless all of its last step's batches were skipped: then no
         # checkpoint marks the epoch's end, and a resumed run repeats the epoch's tail)
         if epoch_end if every == 'epoch' else every and self.state['step'] % every == 0:
@@ -512,9 +533,9 @@ class Trainer(pt.Estimator):
             with written_whole(path / CHECKPOINT_MANIFEST, 'a checkpoint') as partial:
                 partial.write_text(json.dumps({'files': file_sizes(path, CHECKPOINT_MANIFEST)}))
         logger.info('checkpoint %s', path)
-        if not final and self.keep_checkpoints is not None:
+        if not final and self.run.keep_checkpoints is not None:
             written = checkpoints(self.output_dir)
-            for old in written[:max(0, len(written) - self.keep_checkpoints)]:
+            for old in written[:max(0, len(written) - self.run.keep_checkpoints)]:
                 shutil.rmtree(old)
 
     def _restore(self, path: Path, optimizer, scheduler) -> Dict:
@@ -534,9 +555,9 @@ class Trainer(pt.Estimator):
         self.output_dir.mkdir(parents=True, exist_ok=True)
         with written_whole(self.output_dir / 'training_log.jsonl', 'the training log') as partial:
             partial.write_text(''.join(json.dumps(r) + '\n' for r in self.log))
-        if draw_curve is not None:
+        if self.run.draw_curve is not None:
             with written_whole(self.output_dir / 'training_curve.png', 'the training curve') as partial:
-                draw_curve(self.log, partial, title=self.title(), key=self.curve, ylabel=self.curve_label,
+                self.run.draw_curve(self.log, partial, title=self.title(), key=self.curve, ylabel=self.curve_label,
                            marker=self.marker)
 
     def title(self) -> str:

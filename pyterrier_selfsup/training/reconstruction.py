@@ -43,8 +43,8 @@ from pyterrier_selfsup.models.reading import biased_log_likelihood, checkpointed
 from pyterrier_selfsup.retrieval.base import top_k_excluding
 from pyterrier_selfsup.retrieval.dense import flex_index, fresh_index, search_stage
 from pyterrier_selfsup.training.loop import DualEncoderTrainer
-from pyterrier_selfsup.training.settings import AcrobartSettings, RumbartSettings
-from pyterrier_selfsup.training.settings import ReconstructionSettings as _R
+from pyterrier_selfsup.context import RunContext
+from pyterrier_selfsup.training.settings import AcrobartSettings, ReconstructionSettings, RumbartSettings
 
 logger = logging.getLogger(__name__)
 
@@ -64,48 +64,39 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
     the k candidates and their re-scoring by the current encoder.
 
     Args:
-        k: passages retrieved per query (thesis: 5).
-        refresh_every: rebuild the index from the current passage encoder every this
-            many optimiser steps (REALM/thesis Alg. 2); None: never (it stays as built at
-            the start). Each rebuild's time is logged as ``refresh seconds``.
-        null_document: add the empty passage to every query's candidates (REALM).
-        train_passages: False: passages get their own frozen copy of the start encoder
-            and only the query tower trains (RAG); candidates are scored against the
-            index's own vectors, and refreshes re-retrieve without re-encoding.
-        checkpointing (the trainer's, on by default): a step's memory no longer holds every
-            layer of its batch × k passages (RUMBArt on 100 ADI sentences: 7.64 GiB at its peak
-            without, 3.62 GiB with; experiments/results/memory_probe.md).
-        Resuming from a checkpoint rebuilds the index from the checkpoint's encoder (a
-        refresh at the resume step), so a resumed run matches an uninterrupted one
-        exactly only when the checkpoint falls on a refresh.
-        Data parallel (``torchrun``): each process computes the loss of its share of each
-        batch's queries, a refresh is encoded in shards (:func:`~pyterrier_selfsup.retrieval.dense.fresh_index`)
-        and RUMBArt's teacher scores its share of the passages into the shared cache.
-        The rest as for :class:`~pyterrier_selfsup.training.Trainer` (warm-up and linear decay,
-        gradient ``accumulation``). Defaults: the shipped settings
-        (:class:`~pyterrier_selfsup.training.settings.ReconstructionSettings`: lr 2e-5, a refresh
-        every 25 steps, where the thesis has lr 1e-4).
+        encoder: the dual encoder to train.
+        generator: the generator whose reconstruction of each query teaches it.
+        collection: the corpus, or its name.
+        settings: :class:`~pyterrier_selfsup.training.settings.RumbartSettings` or
+            :class:`~pyterrier_selfsup.training.settings.AcrobartSettings` (None: the
+            defaults): k, the refresh interval, the null document, whether the passage tower
+            trains, and the loop's settings.
+        run, **changes: as for :class:`~pyterrier_selfsup.training.Trainer`.
+
+    Each refresh rebuilds the index from the current passage encoder (REALM, thesis Alg. 2) and
+    logs its time as ``refresh seconds``. With ``train_passages=False`` passages get their own
+    frozen copy of the start encoder and only the query tower trains (RAG): candidates are
+    scored against the index's own vectors, and a refresh re-retrieves without re-encoding.
+    Resuming from a checkpoint rebuilds the index from the checkpoint's encoder (a refresh at
+    the resume step), so a resumed run matches one never stopped exactly only when the
+    checkpoint falls on a refresh. Under ``torchrun`` each process computes the loss of its
+    share of each batch's queries, a refresh is encoded in shards
+    (:func:`~pyterrier_selfsup.retrieval.dense.fresh_index`), and RUMBArt's teacher scores its
+    share of the passages into the shared cache.
     """
+    Settings = ReconstructionSettings
     marker = 'refresh seconds'
     data_parallel = True
 
-    def __init__(self, encoder: DualEncoder, generator: Generator, collection: Union[str, Collection], *,
-                 k: int = _R.k, refresh_every: Optional[int] = _R.refresh_every,
-                 null_document: bool = _R.null_document, train_passages: bool = _R.train_passages,
-                 epochs: int = _R.epochs, batch_size: int = _R.batch_size, accumulation: int = _R.accumulation,
-                 lr: float = _R.lr, seed: int = _R.seed, **kwargs):
-        super().__init__(encoder, collection, epochs=epochs, batch_size=batch_size, accumulation=accumulation, lr=lr,
-                         seed=seed, **kwargs)
+    def __init__(self, encoder: DualEncoder, generator: Generator, collection: Union[str, Collection],
+                 settings: Optional[ReconstructionSettings] = None, run: Optional[RunContext] = None, **changes):
+        super().__init__(encoder, collection, settings, run, **changes)
         self.generator = generator
-        self.k = k
-        self.refresh_every = refresh_every
-        self.null_document = null_document
-        self.train_passages = train_passages
         self._index = None  # the stale index: a FlexIndex of the passage encoder as it was at the last refresh
         self._index_dir: Optional[tempfile.TemporaryDirectory] = None
 
     def on_fit_start(self):
-        if not self.train_passages:  # RAG: passages keep a frozen copy of the start encoder
+        if not self.settings.train_passages:  # RAG: passages keep a frozen copy of the start encoder
             self.encoder.model.freeze_passage_tower()
 
     def parameters(self):
@@ -141,7 +132,7 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
             self.refresh(examples, initial=True)
 
     def on_step_end(self, examples: List[Query]):
-        if self.refresh_every and self.state['step'] % self.refresh_every == 0:
+        if self.settings.refresh_every and self.state['step'] % self.settings.refresh_every == 0:
             self.refresh(examples)
 
     def refresh(self, examples: List[Query], initial: bool = False):
@@ -151,7 +142,7 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
         t0 = time.time()
         if initial:
             self._index = flex_index(self.collection, self.encoder, cache_dir=self.cache_dir, verbose=self.shows)
-        elif self.train_passages:
+        elif self.settings.train_passages:
             old = self._index_dir
             self._index, self._index_dir = fresh_index(self.collection, self.encoder,  # (sharded on several processes)
                                                        verbose=self.shows)
@@ -168,8 +159,8 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
     def retrieve(self, query_vectors: np.ndarray, batch: List[Query]) -> List[List[str]]:
         """Each query's top k from the stale index, excluded passages skipped (and the null
         document added, if asked for)."""
-        top = top_k_excluding(search_stage(self._index, 'auto', 1000), batch, self.k, query_vectors=query_vectors)
-        return [top[q.qid] + ([NULL_DOCNO] if self.null_document else []) for q in batch]
+        top = top_k_excluding(search_stage(self._index, 'auto', 1000), batch, self.settings.k, query_vectors=query_vectors)
+        return [top[q.qid] + ([NULL_DOCNO] if self.settings.null_document else []) for q in batch]
 
     def candidates(self, batch: List[Query]) -> Tuple[List[List[str]], List[List[str]], torch.Tensor]:
         """(docnos, texts, retriever logits (b, k)) for a batch, the logits with gradients:
@@ -182,7 +173,7 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
         # there, and only there, several processes can differ from one)
         docnos = [d[:width] for d in docnos]
         texts = self.texts(docnos)
-        if self.train_passages:
+        if self.settings.train_passages:
             passages = self.encoder.encode([t for row in texts for t in row], 'passage').view(len(batch), width, -1)
         else:  # the frozen tower's vectors, as the index holds them
             index_docnos, vectors, _ = self._index.payload()
@@ -191,7 +182,7 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
             passages = torch.from_numpy(np.stack([[self._null_vector if d == NULL_DOCNO else next(found)
                                                    for d in row] for row in docnos])).to(queries.device)
         logits = torch.einsum('bd,bkd->bk', queries, passages) / self.encoder.temperature
-        if self.null_document:  # the prior's share on the null document (the last candidate)
+        if self.settings.null_document:  # the prior's share on the null document (the last candidate)
             self.record('null prior', torch.softmax(logits.detach(), dim=-1)[:, -1].mean().item(), len(batch))
         return docnos, texts, logits
 
@@ -214,9 +205,10 @@ class Rumbart(RetrieveAndReconstruct):
     # over the batch's lower bound instead
     curve, curve_label = 'excess loss', 'loss above its lower bound'
 
-    def __init__(self, *args, teacher_temperature: float = RumbartSettings.teacher_temperature, **kwargs):
+    Settings = RumbartSettings
+
+    def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.teacher_temperature = teacher_temperature
         self._teacher = None
         if not self.generator.trainable:
             self._teacher = self.generator.scorer(
@@ -261,9 +253,9 @@ class Rumbart(RetrieveAndReconstruct):
     def loss(self, batch: List[Query], rng: np.random.Generator) -> torch.Tensor:
         mine = self.local_batch(batch)
         docnos, texts, logits = self.candidates(mine)
-        teacher = self.teacher_logp(mine, docnos, texts) / self.teacher_temperature
+        teacher = self.teacher_logp(mine, docnos, texts) / self.settings.teacher_temperature
         rows = marginal_nll(logits, teacher, per_row=True)
-        if self.null_document:  # the posterior's share on it: how often it explains the query best
+        if self.settings.null_document:  # the posterior's share on it: how often it explains the query best
             posterior = torch.softmax(torch.log_softmax(logits.detach(), dim=-1) + teacher, dim=-1)
             self.record('null posterior', posterior[:, -1].mean().item(), len(mine))
         # the loss cannot go below -mean(max_z log p(x|z)) (all of p(z|x) on the teacher's
@@ -310,11 +302,12 @@ class Acrobart(RetrieveAndReconstruct):
     order. A generator that trains (``trainable``) takes the whole batch at once."""
     description = 'ACROBArT'
 
-    def __init__(self, *args, beta: float = AcrobartSettings.beta, generator_batch: Optional[int] = GENERATOR_BATCH,
-                 **kwargs):
+    Settings = AcrobartSettings
+
+    def __init__(self, *args, generator_batch: Optional[int] = GENERATOR_BATCH, **kwargs):
         super().__init__(*args, **kwargs)
-        self.beta = torch.nn.Parameter(torch.tensor(float(beta), device=self.encoder.device))
         self.generator_batch = generator_batch
+        self.beta = torch.nn.Parameter(torch.tensor(float(self.settings.beta), device=self.encoder.device))
 
     def parameters(self):
         yield from super().parameters()
@@ -323,7 +316,7 @@ class Acrobart(RetrieveAndReconstruct):
     def on_fit_start(self):
         super().on_fit_start()
         # the generator's activations (k passages a row, with gradients) are most of a step's
-        checkpointed_layers(self.generator, self.checkpoints)
+        checkpointed_layers(self.generator, self.uses_gradient_checkpointing)
 
     def on_fit_end(self):
         super().on_fit_end()

@@ -1,85 +1,288 @@
-"""Every training method's settings, typed, at their shipped values: the one source of them.
+"""Each training method's settings: one frozen dataclass per method, the one place they are written.
 
-A trainer's constructor takes its defaults from here, the named pipelines
-(:mod:`~pyterrier_selfsup.harness.pipelines`) and ``selfsup list`` print them from here, and a
-model's cache key covers them (:func:`~pyterrier_selfsup.harness.trained.model_dir`), so that
-``selfsup run -p distill`` and ``Distillation(encoder, collection, teacher).fit(queries)`` train
-with the same settings. ``tests/test_settings.py`` fails where a constructor's default differs
-from its method's.
+A field carries its default and its help text. A trainer takes its settings object whole
+(``Distillation(encoder, collection, teacher, DistillationSettings(rounds=3))``), and the
+command line, ``selfsup list``, the settings reference (``docs/settings.md``) and the cache key
+of a trained model all read names, defaults and help from the same fields. Where one setting
+depends on another, the dependency is a documented property of the class (for example
+:attr:`DistillationSettings.excludes_sources`), never a rewrite made elsewhere.
 
-A setting here that a trainer's constructor does not take is the pipeline's own: where the
-queries come from (``queries``, ``n_queries``, ``generator``), which model starts
-(``model_name``, ``start``), how the teacher is built (``teacher``, ``fusion_depth``). A
-constructor's setting of another name is in :data:`CONSTRUCTOR_NAMES`.
+Changing a setting gives a new object::
 
-Each class's fields are the pipeline's settings (listed in their order) and the keys of its
-model's digest: a field added later changes every model's key unless it is left out at its old
-behaviour (:data:`LEGACY_KEYS`); ``tests/test_settings.py`` pins the keys of the shipped settings.
+    settings = DistillationSettings(rounds=3)
+    settings.replace(lr=2e-5)         # a copy with lr changed; unknown names are refused
+    DistillationSettings.parse('lr', '2e-5')   # a value typed from the command line
+
+Each field says whether it enters a model's cache key (its ``key`` metadata):
+
+- ``'yes'``: always;
+- ``'changed'``: only where it differs from its default: a setting added after models were
+  cached, whose default trains as before, so that those models are still found;
+- ``'no'``: never: it does not change the weights (how often checkpoints are saved).
 """
 import dataclasses
-from dataclasses import dataclass
-from typing import Dict, Optional, Type
+import typing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Dict, List, Optional, Tuple, Type, Union
 
 from pyterrier_selfsup.models.generator import MAX_PASSAGE_LENGTH
 from pyterrier_selfsup.retrieval.dense import MINILM
 
+# What a pipeline's ``queries`` may name besides a file of query texts or a collection's topics.
+GENERATED = ('generated', 'roundtrip', 'sampled')  # written by a generator for a passage
+CUT_FROM_CORPUS = ('sentences', 'spans', 'masked', 'titles')  # cut from the passage they name
+QUERY_SOURCES = CUT_FROM_CORPUS + ('crossfold',) + GENERATED
+
+# The groups a settings reference lists fields under, in this order.
+GROUPS = ('queries', 'model', 'teacher', 'method', 'training', 'checkpoints')
+
+
+def setting(default: Any, help: str, *, group: str = 'method', key: str = 'yes',
+            choices: Optional[Tuple] = None):
+    """A settings field: its default, its help text (one sentence or two), the group the
+    settings reference lists it under (:data:`GROUPS`), whether it enters a model's cache key
+    (``'yes'``, ``'changed'`` or ``'no'``: see the module's docstring) and, for a field that
+    takes one of a few values, those values."""
+    assert group in GROUPS and key in ('yes', 'changed', 'no'), (group, key)
+    return field(default=default, metadata={'help': help, 'group': group, 'key': key, 'choices': choices})
+
 
 @dataclass(frozen=True)
 class MethodSettings:
-    """The settings of one training method (a subclass a method)."""
+    """The settings of one training method; each method has a subclass.
 
-    def asdict(self) -> dict:
-        return dataclasses.asdict(self)
+    Class attributes a subclass may set:
+
+    - ``aliases``: old names of fields, still accepted (``{'epochs': 'rounds'}``);
+    - ``retired``: settings removed from the package, with the value they had in every
+      model trained before their removal; the cache key keeps them at that value, so that
+      those models are still found;
+    - ``former``: settings that other fields replaced, with their types: :meth:`canonical`
+      turns them into the fields that replaced them, and :meth:`parse` reads their values.
+    """
+    aliases: ClassVar[Dict[str, str]] = {'checkpointing': 'gradient_checkpointing'}
+    retired: ClassVar[Dict[str, Any]] = {}
+    former: ClassVar[Dict[str, Any]] = {}
+
+    seed: int = setting(0, 'Seeds the model\'s initialisation, the batches and the query sampling.',
+                        group='training')
+    warmup: float = setting(0.1, 'The share of the steps over which the learning rate rises linearly '
+                                 'to lr; it then decays linearly to zero.', group='training', key='changed')
+    weight_decay: float = setting(0.01, 'AdamW\'s weight decay.', group='training', key='changed')
+    accumulation: int = setting(1, 'Batches whose gradients are summed into one optimiser step.',
+                                group='training', key='changed')
+    gradient_checkpointing: Optional[bool] = setting(
+        None, 'Recompute each layer\'s activations in the backward pass, holding only its input: '
+              'less memory for a second forward pass, the same weights. None: the method\'s '
+              'default (on where a step encodes passages with gradients).',
+        group='checkpoints', key='no')
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            choices = f.metadata.get('choices')
+            if choices and getattr(self, f.name) not in choices:
+                raise ValueError(f'{f.name} must be one of {", ".join(map(str, choices))}, '
+                                 f'not {getattr(self, f.name)!r}')
+        self.validate()
+
+    def validate(self):
+        """Refuses values that cannot train (a subclass adds its own rules)."""
+        for name in ('batch_size', 'accumulation', 'epochs'):
+            if getattr(self, name, 1) < 1:
+                raise ValueError(f'{name} must be at least 1, not {getattr(self, name)}')
+        if not 0.0 <= self.warmup <= 1.0:
+            raise ValueError(f'warmup is a share of the steps, in [0, 1], not {self.warmup}')
+
+    @property
+    def checkpoint_interval(self) -> Union[int, str, None]:
+        """When this run saves checkpoints: every this many steps, ``'epoch'`` (at each epoch's
+        end) or None (the final model only). A method with a rule of its own says so."""
+        return getattr(self, 'checkpoint_every', None)
+
+    # -- reading the fields ---------------------------------------------------------
+
+    @classmethod
+    def fields(cls) -> List[dataclasses.Field]:
+        """The fields, grouped as :data:`GROUPS` orders them (in declaration order within a group)."""
+        declared = dataclasses.fields(cls)
+        return sorted(declared, key=lambda f: GROUPS.index(f.metadata['group']))
+
+    @classmethod
+    def help(cls, name: str) -> str:
+        return {f.name: f for f in dataclasses.fields(cls)}[cls.aliases.get(name, name)].metadata['help']
 
     @classmethod
     def defaults(cls) -> dict:
-        return cls().asdict()
+        """Every setting at its default, in :meth:`fields` order."""
+        return {f.name: f.default for f in cls.fields()}
+
+    def asdict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in self.fields()}
+
+    # -- changing them --------------------------------------------------------------
+
+    @classmethod
+    def names(cls) -> List[str]:
+        return [f.name for f in cls.fields()]
+
+    @classmethod
+    def canonical(cls, changes: Dict[str, Any]) -> Dict[str, Any]:
+        """``changes`` with old names (:attr:`aliases`) under their current ones; a name the
+        class does not know is refused, with the names it does."""
+        out = {}
+        for name, value in changes.items():
+            name = cls.aliases.get(name, name)
+            if name not in cls.names():
+                raise ValueError(f'{cls.__name__} has no setting {name!r}; its settings: '
+                                 f'{", ".join(cls.names())}')
+            out[name] = value
+        return out
+
+    @classmethod
+    def of(cls, **changes) -> 'MethodSettings':
+        """The defaults with ``changes`` (old names accepted)."""
+        return cls(**cls.canonical(changes))
+
+    def replace(self, **changes) -> 'MethodSettings':
+        """A copy with ``changes`` (old names accepted), validated again."""
+        return dataclasses.replace(self, **self.canonical(changes)) if changes else self
+
+    @classmethod
+    def parse(cls, name: str, text: str) -> Any:
+        """``text`` (as typed on the command line) as a value of setting ``name``, by its type:
+        ``none`` for None, ``true``/``false`` for a flag, a number, or the text itself."""
+        name = cls.aliases.get(name, name)
+        hints = {**cls.former, **typing.get_type_hints(cls)}
+        if name not in hints:
+            raise ValueError(f'{cls.__name__} has no setting {name!r}; its settings: {", ".join(cls.names())}')
+        return parse_value(text, hints[name])
+
+    # -- the cache key --------------------------------------------------------------
+
+    def key(self) -> dict:
+        """What a trained model's cache key covers: the fields whose ``key`` metadata puts them
+        in it, and each retired setting at its last value."""
+        out = dict(self.retired)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.metadata['key'] == 'yes' or (f.metadata['key'] == 'changed' and value != f.default):
+                out[f.name] = value
+        return out
+
+
+def parse_value(text: str, kind) -> Any:
+    """``text`` as a value of type ``kind`` (a type hint: Optional, Union, bool, int, float, str)."""
+    options = typing.get_args(kind) if typing.get_origin(kind) is Union else (kind,)
+    if text.lower() == 'none' and type(None) in options:
+        return None
+    for option in options:
+        if option is bool:
+            if text.lower() in ('1', 'true', 'yes', 'on', '0', 'false', 'no', 'off'):
+                return text.lower() in ('1', 'true', 'yes', 'on')
+        elif option in (int, float):
+            try:
+                return option(text)
+            except ValueError:
+                continue
+        elif option is str:
+            return text
+    raise ValueError(f'{text!r} is not a {" or ".join(getattr(o, "__name__", str(o)) for o in options)}')
+
+
+@dataclass(frozen=True)
+class TrainingSettings(MethodSettings):
+    """The training loop's settings alone: for a :class:`~pyterrier_selfsup.training.Trainer`
+    subclass that has no settings class of its own."""
+    epochs: int = setting(1, 'Passes over the training examples.', group='training')
+    batch_size: int = setting(32, 'Examples a batch.', group='training')
+    lr: float = setting(2e-5, 'AdamW\'s peak learning rate.', group='training')
+    checkpoint_every: Union[int, str, None] = setting(
+        None, 'Steps between saved checkpoints (epoch: at each epoch\'s end; None: only the final '
+              'model).', group='checkpoints', key='no')
+
+
+QUERIES_HELP = ('Where the training queries come from: corpus sentences, spans, masked sentences or '
+                'titles, queries written by the generator (generated, sampled, roundtrip), a file of '
+                'query texts, a collection whose topic texts are read (never its qrels), or crossfold '
+                '(the evaluated collection\'s own topic texts, one model a fold).')
+N_QUERIES_HELP = 'How many training queries: a longer query log is sampled down to this many.'
+
+
+_STEPS_CHECKPOINT = 25  # ds's steps between checkpoints, and RUMBArt's and ACROBArT's without refreshes
 
 
 @dataclass(frozen=True)
 class DistantSupervisionSettings(MethodSettings):
-    """``ds``: BM25's top-1 passage a training query its positive (thesis §4.2.3)."""
-    model_name: str = MINILM
-    queries: str = 'sentences'
-    n_queries: int = 5000
-    negatives: str = 'none'
-    epochs: int = 1
-    batch_size: int = 32
-    lr: float = 2e-5
-    dim: Optional[int] = None
-    seed: int = 0
+    """Distant supervision (thesis §4.2.3): each training query's positive is BM25's top-1 passage."""
+    queries: str = setting('sentences', QUERIES_HELP, group='queries')
+    n_queries: int = setting(5000, N_QUERIES_HELP, group='queries')
+    model_name: str = setting(MINILM, 'The encoder that starts training (a Hugging Face name or a path).',
+                              group='model')
+    dim: Optional[int] = setting(None, 'The dimension of the query and passage projections; None: no '
+                                       'projection, the encoder\'s pooled output.', group='model')
+    negatives: str = setting('none', 'One extra hard negative a query, shared by the batch: none, random, '
+                                     'from BM25\'s ranks 2 to bm25_depth + 1, or the retriever\'s own top.',
+                             choices=('none', 'random', 'bm25', 'retriever'))
+    bm25_depth: int = setting(30, 'How deep BM25 ranks each query for its positive and its negatives.',
+                              key='changed')
+    epochs: int = setting(1, 'Passes over the training queries.', group='training')
+    batch_size: int = setting(32, 'Queries a batch; the other queries\' positives are in-batch negatives.',
+                              group='training')
+    lr: float = setting(2e-5, 'AdamW\'s peak learning rate.', group='training')
+    checkpoint_every: Union[int, str, None] = setting(
+        _STEPS_CHECKPOINT, 'Steps between saved checkpoints (epoch: at each epoch\'s end; None: only '
+                           'the final model).', group='checkpoints', key='no')
 
 
 @dataclass(frozen=True)
 class ReconstructionSettings(MethodSettings):
     """What RUMBArt and ACROBArT share: a stale index refreshed every ``refresh_every`` steps,
     its top ``k`` scored by the generator."""
-    start: str = 'minilm'
-    queries: str = 'sentences'
-    n_queries: int = 5000
-    k: int = 5
-    refresh_every: Optional[int] = 25
-    null_document: bool = False
-    train_passages: bool = True
-    epochs: int = 1
-    batch_size: int = 16
-    accumulation: int = 1
-    lr: float = 2e-5
-    generator: str = 'smollm2'
-    max_passage_length: int = MAX_PASSAGE_LENGTH
-    seed: int = 0
+    queries: str = setting('sentences', QUERIES_HELP, group='queries')
+    n_queries: int = setting(5000, N_QUERIES_HELP, group='queries')
+    start: str = setting('minilm', 'What training starts from: minilm (all-MiniLM-L6-v2), ds (the ds '
+                                   'pipeline\'s model on the same queries, trained first) or a path.',
+                         group='model')
+    generator: str = setting('smollm2', 'The generator whose reconstruction teaches the retriever.',
+                             group='teacher')
+    max_passage_length: int = setting(MAX_PASSAGE_LENGTH, 'Generator tokens a passage is cut to.',
+                                      group='teacher')
+    k: int = setting(5, 'Passages retrieved a query and scored by the generator.')
+    refresh_every: Optional[int] = setting(25, 'Optimiser steps between rebuilds of the stale index '
+                                               '(None: never).')
+    null_document: bool = setting(False, 'Add the empty passage to every query\'s candidates (REALM).')
+    train_passages: bool = setting(True, 'Train the passage tower too; false: only the query tower trains, '
+                                         'against a frozen copy of the start encoder (RAG).')
+    epochs: int = setting(1, 'Passes over the training queries.', group='training')
+    batch_size: int = setting(16, 'Queries a batch.', group='training')
+    accumulation: int = setting(1, 'Batches whose gradients are summed into one optimiser step.',
+                                group='training')
+    lr: float = setting(2e-5, 'AdamW\'s peak learning rate.', group='training')
+    checkpoint_every: Union[int, str, None] = setting(
+        None, 'Steps between saved checkpoints. None: at each refresh (where a resumed run matches '
+              'one never stopped), or every 25 steps where the index never changes.',
+        group='checkpoints', key='no')
+
+    @property
+    def checkpoint_interval(self) -> Union[int, str, None]:
+        """The steps between checkpoints this run saves (``checkpoint_every``, or its rule)."""
+        if self.checkpoint_every is not None:
+            return self.checkpoint_every
+        return self.refresh_every or (None if self.train_passages else _STEPS_CHECKPOINT)
 
 
 @dataclass(frozen=True)
 class RumbartSettings(ReconstructionSettings):
-    """``rumbart``: towards the posterior ∝ p_η(z|x)·p_θ(x|z) over the top k."""
-    teacher_temperature: float = 1.0
+    """RUMBArt (thesis §4.3.1): towards the posterior ∝ p_η(z|x)·p_θ(x|z) over the top k."""
+    teacher_temperature: float = setting(1.0, 'The generator\'s log-likelihoods are divided by this.',
+                                         group='teacher')
 
 
 @dataclass(frozen=True)
 class AcrobartSettings(ReconstructionSettings):
-    """``acrobart``: β·p_η(z_j|x) added to the generator's attention towards passage j."""
-    beta: float = 1.0
+    """ACROBArT (thesis §4.3.2): β·p_η(z_j|x) added to the generator's attention towards passage j."""
+    beta: float = setting(1.0, 'The starting weight of the retriever\'s probabilities in the '
+                               'generator\'s attention logits (trained).')
 
 
 # all-MiniLM-L6-v2's zero-shot retrieval head: the (layer, head, special tokens) whose r_h
@@ -90,61 +293,135 @@ REATT_HEAD = dict(retrieval_layer=1, head=1, special_tokens=False)
 
 @dataclass(frozen=True)
 class CrossDocumentAdjustmentSettings(MethodSettings):
-    """``reatt``: an attention head adjusted towards the generator's view of the close documents."""
-    model_name: str = MINILM
-    retrieval_layer: int = REATT_HEAD['retrieval_layer']
-    head: int = REATT_HEAD['head']
-    special_tokens: bool = REATT_HEAD['special_tokens']
-    queries: str = 'sentences'
-    n_queries: int = 5000
-    k: int = 8
-    epochs: int = 2
-    batch_size: int = 8
-    lr: float = 2e-5
-    alpha: float = 1.0
-    target: str = 'likelihood'
-    teacher_temperature: float = 1.0
-    generator: str = 'smollm2'
-    seed: int = 0
+    """ReAtt's cross-document adjustment (ReAtt §3): an attention head adjusted towards the
+    generator's view of each query's close documents."""
+    queries: str = setting('sentences', QUERIES_HELP, group='queries')
+    n_queries: int = setting(5000, N_QUERIES_HELP, group='queries')
+    model_name: str = setting(MINILM, 'The transformer whose attention head retrieves.', group='model')
+    retrieval_layer: int = setting(REATT_HEAD['retrieval_layer'], 'The layer (from 0) whose attention '
+                                                                  'retrieves.', group='model')
+    head: int = setting(REATT_HEAD['head'], 'The attention head that retrieves.', group='model')
+    special_tokens: bool = setting(REATT_HEAD['special_tokens'], 'Whether [CLS] and [SEP] take part in '
+                                                                 'the retrieval score.', group='model')
+    generator: str = setting('smollm2', 'The generator that judges the close documents.', group='teacher')
+    target: str = setting('likelihood', 'The target distribution: the generator\'s per-document '
+                                        'likelihood, or its attention to each document.',
+                          group='teacher', choices=('likelihood', 'attention'))
+    teacher_temperature: float = setting(1.0, 'The generator\'s log-likelihoods are divided by this.',
+                                         group='teacher')
+    k: int = setting(8, 'Close documents a query: BM25\'s, then the model\'s own each iteration.')
+    alpha: float = setting(1.0, 'The weight of the adjustment\'s KL term.')
+    epochs: int = setting(2, 'Iterations: each re-retrieves the close documents with the model as it is.',
+                          group='training')
+    batch_size: int = setting(8, 'Queries a batch; the others\' close documents are its random ones.',
+                              group='training')
+    lr: float = setting(2e-5, 'AdamW\'s peak learning rate.', group='training')
+    checkpoint_every: Union[int, str, None] = setting(
+        'epoch', 'When checkpoints are saved: epoch (at each iteration\'s end, where a resumed run '
+                 'matches one never stopped), a number of steps, or None.', group='checkpoints',
+        key='no')
 
 
 @dataclass(frozen=True)
 class DistillationSettings(MethodSettings):
-    """``distill``: a teacher pipeline (BM25 and the student, fused) distilled into the student.
+    """Distillation of a fused teacher (BM25 and the student itself) into the student, in rounds."""
+    aliases: ClassVar[Dict[str, str]] = {**MethodSettings.aliases, 'epochs': 'rounds'}
+    former: ClassVar[Dict[str, Any]] = {'train_passages': bool, 'passage_offsets': Optional[float]}
+    # removed settings, at the value every model trained before their removal had
+    retired: ClassVar[Dict[str, Any]] = {'stop_overlap': None, 'min_round_steps': 0}
 
-    2,000 sampled queries: SmolLM2 writes ~2 a second on 2 cores, so that a corpus-only run fits in
-    an hour; no round-trip filter: keeping only queries whose passage the teacher ranks in its top
-    1, 3 or 10 was no better on scifact train (experiments/results/distill_filter.md). Chosen on
-    scifact train, each train query answered by a model trained on the other half's texts
-    (query_log_choices{,_2}.md): fp32 (as good as bf16 autocast, and 3x faster to train on a CPU
-    with native bf16), passage offsets (+.008), lr 5e-5 for all 5 rounds (+.005; the verdict keeps
-    the best round, so no early stop)."""
-    model_name: str = MINILM
-    queries: str = 'sampled'
-    n_queries: int = 2000
-    teacher: str = 'bm25+student'
-    fusion_depth: int = 100
-    depth: int = 30
-    teacher_temperature: float = 1.0
-    loss: str = 'kl'
-    in_batch: bool = True
-    train_passages: bool = False
-    filter_depth: Optional[int] = None
-    rounds: int = 5
-    stop_overlap: Optional[float] = None
-    passage_offsets: Optional[float] = 1.0
-    offset_lr: float = 1e-3
-    passage_layers: Optional[int] = None
-    source_share: float = 0.0
-    batch_size: int = 32
-    lr: float = 5e-5
-    precision: str = 'fp32'
-    generator: str = 'smollm2'
-    query_style: str = 'plain'
-    query_examples: Optional[str] = None
-    verdict_share: float = 0.1
-    min_round_steps: int = 0
-    seed: int = 0
+    queries: str = setting('sampled', QUERIES_HELP, group='queries')
+    n_queries: int = setting(2000, N_QUERIES_HELP, group='queries')
+    generator: str = setting('smollm2', 'The generator that writes queries (smollm2 or qwen).',
+                             group='queries')
+    query_style: str = setting('plain', 'The writer\'s prompt: plain or chat.', group='queries',
+                               choices=('plain', 'chat'))
+    query_examples: Optional[str] = setting(None, 'A query log (a file or a collection) whose texts the '
+                                                  'writer is shown as the style to write in.',
+                                            group='queries')
+    model_name: str = setting(MINILM, 'The student that starts training.', group='model')
+    precision: str = setting('fp32', 'The student\'s precision while it trains: fp32, bf16 or auto.',
+                             group='model', choices=('fp32', 'bf16', 'auto'))
+    teacher: str = setting('bm25+student', 'The teacher\'s parts and weights: bm25, student, minilm, '
+                                           'gen, joined by +, each with an optional weight (2*bm25).',
+                           group='teacher')
+    fusion_depth: int = setting(100, 'How deep each part of the teacher ranks before fusion.',
+                                group='teacher')
+    depth: int = setting(30, 'The teacher\'s top this many are each query\'s candidates.', group='teacher')
+    teacher_temperature: float = setting(1.0, 'The teacher\'s distribution is softmax(score / this).',
+                                         group='teacher')
+    loss: str = setting('kl', 'kl: listwise KL from the teacher; margin_mse: GPL\'s Margin-MSE over '
+                              'every pair of a query\'s candidates.', choices=('kl', 'margin_mse'))
+    in_batch: bool = setting(True, 'With kl, the student\'s softmax also spans the other queries\' '
+                                   'candidates in the batch (in-batch negatives).')
+    passages: str = setting(
+        'offsets', 'How the passage side trains: frozen (the query tower trains against the start '
+                   'encoder\'s passage vectors), offsets (each candidate passage\'s vector also moves by a '
+                   'learned offset) or trained (both towers train; each round searches a freshly built '
+                   'index).', choices=('frozen', 'offsets', 'trained'))
+    offset_weight: float = setting(1.0, 'With passages=offsets, the weight of the L2 term that pulls '
+                                        'each offset towards zero.')
+    offset_lr: float = setting(1e-3, 'The learning rate of the passage offsets\' Adam.')
+    filter_depth: Optional[int] = setting(
+        None, 'Round-trip filtering: keep a query written for a passage only if the start teacher '
+              'ranks that passage in its top this many (None: keep all; queries cut from the '
+              'corpus are never filtered).')
+    verdict_share: float = setting(0.1, 'The share of the training queries held out for the label-free '
+                                        'verdict, which keeps the best round (0: none; the last round '
+                                        'is kept).')
+    rounds: int = setting(5, 'Rounds of self-training: each passes over the queries once, the teacher '
+                             're-ranking with the student as it is.', group='training')
+    batch_size: int = setting(32, 'Queries a batch.', group='training')
+    lr: float = setting(5e-5, 'AdamW\'s peak learning rate.', group='training')
+    checkpoint_every: Union[int, str, None] = setting(
+        'epoch', 'When checkpoints are saved: epoch (at each round\'s end, where a resumed run '
+                 'matches one never stopped), a number of steps, or None.', group='checkpoints',
+        key='no')
+
+    @property
+    def epochs(self) -> int:
+        """The rounds, as the training loop counts them."""
+        return self.rounds
+
+    @property
+    def excludes_sources(self) -> bool:
+        """Whether a query's ``source_docno`` is a passage it may not retrieve: yes for queries cut
+        from a passage (a trivial match, as REALM prohibits), no for queries written for one (a
+        genuine answer) or for a query log."""
+        return self.queries in CUT_FROM_CORPUS
+
+    @property
+    def round_trip_depth(self) -> Optional[int]:
+        """``filter_depth`` where the queries were written for a passage; None for other queries,
+        which the round-trip filter keeps whole."""
+        return self.filter_depth if self.queries in GENERATED else None
+
+    @classmethod
+    def canonical(cls, changes: Dict[str, Any]) -> Dict[str, Any]:
+        """As :meth:`MethodSettings.canonical`, and the passage side's two old settings under
+        ``passages``: ``train_passages=True`` is ``passages='trained'``, ``passage_offsets=None``
+        is ``passages='frozen'`` and ``passage_offsets=W`` is ``passages='offsets',
+        offset_weight=W``."""
+        changes = dict(changes)
+        if changes.pop('train_passages', False):
+            changes['passages'] = 'trained'
+        if 'passage_offsets' in changes:
+            weight = changes.pop('passage_offsets')
+            if weight is not None:
+                changes.update(passages='offsets', offset_weight=weight)
+            elif changes.get('passages', 'offsets') == 'offsets':
+                changes['passages'] = 'frozen'
+        return super().canonical(changes)
+
+    def key(self) -> dict:
+        """As :meth:`MethodSettings.key`, with the passage side spelt by the two settings that
+        named it before ``passages`` (``train_passages`` and ``passage_offsets``), so that the
+        models trained before are still found."""
+        out = super().key()
+        passages, weight = out.pop('passages'), out.pop('offset_weight')
+        out['train_passages'] = passages == 'trained'
+        out['passage_offsets'] = weight if passages == 'offsets' else None
+        return out
 
 
 SETTINGS: Dict[str, Type[MethodSettings]] = {
@@ -155,39 +432,10 @@ SETTINGS: Dict[str, Type[MethodSettings]] = {
     'reatt': CrossDocumentAdjustmentSettings,
 }
 
-# a method's setting that its trainer's constructor takes under another name
-CONSTRUCTOR_NAMES = {'distill': {'rounds': 'epochs'}}
-
-
-@dataclass(frozen=True)
-class LegacyKey:
-    """A cache key kept as it was for what was built before a change, and the date it goes."""
-    what: str
-    since: str  # when the change was made (YYYY-MM-DD)
-    until: str  # after this date the special case is removed (tests/test_settings.py says so)
-
-
-# Every special case that keeps an old cache key alive, in one place. A model's key leaves out
-# a setting a method gained later at the value that trains as before (``settings`` below).
-LEGACY_KEYS: Dict[str, LegacyKey] = {
-    'distill settings added': LegacyKey(
-        "distill's passage_layers=None and source_share=0.0 stay out of its model key, so that "
-        'models trained before those settings existed are found (harness/trained.py model_dir)',
-        since='2026-11-25', until='2027-05-31'),
-    'torch index key': LegacyKey(
-        "a dense index of the torch backend is keyed without 'backend' (retrieval/dense.py), as it "
-        'was before the OpenVINO backend', since='2026-11-24', until='2027-05-31'),
-    'tied passage fingerprint': LegacyKey(
-        "a tied encoder's passage fingerprint is its whole fingerprint (models/dual_encoder.py), as "
-        'it was before untied passage towers', since='2026-11-22', until='2027-05-31'),
-}
-# the settings that ``distill settings added`` leaves out of the key at these values
-ADDED_SETTINGS = {'distill': {'passage_layers': None, 'source_share': 0.0}}
-
 
 def parse_teacher(spec: str) -> Dict[str, float]:
     """A teacher named by its parts and their weights: ``bm25+student`` (1:1),
-    ``2*bm25+student``, ``bm25+student+gen``... Parts: :data:`TEACHER_PARTS`."""
+    ``2*bm25+student``, ``bm25+student+gen``. The parts are :data:`TEACHER_PARTS`."""
     weights = {}
     for term in spec.split('+'):
         weight, _, part = term.strip().rpartition('*')

@@ -12,11 +12,14 @@ student trained on them, and agreement with the teacher is what the student is t
 towards. How often its sign agrees with the real change (measured with labels, afterwards)
 is reported by ``experiments/verdict_agreement.py``.
 """
+import logging
 import math
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+
+logger = logging.getLogger(__name__)
 
 DEPTH = 10
 # the fewest held-out queries a verdict is drawn from: fewer say nothing (a round's pseudo-nDCG@10
@@ -98,3 +101,86 @@ def pseudo_relevant(queries, teacher_top: Dict[str, Tuple[List[str], np.ndarray]
         elif teacher_top.get(q.qid, ([],))[0]:
             out[q.qid] = teacher_top[q.qid][0][0]
     return out
+
+
+class HeldOutVerdict:
+    """The verdict of one distillation run: its held-out slice, each round's scores on it
+    (kept in the trainer's checkpointed state, under ``'verdict scores'``), and the best round.
+
+    Args:
+        share: the share of the training queries held out (0: no verdict; the last round is kept).
+        seed: draws the slice and the bootstrap.
+
+    Attributes:
+        held: the held-out queries that have a pseudo-relevant passage.
+        pseudo: qid -> that passage.
+        result: the :class:`Verdict`, once the run is over (None before, or without a slice).
+        fewest: the fewest queries a slice is drawn from (:data:`FEWEST`).
+
+    A trainer calls :meth:`split` on its training queries, :meth:`judge` at the start of each
+    round, and :meth:`finish` after the last step.
+    """
+
+    def __init__(self, share: float, seed: int = 0):
+        self.share, self.seed, self.fewest = share, seed, FEWEST
+        self.held: list = []
+        self.pseudo: Dict[str, str] = {}
+        self.result: Optional[Verdict] = None
+        self._best: Optional[tuple] = None  # (round, the encoder's weights, its passage side's snapshot)
+
+    def split(self, trainer, queries: list, sources: Dict[str, str]) -> list:
+        """The queries that train; the rest, pseudo-judged (by their source, else by the start
+        teacher's top passage), become :attr:`held`."""
+        held = set(held_out([q.qid for q in queries], self.share, seed=self.seed, fewest=self.fewest))
+        self.held = [q for q in queries if q.qid in held]
+        if self.held:
+            by_teacher = [q for q in self.held if not isinstance(sources.get(q.qid), str)
+                          or sources[q.qid] in q.excluded]
+            top = trainer.rank(trainer.round_teacher(), by_teacher, depth=1) if by_teacher else {}
+            self.pseudo = pseudo_relevant(self.held, top, sources)
+            self.held = [q for q in self.held if q.qid in self.pseudo]
+            judged = sum(q.qid in self.pseudo for q in by_teacher)
+            trainer.log.append({'step': 0, 'verdict queries': len(self.held),
+                                'verdict judged by': f'{len(self.held) - judged} sources, {judged} teacher top 1'})
+        return [q for q in queries if q.qid not in held]
+
+    def judge(self, trainer, after_round: int, student=None):
+        """Scores the student as it is after ``after_round`` rounds (0: the start) on the slice,
+        once a round, and keeps its weights while it is the best. ``student``: makes the
+        student's retriever as it is now."""
+        scores_by_round = trainer.state.setdefault('verdict scores', {})
+        means = trainer.state.setdefault('verdict means', {})
+        if not self.held or after_round in scores_by_round:
+            return
+        ranked = trainer.rank(student() if student else trainer.student(), self.held, depth=DEPTH)
+        scores = ndcg_at({q: d for q, (d, _) in ranked.items()}, self.pseudo)
+        trainer.log.append({'step': trainer.state.get('step', 0), 'verdict round': after_round,
+                            'verdict nDCG@10': float(scores.mean()), 'verdict scores': scores.round(6).tolist()})
+        earlier = list(means.values())
+        scores_by_round[after_round], means[after_round] = scores.round(6).tolist(), float(scores.mean())
+        if not earlier or scores.mean() > max(earlier):
+            encoder = trainer.encoder
+            self._best = (after_round, {k: v.detach().clone() for k, v in encoder.model.state_dict().items()},
+                          trainer.passages.snapshot(encoder))
+            if trainer.output_dir is not None and trainer.process_rank == 0:  # (for a resumed run)
+                encoder.save_pretrained(trainer.output_dir / 'best-round')
+
+    def finish(self, trainer):
+        """The verdict: the best round is put back (the start, if no round beat it), and the log
+        says whether adaptation helped by the held-out signal."""
+        if not self.held:
+            return
+        self.judge(trainer, trainer.state['epoch'])
+        rounds = {r: np.asarray(s) for r, s in trainer.state['verdict scores'].items()}
+        self.result = verdict(rounds, seed=self.seed)
+        if self.result.best_round != max(rounds):
+            if self._best is not None and self._best[0] == self.result.best_round:
+                trainer.encoder.model.load_state_dict(self._best[1])
+                trainer.encoder.passage_offsets = self._best[2]
+            else:  # (a resumed run: the best round was saved before it stopped)
+                trainer.encoder.load_weights(trainer.output_dir / 'best-round')
+        v = self.result
+        logger.info('verdict: %s', v.sentence())
+        trainer.log.append({'step': trainer.state.get('step', 0), 'verdict': v.sentence(),
+                            'verdict kept round': v.best_round, 'verdict start': v.start, 'verdict best': v.best,
+                            'verdict low': v.low, 'verdict high': v.high, 'verdict helped': v.helped})

@@ -1,0 +1,48 @@
+"""Where a run keeps what it builds and what it shows: one object, passed whole.
+
+A :class:`RunContext` holds what is not a setting of any method, because it never changes the
+model a run trains: the directory of its checkpoints and log, the cache of indexes and scores,
+whether progress is shown, and the figure drawn beside the training log. Trainers take it as
+``run=``; the harness makes one for each model it trains.
+
+    from pyterrier_selfsup import RunContext
+    run = RunContext(output_dir='runs/distill', cache_dir='/data/cache')
+    Distillation(encoder, collection, teacher, run=run).fit(topics)
+"""
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Union
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a run reads besides its settings.
+
+    Args:
+        output_dir: where checkpoints, the final model (``final/``) and the training log go
+            (None: nowhere; the model is trained in memory).
+        cache_dir: the cache of indexes, teacher scores and written queries (None:
+            ``$SELFSUP_CACHE`` or ``~/.cache/pyterrier-selfsup``).
+        verbose: show the progress of each stage (how it is shown: :func:`~pyterrier_selfsup.set_progress`).
+        keep_checkpoints: how many of the latest step checkpoints stay on disk (None: all).
+        draw_curve: draws the training curve beside the log, called as
+            ``draw_curve(log, path, title=, key=, ylabel=, marker=)`` (the harness passes
+            :func:`~pyterrier_selfsup.harness.plots.plot_training_curve`; None: no figure).
+    """
+    output_dir: Optional[Path] = None
+    cache_dir: Optional[Union[str, Path]] = None
+    verbose: bool = True
+    keep_checkpoints: Optional[int] = 1
+    draw_curve: Optional[Callable[..., None]] = None
+
+    def __post_init__(self):
+        if self.output_dir is not None and not isinstance(self.output_dir, Path):
+            object.__setattr__(self, 'output_dir', Path(self.output_dir))
+
+    @classmethod
+    def names(cls) -> set:
+        return {f.name for f in dataclasses.fields(cls)}
+
+    def replace(self, **changes) -> 'RunContext':
+        return dataclasses.replace(self, **changes) if changes else self

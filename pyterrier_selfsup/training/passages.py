@@ -1,0 +1,126 @@
+"""The passage side of a distilled dual encoder: how its passage vectors are made while it trains.
+
+Distillation trains the query tower always; its ``passages`` setting chooses one of these
+strategies for the other side:
+
+- :class:`FrozenPassages` (``frozen``): the start encoder's passage vectors, read from its index
+  (RAG): a step encodes only the batch's queries, and the index never goes stale.
+- :class:`OffsetPassages` (``offsets``): those vectors, each moved by a learned offset δ
+  (normalise(v₀ + δ)), trained by lazy Adam and pulled towards 0 by an L2 term
+  (:mod:`~pyterrier_selfsup.models.offsets`). The offsets are saved with the model and applied
+  where its index is built; a passage that training never met keeps the start vector.
+- :class:`TrainedPassages` (``trained``): the passage tower trains with the query tower; its
+  candidates are encoded with gradients at every step, and each round searches a fresh index.
+
+Example::
+
+    side = passage_side(DistillationSettings(passages='frozen'))
+    side.start(trainer)
+    vectors, pull = side.vectors(trainer, ['d1', 'd2'])   # pull: a term to add to the loss
+"""
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from pyterrier_selfsup.models.offsets import PassageOffsets
+from pyterrier_selfsup.retrieval.dense import flex_index
+from pyterrier_selfsup.training.offsets import OffsetAdam
+
+
+class PassageSide:
+    """A strategy for the passage side; the subclasses say how vectors are made."""
+    name = ''
+    moves = False  # whether the passage tower trains, so that its index goes stale
+
+    def start(self, trainer):
+        """Prepares the encoder before the optimiser is made (freezing what does not train)."""
+
+    def vectors(self, trainer, docnos: List[str]) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The vectors of ``docnos`` (with gradients to whatever trains), and a term to add to
+        the loss (0 where there is none)."""
+        raise NotImplementedError
+
+    def after_optimizer_step(self, world_size: int):
+        """Updates what trains outside the optimiser."""
+
+    def save(self, path: Path):
+        """Writes what a checkpoint needs to resume this side exactly."""
+
+    def load(self, path: Path, encoder):
+        """Restores what :meth:`save` wrote (the encoder's own weights are loaded already)."""
+
+    def snapshot(self, encoder) -> Optional[PassageOffsets]:
+        """A copy of what this side learnt outside the encoder's weights (for a kept round)."""
+        return None
+
+
+class FrozenPassages(PassageSide):
+    name = 'frozen'
+
+    def __init__(self):
+        self.index = None
+
+    def start(self, trainer):
+        trainer.encoder.model.freeze_passage_tower()
+        self.index = flex_index(trainer.collection, trainer.encoder, cache_dir=trainer.cache_dir, offsets=False,
+                                verbose=trainer.shows)
+
+    def start_vectors(self, trainer, docnos: List[str]) -> torch.Tensor:
+        index_docnos, vectors, _ = self.index.payload()
+        passages = torch.from_numpy(np.asarray(vectors[index_docnos.inv[docnos]], dtype=np.float32))
+        return passages.to(trainer.encoder.device)
+
+    def vectors(self, trainer, docnos):
+        passages = self.start_vectors(trainer, docnos)
+        return passages, torch.zeros((), device=passages.device)
+
+
+class OffsetPassages(FrozenPassages):
+    name = 'offsets'
+
+    def __init__(self, weight: float, lr: float):
+        super().__init__()
+        self.weight, self.lr = weight, lr
+        self.adam: Optional[OffsetAdam] = None
+
+    def start(self, trainer):
+        super().start(trainer)
+        model = trainer.encoder.model
+        trainer.encoder.passage_offsets = PassageOffsets(model.out_dim, model.normalize)
+        self.adam = OffsetAdam(trainer.encoder.passage_offsets, lr=self.lr, weight=self.weight)
+
+    def vectors(self, trainer, docnos):
+        return self.adam.adjusted(docnos, self.start_vectors(trainer, docnos))
+
+    def after_optimizer_step(self, world_size: int):
+        self.adam.step(world_size)
+
+    def save(self, path: Path):
+        if path.name != 'final':
+            self.adam.save(path)
+
+    def load(self, path: Path, encoder):
+        self.adam.offsets = encoder.passage_offsets  # (loading the weights put the checkpoint's there)
+        if not self.adam.load(path):
+            raise ValueError(f'{path} has no state of the passage offsets to resume from')
+
+    def snapshot(self, encoder) -> Optional[PassageOffsets]:
+        o = encoder.passage_offsets
+        return PassageOffsets(o.dim, o.normalize, o.docnos, o.delta)
+
+
+class TrainedPassages(PassageSide):
+    name = 'trained'
+    moves = True
+
+    def vectors(self, trainer, docnos):
+        return trainer.encoder.encode(trainer.collection.texts(docnos), 'passage'), torch.zeros(())
+
+
+def passage_side(settings) -> PassageSide:
+    """The strategy that ``settings.passages`` names (``frozen``, ``offsets`` or ``trained``)."""
+    if settings.passages == 'offsets':
+        return OffsetPassages(settings.offset_weight, settings.offset_lr)
+    return FrozenPassages() if settings.passages == 'frozen' else TrainedPassages()
