@@ -33,7 +33,7 @@ class RunContext:
     output_dir: Optional[Path] = None
     cache_dir: Optional[Union[str, Path]] = None
     verbose: bool = True
-    keep_checkpoints: Optional[int] = 1
+    keep_checkpoints: Optional[int] = None
     draw_curve: Optional[Callable[..., None]] = None
 
     def __post_init__(self):

@@ -78,7 +78,7 @@ def test_close_documents_come_from_bm25_then_from_the_model_and_training_moves_i
     coll = trainer.collection
     topics = coll.topics().head(8)
     before = {k: v.clone() for k, v in trainer.reatt.model.state_dict().items()}
-    trainer.verbose, stages = True, stage_times()  # (its stages counted; off a terminal, too short to say a line)
+    trainer.run, stages = trainer.run.replace(verbose=True), stage_times()  # (its stages counted)
     trainer.fit(topics)
     bm25 = BM25.from_collection(coll, num_results=3, cache_dir=tmp_path)(topics)
     sources = [r['close documents'] for r in trainer.log if 'close documents' in r]

@@ -125,7 +125,7 @@ def test_pipeline_settings_from_the_command_line():
     assert {k: spec.settings[k] for k in ('negatives', 'epochs', 'dim', 'lr', 'queries')} == {
         'negatives': 'bm25', 'epochs': 2, 'dim': 128, 'lr': 1e-4, 'queries': 'sentences'}
     assert get_pipeline('ds').settings['epochs'] == 1  # the registered default is untouched
-    with pytest.raises(UnknownPipelineError, match="ds has no setting 'epoch'"):
+    with pytest.raises(UnknownPipelineError, match="ds:epoch=2': DistantSupervisionSettings has no setting 'epoch'"):
         get_pipeline('ds:epoch=2')
     with pytest.raises(UnknownPipelineError, match="'two' is not a int"):
         get_pipeline('ds:epochs=two')

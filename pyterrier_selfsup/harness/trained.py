@@ -129,7 +129,8 @@ def train(collection: Union[str, Collection], method: str, settings: dict, *, ca
             for line in plan.plan_lines(f'{method} on {collection.name}' + (f' ({docs:,} documents)' if docs else ''),
                                         planned):
                 logger.info(line)
-        run = RunContext(output_dir=staging, cache_dir=cache_dir, verbose=verbose, draw_curve=plot_training_curve)
+        run = RunContext(output_dir=staging, cache_dir=cache_dir, verbose=verbose, keep_checkpoints=1,
+                         draw_curve=plot_training_curve)
         trainer, topics = METHODS[method](collection, s, run, fold=fold)
         if said and len(topics) < s.n_queries:  # (a corpus with fewer sentences than asked for)
             known = s.replace(n_queries=len(topics))
