@@ -14,6 +14,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Union
 
+# Every environment variable the package reads: paths and machine knobs only (a setting that
+# changes what is trained is a field of a settings class, never an environment variable).
+ENVIRONMENT = {
+    'SELFSUP_CACHE': 'Where indexes, teacher scores, written queries and trained models are cached '
+                     '(default ~/.cache/pyterrier-selfsup; --cache-dir and RunContext.cache_dir '
+                     'override it).',
+    'SELFSUP_CLASSIC_DATA': 'The folder whose Glasgow/SMART collections are read as '
+                            'classic/NAME (--classic-data overrides it).',
+    'SELFSUP_PROGRESS': 'How progress is shown: auto (bars on a terminal, lines elsewhere), bars, '
+                        'lines or off (-v and -q override it).',
+    'SELFSUP_PROGRESS_SECONDS': 'Seconds between two progress lines where progress is shown as lines.',
+    'SELFSUP_CODE_REVISION': 'The commit a results header names, for a copy of the code that git '
+                             'cannot read.',
+}
+
 
 @dataclass(frozen=True)
 class RunContext:

@@ -134,3 +134,12 @@ def test_a_trainer_takes_its_settings_whole_and_its_run_context_apart(tiny_encod
     changed: Optional[DistantSupervisionSettings] = DistantSupervision(tiny_encoder(), 'classic/adi', settings,
                                                                        lr=1e-3).settings
     assert changed.lr == 1e-3 and changed.negatives == 'bm25' and settings.lr == 2e-5
+
+
+def test_every_environment_variable_the_package_reads_is_listed_in_one_place():
+    import re
+    from pyterrier_selfsup.context import ENVIRONMENT
+    package = Path(__file__).resolve().parents[1] / 'pyterrier_selfsup'
+    named = {m for path in package.rglob('*.py') for m in re.findall(r'SELFSUP_[A-Z_]+', path.read_text())}
+    assert named == set(ENVIRONMENT)
+    assert all(f'| `{name}` |' in reference.markdown() for name in ENVIRONMENT)

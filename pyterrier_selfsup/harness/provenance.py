@@ -70,8 +70,7 @@ def packages() -> str:
 def code_revision() -> str:
     """The git commit of this package's checkout (with ``+uncommitted`` if dirty), if it is one;
     ``$SELFSUP_CODE_REVISION`` where set: a copy that says which commit it is (a lent GPU
-    machine's, scripts/gpu/stage.sh, whose ``.git`` may be of an older commit than its tree:
-    the first H200 run's headers said 58b90f5+uncommitted for bae234a)."""
+    machine's, scripts/gpu/stage.sh, whose ``.git`` may be of an older commit than its tree)."""
     told = os.environ.get('SELFSUP_CODE_REVISION')
     if told:
         return told

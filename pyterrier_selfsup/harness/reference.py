@@ -6,6 +6,7 @@ read from the settings classes (:mod:`~pyterrier_selfsup.training.settings`).
 """
 from typing import List, Optional
 
+from pyterrier_selfsup.context import ENVIRONMENT
 from pyterrier_selfsup.training.settings import GROUPS, SETTINGS
 
 KEY_NOTE = {'yes': '', 'changed': ' (in the model key only where changed)', 'no': ' (not in the model key)'}
@@ -53,4 +54,8 @@ def markdown(methods: Optional[List[str]] = None) -> str:
              'model is trained again whenever such a setting changes.', '']
     for method in methods or list(SETTINGS):
         lines += method_section(method, SETTINGS[method])
+    if not methods:
+        lines += ['## Environment variables', '', 'They name paths and machine knobs only.', '',
+                  '| variable | what it does |', '|---|---|']
+        lines += [f'| `{name}` | {text} |' for name, text in ENVIRONMENT.items()]
     return '\n'.join(lines).rstrip() + '\n'
