@@ -105,3 +105,29 @@ def test_nothing_below_the_harness_draws():
             drawing += [f'{module}: {name}' for name in names if name.split('.')[0] == 'matplotlib']
     assert not drawing, drawing
     assert {'training.loop', 'training.distill', 'models.generator'} <= set(GRAPH)  # (the walk found them)
+
+
+def test_a_trainer_is_small_and_takes_its_settings_whole():
+    """Distillation's variants are named parts (training/passages.py, losses.py, verdict.py),
+    not flags of one class: the class stays short, and its constructor takes a settings object."""
+    import inspect
+    from pyterrier_selfsup.training.distill import Distillation
+    assert len((PACKAGE / 'training' / 'distill.py').read_text().splitlines()) <= 200
+    parameters = [p for p in inspect.signature(Distillation.__init__).parameters if p != 'self']
+    assert parameters == ['encoder', 'collection', 'teacher', 'settings', 'run', 'changes']
+
+
+def test_no_call_relays_settings_field_by_field():
+    """A call that passes ``name=s.name`` (or ``settings.name``) for three or more names copies a
+    settings object by hand: pass the object instead."""
+    relays = []
+    for path in PACKAGE.rglob('*.py'):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            copied = [k.arg for k in node.keywords
+                      if isinstance(k.value, ast.Attribute) and k.value.attr == k.arg
+                      and ast.unparse(k.value.value) in ('s', 'settings', 'self.settings')]
+            if len(copied) >= 3:
+                relays.append(f'{module_name(path)}:{node.lineno}: {", ".join(copied)}')
+    assert not relays, relays

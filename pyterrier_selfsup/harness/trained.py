@@ -283,8 +283,7 @@ def start_model(collection: Collection, settings: ReconstructionSettings, cache_
     it is not yet), or a path."""
     start = settings.start
     if start == 'ds':
-        ds = dict(queries=settings.queries, n_queries=settings.n_queries, seed=settings.seed)
-        return str(train(collection, 'ds', ds, cache_dir=cache_dir, verbose=verbose))
+        return str(train(collection, 'ds', settings.start_settings, cache_dir=cache_dir, verbose=verbose))
     return MINILM if start == 'minilm' else start
 
 
@@ -308,8 +307,7 @@ def _cross_document_adjustment(collection: Collection, s: CrossDocumentAdjustmen
                                fold: Optional[int] = None) -> Tuple[Trainer, pd.DataFrame]:
     gen = load_generator(s.generator, cache_dir=run.cache_dir, verbose=run.verbose)
     torch.manual_seed(s.seed)
-    reatt = ReAtt.from_pretrained(s.model_name, retrieval_layer=s.retrieval_layer, head=s.head,
-                                  special_tokens=s.special_tokens)
+    reatt = ReAtt.from_pretrained(s.model_name, **s.retrieval_head)
     topics = training_topics(collection, s.queries, s.n_queries, seed=s.seed, generator=gen,
                              mask=mask_token(reatt), cache_dir=run.cache_dir, fold=fold)
     return CrossDocumentAdjustment(reatt, gen, collection, s, run), topics

@@ -264,6 +264,12 @@ class ReconstructionSettings(MethodSettings):
         group='checkpoints', key='no')
 
     @property
+    def start_settings(self) -> Dict[str, Any]:
+        """With ``start='ds'``: the settings of the distant-supervision model that training starts
+        from, trained on the same queries with the same seed."""
+        return {name: getattr(self, name) for name in ('queries', 'n_queries', 'seed')}
+
+    @property
     def checkpoint_interval(self) -> Union[int, str, None]:
         """The steps between checkpoints this run saves (``checkpoint_every``, or its rule)."""
         if self.checkpoint_every is not None:
@@ -320,6 +326,11 @@ class CrossDocumentAdjustmentSettings(MethodSettings):
         'epoch', 'When checkpoints are saved: epoch (at each iteration\'s end, where a resumed run '
                  'matches one never stopped), a number of steps, or None.', group='checkpoints',
         key='no')
+
+    @property
+    def retrieval_head(self) -> Dict[str, Any]:
+        """Which attention head retrieves: the keywords of ``ReAtt.from_pretrained``."""
+        return {name: getattr(self, name) for name in REATT_HEAD}
 
 
 @dataclass(frozen=True)
