@@ -15,8 +15,9 @@ from pyterrier_selfsup._distributed import join_process_group
 from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.classic import register_classic
 from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
-from pyterrier_selfsup.data.queries import (Query, corpus_sentences, cropped_spans, folds, generated_queries,
-                                            given_topics, query_log, sampled_queries)
+from pyterrier_selfsup.data.queries import (Query, corpus_sentences, cropped_spans, folds,
+                                            generated_queries, given_topics, query_log,
+                                            sampled_queries)
 from pyterrier_selfsup.models._base import quiet_offline_hub
 from pyterrier_selfsup.models.dual_encoder import DualEncoder, DualEncoderModel
 from pyterrier_selfsup.models.generator import QWEN, QWEN_GGUF, SMOLLM2, SMOLLM2_GGUF, Generator
@@ -35,9 +36,10 @@ from pyterrier_selfsup.training.distant import DistantSupervision, in_batch_loss
 from pyterrier_selfsup.training.distill import Distillation, listwise_kl, margin_mse
 from pyterrier_selfsup.training.loop import Trainer
 from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart, marginal_nll
-from pyterrier_selfsup.training.settings import (REATT_HEAD, AcrobartSettings, CrossDocumentAdjustmentSettings,
-                                                 DistantSupervisionSettings, DistillationSettings, MethodSettings,
-                                                 RumbartSettings)
+from pyterrier_selfsup.training.settings import (REATT_HEAD, AcrobartSettings,
+                                                 CrossDocumentAdjustmentSettings,
+                                                 DistantSupervisionSettings, DistillationSettings,
+                                                 MethodSettings, RumbartSettings)
 
 __version__ = '0.1.0'
 
@@ -45,8 +47,9 @@ register_classic()  # classic/cisi and classic/adi, read from $SELFSUP_CLASSIC_D
 quiet_offline_hub()  # offline mode (HF_HUB_OFFLINE=1) is normal here: no warning a model load
 
 # the harness (named pipelines, experiments) is imported when one of its names is first used
-_HARNESS = {'PIPELINES': 'pipelines', 'PipelineSpec': 'pipelines', 'register': 'pipelines', 'CrossFold': 'pipelines',
-            'run_experiment': 'experiment', 'write_results': 'experiment', 'plot_training_curve': 'plots'}
+_HARNESS = {'PIPELINES': 'pipelines', 'PipelineSpec': 'pipelines', 'register': 'pipelines',
+            'CrossFold': 'pipelines', 'run_experiment': 'experiment',
+            'write_results': 'experiment', 'plot_training_curve': 'plots'}
 
 
 def __getattr__(name):
@@ -56,15 +59,18 @@ def __getattr__(name):
 
 
 __all__ = [
-    'join_process_group', 'set_progress', 'RunContext', 'MethodSettings', 'register_classic', 'Collection', 'UnknownCollectionError', 'Query', 'corpus_sentences', 'cropped_spans',
+    'join_process_group', 'set_progress', 'RunContext', 'MethodSettings', 'register_classic',
+    'Collection', 'UnknownCollectionError', 'Query', 'corpus_sentences', 'cropped_spans',
     'generated_queries', 'given_topics', 'sampled_queries', 'query_log', 'folds',
     'DualEncoder', 'DualEncoderModel', 'SMOLLM2', 'SMOLLM2_GGUF', 'QWEN', 'QWEN_GGUF', 'Generator',
     'ReconstructionScorer',
     'ReAtt', 'ReAttT5', 'PassageOffsets', 'QueryWriter',
-    'BM25', 'pisa_index', 'MINILM', 'DenseRetriever', 'flex_index', 'sbert_encoder', 'Fusion', 'ReAttIndex',
-    'reatt_index',
-    'Trainer', 'DistantSupervision', 'in_batch_loss', 'Distillation', 'listwise_kl', 'margin_mse', 'Rumbart', 'Acrobart', 'marginal_nll', 'CrossDocumentAdjustment',
+    'BM25', 'pisa_index', 'MINILM', 'DenseRetriever', 'flex_index', 'sbert_encoder', 'Fusion',
+    'ReAttIndex', 'reatt_index',
+    'Trainer', 'DistantSupervision', 'in_batch_loss', 'Distillation', 'listwise_kl', 'margin_mse',
+    'Rumbart', 'Acrobart', 'marginal_nll', 'CrossDocumentAdjustment',
     'DistillationSettings', 'DistantSupervisionSettings', 'RumbartSettings', 'AcrobartSettings',
     'CrossDocumentAdjustmentSettings', 'REATT_HEAD',
-    'PIPELINES', 'PipelineSpec', 'register', 'CrossFold', 'run_experiment', 'write_results', 'plot_training_curve',
+    'PIPELINES', 'PipelineSpec', 'register', 'CrossFold',
+    'run_experiment', 'write_results', 'plot_training_curve',
 ]

@@ -80,7 +80,8 @@ def watch_the_group(rank: int, world_size: int) -> Optional['GroupWatch']:
         watch = GroupWatch(rank, world_size)
         watch.begin()
     except Exception as e:  # (no store to meet in: a process lost is then gloo's or nccl's to say)
-        logging.getLogger(__name__).warning('not watching the process group for a lost process: %s', e)
+        logging.getLogger(__name__).warning(
+            'not watching the process group for a lost process: %s', e)
         return None
     return watch
 
@@ -115,8 +116,8 @@ class GroupWatch(threading.Thread):
         super().__init__(name='selfsup-group-watch', daemon=True)
         import torch.distributed as dist
         self.rank, self.world_size = rank, world_size
-        self.store = dist.TCPStore(os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT']), is_master=False,
-                                   timeout=datetime.timedelta(seconds=30))
+        self.store = dist.TCPStore(os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT']),
+                                   is_master=False, timeout=datetime.timedelta(seconds=30))
         # (a launch's keys are its own, and so are those of each of its restarts)
         self.prefix = (f"{_KEY}/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/"
                        f"{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}")
@@ -131,13 +132,16 @@ class GroupWatch(threading.Thread):
         store (last: no process is announced that is not watched), then the thread."""
         read, write = os.pipe()
         os.set_blocking(write, False)
-        signal.signal(signal.SIGTERM, lambda signum, frame: None)  # (the watcher acts on it: see run)
-        signal.set_wakeup_fd(write)  # the signal's number written there at once, whatever the main thread does
+        # (the watcher acts on it: see run)
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        # the signal's number written there at once, whatever the main thread does
+        signal.set_wakeup_fd(write)
         self.signals = read
         atexit.register(self._end)
         self._uncaught_before, sys.excepthook = sys.excepthook, self._uncaught
         pid = os.getpid()
-        self.store.set(f'{self.prefix}/process/{self.rank}', f'{self.machine} {pid} {_started(pid)}')
+        self.store.set(f'{self.prefix}/process/{self.rank}',
+                       f'{self.machine} {pid} {_started(pid)}')
         self.start()
 
     def run(self):
@@ -184,11 +188,13 @@ class GroupWatch(threading.Thread):
         return out
 
     def _stop(self, lost: List[Tuple[int, str]], what: str):
-        names = '; '.join(f'process {r} (rank {r} of {self.world_size}) is lost: {how}' for r, how in lost)
-        print(f'selfsup: {names}. Process {self.rank} {what}; run the same command again to resume from the '
-              f'last checkpoint.', file=sys.stderr, flush=True)
+        names = '; '.join(f'process {r} (rank {r} of {self.world_size}) is lost: {how}'
+                          for r, how in lost)
+        print(f'selfsup: {names}. Process {self.rank} {what}; run the same command again to resume '
+              f'from the last checkpoint.', file=sys.stderr, flush=True)
         self._mark('ended')  # (a stop of this kind is no loss of its own)
-        os._exit(EXIT_LOST)  # (not an exception: the main thread may be waiting in a collective that never returns)
+        # (not an exception: the main thread may be waiting in a collective that never returns)
+        os._exit(EXIT_LOST)
 
     def _terminated(self):
         try:
@@ -197,8 +203,8 @@ class GroupWatch(threading.Thread):
             lost = []
         if lost:
             self._stop(lost, 'was stopped by its launcher')
-        print(f'selfsup: process {self.rank} was stopped (SIGTERM); run the same command again to resume from '
-              f'the last checkpoint.', file=sys.stderr, flush=True)
+        print(f'selfsup: process {self.rank} was stopped (SIGTERM); run the same command again to '
+              f'resume from the last checkpoint.', file=sys.stderr, flush=True)
         self._mark('ended')
         os._exit(128 + signal.SIGTERM)
 
@@ -211,7 +217,8 @@ class GroupWatch(threading.Thread):
             lost = []
         if lost:
             first = str(error).strip().splitlines()[0] if str(error).strip() else ''
-            print(f'selfsup: process {self.rank}: {kind.__name__}: {first}', file=sys.stderr, flush=True)
+            print(f'selfsup: process {self.rank}: {kind.__name__}: {first}',
+                  file=sys.stderr, flush=True)
             self._stop(lost, 'stops too')
         self._uncaught_before(kind, error, trace)
 
@@ -289,7 +296,8 @@ SHARD_CHUNK = 256
 
 
 def build_sharded(items: Iterable, shards: List[Path], encode: Callable[[Path, Iterator], None],
-                  join: Callable[[List[Path]], None], *, rank: int, world_size: int, chunk: int = SHARD_CHUNK):
+                  join: Callable[[List[Path]], None], *, rank: int, world_size: int,
+                  chunk: int = SHARD_CHUNK):
     """One build of ``items`` shared by the ``world_size`` processes of a torch.distributed group,
     each calling this with its ``rank``: chunk c of ``chunk`` items is rank c mod ``world_size``'s
     (:func:`my_chunks`); each rank runs ``encode(shards[rank], its items)``, writing its shard

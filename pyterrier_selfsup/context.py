@@ -24,7 +24,8 @@ ENVIRONMENT = {
                             'classic/NAME (--classic-data overrides it).',
     'SELFSUP_PROGRESS': 'How progress is shown: auto (bars on a terminal, lines elsewhere), bars, '
                         'lines or off (-v and -q override it).',
-    'SELFSUP_PROGRESS_SECONDS': 'Seconds between two progress lines where progress is shown as lines.',
+    'SELFSUP_PROGRESS_SECONDS': 'Seconds between two progress lines where progress is shown as '
+                                'lines.',
     'SELFSUP_CODE_REVISION': 'The commit a results header names, for a copy of the code that git '
                              'cannot read.',
 }
@@ -39,7 +40,8 @@ class RunContext:
             (None: nowhere; the model is trained in memory).
         cache_dir: the cache of indexes, teacher scores and written queries (None:
             ``$SELFSUP_CACHE`` or ``~/.cache/pyterrier-selfsup``).
-        verbose: show the progress of each stage (how it is shown: :func:`~pyterrier_selfsup.set_progress`).
+        verbose: show the progress of each stage (how it is shown:
+            :func:`~pyterrier_selfsup.set_progress`).
         keep_checkpoints: how many of the latest step checkpoints stay on disk (None: all).
         draw_curve: draws the training curve beside the log, called as
             ``draw_curve(log, path, title=, key=, ylabel=, marker=)`` (the harness passes

@@ -38,14 +38,17 @@ INTERVAL = 30.0  # seconds, the default fewest between two lines
 def _from_environment() -> dict:
     """The settings ``SELFSUP_PROGRESS`` and ``SELFSUP_PROGRESS_SECONDS`` ask for; one that is
     not understood is said (a warning) and left at its default, rather than failing the import."""
-    mode, interval = os.environ.get('SELFSUP_PROGRESS', 'auto'), os.environ.get('SELFSUP_PROGRESS_SECONDS')
+    mode, interval = (os.environ.get('SELFSUP_PROGRESS', 'auto'),
+                      os.environ.get('SELFSUP_PROGRESS_SECONDS'))
     if mode not in MODES:
-        logger.warning('SELFSUP_PROGRESS=%s is none of %s: progress is shown as for auto', mode, ', '.join(MODES))
+        logger.warning('SELFSUP_PROGRESS=%s is none of %s: progress is shown as for auto',
+                       mode, ', '.join(MODES))
         mode = 'auto'
     try:
         seconds = INTERVAL if interval is None else float(interval)
     except ValueError:
-        logger.warning('SELFSUP_PROGRESS_SECONDS=%s is not a number of seconds: %.0f it is', interval, INTERVAL)
+        logger.warning('SELFSUP_PROGRESS_SECONDS=%s is not a number of seconds: %.0f it is',
+                       interval, INTERVAL)
         seconds = INTERVAL
     return {'mode': mode, 'interval': seconds}
 
@@ -94,7 +97,8 @@ class Stage:
         return self.done / self.seconds if self.seconds > 0 and self.done else None
 
 
-_totals: Dict[str, Stage] = {}  # by name, each run of a stage added (bounded by the names, not the work)
+# by name, each run of a stage added (bounded by the names, not the work)
+_totals: Dict[str, Stage] = {}
 _open: list = []  # the stages under way, oldest first
 
 
@@ -115,8 +119,10 @@ def stage_times(since: Optional[Dict[str, Stage]] = None) -> Dict[str, Stage]:
         if was is None:
             out[desc] = now
         elif now.seconds > was.seconds or now.done > was.done:
-            raised = now.peak_gib if now.peak_gib != was.peak_gib else None  # (raised it again since)
-            out[desc] = Stage(desc, now.done - was.done, None, now.unit, now.seconds - was.seconds, raised)
+            # (raised it again since)
+            raised = now.peak_gib if now.peak_gib != was.peak_gib else None
+            out[desc] = Stage(desc, now.done - was.done, None, now.unit,
+                              now.seconds - was.seconds, raised)
     return out
 
 
@@ -125,7 +131,8 @@ def rate_text(done: float, seconds: float, unit: str) -> str:
     if done <= 0 or seconds <= 0:
         return ''
     per_second = done / seconds
-    return f'{per_second:,.1f} {plural(unit)}/s' if per_second >= 1 else f'{1 / per_second:,.1f} s/{unit}'
+    return (f'{per_second:,.1f} {plural(unit)}/s' if per_second >= 1
+            else f'{1 / per_second:,.1f} s/{unit}')
 
 
 def resident_gib() -> Optional[float]:
@@ -140,10 +147,10 @@ def resident_gib() -> Optional[float]:
 
 
 def peak_resident_gib() -> Optional[float]:
-    """This process's peak resident memory so far, in GiB: Linux's ``VmHWM`` (``/proc/self/status``),
-    which starts afresh at ``exec``; None elsewhere. (Not ``ru_maxrss``: Linux carries the peak of
-    the process that started this one into it, so a ``selfsup train`` started by a large process
-    would report that one's peak.)"""
+    """This process's peak resident memory so far, in GiB: Linux's ``VmHWM``
+    (``/proc/self/status``), which starts afresh at ``exec``; None elsewhere. (Not ``ru_maxrss``:
+    Linux carries the peak of the process that started this one into it, so a ``selfsup train``
+    started by a large process would report that one's peak.)"""
     try:
         with open('/proc/self/status') as status:
             kib = next(line.split()[1] for line in status if line.startswith('VmHWM:'))
@@ -159,9 +166,9 @@ def plural(unit: str) -> str:
     return unit + ('es' if unit.endswith(('s', 'x', 'ch', 'sh')) else 's')
 
 
-def progress(iterable: Optional[Iterable] = None, *, total: Optional[float] = None, desc: str, unit: str = 'item',
-             count: Optional[Callable[[object], float]] = None, initial: float = 0, enabled: bool = True,
-             file=None):
+def progress(iterable: Optional[Iterable] = None, *, total: Optional[float] = None, desc: str,
+             unit: str = 'item', count: Optional[Callable[[object], float]] = None,
+             initial: float = 0, enabled: bool = True, file=None):
     """``iterable`` reported on as it is consumed (or, without one, an object with tqdm's
     ``update``, ``set_postfix`` and ``close``). ``count``: how many ``unit`` one element is
     worth (a batch's texts), else 1; ``total`` in those units (default: ``len(iterable)``).
@@ -169,11 +176,14 @@ def progress(iterable: Optional[Iterable] = None, *, total: Optional[float] = No
     if total is None and iterable is not None and hasattr(iterable, '__len__'):
         total = len(iterable) if count is None else None
     if iterable is None:
-        return Progress(total=total, desc=desc, unit=unit, initial=initial, shown=enabled, file=file)
-    return _wrapped(iterable, count, dict(total=total, desc=desc, unit=unit, initial=initial, shown=enabled, file=file))
+        return Progress(total=total, desc=desc, unit=unit, initial=initial, shown=enabled,
+                        file=file)
+    return _wrapped(iterable, count, dict(total=total, desc=desc, unit=unit, initial=initial,
+                                          shown=enabled, file=file))
 
 
-def _wrapped(iterable: Iterable, count: Optional[Callable[[object], float]], settings: dict) -> Iterator:
+def _wrapped(iterable: Iterable, count: Optional[Callable[[object], float]],
+             settings: dict) -> Iterator:
     """``iterable`` with a stage that starts when it is first asked for an element (not before:
     an iterable never consumed is no stage) and ends when it is exhausted or dropped."""
     tracker = Progress(**settings)
@@ -201,12 +211,13 @@ def counted(n: float, unit: str) -> str:
 class Progress:
     """A stage's progress: a tqdm bar, plain lines, or nothing shown; recorded when closed."""
 
-    def __init__(self, *, total: Optional[float], desc: str, unit: str, initial: float = 0, shown: bool = True,
-                 file=None):
+    def __init__(self, *, total: Optional[float], desc: str, unit: str, initial: float = 0,
+                 shown: bool = True, file=None):
         self.total, self.desc, self.unit, self.file = total, desc, unit, file
         self.done = self.initial = initial
         self.start = self.last_line = time.monotonic()
-        self.peak_at_start = peak_resident_gib() if shown else None  # (a stage not shown records nothing)
+        # (a stage not shown records nothing)
+        self.peak_at_start = peak_resident_gib() if shown else None
         self.postfix = ''
         self.said = False  # whether a line has been shown
         self.shown = shown
@@ -230,7 +241,8 @@ class Progress:
         elif self.lines and time.monotonic() - self.last_line >= _settings['interval']:
             self._say(self._line())
 
-    def counting(self, iterable: Iterable, count: Optional[Callable[[object], float]] = None) -> Iterator:
+    def counting(self, iterable: Iterable,
+                 count: Optional[Callable[[object], float]] = None) -> Iterator:
         """``iterable``, each element counted as it is taken (``count(element)`` units, else 1),
         the stage left open: for a stage that goes on after its last element is taken (an index
         that encodes in chunks, a build that finishes after its input), closed by its caller
@@ -251,7 +263,8 @@ class Progress:
         seconds = time.monotonic() - self.start
         if self.bar is not None:
             self.bar.close()
-        elif self.lines and (self.said or seconds >= _settings['interval']):  # (a short stage: no line)
+        elif self.lines and (self.said or
+                             seconds >= _settings['interval']):  # (a short stage: no line)
             rate = self._rate(self.done - self.initial, seconds - self.inner_seconds)
             self._say(f'{self.desc}: {counted(self.done, self.unit)} in {_duration(seconds)}' +
                       (f' ({rate})' if rate else '')
@@ -266,7 +279,8 @@ class Progress:
             peak = peak_resident_gib()
             raised = peak if peak is not None and self.peak_at_start is not None and \
                 peak - self.peak_at_start >= PEAK_STEP else None
-            _add(Stage(self.desc, self.done - self.initial, self.total, self.unit, seconds - self.inner_seconds, raised))
+            _add(Stage(self.desc, self.done - self.initial, self.total, self.unit,
+                       seconds - self.inner_seconds, raised))
             if outer is not None:
                 outer.inner_seconds += seconds
 
@@ -281,9 +295,11 @@ class Progress:
 
     def _line(self) -> str:
         elapsed = time.monotonic() - self.start
-        own = elapsed - self.inner_seconds  # (the rate of its own work: a refresh inside training is not a step)
+        # (the rate of its own work: a refresh inside training is not a step)
+        own = elapsed - self.inner_seconds
         done = self.done - self.initial
-        parts = [f'{_amount(self.done)}/{_amount(self.total)} {plural(self.unit)} ({100 * self.done / self.total:.0f}%)'
+        parts = [f'{_amount(self.done)}/{_amount(self.total)} {plural(self.unit)} '
+                 f'({100 * self.done / self.total:.0f}%)'
                  if self.total else counted(self.done, self.unit)]
         rate = self._rate(done, own)
         if rate:
@@ -291,7 +307,9 @@ class Progress:
         parts.append(f'{_duration(elapsed)} elapsed')
         if self.total and done > 0:
             # (never below nothing: two processes that scored the same pairs count them twice)
-            parts.append(f'{_duration(max(0.0, self.total - self.done) * self._seconds_a_unit(own / done))} left')
+            parts.append(
+                f'{_duration(max(0.0, self.total - self.done) * self._seconds_a_unit(own / done))}'
+                ' left')
         if self.postfix:
             parts.append(self.postfix)
         return f'{self.desc}: ' + ', '.join(parts)

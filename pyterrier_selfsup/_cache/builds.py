@@ -10,8 +10,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Callable, Optional, Union
 
-from pyterrier_selfsup._cache.faults import (MOVE_HINT, TMP_HINT, CacheError, CacheNotWritable, DamagedBuild,
-                                             check_space, disk_faults, writable)
+from pyterrier_selfsup._cache.faults import (MOVE_HINT, TMP_HINT, CacheError, CacheNotWritable,
+                                             DamagedBuild, check_space, disk_faults, writable)
 from pyterrier_selfsup._distributed import all_or_none, distributed, shared_temporary_directory
 
 logger = logging.getLogger(__name__)
@@ -87,7 +87,8 @@ def _run_build(path: Path, staging: Path, build: Callable[[Path], None], what: s
 
 def _finish(staging: Path, path: Path):
     """The completion marker, recording every file's size, then the rename."""
-    (staging / _COMPLETE).write_text(json.dumps({'version': 1, 'files': file_sizes(staging, _COMPLETE)}))
+    (staging / _COMPLETE).write_text(json.dumps({'version': 1,
+                                                 'files': file_sizes(staging, _COMPLETE)}))
     os.replace(staging, path)
 
 
@@ -139,18 +140,20 @@ def _usable(path: Path, what: str, check, on_damage: str) -> bool:
     if problem is None:
         return True
     if on_damage == 'raise':
-        raise DamagedBuild(f'{what} at {path} is damaged: {problem}. Remove it (rm -r {path}) to rebuild it, '
-                           'or restore it from a copy')
+        raise DamagedBuild(f'{what} at {path} is damaged: {problem}. Remove it (rm -r {path}) to '
+                           'rebuild it, or restore it from a copy')
     logger.warning('%s at %s is damaged (%s); %s and rebuilding', what, path, problem,
-                   f'setting it aside as {aside_path(path)}' if on_damage == 'set aside' else 'removing it')
+                   f'setting it aside as {aside_path(path)}' if on_damage == 'set aside'
+                   else 'removing it')
     try:
         if on_damage == 'set aside':
             set_aside(path)
         else:
             shutil.rmtree(path)
     except OSError as error:
-        raise CacheNotWritable(f'{what} at {path} is damaged ({problem}) and cannot be removed to rebuild it '
-                               f'({error.strerror}); remove it by hand or {MOVE_HINT}') from error
+        raise CacheNotWritable(
+            f'{what} at {path} is damaged ({problem}) and cannot be removed to rebuild it '
+            f'({error.strerror}); remove it by hand or {MOVE_HINT}') from error
     return False
 
 
@@ -159,7 +162,8 @@ def aside_path(path: Path) -> Path:
 
 
 def set_aside(path: Path) -> Path:
-    """Moves the damaged ``path`` to ``<path>.damaged`` (replacing an earlier one), kept for a look."""
+    """Moves the damaged ``path`` to ``<path>.damaged`` (replacing an earlier one), kept for a
+    look."""
     aside = aside_path(path)
     shutil.rmtree(aside, ignore_errors=True)
     os.replace(path, aside)
@@ -176,7 +180,8 @@ def written_whole(path: Union[str, Path], what: str, hint: str = MOVE_HINT):
     ends, so that a failed write (a full disk) leaves the earlier ``path`` as it was, never
     half a file. A disk fault becomes a :class:`CacheError` naming ``path`` and ``hint``."""
     path = Path(path)
-    partial = path.with_name(f'.{path.stem}.partial{path.suffix}')  # (the suffix kept: it names a format)
+    # (the suffix kept: it names a format)
+    partial = path.with_name(f'.{path.stem}.partial{path.suffix}')
     with disk_faults(what, path, hint=hint, undo=lambda: partial.unlink(missing_ok=True)):
         yield partial
         os.replace(partial, path)
@@ -192,7 +197,8 @@ def temporary_build(prefix: str, what: str, needed: Optional[int]):
     directory, tmp = shared_temporary_directory(prefix)
     with disk_faults(what, Path(directory), fate='the temporary index was removed', hint=TMP_HINT,
                      undo=tmp.cleanup if tmp is not None else None):
-        all_or_none(lambda: check_space(Path(directory), needed, what, TMP_HINT) if distributed()[0] == 0 else None)
+        all_or_none(lambda: (check_space(Path(directory), needed, what, TMP_HINT)
+                             if distributed()[0] == 0 else None))
         yield directory, tmp
 
 
@@ -209,8 +215,8 @@ def _clear_leftovers(path: Path, resumable: bool) -> Path:
             kept = path.with_name(path.name + '.failed-build.log')
             if logs:
                 os.replace(logs[0], kept)
-            logger.warning('%s is an incomplete build (interrupted?); removing it and rebuilding%s', leftover,
-                           f' (its log: {kept})' if logs else '')
+            logger.warning('%s is an incomplete build (interrupted?); removing it and rebuilding%s',
+                           leftover, f' (its log: {kept})' if logs else '')
             shutil.rmtree(leftover)
     return staging
 
@@ -246,12 +252,15 @@ def _build_once_collectively(path: Path, build: Callable[[Path], None], what: st
         if isinstance(todo[0], CacheError):
             raise todo[0]
         if todo[0] == 'build':
-            def together(staging: Path):  # a rank's failure fails every rank (no one left at a barrier)
-                all_or_none(lambda: build(staging))  # (a barrier: every rank is done with the staging directory)
+            # a rank's failure fails every rank (no one left at a barrier)
+            def together(staging: Path):
+                # (a barrier: every rank is done with the staging directory)
+                all_or_none(lambda: build(staging))
                 all_or_none(lambda: _finish(staging, path) if rank == 0 else None)
 
             dist.barrier()
-            _run_build(path, _staging(path), together, what, resumable, finish=False, owner=rank == 0)
+            _run_build(path, _staging(path), together, what, resumable, finish=False,
+                       owner=rank == 0)
     return path
 
 

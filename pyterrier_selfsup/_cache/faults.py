@@ -20,7 +20,8 @@ TMP_HINT = 'set $TMPDIR to a directory on a disk with more space'
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _UNWRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
 # how libraries that do not raise OSError say the disk is full (torch.save, faiss, sqlite)
-_FULL_WORDS = ('no space left', 'disk is full', 'disk full', 'failed writing', 'write error', 'quota')
+_FULL_WORDS = ('no space left', 'disk is full', 'disk full', 'failed writing', 'write error',
+               'quota')
 
 
 class CacheError(RuntimeError):
@@ -58,7 +59,8 @@ def writable(directory: Path, what: str, hint: str = MOVE_HINT, create: bool = T
     try:
         if create:
             directory.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=directory if create else _existing(directory), prefix='.selfsup-write-test-')
+        fd, probe = tempfile.mkstemp(dir=directory if create else _existing(directory),
+                                     prefix='.selfsup-write-test-')
         os.close(fd)
         os.unlink(probe)
     except OSError as error:
@@ -102,11 +104,11 @@ def write_fault(error: BaseException, what: str, where: Path, kept: bool = False
     if not full:
         return None
     lines = str(error).strip().splitlines()
-    cause = error.strerror if isinstance(error, OSError) and error.strerror else (lines[-1] if lines
-                                                                                   else type(error).__name__)
+    cause = (error.strerror if isinstance(error, OSError) and error.strerror
+             else (lines[-1] if lines else type(error).__name__))
     free = 'unknown' if usage is None else human_bytes(usage.free)
-    return CacheWriteFailed(f'{what}: writing {target} failed, the disk is full ({cause}; {free} free now); '
-                            f'{fate}; free some space or {hint}')
+    return CacheWriteFailed(f'{what}: writing {target} failed, the disk is full ({cause}; {free} '
+                            f'free now); {fate}; free some space or {hint}')
 
 
 @contextmanager

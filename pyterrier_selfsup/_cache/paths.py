@@ -22,7 +22,8 @@ def cache_root(cache_dir: Optional[Union[str, Path]] = None) -> Path:
 def cache_key(name: str, settings: dict) -> str:
     """A directory name readable by people (``name``) and unique to ``settings``."""
     slug = re.sub(r'[^A-Za-z0-9._-]+', '_', name).strip('_')
-    digest = hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    digest = hashlib.sha1(
+        json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:10]
     return f'{slug}-{digest}'
 
 

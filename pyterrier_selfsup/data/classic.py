@@ -1,11 +1,11 @@
 """Classic test collections in the Glasgow/SMART format (CISI, ADI, MED, CACM, ...).
 
-A collection ``NAME`` is three files: ``NAME.ALL`` (documents), ``NAME.QRY`` (queries)
-and ``NAME.REL`` (judgments), found in a directory either as files or inside
-``NAME.tar.gz`` there. ``import pyterrier_selfsup`` registers ``classic/cisi`` and
-``classic/adi`` with ir_datasets, read from ``$SELFSUP_CLASSIC_DATA``, and any other
-``classic/<name>`` found there is registered when a :class:`~pyterrier_selfsup.data.collections.Collection`
-first names it; :func:`register_classic` points them (or any other collection) at a directory::
+A collection ``NAME`` is three files: ``NAME.ALL`` (documents), ``NAME.QRY`` (queries) and
+``NAME.REL`` (judgments), found in a directory either as files or inside ``NAME.tar.gz`` there.
+``import pyterrier_selfsup`` registers ``classic/cisi`` and ``classic/adi`` with ir_datasets, read
+from ``$SELFSUP_CLASSIC_DATA``, and any other ``classic/<name>`` found there is registered when a
+:class:`~pyterrier_selfsup.data.collections.Collection` first names it; :func:`register_classic`
+points them (or any other collection) at a directory::
 
     pyterrier_selfsup.register_classic('/data/glasgow')       # every collection found there
     pt.get_dataset('irds:classic/cisi').get_topics()
@@ -99,7 +99,8 @@ def parse_qrels(lines: Iterable[str]) -> List[TrecQrel]:
         elif len(row) >= 2:
             key, grade = (row[0], row[1]), 1
         else:
-            raise ValueError(f'judgment line {" ".join(row)!r} has fewer than two columns (qid docid)')
+            raise ValueError(f'judgment line {" ".join(row)!r} has fewer than two columns '
+                             '(qid docid)')
         key = (normalise_id(key[0]), normalise_id(key[1]))
         grades[key] = max(grade, grades.get(key, grade))
     return [TrecQrel(qid, docid, grade, '0') for (qid, docid), grade in grades.items()]
@@ -129,7 +130,8 @@ class ClassicSource:
                     f'pyterrier_selfsup.register_classic(directory).')
             directory = Path(os.environ[CLASSIC_DATA_ENV])
         if not directory.is_dir():
-            raise FileNotFoundError(f'classic/{self.name}: data directory {directory} does not exist')
+            raise FileNotFoundError(f'classic/{self.name}: data directory {directory} '
+                                    'does not exist')
         return directory
 
     def check(self) -> None:
@@ -149,7 +151,8 @@ class ClassicSource:
             with tarfile.open(tarball) as tar:
                 member = self._members(tar).get(f'{self.name.upper()}.{part}')
                 if member is not None:
-                    return tar.extractfile(member).read().decode('utf8', errors='replace').splitlines()
+                    return (tar.extractfile(member).read().decode('utf8', errors='replace')
+                            .splitlines())
         raise self._missing_error(directory, self._missing(directory))
 
     def _missing(self, directory: Path) -> List[str]:
@@ -193,7 +196,8 @@ class ClassicSource:
 class ClassicDocs(BaseDocs):
     def __init__(self, source: ClassicSource):
         self._source = source
-        self._store: Optional[Tuple[Path, '_MemoryDocstore']] = None  # (the directory it was read from, store)
+        # (the directory it was read from, store)
+        self._store: Optional[Tuple[Path, '_MemoryDocstore']] = None
 
     def docs_iter(self):
         return parse_docs(self._source.lines('ALL'))
@@ -266,7 +270,8 @@ class _MemoryDocstore(Docstore):
     def get_many(self, doc_ids, field=None):
         # keyed by the ids as asked for, which may carry leading zeros
         found = {doc_id: self._docs.get(normalise_id(str(doc_id))) for doc_id in doc_ids}
-        return {k: (d if field is None else getattr(d, field)) for k, d in found.items() if d is not None}
+        return {k: (d if field is None else getattr(d, field)) for k, d in found.items()
+                if d is not None}
 
     def get_many_iter(self, doc_ids):
         return iter(self.get_many(doc_ids).values())
@@ -312,13 +317,15 @@ def register_classic(directory: Optional[Union[str, Path]] = None,
 
 
 def discover(directory: Union[str, Path]) -> List[str]:
-    """The names of the collections in ``directory``: every ``NAME.ALL`` or ``NAME.tar.gz`` there."""
+    """The names of the collections in ``directory``: every ``NAME.ALL`` or ``NAME.tar.gz``
+    there."""
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f'classic collections: directory {directory} does not exist')
     names = set()
     for path in directory.iterdir():
-        match = re.fullmatch(r'(.+?)\.(?:tar\.gz|tgz)', path.name) or re.fullmatch(r'(.+)\.all', path.name, re.I)
+        match = (re.fullmatch(r'(.+?)\.(?:tar\.gz|tgz)', path.name) or
+                 re.fullmatch(r'(.+)\.all', path.name, re.I))
         if match:
             names.add(match.group(1).lower())
     if not names:

@@ -51,7 +51,8 @@ class Collection:
         """A corpus of your own: documents from a JSON lines, CSV or TSV file (``docno``,
         ``text``, optional ``title``), and optionally queries (``qid``, ``query``; or plain
         text, one a line); no relevance judgements. Registered with ir_datasets as
-        ``local/<name>-<hash of the contents>-<format>`` (see :mod:`pyterrier_selfsup.data.local`)."""
+        ``local/<name>-<hash of the contents>-<format>`` (see
+        :mod:`pyterrier_selfsup.data.local`)."""
         from pyterrier_selfsup.data.local import register_local
         return cls(register_local(docs, queries, name))
 
@@ -68,8 +69,8 @@ class Collection:
         skipped (the first wins), so that no index holds two entries for one docno.
         ``verbose``: a progress bar (``desc``), on ``progress_file`` (default: stderr)."""
         docs = self.irds.docs_iter()
-        docs = progress(docs, total=self.irds.docs_count(), desc=desc or f'{self.name} documents', unit='doc',
-                        file=progress_file, enabled=verbose)
+        docs = progress(docs, total=self.irds.docs_count(), desc=desc or f'{self.name} documents',
+                        unit='doc', file=progress_file, enabled=verbose)
         seen, duplicates = set(), 0
         for doc in docs:
             if doc.doc_id in seen:
@@ -78,7 +79,8 @@ class Collection:
             seen.add(doc.doc_id)
             yield {'docno': doc.doc_id, 'text': doc.default_text()}
         if duplicates:
-            logger.warning('%s: skipped %d documents whose docno had been seen before', self.name, duplicates)
+            logger.warning('%s: skipped %d documents whose docno had been seen before',
+                           self.name, duplicates)
 
     @cached_property
     def corpus_id(self) -> str:
@@ -113,8 +115,9 @@ class Collection:
     def qrels(self) -> pd.DataFrame:
         """``qid``, ``docno``, ``label``."""
         if not self.irds.has_qrels():
-            raise ValueError(f'{self.name} has no relevance judgements: compare runs on it without them '
-                             '(their overlap, or by reading results), or on a collection that has them')
+            raise ValueError(f'{self.name} has no relevance judgements: compare runs on it without '
+                             'them (their overlap, or by reading results), or on a collection '
+                             'that has them')
         return self.dataset.get_qrels()[['qid', 'docno', 'label']]
 
     def texts(self, docnos: Sequence[str]) -> List[str]:
@@ -149,7 +152,8 @@ def _unknown_message(name: str) -> str:
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
     hint = f' Did you mean {", ".join(repr(c) for c in close)}?' if close else ''
     return (f'unknown collection {name!r}: ir_datasets has no dataset of that name.{hint} '
-            f'Collections used here: beir/scifact/test, cranfield, vaswani, classic/cisi, classic/adi.')
+            'Collections used here: beir/scifact/test, cranfield, vaswani, classic/cisi, '
+            'classic/adi.')
 
 
 def _register_from_classic_data(name: str):

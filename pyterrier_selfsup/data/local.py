@@ -10,10 +10,10 @@ and ``query`` (or ``text``), a header-less ``qid<TAB>query`` TSV (MS MARCO's ``q
 or plain text, one query a line (its qid: the line's number). No relevance judgements: the
 point is a corpus that has none.
 
-The corpus is ``local/<name>-<hash of the documents file>-<format>`` (``<name>``: the file's
-name up to its first dot), and a dataset with queries adds a hash of the queries file to
-it: indexes and trained models are cached under the corpus, so an edited file gets new
-ones and an unchanged file, under any path, finds its old ones. The documents are held in memory (a dict), which suits the
+The corpus is ``local/<name>-<hash of the documents file>-<format>`` (``<name>``: the file's name up
+to its first dot), and a dataset with queries adds a hash of the queries file to it: indexes and
+trained models are cached under the corpus, so an edited file gets new ones and an unchanged file,
+under any path, finds its old ones. The documents are held in memory (a dict), which suits the
 corpora a user brings to a laptop (a million short passages: a few GB).
 """
 import csv
@@ -64,7 +64,8 @@ def _format(path: Path) -> str:
     return suffixes[-1].lstrip('.').lower() if suffixes else 'txt'
 
 
-def read_records(path: Union[str, Path], headerless: Tuple[str, ...] = ()) -> Iterator[Dict[str, str]]:
+def read_records(path: Union[str, Path],
+                 headerless: Tuple[str, ...] = ()) -> Iterator[Dict[str, str]]:
     """The records of a JSON lines, CSV or TSV file (optionally gzipped), as dicts of strings."""
     return (record for _, record in numbered_records(path, headerless))
 
@@ -82,37 +83,47 @@ def numbered_records(path: Union[str, Path],
             for number, line in enumerate(lines, 1):
                 if line.strip():
                     try:
-                        yield number, {k: '' if v is None else str(v) for k, v in json.loads(line).items()}
+                        yield number, {k: '' if v is None else str(v)
+                                       for k, v in json.loads(line).items()}
                     except (ValueError, AttributeError) as error:
-                        raise MalformedFileError(f'{path}, line {number}: not a JSON object ({error})') from None
+                        raise MalformedFileError(f'{path}, line {number}: not a JSON object '
+                                                 f'({error})') from None
         elif kind in ('csv', 'tsv'):
-            csv.field_size_limit(1 << 30)  # (full-text documents outgrow the default 128 KiB a field)
-            # TSV has no quoting: a field that starts with " is text, not the start of a quoted field
+            # (full-text documents outgrow the default 128 KiB a field)
+            csv.field_size_limit(1 << 30)
+            # TSV has no quoting: a field that starts with " is text, not the start of a
+            # quoted field
             options = {'delimiter': '\t', 'quoting': csv.QUOTE_NONE} if kind == 'tsv' else {}
             reader = csv.reader(lines, **options)
             header = next(reader, None)
             said = f'its header has {len(header or ())} ({", ".join(header or ())})'
-            # (TSV has no quoting: a tab or a line break inside a text breaks its row, the commonest cause)
-            why = ('; a TSV cannot quote, so a tab or a line break inside a text splits its row: write such texts as '
-                   'JSON lines (.jsonl) or CSV') if kind == 'tsv' else ''
-            if kind == 'tsv' and headerless and header is not None and not KNOWN_FIELDS & set(header):
-                # no header: MS MARCO's collection.tsv (docno<TAB>text) or queries.tsv (qid<TAB>query)
-                said = f'a TSV without a header has {len(headerless)} ({"<TAB>".join(headerless)} a line)'
+            # (TSV has no quoting: a tab or a line break inside a text breaks its row, the
+            # commonest cause)
+            why = ('; a TSV cannot quote, so a tab or a line break inside a text splits its row: '
+                   'write such texts as JSON lines (.jsonl) or CSV') if kind == 'tsv' else ''
+            if (kind == 'tsv' and headerless and header is not None and
+                    not KNOWN_FIELDS & set(header)):
+                # no header: MS MARCO's collection.tsv (docno<TAB>text) or
+                # queries.tsv (qid<TAB>query)
+                said = (f'a TSV without a header has {len(headerless)} '
+                        f'({"<TAB>".join(headerless)} a line)')
                 if len(header) != len(headerless):
                     known = ', '.join(sorted(KNOWN_FIELDS))
-                    raise MalformedFileError(f'{path}, line 1: {len(header)} field(s) where {said}; or, if it is '
-                                             f'a header, it names none of the fields read: {known}{why}')
+                    raise MalformedFileError(f'{path}, line 1: {len(header)} field(s) where '
+                                             f'{said}; or, if it is a header, it names none of '
+                                             f'the fields read: {known}{why}')
                 yield 1, dict(zip(headerless, header))
                 header = list(headerless)
             for row in reader:
                 if not row:  # (a blank line, as csv.DictReader skips it)
                     continue
                 if len(row) != len(header):
-                    raise MalformedFileError(f'{path}, line {reader.line_num}: {len(row)} field(s) where {said}{why}')
+                    raise MalformedFileError(f'{path}, line {reader.line_num}: {len(row)} field(s) '
+                                             f'where {said}{why}')
                 yield reader.line_num, dict(zip(header, row))
         else:
-            raise MalformedFileError(f'{path}: documents must be JSON lines, CSV or TSV (.jsonl, .csv, .tsv, '
-                                     f'optionally .gz)')
+            raise MalformedFileError(f'{path}: documents must be JSON lines, CSV or TSV '
+                                     '(.jsonl, .csv, .tsv, optionally .gz)')
 
 
 def _field(record: Dict[str, str], names, where: str, what: str) -> str:
@@ -120,8 +131,8 @@ def _field(record: Dict[str, str], names, where: str, what: str) -> str:
     for name in names:
         if name in record:
             return record[name]
-    raise MalformedFileError(f'{where}: a record has no {what} field (one of {", ".join(names)}); its fields: '
-                             f'{", ".join(record) or "none"}')
+    raise MalformedFileError(f'{where}: a record has no {what} field (one of {", ".join(names)}); '
+                             f'its fields: {", ".join(record) or "none"}')
 
 
 def read_docs(path: Union[str, Path]) -> Iterator[LocalDoc]:
@@ -144,19 +155,21 @@ def read_queries(path: Union[str, Path]) -> List[GenericQuery]:
             try:
                 texts.append(line.decode('utf-8-sig' if number == 1 else 'utf-8').strip())
             except UnicodeDecodeError as error:
-                raise MalformedFileError(
-                    f'{path}, line {number}: not UTF-8 text ({error.reason} at byte {error.start})') from None
+                raise MalformedFileError(f'{path}, line {number}: not UTF-8 text '
+                                         f'({error.reason} at byte {error.start})') from None
         if not any(texts):
             raise MalformedFileError(f'{path}: no query in it')
         return [GenericQuery(str(i), text) for i, text in enumerate(texts, 1) if text]
     queries, seen = [], {}
     for number, record in numbered_records(path, headerless=('qid', 'query')):
         where = f'{path}, line {number}'
-        qid, text = _field(record, QID_FIELDS, where, 'query id'), _field(record, QUERY_FIELDS, where, 'query')
+        qid, text = (_field(record, QID_FIELDS, where, 'query id'),
+                     _field(record, QUERY_FIELDS, where, 'query'))
         if not text.strip():
             raise MalformedFileError(f'{path}, line {number}: query {qid!r} has no text')
         if qid in seen:
-            raise MalformedFileError(f'{path}, line {number}: query id {qid!r} again (first on line {seen[qid]})')
+            raise MalformedFileError(f'{path}, line {number}: query id {qid!r} again '
+                                     f'(first on line {seen[qid]})')
         seen[qid] = number
         queries.append(GenericQuery(qid, text))
     if not queries:
@@ -223,7 +236,8 @@ class _DictDocstore(Docstore):
         super().__init__(LocalDoc)
         self._docs: Dict[str, LocalDoc] = {}
         for doc in docs:
-            self._docs.setdefault(doc.doc_id, doc)  # (the first of a repeated id wins, as in corpus_iter)
+            # (the first of a repeated id wins, as in corpus_iter)
+            self._docs.setdefault(doc.doc_id, doc)
 
     def __len__(self):
         return len(self._docs)
@@ -257,10 +271,12 @@ def register_local(docs: Union[str, Path], queries: Optional[Union[str, Path]] =
         for part, path in zip(_REGISTERED[dataset_id], (docs, queries)):
             part._path = path
     else:
-        parts = [LocalDocs(docs, namespace)] + ([LocalQueries(queries, namespace)] if queries is not None else [])
+        parts = [LocalDocs(docs, namespace)] + ([LocalQueries(queries, namespace)]
+                                                if queries is not None else [])
         ir_datasets.registry.register(dataset_id, Dataset(*parts))
         _REGISTERED[dataset_id] = parts
     return dataset_id
 
 
-_REGISTERED: Dict[str, List[BaseDocs]] = {}  # dataset id -> its components, re-pointed on registering again
+# dataset id -> its components, re-pointed on registering again
+_REGISTERED: Dict[str, List[BaseDocs]] = {}

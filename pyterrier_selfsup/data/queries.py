@@ -73,7 +73,8 @@ def training_queries(topics: pd.DataFrame) -> List[Query]:
     queries = given_topics(topics)
     sources = topics['source_docno'] if 'source_docno' in topics.columns else [None] * len(topics)
     answers = topics['answer'] if 'answer' in topics.columns else [None] * len(topics)
-    return [Query(qid, query, frozenset([s]) if isinstance(s, str) else frozenset(), a if isinstance(a, str) else None)
+    return [Query(qid, query, frozenset([s]) if isinstance(s, str) else frozenset(),
+                  a if isinstance(a, str) else None)
             for qid, query, s, a in zip(queries['qid'], queries['query'], sources, answers)]
 
 
@@ -104,7 +105,8 @@ def corpus_sentences(collection: Collection, n: int, *, seed: int = 0, min_words
     return _frame('sent', pairs)
 
 
-def document_titles(collection: Collection, n: int, *, seed: int = 0, min_words: int = 3) -> pd.DataFrame:
+def document_titles(collection: Collection, n: int, *, seed: int = 0,
+                    min_words: int = 3) -> pd.DataFrame:
     """``n`` document titles as queries (titles as pseudo-queries: the corpus's own short
     statements of what a document is about), one from each of ``n`` documents drawn uniformly
     at random among those whose title has ``min_words`` words or more; a title repeated word
@@ -129,9 +131,11 @@ def document_titles(collection: Collection, n: int, *, seed: int = 0, min_words:
 
     pairs = _sample(titled(), n, rng, pick)
     if not pairs:
-        raise ValueError(f'queries=titles: no document of {collection.name} has a title of {min_words} words or more')
+        raise ValueError(f'queries=titles: no document of {collection.name} has a title of '
+                         f'{min_words} words or more')
     if len(pairs) < n:
-        logger.info('%s: %d titles asked for, %d distinct titles in the corpus', collection.name, n, len(pairs))
+        logger.info('%s: %d titles asked for, %d distinct titles in the corpus',
+                    collection.name, n, len(pairs))
     return _frame('title', pairs)
 
 
@@ -152,7 +156,8 @@ def cropped_spans(collection: Collection, n: int, *, seed: int = 0, min_words: i
     pairs = _sample(collection.corpus_iter(), n, rng, pick)
     if len(pairs) < n:  # a small corpus: several spans of a document
         per_doc = math.ceil(n / max(1, len(pairs))) + 1
-        pairs = _top_up(collection, pairs, n, rng, lambda doc, k: [pick(doc) for _ in range(per_doc)], 'spans')
+        pairs = _top_up(collection, pairs, n, rng,
+                        lambda doc, k: [pick(doc) for _ in range(per_doc)], 'spans')
     return _frame('span', pairs)
 
 
@@ -179,8 +184,8 @@ def salient_span(sentence: str, rng: random.Random) -> Optional[Tuple[int, int]]
     return None
 
 
-def masked_spans(collection: Collection, n: int, *, seed: int = 0, mask: str = MASK, min_words: int = 5,
-                 max_words: int = 40) -> pd.DataFrame:
+def masked_spans(collection: Collection, n: int, *, seed: int = 0, mask: str = MASK,
+                 min_words: int = 5, max_words: int = 40) -> pd.DataFrame:
     """ReAtt's unsupervised queries (§3.3): ``n`` corpus sentences (one from each of ``n``
     documents drawn at random) with one salient span (:func:`salient_span`) replaced by
     ``mask``; the span is the ``answer`` a reader generates."""
@@ -196,8 +201,10 @@ def masked_spans(collection: Collection, n: int, *, seed: int = 0, mask: str = M
         return None
 
     pairs = _sample(collection.corpus_iter(), n, rng, pick)
-    return pd.DataFrame({'qid': [f'mask-{i}' for i in range(len(pairs))], 'query': [q for _, (q, _) in pairs],
-                         'answer': [a for _, (_, a) in pairs], 'source_docno': [d for d, _ in pairs]})
+    return pd.DataFrame({'qid': [f'mask-{i}' for i in range(len(pairs))],
+                         'query': [q for _, (q, _) in pairs],
+                         'answer': [a for _, (_, a) in pairs],
+                         'source_docno': [d for d, _ in pairs]})
 
 
 def _sample(docs: Iterable[dict], n: int, rng: random.Random, pick) -> List[Tuple[str, str]]:
@@ -228,7 +235,8 @@ def _top_up(collection: Collection, pairs: List[Tuple[str, str]], n: int, rng: r
     rng.shuffle(pool)
     pairs = pairs + pool[:n - len(pairs)]
     if len(pairs) < n:
-        logger.warning('%s: %d %s asked for, the corpus has only %d', collection.name, n, what, len(pairs))
+        logger.warning('%s: %d %s asked for, the corpus has only %d',
+                       collection.name, n, what, len(pairs))
     else:
         logger.info('%s: %d %s from %d documents (several per document: the corpus is small)',
                     collection.name, n, what, len({d for d, _ in pairs}))
@@ -244,8 +252,8 @@ def _frame(prefix: str, pairs: List[Tuple[str, str]]) -> pd.DataFrame:
                          'query': [q for _, q in pairs], 'source_docno': [d for d, _ in pairs]})
 
 
-def generated_queries(collection: Collection, generator, n: int, *, seed: int = 0, max_new_tokens: int = 32,
-                      **generate_kwargs) -> pd.DataFrame:
+def generated_queries(collection: Collection, generator, n: int, *, seed: int = 0,
+                      max_new_tokens: int = 32, **generate_kwargs) -> pd.DataFrame:
     """One query written by ``generator`` (a :class:`~pyterrier_selfsup.models.generator.Generator`,
     through its prompt) for each of ``n`` documents drawn uniformly at random (the thesis'
     conclusion: the generator as a source of synthetic queries). Greedy unless
@@ -253,11 +261,13 @@ def generated_queries(collection: Collection, generator, n: int, *, seed: int = 
     are dropped."""
     rng = random.Random(seed)
     docs = _sample(collection.corpus_iter(), n, rng, _text_if_any)
-    texts = generator.generate([text for _, text in docs], max_new_tokens=max_new_tokens, **generate_kwargs)
+    texts = generator.generate([text for _, text in docs], max_new_tokens=max_new_tokens,
+                               **generate_kwargs)
     return _frame('gen', [(docno, q) for (docno, _), q in zip(docs, texts) if q.strip()])
 
 
-MAX_PER_PASSAGE = 10  # a small corpus gets more samples a passage, up to this: beyond it they repeat
+# a small corpus gets more samples a passage, up to this: beyond it they repeat
+MAX_PER_PASSAGE = 10
 
 
 # how the writer samples by default (``queries=sampled`` and :func:`sampled_queries`): nucleus
@@ -265,8 +275,9 @@ MAX_PER_PASSAGE = 10  # a small corpus gets more samples a passage, up to this: 
 SAMPLING = dict(per_passage=3, temperature=1.0, top_p=0.95)
 
 
-def sampled_queries(collection: Collection, generator, n: int, *, per_passage: int = SAMPLING['per_passage'],
-                    seed: int = 0, max_new_tokens: int = 32, temperature: float = SAMPLING['temperature'],
+def sampled_queries(collection: Collection, generator, n: int, *,
+                    per_passage: int = SAMPLING['per_passage'], seed: int = 0,
+                    max_new_tokens: int = 32, temperature: float = SAMPLING['temperature'],
                     top_p: float = SAMPLING['top_p'], style: str = 'plain',
                     examples: Sequence[str] = ()) -> pd.DataFrame:
     """About ``n`` queries written by ``generator`` with nucleus sampling, ``per_passage`` for
@@ -287,8 +298,9 @@ def sampled_queries(collection: Collection, generator, n: int, *, per_passage: i
         return _frame('gen', [])
     per_passage = min(max(per_passage, math.ceil(n / len(docs))), max(per_passage, MAX_PER_PASSAGE))
     writer = generator.writer(style=style, examples=examples, seed=seed)
-    texts = writer.write([text for _, text in docs], per_passage, max_new_tokens=max_new_tokens, do_sample=True,
-                         temperature=temperature, top_p=top_p, generator=torch.Generator().manual_seed(seed))
+    texts = writer.write([text for _, text in docs], per_passage, max_new_tokens=max_new_tokens,
+                         do_sample=True, temperature=temperature, top_p=top_p,
+                         generator=torch.Generator().manual_seed(seed))
     kept, seen = [], set()
     for (docno, _), queries in zip(docs, texts):
         for query in queries:
@@ -297,12 +309,14 @@ def sampled_queries(collection: Collection, generator, n: int, *, per_passage: i
                 seen.add(key)
                 kept.append((docno, query))
     if len(kept) < n:
-        logger.warning('%s: %d sampled queries asked for, %d distinct written', collection.name, n, len(kept))
+        logger.warning('%s: %d sampled queries asked for, %d distinct written',
+                       collection.name, n, len(kept))
     return _frame('gen', kept[:n])
 
 
-def round_trip_queries(collection: Collection, generator, n: int, retriever, *, depth: int = 10, seed: int = 0,
-                       max_tries: int = 10, max_new_tokens: int = 32, **generate_kwargs) -> pd.DataFrame:
+def round_trip_queries(collection: Collection, generator, n: int, retriever, *, depth: int = 10,
+                       seed: int = 0, max_tries: int = 10, max_new_tokens: int = 32,
+                       **generate_kwargs) -> pd.DataFrame:
     """Up to ``n`` generated queries that pass a round-trip check: ``retriever`` (BM25 in
     the pipelines) ranks the passage a query was written for in its top ``depth``, and no
     earlier kept query has the same text (Promptagator's round-trip filtering, with a
@@ -316,10 +330,12 @@ def round_trip_queries(collection: Collection, generator, n: int, retriever, *, 
     kept, seen = [], set()
     for start in range(0, len(docs), n):
         batch = docs[start:start + n]
-        texts = generator.generate([text for _, text in batch], max_new_tokens=max_new_tokens, **generate_kwargs)
+        texts = generator.generate([text for _, text in batch], max_new_tokens=max_new_tokens,
+                                   **generate_kwargs)
         pairs = [(docno, q) for (docno, _), q in zip(batch, texts) if q.strip()]
         if pairs:
-            topics = pd.DataFrame({'qid': [str(i) for i in range(len(pairs))], 'query': [q for _, q in pairs]})
+            topics = pd.DataFrame({'qid': [str(i) for i in range(len(pairs))],
+                                   'query': [q for _, q in pairs]})
             top = retriever(topics).query('rank < @depth')
             found = set(zip(top['qid'], top['docno']))
             for i, (docno, query) in enumerate(pairs):

@@ -1,1 +1,2 @@
-"""Named pipelines, trained-once models, experiments with results files, and the ``selfsup`` command line."""
+"""Named pipelines, trained-once models, experiments with results files,
+and the ``selfsup`` command line."""

@@ -3,7 +3,8 @@
     selfsup run                         # BM25 vs all-MiniLM-L6-v2 zero-shot on beir/scifact/test
     selfsup run -c cranfield classic/cisi -p bm25 minilm --save baseline
     selfsup run -p bm25 dual_encoder "distant_supervision:queries=beir/scifact/train,epochs=3"
-    selfsup train "rumbart:queries=beir/scifact/train" -c beir/scifact/test   # train only; `run` picks it up
+    selfsup train "rumbart:queries=beir/scifact/train" -c beir/scifact/test
+                                        # train only; `run` picks it up
     selfsup list                        # the pipelines and collections it knows
     selfsup settings distill            # a method's settings, their defaults and help
 
@@ -25,7 +26,8 @@ from pyterrier_selfsup.data.collections import Collection, UnknownCollectionErro
 from pyterrier_selfsup.data.local import MalformedFileError
 from pyterrier_selfsup.harness import reference, trained
 from pyterrier_selfsup.harness.experiment import run_experiment, write_results
-from pyterrier_selfsup.harness.pipelines import PIPELINE_ALIASES, PIPELINES, UnknownPipelineError, get_pipeline
+from pyterrier_selfsup.harness.pipelines import (PIPELINE_ALIASES, PIPELINES, UnknownPipelineError,
+                                                 get_pipeline)
 from pyterrier_selfsup.progress import progress_mode, set_progress
 from pyterrier_selfsup.training.settings import SETTINGS
 
@@ -39,43 +41,57 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest='command')
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument('--cache-dir', help='where indexes and trained models live (default: $SELFSUP_CACHE or '
-                                            '~/.cache/pyterrier-selfsup)')
-    common.add_argument('--classic-data', metavar='DIR', help=f'where classic/<name> collections are read '
-                                                              f'(default: ${CLASSIC_DATA_ENV})')
+    common.add_argument('--cache-dir', help='where indexes and trained models live (default: '
+                                            '$SELFSUP_CACHE or ~/.cache/pyterrier-selfsup)')
+    common.add_argument('--classic-data', metavar='DIR',
+                        help=f'where classic/<name> collections are read '
+                             f'(default: ${CLASSIC_DATA_ENV})')
     shown = common.add_mutually_exclusive_group()
-    shown.add_argument('-v', '--verbose', action='store_true', help='progress bars even when not on a terminal '
-                                                                    '(without -v: a plain line every 30 s there)')
-    shown.add_argument('-q', '--quiet', action='store_true', help='no progress shown, bars or lines')
+    shown.add_argument('-v', '--verbose', action='store_true',
+                       help='progress bars even when not on a terminal (without -v: a plain line '
+                            'every 30 s there)')
+    shown.add_argument('-q', '--quiet', action='store_true',
+                       help='no progress shown, bars or lines')
 
-    run = sub.add_parser('run', parents=[common], help='evaluate pipelines on collections in one pt.Experiment each')
+    run = sub.add_parser('run', parents=[common],
+                         help='evaluate pipelines on collections in one pt.Experiment each')
     run.add_argument('-c', '--collections', nargs='+', default=DEFAULT_COLLECTIONS, metavar='NAME',
-                     help=f'ir_datasets ids or classic/<name> (default: {" ".join(DEFAULT_COLLECTIONS)})')
+                     help='ir_datasets ids or classic/<name> (default: '
+                          f'{" ".join(DEFAULT_COLLECTIONS)})')
     run.add_argument('-p', '--pipelines', nargs='+', default=DEFAULT_PIPELINES, metavar='NAME',
-                     help=f'named pipelines, the first is the baseline, NAME:key=value,... changes settings '
-                          f'(default: {" ".join(DEFAULT_PIPELINES)}; known: {", ".join(PIPELINES)})')
+                     help='named pipelines, the first is the baseline, NAME:key=value,... '
+                          'changes settings (default: '
+                          f'{" ".join(DEFAULT_PIPELINES)}; known: {", ".join(PIPELINES)})')
     run.add_argument('--save', metavar='NAME', help='write <results-dir>/NAME.md, .csv and .png')
     run.add_argument('--results-dir', default='experiments/results', help='default: %(default)s')
 
-    train = sub.add_parser('train', parents=[common], help='train a pipeline\'s model on a collection (or resume '
-                                                           'it), without evaluating it')
-    train.add_argument('pipeline', metavar='PIPELINE', help='a pipeline that trains (NAME or NAME:key=value,...)')
-    train.add_argument('-c', '--collection', required=True, metavar='NAME', help='the corpus to adapt to')
+    train = sub.add_parser('train', parents=[common],
+                           help='train a pipeline\'s model on a collection (or resume it), '
+                                'without evaluating it')
+    train.add_argument('pipeline', metavar='PIPELINE',
+                       help='a pipeline that trains (NAME or NAME:key=value,...)')
+    train.add_argument('-c', '--collection', required=True, metavar='NAME',
+                       help='the corpus to adapt to')
 
-    sub.add_parser('list', help='the named pipelines, their settings and the collections used in this project')
-    settings = sub.add_parser('settings', help='each training method\'s settings, defaults and help')
+    sub.add_parser('list', help='the named pipelines, their settings and the collections used in '
+                                'this project')
+    settings = sub.add_parser('settings',
+                              help='each training method\'s settings, defaults and help')
     settings.add_argument('methods', nargs='*', metavar='METHOD', help=f'(default: all; known: '
                                                                        f'{", ".join(SETTINGS)})')
-    settings.add_argument('--markdown', action='store_true', help='the settings reference page (docs/settings.md)')
+    settings.add_argument('--markdown', action='store_true',
+                          help='the settings reference page (docs/settings.md)')
 
     args = parser.parse_args(argv)
     if args.command == 'list':
         formerly = {new: old for old, new in PIPELINE_ALIASES.items()}
         for name, spec in PIPELINES.items():
-            print(f'pipeline {name}: {spec.description}' + (' (trains a model)' if spec.method else '')
+            print(f'pipeline {name}: {spec.description}'
+                  + (' (trains a model)' if spec.method else '')
                   + (f' (formerly {formerly[name]})' if name in formerly else ''))
             print(f'    settings: {", ".join(f"{k}={v}" for k, v in spec.settings.items())}')
-        for name in COLLECTIONS_HERE + [f'classic/{n}' for n in _classic_here() if n not in BUILTIN]:
+        for name in COLLECTIONS_HERE + [f'classic/{n}' for n in _classic_here()
+                                        if n not in BUILTIN]:
             print(f'collection {name}')
         for method in SETTINGS:
             print(f'settings of {method} (used by pipelines '
@@ -85,7 +101,8 @@ def main(argv=None) -> int:
     if args.command == 'settings':
         unknown = [m for m in args.methods if m not in SETTINGS]
         if unknown:
-            print(f'selfsup: error: unknown method {unknown[0]!r}; known: {", ".join(SETTINGS)}', file=sys.stderr)
+            print(f'selfsup: error: unknown method {unknown[0]!r}; known: {", ".join(SETTINGS)}',
+                  file=sys.stderr)
             return 2
         if args.markdown:
             print(reference.markdown(args.methods or None), end='')
@@ -101,28 +118,33 @@ def main(argv=None) -> int:
     if args.classic_data:
         os.environ[CLASSIC_DATA_ENV] = args.classic_data
     verbose = True  # (what is shown is the mode's: -q shows nothing, but stages are still timed)
-    if args.quiet or args.verbose:  # (else SELFSUP_PROGRESS's, 'auto' by default: lines off a terminal)
+    # (else SELFSUP_PROGRESS's, 'auto' by default: lines off a terminal)
+    if args.quiet or args.verbose:
         set_progress('off' if args.quiet else 'bars')
-    if progress_mode() != 'bars':  # the libraries' own bars too ("Loading weights", "Writing model shards")
+    # the libraries' own bars too ("Loading weights", "Writing model shards")
+    if progress_mode() != 'bars':
         from huggingface_hub.utils import disable_progress_bars
         from transformers.utils import logging as transformers_logging
         disable_progress_bars()
         transformers_logging.disable_progress_bar()
     if int(os.environ.get('WORLD_SIZE', '1')) > 1 and args.command != 'train':
-        print('selfsup: error: only `selfsup train` runs on several processes (torchrun); run the rest in one',
-              file=sys.stderr)
+        print('selfsup: error: only `selfsup train` runs on several processes (torchrun); '
+              'run the rest in one', file=sys.stderr)
         return 2
     rank = join_process_group()
     try:
         if args.command == 'train':
             spec = get_pipeline(args.pipeline)
-            path = spec.train(Collection(args.collection), cache_dir=args.cache_dir, verbose=verbose and not rank)
+            path = spec.train(Collection(args.collection), cache_dir=args.cache_dir,
+                              verbose=verbose and not rank)
             if not rank:
                 print(f'trained {spec.name} on {args.collection}' +
-                      (f' on {distributed()[1]} processes' if rank is not None else '') + f': {path}')
+                      (f' on {distributed()[1]} processes' if rank is not None else '') +
+                      f': {path}')
                 # (queries=crossfold: a model a fold, of which train returns the last)
                 folds = len(trained.each_model(spec.settings)) > 1
-                directories = spec.model_dirs(Collection(args.collection), args.cache_dir) if folds else [path.parent]
+                directories = (spec.model_dirs(Collection(args.collection), args.cache_dir)
+                               if folds else [path.parent])
                 for directory in directories:
                     print(f'training log and curve: {directory}')
                     said = [r['verdict'] for r in read_log(directory) if 'verdict' in r]
@@ -130,11 +152,13 @@ def main(argv=None) -> int:
                         print(f'verdict: {said[-1]}')
             return 0
         if args.save:  # (before the run, not after it: an unwritable directory is said at once)
-            writable(Path(args.results_dir), f'the results of {args.save}', 'choose another with --results-dir',
-                     create=False)
+            writable(Path(args.results_dir), f'the results of {args.save}',
+                     'choose another with --results-dir', create=False)
         result = run_experiment(args.collections, args.pipelines, name=args.save or 'selfsup run',
-                                cache_dir=args.cache_dir, verbose=verbose, log=lambda s: print(s, flush=True))
-    except (UnknownCollectionError, UnknownPipelineError, FileNotFoundError, CacheError, MalformedFileError) as e:
+                                cache_dir=args.cache_dir, verbose=verbose,
+                                log=lambda s: print(s, flush=True))
+    except (UnknownCollectionError, UnknownPipelineError, FileNotFoundError, CacheError,
+            MalformedFileError) as e:
         print(f'selfsup: error: {e}', file=sys.stderr)
         return 2
     if args.save:
@@ -169,7 +193,8 @@ def _quiet_libraries():
         # handler and the root one): offline is a normal way to run this package
         from huggingface_hub.utils import logging as hub_logging
         hub_logging.set_verbosity_error()
-        print('selfsup: offline (HF_HUB_OFFLINE=1): models come from the local cache', file=sys.stderr)
+        print('selfsup: offline (HF_HUB_OFFLINE=1): models come from the local cache',
+              file=sys.stderr)
 
 
 if __name__ == '__main__':

@@ -38,8 +38,10 @@ class CollectionResult:
     topics: int
     qrels: int
     table: pd.DataFrame  # pt.Experiment's frame, one row per pipeline
-    setup_seconds: Dict[str, float]  # per pipeline: building or reopening its index, loading its model
-    per_query: Optional[pd.DataFrame] = None  # name, qid and each measure, a row per pipeline and query
+    # per pipeline: building or reopening its index, loading its model
+    setup_seconds: Dict[str, float]
+    # name, qid and each measure, a row per pipeline and query
+    per_query: Optional[pd.DataFrame] = None
 
 
 @dataclass
@@ -51,20 +53,22 @@ class ExperimentResult:
 
     def table(self) -> pd.DataFrame:
         """All collections in one frame, with a ``collection`` column first."""
-        return pd.concat([r.table.assign(collection=r.collection) for r in self.results], ignore_index=True)[
+        return pd.concat([r.table.assign(collection=r.collection) for r in self.results],
+                         ignore_index=True)[
             ['collection'] + list(self.results[0].table.columns)]
 
     def per_query(self) -> Optional[pd.DataFrame]:
         """Every pipeline's per-query scores on every collection (``collection`` first)."""
         if any(r.per_query is None for r in self.results):
             return None
-        return pd.concat([r.per_query.assign(collection=r.collection) for r in self.results], ignore_index=True)[
+        return pd.concat([r.per_query.assign(collection=r.collection) for r in self.results],
+                         ignore_index=True)[
             ['collection'] + list(self.results[0].per_query.columns)]
 
 
-def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *, name: str = 'experiment',
-                   cache_dir: Optional[Union[str, Path]] = None, verbose: bool = False,
-                   log=print) -> ExperimentResult:
+def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *,
+                   name: str = 'experiment', cache_dir: Optional[Union[str, Path]] = None,
+                   verbose: bool = False, log=print) -> ExperimentResult:
     """Evaluates every pipeline on every collection. Names are checked before any work."""
     specs = [get_pipeline(p) for p in pipelines]
     if not specs:
@@ -91,17 +95,19 @@ def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *, name
             runs.append(system(topics))
             mrt.append(1000 * (time.time() - t0) / len(topics))
         table = pt.Experiment(
-            runs, topics, qrels, MEASURES, names=names, baseline=0 if len(specs) > 1 else None, test=TEST,
-            correction=CORRECTION if len(specs) > 1 else None, correction_alpha=ALPHA,
+            runs, topics, qrels, MEASURES, names=names, baseline=0 if len(specs) > 1 else None,
+            test=TEST, correction=CORRECTION if len(specs) > 1 else None, correction_alpha=ALPHA,
             verbose=verbose and progress_mode() == 'bars')  # (PyTerrier's own bar: none in a log)
         table.insert(1 + len(MEASURES), 'mrt', mrt)
-        per_query = pt.Experiment(runs, topics, qrels, MEASURES, names=names, perquery=True).pivot_table(
-            index=['name', 'qid'], columns='measure', values='value').reset_index()
+        per_query = (pt.Experiment(runs, topics, qrels, MEASURES, names=names, perquery=True)
+                     .pivot_table(index=['name', 'qid'], columns='measure', values='value')
+                     .reset_index())
         per_query = per_query[['name', 'qid'] + MEASURE_NAMES]
         per_query['name'] = pd.Categorical(per_query['name'], names, ordered=True)
-        per_query = per_query.sort_values(['name', 'qid']).astype({'name': str}).reset_index(drop=True)
-        results.append(CollectionResult(coll.name, coll.docs_count, len(topics), len(qrels), table, setup_seconds,
-                                        per_query))
+        per_query = (per_query.sort_values(['name', 'qid']).astype({'name': str})
+                     .reset_index(drop=True))
+        results.append(CollectionResult(coll.name, coll.docs_count, len(topics), len(qrels), table,
+                                        setup_seconds, per_query))
         log(format_table(table))
     header['wall time'] = f'{time.time() - started:.0f} s'
     return ExperimentResult(name, header, specs, results)
@@ -166,11 +172,13 @@ def describe_settings(result: ExperimentResult) -> Dict[str, str]:
     models = sorted({provenance.model_revision(m) for s in result.pipelines for m in s.models})
     lines['models'] = ', '.join(models) or 'none'
     lines['data'] = '; '.join(
-        f'{r.collection} ({r.docs} docs, {r.topics} topics, {r.qrels} judgments)' for r in result.results)
+        f'{r.collection} ({r.docs} docs, {r.topics} topics, {r.qrels} judgments)'
+        for r in result.results)
     for spec in result.pipelines:
         settings = ', '.join(f'{k}={v}' for k, v in spec.settings.items())
         lines[f'pipeline {spec.name}'] = f'{spec.description} ({settings})'
-    lines['evaluation'] = (f'{", ".join(MEASURE_NAMES)}, mean response time; baseline {result.pipelines[0].name}; '
+    lines['evaluation'] = (f'{", ".join(MEASURE_NAMES)}, mean response time; '
+                           f'baseline {result.pipelines[0].name}; '
                            f'paired {TEST}-test, {CORRECTION} correction, alpha {ALPHA}')
     return lines
 
@@ -197,8 +205,8 @@ def write_results(result: ExperimentResult, results_dir: Union[str, Path]) -> Li
     for r in result.results:
         setup = ', '.join(f'{k} {v:.0f} s' for k, v in r.setup_seconds.items())
         md += [f'## {r.collection}', '', format_table(r.table), '',
-               f'{r.docs} documents, {r.topics} topics, {r.qrels} judgments. Set-up (building or reopening '
-               f'indexes, loading models): {setup}.', '']
+               f'{r.docs} documents, {r.topics} topics, {r.qrels} judgments. Set-up (building or '
+               f'reopening indexes, loading models): {setup}.', '']
     write(base.with_suffix('.md'), lambda path: path.write_text('\n'.join(md)))
 
     def csv(path: Path):
@@ -212,6 +220,7 @@ def write_results(result: ExperimentResult, results_dir: Union[str, Path]) -> Li
         write(base.with_suffix('.perquery.csv'), lambda path: per_query.to_csv(path, index=False))
         written.append(base.with_suffix('.perquery.csv'))
 
-    write(base.with_suffix('.png'), lambda path: plot_results(result.table(), path, title=result.name,
-                                                             per_query=per_query, header=header))
+    write(base.with_suffix('.png'),
+          lambda path: plot_results(result.table(), path, title=result.name, per_query=per_query,
+                                    header=header))
     return written + [base.with_suffix('.png')]

@@ -47,16 +47,20 @@ class PipelineSpec:
         if self.method is None:
             raise UnknownPipelineError(f'{self.name} trains nothing; pipelines that do: '
                                        f'{", ".join(n for n, s in PIPELINES.items() if s.method)}')
-        # (queries=crossfold: a model a fold, the last one's directory returned; model_dirs lists them all)
-        return [trained.train(collection, self.method, settings, cache_dir=cache_dir, verbose=verbose)
+        # (queries=crossfold: a model a fold, the last one's directory returned; model_dirs
+        # lists them all)
+        return [trained.train(collection, self.method, settings, cache_dir=cache_dir,
+                              verbose=verbose)
                 for settings in trained.each_model(self.settings)][-1]
 
-    def model_dir(self, collection: Collection, cache_dir: Optional[Union[str, Path]] = None) -> Optional[Path]:
+    def model_dir(self, collection: Collection,
+                  cache_dir: Optional[Union[str, Path]] = None) -> Optional[Path]:
         """Where the trained model lives (checkpoints, training_log.jsonl, training_curve.png);
         with ``queries=crossfold``, fold 0's (:meth:`model_dirs`: every fold's)."""
         return None if self.method is None else self.model_dirs(collection, cache_dir)[0]
 
-    def model_dirs(self, collection: Collection, cache_dir: Optional[Union[str, Path]] = None) -> list:
+    def model_dirs(self, collection: Collection,
+                   cache_dir: Optional[Union[str, Path]] = None) -> list:
         """Where each of its trained models lives: one, or one a fold (``queries=crossfold``)."""
         if self.method is None:
             return []
@@ -72,8 +76,10 @@ class PipelineSpec:
 
 
 PIPELINES: Dict[str, PipelineSpec] = {}
-# the names pipelines had before they were renamed, still accepted (results files and commands use them)
-PIPELINE_ALIASES = {'ds': 'distant_supervision', 'dual': 'dual_encoder', 'recon': 'query_likelihood'}
+# the names pipelines had before they were renamed, still accepted (results files and
+# commands use them)
+PIPELINE_ALIASES = {'ds': 'distant_supervision', 'dual': 'dual_encoder',
+                    'recon': 'query_likelihood'}
 
 
 class UnknownPipelineError(ValueError):
@@ -91,7 +97,8 @@ def get_pipeline(spec: str) -> PipelineSpec:
     settings class (old names accepted); another setting takes the type of its default."""
     name, _, overrides = spec.partition(':')
     if PIPELINE_ALIASES.get(name, name) not in PIPELINES:
-        raise UnknownPipelineError(f'unknown pipeline {name!r}; known: {", ".join(sorted(PIPELINES))}')
+        raise UnknownPipelineError(f'unknown pipeline {name!r}; known: '
+                                   f'{", ".join(sorted(PIPELINES))}')
     base = PIPELINES[PIPELINE_ALIASES.get(name, name)]
     if not overrides:
         return base if name == base.name else replace(base, name=name)
@@ -130,21 +137,23 @@ def _parse(value: str, default: Any) -> Any:
     return value
 
 
-def reconstruction_reranker(collection: Collection, *, model_name: str, gguf_file: Optional[str], depth: int,
-                            normalise: str, max_passage_length: int, precision: str,
-                            cache_dir: Optional[Union[str, Path]] = None, verbose: bool = False) -> pt.Transformer:
+def reconstruction_reranker(collection: Collection, *, model_name: str, gguf_file: Optional[str],
+                            depth: int, normalise: str, max_passage_length: int, precision: str,
+                            cache_dir: Optional[Union[str, Path]] = None,
+                            verbose: bool = False) -> pt.Transformer:
     """BM25's top ``depth`` re-ranked by log p(query | document) under a generator; the
     generator's scores are cached on disk, so a second run costs nothing."""
     gen = Generator.from_pretrained(model_name, gguf_file=gguf_file or None, cache_dir=cache_dir,
-                                    max_passage_length=max_passage_length, precision=precision, verbose=verbose)
+                                    max_passage_length=max_passage_length,
+                                    precision=precision, verbose=verbose)
     bm25 = BM25.from_collection(collection, num_results=depth, cache_dir=cache_dir)
     return bm25 >> collection.text_loader() >> gen.scorer(
         normalise=normalise, cache=score_cache_dir(collection.corpus_id, gen, cache_dir))
 
 
-def trained_dense_retriever(collection: Collection, *, method: str, num_results: int = 1000, search: str = 'auto',
-                            backend: str = 'torch', cache_dir=None, verbose: bool = False,
-                            **settings) -> pt.Transformer:
+def trained_dense_retriever(collection: Collection, *, method: str, num_results: int = 1000,
+                            search: str = 'auto', backend: str = 'torch', cache_dir=None,
+                            verbose: bool = False, **settings) -> pt.Transformer:
     """The dual encoder that ``method`` trained with ``settings`` (on first use), over its index
     (``search``: see :class:`DenseRetriever`; ``backend``: what encodes the index and the
     queries, see :class:`DualEncoder`; neither changes the model). With ``queries=crossfold``:
@@ -153,12 +162,13 @@ def trained_dense_retriever(collection: Collection, *, method: str, num_results:
     folds = trained.each_model(settings)
     if len(folds) > 1:
         return CrossFold(collection, [trained_dense_retriever(
-            collection, method=method, num_results=num_results, search=search, backend=backend, cache_dir=cache_dir,
-            verbose=verbose, **fold) for fold in folds])
+            collection, method=method, num_results=num_results, search=search, backend=backend,
+            cache_dir=cache_dir, verbose=verbose, **fold) for fold in folds])
     path = trained.train(collection, method, settings, cache_dir=cache_dir, verbose=verbose)
-    return DenseRetriever.from_dual_encoder(collection, str(path), num_results=num_results, search=search,
-                                            precision=settings.get('precision', 'auto'), backend=backend,
-                                            cache_dir=cache_dir, verbose=verbose)
+    return DenseRetriever.from_dual_encoder(
+        collection, str(path), num_results=num_results, search=search,
+        precision=settings.get('precision', 'auto'), backend=backend,
+        cache_dir=cache_dir, verbose=verbose)
 
 
 class CrossFold(pt.Transformer):
@@ -176,8 +186,9 @@ class CrossFold(pt.Transformer):
     def transform(self, topics: pd.DataFrame) -> pd.DataFrame:
         unknown = sorted(set(topics['qid'].astype(str)) - set(self.fold))
         if unknown:
-            raise ValueError(f'{len(unknown)} queries (e.g. {unknown[0]!r}) are not topics of {self.collection.name}: '
-                             f'a cross-fold model answers only the topics it was validated on')
+            raise ValueError(f'{len(unknown)} queries (e.g. {unknown[0]!r}) are not topics of '
+                             f'{self.collection.name}: a cross-fold model answers only the '
+                             f'topics it was validated on')
         which = topics['qid'].astype(str).map(self.fold)
         parts = [retriever(topics[which == fold]) for fold, retriever in enumerate(self.retrievers)
                  if (which == fold).any()]
@@ -186,122 +197,149 @@ class CrossFold(pt.Transformer):
         return pd.concat(parts, ignore_index=True)
 
     def fuse_rank_cutoff(self, k: int):
-        cut = [r.fuse_rank_cutoff(k) if hasattr(r, 'fuse_rank_cutoff') else None for r in self.retrievers]
+        cut = [r.fuse_rank_cutoff(k) if hasattr(r, 'fuse_rank_cutoff') else None
+               for r in self.retrievers]
         return None if any(c is None for c in cut) else CrossFold(self.collection, cut)
 
     def __repr__(self):
         return f'CrossFold({self.collection.name!r}, {self.retrievers!r})'
 
 
-def adjusted_reatt_retriever(collection: Collection, *, candidate_tokens: Optional[int] = 128, nprobe: int = 32,
-                             rescore: Optional[int] = None, num_results: int = 1000, cache_dir=None,
-                             verbose: bool = False, **settings):
+def adjusted_reatt_retriever(collection: Collection, *, candidate_tokens: Optional[int] = 128,
+                             nprobe: int = 32, rescore: Optional[int] = None,
+                             num_results: int = 1000, cache_dir=None, verbose: bool = False,
+                             **settings):
     """The ReAtt retriever that cross-document adjustment trained with ``settings`` (on first
     use), searched through its token index."""
     path = trained.train(collection, 'reatt', settings, cache_dir=cache_dir, verbose=verbose)
     reatt = ReAtt.from_pretrained(str(path), verbose=verbose)
     return reatt_index(collection, reatt, cache_dir=cache_dir, verbose=verbose).retriever(
-        reatt, num_results=num_results, candidate_tokens=candidate_tokens, nprobe=nprobe, rescore=rescore)
+        reatt, num_results=num_results, candidate_tokens=candidate_tokens,
+        nprobe=nprobe, rescore=rescore)
 
 
 # how a trained dual encoder searches and encodes (settings that leave the model as it is)
 _INFERENCE = dict(search='auto', backend='torch')
 
 register(PipelineSpec(
-    'bm25', 'BM25 over a PISA index of title + text',
-    BM25.from_collection, dict(k1=0.9, b=0.4, stemmer='porter2', stops='terrier', num_results=1000)))
+    'bm25',
+    'BM25 over a PISA index of title + text',
+    BM25.from_collection,
+    dict(k1=0.9, b=0.4, stemmer='porter2', stops='terrier', num_results=1000)))
 
 register(PipelineSpec(
-    'minilm', 'all-MiniLM-L6-v2 zero-shot: mean pooling, L2-normalised, dot-product search (search=auto: exact, '
-              'FAISS IVF on corpora of a million passages or more; or exact, ivf, hnsw)',
-    DenseRetriever.from_collection, dict(model_name=MINILM, max_length=256, batch_size=32, num_results=1000,
-                                         search='auto')))
+    'minilm',
+    'all-MiniLM-L6-v2 zero-shot: mean pooling, L2-normalised, dot-product search (search=auto: '
+    'exact, FAISS IVF on corpora of a million passages or more; or exact, ivf, hnsw)',
+    DenseRetriever.from_collection,
+    dict(model_name=MINILM, max_length=256, batch_size=32, num_results=1000, search='auto')))
 
 register(PipelineSpec(
-    'dual_encoder', 'all-MiniLM-L6-v2 zero-shot through the trainable DualEncoder (precision auto: bf16 where the '
-            'hardware has it; backend torch, or openvino on a CPU), the trainers\' starting point',
-    DenseRetriever.from_dual_encoder, dict(model_name=MINILM, dim=None, search='auto', precision='auto',
-                                           backend='torch')))
+    'dual_encoder',
+    'all-MiniLM-L6-v2 zero-shot through the trainable DualEncoder (precision auto: bf16 where the '
+    'hardware has it; backend torch, or openvino on a CPU), the trainers\' starting point',
+    DenseRetriever.from_dual_encoder,
+    dict(model_name=MINILM, dim=None, search='auto', precision='auto', backend='torch')))
 
 register(PipelineSpec(
-    'distant_supervision', 'all-MiniLM-L6-v2 adapted to the collection by distant supervision (BM25 top-1 positives, '
-          'in-batch negatives); queries: corpus sentences/spans, SmolLM2-generated (roundtrip: BM25-checked), or a collection\'s topic texts',
-    functools.partial(trained_dense_retriever, method='ds'), dict(DEFAULTS['ds'], **_INFERENCE), method='ds'))
+    'distant_supervision',
+    'all-MiniLM-L6-v2 adapted to the collection by distant supervision (BM25 top-1 positives, '
+    'in-batch negatives); queries: corpus sentences/spans, SmolLM2-generated (roundtrip: '
+    'BM25-checked), or a collection\'s topic texts',
+    functools.partial(trained_dense_retriever, method='ds'),
+    dict(DEFAULTS['ds'], **_INFERENCE), method='ds'))
 
 register(PipelineSpec(
-    'query_likelihood', 'BM25 top 100 re-ranked by a generator\'s query likelihood log p(query | document) '
-             '(SmolLM2-135M-Instruct, prompted), the reconstruction scorer',
-    reconstruction_reranker, dict(model_name=SMOLLM2, gguf_file=SMOLLM2_GGUF, depth=100, normalise='mean',
-                                  max_passage_length=256, precision='auto')))
+    'query_likelihood',
+    'BM25 top 100 re-ranked by a generator\'s query likelihood log p(query | document) '
+    '(SmolLM2-135M-Instruct, prompted), the reconstruction scorer',
+    reconstruction_reranker,
+    dict(model_name=SMOLLM2, gguf_file=SMOLLM2_GGUF, depth=100, normalise='mean',
+         max_passage_length=256, precision='auto')))
 
 register(PipelineSpec(
-    'rumbart', 'all-MiniLM-L6-v2 (or its distant supervision adaptation: start=ds) adapted by RUMBArt: the top k of a stale MIPS '
-               'index re-scored by the encoder, loss -log sum_k p(z_k|x) p_gen(x|z_k) with SmolLM2 frozen as the '
-               'teacher (its scores cached); queries: corpus sentences/spans, SmolLM2-generated (roundtrip: BM25-checked), or a collection\'s topic texts',
-    functools.partial(trained_dense_retriever, method='rumbart'), dict(DEFAULTS['rumbart'], **_INFERENCE),
-    method='rumbart'))
+    'rumbart',
+    'all-MiniLM-L6-v2 (or its distant supervision adaptation: start=ds) adapted by RUMBArt: the '
+    'top k of a stale MIPS index re-scored by the encoder, loss -log sum_k p(z_k|x) p_gen(x|z_k) '
+    'with SmolLM2 frozen as the teacher (its scores cached); queries: corpus sentences/spans, '
+    'SmolLM2-generated (roundtrip: BM25-checked), or a collection\'s topic texts',
+    functools.partial(trained_dense_retriever, method='rumbart'),
+    dict(DEFAULTS['rumbart'], **_INFERENCE), method='rumbart'))
 
 register(PipelineSpec(
-    'acrobart', 'all-MiniLM-L6-v2 adapted by ACROBArT: the k passages go to SmolLM2 together, beta * p(z_j|x) '
-                'added to the attention logits from the target towards passage j',
-    functools.partial(trained_dense_retriever, method='acrobart'), dict(DEFAULTS['acrobart'], **_INFERENCE),
-    method='acrobart'))
+    'acrobart',
+    'all-MiniLM-L6-v2 adapted by ACROBArT: the k passages go to SmolLM2 together, beta * p(z_j|x) '
+    'added to the attention logits from the target towards passage j',
+    functools.partial(trained_dense_retriever, method='acrobart'),
+    dict(DEFAULTS['acrobart'], **_INFERENCE), method='acrobart'))
 
-def fused_teacher(collection: Collection, *, teacher: str, fusion_depth: int, model_name: str = MINILM,
-                  generator: str = 'smollm2', num_results: int = 1000, cache_dir=None, verbose: bool = False):
+def fused_teacher(collection: Collection, *, teacher: str, fusion_depth: int,
+                  model_name: str = MINILM, generator: str = 'smollm2', num_results: int = 1000,
+                  cache_dir=None, verbose: bool = False):
     """The distillation teacher as a retriever, with the zero-shot ``model_name`` as its student."""
-    student = DenseRetriever.from_dual_encoder(collection, model_name, cache_dir=cache_dir, verbose=verbose) \
-        if 'student' in trained.parse_teacher(teacher) else None
-    return trained.teacher_pipeline(collection, teacher, student=student, depth=fusion_depth, generator=generator,
-                                    cache_dir=cache_dir) % num_results
+    student = (DenseRetriever.from_dual_encoder(collection, model_name, cache_dir=cache_dir,
+                                                verbose=verbose)
+               if 'student' in trained.parse_teacher(teacher) else None)
+    return trained.teacher_pipeline(collection, teacher, student=student, depth=fusion_depth,
+                                    generator=generator, cache_dir=cache_dir) % num_results
 
 
 def hybrid_retriever(collection: Collection, *, bm25_weight: float = 1.0, hybrid_depth: int = 100,
                      num_results: int = 1000, cache_dir=None, verbose: bool = False, **settings):
     """The distilled dense retriever fused with BM25 at query time (per-query z-scores)."""
-    dense = trained_dense_retriever(collection, method='distill', cache_dir=cache_dir, verbose=verbose, **settings)
+    dense = trained_dense_retriever(collection, method='distill', cache_dir=cache_dir,
+                                    verbose=verbose, **settings)
     bm25 = BM25.from_collection(collection, num_results=hybrid_depth, cache_dir=cache_dir)
     return Fusion({'bm25': bm25, 'dense': dense}, weights={'bm25': bm25_weight}, depth=hybrid_depth,
                   num_results=num_results)
 
 
 register(PipelineSpec(
-    'teacher', 'the distillation teacher as a retriever: BM25 and the zero-shot student (all-MiniLM-L6-v2), each '
-               'one\'s top fusion_depth fused by per-query z-scores (teacher=2*bm25+student weights them; +gen adds '
-               'SmolLM2\'s query likelihood on the fused top 10)',
-    fused_teacher, dict(teacher=DEFAULTS['distill']['teacher'], fusion_depth=DEFAULTS['distill']['fusion_depth'],
-                        model_name=MINILM, generator='smollm2', num_results=1000)))
+    'teacher',
+    'the distillation teacher as a retriever: BM25 and the zero-shot student (all-MiniLM-L6-v2), '
+    'each one\'s top fusion_depth fused by per-query z-scores (teacher=2*bm25+student weights '
+    'them; +gen adds SmolLM2\'s query likelihood on the fused top 10)',
+    fused_teacher,
+    dict(teacher=DEFAULTS['distill']['teacher'], fusion_depth=DEFAULTS['distill']['fusion_depth'],
+         model_name=MINILM, generator='smollm2', num_results=1000)))
 
 register(PipelineSpec(
-    'distill', 'all-MiniLM-L6-v2 distilled from the teacher (BM25 + the student itself, fused), no labels: listwise '
-               'KL over the teacher\'s top depth with in-batch negatives, the query tower with passage offsets '
-               '(passages=frozen|offsets|trained), the student re-entering the teacher each '
-               'round, the best round kept by a held-out label-free verdict (verdict_share); queries: a query log '
-               '(queries=FILE: one query a line, or JSONL/CSV/TSV with qid and query; or queries=COLLECTION: its '
-               'topic texts; or queries=crossfold: the evaluated collection\'s own topic texts, two-fold), or corpus '
-               'only: written by a generator (sampled: generator=smollm2|qwen, query_style=plain|chat, '
-               'query_examples=FILE|COLLECTION shown as the style to write), corpus sentences/spans, document titles',
-    functools.partial(trained_dense_retriever, method='distill'), dict(DEFAULTS['distill'], **_INFERENCE),
-    method='distill'))
+    'distill',
+    'all-MiniLM-L6-v2 distilled from the teacher (BM25 + the student itself, fused), no labels: '
+    'listwise KL over the teacher\'s top depth with in-batch negatives, the query tower with '
+    'passage offsets (passages=frozen|offsets|trained), the student re-entering the teacher each '
+    'round, the best round kept by a held-out label-free verdict (verdict_share); queries: a '
+    'query log (queries=FILE: one query a line, or JSONL/CSV/TSV with qid and query; or '
+    'queries=COLLECTION: its topic texts; or queries=crossfold: the evaluated collection\'s own '
+    'topic texts, two-fold), or corpus only: written by a generator (sampled: '
+    'generator=smollm2|qwen, query_style=plain|chat, query_examples=FILE|COLLECTION shown as the '
+    'style to write), corpus sentences/spans, document titles',
+    functools.partial(trained_dense_retriever, method='distill'),
+    dict(DEFAULTS['distill'], **_INFERENCE), method='distill'))
 
 register(PipelineSpec(
-    'hybrid', 'the distill pipeline\'s dense retriever fused with BM25 at query time (per-query z-scores): a '
-              'reference, not label-free adaptation alone',
-    hybrid_retriever, dict(DEFAULTS['distill'], bm25_weight=1.0, hybrid_depth=100, **_INFERENCE), method='distill'))
+    'hybrid',
+    'the distill pipeline\'s dense retriever fused with BM25 at query time (per-query z-scores): '
+    'a reference, not label-free adaptation alone',
+    hybrid_retriever,
+    dict(DEFAULTS['distill'], bm25_weight=1.0, hybrid_depth=100, **_INFERENCE), method='distill'))
 
 # candidate_tokens=None: every document scored exactly (K' tokens per query token otherwise)
 _REATT_SEARCH = dict(candidate_tokens=None, nprobe=32, num_results=1000)
 
 register(PipelineSpec(
-    'reatt', 'Retrieval as Attention, zero-shot: one attention head of all-MiniLM-L6-v2 as a late-interaction '
-             'retriever (mean over query tokens of the max pre-softmax attention to document tokens) over a '
-             'token-level FAISS index',
-    reatt_retriever, dict(model_name=MINILM, **REATT_HEAD, **_REATT_SEARCH)))
+    'reatt',
+    'Retrieval as Attention, zero-shot: one attention head of all-MiniLM-L6-v2 as a '
+    'late-interaction retriever (mean over query tokens of the max pre-softmax attention to '
+    'document tokens) over a token-level FAISS index',
+    reatt_retriever,
+    dict(model_name=MINILM, **REATT_HEAD, **_REATT_SEARCH)))
 
 register(PipelineSpec(
-    'reatt_adjusted', 'ReAtt adapted by cross-document adjustment: KL from SmolLM2\'s judgement of each query\'s close '
-                      'documents (BM25\'s, then the model\'s own each iteration) to the softmax of r over them and '
-                      'the batch\'s other documents; queries: corpus sentences/spans/masked sentences, generated, or '
-                      'a collection\'s topic texts',
-    adjusted_reatt_retriever, dict(DEFAULTS['reatt'], **_REATT_SEARCH),
-    method='reatt'))
+    'reatt_adjusted',
+    'ReAtt adapted by cross-document adjustment: KL from SmolLM2\'s judgement of each query\'s '
+    'close documents (BM25\'s, then the model\'s own each iteration) to the softmax of r over '
+    'them and the batch\'s other documents; queries: corpus sentences/spans/masked sentences, '
+    'generated, or a collection\'s topic texts',
+    adjusted_reatt_retriever,
+    dict(DEFAULTS['reatt'], **_REATT_SEARCH), method='reatt'))

@@ -30,8 +30,8 @@ from pyterrier_selfsup.training.settings import MethodSettings, parse_teacher
 logger = logging.getLogger(__name__)
 
 RATES_FILE = 'stage-rates.json'
-TRAINERS = {'ds': DistantSupervision, 'rumbart': Rumbart, 'acrobart': Acrobart, 'distill': Distillation,
-            'reatt': CrossDocumentAdjustment}
+TRAINERS = {'ds': DistantSupervision, 'rumbart': Rumbart, 'acrobart': Acrobart,
+            'distill': Distillation, 'reatt': CrossDocumentAdjustment}
 
 
 @dataclass
@@ -48,7 +48,8 @@ def _steps(n: float, batch: int, epochs: int, accumulation: int = 1) -> int:
     return math.ceil(math.ceil(n / batch) * epochs / accumulation)
 
 
-def stages(collection: Collection, method: str, s: MethodSettings, writes_queries: bool) -> List[Planned]:
+def stages(collection: Collection, method: str, s: MethodSettings,
+           writes_queries: bool) -> List[Planned]:
     """The stages of training ``method`` on ``collection`` with the settings object ``s``
     (``writes_queries``: whether a generator writes the training queries), at most: a stage
     whose result is in the cache already (queries written, an index built) is skipped when it
@@ -74,25 +75,31 @@ def stages(collection: Collection, method: str, s: MethodSettings, writes_querie
     elif method == 'distill':
         out.append(Planned('BM25 index', docs, 'doc', 'unless built before'))
         if s.passages == 'trained':
-            # a passage side that trains: the start index, then one afresh for each later round whose teacher
-            # or verdict reads the student, and one for the last verdict (Distillation.on_epoch_start, judge)
+            # a passage side that trains: the start index, then one afresh for each later round
+            # whose teacher or verdict reads the student, and one for the last verdict
+            # (Distillation.on_epoch_start, judge)
             reads = 'student' in parse_teacher(s.teacher)
             verdict = s.verdict_share > 0
             fresh = (s.rounds - 1) * (reads or verdict) + verdict
             out.append(Planned('encoding documents', docs * (1 + fresh), 'doc',
-                               f"the student's start index (unless built before) and {fresh} afresh"))
+                               "the student's start index (unless built before) "
+                               f"and {fresh} afresh"))
         else:
-            out.append(Planned('encoding documents', docs, 'doc', "the student's index, unless built before"))
+            out.append(Planned('encoding documents', docs, 'doc',
+                               "the student's index, unless built before"))
         out.append(Planned('teacher rankings', queries * s.rounds, 'query', 'once a round'))
-        out.append(Planned(steps_name, _steps(queries * (1 - s.verdict_share), s.batch_size, s.rounds), 'step'))
+        out.append(Planned(
+            steps_name, _steps(queries * (1 - s.verdict_share), s.batch_size, s.rounds), 'step'))
     elif method == 'reatt':
-        out.append(Planned('ReAtt token index', docs * s.epochs, 'doc', 'a token index an iteration'))
+        out.append(Planned('ReAtt token index', docs * s.epochs, 'doc',
+                           'a token index an iteration'))
         if s.epochs > 1:  # (the first iteration's close documents are BM25's)
             out.append(Planned('ReAtt search', queries * (s.epochs - 1), 'query',
                                "the model's close documents, each iteration after the first"))
         if s.target == 'likelihood':  # (the attention target reads the close documents in the step)
             out.append(Planned('generator scoring', queries * s.k * s.epochs, 'pair',
-                               "each iteration's close documents; a pair scored before is in the cache"))
+                               "each iteration's close documents; "
+                               "a pair scored before is in the cache"))
         out.append(Planned(steps_name, _steps(queries, s.batch_size, s.epochs), 'step'))
     return out
 
@@ -104,7 +111,8 @@ def resuming(planned: List[Planned], step: int) -> List[Planned]:
     if step:
         for p in planned:
             if p.unit == 'step':
-                p.size, p.note = max(0, p.size - step), f'resuming after step {step:,} of {p.size:,}'
+                p.size, p.note = (max(0, p.size - step),
+                                  f'resuming after step {step:,} of {p.size:,}')
     return planned
 
 
@@ -160,13 +168,15 @@ def learn(stages_done: Dict[str, Stage], context: dict, cache_dir=None):
     mine = every.setdefault(machine(), {})
     for desc, stage in stages_done.items():
         if stage.seconds >= 1 and stage.done > 0:
-            mine[rate_key(desc, stage.unit, context)] = {'rate': stage.done / stage.seconds, 'unit': stage.unit,
-                          'measured': time.strftime('%Y-%m-%d', time.gmtime())}
+            mine[rate_key(desc, stage.unit, context)] = {
+                'rate': stage.done / stage.seconds, 'unit': stage.unit,
+                'measured': time.strftime('%Y-%m-%d', time.gmtime())}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with written_whole(path, 'the stage rates') as partial:
             partial.write_text(json.dumps(every, indent=1, sort_keys=True))
-    except Exception as e:  # (a read-only cache: the next plan has no estimate, the run is not lost)
+    except Exception as e:
+        # (a read-only cache: the next plan has no estimate, the run is not lost)
         logger.warning('could not keep the stage rates in %s: %s', path, e)
 
 
@@ -182,7 +192,8 @@ def plan_lines(what: str, planned: List[Planned]) -> List[str]:
     lines = [f'plan: {what}']
     for p in planned:
         size = counted(round(p.size), p.unit)
-        took = f'about {_duration(p.seconds)}' if p.seconds is not None else 'not run on this machine yet'
+        took = (f'about {_duration(p.seconds)}' if p.seconds is not None
+                else 'not run on this machine yet')
         lines.append(f'  {p.desc}: {size}, {took}' + (f' ({p.note})' if p.note else ''))
     known = [p.seconds for p in planned if p.seconds is not None]
     unknown = len(planned) - len(known)
@@ -191,7 +202,8 @@ def plan_lines(what: str, planned: List[Planned]) -> List[str]:
                      (f', and {unknown} stage(s) this machine has not timed' if unknown else '') +
                      ' (rates measured here before; a stage whose result is cached takes none)')
     else:
-        lines.append('  in all: no stage has run on this machine before; each says its time left as it goes')
+        lines.append('  in all: no stage has run on this machine before; '
+                     'each says its time left as it goes')
     return lines
 
 
@@ -201,9 +213,11 @@ def times_lines(done: Dict[str, Stage], total_seconds: float) -> List[str]:
     lines = ['stage times:']
     for stage in done.values():
         rate = rate_text(stage.done, stage.seconds, stage.unit)
-        lines.append(f'  {stage.desc}: {counted(round(stage.done), stage.unit)} in {_duration(stage.seconds)}' +
+        lines.append(f'  {stage.desc}: {counted(round(stage.done), stage.unit)} in '
+                     f'{_duration(stage.seconds)}' +
                      (f' ({rate})' if rate else '') +
-                     (f'; the peak memory rose to {stage.peak_gib:.2f} GiB' if stage.peak_gib is not None else ''))
+                     (f'; the peak memory rose to {stage.peak_gib:.2f} GiB'
+                      if stage.peak_gib is not None else ''))
     lines.append(f'  in all: {_duration(total_seconds)}')
     return lines
 
@@ -211,6 +225,7 @@ def times_lines(done: Dict[str, Stage], total_seconds: float) -> List[str]:
 def log_records(planned: List[Planned], done: Dict[str, Stage], total_seconds: float) -> List[dict]:
     """The plan and the stage times as training-log records."""
     return ([{'plan': [asdict(p) for p in planned]}] +
-            [{'stage': s.desc, 'done': s.done, 'unit': s.unit, 'seconds': s.seconds, 'peak raised to GiB': s.peak_gib}
+            [{'stage': s.desc, 'done': s.done, 'unit': s.unit, 'seconds': s.seconds,
+              'peak raised to GiB': s.peak_gib}
              for s in done.values()] +
             [{'stage': 'in all', 'seconds': total_seconds}])

@@ -64,7 +64,8 @@ def shared_settings(names: Sequence[str]) -> str:
         if len(group) > 1 or group[0]:
             common = {k: v for k, v in group[0].items() if all(g.get(k) == v for g in group)}
             if common:
-                out.append(f'{base}: ' + ', '.join(f'{k}={_short_value(v)}' for k, v in common.items()))
+                out.append(f'{base}: ' + ', '.join(f'{k}={_short_value(v)}'
+                                                   for k, v in common.items()))
     return '; '.join(out)
 
 
@@ -90,7 +91,8 @@ def confidence_interval(values: np.ndarray) -> float:
     return float(t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values)))
 
 
-def plot_results(table: pd.DataFrame, path, *, dpi: int = 120, header: Sequence[str] = (), **kwargs):
+def plot_results(table: pd.DataFrame, path, *, dpi: int = 120, header: Sequence[str] = (),
+                 **kwargs):
     """:func:`results_figure` written to ``path``: ``header`` (provenance, ``key: value``
     lines) in its metadata, and its :data:`FOOTER_KEYS` lines under the figure."""
     import matplotlib.pyplot as plt
@@ -102,7 +104,8 @@ def plot_results(table: pd.DataFrame, path, *, dpi: int = 120, header: Sequence[
 
 
 def results_figure(table: pd.DataFrame, *, measure: str = 'nDCG@10', title: str = '',
-                   per_query: Optional[pd.DataFrame] = None, footer: Sequence[str] = (), columns: int = 3):
+                   per_query: Optional[pd.DataFrame] = None, footer: Sequence[str] = (),
+                   columns: int = 3):
     """The figure of an experiment's ``table`` (columns ``collection``, ``name``, ``measure``
     and, for the rows after each collection's first (the baseline), ``<measure> reject``):
     a panel per collection, ``columns`` panels a row.
@@ -124,10 +127,11 @@ def results_figure(table: pd.DataFrame, *, measure: str = 'nDCG@10', title: str 
     panel_rows = -(-len(collections) // columns)
     step = 2 if wins else 1  # grid rows a row of panels takes: the panels (and their strips)
     grid_rows = panel_rows * step
-    heights = [row_height * len(keys) + 0.9, row_height * (len(names) - 1) + 0.9] * panel_rows if wins else \
-        [row_height * len(keys) + 0.9] * panel_rows
+    heights = ([row_height * len(keys) + 0.9, row_height * (len(names) - 1) + 0.9] * panel_rows
+               if wins else [row_height * len(keys) + 0.9] * panel_rows)
     width = 2.4 + 3.3 * columns
-    legend = ['dashed: the baseline (first), (±x): the difference from it (seeds: the smallest and largest)',
+    legend = ['dashed: the baseline (first), (±x): the difference from it '
+              '(seeds: the smallest and largest)',
               'value axes span the data, not 0..1',
               '▲/▼: significant against the baseline (the table\'s corrected test)']
     if per_query is not None:
@@ -135,9 +139,12 @@ def results_figure(table: pd.DataFrame, *, measure: str = 'nDCG@10', title: str 
     if seeded:
         legend.append('rings: seeds, dot: their mean')
     line = int(width * 18)  # monospace characters a footer line holds (6 pt: 20 an inch)
-    footer_lines = textwrap.wrap('; '.join(legend), line) + [textwrap.shorten(f, line) for f in footer]
-    fig, axes = plt.subplots(grid_rows, columns, figsize=(width, sum(heights) + 1.2 + 0.12 * len(footer_lines)),
-                             squeeze=False, layout='constrained', gridspec_kw={'height_ratios': heights})
+    footer_lines = (textwrap.wrap('; '.join(legend), line) +
+                    [textwrap.shorten(f, line) for f in footer])
+    fig, axes = plt.subplots(grid_rows, columns,
+                             figsize=(width, sum(heights) + 1.2 + 0.12 * len(footer_lines)),
+                             squeeze=False, layout='constrained',
+                             gridspec_kw={'height_ratios': heights})
     placed = []  # (axes, its value labels)
     for c, collection in enumerate(collections):
         row, column = divmod(c, columns)
@@ -151,7 +158,8 @@ def results_figure(table: pd.DataFrame, *, measure: str = 'nDCG@10', title: str 
             dots.append(values if len(values) > 1 else [])
             error = 0.0
             if per_query is not None and members:  # seeds: the interval of their per-query mean
-                scores = per_query[(per_query['collection'] == collection) & per_query['name'].isin(members)]
+                scores = per_query[(per_query['collection'] == collection) &
+                                   per_query['name'].isin(members)]
                 error = confidence_interval(scores.groupby('qid')[measure].mean().to_numpy())
             errors.append(error)
             marks.append(any(bool(rows.loc[m, f'{measure} reject']) for m in members
@@ -161,7 +169,8 @@ def results_figure(table: pd.DataFrame, *, measure: str = 'nDCG@10', title: str 
         ax.axvline(base_value, color='0.45', ls='--', lw=0.9)
         for yi, m, e, vals, key in zip(y, means, errors, dots, keys):
             colour = '0.45' if key == keys[0] else 'C0'
-            ax.plot([base_value, m], [yi, yi], color=colour, lw=2, alpha=0.35)  # the difference from the baseline
+            # the difference from the baseline
+            ax.plot([base_value, m], [yi, yi], color=colour, lw=2, alpha=0.35)
             ax.errorbar([m], [yi], xerr=[e] if e else None, fmt='o', color=colour, ms=6, capsize=3)
             if vals:
                 ax.plot(vals, [yi] * len(vals), 'o', mfc='none', mec='k', ms=4, zorder=3)
@@ -173,11 +182,13 @@ def results_figure(table: pd.DataFrame, *, measure: str = 'nDCG@10', title: str 
         for k, (yi, m, e, mark, vals) in enumerate(zip(y, means, errors, marks, dots)):
             text = f'{m:.3f}' + ((' ▲' if m > base_value else ' ▼') if mark else '') \
                 + (f'\n({m - base_value:+.3f})' if k else '') \
-                + (f'\nseeds {min(vals) - base_value:+.3f} to {max(vals) - base_value:+.3f}' if k and vals else '')
+                + (f'\nseeds {min(vals) - base_value:+.3f} to {max(vals) - base_value:+.3f}'
+                   if k and vals else '')
             left = m < base_value  # on the side away from the baseline's line
             anchor = min([m - e] + vals) if left else max([m + e] + vals)
-            labels.append(ax.annotate(text, (anchor, yi), xytext=(-4 if left else 4, 0), textcoords='offset points',
-                                      va='center', ha='right' if left else 'left', fontsize=7, linespacing=1.1))
+            labels.append(ax.annotate(text, (anchor, yi), xytext=(-4 if left else 4, 0),
+                                      textcoords='offset points', va='center',
+                                      ha='right' if left else 'left', fontsize=7, linespacing=1.1))
         placed.append((ax, labels))
         ax.set_ylim(-0.6, len(keys) - 0.4)
         ax.set_yticks(y, wrapped if column == 0 else [''] * len(y), fontsize=8)
@@ -185,13 +196,15 @@ def results_figure(table: pd.DataFrame, *, measure: str = 'nDCG@10', title: str 
         ax.set_xlabel(measure, fontsize=8)
         ax.tick_params(axis='x', labelsize=7)
         if wins:
-            _win_tie_loss(axes[row * step + 1][column], per_query, collection, names, measure, first=column == 0)
+            _win_tie_loss(axes[row * step + 1][column], per_query, collection, names, measure,
+                          first=column == 0)
     for extra in range(len(collections), panel_rows * columns):  # empty cells of the last row
         row, column = divmod(extra, columns)
         for r in range(step):
             axes[row * step + r][column].set_visible(False)
     shared = shared_settings(names)
-    fig.suptitle('\n'.join(textwrap.wrap(title + (f' ({shared})' if shared else ''), int(width * 13))), fontsize=9)
+    fig.suptitle('\n'.join(textwrap.wrap(title + (f' ({shared})' if shared else ''),
+                                         int(width * 13))), fontsize=9)
     fig.supxlabel('\n'.join(footer_lines), fontsize=6, family='monospace', ha='left', x=0.005)
     _fit_labels(fig, placed)
     return fig
@@ -224,7 +237,8 @@ def _fit_labels(fig, placed, pad: float = 0.02):
 
 def _win_tie_loss(ax, per_query, collection, names, measure, first):
     """Per pipeline but the baseline, the share of queries above / equal to / below it."""
-    frame = per_query[per_query['collection'] == collection].pivot_table(index='qid', columns='name', values=measure)
+    frame = (per_query[per_query['collection'] == collection]
+             .pivot_table(index='qid', columns='name', values=measure))
     base = frame[names[0]]
     labels = _wrapped_labels(names)[1:] if first else None
     names = names[1:]
@@ -246,12 +260,13 @@ def _win_tie_loss(ax, per_query, collection, names, measure, first):
 
 
 # what a method's marker records mean, for the curve's legend
-MARKER_LABELS = {'refresh seconds': 'index refreshed', 'retrieval seconds': 'close documents re-retrieved',
+MARKER_LABELS = {'refresh seconds': 'index refreshed',
+                 'retrieval seconds': 'close documents re-retrieved',
                  'round': 'teacher round starts'}
 
 
-def plot_training_curve(log: List[Dict], path: Path, title: str = '', *, key: str = 'loss', ylabel: str = 'loss',
-                        marker: Optional[str] = None, subtitle: str = ''):
+def plot_training_curve(log: List[Dict], path: Path, title: str = '', *, key: str = 'loss',
+                        ylabel: str = 'loss', marker: Optional[str] = None, subtitle: str = ''):
     """``key`` of the log per optimiser step (and a running mean), a vertical line at each
     record that has ``marker``, and validation nDCG@10 where the log has it; ``subtitle``:
     the run's settings, wrapped under the title."""
@@ -265,10 +280,12 @@ def plot_training_curve(log: List[Dict], path: Path, title: str = '', *, key: st
     ax.plot(steps, losses, alpha=0.35, label=f'{ylabel}, each step')
     if len(losses) >= 10:
         w = max(5, len(losses) // 20)
-        ax.plot(steps[w - 1:], np.convolve(losses, np.ones(w) / w, mode='valid'), label=f'mean of {w} steps')
+        ax.plot(steps[w - 1:], np.convolve(losses, np.ones(w) / w, mode='valid'),
+                label=f'mean of {w} steps')
     marked = [r['step'] for r in log if marker is not None and marker in r]
     for i, step in enumerate(marked):
-        ax.axvline(step, color='grey', lw=0.6, ls=':', label=MARKER_LABELS.get(marker, marker) if i == 0 else None)
+        ax.axvline(step, color='grey', lw=0.6, ls=':',
+                   label=MARKER_LABELS.get(marker, marker) if i == 0 else None)
     ax.set_xlabel('optimiser step')
     ax.set_ylabel(ylabel)
     handles, labels = ax.get_legend_handles_labels()
@@ -281,6 +298,7 @@ def plot_training_curve(log: List[Dict], path: Path, title: str = '', *, key: st
         handles, labels = handles + more_handles, labels + more_labels
     ax.set_title('\n'.join([title] + textwrap.wrap(subtitle, 90)), fontsize=10)
     # below the axes, so that it never covers the curve
-    fig.legend(handles, labels, loc='outside lower center', ncol=min(4, len(labels)), fontsize=8, frameon=False)
+    fig.legend(handles, labels, loc='outside lower center', ncol=min(4, len(labels)), fontsize=8,
+               frameon=False)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -13,9 +13,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
-PACKAGES = ('pyterrier-selfsup', 'torch', 'transformers', 'sentence-transformers', 'pyterrier', 'python-terrier',
-            'pyterrier-pisa', 'pyterrier-dr', 'faiss-cpu', 'faiss-gpu-cu12', 'ir-datasets', 'ir-measures',
-            'numpy', 'pandas')
+PACKAGES = ('pyterrier-selfsup', 'torch', 'transformers', 'sentence-transformers', 'pyterrier',
+            'python-terrier', 'pyterrier-pisa', 'pyterrier-dr', 'faiss-cpu', 'faiss-gpu-cu12',
+            'ir-datasets', 'ir-measures', 'numpy', 'pandas')
 
 
 # the instruction sets that decide CPU speed here: bf16 is fast with AVX512-BF16/AMX and
@@ -27,7 +27,8 @@ def cpu_flags() -> str:
     """Which of :data:`CPU_FLAGS` the CPU has ('unknown' off Linux)."""
     try:
         with open('/proc/cpuinfo') as fh:
-            flags = set(next(line.split(':', 1)[1].split() for line in fh if line.startswith('flags')))
+            flags = set(next(line.split(':', 1)[1].split() for line in fh
+                             if line.startswith('flags')))
     except (OSError, StopIteration):
         return 'unknown'
     return ' '.join(f for f in CPU_FLAGS if f in flags) or 'none of ' + ' '.join(CPU_FLAGS)
@@ -37,7 +38,8 @@ def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
         with open('/proc/cpuinfo') as fh:
-            cpu = next(line.split(':', 1)[1].strip() for line in fh if line.startswith('model name'))
+            cpu = next(line.split(':', 1)[1].strip() for line in fh
+                       if line.startswith('model name'))
     except (OSError, StopIteration):
         pass
     cpu += f' ({cpu_flags()})'
@@ -76,8 +78,8 @@ def code_revision() -> str:
         return told
     here = Path(__file__).resolve().parent
     try:
-        commit = subprocess.run(['git', 'rev-parse', '--short=12', 'HEAD'], cwd=here, capture_output=True,
-                                text=True, check=True).stdout.strip()
+        commit = subprocess.run(['git', 'rev-parse', '--short=12', 'HEAD'], cwd=here,
+                                capture_output=True, text=True, check=True).stdout.strip()
         dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'], cwd=here,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
@@ -109,7 +111,8 @@ def model_revision(name: str) -> str:
 def header(command: Optional[str] = None) -> Dict[str, str]:
     return {
         'date': datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'),
-        'command': command or ' '.join(shlex.quote(a) for a in [Path(sys.argv[0]).name] + sys.argv[1:]),
+        'command': command or ' '.join(shlex.quote(a)
+                                       for a in [Path(sys.argv[0]).name] + sys.argv[1:]),
         'code': f'pyterrier-selfsup {CODE_AT_IMPORT}',
         'machine': machine(),
         'load': load(),
@@ -121,14 +124,16 @@ def load() -> str:
     """How busy the machine is (a header's: as the run began): timings taken beside another job
     are slower; on 2 cores, one heavy job alone reads about 2."""
     one, five, _ = os.getloadavg()
-    return f'{one:.1f} (1-minute average), {five:.1f} (5-minute), on {len(os.sched_getaffinity(0))} cores'
+    return (f'{one:.1f} (1-minute average), {five:.1f} (5-minute), '
+            f'on {len(os.sched_getaffinity(0))} cores')
 
 
 @dataclass(frozen=True)
 class Measured:
     """A child process's exit code, its own peak resident memory and its wall time."""
     rc: int
-    peak_gib: float  # wait4's ru_maxrss: the child's own peak, or a descendant's it waited for where larger
+    # wait4's ru_maxrss: the child's own peak, or a descendant's it waited for where larger
+    peak_gib: float
     seconds: float
 
 
@@ -153,7 +158,8 @@ with open(sys.argv[1], 'w') as out:
 """
 
 
-def run_measured(command: Sequence[str], *, env: Optional[Dict[str, str]] = None, cwd=None, log=None) -> Measured:
+def run_measured(command: Sequence[str], *, env: Optional[Dict[str, str]] = None, cwd=None,
+                 log=None) -> Measured:
     """``command`` run as a child process (both output streams to the file object ``log``, or
     inherited) and measured: the memory experiments' one way of taking a run's peak resident
     memory, its own (``wait4``'s ``ru_maxrss``, taken by a small process that starts it, so that
@@ -162,9 +168,11 @@ def run_measured(command: Sequence[str], *, env: Optional[Dict[str, str]] = None
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as work:
         said = Path(work) / 'measured'
-        # (-I: nothing in ``cwd`` or the environment shadows the standard modules it imports; -S: no site packages)
-        proc = subprocess.Popen([sys.executable, '-I', '-S', '-c', _MEASURING, str(said), *command], env=env,
-                                cwd=cwd, stdout=log, stderr=subprocess.STDOUT if log is not None else None)
+        # (-I: nothing in ``cwd`` or the environment shadows the standard modules it imports;
+        # -S: no site packages)
+        proc = subprocess.Popen([sys.executable, '-I', '-S', '-c', _MEASURING, str(said), *command],
+                                env=env, cwd=cwd, stdout=log,
+                                stderr=subprocess.STDOUT if log is not None else None)
         try:
             proc.wait()
         except BaseException:

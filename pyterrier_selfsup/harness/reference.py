@@ -9,7 +9,8 @@ from typing import List, Optional
 from pyterrier_selfsup.context import ENVIRONMENT
 from pyterrier_selfsup.training.settings import GROUPS, SETTINGS
 
-KEY_NOTE = {'yes': '', 'changed': ' (in the model key only where changed)', 'no': ' (not in the model key)'}
+KEY_NOTE = {'yes': '', 'changed': ' (in the model key only where changed)',
+            'no': ' (not in the model key)'}
 
 
 def shown(value) -> str:
@@ -20,16 +21,19 @@ def settings_lines(method: str) -> List[str]:
     """``method``'s settings as text: a line each, ``name=default  help``."""
     cls = SETTINGS[method]
     width = min(28, max(len(f"{f.name}={shown(f.default)}") for f in cls.fields()))
-    return [f'  {f"{f.name}={shown(f.default)}":{width}}  {f.metadata["help"]}' for f in cls.fields()]
+    return [f'  {f"{f.name}={shown(f.default)}":{width}}  {f.metadata["help"]}'
+            for f in cls.fields()]
 
 
 def method_section(method: str, cls: type) -> List[str]:
-    lines = [f'## `{method}`: {cls.__name__}', '', (cls.__doc__ or '').strip().splitlines()[0], '']
+    summary = ' '.join((cls.__doc__ or '').strip().split('\n\n')[0].split())  # its first paragraph
+    lines = [f'## `{method}`: {cls.__name__}', '', summary, '']
     for group in GROUPS:
         fields = [f for f in cls.fields() if f.metadata['group'] == group]
         if not fields:
             continue
-        lines += [f'**{group.capitalize()}**', '', '| setting | default | what it does |', '|---|---|---|']
+        lines += [f'**{group.capitalize()}**', '', '| setting | default | what it does |',
+                  '|---|---|---|']
         for f in fields:
             choices = f.metadata.get('choices')
             more = f' One of: {", ".join(map(str, choices))}.' if choices else ''
@@ -37,7 +41,8 @@ def method_section(method: str, cls: type) -> List[str]:
                          f'{KEY_NOTE[f.metadata["key"]]} |')
         lines.append('')
     if cls.aliases or cls.former:
-        old = [f'`{a}` (now `{b}`)' for a, b in cls.aliases.items()] + [f'`{a}`' for a in cls.former]
+        old = ([f'`{a}` (now `{b}`)' for a, b in cls.aliases.items()] +
+               [f'`{a}`' for a in cls.former])
         lines += [f'Old names still accepted: {", ".join(old)}.', '']
     return lines
 
@@ -45,13 +50,14 @@ def method_section(method: str, cls: type) -> List[str]:
 def markdown(methods: Optional[List[str]] = None) -> str:
     """The settings reference as a Markdown page."""
     lines = ['# Settings reference', '',
-             'Every training method\'s settings, with their defaults, as `selfsup settings --markdown` '
-             'writes them from the settings classes (`pyterrier_selfsup/training/settings.py`). '
+             'Every training method\'s settings, with their defaults, as '
+             '`selfsup settings --markdown` writes them from the settings classes '
+             '(`pyterrier_selfsup/training/settings.py`). '
              'Change one on the command line as `PIPELINE:name=value` '
              '(`selfsup train "distill:rounds=3" -c classic/adi`), or in Python as '
              '`DistillationSettings(rounds=3)`.', '',
-             'A setting enters the cache key of a trained model unless its row says otherwise, so a '
-             'model is trained again whenever such a setting changes.', '']
+             'A setting enters the cache key of a trained model unless its row says otherwise, '
+             'so a model is trained again whenever such a setting changes.', '']
     for method in methods or list(SETTINGS):
         lines += method_section(method, SETTINGS[method])
     if not methods:

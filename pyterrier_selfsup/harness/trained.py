@@ -23,8 +23,9 @@ from pyterrier_selfsup._cache import build_once, cache_key, cache_root
 from pyterrier_selfsup._distributed import distributed
 from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
 from pyterrier_selfsup.data.local import content_hash
-from pyterrier_selfsup.data.queries import (MASK, SAMPLING, corpus_sentences, cropped_spans, document_titles,
-                                            generated_queries, given_topics, masked_spans, other_folds, query_log,
+from pyterrier_selfsup.data.queries import (MASK, SAMPLING, corpus_sentences, cropped_spans,
+                                            document_titles, generated_queries, given_topics,
+                                            masked_spans, other_folds, query_log,
                                             round_trip_queries, sampled_queries)
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.models.generator import MAX_PASSAGE_LENGTH, Generator, load_generator
@@ -41,13 +42,15 @@ from pyterrier_selfsup.training.distill import Distillation
 from pyterrier_selfsup.progress import stage_times
 from pyterrier_selfsup.training.loop import Trainer, checkpoint_step, fit_resumably, resume_point
 from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart
-from pyterrier_selfsup.training.settings import (GENERATED, QUERY_SOURCES, SETTINGS, CrossDocumentAdjustmentSettings,
-                                                 DistantSupervisionSettings, DistillationSettings, MethodSettings,
-                                                 ReconstructionSettings, parse_teacher)
+from pyterrier_selfsup.training.settings import (GENERATED, QUERY_SOURCES, SETTINGS,
+                                                 CrossDocumentAdjustmentSettings,
+                                                 DistantSupervisionSettings, DistillationSettings,
+                                                 MethodSettings, ReconstructionSettings,
+                                                 parse_teacher)
 from pyterrier_selfsup.context import RunContext
 
-SEARCH_SETTINGS = frozenset({'num_results', 'candidate_tokens', 'nprobe', 'rescore', 'bm25_weight', 'hybrid_depth',
-                             'search', 'backend'})
+SEARCH_SETTINGS = frozenset({'num_results', 'candidate_tokens', 'nprobe', 'rescore', 'bm25_weight',
+                             'hybrid_depth', 'search', 'backend'})
 ROUND_TRIP_DEPTH = 10
 # queries=crossfold: the collection's own topic texts, in this many folds; the model that answers a
 # fold's queries is trained on the other folds' texts (its setting ``fold``: the fold it answers)
@@ -77,9 +80,11 @@ def typed_settings(method: str, settings: dict) -> MethodSettings:
 def training_settings(method: str, settings: dict) -> dict:
     """Every setting ``method`` trains with, as a dict: the settings object's fields, and
     ``fold`` for a model of a cross-fold pipeline."""
-    fold = {'fold': settings['fold']} if 'fold' in settings and settings.get('queries') == 'crossfold' else {}
+    fold = ({'fold': settings['fold']}
+            if 'fold' in settings and settings.get('queries') == 'crossfold' else {})
     if 'fold' in settings and not fold:
-        raise ValueError(f'{method} has no setting fold (only queries=crossfold trains one model a fold)')
+        raise ValueError(f'{method} has no setting fold '
+                         '(only queries=crossfold trains one model a fold)')
     return {**typed_settings(method, settings).asdict(), **fold}
 
 
@@ -96,7 +101,8 @@ def model_dir(collection: Collection, method: str, settings: dict, cache_dir=Non
     for name in ('queries', 'query_examples'):  # a query log: its contents, wherever it lies
         if query_file(key.get(name)):
             key[name] = f'file-{content_hash(key[name])}'
-    if key.get('queries') == 'sampled':  # models trained on an earlier writer's queries are not found
+    if key.get('queries') == 'sampled':
+        # models trained on an earlier writer's queries are not found
         key['query writer'] = WRITER_VERSION
     if method != 'distill' and key.get('queries') in ('sentences', 'spans'):
         # a corpus with fewer documents than n_queries gives several sentences a document: the key
@@ -126,31 +132,36 @@ def train(collection: Union[str, Collection], method: str, settings: dict, *, ca
         planned = plan.estimate(plan.resuming(stages, at), plan.known_rates(cache_dir), context)
         if said:
             docs = collection.docs_count
-            for line in plan.plan_lines(f'{method} on {collection.name}' + (f' ({docs:,} documents)' if docs else ''),
-                                        planned):
+            for line in plan.plan_lines(f'{method} on {collection.name}' +
+                                        (f' ({docs:,} documents)' if docs else ''), planned):
                 logger.info(line)
-        run = RunContext(output_dir=staging, cache_dir=cache_dir, verbose=verbose, keep_checkpoints=1,
-                         draw_curve=plot_training_curve)
+        run = RunContext(output_dir=staging, cache_dir=cache_dir, verbose=verbose,
+                         keep_checkpoints=1, draw_curve=plot_training_curve)
         trainer, topics = METHODS[method](collection, s, run, fold=fold)
         if said and len(topics) < s.n_queries:  # (a corpus with fewer sentences than asked for)
             known = s.replace(n_queries=len(topics))
-            replanned = [p for p in plan.estimate(plan.resuming(plan.stages(collection, method, known, False), at),
-                                                  plan.known_rates(cache_dir), context) if p.desc != 'writing queries']
-            for line in plan.plan_lines(f'{len(topics):,} training queries, not {s.n_queries:,}', replanned):
+            replanned = [p for p in plan.estimate(
+                plan.resuming(plan.stages(collection, method, known, False), at),
+                plan.known_rates(cache_dir), context) if p.desc != 'writing queries']
+            for line in plan.plan_lines(f'{len(topics):,} training queries, not {s.n_queries:,}',
+                                        replanned):
                 logger.info(line)
         fit_resumably(trainer, topics)
-        if said:  # what each stage took, said, kept in the training log, and learnt for the next plan
+        # what each stage took, said, kept in the training log, and learnt for the next plan
+        if said:
             done, seconds = stage_times(before), time.time() - started
             for line in plan.times_lines(done, seconds):
                 logger.info(line)
             with open(staging / 'training_log.jsonl', 'a') as log:
-                log.writelines(json.dumps(r) + '\n' for r in plan.log_records(planned, done, seconds))
+                log.writelines(json.dumps(r) + '\n'
+                               for r in plan.log_records(planned, done, seconds))
             plan.learn(done, context, cache_dir)
 
     # under torch.distributed (torchrun) every process trains, together; a damaged model is
     # not retrained on its own (hours of work): the error says how
-    return build_once(model_dir(collection, method, settings, cache_dir), build, resumable=True, collective=True,
-                      what=f'the {method} model trained on {collection.name}', on_damage='raise') / 'final'
+    return build_once(model_dir(collection, method, settings, cache_dir), build, resumable=True,
+                      collective=True, what=f'the {method} model trained on {collection.name}',
+                      on_damage='raise') / 'final'
 
 
 def at_most(topics: pd.DataFrame, n: int, seed: int = 0) -> pd.DataFrame:
@@ -204,7 +215,8 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
         return masked_spans(collection, n_queries, seed=seed, mask=mask)
     if queries == 'crossfold':
         if fold is None:
-            raise ValueError('queries=crossfold trains one model a fold: which fold it answers (fold=) is missing')
+            raise ValueError('queries=crossfold trains one model a fold: which fold it answers '
+                             '(fold=) is missing')
         return at_most(other_folds(collection.topics(), fold, CROSS_FOLDS), n_queries, seed)
     if query_file(queries):
         return at_most(query_log(queries), n_queries, seed)
@@ -212,8 +224,9 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
         try:
             return at_most(given_topics(Collection(queries).topics()), n_queries, seed)
         except UnknownCollectionError as error:
-            raise UnknownCollectionError(f'queries={queries!r} is neither a source ({", ".join(QUERY_SOURCES)}), a '
-                                         f'file of query texts, nor a collection: {error}') from None
+            raise UnknownCollectionError(f'queries={queries!r} is neither a source '
+                                         f'({", ".join(QUERY_SOURCES)}), a file of query texts, '
+                                         f'nor a collection: {error}') from None
     if generator is None:
         raise ValueError(f'queries={queries!r} needs a generator')
     if isinstance(generator, str):
@@ -226,22 +239,25 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
         settings['writer'] = QueryWriter(generator, style=style, examples=shown, seed=seed).config()
     if queries == 'roundtrip':
         settings['check'] = f'bm25 top {ROUND_TRIP_DEPTH}'
-    path = cache_root(cache_dir) / 'queries' / cache_key(f'{collection.corpus_id}.{queries}', settings)
+    path = (cache_root(cache_dir) / 'queries' /
+            cache_key(f'{collection.corpus_id}.{queries}', settings))
 
     def write(staging: Path):
         staging.mkdir(parents=True)
         if queries == 'generated':
             topics = generated_queries(collection, generator, n_queries, seed=seed)
         elif queries == 'sampled':
-            topics = sampled_queries(collection, generator, n_queries, seed=seed, style=style, examples=shown,
-                                     **SAMPLING)
+            topics = sampled_queries(collection, generator, n_queries, seed=seed, style=style,
+                                     examples=shown, **SAMPLING)
         else:
             bm25 = BM25.from_collection(collection, cache_dir=cache_dir) % ROUND_TRIP_DEPTH
-            topics = round_trip_queries(collection, generator, n_queries, bm25, depth=ROUND_TRIP_DEPTH, seed=seed)
+            topics = round_trip_queries(collection, generator, n_queries, bm25,
+                                        depth=ROUND_TRIP_DEPTH, seed=seed)
         topics.to_json(staging / 'topics.jsonl', orient='records', lines=True)
 
     built = build_once(path, write, what=f'the {queries} training queries of {collection.name}',
-                       check=lambda built: _topics_damage(built / 'topics.jsonl'), on_damage='set aside')
+                       check=lambda built: _topics_damage(built / 'topics.jsonl'),
+                       on_damage='set aside')
     return _read_topics(built / 'topics.jsonl')
 
 
@@ -277,13 +293,15 @@ def _distant_supervision(collection: Collection, s: DistantSupervisionSettings, 
     return DistantSupervision(encoder, collection, s, run), topics
 
 
-def start_model(collection: Collection, settings: ReconstructionSettings, cache_dir=None, verbose: bool = False) -> str:
+def start_model(collection: Collection, settings: ReconstructionSettings, cache_dir=None,
+                verbose: bool = False) -> str:
     """What a RUMBArt or ACROBArT run starts from: all-MiniLM-L6-v2 (``start='minilm'``),
     the ds pipeline's model trained on the same queries (``start='ds'``, trained first if
     it is not yet), or a path."""
     start = settings.start
     if start == 'ds':
-        return str(train(collection, 'ds', settings.start_settings, cache_dir=cache_dir, verbose=verbose))
+        return str(train(collection, 'ds', settings.start_settings, cache_dir=cache_dir,
+                         verbose=verbose))
     return MINILM if start == 'minilm' else start
 
 
@@ -291,19 +309,20 @@ def _retrieve_and_reconstruct(trainer_class) -> Setup:
     def setup(collection: Collection, s: ReconstructionSettings, run: RunContext, *,
               fold: Optional[int] = None) -> Tuple[Trainer, pd.DataFrame]:
         start = start_model(collection, s, run.cache_dir, run.verbose)
-        gen = load_generator(s.generator, cache_dir=run.cache_dir, max_passage_length=s.max_passage_length,
-                             verbose=run.verbose)
+        gen = load_generator(s.generator, cache_dir=run.cache_dir,
+                             max_passage_length=s.max_passage_length, verbose=run.verbose)
         torch.manual_seed(s.seed)
         trainer = trainer_class(DualEncoder.from_pretrained(start), gen, collection, s, run)
         # generated queries are written by the generator at its default settings, whatever this
         # run's passage length, so that every trainer given that source trains on the same queries
         writer = gen if s.max_passage_length == MAX_PASSAGE_LENGTH else s.generator
-        return trainer, training_topics(collection, s.queries, s.n_queries, seed=s.seed, generator=writer,
-                                        cache_dir=run.cache_dir, fold=fold)
+        return trainer, training_topics(collection, s.queries, s.n_queries, seed=s.seed,
+                                        generator=writer, cache_dir=run.cache_dir, fold=fold)
     return setup
 
 
-def _cross_document_adjustment(collection: Collection, s: CrossDocumentAdjustmentSettings, run: RunContext, *,
+def _cross_document_adjustment(collection: Collection, s: CrossDocumentAdjustmentSettings,
+                               run: RunContext, *,
                                fold: Optional[int] = None) -> Tuple[Trainer, pd.DataFrame]:
     gen = load_generator(s.generator, cache_dir=run.cache_dir, verbose=run.verbose)
     torch.manual_seed(s.seed)
@@ -313,8 +332,9 @@ def _cross_document_adjustment(collection: Collection, s: CrossDocumentAdjustmen
     return CrossDocumentAdjustment(reatt, gen, collection, s, run), topics
 
 
-def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: int = 100, rerank_depth: int = 10,
-                     generator: Union[None, str, Generator] = None, cache_dir=None, verbose: bool = False) -> Fusion:
+def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: int = 100,
+                     rerank_depth: int = 10, generator: Union[None, str, Generator] = None,
+                     cache_dir=None, verbose: bool = False) -> Fusion:
     """The teacher ``spec`` names (:func:`parse_teacher`) over ``collection``, as a PyTerrier
     retriever: its parts' top ``depth`` fused by weighted per-query z-scores."""
     from pyterrier_selfsup.models.score_cache import score_cache_dir
@@ -325,20 +345,22 @@ def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: 
             stages[part] = BM25.from_collection(collection, num_results=depth, cache_dir=cache_dir,
                                                 verbose=verbose and distributed()[0] == 0)
         elif part == 'minilm':
-            stages[part] = DenseRetriever.from_collection(collection, MINILM, num_results=depth, cache_dir=cache_dir,
-                                                          verbose=verbose and distributed()[0] == 0)
+            stages[part] = DenseRetriever.from_collection(
+                collection, MINILM, num_results=depth, cache_dir=cache_dir,
+                verbose=verbose and distributed()[0] == 0)
         elif part == 'student':
             if student is None:
                 raise ValueError(f'teacher {spec!r} names the student, and no student is given')
             stages[part] = student
         else:
-            gen = load_generator(generator or 'smollm2', cache_dir=cache_dir) if not isinstance(generator, Generator) \
-                else generator
+            gen = (load_generator(generator or 'smollm2', cache_dir=cache_dir)
+                   if not isinstance(generator, Generator) else generator)
             rerankers[part] = collection.text_loader() >> gen.scorer(
                 normalise='mean', cache=score_cache_dir(collection.corpus_id, gen, cache_dir))
     if not stages:
         raise ValueError(f'teacher {spec!r} has no first stage (bm25, student or minilm)')
-    return Fusion(stages, weights=weights, depth=depth, rerankers=rerankers, rerank_depth=rerank_depth)
+    return Fusion(stages, weights=weights, depth=depth, rerankers=rerankers,
+                  rerank_depth=rerank_depth)
 
 
 def _distillation(collection: Collection, s: DistillationSettings, run: RunContext, *,
@@ -353,8 +375,8 @@ def _distillation(collection: Collection, s: DistillationSettings, run: RunConte
     encoder = DualEncoder.from_pretrained(s.model_name, precision=s.precision)
 
     def teacher(student):
-        return teacher_pipeline(collection, s.teacher, student=student, depth=s.fusion_depth, generator=gen,
-                                cache_dir=cache_dir, verbose=verbose)
+        return teacher_pipeline(collection, s.teacher, student=student, depth=s.fusion_depth,
+                                generator=gen, cache_dir=cache_dir, verbose=verbose)
 
     if 'student' not in parse_teacher(s.teacher):  # one pipeline for every round, ranked once
         teacher = teacher(None)

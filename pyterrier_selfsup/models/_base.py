@@ -118,10 +118,12 @@ class TrainableModel(TorchModel):
                     continue
                 # (transformers 5.2x renamed it activation checkpointing; the old names warn)
                 if hasattr(m, 'activation_checkpointing_enable'):
-                    active, enable, disable = (m.is_activation_checkpointing, m.activation_checkpointing_enable,
+                    active, enable, disable = (m.is_activation_checkpointing,
+                                               m.activation_checkpointing_enable,
                                                m.activation_checkpointing_disable)
                 else:
-                    active, enable, disable = (m.is_gradient_checkpointing, m.gradient_checkpointing_enable,
+                    active, enable, disable = (m.is_gradient_checkpointing,
+                                               m.gradient_checkpointing_enable,
                                                m.gradient_checkpointing_disable)
                 if on and not active:
                     enable({'use_reentrant': False})
@@ -151,7 +153,8 @@ def full_attention_layers(config) -> Optional[int]:
 
 def clean_texts(texts: Sequence) -> List[str]:
     """None, NaN and other non-strings become strings (missing ones empty)."""
-    return [t if isinstance(t, str) else '' if t is None or (isinstance(t, float) and math.isnan(t)) else str(t)
+    return [t if isinstance(t, str)
+            else '' if t is None or (isinstance(t, float) and math.isnan(t)) else str(t)
             for t in texts]
 
 
@@ -162,11 +165,13 @@ def pad(seqs: Sequence[Sequence[int]], value: int, *, left: bool = False, device
     or to ``min_width`` where that is longer (a slice of a batch padded as the whole batch)."""
     pieces = [torch.as_tensor(list(s), dtype=torch.long) for s in seqs]
     side = 'left' if left else 'right'
-    # one extra row of the least width, dropped after (so a batch of empty sequences is at least one column wide)
+    # one extra row of the least width, dropped after (so a batch of empty sequences is at least
+    # one column wide)
     filler = max(1, min_width)
-    ids = pad_sequence(pieces + [torch.full((filler,), value)], batch_first=True, padding_value=value,
-                       padding_side=side)[:-1]
-    mask = pad_sequence([torch.ones_like(p) for p in pieces] + [torch.zeros(filler, dtype=torch.long)],
+    ids = pad_sequence(pieces + [torch.full((filler,), value)], batch_first=True,
+                       padding_value=value, padding_side=side)[:-1]
+    mask = pad_sequence([torch.ones_like(p) for p in pieces]
+                        + [torch.zeros(filler, dtype=torch.long)],
                         batch_first=True, padding_value=0, padding_side=side)[:-1]
     return to_device(ids, device), to_device(mask, device)
 
@@ -193,23 +198,28 @@ class OfflineHubFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        return not (message.startswith('Could not reach the Hub') and 'offline mode is enabled' in message)
+        return not (message.startswith('Could not reach the Hub') and
+                    'offline mode is enabled' in message)
 
 
-HUB_LOGGER = 'huggingface_hub.hf_api'  # where huggingface_hub says it (hf_api.py, revision resolution)
+# where huggingface_hub says it (hf_api.py, revision resolution)
+HUB_LOGGER = 'huggingface_hub.hf_api'
 
 
 class EncoderCacheFilter(logging.Filter):
     """Drops transformers' "`use_cache=True` is incompatible with gradient checkpointing" for the
-    encoders this package trains with checkpointing on (:meth:`TrainableModel.gradient_checkpointing`):
-    an encoder's config may say ``use_cache`` (BERT's does, for its use as a decoder), but no
-    encoder here keeps a cache, so there is nothing for a user to act on."""
+    encoders this package trains with checkpointing on
+    (:meth:`TrainableModel.gradient_checkpointing`): an encoder's config may say ``use_cache``
+    (BERT's does, for its use as a decoder), but no encoder here keeps a cache, so there is
+    nothing for a user to act on."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith('`use_cache=True` is incompatible with gradient checkpointing')
+        return not record.getMessage().startswith('`use_cache=True` is incompatible with gradient '
+                                                  'checkpointing')
 
 
-CACHE_WARNING_LOGGER = 'transformers.utils.generic'  # where transformers says it (merge_with_config_defaults)
+# where transformers says it (merge_with_config_defaults)
+CACHE_WARNING_LOGGER = 'transformers.utils.generic'
 
 
 def quiet_offline_hub():

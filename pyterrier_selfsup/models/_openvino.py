@@ -34,7 +34,8 @@ import numpy as np
 import torch
 
 OPENVINO_PRECISIONS = {torch.float32: 'f32', torch.bfloat16: 'bf16', torch.float16: 'f16'}
-CALIBRATION_TEXTS = 256  # texts whose activations set the int8 ranges (NNCF's default subset is 300 samples)
+# texts whose activations set the int8 ranges (NNCF's default subset is 300 samples)
+CALIBRATION_TEXTS = 256
 
 
 class _Side(torch.nn.Module):
@@ -75,14 +76,16 @@ class OpenVinoSides:
                 encoder.model.train(was_training)
             if self.int8 and side == 'passage':
                 converted = _int8(converted, calibration())
-            compiled = ov.Core().compile_model(converted, 'CPU', {'INFERENCE_PRECISION_HINT': hint,
-                                                                  'INFERENCE_NUM_THREADS': torch.get_num_threads()})
+            compiled = ov.Core().compile_model(converted, 'CPU',
+                                               {'INFERENCE_PRECISION_HINT': hint,
+                                                'INFERENCE_NUM_THREADS': torch.get_num_threads()})
             built = self._compiled[side, hint] = (weights, compiled)
         return built[1]
 
     @staticmethod
     def inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Dict[str, np.ndarray]:
-        return {'input_ids': input_ids.numpy().astype(np.int64), 'attention_mask': attention_mask.numpy().astype(np.int64)}
+        return {'input_ids': input_ids.numpy().astype(np.int64),
+                'attention_mask': attention_mask.numpy().astype(np.int64)}
 
     @classmethod
     def run(cls, compiled, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> np.ndarray:
@@ -93,4 +96,5 @@ def _int8(model, batches: List[Dict[str, np.ndarray]]):
     """``model`` with its matrix products in int8, calibrated on ``batches`` (NNCF)."""
     import nncf  # `pip install nncf` (in the cpu extra)
     nncf.set_log_level(logging.ERROR)
-    return nncf.quantize(model, nncf.Dataset(batches), subset_size=len(batches), model_type=nncf.ModelType.TRANSFORMER)
+    return nncf.quantize(model, nncf.Dataset(batches), subset_size=len(batches),
+                         model_type=nncf.ModelType.TRANSFORMER)

@@ -23,8 +23,8 @@ from pyterrier_dr import BiEncoder
 from transformers import AutoModel, AutoTokenizer
 
 from pyterrier_selfsup._cache import weights_fingerprint
-from pyterrier_selfsup.models._base import (TrainableModel, clean_texts, read_saved_config, resolve_device,
-                                              to_device)
+from pyterrier_selfsup.models._base import (TrainableModel, clean_texts, read_saved_config,
+                                            resolve_device, to_device)
 from pyterrier_selfsup.models._openvino import CALIBRATION_TEXTS, OpenVinoSides
 from pyterrier_selfsup.models.offsets import PassageOffsets
 from pyterrier_selfsup.progress import progress
@@ -45,7 +45,8 @@ class DualEncoderModel(torch.nn.Module):
         if pooling not in POOLINGS:
             raise ValueError(f'pooling must be one of {POOLINGS}, not {pooling!r}')
         self.encoder = encoder
-        self.passage_encoder: Optional[torch.nn.Module] = None  # None: ``encoder`` serves both sides
+        # None: ``encoder`` serves both sides
+        self.passage_encoder: Optional[torch.nn.Module] = None
         self.pooling = pooling
         self.normalize = normalize
         self.dim = dim
@@ -92,7 +93,8 @@ class DualEncoderModel(torch.nn.Module):
         return list(self.passage_encoder.parameters()) + (
             [self.passage_proj.weight] if self.passage_proj is not None else [])
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, side: str) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                side: str) -> torch.Tensor:
         encoder = self.passage_encoder if side == 'passage' and not self.tied else self.encoder
         hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return self.pool(hidden, attention_mask, side)
@@ -120,9 +122,9 @@ class DualEncoder(BiEncoder, TrainableModel):
     """
 
     def __init__(self, model: DualEncoderModel, tokenizer, *, name: str = 'dual-encoder',
-                 max_length: int = 256, query_max_length: Optional[int] = None, temperature: float = 1.0,
-                 batch_size: int = 32, device: Optional[str] = None, precision: str = 'auto',
-                 backend: str = 'torch', verbose: bool = False):
+                 max_length: int = 256, query_max_length: Optional[int] = None,
+                 temperature: float = 1.0, batch_size: int = 32, device: Optional[str] = None,
+                 precision: str = 'auto', backend: str = 'torch', verbose: bool = False):
         """``precision``: ``'fp32'``, ``'bf16'``, ``'fp16'`` (autocast), or ``'auto'``: bf16 where
         the hardware multiplies bf16 natively (CUDA, or a CPU with AVX512-BF16/AMX; fp16 on
         older GPUs), fp32 elsewhere.
@@ -140,7 +142,8 @@ class DualEncoder(BiEncoder, TrainableModel):
         if backend != 'torch' and self.device.type != 'cpu':
             raise ValueError(f'the openvino backend runs on the CPU, not on {self.device}')
         self.backend = backend
-        self._openvino = OpenVinoSides(int8=backend == 'openvino-int8') if backend != 'torch' else None
+        self._openvino = (OpenVinoSides(int8=backend == 'openvino-int8') if backend != 'torch'
+                          else None)
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.name = name
@@ -155,10 +158,10 @@ class DualEncoder(BiEncoder, TrainableModel):
     # -- construction and persistence -------------------------------------------------
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str, *, pooling: Optional[str] = None, dim: Optional[int] = None,
-                        normalize: Optional[bool] = None, max_length: Optional[int] = None,
-                        query_max_length: Optional[int] = None, temperature: Optional[float] = None,
-                        **kwargs) -> 'DualEncoder':
+    def from_pretrained(cls, name_or_path: str, *, pooling: Optional[str] = None,
+                        dim: Optional[int] = None, normalize: Optional[bool] = None,
+                        max_length: Optional[int] = None, query_max_length: Optional[int] = None,
+                        temperature: Optional[float] = None, **kwargs) -> 'DualEncoder':
         """Loads a model by hub name or path; arguments left as None come from the model:
 
         - a directory from :meth:`save_pretrained`: everything as saved;
@@ -181,16 +184,18 @@ class DualEncoder(BiEncoder, TrainableModel):
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
         model = DualEncoderModel(encoder, pooling=pooling, dim=dim, normalize=normalize)
         if saved and not saved.get('tied', True):
-            model.passage_encoder = AutoModel.from_pretrained(str(Path(name_or_path) / PASSAGE_ENCODER_DIR))
+            model.passage_encoder = AutoModel.from_pretrained(
+                str(Path(name_or_path) / PASSAGE_ENCODER_DIR))
         if saved and saved['dim'] is not None:
-            model.load_state_dict(torch.load(Path(name_or_path) / PROJECTIONS_FILE, map_location='cpu'),
-                                  strict=False)
+            model.load_state_dict(torch.load(Path(name_or_path) / PROJECTIONS_FILE,
+                                             map_location='cpu'), strict=False)
         if temperature is None:
             temperature = base.get('temperature', 0.05 if normalize else 1.0)
         # the tokenizer's limit is often a placeholder (1e30): the position table is the real one
         max_length = max_length or min(base['max_length'], tokenizer.model_max_length,
                                        getattr(encoder.config, 'max_position_embeddings', math.inf))
-        encoder = cls(model, tokenizer, name=saved.get('name', str(name_or_path)) if saved else str(name_or_path),
+        encoder = cls(model, tokenizer,
+                      name=saved.get('name', str(name_or_path)) if saved else str(name_or_path),
                       max_length=max_length,
                       query_max_length=query_max_length or (saved or {}).get('query_max_length'),
                       temperature=temperature, **kwargs)
@@ -207,7 +212,8 @@ class DualEncoder(BiEncoder, TrainableModel):
         return config
 
     def save_pretrained(self, path: Union[str, Path]) -> Path:
-        """Writes encoder, tokenizer, projections and settings; :meth:`from_pretrained` reads them back."""
+        """Writes encoder, tokenizer, projections and settings; :meth:`from_pretrained` reads them
+        back."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.model.encoder.save_pretrained(path)
@@ -215,7 +221,8 @@ class DualEncoder(BiEncoder, TrainableModel):
             self.model.passage_encoder.save_pretrained(path / PASSAGE_ENCODER_DIR)
         self.tokenizer.save_pretrained(path)
         if self.model.dim is not None:
-            torch.save({k: v for k, v in self.model.state_dict().items() if k.endswith('_proj.weight')},
+            torch.save({k: v for k, v in self.model.state_dict().items()
+                        if k.endswith('_proj.weight')},
                        path / PROJECTIONS_FILE)
         (path / CONFIG_FILE).write_text(json.dumps(self.config(), indent=2))
         if self.passage_offsets is not None:
@@ -225,30 +232,35 @@ class DualEncoder(BiEncoder, TrainableModel):
     def save_sentence_transformers(self, path: Union[str, Path]) -> Path:
         """Writes the sentence-transformers layout of this model into ``path`` (where
         :meth:`save_pretrained` has written its encoder), so that ``SentenceTransformer(path)``
-        gives the same embeddings: its pooling and normalisation; an untied model (a query
-        tower trained against a frozen passage tower) becomes a ``Router`` whose
-        ``encode_query`` and ``encode_document`` take the two towers. Projections have no
-        counterpart there (a ``Dense`` module would add a bias and an activation): a model
-        with ``dim`` set is refused. Nor have passage offsets (:mod:`~pyterrier_selfsup.models.offsets`):
-        sentence-transformers encodes passages as the start encoder did."""
+        gives the same embeddings: its pooling and normalisation; an untied model (a query tower
+        trained against a frozen passage tower) becomes a ``Router`` whose ``encode_query`` and
+        ``encode_document`` take the two towers. Projections have no counterpart there (a ``Dense``
+        module would add a bias and an activation): a model with ``dim`` set is refused. Nor have
+        passage offsets (:mod:`~pyterrier_selfsup.models.offsets`): sentence-transformers encodes
+        passages as the start encoder did."""
         from sentence_transformers import SentenceTransformer
-        from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Router, Transformer
+        from sentence_transformers.sentence_transformer.modules import (Normalize, Pooling, Router,
+                                                                        Transformer)
 
         if self.model.dim is not None:
-            raise ValueError('a DualEncoder with projections (dim set) has no sentence-transformers layout')
+            raise ValueError('a DualEncoder with projections (dim set) has no '
+                             'sentence-transformers layout')
         path = Path(path)
 
         def tower(directory: Path, max_length: int) -> list:
             # the tokenizer is saved once, beside the (query) encoder
-            transformer = Transformer(str(directory), max_seq_length=max_length, tokenizer_name_or_path=str(path))
-            modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=self.model.pooling)]
+            transformer = Transformer(str(directory), max_seq_length=max_length,
+                                      tokenizer_name_or_path=str(path))
+            modules = [transformer, Pooling(transformer.get_embedding_dimension(),
+                                            pooling_mode=self.model.pooling)]
             return modules + ([Normalize()] if self.model.normalize else [])
 
         if self.model.tied:
             modules = tower(path, self.max_length)
         else:
             modules = [Router.for_query_document(query_modules=tower(path, self.query_max_length),
-                                                 document_modules=tower(path / PASSAGE_ENCODER_DIR, self.max_length))]
+                                                 document_modules=tower(path / PASSAGE_ENCODER_DIR,
+                                                                        self.max_length))]
         SentenceTransformer(modules=modules, device='cpu').save(str(path))
         return path
 
@@ -267,7 +279,8 @@ class DualEncoder(BiEncoder, TrainableModel):
         config = {k: v for k, v in self.config().items() if k != 'tied'}
         state = {f'encoder.{k}': v for k, v in self.model.passage_encoder.state_dict().items()}
         if self.model.dim is not None:
-            state['query_proj.weight'] = state['passage_proj.weight'] = self.model.passage_proj.weight
+            state['query_proj.weight'] = state['passage_proj.weight'] = (
+                self.model.passage_proj.weight)
         return weights_fingerprint(config, state)
 
     # -- what a trainer needs ------------------------------------------------------
@@ -286,14 +299,15 @@ class DualEncoder(BiEncoder, TrainableModel):
 
     def tokenize(self, texts: List[str], side: str, padding: Union[bool, str] = True):
         max_length = self.query_max_length if side == 'query' else self.max_length
-        return self.tokenizer(clean_texts(texts), padding=padding, truncation=True, max_length=max_length,
-                              return_tensors='pt' if padding else None)
+        return self.tokenizer(clean_texts(texts), padding=padding, truncation=True,
+                              max_length=max_length, return_tensors='pt' if padding else None)
 
     def encode(self, texts: List[str], side: str) -> torch.Tensor:
         """Embeddings of ``texts`` with gradients, in one batch (for training)."""
         batch = self.tokenize(texts, side)
         with self.autocast():
-            emb = self.model(*(to_device(batch[k], self.device) for k in ('input_ids', 'attention_mask')), side)
+            emb = self.model(*(to_device(batch[k], self.device)
+                               for k in ('input_ids', 'attention_mask')), side)
             return emb.float() if emb.dtype in (torch.float16, torch.bfloat16) else emb
 
     def encode_queries_torch(self, texts, batch_size=None) -> torch.Tensor:
@@ -315,34 +329,42 @@ class DualEncoder(BiEncoder, TrainableModel):
         if not texts:
             return out
         ids = self.tokenize(texts, side, padding=False)['input_ids']
-        order = np.argsort([-len(x) for x in ids], kind='stable')  # longest first: fail fast on memory
-        batches = progress(range(0, len(order), batch_size), total=len(order), desc=f'encoding {side}s', unit=side,
+        # longest first: fail fast on memory
+        order = np.argsort([-len(x) for x in ids], kind='stable')
+        batches = progress(range(0, len(order), batch_size), total=len(order),
+                           desc=f'encoding {side}s', unit=side,
                            count=lambda start: len(order[start:start + batch_size]),
                            enabled=self.verbose and len(order) > batch_size)
         compiled = None
         if self._openvino is not None:  # (traced outside inference mode and autocast)
-            sample = self.tokenizer.pad({'input_ids': [ids[i] for i in order[:2]]}, return_tensors='pt')
-            compiled = self._openvino.get(self, side, {k: sample[k] for k in ('input_ids', 'attention_mask')},
-                                          calibration=lambda: self._calibration(ids[:CALIBRATION_TEXTS], batch_size))
+            sample = self.tokenizer.pad({'input_ids': [ids[i] for i in order[:2]]},
+                                        return_tensors='pt')
+            compiled = self._openvino.get(
+                self, side, {k: sample[k] for k in ('input_ids', 'attention_mask')},
+                calibration=lambda: self._calibration(ids[:CALIBRATION_TEXTS], batch_size))
         with self.inference():
             for start in batches:
                 idx = order[start:start + batch_size]
-                batch = self.tokenizer.pad({'input_ids': [ids[i] for i in idx]}, return_tensors='pt')
+                batch = self.tokenizer.pad({'input_ids': [ids[i] for i in idx]},
+                                           return_tensors='pt')
                 inputs = [batch[k] for k in ('input_ids', 'attention_mask')]
                 if compiled is not None:
                     out[idx] = self._openvino.run(compiled, *inputs)
                 else:
-                    out[idx] = self.model(*(to_device(x, self.device) for x in inputs), side).float().cpu().numpy()
+                    out[idx] = self.model(*(to_device(x, self.device) for x in inputs),
+                                          side).float().cpu().numpy()
         return out
 
     def _calibration(self, ids: List[List[int]], batch_size: int) -> List[Dict[str, np.ndarray]]:
         """``ids`` as the batches :meth:`_encode_fast` would run (sorted by length)."""
         ids = sorted(ids, key=len, reverse=True)
         return [OpenVinoSides.inputs(*(batch[k] for k in ('input_ids', 'attention_mask')))
-                for batch in (self.tokenizer.pad({'input_ids': ids[start:start + batch_size]}, return_tensors='pt')
+                for batch in (self.tokenizer.pad({'input_ids': ids[start:start + batch_size]},
+                                                 return_tensors='pt')
                               for start in range(0, len(ids), batch_size))]
 
-    def __getstate__(self):  # (copies and pickles leave the compiled OpenVINO sides behind: rebuilt on use)
+    # (copies and pickles leave the compiled OpenVINO sides behind: rebuilt on use)
+    def __getstate__(self):
         state = dict(self.__dict__)
         if state.get('_openvino') is not None:
             state['_openvino'] = OpenVinoSides(int8=self._openvino.int8)
@@ -350,7 +372,8 @@ class DualEncoder(BiEncoder, TrainableModel):
 
     def __repr__(self):
         backend = f', backend={self.backend!r}' if self.backend != 'torch' else ''
-        return f'DualEncoder({self.name!r}, pooling={self.model.pooling!r}, dim={self.model.dim}{backend})'
+        return (f'DualEncoder({self.name!r}, pooling={self.model.pooling!r}, '
+                f'dim={self.model.dim}{backend})')
 
 
 def _sentence_transformers_config(name_or_path: str) -> Optional[dict]:
@@ -358,12 +381,15 @@ def _sentence_transformers_config(name_or_path: str) -> Optional[dict]:
     if not modules:
         return None
     types = {m['type'].rsplit('.', 1)[-1]: m for m in modules}
-    pooling_cfg = read_saved_config(name_or_path, f'{types["Pooling"]["path"]}/config.json') if 'Pooling' in types else {}
+    pooling_cfg = (read_saved_config(name_or_path, f'{types["Pooling"]["path"]}/config.json')
+                   if 'Pooling' in types else {})
     if pooling_cfg.get('pooling_mode_cls_token'):
         pooling = 'cls'
     elif pooling_cfg.get('pooling_mode_mean_tokens', True):
         pooling = 'mean'
     else:
-        raise ValueError(f'{name_or_path}: sentence-transformers pooling {pooling_cfg} is neither cls nor mean')
+        raise ValueError(f'{name_or_path}: sentence-transformers pooling {pooling_cfg} is neither '
+                         'cls nor mean')
     st = read_saved_config(name_or_path, 'sentence_bert_config.json') or {}
-    return {'pooling': pooling, 'normalize': 'Normalize' in types, 'max_length': st.get('max_seq_length', 512)}
+    return {'pooling': pooling, 'normalize': 'Normalize' in types,
+            'max_length': st.get('max_seq_length', 512)}

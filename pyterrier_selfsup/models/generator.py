@@ -33,13 +33,15 @@ from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import numpy as np
 import torch
-from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, DynamicCache)
+from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer,
+                          DynamicCache)
 from transformers.cache_utils import Cache, DynamicLayer
 from transformers.modeling_outputs import BaseModelOutput
 
-from pyterrier_selfsup._cache import CacheFull, build_once, cache_key, cache_root, check_space, weights_fingerprint
-from pyterrier_selfsup.models._base import (TorchModel, clean_texts, compute_dtype, full_attention_layers, pad,
-                                            resolve_device)
+from pyterrier_selfsup._cache import (CacheFull, build_once, cache_key, cache_root, check_space,
+                                      weights_fingerprint)
+from pyterrier_selfsup.models._base import (TorchModel, clean_texts, compute_dtype,
+                                            full_attention_layers, pad, resolve_device)
 from pyterrier_selfsup.progress import Progress, progress
 
 if TYPE_CHECKING:
@@ -81,9 +83,9 @@ class Generator(TorchModel):
     """
 
     def __init__(self, model, tokenizer, *, name: str = 'generator', prompt: Optional[str] = None,
-                 max_passage_length: int = MAX_PASSAGE_LENGTH, max_target_length: int = 64, batch_size: int = 16,
-                 trainable: bool = False, device: Optional[str] = None, precision: str = 'auto',
-                 verbose: bool = False):
+                 max_passage_length: int = MAX_PASSAGE_LENGTH, max_target_length: int = 64,
+                 batch_size: int = 16, trainable: bool = False, device: Optional[str] = None,
+                 precision: str = 'auto', verbose: bool = False):
         self.is_seq2seq = bool(model.config.is_encoder_decoder)
         self.prompt = prompt or (SEQ2SEQ_PROMPT if self.is_seq2seq else CAUSAL_PROMPT)
         if '{passage}' not in self.prompt:
@@ -102,7 +104,8 @@ class Generator(TorchModel):
         self.trainable = trainable
         self.model.requires_grad_(trainable)
         self.model.eval()
-        self._held_in: Optional[torch.dtype] = None  # the dtype a frozen model's matrices were converted to
+        # the dtype a frozen model's matrices were converted to
+        self._held_in: Optional[torch.dtype] = None
         dtype = self.compute_dtype()
         if not trainable and matrices_in_compute_dtype(self.model, dtype):
             self._held_in = dtype
@@ -117,8 +120,8 @@ class Generator(TorchModel):
         generator's, converted at construction: no longer the fp32 weights it was loaded with)."""
         held = getattr(self, '_held_in', None)
         if held is not None and compute_dtype(value, self.device) != held:
-            raise ValueError(f'this frozen generator holds its matrices in {held} (its precision when built): '
-                             f'build it with precision={value!r} instead')
+            raise ValueError(f'this frozen generator holds its matrices in {held} (its precision '
+                             f'when built): build it with precision={value!r} instead')
         self._precision = value
 
     @classmethod
@@ -132,10 +135,12 @@ class Generator(TorchModel):
         config = AutoConfig.from_pretrained(path)
         model_cls = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
         name = f'{name_or_path}/{gguf_file}' if gguf_file else str(name_or_path)
-        return cls(model_cls.from_pretrained(path), AutoTokenizer.from_pretrained(path), name=name, **kwargs)
+        return cls(model_cls.from_pretrained(path), AutoTokenizer.from_pretrained(path),
+                   name=name, **kwargs)
 
     def config(self) -> Dict:
-        return {'name': self.name, 'prompt': self.prompt, 'max_passage_length': self.max_passage_length,
+        return {'name': self.name, 'prompt': self.prompt,
+                'max_passage_length': self.max_passage_length,
                 'max_target_length': self.max_target_length}
 
     def fingerprint(self) -> str:
@@ -162,12 +167,14 @@ class Generator(TorchModel):
         if not passages:
             return []
         enc = self.tokenizer(passages, add_special_tokens=False, return_offsets_mapping=True)
-        cut = [text[:offsets[self.max_passage_length - 1][1]] if len(offsets) > self.max_passage_length else text
+        cut = [text[:offsets[self.max_passage_length - 1][1]]
+               if len(offsets) > self.max_passage_length else text
                for text, offsets in zip(passages, enc['offset_mapping'])]
         prompts = [self.prompt.replace('{passage}', p) for p in cut]
         if self.is_seq2seq:
             return self.tokenizer(prompts)['input_ids']
-        # decoder-only: the target follows, so no end-of-sequence token; a BOS if the model wants one
+        # decoder-only: the target follows, so no end-of-sequence token; a BOS if the model
+        # wants one
         ids = self.tokenizer(prompts, add_special_tokens=False)['input_ids']
         return [self.bos_ids + x for x in ids]
 
@@ -185,8 +192,8 @@ class Generator(TorchModel):
                                   max_length=self.max_target_length)['input_ids']
         # a decoder-only model reads the target after the prompt, separated by a space
         sep = '' if self.prompt[-1:].isspace() else ' '
-        return self.tokenizer([sep + t.strip() for t in targets], add_special_tokens=False, truncation=True,
-                              max_length=self.max_target_length)['input_ids']
+        return self.tokenizer([sep + t.strip() for t in targets], add_special_tokens=False,
+                              truncation=True, max_length=self.max_target_length)['input_ids']
 
     def target_lengths(self, targets: Sequence[str]) -> np.ndarray:
         return np.array([len(t) for t in self.target_ids(targets)])
@@ -204,8 +211,10 @@ class Generator(TorchModel):
         out = np.zeros(len(targets), dtype=np.float64)
         if not len(targets):
             return out
-        passage_keys, pair_passage = np.unique(np.asarray(clean_texts(list(passages)), dtype=object), return_inverse=True)
-        target_keys, pair_target = np.unique(np.asarray(clean_texts(list(targets)), dtype=object), return_inverse=True)
+        passage_keys, pair_passage = np.unique(np.asarray(clean_texts(list(passages)),
+                                                          dtype=object), return_inverse=True)
+        target_keys, pair_target = np.unique(np.asarray(clean_texts(list(targets)), dtype=object),
+                                             return_inverse=True)
         p_ids = self.passage_ids(list(passage_keys))
         t_ids = self.target_ids(list(target_keys))
         pairs_of = defaultdict(list)
@@ -217,8 +226,9 @@ class Generator(TorchModel):
         def pairs_in(batch) -> int:
             return sum(len(pairs_of[p]) for p in batch)
         if tracker is None:
-            batches = progress(batches, total=len(pair_passage), desc='generator scoring', unit='pair',
-                               count=pairs_in, enabled=self.verbose and len(batches) > 1)
+            batches = progress(batches, total=len(pair_passage), desc='generator scoring',
+                               unit='pair', count=pairs_in,
+                               enabled=self.verbose and len(batches) > 1)
         with self.inference():
             for batch in batches:
                 rows = [(pair, row) for row, p in enumerate(batch) for pair in pairs_of[p]]
@@ -227,7 +237,8 @@ class Generator(TorchModel):
                 rows.sort(key=lambda pair_row: len(t_ids[pair_target[pair_row[0]]]))
                 score = self._score_seq2seq if self.is_seq2seq else self._score_causal
                 for pair_rows, values in score([p_ids[p] for p in batch],
-                                               [(row, t_ids[pair_target[pair]]) for pair, row in rows], rows):
+                                               [(row, t_ids[pair_target[pair]])
+                                                for pair, row in rows], rows):
                     out[pair_rows] = values
                 if tracker is not None:
                     tracker.update(pairs_in(batch))
@@ -253,9 +264,11 @@ class Generator(TorchModel):
                 expanded = (PrefixCache(cache, idx) if self._prefix_cache_fits else
                             DynamicCache(ddp_cache_data=[(layer.keys.index_select(0, idx),
                                                           layer.values.index_select(0, idx))
-                                                         for layer in cache.layers], config=self.model.config))
+                                                         for layer in cache.layers],
+                                         config=self.model.config))
                 logits = self.model(input_ids=targets[:, :-1],
-                                    attention_mask=torch.cat([mask.index_select(0, idx), t_mask[:, :-1]], 1),
+                                    attention_mask=torch.cat([mask.index_select(0, idx),
+                                                              t_mask[:, :-1]], 1),
                                     position_ids=lengths.index_select(0, idx)[:, None]
                                     + torch.arange(targets.shape[1] - 1, device=self.device),
                                     use_cache=False, **{self._cache_argument: expanded}).logits
@@ -278,7 +291,8 @@ class Generator(TorchModel):
         """The name under which the model's forward takes a key/value cache: ``cache`` since
         transformers 5.24 (``past_key_values`` warns there, and goes in 5.40), before it
         ``past_key_values``. (Read once: the scoring loop passes a cache every chunk.)"""
-        return 'cache' if 'cache' in inspect.signature(self.model.forward).parameters else 'past_key_values'
+        return ('cache' if 'cache' in inspect.signature(self.model.forward).parameters
+                else 'past_key_values')
 
     def _target_chunks(self, items: List[Tuple[int, List[int]]]) -> Iterator[Tuple[int, int]]:
         """(start, end) of consecutive chunks of ``items``: at most ``4 * batch_size`` targets,
@@ -305,17 +319,22 @@ class Generator(TorchModel):
             part = items[start:end]
             idx = torch.tensor([row for row, _ in part], device=self.device)
             yield ([rows[start + i][0] for i in range(len(part))],
-                   self.decode_logp(encoded.index_select(0, idx), mask.index_select(0, idx), [t for _, t in part]))
+                   self.decode_logp(encoded.index_select(0, idx), mask.index_select(0, idx),
+                                    [t for _, t in part]))
 
-    def decode_logp(self, encoded: torch.Tensor, encoder_mask: torch.Tensor, t_ids: List[List[int]], *,
-                    min_target_width: int = 1) -> torch.Tensor:
+    def decode_logp(self, encoded: torch.Tensor, encoder_mask: torch.Tensor,
+                    t_ids: List[List[int]], *, min_target_width: int = 1) -> torch.Tensor:
         """Σ log p(target) per row, decoded from given encoder outputs (seq2seq); the targets
         padded to the longest, or to ``min_target_width`` where that is longer."""
-        labels, t_mask = pad(t_ids, self.tokenizer.pad_token_id, device=self.device, min_width=min_target_width)
-        decoder_input = self.model.prepare_decoder_input_ids_from_labels(labels=labels.masked_fill(t_mask == 0, -100))
-        with self.autocast():  # (also where a caller has none: a frozen model's matrices are in its dtype)
-            logits = self.model(encoder_outputs=BaseModelOutput(last_hidden_state=encoded), attention_mask=encoder_mask,
-                                decoder_input_ids=decoder_input, decoder_attention_mask=t_mask, use_cache=False).logits
+        labels, t_mask = pad(t_ids, self.tokenizer.pad_token_id, device=self.device,
+                             min_width=min_target_width)
+        decoder_input = self.model.prepare_decoder_input_ids_from_labels(
+            labels=labels.masked_fill(t_mask == 0, -100))
+        # (also where a caller has none: a frozen model's matrices are in its dtype)
+        with self.autocast():
+            logits = self.model(encoder_outputs=BaseModelOutput(last_hidden_state=encoded),
+                                attention_mask=encoder_mask, decoder_input_ids=decoder_input,
+                                decoder_attention_mask=t_mask, use_cache=False).logits
         return _gather_logp(logits, labels, t_mask)
 
     def log_likelihood(self, targets: Sequence[str], passages: Sequence[str]) -> torch.Tensor:
@@ -342,12 +361,14 @@ class Generator(TorchModel):
         target's. ``min_length``, ``min_target_width``: at least this long a padded sequence
         and target width (rows of a batch computed a few at a time, shaped as the whole batch
         shapes them)."""
-        ids, mask = pad(seqs, self.tokenizer.pad_token_id, left=True, device=self.device, min_width=min_length)
+        ids, mask = pad(seqs, self.tokenizer.pad_token_id, left=True, device=self.device,
+                        min_width=min_length)
         width = max(1, min_target_width, max(len(t) for t in t_ids))
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        with self.autocast():  # (also where a caller has none: a frozen model's matrices are in its dtype)
-            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
-                                logits_to_keep=width + 1).logits[:, :-1]
+        # (also where a caller has none: a frozen model's matrices are in its dtype)
+        with self.autocast():
+            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                use_cache=False, logits_to_keep=width + 1).logits[:, :-1]
         targets = torch.zeros((len(seqs), width), dtype=torch.long, device=self.device)
         t_mask = torch.zeros_like(targets)
         for i, t in enumerate(t_ids):  # right-aligned, like the sequences
@@ -364,14 +385,16 @@ class Generator(TorchModel):
         p_ids = self.passage_ids(passages)
         out = []
         pad_id = self.tokenizer.pad_token_id
-        batches = progress(range(0, len(p_ids), self.batch_size), total=len(p_ids), desc='generating', unit='passage',
+        batches = progress(range(0, len(p_ids), self.batch_size), total=len(p_ids),
+                           desc='generating', unit='passage',
                            count=lambda start: len(p_ids[start:start + self.batch_size]),
                            enabled=self.verbose and len(p_ids) > self.batch_size)
         with self.inference():
             for start in batches:
-                ids, mask = pad(p_ids[start:start + self.batch_size], pad_id, left=not self.is_seq2seq,
-                                device=self.device)
-                generated = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                ids, mask = pad(p_ids[start:start + self.batch_size], pad_id,
+                                left=not self.is_seq2seq, device=self.device)
+                generated = self.model.generate(input_ids=ids, attention_mask=mask,
+                                                max_new_tokens=max_new_tokens,
                                                 pad_token_id=pad_id, **kwargs)
                 if not self.is_seq2seq:
                     generated = generated[:, ids.shape[1]:]
@@ -407,14 +430,16 @@ class PrefixLayer(DynamicLayer):
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, rows: torch.Tensor):
         super().__init__()
         self.lazy_initialization(keys, values)
-        self.keys, self.values, self.rows = keys, values, rows  # (prefixes, heads, length, dim): not copied
+        # (prefixes, heads, length, dim): not copied
+        self.keys, self.values, self.rows = keys, values, rows
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         return (torch.cat([self.keys.index_select(0, self.rows), key_states], dim=-2),
                 torch.cat([self.values.index_select(0, self.rows), value_states], dim=-2))
 
     def _read_only(self, *args, **kwargs):
-        raise NotImplementedError('a PrefixCache is read by one forward of its targets, not changed')
+        raise NotImplementedError('a PrefixCache is read by one forward of its targets, '
+                                  'not changed')
 
     crop = batch_select_indices = batch_repeat_interleave = reset = _read_only
 
@@ -425,7 +450,8 @@ class PrefixCache(DynamicCache):
     position. Read once, by one forward of the targets (``update`` stores nothing)."""
 
     def __init__(self, cache: DynamicCache, rows: torch.Tensor):
-        Cache.__init__(self, layers=[PrefixLayer(layer.keys, layer.values, rows) for layer in cache.layers])
+        Cache.__init__(self, layers=[PrefixLayer(layer.keys, layer.values, rows)
+                                     for layer in cache.layers])
 
 
 def matrices_in_compute_dtype(model: torch.nn.Module, dtype: torch.dtype) -> int:
@@ -449,10 +475,12 @@ def matrices_in_compute_dtype(model: torch.nn.Module, dtype: torch.dtype) -> int
               for p in m.parameters(recurse=False)}
     converted = 0
     for module in model.modules():
-        if isinstance(module, torch.nn.Linear) and id(module.weight) not in others and module.weight.dtype != dtype:
+        if (isinstance(module, torch.nn.Linear) and id(module.weight) not in others and
+                module.weight.dtype != dtype):
             converted += sum(p.numel() for p in module.parameters(recurse=False))
             module.to(dtype)
-    for tensor in [*model.parameters(), *model.buffers()]:  # (each once: both skip a tied tensor's repeats)
+    # (each once: both skip a tied tensor's repeats)
+    for tensor in [*model.parameters(), *model.buffers()]:
         if tensor.dtype != dtype:
             tensor.data = tensor.data.clone()
     return converted
@@ -473,22 +501,27 @@ def _dequantised(repo: str, gguf_file: str, cache_dir=None) -> Path:
     weights at once, which the allocator would keep in this process for the rest of a long job
     (``experiments/results/memory_timeline.md``); a child gives it back when it exits, at the
     cost of starting a process once."""
-    path = cache_root(cache_dir) / 'generators' / cache_key(f'{repo}.{gguf_file}', {'format': 'hf-fp32'})
+    path = cache_root(cache_dir) / 'generators' / cache_key(f'{repo}.{gguf_file}',
+                                                            {'format': 'hf-fp32'})
     what = f'the fp32 conversion of {repo}/{gguf_file}'
 
     def convert(staging: Path):
-        child = subprocess.run([sys.executable, '-c', _CONVERT_IN_A_CHILD, repo, gguf_file, str(staging), what],
+        child = subprocess.run([sys.executable, '-c', _CONVERT_IN_A_CHILD, repo, gguf_file,
+                                str(staging), what],
                                capture_output=True, text=True, errors='replace')
         said = child.stderr.strip()
-        marked = [line[len(_CHILD_SAYS):] for line in said.splitlines() if line.startswith(_CHILD_SAYS)]
+        marked = [line[len(_CHILD_SAYS):] for line in said.splitlines()
+                  if line.startswith(_CHILD_SAYS)]
         if child.returncode == _CHILD_CACHE_FULL and marked:
             raise CacheFull(marked[-1])
-        if child.returncode == _CHILD_OS_ERROR and marked:  # (a full disk mid-write: build_once names it)
+        # (a full disk mid-write: build_once names it)
+        if child.returncode == _CHILD_OS_ERROR and marked:
             code, message = marked[-1].split(' ', 1)
             raise OSError(int(code), message)
         if child.returncode:
             lines = said.splitlines() or ['(nothing said)']
-            errors = [line for line in lines if re.match(r'[A-Za-z_][\w.]*(Error|Exception)\b', line)]
+            errors = [line for line in lines
+                      if re.match(r'[A-Za-z_][\w.]*(Error|Exception)\b', line)]
             raise RuntimeError(f'{what} failed in its own process (exit {child.returncode}): '
                                f'{(errors or lines)[-1]}\n' + '\n'.join(lines[-20:]))
 
@@ -496,7 +529,8 @@ def _dequantised(repo: str, gguf_file: str, cache_dir=None) -> Path:
 
 
 _CHILD_CACHE_FULL, _CHILD_OS_ERROR, _CHILD_SAYS = 3, 4, 'selfsup-conversion: '
-_CONVERT_IN_A_CHILD = 'import sys; from pyterrier_selfsup.models.generator import _child; _child(*sys.argv[1:])'
+_CONVERT_IN_A_CHILD = ('import sys; from pyterrier_selfsup.models.generator import _child; '
+                       '_child(*sys.argv[1:])')
 
 
 def _child(repo: str, gguf_file: str, staging: str, what: str):
@@ -526,7 +560,8 @@ def convert_gguf(repo: str, gguf_file: str, staging: Path, what: str):
     model_cls = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
     loaded = model_cls.from_pretrained(repo, gguf_file=gguf_file, config=config)
     # fp32 weights (4 bytes a weight) and the tokenizer's files, checked before anything is written
-    check_space(staging.parent, 4 * sum(p.numel() for p in loaded.state_dict().values()) + (16 << 20), what)
+    check_space(staging.parent,
+                4 * sum(p.numel() for p in loaded.state_dict().values()) + (16 << 20), what)
     tokenizer.save_pretrained(staging)
     # transformers refuses to save a model loaded from GGUF; its weights are already
     # plain tensors, so they go into a fresh model of the same configuration

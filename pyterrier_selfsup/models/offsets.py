@@ -28,12 +28,14 @@ OFFSETS_FILE = 'passage_offsets.pt'
 class PassageOffsets:
     """δ for the passages that have one (rows in the order they were first met)."""
 
-    def __init__(self, dim: int, normalize: bool, docnos: Sequence[str] = (), delta: Optional[torch.Tensor] = None):
+    def __init__(self, dim: int, normalize: bool, docnos: Sequence[str] = (),
+                 delta: Optional[torch.Tensor] = None):
         self.dim = dim
         self.normalize = normalize
         self.docnos: List[str] = list(docnos)
         self.row = {d: i for i, d in enumerate(self.docnos)}
-        self._delta = torch.zeros(max(16, len(self.docnos)), dim) if delta is None else delta.float().clone()
+        self._delta = (torch.zeros(max(16, len(self.docnos)), dim) if delta is None
+                       else delta.float().clone())
         if delta is not None and len(delta) != len(self.docnos):
             raise ValueError(f'{len(self.docnos)} docnos and {len(delta)} offsets')
 

@@ -42,7 +42,8 @@ def _biased_attention(module, query, key, value, attention_mask, **kwargs):
     if bias is not None and getattr(module, '_selfsup_biased', False):
         q_len, kv_len = query.shape[-2], key.shape[-2]
         if attention_mask is None:
-            attention_mask = torch.zeros((1, 1, q_len, kv_len), dtype=query.dtype, device=query.device)
+            attention_mask = torch.zeros((1, 1, q_len, kv_len), dtype=query.dtype,
+                                         device=query.device)
         elif attention_mask.dtype == torch.bool:
             attention_mask = torch.zeros_like(attention_mask, dtype=query.dtype).masked_fill(
                 ~attention_mask, torch.finfo(query.dtype).min)
@@ -51,7 +52,8 @@ def _biased_attention(module, query, key, value, attention_mask, **kwargs):
         # NaN values at padding positions leak into real rows through 0 * NaN.
         floor = max(torch.finfo(query.dtype).min, torch.finfo(torch.float32).min) / 2
         attention_mask = attention_mask.to(query.dtype).clamp(min=floor)
-        attention_mask = attention_mask[..., -q_len:, -kv_len:] + bias[..., -q_len:, -kv_len:].to(query.dtype)
+        attention_mask = (attention_mask[..., -q_len:, -kv_len:]
+                          + bias[..., -q_len:, -kv_len:].to(query.dtype))
     return eager(module, query, key, value, attention_mask, **kwargs)
 
 
@@ -102,7 +104,8 @@ def checkpointed_layers(generator: Generator, on: bool):
             continue
         mine = getattr(module.__dict__.get('forward'), CHECKPOINTED, False)
         if on and 'forward' not in module.__dict__:
-            module.forward = _checkpointed(module.forward)  # (an attribute of this instance: the class's hides)
+            # (an attribute of this instance: the class's hides)
+            module.forward = _checkpointed(module.forward)
         elif not on and mine:  # (only this function's own: another's wrapper stays)
             del module.forward
 
@@ -116,7 +119,8 @@ def _checkpointed(forward):
             return forward(*args, **kwargs)
         bias = _BIAS.get()
         return torch.utils.checkpoint.checkpoint(
-            forward, *args, use_reentrant=False, context_fn=lambda: (nullcontext(), attention_bias(bias)), **kwargs)
+            forward, *args, use_reentrant=False,
+            context_fn=lambda: (nullcontext(), attention_bias(bias)), **kwargs)
     setattr(checkpointed, CHECKPOINTED, True)
     return checkpointed
 
@@ -140,15 +144,19 @@ def biased_log_likelihood(generator: Generator, targets: List[str], passages: Li
     target_width = max(1, max(len(t) for t in t_ids))
     if generator.is_seq2seq:
         shape = {}
-        if rows is not None:  # the whole batch's widths: its longest passage and its longest row of k
-            lengths = np.array([len(i) for i in generator.passage_ids([p for row in passages for p in row])])
+        # the whole batch's widths: its longest passage and its longest row of k
+        if rows is not None:
+            lengths = np.array([len(i) for i in generator.passage_ids([p for row in passages
+                                                                       for p in row])])
             lengths = lengths.reshape(len(passages), -1)
             shape = dict(min_passage_width=int(lengths.max()), min_width=int(lengths.sum(1).max()))
             passages, t_ids = passages[rows], t_ids[rows]
-        # (the encoder under autocast too, as everywhere else: a frozen generator's matrices are in its dtype)
+        # (the encoder under autocast too, as everywhere else: a frozen generator's matrices are in
+        # its dtype)
         with generator.autocast():
             enc, enc_mask, owner = concatenated_encoding(generator, passages, **shape)
-        bias = _owner_bias(weights, owner)[:, None, None, :].expand(len(t_ids), 1, target_width, enc.shape[1])
+        bias = _owner_bias(weights, owner)[:, None, None, :].expand(len(t_ids), 1, target_width,
+                                                                    enc.shape[1])
         with attention_bias(bias), generator.autocast():
             return generator.decode_logp(enc, enc_mask, t_ids, min_target_width=target_width)
     seqs, owner, after = concatenated_prompts(generator, passages, t_ids)
@@ -157,11 +165,12 @@ def biased_log_likelihood(generator: Generator, targets: List[str], passages: Li
         seqs, t_ids, owner, after = seqs[rows], t_ids[rows], owner[rows], after[rows]
     bias = _owner_bias(weights, owner)[:, None, None, :] * after[:, None, :, None]
     with attention_bias(bias), generator.autocast():
-        return generator.sequence_logp(seqs, t_ids, min_length=length, min_target_width=target_width)
+        return generator.sequence_logp(seqs, t_ids, min_length=length,
+                                       min_target_width=target_width)
 
 
-def concatenated_encoding(generator: Generator, passages: List[List[str]], *, min_passage_width: int = 1,
-                          min_width: int = 1):
+def concatenated_encoding(generator: Generator, passages: List[List[str]], *,
+                          min_passage_width: int = 1, min_width: int = 1):
     """Seq2seq: each row's passages encoded one by one and their encoder outputs
     concatenated (FiD; thesis Eq. 4.10): (outputs (b, width, d), mask (b, width), owner
     (b, width): the passage each position belongs to, -1 for padding). ``min_passage_width``,
@@ -169,7 +178,8 @@ def concatenated_encoding(generator: Generator, passages: List[List[str]], *, mi
     device = generator.device
     b, k = len(passages), len(passages[0])
     p_ids = generator.passage_ids([p for row in passages for p in row])
-    ids, mask = pad(p_ids, generator.tokenizer.pad_token_id, device=device, min_width=min_passage_width)
+    ids, mask = pad(p_ids, generator.tokenizer.pad_token_id, device=device,
+                    min_width=min_passage_width)
     encoded = generator.model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
     hidden, spans = [], []
     for i in range(b):
@@ -196,7 +206,8 @@ def concatenated_prompts(generator: Generator, passages: List[List[str]], t_ids:
     device = generator.device
     tok = generator.tokenizer
     head, tail = generator.prompt.split('{passage}', 1)
-    head_ids = generator.bos_ids + (tok(head, add_special_tokens=False)['input_ids'] if head else [])
+    head_ids = generator.bos_ids + (tok(head, add_special_tokens=False)['input_ids'] if head
+                                    else [])
     tail_ids = tok(tail, add_special_tokens=False)['input_ids'] if tail else []
     sep_ids = tok('\n\n', add_special_tokens=False)['input_ids']
     built = []
@@ -220,9 +231,12 @@ def concatenated_prompts(generator: Generator, passages: List[List[str]], t_ids:
 
 
 def _owner_bias(weights: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
-    """(b, length): weights[i, owner[i, t]] where a token belongs to passage owner[i, t], else 0."""
-    padded = torch.cat([weights, torch.zeros_like(weights[:, :1])], dim=1)  # index -1 -> the zero column
-    return padded.gather(1, torch.where(owner >= 0, owner, torch.full_like(owner, weights.shape[1])))
+    """(b, length): weights[i, owner[i, t]] where a token belongs to passage owner[i, t],
+    else 0."""
+    # index -1 -> the zero column
+    padded = torch.cat([weights, torch.zeros_like(weights[:, :1])], dim=1)
+    return padded.gather(1, torch.where(owner >= 0, owner,
+                                        torch.full_like(owner, weights.shape[1])))
 
 
 def _truncated_ids(generator: Generator, passage: str) -> List[int]:
@@ -235,7 +249,8 @@ def owner_one_hot(owner: torch.Tensor, k: int) -> torch.Tensor:
     return torch.nn.functional.one_hot(owner.clamp(min=0), k).float() * (owner >= 0)[..., None]
 
 
-def first_position_shares(cross_attention: torch.Tensor, owner: torch.Tensor, k: int) -> torch.Tensor:
+def first_position_shares(cross_attention: torch.Tensor, owner: torch.Tensor,
+                          k: int) -> torch.Tensor:
     """ReAtt's P_target (§3.2) from a decoder's last-layer cross-attention (b, H, rows, L),
     softmaxed over all encoder positions: the first decoder position's weights summed per
     passage (``owner``) and averaged over heads, (b, k)."""
@@ -243,7 +258,8 @@ def first_position_shares(cross_attention: torch.Tensor, owner: torch.Tensor, k:
     return torch.einsum('bhw,bwk->bhk', weights, owner_one_hot(owner, k)).mean(1)
 
 
-def attention_target(generator: Generator, targets: List[str], passages: List[List[str]]) -> torch.Tensor:
+def attention_target(generator: Generator, targets: List[str],
+                     passages: List[List[str]]) -> torch.Tensor:
     """P_target from the generator's attention while it reads all k passages at once to
     reconstruct the target, (b, k); no gradients.
 
@@ -261,9 +277,11 @@ def attention_target(generator: Generator, targets: List[str], passages: List[Li
         if generator.is_seq2seq:
             with generator.autocast():
                 enc, enc_mask, owner = concatenated_encoding(generator, passages)
-                start = torch.full((b, 1), generator.model.config.decoder_start_token_id, device=generator.device)
-                out = generator.model(encoder_outputs=BaseModelOutput(last_hidden_state=enc), attention_mask=enc_mask,
-                                      decoder_input_ids=start, output_attentions=True, use_cache=False)
+                start = torch.full((b, 1), generator.model.config.decoder_start_token_id,
+                                   device=generator.device)
+                out = generator.model(encoder_outputs=BaseModelOutput(last_hidden_state=enc),
+                                      attention_mask=enc_mask, decoder_input_ids=start,
+                                      output_attentions=True, use_cache=False)
             return first_position_shares(out.cross_attentions[-1], owner, k)
         seqs, owner, _ = concatenated_prompts(generator, passages, t_ids)
         ids, mask = pad(seqs, generator.tokenizer.pad_token_id, left=True, device=generator.device)
@@ -272,15 +290,17 @@ def attention_target(generator: Generator, targets: List[str], passages: List[Li
         # layers x heads x L^2 floats: gigabytes for k long passages)
         last = [m for m in generator.model.modules() if getattr(m, '_selfsup_biased', False)][-1]
         caught = {}
-        hook = last.register_forward_hook(lambda module, args, output: caught.__setitem__('weights', output[1]))
+        hook = last.register_forward_hook(
+            lambda module, args, output: caught.__setitem__('weights', output[1]))
         try:
             with generator.autocast():
-                generator.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
-                                logits_to_keep=1)
+                generator.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                use_cache=False, logits_to_keep=1)
         finally:
             hook.remove()
         attn = caught['weights'].float()  # (b, H, L, L)
-        mass = torch.einsum('bhql,blk->bhqk', attn, owner_one_hot(owner, k))  # each row's attention on each passage
+        # each row's attention on each passage
+        mass = torch.einsum('bhql,blk->bhqk', attn, owner_one_hot(owner, k))
         length = ids.shape[1]
         rows = torch.zeros((b, length), dtype=torch.bool, device=ids.device)
         for i, t in enumerate(t_ids):  # the positions whose outputs predict target tokens

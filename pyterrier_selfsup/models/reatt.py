@@ -15,7 +15,8 @@ dimensions) and the T5 encoder (ReAtt's own choice; pre-norm, so layer B+1's att
 reads its layer norm of the B-th layer's output). Every real token counts, special tokens
 included ([CLS]/[SEP] for BERT, </s> for T5), as ColBERT keeps its markers.
 
-    reatt = ReAtt.from_pretrained('sentence-transformers/all-MiniLM-L6-v2', retrieval_layer=3, head=...)
+    reatt = ReAtt.from_pretrained('sentence-transformers/all-MiniLM-L6-v2', retrieval_layer=3,
+                                  head=...)
     bm25 % 100 >> collection.text_loader() >> reatt.scorer()
 """
 import copy
@@ -33,8 +34,8 @@ from torch.nn.utils.rnn import pad_sequence
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from pyterrier_selfsup._cache import weights_fingerprint
-from pyterrier_selfsup.models._base import (TrainableModel, clean_texts, read_saved_config, resolve_device,
-                                              to_device)
+from pyterrier_selfsup.models._base import (TrainableModel, clean_texts, read_saved_config,
+                                            resolve_device, to_device)
 from pyterrier_selfsup.progress import progress
 
 CONFIG_FILE = 'reatt.json'
@@ -58,7 +59,8 @@ def _stack(model: torch.nn.Module):
     for name in ('layer', 'block'):
         if isinstance(getattr(encoder, name, None), torch.nn.ModuleList):
             return encoder, name
-    raise ValueError(f'{type(model).__name__}: no layer list (neither encoder.layer nor encoder.block)')
+    raise ValueError(f'{type(model).__name__}: no layer list (neither encoder.layer nor '
+                     'encoder.block)')
 
 
 def n_layers(model: torch.nn.Module) -> int:
@@ -73,8 +75,8 @@ def retrieval_attention(model: torch.nn.Module, layer: int) -> _Attention:
     block = getattr(stack, name)[layer]
     if name == 'layer':  # BERT family: post-norm, the previous layer's output goes in as is
         attn = block.attention.self
-        return _Attention(attn.query, attn.key, None, attn.num_attention_heads, attn.attention_head_size,
-                          float(attn.scaling))
+        return _Attention(attn.query, attn.key, None, attn.num_attention_heads,
+                          attn.attention_head_size, float(attn.scaling))
     sub = block.layer[0]  # T5: pre-norm, unscaled dot products
     attn = sub.SelfAttention
     return _Attention(attn.q, attn.k, sub.layer_norm, attn.n_heads, attn.key_value_proj_dim, 1.0)
@@ -101,18 +103,21 @@ def first_layers(model: torch.nn.Module, n: int) -> torch.nn.Module:
 class ReAttModel(torch.nn.Module):
     """The trainable part: the encoder, its retrieval layer, and the head weights w."""
 
-    def __init__(self, encoder: torch.nn.Module, retrieval_layer: int, *, head_temperature: float = 0.1):
+    def __init__(self, encoder: torch.nn.Module, retrieval_layer: int, *,
+                 head_temperature: float = 0.1):
         super().__init__()
         total = n_layers(encoder)
         if not 0 <= retrieval_layer < total:
-            raise ValueError(f'retrieval_layer must be in 0..{total - 1} (B: the layers before it are the '
-                             f'bi-encoder), not {retrieval_layer}')
+            raise ValueError(f'retrieval_layer must be in 0..{total - 1} (B: the layers before it '
+                             f'are the bi-encoder), not {retrieval_layer}')
         self.encoder = encoder
         self.retrieval_layer = retrieval_layer
         self.head_temperature = head_temperature
         self.attention = retrieval_attention(encoder, retrieval_layer)
-        self.head_logits = torch.nn.Parameter(torch.zeros(self.attention.heads))  # w: uniform to start
-        self._bi_encoder = [first_layers(encoder, retrieval_layer)]  # a list: not a registered submodule
+        # w: uniform to start
+        self.head_logits = torch.nn.Parameter(torch.zeros(self.attention.heads))
+        # a list: not a registered submodule
+        self._bi_encoder = [first_layers(encoder, retrieval_layer)]
 
     @property
     def head_weights(self) -> torch.Tensor:
@@ -131,7 +136,8 @@ class ReAttModel(torch.nn.Module):
 
     def states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """The bi-encoder's output: hidden states after the first B layers, (b, L, hidden)."""
-        return self._bi_encoder[0](input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return self._bi_encoder[0](input_ids=input_ids,
+                                   attention_mask=attention_mask).last_hidden_state
 
     def project(self, hidden: torch.Tensor, side: str) -> torch.Tensor:
         """Layer B+1's query (``side='query'``) or key vectors per head, (b, H, L, e)."""
@@ -142,8 +148,8 @@ class ReAttModel(torch.nn.Module):
         b, length, _ = hidden.shape
         return proj(hidden).view(b, length, att.heads, att.head_dim).transpose(1, 2)
 
-    def head_scores(self, q: torch.Tensor, q_mask: torch.Tensor, k: torch.Tensor, k_mask: torch.Tensor,
-                    chunk: int = 64) -> torch.Tensor:
+    def head_scores(self, q: torch.Tensor, q_mask: torch.Tensor, k: torch.Tensor,
+                    k_mask: torch.Tensor, chunk: int = 64) -> torch.Tensor:
         """r_h(q_i, d_j) for every query i and document j, (n_q, n_d, H); documents in
         chunks of ``chunk`` to bound memory (n_q · chunk · H · L_q · L_d logits at once)."""
         out = []
@@ -152,18 +158,22 @@ class ReAttModel(torch.nn.Module):
         for start in range(0, len(k), chunk):
             kc, mc = k[start:start + chunk], k_mask[start:start + chunk]
             logits = torch.einsum('ihqe,jhde->ijhqd', q, kc) * self.attention.scaling
-            logits = logits.masked_fill(~mc.bool()[None, :, None, None, :], torch.finfo(logits.dtype).min)
-            best = logits.max(dim=-1).values  # (n_q, c, H, L_q): each query token's best document token
+            logits = logits.masked_fill(~mc.bool()[None, :, None, None, :],
+                                        torch.finfo(logits.dtype).min)
+            # (n_q, c, H, L_q): each query token's best document token
+            best = logits.max(dim=-1).values
             r = (best * q_mask[:, None, None, :]).sum(-1) / n_tokens[:, None, None]
             # a document with no token to score (nothing left after truncation) cannot be retrieved
             out.append(r.masked_fill(~mc.bool().any(1)[None, :, None], float('-inf')))
         return torch.cat(out, dim=1) if out else q.new_zeros((len(q), 0, self.attention.heads))
 
-    def scores(self, q: torch.Tensor, q_mask: torch.Tensor, k: torch.Tensor, k_mask: torch.Tensor) -> torch.Tensor:
+    def scores(self, q: torch.Tensor, q_mask: torch.Tensor, k: torch.Tensor,
+               k_mask: torch.Tensor) -> torch.Tensor:
         """r(q_i, d_j) = Σ_h P_head,h r_h, (n_q, n_d); -inf for a document with no token."""
         r = self.head_scores(q, q_mask, k, k_mask)
         empty = torch.isneginf(r).all(-1)  # (0 · -inf would be NaN where a head weight underflows)
-        return (r.masked_fill(empty[..., None], 0.0) @ self.head_weights.to(r.dtype)).masked_fill(empty, float('-inf'))
+        return (r.masked_fill(empty[..., None], 0.0) @ self.head_weights.to(r.dtype)
+                ).masked_fill(empty, float('-inf'))
 
 
 class ReAtt(TrainableModel):
@@ -204,7 +214,8 @@ class ReAtt(TrainableModel):
             encoder = T5EncoderModel.from_pretrained(name_or_path)
         else:
             encoder = AutoModel.from_pretrained(name_or_path)
-        for value in (saved.get('retrieval_layer'), getattr(config, 'retrieval_layer', None), n_layers(encoder) // 2):
+        for value in (saved.get('retrieval_layer'), getattr(config, 'retrieval_layer', None),
+                      n_layers(encoder) // 2):
             if retrieval_layer is None:
                 retrieval_layer = value
         if head is None and not saved:
@@ -212,11 +223,13 @@ class ReAtt(TrainableModel):
         model = ReAttModel(encoder, retrieval_layer,
                            head_temperature=head_temperature or saved.get('head_temperature', 0.1))
         if saved and (Path(name_or_path) / HEAD_WEIGHTS_FILE).is_file():
-            model.head_logits.data.copy_(torch.load(Path(name_or_path) / HEAD_WEIGHTS_FILE, map_location='cpu'))
+            model.head_logits.data.copy_(torch.load(Path(name_or_path) / HEAD_WEIGHTS_FILE,
+                                                    map_location='cpu'))
         if head is not None:
             model.select_head(head)
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-        limit = min(tokenizer.model_max_length, getattr(config, 'max_position_embeddings', math.inf))
+        limit = min(tokenizer.model_max_length,
+                    getattr(config, 'max_position_embeddings', math.inf))
         max_length = max_length or saved.get('max_length') or int(min(256, limit))
         for key in ('query_max_length', 'special_tokens', 'name'):
             if key in saved:
@@ -247,27 +260,31 @@ class ReAtt(TrainableModel):
         return [self.model]
 
     def load_weights(self, path: Union[str, Path]):
-        self.model.load_state_dict(ReAtt.from_pretrained(str(path), device='cpu').model.state_dict())
+        self.model.load_state_dict(
+            ReAtt.from_pretrained(str(path), device='cpu').model.state_dict())
 
     # -- encoding ---------------------------------------------------------------------
 
     def tokenize(self, texts: Sequence[str], side: str) -> Dict[str, torch.Tensor]:
         max_length = self.query_max_length if side == 'query' else self.max_length
-        batch = self.tokenizer(clean_texts(list(texts)), padding=True, truncation=True, max_length=max_length, return_tensors='pt',
+        batch = self.tokenizer(clean_texts(list(texts)), padding=True, truncation=True,
+                               max_length=max_length, return_tensors='pt',
                                return_special_tokens_mask=True)
         out = {'input_ids': to_device(batch['input_ids'], self.device),
                'attention_mask': to_device(batch['attention_mask'], self.device)}
         # which tokens score: all real ones, or (special_tokens=False) those of the text itself
-        out['score_mask'] = out['attention_mask'] * (1 if self.special_tokens else
-                                                     1 - to_device(batch['special_tokens_mask'], self.device))
+        out['score_mask'] = out['attention_mask'] * (
+            1 if self.special_tokens else 1 - to_device(batch['special_tokens_mask'], self.device))
         return out
 
     def encode(self, texts: Sequence[str], side: str):
         """(vectors (b, H, L, e), mask (b, L)) of layer B+1's queries or keys, with gradients."""
         batch = self.tokenize(texts, side)
         with self.autocast():
-            vectors = self.model.project(self.model.states(batch['input_ids'], batch['attention_mask']), side)
-        if vectors.dtype in (torch.float16, torch.bfloat16):  # autocast's: scores are summed in fp32
+            vectors = self.model.project(self.model.states(batch['input_ids'],
+                                                           batch['attention_mask']), side)
+        # autocast's: scores are summed in fp32
+        if vectors.dtype in (torch.float16, torch.bfloat16):
             vectors = vectors.float()
         return vectors, batch['score_mask']
 
@@ -277,7 +294,8 @@ class ReAtt(TrainableModel):
         texts = list(texts)
         order = np.argsort([-len(t) if isinstance(t, str) else 0 for t in texts], kind='stable')
         out: List[Optional[torch.Tensor]] = [None] * len(texts)
-        batches = progress(range(0, len(texts), self.batch_size), total=len(texts), desc=f'ReAtt {side}s', unit=side,
+        batches = progress(range(0, len(texts), self.batch_size), total=len(texts),
+                           desc=f'ReAtt {side}s', unit=side,
                            count=lambda start: len(order[start:start + self.batch_size]),
                            enabled=self.verbose and len(texts) > self.batch_size)
         with self.inference():
@@ -288,10 +306,12 @@ class ReAtt(TrainableModel):
                     out[i] = vectors[row, :, mask[row].bool()].transpose(0, 1).contiguous()
         return out
 
-    def score_texts(self, queries: Sequence[str], docs: Sequence[str], *, per_head: bool = False) -> np.ndarray:
+    def score_texts(self, queries: Sequence[str], docs: Sequence[str], *,
+                    per_head: bool = False) -> np.ndarray:
         """r(q_i, d_i) for aligned pairs (``per_head``: r_h for every head, (n, H)), in
         inference mode; each distinct query and document is encoded once."""
-        uq, qi = np.unique(np.asarray(clean_texts(list(queries)), dtype=object), return_inverse=True)
+        uq, qi = np.unique(np.asarray(clean_texts(list(queries)), dtype=object),
+                           return_inverse=True)
         ud, di = np.unique(np.asarray(clean_texts(list(docs)), dtype=object), return_inverse=True)
         q_vectors, d_vectors = self.token_vectors(uq, 'query'), self.token_vectors(ud, 'passage')
         out = np.empty((len(qi), self.model.attention.heads), dtype=np.float32)
@@ -311,7 +331,8 @@ class ReAtt(TrainableModel):
         return ReAttScorer(self, text_field=text_field, per_head=per_head)
 
     def __repr__(self):
-        return f'ReAtt({self.name!r}, retrieval_layer={self.model.retrieval_layer}, heads={self.model.attention.heads})'
+        return (f'ReAtt({self.name!r}, retrieval_layer={self.model.retrieval_layer}, '
+                f'heads={self.model.attention.heads})')
 
 
 class ReAttScorer(pt.Transformer):
@@ -326,7 +347,8 @@ class ReAttScorer(pt.Transformer):
         if not len(out):
             out['score'] = pd.Series(dtype=float)
             return pt.model.add_ranks(out)
-        heads = self.reatt.score_texts(out['query'].tolist(), out[self.text_field].tolist(), per_head=True)
+        heads = self.reatt.score_texts(out['query'].tolist(), out[self.text_field].tolist(),
+                                       per_head=True)
         out['score'] = mix_heads(heads, self.reatt.model.head_weights)
         if self.per_head:
             for h in range(heads.shape[1]):
@@ -344,9 +366,11 @@ def mix_heads(per_head: np.ndarray, weights: torch.Tensor) -> np.ndarray:
 
 def pad_tokens(pieces: List[torch.Tensor]):
     """Per-text token vectors (L_i, H, e) as one padded batch (b, H, L, e) and its mask (b, L)."""
-    # an empty (0, H, e) piece of width 1 appended and dropped: empty texts still get one (masked) position
+    # an empty (0, H, e) piece of width 1 appended and dropped: empty texts still get one
+    # (masked) position
     filler = pieces[0].new_zeros((1,) + tuple(pieces[0].shape[1:]))
     vectors = pad_sequence(list(pieces) + [filler], batch_first=True)[:-1].permute(0, 2, 1, 3)
     mask = pad_sequence([torch.ones(len(p), dtype=torch.long, device=p.device) for p in pieces]
-                        + [torch.zeros(1, dtype=torch.long, device=filler.device)], batch_first=True)[:-1]
+                        + [torch.zeros(1, dtype=torch.long, device=filler.device)],
+                        batch_first=True)[:-1]
     return vectors, mask

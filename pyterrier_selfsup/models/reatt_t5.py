@@ -35,9 +35,10 @@ class ReAttT5(TrainableModel):
     ``self.retriever`` is the :class:`ReAtt` over the same encoder weights (for scoring,
     token indexes and cross-document adjustment)."""
 
-    def __init__(self, model: T5ForConditionalGeneration, tokenizer, *, retrieval_layer: Optional[int] = None,
-                 head: Optional[int] = None, head_temperature: float = 0.1, max_length: int = 256,
-                 query_max_length: int = 64, target_max_length: int = 32, device: Optional[str] = None,
+    def __init__(self, model: T5ForConditionalGeneration, tokenizer, *,
+                 retrieval_layer: Optional[int] = None, head: Optional[int] = None,
+                 head_temperature: float = 0.1, max_length: int = 256, query_max_length: int = 64,
+                 target_max_length: int = 32, device: Optional[str] = None,
                  precision: str = 'auto'):
         if retrieval_layer is None:
             retrieval_layer = getattr(model.config, 'retrieval_layer', None)
@@ -52,9 +53,10 @@ class ReAttT5(TrainableModel):
         reatt_model = ReAttModel(model.encoder, retrieval_layer, head_temperature=head_temperature)
         if head is not None:
             reatt_model.select_head(head)
-        self.retriever = ReAtt(reatt_model, tokenizer, name=getattr(model.config, 'name_or_path', 't5') or 't5',
-                               max_length=max_length, query_max_length=query_max_length, device=device,
-                               precision=precision)
+        self.retriever = ReAtt(reatt_model, tokenizer,
+                               name=getattr(model.config, 'name_or_path', 't5') or 't5',
+                               max_length=max_length, query_max_length=query_max_length,
+                               device=device, precision=precision)
         self.device = self.retriever.device
         self.model.to(self.device)
 
@@ -71,7 +73,8 @@ class ReAttT5(TrainableModel):
                 kwargs.setdefault(key, saved[key])
         out = cls(model, AutoTokenizer.from_pretrained(name_or_path), **kwargs)
         if (Path(name_or_path) / HEAD_WEIGHTS_FILE).is_file() and 'head' not in kwargs:
-            out.retriever.model.head_logits.data.copy_(torch.load(Path(name_or_path) / HEAD_WEIGHTS_FILE))
+            out.retriever.model.head_logits.data.copy_(
+                torch.load(Path(name_or_path) / HEAD_WEIGHTS_FILE))
         return out
 
     def save_pretrained(self, path: Union[str, Path]) -> Path:
@@ -103,8 +106,8 @@ class ReAttT5(TrainableModel):
 
     # -- reading ----------------------------------------------------------------------
 
-    def encode_pairs(self, queries: Sequence[str], docs: Sequence[str]) -> Tuple[torch.Tensor, torch.Tensor,
-                                                                                torch.Tensor]:
+    def encode_pairs(self, queries: Sequence[str],
+                     docs: Sequence[str]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The encoder over each [query; document] pair, its first B layers on each side
         alone (the bi-encoder) and the rest over the pair: (output (n, L, d), mask (n, L),
         the bi-encoder's output (n, L, d), the query first)."""
@@ -140,19 +143,22 @@ class ReAttT5(TrainableModel):
         gradients; P_target (b, k), the first decoder position's last-layer cross-attention
         summed per (query, document) pair and averaged over heads, without gradients)."""
         b, k = len(queries), len(docs[0])
-        encoded, mask, _ = self.encode_pairs([q for q in queries for _ in range(k)], [d for row in docs for d in row])
+        encoded, mask, _ = self.encode_pairs([q for q in queries for _ in range(k)],
+                                             [d for row in docs for d in row])
         width = encoded.shape[1]
         fused = encoded.reshape(b, k * width, -1)
         fused_mask = mask.reshape(b, k * width)
         owner = torch.arange(k, device=self.device).repeat_interleave(width)[None].expand(b, -1)
         owner = owner.masked_fill(fused_mask == 0, -1)  # padding belongs to no pair
         labels = self.tokenizer(text_target=list(targets), padding=True, truncation=True,
-                                max_length=self.target_max_length, return_tensors='pt')['input_ids'].to(self.device)
+                                max_length=self.target_max_length,
+                                return_tensors='pt')['input_ids'].to(self.device)
         labels = labels.masked_fill(labels == self.tokenizer.pad_token_id, -100)
-        out = self.model(encoder_outputs=BaseModelOutput(last_hidden_state=fused), attention_mask=fused_mask,
-                         labels=labels, output_attentions=True, use_cache=False)
-        logp = -torch.nn.functional.cross_entropy(out.logits.transpose(1, 2), labels, ignore_index=-100,
-                                                  reduction='none').sum(1)
+        out = self.model(encoder_outputs=BaseModelOutput(last_hidden_state=fused),
+                         attention_mask=fused_mask, labels=labels, output_attentions=True,
+                         use_cache=False)
+        logp = -torch.nn.functional.cross_entropy(out.logits.transpose(1, 2), labels,
+                                                  ignore_index=-100, reduction='none').sum(1)
         with torch.no_grad():
             target = first_position_shares(out.cross_attentions[-1], owner, k)
         return logp, target

@@ -20,7 +20,8 @@ NORMALISATIONS = ('sum', 'mean')
 
 
 class ReconstructionScorer(pt.Transformer):
-    """Re-ranks by log p(query | document) under a :class:`~pyterrier_selfsup.models.generator.Generator`.
+    """Re-ranks by log p(query | document) under a
+    :class:`~pyterrier_selfsup.models.generator.Generator`.
 
     ``normalise``: ``mean`` (per query token) or ``sum``. Within one query every
     candidate is scored on the same target tokens, so both rank the candidates of a
@@ -80,20 +81,24 @@ class ReconstructionScorer(pt.Transformer):
             # scoring run that is interrupted keeps what it did. Its progress is one stage,
             # of the pairs the cache does not hold, not one a chunk.
             passages = pairs['docno'].unique()
-            # (counted only where shown: a training step's look-up of what its fill scored counts nothing)
+            # (counted only where shown: a training step's look-up of what its fill scored
+            # counts nothing)
             missing = len(pairs) - cached_count(self.cache, pairs) if self.generator.verbose else 0
             self._missing.tracker = progress(total=missing, desc='generator scoring', unit='pair',
                                              enabled=self.generator.verbose and missing > 0)
             try:
                 looked_up = pd.concat([
                     self._cached(pairs[pairs['docno'].isin(set(passages[i:i + self.CHUNK]))])
-                    for i in range(0, len(passages), self.CHUNK)]).set_index(['query', 'docno'])['loglik']
+                    for i in range(0, len(passages), self.CHUNK)]
+                ).set_index(['query', 'docno'])['loglik']
             finally:
                 self._missing.tracker.close()
                 self._missing.tracker = None
-            scores = looked_up.reindex(pd.MultiIndex.from_frame(out[['query', 'docno']])).to_numpy(dtype=np.float64)
+            scores = looked_up.reindex(pd.MultiIndex.from_frame(out[['query', 'docno']])
+                                       ).to_numpy(dtype=np.float64)
         else:
-            scores = self.generator.log_likelihoods(out['query'].tolist(), out[self.text_field].tolist())
+            scores = self.generator.log_likelihoods(out['query'].tolist(),
+                                                    out[self.text_field].tolist())
         if self.normalise == 'mean':
             scores = scores / np.maximum(self.generator.target_lengths(out['query'].tolist()), 1)
         out['score'] = scores
@@ -124,5 +129,6 @@ class _LogLikelihood(pt.Transformer):
         self.tracker = None  # the progress of the scorer's call under way, where it has one
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        return inp.assign(loglik=self.generator.log_likelihoods(inp['query'].tolist(), inp[self.text_field].tolist(),
+        return inp.assign(loglik=self.generator.log_likelihoods(inp['query'].tolist(),
+                                                                inp[self.text_field].tolist(),
                                                                 tracker=self.tracker))

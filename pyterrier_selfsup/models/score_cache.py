@@ -60,12 +60,14 @@ def _copy_readable_scores(source: Path, db) -> int:
     with closing(damaged):
         try:
             top = damaged.execute('SELECT max(rowid) FROM cache').fetchone()[0] or 0
-        except sqlite3.DatabaseError:  # (the table's root is lost: an upper bound, a row being >16 bytes)
+        except sqlite3.DatabaseError:
+            # (the table's root is lost: an upper bound, a row being >16 bytes)
             top = source.stat().st_size // 16
 
         def read(low: int, high: int):
             try:
-                rows.extend(damaged.execute('SELECT * FROM cache WHERE rowid BETWEEN ? AND ?', (low, high)).fetchall())
+                rows.extend(damaged.execute('SELECT * FROM cache WHERE rowid BETWEEN ? AND ?',
+                                            (low, high)).fetchall())
             except sqlite3.DatabaseError:
                 if low < high:
                     middle = (low + high) // 2
@@ -87,11 +89,12 @@ def cached_count(cache, pairs: pd.DataFrame) -> int:
     held = 0
     for query, docnos in pairs.groupby('query', sort=False)['docno']:
         docnos = docnos.unique().tolist()
-        for start in range(0, len(docnos), 500):  # (SQLite's variables a statement: 999 before 3.32)
+        # (SQLite's variables a statement: 999 before 3.32)
+        for start in range(0, len(docnos), 500):
             part = docnos[start:start + 500]
             asked = ', '.join('?' * len(part))
-            held += cache.db.execute(f'SELECT count(*) FROM cache WHERE [group]=? AND key IN ({asked})',
-                                     [query, *part]).fetchone()[0]
+            held += cache.db.execute('SELECT count(*) FROM cache WHERE [group]=? AND key IN '
+                                     f'({asked})', [query, *part]).fetchone()[0]
     return held
 
 
@@ -99,7 +102,8 @@ def score_cache_dir(corpus_id: str, generator, cache_dir=None) -> Path:
     """Where the summed log-likelihoods of ``generator`` on ``corpus_id``'s documents are
     cached: keyed by the generator's fingerprint (weights and settings)."""
     return cache_root(cache_dir) / 'generator-scores' / cache_key(
-        f'{corpus_id}.{generator.name.rstrip("/").rsplit("/", 1)[-1]}', {'generator': generator.fingerprint()})
+        f'{corpus_id}.{generator.name.rstrip("/").rsplit("/", 1)[-1]}',
+        {'generator': generator.fingerprint()})
 
 
 def open_score_cache(path: Path, scorer: pt.Transformer, busy_seconds: int = 600):
@@ -117,7 +121,8 @@ def open_score_cache(path: Path, scorer: pt.Transformer, busy_seconds: int = 600
         cache = Sqlite3ScorerCache(str(path), scorer, group='query', key='docno', value='loglik')
         if problem is not None:
             recovered = _copy_readable_scores(aside / SCORE_DB, cache.db)
-            logger.warning('the score cache at %s was damaged (%s): set aside as %s; %d scores recovered from '
-                           'it, the rest are scored again when asked for', path, problem, aside, recovered)
+            logger.warning('the score cache at %s was damaged (%s): set aside as %s; %d scores '
+                           'recovered from it, the rest are scored again when asked for',
+                           path, problem, aside, recovered)
     cache.db.execute(f'PRAGMA busy_timeout = {busy_seconds * 1000}')
     return cache

@@ -42,13 +42,16 @@ logger = logging.getLogger(__name__)
 
 STYLES = ('chat', 'plain')
 SYSTEM_PROMPT = 'You write search queries that a user of a search engine would type.'
-INSTRUCTION = 'Write one search query that the passage below answers. Reply with the query only, on one line.'
-EXAMPLES_INTRO = 'Queries that users of this collection wrote (write in their style, about the passage):'
+INSTRUCTION = ('Write one search query that the passage below answers. '
+               'Reply with the query only, on one line.')
+EXAMPLES_INTRO = ('Queries that users of this collection wrote '
+                  '(write in their style, about the passage):')
 PLAIN_PROMPT = 'Passage: {passage}\nA question this passage answers:'
 # What the writer's draws come from, in the keys of the query sets and models made from them.
 # Raise it whenever a seed would write other queries (CHANGELOG.md says when it last rose).
 WRITER_VERSION = 2
-GENERATE_TOP_K = 50  # the top k transformers' generate samples from where a model's config sets none
+# the top k transformers' generate samples from where a model's config sets none
+GENERATE_TOP_K = 50
 NUCLEUS_CANDIDATES = 256  # tokens sorted for nucleus sampling (more where a row's nucleus is wider)
 # new tokens' room a sample's keys and values are given at a time. Room for the longest query
 # (32 tokens) was 0.7 GB for SmolLM2's 64 passages x 10 samples on ADI (640 x 33 positions x 30
@@ -75,7 +78,8 @@ class QueryWriter:
             cores (``writer_backends.md``). The queries' distribution does not depend on it,
             their draws from the random stream do.
         prefill_tokens: tokens (padding included) a prefill forward runs at most: the prompts of
-            a batch are prefilled in parts of this size, longest first, each copied into the batch's cache.
+            a batch are prefilled in parts of this size, longest first, each copied into the
+            batch's cache.
         preallocated_cache: the key/value cache a batch writes into: :class:`WriterCache` (each
             prompt held once for its samples, the new tokens in buffers with room reserved,
             read by :func:`shared_prompt_attention`) for models whose layers all attend to every
@@ -86,9 +90,10 @@ class QueryWriter:
             False: the dynamic cache.
     """
 
-    def __init__(self, generator, *, style: str = 'chat', examples: Sequence[str] = (), max_examples: int = 8,
-                 max_passage_length: Optional[int] = None, batch_size: int = 64, prefill_tokens: int = 4096,
-                 seed: int = 0, preallocated_cache: bool = True):
+    def __init__(self, generator, *, style: str = 'chat', examples: Sequence[str] = (),
+                 max_examples: int = 8, max_passage_length: Optional[int] = None,
+                 batch_size: int = 64, prefill_tokens: int = 4096, seed: int = 0,
+                 preallocated_cache: bool = True):
         if generator.is_seq2seq:
             raise ValueError('QueryWriter writes with decoder-only generators')
         if style not in STYLES:
@@ -110,15 +115,18 @@ class QueryWriter:
         distribution, and what their draws depend on (the batch; the cache, whose arithmetic
         rounds differently under bf16)."""
         shared = bool(self._shared_layers())
-        return {'style': self.style, 'examples': self.examples, 'max_passage_length': self.max_passage_length,
+        return {'style': self.style, 'examples': self.examples,
+                'max_passage_length': self.max_passage_length,
                 'system': SYSTEM_PROMPT if self.style == 'chat' else None,
                 'instruction': INSTRUCTION if self.style == 'chat' else PLAIN_PROMPT,
                 'batch_size': self.batch_size, 'cache': 'shared prompt' if shared else 'dynamic',
                 'version': WRITER_VERSION}
 
     def _shared_layers(self) -> Optional[int]:
-        """The decoder's number of layers if the writer writes into a :class:`WriterCache`, else None."""
-        return full_attention_layers(self.generator.model.config) if self.preallocated_cache else None
+        """The decoder's number of layers if the writer writes into a :class:`WriterCache`, else
+        None."""
+        return (full_attention_layers(self.generator.model.config) if self.preallocated_cache
+                else None)
 
     # -- prompts ----------------------------------------------------------------------
 
@@ -131,12 +139,14 @@ class QueryWriter:
             return shown + PLAIN_PROMPT.replace('{passage}', passage)
         messages = [{'role': 'system', 'content': SYSTEM_PROMPT},
                     {'role': 'user', 'content': f'{shown}{INSTRUCTION}\n\nPassage: {passage}'}]
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                  add_generation_prompt=True)
 
     def prompt_ids(self, passages: Sequence[str]) -> List[List[int]]:
         passages = clean_texts(list(passages))
         enc = self.tokenizer(passages, add_special_tokens=False, return_offsets_mapping=True)
-        cut = [text[:offsets[self.max_passage_length - 1][1]] if len(offsets) > self.max_passage_length else text
+        cut = [text[:offsets[self.max_passage_length - 1][1]]
+               if len(offsets) > self.max_passage_length else text
                for text, offsets in zip(passages, enc['offset_mapping'])]
         ids = self.tokenizer([self.prompt(p) for p in cut], add_special_tokens=False)['input_ids']
         return [self.generator.bos_ids + x if self.style == 'plain' else x for x in ids]
@@ -152,16 +162,19 @@ class QueryWriter:
             text = self.tokenizer.decode([i])
             kinds[i] = (2 if '\n' in text else 0) | (4 if text.strip() else 0)
         ends = self.generator.model.generation_config.eos_token_id
-        specials = [self.tokenizer.convert_tokens_to_ids(s) for s in ('<|im_end|>', '<|endoftext|>', '<|eot_id|>')]
-        for i in ([ends] if isinstance(ends, int) else list(ends or [])) + [self.tokenizer.eos_token_id] + specials:
+        specials = [self.tokenizer.convert_tokens_to_ids(s)
+                    for s in ('<|im_end|>', '<|endoftext|>', '<|eot_id|>')]
+        for i in (([ends] if isinstance(ends, int) else list(ends or []))
+                  + [self.tokenizer.eos_token_id] + specials):
             if isinstance(i, int) and i != self.tokenizer.unk_token_id and 0 <= i < size:
                 kinds[i] = 1
         return kinds
 
     # -- writing ----------------------------------------------------------------------
 
-    def write(self, passages: Sequence[str], n: int = 1, *, do_sample: bool = False, temperature: float = 1.0,
-              top_p: float = 1.0, top_k: Optional[int] = None, max_new_tokens: int = 32, shared: bool = True,
+    def write(self, passages: Sequence[str], n: int = 1, *, do_sample: bool = False,
+              temperature: float = 1.0, top_p: float = 1.0, top_k: Optional[int] = None,
+              max_new_tokens: int = 32, shared: bool = True,
               generator: Optional[torch.Generator] = None) -> List[List[str]]:
         """``n`` queries for each passage (greedy: ``n`` copies of one), the first line of each
         generation, stripped. ``shared=False``: each sample prefilled on its own (the
@@ -172,10 +185,12 @@ class QueryWriter:
             top_k = getattr(self.generator.model.generation_config, 'top_k', None)
             top_k = GENERATE_TOP_K if top_k is None else top_k
         ids = self.prompt_ids(passages)
-        order = np.argsort([-len(x) for x in ids], kind='stable')  # by length: little padding in a batch
+        # by length: little padding in a batch
+        order = np.argsort([-len(x) for x in ids], kind='stable')
         out: List[Optional[List[str]]] = [None] * len(ids)
-        batches = progress(range(0, len(order), self.batch_size), total=len(order), desc='writing queries',
-                           unit='passage', count=lambda start: len(order[start:start + self.batch_size]),
+        batches = progress(range(0, len(order), self.batch_size), total=len(order),
+                           desc='writing queries', unit='passage',
+                           count=lambda start: len(order[start:start + self.batch_size]),
                            enabled=self.generator.verbose and len(order) > self.batch_size)
         with self.generator.inference(), casts_kept(self.generator.model):
             for start in batches:
@@ -183,8 +198,9 @@ class QueryWriter:
                 prompts = [ids[i] for i in idx]
                 if not shared:
                     prompts = [p for p in prompts for _ in range(n)]
-                tokens = self._sample(prompts, 1 if not shared else n, do_sample=do_sample, temperature=temperature,
-                                      top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens, generator=generator)
+                tokens = self._sample(prompts, 1 if not shared else n, do_sample=do_sample,
+                                      temperature=temperature, top_p=top_p, top_k=top_k,
+                                      max_new_tokens=max_new_tokens, generator=generator)
                 texts = self.tokenizer.batch_decode(tokens, skip_special_tokens=True)
                 for j, i in enumerate(idx):
                     out[i] = [t.strip().split('\n')[0].strip() for t in texts[j * n:(j + 1) * n]]
@@ -206,7 +222,8 @@ class QueryWriter:
         while start < len(prompts):
             size = max(1, self.prefill_tokens // max(1, len(prompts[start])))
             cache, part_logits, mask = self._prefill(prompts[start:start + size],
-                                                     WriterCache(layers, min(max_new_tokens, NEW_TOKENS_RESERVED)))
+                                                     WriterCache(layers, min(max_new_tokens,
+                                                                             NEW_TOKENS_RESERVED)))
             if start == 0 and size >= len(prompts):
                 return cache, part_logits, mask
             if joined is None:
@@ -219,17 +236,20 @@ class QueryWriter:
         return joined, torch.cat(logits), torch.cat(masks)
 
     def _prefill(self, prompts: List[List[int]], cache: Optional['WriterCache']):
-        input_ids, mask = pad(prompts, self.tokenizer.pad_token_id, left=True, device=self.generator.device)
+        input_ids, mask = pad(prompts, self.tokenizer.pad_token_id, left=True,
+                              device=self.generator.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         given = {} if cache is None else {self.generator._cache_argument: cache}
         # (the output layer on the last position only: the next token's)
         with self.generator.autocast(), writer_attention(self.generator.model, cache, prefill=True):
-            output = self.generator.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                                          use_cache=True, logits_to_keep=1, **given)
+            output = self.generator.model(input_ids=input_ids, attention_mask=mask,
+                                          position_ids=positions, use_cache=True,
+                                          logits_to_keep=1, **given)
         return _cache_of(output), output.logits[:, -1].float(), mask
 
-    def _sample(self, prompts: List[List[int]], n: int, *, do_sample: bool, temperature: float, top_p: float,
-                top_k: int, max_new_tokens: int, generator: Optional[torch.Generator]) -> List[List[int]]:
+    def _sample(self, prompts: List[List[int]], n: int, *, do_sample: bool, temperature: float,
+                top_p: float, top_k: int, max_new_tokens: int,
+                generator: Optional[torch.Generator]) -> List[List[int]]:
         """The new tokens of ``n`` continuations of each prompt (rows: prompt-major), each up
         to and with the token that ended it."""
         model, device = self.generator.model, self.generator.device
@@ -243,7 +263,8 @@ class QueryWriter:
         rows = mask.shape[0]
         written: List[List[int]] = [[] for _ in range(rows)]
         alive = torch.arange(rows, device=device)  # the rows still writing, in the cache's order
-        started = torch.zeros(rows, dtype=torch.bool, device=device)  # has a row written any text yet
+        # has a row written any text yet
+        started = torch.zeros(rows, dtype=torch.bool, device=device)
         kinds = self.token_kinds.to(device)
         for step in range(max_new_tokens):
             token = self._next(logits, do_sample, temperature, top_p, generator, top_k)
@@ -260,7 +281,8 @@ class QueryWriter:
             if not keep.all():  # finished rows leave the batch
                 where = keep.nonzero().squeeze(1)
                 cache.batch_select_indices(where)
-                alive, token, mask, started = alive[where], token[where], mask[where], started[where]
+                alive, token, mask, started = (alive[where], token[where], mask[where],
+                                               started[where])
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
             # (a WriterCache holds where its prompts are padded: no mask)
             with self.generator.autocast(), writer_attention(model, cache, prefill=False):
@@ -277,7 +299,8 @@ class QueryWriter:
         then the top k, then the nucleus of their renormalised distribution)."""
         if not do_sample:
             return logits.argmax(-1)
-        scaled = logits / temperature if temperature != 1.0 else logits  # (x / 1 is x: no copy of the rows' logits)
+        # (x / 1 is x: no copy of the rows' logits)
+        scaled = logits / temperature if temperature != 1.0 else logits
         if 0 < top_k < scaled.shape[-1]:  # the top k alone, renormalised
             values, idx = scaled.topk(top_k, dim=-1)
             top_probs, top_idx = torch.softmax(values, dim=-1), idx
@@ -327,7 +350,8 @@ class WriterLayer(DynamicLayer):
             self.keys, self.values = key_states, value_states
             return key_states, value_states
         step = key_states.shape[-2]
-        if self._keys is None or self.new + step > self._keys.shape[-2]:  # (room: the reserve, then more)
+        # (room: the reserve, then more)
+        if self._keys is None or self.new + step > self._keys.shape[-2]:
             size = self.new + step + self.reserve
             keys = key_states.new_empty((*key_states.shape[:2], size, key_states.shape[-1]))
             values = value_states.new_empty((*value_states.shape[:2], size, value_states.shape[-1]))
@@ -350,10 +374,12 @@ class WriterLayer(DynamicLayer):
             self.keys, self.values = self._keys[:, :, :self.new], self._values[:, :, :self.new]
 
     def select_prompts(self, indices: torch.Tensor) -> None:
-        self.prompt_keys, self.prompt_values = self.prompt_keys[indices], self.prompt_values[indices]
+        self.prompt_keys, self.prompt_values = (self.prompt_keys[indices],
+                                                self.prompt_values[indices])
 
     def batch_repeat_interleave(self, repeats: int) -> None:
-        raise NotImplementedError('the query writer\'s cache shares a prompt across its samples: WriterCache.fork')
+        raise NotImplementedError('the query writer\'s cache shares a prompt across its samples: '
+                                  'WriterCache.fork')
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         raise NotImplementedError('the query writer\'s cache selects samples through WriterCache')
@@ -391,7 +417,8 @@ class WriterCache(DynamicCache):
             keys, values = given.prompt_keys, given.prompt_values
             layer.lazy_initialization(keys, values)
             layer.prompt_keys = keys.new_zeros((prompts, *keys.shape[1:-1], width))
-            layer.prompt_values = values.new_zeros((prompts, values.shape[1], width, values.shape[-1]))
+            layer.prompt_values = values.new_zeros((prompts, values.shape[1], width,
+                                                    values.shape[-1]))
         return empty
 
     def place(self, part: 'WriterCache', start: int) -> None:
@@ -408,7 +435,8 @@ class WriterCache(DynamicCache):
         real (not padding) positions."""
         self.samples = n
         self.slots = torch.arange(prompt_mask.shape[0] * n, device=prompt_mask.device)
-        self.prompt_bias = torch.zeros(prompt_mask.shape, dtype=torch.float32, device=prompt_mask.device
+        self.prompt_bias = torch.zeros(prompt_mask.shape, dtype=torch.float32,
+                                       device=prompt_mask.device
                                        ).masked_fill_(~prompt_mask, float('-inf'))[:, None, None, :]
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
@@ -421,24 +449,29 @@ class WriterCache(DynamicCache):
             for layer in self.layers:
                 layer.select_prompts(live)
             self.prompt_bias = self.prompt_bias[live]
-            self.slots = torch.searchsorted(live, self.slots // self.samples) * self.samples + self.slots % self.samples
+            self.slots = (torch.searchsorted(live, self.slots // self.samples) * self.samples
+                          + self.slots % self.samples)
 
     def batch_repeat_interleave(self, repeats: int) -> None:
-        raise NotImplementedError('the query writer\'s cache shares a prompt across its samples: fork')
+        raise NotImplementedError('the query writer\'s cache shares a prompt across its '
+                                  'samples: fork')
 
     def attend(self, layer: WriterLayer, query: torch.Tensor, scale: float) -> torch.Tensor:
         """One new token's attention (``query``: (samples, heads, 1, dim)) over its prompt and
         the tokens its sample wrote: each prompt's keys and values read once for all its samples
         (cascade attention: the two parts' softmaxes merged by their log-sum-exps). Scores and
-        softmax in fp32, weights times values in the values' dtype; returns (samples, 1, heads, dim)."""
+        softmax in fp32, weights times values in the values' dtype; returns
+        (samples, 1, heads, dim)."""
         rows, heads, _, dim = query.shape
         prompts, kv_heads = layer.prompt_keys.shape[:2]
         group, n = heads // kv_heads, self.samples
         # (query head h reads key/value head h // group)
         q = query.reshape(rows, kv_heads, group, dim).to(layer.prompt_keys.dtype)
-        # the prompt part: the samples of a prompt as one block of queries (slots of finished samples: zeros)
+        # the prompt part: the samples of a prompt as one block of queries (slots of finished
+        # samples: zeros)
         slots = q.new_zeros((prompts * n, kv_heads, group, dim)).index_copy_(0, self.slots, q)
-        slots = slots.view(prompts, n, kv_heads, group, dim).transpose(1, 2).reshape(prompts, kv_heads, n * group, dim)
+        slots = (slots.view(prompts, n, kv_heads, group, dim).transpose(1, 2)
+                 .reshape(prompts, kv_heads, n * group, dim))
         scores = torch.matmul(slots, layer.prompt_keys).float() * scale
         scores += self.prompt_bias
         head = scores.amax(-1, keepdim=True)
@@ -446,8 +479,10 @@ class WriterCache(DynamicCache):
         total = weights.sum(-1, keepdim=True)
         out = torch.matmul(weights.to(layer.prompt_values.dtype), layer.prompt_values).float()
 
-        def of_rows(x):  # (prompts, kv heads, n * group, -1) -> the rows' (rows, kv heads, group, -1)
-            x = x.view(prompts, kv_heads, n, group, -1).transpose(1, 2).reshape(prompts * n, kv_heads, group, -1)
+        # (prompts, kv heads, n * group, -1) -> the rows' (rows, kv heads, group, -1)
+        def of_rows(x):
+            x = (x.view(prompts, kv_heads, n, group, -1).transpose(1, 2)
+                 .reshape(prompts * n, kv_heads, group, -1))
             return x.index_select(0, self.slots)
         head, total, out = of_rows(head), of_rows(total), of_rows(out)
         if layer.new:  # the part each sample wrote
@@ -494,7 +529,8 @@ def chunked_prefill_attention(module, query, key, value, attention_mask, scaling
     # (a GPU's kernels skip masked blocks; a prefill into a cache already written is not this one)
     if query.device.type != 'cpu' or key.shape[-2] != length or length <= PREFILL_CHUNK:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
-        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling,
+                                      **kwargs)
     query, key = query.to(value.dtype), key.to(value.dtype)
     gqa = query.shape[1] != key.shape[1]
     outs = []
@@ -505,8 +541,8 @@ def chunked_prefill_attention(module, query, key, value, attention_mask, scaling
         else:
             mask = attention_mask[..., start:end, :end]
         outs.append(torch.nn.functional.scaled_dot_product_attention(
-            query[:, :, start:end], key[:, :, :end], value[:, :, :end], attn_mask=mask, scale=scaling,
-            enable_gqa=gqa))
+            query[:, :, start:end], key[:, :, :end], value[:, :, :end], attn_mask=mask,
+            scale=scaling, enable_gqa=gqa))
     return torch.cat(outs, 2).transpose(1, 2).contiguous(), None
 
 

@@ -44,7 +44,8 @@ def has_text(query) -> bool:
 
 def empty_results(topics: pd.DataFrame) -> pd.DataFrame:
     return topics.iloc[:0].assign(
-        docno=pd.Series(dtype=object), score=pd.Series(dtype='float64'), rank=pd.Series(dtype='int64'))
+        docno=pd.Series(dtype=object), score=pd.Series(dtype='float64'),
+        rank=pd.Series(dtype='int64'))
 
 
 def top_k_excluding(retriever: pt.Transformer, queries: Sequence[Query], k: int, *,
@@ -75,7 +76,8 @@ def ranked_excluding(retriever: pt.Transformer, queries: Sequence[Query], k: int
         topics['query_vec'] = list(np.asarray(query_vectors, dtype=np.float32))
     results = (retriever % (k + extra)).compile()(topics)
     ranked = {qid: (group['docno'].tolist(), group['score'].to_numpy(dtype=np.float64))
-              for qid, group in results.sort_values(['qid', 'rank'], kind='stable').groupby('qid', sort=False)}
+              for qid, group in (results.sort_values(['qid', 'rank'], kind='stable')
+                                 .groupby('qid', sort=False))}
     out = {}
     for q in queries:
         docnos, scores = ranked.get(q.qid, ([], np.zeros(0)))

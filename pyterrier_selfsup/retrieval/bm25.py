@@ -28,9 +28,9 @@ def pisa_safe(query: str) -> str:
     return ' '.join(_UNSAFE.sub(' ', str(query)).split())
 
 
-def pisa_index(collection: Union[str, Collection], *, stemmer: str = 'porter2', stops: str = 'terrier',
-               k1: float = 0.9, b: float = 0.4, cache_dir: Optional[Union[str, Path]] = None,
-               verbose: bool = False) -> PisaIndex:
+def pisa_index(collection: Union[str, Collection], *, stemmer: str = 'porter2',
+               stops: str = 'terrier', k1: float = 0.9, b: float = 0.4,
+               cache_dir: Optional[Union[str, Path]] = None, verbose: bool = False) -> PisaIndex:
     """The PISA index of ``collection``'s documents (title + text), built on first use.
 
     The index lives under ``<cache>/pisa/<collection>-<hash of the settings>``; ``k1`` and
@@ -49,8 +49,9 @@ def pisa_index(collection: Union[str, Collection], *, stemmer: str = 'porter2', 
         # the engine's own log (a line per percent) is held back even when verbose: the
         # documents' progress bar says how far the build is
         with _engine_output_logged(staging / ENGINE_LOG, what) as terminal, \
-                progress(total=collection.docs_count, desc='BM25 index', unit='doc', enabled=verbose,
-                         file=terminal) as stage:  # (the stage ends with PISA's whole build)
+                progress(total=collection.docs_count, desc='BM25 index', unit='doc',
+                         enabled=verbose, file=terminal) as stage:
+            # (the stage ends with PISA's whole build)
             index = PisaIndex(str(staging), text_field='text', stemmer=stemmer, stops=stops)
             index.index(stage.counting(collection.corpus_iter()))
             # Opening a retriever writes PISA's score-bound file for (k1, b) into the
@@ -96,7 +97,8 @@ def _engine_output_logged(log: Path, what: str):
     log.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     with disk_faults(what, log, undo=lambda: os.close(fd)):
-        os.posix_fallocate(fd, 0, LOG_RESERVE)  # written from offset 0: the reserve is overwritten, not appended to
+        # written from offset 0: the reserve is overwritten, not appended to
+        os.posix_fallocate(fd, 0, LOG_RESERVE)
     print(f'{what}: building; the engine writes to {log}', file=sys.stderr, flush=True)
     saved = {out: os.dup(out) for out in (1, 2)}
     with os.fdopen(os.dup(saved[2]), 'w') as terminal:
@@ -129,7 +131,8 @@ class BM25(Retriever):
     the original query text. ``bm25 % k`` asks the engine for only ``k`` results.
     """
 
-    def __init__(self, index: PisaIndex, *, k1: float = 0.9, b: float = 0.4, num_results: int = 1000):
+    def __init__(self, index: PisaIndex, *, k1: float = 0.9, b: float = 0.4,
+                 num_results: int = 1000):
         self.index = index
         self.k1 = k1
         self.b = b
@@ -139,14 +142,16 @@ class BM25(Retriever):
     @classmethod
     def from_collection(cls, collection: Union[str, Collection], *, k1: float = 0.9, b: float = 0.4,
                         stemmer: str = 'porter2', stops: str = 'terrier', num_results: int = 1000,
-                        cache_dir: Optional[Union[str, Path]] = None, verbose: bool = False) -> 'BM25':
-        index = pisa_index(collection, stemmer=stemmer, stops=stops, k1=k1, b=b, cache_dir=cache_dir,
-                           verbose=verbose)
+                        cache_dir: Optional[Union[str, Path]] = None,
+                        verbose: bool = False) -> 'BM25':
+        index = pisa_index(collection, stemmer=stemmer, stops=stops, k1=k1, b=b,
+                           cache_dir=cache_dir, verbose=verbose)
         return cls(index, k1=k1, b=b, num_results=num_results)
 
     def retrieve(self, topics: pd.DataFrame) -> pd.DataFrame:
         original = topics['query'].reset_index(drop=True)
-        safe = topics.reset_index(drop=True).assign(query=original.map(pisa_safe), _row=range(len(topics)))
+        safe = topics.reset_index(drop=True).assign(query=original.map(pisa_safe),
+                                                    _row=range(len(topics)))
         results = self._engine(safe)
         results['query'] = original.values[results['_row'].values]
         return results.drop(columns='_row')

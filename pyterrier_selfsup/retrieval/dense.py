@@ -20,8 +20,10 @@ import pyterrier as pt
 from more_itertools import chunked
 from pyterrier_dr import BiEncoder, FlexIndex, SBertBiEncoder
 
-from pyterrier_selfsup._cache import build_once, cache_key, cache_root, check_space, disk_faults, temporary_build
-from pyterrier_selfsup._distributed import SHARD_CHUNK, all_or_none, build_sharded, chunk_order, distributed
+from pyterrier_selfsup._cache import (build_once, cache_key, cache_root, check_space, disk_faults,
+                                      temporary_build)
+from pyterrier_selfsup._distributed import (SHARD_CHUNK, all_or_none, build_sharded, chunk_order,
+                                            distributed)
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.retrieval.base import Retriever
@@ -60,18 +62,20 @@ def flex_index(collection: Union[str, Collection], encoder: BiEncoder, *,
     moved = getattr(encoder, 'passage_offsets', None) if offsets else None
     if moved is not None and len(moved):
         base = flex_index(collection, encoder, cache_dir=cache_dir, verbose=verbose, offsets=False)
-        path = Path(base.index_path).with_name(f'{Path(base.index_path).name}.offsets-{moved.fingerprint()}')
+        path = Path(base.index_path).with_name(f'{Path(base.index_path).name}'
+                                               f'.offsets-{moved.fingerprint()}')
         return FlexIndex(str(build_once(path, lambda staging: offset_index(staging, base, moved),
                                         what=f'the index of {collection.name} with passage offsets',
-                                        needs=lambda: flex_size(collection, encoder), check=flex_damage)),
-                         verbose=False)
+                                        needs=lambda: flex_size(collection, encoder),
+                                        check=flex_damage)), verbose=False)
     if isinstance(encoder, DualEncoder):
         model = encoder.name
         settings = {'weights': encoder.passage_fingerprint(), 'dtype': str(encoder.compute_dtype())}
         if encoder.backend != 'torch':  # (torch's indexes keep the keys they had)
             settings['backend'] = encoder.backend
     else:
-        model, settings = encoder.model_name, {'model': encoder.model_name, 'max_length': encoder.model.max_seq_length}
+        model, settings = encoder.model_name, {'model': encoder.model_name,
+                                               'max_length': encoder.model.max_seq_length}
     settings['text'] = 'default_text'
     name = f'{collection.corpus_id}.{model.rstrip("/").rsplit("/", 1)[-1]}'
     path = cache_root(cache_dir) / 'flex' / cache_key(name, settings)
@@ -80,7 +84,8 @@ def flex_index(collection: Union[str, Collection], encoder: BiEncoder, *,
         encode_into(staging, collection, encoder, verbose=verbose)
 
     return FlexIndex(str(build_once(path, build, what=f'the {model} index of {collection.name}',
-                                    needs=lambda: flex_size(collection, encoder), check=flex_damage)), verbose=False)
+                                    needs=lambda: flex_size(collection, encoder),
+                                    check=flex_damage)), verbose=False)
 
 
 def offset_index(path: Union[str, Path], base: FlexIndex, offsets) -> FlexIndex:
@@ -90,8 +95,10 @@ def offset_index(path: Union[str, Path], base: FlexIndex, offsets) -> FlexIndex:
 
     def rows():
         for start in range(0, len(vectors), INDEX_CHUNK):
-            names = [str(d) for d in docnos.fwd[np.arange(start, min(start + INDEX_CHUNK, len(vectors)))]]
-            for docno, vector in zip(names, offsets.apply(names, vectors[start:start + len(names)])):
+            names = [str(d) for d in
+                     docnos.fwd[np.arange(start, min(start + INDEX_CHUNK, len(vectors)))]]
+            for docno, vector in zip(names,
+                                     offsets.apply(names, vectors[start:start + len(names)])):
                 yield {'docno': docno, 'doc_vec': vector}
 
     index = FlexIndex(str(path), verbose=False)
@@ -109,7 +116,8 @@ def vector_size(encoder: BiEncoder) -> int:
     if isinstance(encoder, DualEncoder):
         return encoder.model.out_dim
     model = encoder.model  # (sentence-transformers 5 renamed it)
-    return (getattr(model, 'get_embedding_dimension', None) or model.get_sentence_embedding_dimension)()
+    return (getattr(model, 'get_embedding_dimension', None) or
+            model.get_sentence_embedding_dimension)()
 
 
 def flex_damage(path: Path) -> Optional[str]:
@@ -127,8 +135,8 @@ def flex_damage(path: Path) -> Optional[str]:
     except FileNotFoundError:
         return 'vecs.f4 is missing'
     if actual != expected:
-        return (f'vecs.f4 is {actual:,} bytes, where {meta["doc_count"]:,} vectors of {meta["vec_size"]} floats '
-                f'take {expected:,}')
+        return (f'vecs.f4 is {actual:,} bytes, where {meta["doc_count"]:,} vectors of '
+                f'{meta["vec_size"]} floats take {expected:,}')
     return None
 
 
@@ -138,8 +146,10 @@ def encode_into(path: Union[str, Path], collection: Collection, encoder: BiEncod
     in one process (:func:`encode_sharded`: the same index encoded by several)."""
     index = FlexIndex(str(path), verbose=False)
     # (the stage ends when the last chunk is encoded, not when the last document is taken)
-    with progress(total=collection.docs_count, desc='encoding documents', unit='doc', enabled=verbose) as stage:
-        (encoder.doc_encoder(verbose=False) >> index).index(stage.counting(collection.corpus_iter()), batch_size=chunk)
+    with progress(total=collection.docs_count, desc='encoding documents', unit='doc',
+                  enabled=verbose) as stage:
+        (encoder.doc_encoder(verbose=False) >> index).index(
+            stage.counting(collection.corpus_iter()), batch_size=chunk)
     return index
 
 
@@ -167,7 +177,8 @@ def encode_sharded(path: Union[str, Path], collection: Collection, encoder: BiEn
         with open(shard / 'vecs.f4', 'wb') as vectors, open(shard / 'docnos.txt', 'w') as docnos:
             for batch in chunked(mine, chunk):  # (the batches encode_into makes: the same vectors)
                 encoded = doc_encoder(pd.DataFrame(batch))
-                vectors.write(np.ascontiguousarray(np.stack(encoded['doc_vec']), dtype=np.float32).tobytes())
+                vectors.write(np.ascontiguousarray(np.stack(encoded['doc_vec']),
+                                                   dtype=np.float32).tobytes())
                 docnos.writelines(d + '\n' for d in encoded['docno'])
 
     def join(shards):
@@ -177,8 +188,8 @@ def encode_sharded(path: Union[str, Path], collection: Collection, encoder: BiEn
             shutil.rmtree(root, ignore_errors=True)
 
     with stage:
-        build_sharded(docs, [root / f'rank-{r}' for r in range(world_size)], encode, join, rank=rank,
-                      world_size=world_size, chunk=chunk)
+        build_sharded(docs, [root / f'rank-{r}' for r in range(world_size)], encode, join,
+                      rank=rank, world_size=world_size, chunk=chunk)
     return FlexIndex(str(path), verbose=False)
 
 
@@ -229,15 +240,17 @@ def search_stage(index: FlexIndex, search: str, num_results: int) -> pt.Transfor
     """FlexIndex's retriever for ``search`` (resolved), query vectors in, ranked results out."""
     search = resolve_search(search, index)
     if search == 'exact':
-        if _cuda():  # the vectors go to the GPU once (FlexIndex keeps them there), then matrix products
-            return index.torch_retriever(num_results=num_results, device='cuda', drop_query_vec=True)
+        # the vectors go to the GPU once (FlexIndex keeps them there), then matrix products
+        if _cuda():
+            return index.torch_retriever(num_results=num_results, device='cuda',
+                                         drop_query_vec=True)
         return index.np_retriever(num_results=num_results, drop_query_vec=True)
     prebuild_ann(index, search)
     if search == 'ivf':
         return index.faiss_ivf_retriever(num_results=num_results, n_probe=ivf_n_probe(len(index)),
                                          drop_query_vec=True)
-    return index.faiss_hnsw_retriever(HNSW_NEIGHBOURS, num_results=num_results, ef_search=HNSW_EF_SEARCH,
-                                      drop_query_vec=True)
+    return index.faiss_hnsw_retriever(HNSW_NEIGHBOURS, num_results=num_results,
+                                      ef_search=HNSW_EF_SEARCH, drop_query_vec=True)
 
 
 def _cuda() -> bool:
@@ -268,7 +281,8 @@ def prebuild_ann(index: FlexIndex, search: str) -> Path:
     if path.exists():
         return path
     what = f'the {search.upper()} structure of {index.index_path}'
-    needed = n * (4 * dim + 8) + (2 * HNSW_NEIGHBOURS * 4 * n if search == 'hnsw' else 4 * dim * ivf_n_list(n))
+    needed = n * (4 * dim + 8) + (2 * HNSW_NEIGHBOURS * 4 * n if search == 'hnsw'
+                                  else 4 * dim * ivf_n_list(n))
     check_space(Path(index.index_path), needed, what)
     with locked(path.with_name(path.name + '.lock')):
         if path.exists():
@@ -295,7 +309,8 @@ class DenseRetriever(Retriever):
     approximate (``search``: ``'ivf'``, ``'hnsw'``, or ``'auto'``: IVF for corpora of at least
     :data:`APPROXIMATE_FROM` passages, exact below)."""
 
-    def __init__(self, encoder: BiEncoder, index: FlexIndex, *, num_results: int = 1000, search: str = 'auto'):
+    def __init__(self, encoder: BiEncoder, index: FlexIndex, *, num_results: int = 1000,
+                 search: str = 'auto'):
         self.encoder = encoder
         self.index = index
         self.num_results = num_results
@@ -304,8 +319,9 @@ class DenseRetriever(Retriever):
 
     @classmethod
     def from_collection(cls, collection: Union[str, Collection], model_name: str = MINILM, *,
-                        max_length: Optional[int] = None, batch_size: int = 32, num_results: int = 1000,
-                        search: str = 'auto', cache_dir: Optional[Union[str, Path]] = None,
+                        max_length: Optional[int] = None, batch_size: int = 32,
+                        num_results: int = 1000, search: str = 'auto',
+                        cache_dir: Optional[Union[str, Path]] = None,
                         verbose: bool = False) -> 'DenseRetriever':
         encoder = sbert_encoder(model_name, max_length=max_length, batch_size=batch_size)
         return cls(encoder, flex_index(collection, encoder, cache_dir=cache_dir, verbose=verbose),
@@ -315,10 +331,12 @@ class DenseRetriever(Retriever):
     def from_dual_encoder(cls, collection: Union[str, Collection], model_name: str = MINILM, *,
                           dim: Optional[int] = None, num_results: int = 1000, search: str = 'auto',
                           precision: str = 'auto', backend: str = 'torch',
-                          cache_dir: Optional[Union[str, Path]] = None, verbose: bool = False) -> 'DenseRetriever':
+                          cache_dir: Optional[Union[str, Path]] = None,
+                          verbose: bool = False) -> 'DenseRetriever':
         """The project's own :class:`DualEncoder` loaded from ``model_name``, over ``collection``
         (``precision`` and ``backend``: how it encodes, see :class:`DualEncoder`)."""
-        encoder = DualEncoder.from_pretrained(model_name, dim=dim, precision=precision, backend=backend)
+        encoder = DualEncoder.from_pretrained(model_name, dim=dim, precision=precision,
+                                              backend=backend)
         return cls(encoder, flex_index(collection, encoder, cache_dir=cache_dir, verbose=verbose),
                    num_results=num_results, search=search)
 
@@ -336,7 +354,8 @@ class DenseRetriever(Retriever):
         # (not HNSW: a smaller k would search a smaller beam, and the top k could change)
         if k < self.num_results and self.search != 'hnsw':
             fused = DenseRetriever(self.encoder, self.index, num_results=k, search=self.search)
-            fused._tmp = getattr(self, '_tmp', None)  # a fresh index's directory lives as long as either
+            # a fresh index's directory lives as long as either
+            fused._tmp = getattr(self, '_tmp', None)
             return fused
         return None
 
@@ -358,8 +377,10 @@ class StoredVectorScorer(pt.Transformer):
         pt.validate.result_frame(results, extra_columns=['query'])
         if not len(results):  # (pyterrier-dr's scorer fails on an empty frame)
             return results.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
-        # a first stage's own docids (Terrier's) are not the index's: FlexIndex would read them as its own
-        return self._pipeline(results.drop(columns='docid', errors='ignore')).drop(columns='query_vec')
+        # a first stage's own docids (Terrier's) are not the index's: FlexIndex would read them
+        # as its own
+        return (self._pipeline(results.drop(columns='docid', errors='ignore'))
+                .drop(columns='query_vec'))
 
     def transform_outputs(self, input_columns: List[str]) -> List[str]:
         pt.validate.result_frame(input_columns, extra_columns=['query'])
@@ -369,8 +390,8 @@ class StoredVectorScorer(pt.Transformer):
         return f'StoredVectorScorer({self.encoder!r}, {self.index!r})'
 
 
-def dense_retriever(collection: Collection, encoder: BiEncoder, *, fresh: bool = False, search: str = 'auto',
-                    cache_dir=None, verbose: bool = False) -> DenseRetriever:
+def dense_retriever(collection: Collection, encoder: BiEncoder, *, fresh: bool = False,
+                    search: str = 'auto', cache_dir=None, verbose: bool = False) -> DenseRetriever:
     """Search of ``collection`` with ``encoder`` as it is now: over its cached index, or
     (``fresh``) over one encoded into a temporary directory that lives as long as the
     retriever (a trainer's refreshed index: an approximate one is built with it). An
@@ -380,16 +401,19 @@ def dense_retriever(collection: Collection, encoder: BiEncoder, *, fresh: bool =
     moved = getattr(encoder, 'passage_offsets', None)
     if not fresh and moved is not None and len(moved):
         base = flex_index(collection, encoder, cache_dir=cache_dir, offsets=False, verbose=verbose)
-        with temporary_build('selfsup-index-', f'the index of {collection.name} with passage offsets',
+        with temporary_build('selfsup-index-',
+                             f'the index of {collection.name} with passage offsets',
                              flex_size(collection, encoder) or 0) as (directory, tmp):
             # (under torch.distributed the directory is rank 0's: it writes, every rank reads)
-            all_or_none(lambda: offset_index(f'{directory}/index.flex', base, moved) if distributed()[0] == 0 else None)
-            retriever = DenseRetriever(encoder, FlexIndex(f'{directory}/index.flex', verbose=False), search=search)
+            all_or_none(lambda: (offset_index(f'{directory}/index.flex', base, moved)
+                                 if distributed()[0] == 0 else None))
+            retriever = DenseRetriever(encoder, FlexIndex(f'{directory}/index.flex', verbose=False),
+                                       search=search)
         retriever._tmp = tmp
         return retriever
     if not fresh:
-        return DenseRetriever(encoder, flex_index(collection, encoder, cache_dir=cache_dir, verbose=verbose),
-                              search=search)
+        return DenseRetriever(encoder, flex_index(collection, encoder, cache_dir=cache_dir,
+                                                  verbose=verbose), search=search)
     index, tmp = fresh_index(collection, encoder, verbose=verbose)
     retriever = DenseRetriever(encoder, index, search=search)
     retriever._tmp = tmp  # removed with the retriever
@@ -408,10 +432,11 @@ def fresh_index(collection: Collection, encoder: BiEncoder, *,
     rank, world_size = distributed()
     # sharded: the shards and the index they are merged into are on disk together
     needed = (flex_size(collection, encoder) or 0) * min(world_size, 2)
-    with temporary_build('selfsup-index-', f'the refreshed index of {collection.name}', needed) as (directory, tmp):
+    with temporary_build('selfsup-index-', f'the refreshed index of {collection.name}',
+                         needed) as (directory, tmp):
         if world_size == 1:
             return encode_into(f'{directory}/index.flex', collection, encoder, verbose=verbose), tmp
-        index = encode_sharded(f'{directory}/index.flex', collection, encoder, rank=rank, world_size=world_size,
-                               verbose=verbose)
+        index = encode_sharded(f'{directory}/index.flex', collection, encoder, rank=rank,
+                               world_size=world_size, verbose=verbose)
         all_or_none(index.payload)  # mapped now, on every rank, before rank 0 may remove the files
         return index, tmp

@@ -59,7 +59,8 @@ def _lowest_where_missing(frame: pd.DataFrame, column: str):
 
 def _by_score(frame: pd.DataFrame) -> pd.DataFrame:
     """Each query's rows by descending score, ties by docno."""
-    return frame.sort_values(['qid', 'score', 'docno'], ascending=[True, False, True], kind='stable')
+    return frame.sort_values(['qid', 'score', 'docno'], ascending=[True, False, True],
+                             kind='stable')
 
 
 class Fusion(Retriever):
@@ -75,14 +76,16 @@ class Fusion(Retriever):
     The result has ``score``, ``rank`` and each component's ``z_<name>``.
     """
 
-    def __init__(self, stages: Dict[str, pt.Transformer], *, weights: Optional[Dict[str, float]] = None,
-                 depth: int = 100, rerankers: Optional[Dict[str, pt.Transformer]] = None, rerank_depth: int = 10,
+    def __init__(self, stages: Dict[str, pt.Transformer], *,
+                 weights: Optional[Dict[str, float]] = None, depth: int = 100,
+                 rerankers: Optional[Dict[str, pt.Transformer]] = None, rerank_depth: int = 10,
                  num_results: int = 1000):
         if not stages:
             raise ValueError('Fusion needs at least one first stage')
         unknown = set(weights or {}) - set(stages) - set(rerankers or {})
         if unknown:
-            raise ValueError(f'weights name {", ".join(sorted(unknown))}, which are neither stages nor re-rankers')
+            raise ValueError(f'weights name {", ".join(sorted(unknown))}, which are neither stages '
+                             'nor re-rankers')
         self.stages = dict(stages)
         self.weights = dict(weights or {})
         self.depth = depth
@@ -114,18 +117,21 @@ class Fusion(Retriever):
 
     def fuse_rank_cutoff(self, k: int) -> Optional['Fusion']:
         if k < self.num_results:
-            return Fusion(self.stages, weights=self.weights, depth=self.depth, rerankers=self.rerankers,
-                          rerank_depth=self.rerank_depth, num_results=k)
+            return Fusion(self.stages, weights=self.weights, depth=self.depth,
+                          rerankers=self.rerankers, rerank_depth=self.rerank_depth, num_results=k)
         return None
 
     def __repr__(self):
-        weights = ', '.join(f'{n}={self.weights.get(n, 1.0):g}' for n in [*self.stages, *self.rerankers])
+        weights = ', '.join(f'{n}={self.weights.get(n, 1.0):g}'
+                            for n in [*self.stages, *self.rerankers])
         return f'Fusion({", ".join(self.stages)}; {weights}; depth={self.depth})'
 
 
 def softmax_by_query(results: pd.DataFrame, temperature: float = 1.0) -> np.ndarray:
     """softmax(score / temperature) within each query of a result frame, row-aligned."""
     scaled = results['score'].to_numpy(dtype=np.float64) / temperature
-    shifted = scaled - results.groupby('qid', sort=False)['score'].transform('max').to_numpy() / temperature
+    shifted = (scaled - results.groupby('qid', sort=False)['score'].transform('max').to_numpy()
+               / temperature)
     e = np.exp(shifted)
-    return e / pd.Series(e, index=results.index).groupby(results['qid'], sort=False).transform('sum').to_numpy()
+    return e / (pd.Series(e, index=results.index).groupby(results['qid'], sort=False)
+                .transform('sum').to_numpy())

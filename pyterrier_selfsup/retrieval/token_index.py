@@ -59,7 +59,8 @@ def _join_shards(path: Path, parts: List['ReAttIndex'], chunk: int):
     with open(path / KEYS_FILE, 'wb') as out:
         for rank, start, end in chunk_order([len(part) for part in parts], chunk):
             part = parts[rank]
-            out.write(np.ascontiguousarray(part.keys[part.offsets[start]:part.offsets[end]]).tobytes())
+            out.write(np.ascontiguousarray(part.keys[part.offsets[start]:part.offsets[end]])
+                      .tobytes())
             docnos.extend(part.docnos[start:end].tolist())
             offsets.extend((offsets[-1] + np.diff(part.offsets[start:end + 1]).cumsum()).tolist())
     np.save(path / OFFSETS_FILE, np.asarray(offsets, dtype=np.int64))
@@ -69,7 +70,8 @@ def _join_shards(path: Path, parts: List['ReAttIndex'], chunk: int):
     (path / META_FILE).write_text(json.dumps(meta, indent=2))
 
 
-def build_ivf(path: Path, dim: int, *, nlist: Optional[int] = None, train_sample: int = 256, seed: int = 0) -> int:
+def build_ivf(path: Path, dim: int, *, nlist: Optional[int] = None, train_sample: int = 256,
+              seed: int = 0) -> int:
     """The FAISS IVF index over the keys of the index at ``path`` (its ``keys.f16``), written
     beside them; returns its number of lists (default :func:`default_nlist`)."""
     import faiss
@@ -99,8 +101,8 @@ class ReAttIndex(pt.Artifact):
         self.offsets = np.load(self.path / OFFSETS_FILE)
         self.docnos = np.array(json.loads((self.path / DOCNOS_FILE).read_text()), dtype=object)
         shape = (int(self.offsets[-1]), self.meta['dim'])  # (an empty file cannot be mapped)
-        self.keys = np.memmap(self.path / KEYS_FILE, dtype=np.float16, mode='r', shape=shape) if shape[0] \
-            else np.zeros(shape, dtype=np.float16)
+        self.keys = (np.memmap(self.path / KEYS_FILE, dtype=np.float16, mode='r', shape=shape)
+                     if shape[0] else np.zeros(shape, dtype=np.float16))
         self._ivf = None
         self._keys32 = None
 
@@ -122,8 +124,8 @@ class ReAttIndex(pt.Artifact):
         if offsets.shape != (documents + 1,) or (documents >= 0 and int(offsets[-1]) != tokens):
             return f'{OFFSETS_FILE} does not match {documents} documents of {tokens} tokens'
         if keys != tokens * int(meta['dim']) * 2:
-            return (f'{KEYS_FILE} is {keys:,} bytes, where {tokens:,} keys of {meta["dim"]} fp16 take '
-                    f'{tokens * meta["dim"] * 2:,}')
+            return (f'{KEYS_FILE} is {keys:,} bytes, where {tokens:,} keys of {meta["dim"]} fp16 '
+                    f'take {tokens * meta["dim"] * 2:,}')
         if meta.get('nlist') and not (path / IVF_FILE).is_file():
             return f'{IVF_FILE} is missing'
         return None
@@ -133,7 +135,8 @@ class ReAttIndex(pt.Artifact):
         if self._ivf is None:
             import faiss
             if not (self.path / IVF_FILE).is_file():
-                raise ValueError(f'{self.path} was built without its IVF index (ivf=False): search it exhaustively')
+                raise ValueError(f'{self.path} was built without its IVF index (ivf=False): '
+                                 'search it exhaustively')
             self._ivf = faiss.read_index(str(self.path / IVF_FILE))
         return self._ivf
 
@@ -147,8 +150,9 @@ class ReAttIndex(pt.Artifact):
     # -- building ---------------------------------------------------------------------
 
     @classmethod
-    def build(cls, path: Union[str, Path], reatt, docs: Iterable[Dict[str, str]], *, nlist: Optional[int] = None,
-              train_sample: int = 256, seed: int = 0, ivf: bool = True, verbose: bool = False) -> 'ReAttIndex':
+    def build(cls, path: Union[str, Path], reatt, docs: Iterable[Dict[str, str]], *,
+              nlist: Optional[int] = None, train_sample: int = 256, seed: int = 0, ivf: bool = True,
+              verbose: bool = False) -> 'ReAttIndex':
         """Encodes ``docs`` (``{'docno', 'text'}``) with ``reatt`` and writes the index at
         ``path``. ``nlist``: IVF lists (default :func:`default_nlist`); the coarse
         quantiser is trained on ``train_sample`` tokens per list at most. ``ivf=False``:
@@ -176,18 +180,20 @@ class ReAttIndex(pt.Artifact):
         (path / DOCNOS_FILE).write_text(json.dumps(docnos))
         dim = reatt.model.attention.head_dim
         t0 = time.time()
-        nlist = build_ivf(path, dim, nlist=nlist, train_sample=train_sample, seed=seed) if ivf else None
+        nlist = (build_ivf(path, dim, nlist=nlist, train_sample=train_sample, seed=seed) if ivf
+                 else None)
         meta = {'type': 'token_index', 'format': 'reatt', 'package_hint': 'pyterrier-selfsup',
-                'model': reatt.name, 'fingerprint': reatt.fingerprint(), 'retrieval_layer': reatt.model.retrieval_layer,
-                'retrieval_head': head, 'dim': dim, 'documents': len(docnos), 'tokens': int(offsets[-1]),
-                'nlist': nlist, 'special_tokens': reatt.special_tokens,
+                'model': reatt.name, 'fingerprint': reatt.fingerprint(),
+                'retrieval_layer': reatt.model.retrieval_layer, 'retrieval_head': head, 'dim': dim,
+                'documents': len(docnos), 'tokens': int(offsets[-1]), 'nlist': nlist,
+                'special_tokens': reatt.special_tokens,
                 'encode_seconds': encode_seconds, 'ivf_seconds': time.time() - t0}
         (path / META_FILE).write_text(json.dumps(meta, indent=2))
         return cls(path)
 
     @classmethod
-    def build_sharded(cls, path: Union[str, Path], reatt, docs: Iterable[Dict[str, str]], *, rank: int,
-                      world_size: int, chunk: int = SHARD_CHUNK) -> 'ReAttIndex':
+    def build_sharded(cls, path: Union[str, Path], reatt, docs: Iterable[Dict[str, str]], *,
+                      rank: int, world_size: int, chunk: int = SHARD_CHUNK) -> 'ReAttIndex':
         """:meth:`build` (keys only, ``ivf=False``) with the encoding split over the
         ``world_size`` processes of a torch.distributed group, each calling this with its
         ``rank``: chunk c of ``chunk`` documents is encoded by rank c mod ``world_size``
@@ -215,7 +221,8 @@ class ReAttIndex(pt.Artifact):
                 for v in reatt.token_vectors(queries, 'query')]
 
     def exact_scores(self, q: np.ndarray, docs: np.ndarray) -> np.ndarray:
-        """r(q, d) for the documents at positions ``docs`` (sorted ascending), from the stored keys."""
+        """r(q, d) for the documents at positions ``docs`` (sorted ascending), from the stored
+        keys."""
         if len(q) == 0:
             return np.zeros(len(docs), dtype=np.float32)
         starts, ends = self.offsets[docs], self.offsets[docs + 1]
@@ -224,8 +231,10 @@ class ReAttIndex(pt.Artifact):
         else:  # the candidates' tokens, gathered into one block
             lengths = ends - starts
             bounds = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-            index = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(starts - bounds, lengths)
-            keys = self.keys32[index] if self._keys32 is not None else np.asarray(self.keys[index], dtype=np.float32)
+            index = (np.arange(int(lengths.sum()), dtype=np.int64) +
+                     np.repeat(starts - bounds, lengths))
+            keys = (self.keys32[index] if self._keys32 is not None
+                    else np.asarray(self.keys[index], dtype=np.float32))
         scores = q @ keys.T  # (L_q, tokens)
         out = np.full(len(docs), -np.inf, dtype=np.float32)
         nonempty = ends > starts
@@ -244,7 +253,8 @@ class ReAttIndex(pt.Artifact):
         owner = np.searchsorted(self.offsets, np.where(found, tokens, 0), side='right') - 1
         docs, column = np.unique(owner[found], return_inverse=True)
         low = np.where(found, token_scores, np.inf).min(axis=1)
-        low[~np.isfinite(low)] = 0.0  # a query token that retrieved nothing adds the same to every candidate
+        # a query token that retrieved nothing adds the same to every candidate
+        low[~np.isfinite(low)] = 0.0
         best = np.repeat(low[:, None], len(docs), axis=1).astype(np.float32)
         rows = np.broadcast_to(np.arange(len(tokens))[:, None], tokens.shape)[found]
         np.maximum.at(best, (rows, column), token_scores[found])
@@ -270,30 +280,35 @@ class ReAttIndex(pt.Artifact):
         return docs[top], scores[top]
 
     def retriever(self, reatt, *, num_results: int = 1000, candidate_tokens: Optional[int] = 128,
-                  nprobe: int = 32, rescore: Optional[int] = None, verbose: bool = False) -> 'ReAttRetriever':
+                  nprobe: int = 32, rescore: Optional[int] = None,
+                  verbose: bool = False) -> 'ReAttRetriever':
         """Two-stage retrieval: each query token's ``candidate_tokens`` (K') nearest
         document tokens (``nprobe`` IVF lists searched) give the candidates, scored exactly
         (only the ``rescore`` best by their approximate score when given: at most that many
         results); ``candidate_tokens=None``: every document scored exactly (:meth:`exhaustive`)."""
         self.check(reatt)
-        return ReAttRetriever(self, reatt, num_results=num_results, candidate_tokens=candidate_tokens, nprobe=nprobe,
+        return ReAttRetriever(self, reatt, num_results=num_results,
+                              candidate_tokens=candidate_tokens, nprobe=nprobe,
                               rescore=rescore, verbose=verbose)
 
-    def exhaustive(self, reatt, *, num_results: int = 1000, verbose: bool = False) -> 'ReAttRetriever':
+    def exhaustive(self, reatt, *, num_results: int = 1000,
+                   verbose: bool = False) -> 'ReAttRetriever':
         """Every document scored exactly: the reference the two-stage search approximates."""
-        return self.retriever(reatt, num_results=num_results, candidate_tokens=None, verbose=verbose)
+        return self.retriever(reatt, num_results=num_results, candidate_tokens=None,
+                              verbose=verbose)
 
     def __repr__(self):
         return f'ReAttIndex({str(self.path)!r})'
 
 
 class ReAttRetriever(Retriever):
-    """Searches a :class:`ReAttIndex` with a ReAtt model's query vectors (see :meth:`ReAttIndex.retriever`);
-    ``verbose``: its queries reported on as a stage ('ReAtt search': a trainer's thousands of
-    queries against every document take minutes)."""
+    """Searches a :class:`ReAttIndex` with a ReAtt model's query vectors (see
+    :meth:`ReAttIndex.retriever`); ``verbose``: its queries reported on as a stage ('ReAtt
+    search': a trainer's thousands of queries against every document take minutes)."""
 
-    def __init__(self, index: ReAttIndex, reatt, *, num_results: int = 1000, candidate_tokens: Optional[int] = 128,
-                 nprobe: int = 32, rescore: Optional[int] = None, verbose: bool = False):
+    def __init__(self, index: ReAttIndex, reatt, *, num_results: int = 1000,
+                 candidate_tokens: Optional[int] = 128, nprobe: int = 32,
+                 rescore: Optional[int] = None, verbose: bool = False):
         self.index = index
         self.reatt = reatt
         self.num_results = num_results
@@ -305,19 +320,23 @@ class ReAttRetriever(Retriever):
     def retrieve(self, topics: pd.DataFrame) -> pd.DataFrame:
         vectors = self.index.query_vectors(self.reatt, topics['query'].tolist())
         frames = []
-        for (_, topic), q in progress(zip(topics.iterrows(), vectors), total=len(topics), desc='ReAtt search',
-                                      unit='query', enabled=self.verbose):
-            docs, scores = self.index.search(q, self.num_results, self.candidate_tokens, self.nprobe, self.rescore)
-            frame = pd.DataFrame({'docno': self.index.docnos[docs], 'score': scores.astype(np.float64),
+        for (_, topic), q in progress(zip(topics.iterrows(), vectors), total=len(topics),
+                                      desc='ReAtt search', unit='query', enabled=self.verbose):
+            docs, scores = self.index.search(q, self.num_results, self.candidate_tokens,
+                                             self.nprobe, self.rescore)
+            frame = pd.DataFrame({'docno': self.index.docnos[docs],
+                                  'score': scores.astype(np.float64),
                                   'rank': np.arange(len(docs))})
             for column, value in topic.items():
                 frame[column] = value
             frames.append(frame)
-        return pd.concat(frames, ignore_index=True)[list(topics.columns) + ['docno', 'score', 'rank']]
+        return pd.concat(frames, ignore_index=True)[list(topics.columns) +
+                                                    ['docno', 'score', 'rank']]
 
     def fuse_rank_cutoff(self, k: int) -> Optional['ReAttRetriever']:
         if k < self.num_results:
-            return ReAttRetriever(self.index, self.reatt, num_results=k, candidate_tokens=self.candidate_tokens,
+            return ReAttRetriever(self.index, self.reatt, num_results=k,
+                                  candidate_tokens=self.candidate_tokens,
                                   nprobe=self.nprobe, rescore=self.rescore, verbose=self.verbose)
         return None
 
@@ -327,7 +346,8 @@ class ReAttRetriever(Retriever):
         return f'ReAttRetriever({self.index!r}, {how}, num_results={self.num_results})'
 
 
-def reatt_index(collection, reatt, *, nlist: Optional[int] = None, cache_dir=None, verbose: bool = False) -> ReAttIndex:
+def reatt_index(collection, reatt, *, nlist: Optional[int] = None, cache_dir=None,
+                verbose: bool = False) -> ReAttIndex:
     """``collection``'s token index for ``reatt``, built on first use under
     ``<cache>/reatt/<corpus>.<model>-<hash>`` (the hash covering the model's weights and
     settings, its retrieval head, and ``nlist``)."""
@@ -335,8 +355,9 @@ def reatt_index(collection, reatt, *, nlist: Optional[int] = None, cache_dir=Non
     settings = {'model': reatt.fingerprint(), 'head': reatt.model.retrieval_head, 'nlist': nlist}
     name = f'{collection.corpus_id}.{reatt.name.rstrip("/").rsplit("/", 1)[-1]}'
     path = cache_root(cache_dir) / 'reatt' / cache_key(name, settings)
-    built = build_once(path, lambda staging: ReAttIndex.build(staging, reatt, collection.corpus_iter(),
-                                                              nlist=nlist, verbose=verbose),
+    built = build_once(path,
+                       lambda staging: ReAttIndex.build(staging, reatt, collection.corpus_iter(),
+                                                        nlist=nlist, verbose=verbose),
                        what=f'the ReAtt token index of {collection.name}',
                        needs=lambda: token_index_size(collection, reatt), check=ReAttIndex.damage)
     return ReAttIndex(built)
@@ -344,21 +365,24 @@ def reatt_index(collection, reatt, *, nlist: Optional[int] = None, cache_dir=Non
 
 def token_index_size(collection: Collection, reatt, ivf: bool = True) -> Optional[int]:
     """About the bytes of ``collection``'s token index: fp16 keys and (``ivf``) the IVF's
-    fp32 copy of them, at the model's token limit at most; None where the corpus's size is unknown."""
+    fp32 copy of them, at the model's token limit at most; None where the corpus's size is
+    unknown."""
     text = collection.text_bytes()
-    tokens = text and collection.docs_count * min(reatt.max_length, text / collection.docs_count / 4)  # (~4 B a token)
+    tokens = text and collection.docs_count * min(
+        reatt.max_length, text / collection.docs_count / 4)  # (~4 B a token)
     dim = reatt.model.attention.head_dim
     return tokens and int(tokens * (dim * 2 + (dim * 4 if ivf else 0) + 8))
 
 
-def reatt_retriever(collection, *, model_name: str, retrieval_layer: int, head: int, special_tokens: bool = True,
-                    candidate_tokens: Optional[int] = 128, nprobe: int = 32, rescore: Optional[int] = None,
-                    num_results: int = 1000, cache_dir=None, verbose: bool = False) -> ReAttRetriever:
+def reatt_retriever(collection, *, model_name: str, retrieval_layer: int, head: int,
+                    special_tokens: bool = True, candidate_tokens: Optional[int] = 128,
+                    nprobe: int = 32, rescore: Optional[int] = None, num_results: int = 1000,
+                    cache_dir=None, verbose: bool = False) -> ReAttRetriever:
     """``model_name``'s attention head ``head`` at layer ``retrieval_layer`` (from 0) as a
     zero-shot ReAtt retriever over ``collection``'s token index (built on first use, cached);
     ``candidate_tokens=None``: exhaustive exact scoring."""
     reatt = ReAtt.from_pretrained(model_name, retrieval_layer=retrieval_layer, head=head,
                                   special_tokens=special_tokens, verbose=verbose)
     index = reatt_index(collection, reatt, cache_dir=cache_dir, verbose=verbose)
-    return index.retriever(reatt, num_results=num_results, candidate_tokens=candidate_tokens, nprobe=nprobe,
-                           rescore=rescore)
+    return index.retriever(reatt, num_results=num_results, candidate_tokens=candidate_tokens,
+                           nprobe=nprobe, rescore=rescore)

@@ -61,7 +61,8 @@ def mask_token(reatt: ReAtt) -> str:
     return getattr(reatt.tokenizer, 'mask_token', None) or MASK
 
 
-def adjustment_loss(retrieval_logits: torch.Tensor, target: torch.Tensor, per_row: bool = False) -> torch.Tensor:
+def adjustment_loss(retrieval_logits: torch.Tensor, target: torch.Tensor,
+                    per_row: bool = False) -> torch.Tensor:
     """Mean over queries of KL(target ‖ softmax(retrieval_logits)), rows over all the
     batch's documents; ``target`` rows sum to one and are 0 off each query's close
     documents (their terms vanish: 0 · log 0 = 0). ``per_row``: each query's KL."""
@@ -84,7 +85,8 @@ class _Target:
         raise NotImplementedError
 
 
-def _place(batch: List[Query], docnos: List[str], close: Dict[str, List[str]], values) -> torch.Tensor:
+def _place(batch: List[Query], docnos: List[str], close: Dict[str, List[str]],
+           values) -> torch.Tensor:
     """(b, len(docnos)): each query's values on its close documents' columns, 0 elsewhere."""
     column = {d: j for j, d in enumerate(docnos)}
     target = torch.zeros((len(batch), len(docnos)), dtype=torch.float32)
@@ -98,9 +100,11 @@ class LikelihoodTarget(_Target):
     """softmax over q's close documents of log p_gen(q | d) / T; a frozen generator's
     scores go through its on-disk cache, so every pair is scored once per corpus."""
 
-    def __init__(self, generator: Generator, temperature: float, cache_dir=None, corpus_id: str = ''):
+    def __init__(self, generator: Generator, temperature: float, cache_dir=None,
+                 corpus_id: str = ''):
         self.temperature = temperature
-        self.scorer = generator.scorer(normalise='sum', cache=score_cache_dir(corpus_id, generator, cache_dir))
+        self.scorer = generator.scorer(normalise='sum',
+                                       cache=score_cache_dir(corpus_id, generator, cache_dir))
 
     def prepare(self, trainer, examples):
         # every pair of the iteration in one pass into the cache (split between the processes)
@@ -109,7 +113,8 @@ class LikelihoodTarget(_Target):
     def __call__(self, trainer, batch, docnos):
         scored = self.scorer(trainer.pairs(batch)).set_index(['qid', 'docno'])['score']
         return None, _place(batch, docnos, trainer.close, lambda q: torch.softmax(
-            torch.tensor([float(scored[(q.qid, d)]) for d in trainer.close[q.qid]]) / self.temperature, dim=0))
+            torch.tensor([float(scored[(q.qid, d)]) for d in trainer.close[q.qid]])
+            / self.temperature, dim=0))
 
 
 class AttentionTarget(_Target):
@@ -153,24 +158,26 @@ class ReaderTarget(_Target):
             by_size.setdefault(len(trainer.close[q.qid]), []).append(q)
         for group in by_size.values():
             logp, attention = self.reader.read([q.query for q in group],
-                                               [trainer.collection.texts(trainer.close[q.qid]) for q in group],
+                                               [trainer.collection.texts(trainer.close[q.qid])
+                                                for q in group],
                                                [q.answer or '' for q in group])
             nll.append(-logp)
             shares.update({q.qid: values for q, values in zip(group, attention.cpu())})
         nll = torch.cat(nll)
         trainer.record('generation nll', float(nll.detach().mean()), len(nll))
-        order = [q.qid for group in by_size.values() for q in group]  # nll's rows, back in batch order
+        # nll's rows, back in batch order
+        order = [q.qid for group in by_size.values() for q in group]
         return nll[[order.index(q.qid) for q in batch]], _place(batch, docnos, trainer.close,
                                                                 lambda q: shares[q.qid])
 
 
 class CrossDocumentAdjustment(Trainer):
-    """Trains a ReAtt retriever by cross-document adjustment: a :class:`~pyterrier_selfsup.models.reatt.ReAtt`
-    (its first B layers, its layer-B+1 query/key projections and the head weights w) taught
-    by a separate frozen ``generator``, or, with ``generator=None``, a single-model
-    :class:`~pyterrier_selfsup.models.reatt_t5.ReAttT5` that teaches itself (ReAtt proper:
-    P_target is its own decoder's attention, and its generation loss trains the reader;
-    queries need an ``answer``: ``queries=masked``).
+    """Trains a ReAtt retriever by cross-document adjustment: a
+    :class:`~pyterrier_selfsup.models.reatt.ReAtt` (its first B layers, its layer-B+1 query/key
+    projections and the head weights w) taught by a separate frozen ``generator``, or, with
+    ``generator=None``, a single-model :class:`~pyterrier_selfsup.models.reatt_t5.ReAttT5` that
+    teaches itself (ReAtt proper: P_target is its own decoder's attention, and its generation loss
+    trains the reader; queries need an ``answer``: ``queries=masked``).
 
     Args:
         model: the ReAtt retriever to train, or a single-model ReAttT5.
@@ -194,53 +201,59 @@ class CrossDocumentAdjustment(Trainer):
         return False
 
     def __init__(self, model, generator: Optional[Generator], collection: Union[str, Collection],
-                 settings: Optional[CrossDocumentAdjustmentSettings] = None, run: Optional[RunContext] = None,
-                 **changes):
+                 settings: Optional[CrossDocumentAdjustmentSettings] = None,
+                 run: Optional[RunContext] = None, **changes):
         super().__init__(model, collection, settings, run, **changes)
         self.close: Dict[str, List[str]] = {}  # qid -> its close documents this iteration
-        reads = callable(getattr(model, 'read', None))  # a single model (ReAttT5) that reads as well
+        # a single model (ReAttT5) that reads as well
+        reads = callable(getattr(model, 'read', None))
         if reads != (generator is None):
-            raise ValueError('a single model that reads (ReAttT5) teaches itself: generator=None; a separate '
-                             'ReAtt retriever needs a generator to teach it')
+            raise ValueError('a single model that reads (ReAttT5) teaches itself: generator=None; '
+                             'a separate ReAtt retriever needs a generator to teach it')
         if reads:  # its retriever is a ReAtt over its own encoder
             self.reatt: ReAtt = model.retriever
             self.teacher: _Target = ReaderTarget(model)
             self.needs_answers = True
             return
         if generator.trainable:
-            raise NotImplementedError('a trainable separate generator is not supported: use a single-model '
-                                      'ReAttT5, whose reader trains')
+            raise NotImplementedError('a trainable separate generator is not supported: use a '
+                                      'single-model ReAttT5, whose reader trains')
         self.reatt = model
-        self.teacher = AttentionTarget(generator) if self.settings.target == 'attention' else LikelihoodTarget(
-            generator, self.settings.teacher_temperature, self.cache_dir, self.collection.corpus_id)
+        self.teacher = (AttentionTarget(generator) if self.settings.target == 'attention'
+                        else LikelihoodTarget(generator, self.settings.teacher_temperature,
+                                              self.cache_dir, self.collection.corpus_id))
         self.needs_answers = False
 
     def retriever(self, fresh: bool = False) -> pt.Transformer:
         if fresh:
             return self._fresh_index().exhaustive(self.reatt, verbose=self.shows)
-        return reatt_index(self.collection, self.reatt, cache_dir=self.cache_dir).exhaustive(self.reatt,
-                                                                                             verbose=self.shows)
+        return reatt_index(self.collection, self.reatt, cache_dir=self.cache_dir).exhaustive(
+            self.reatt, verbose=self.shows)
 
     def examples(self, topics: pd.DataFrame) -> List[Query]:
         if self.needs_answers and 'answer' not in topics.columns:
-            raise ValueError('a single-model ReAtt reads to generate an answer: its topics need an answer column '
-                             '(queries=masked)')
+            raise ValueError('a single-model ReAtt reads to generate an answer: its topics need an '
+                             'answer column (queries=masked)')
         return training_queries(topics)
 
     # -- close documents, once per iteration ------------------------------------------
 
     def on_epoch_start(self, examples: List[Query], epoch: int, resumed: bool):
         t0 = time.time()
-        if epoch == 0:  # BM25's, which reads a masked query without its mask (not a word: it would match 'mask')
+        # BM25's, which reads a masked query without its mask (not a word: it would match 'mask')
+        if epoch == 0:
             mask = mask_token(self.reatt)
-            bm25 = BM25.from_collection(self.collection, cache_dir=self.cache_dir, verbose=self.shows)
-            retriever, queries = bm25, [replace(q, query=q.query.replace(mask, ' ')) for q in examples]
+            bm25 = BM25.from_collection(self.collection, cache_dir=self.cache_dir,
+                                        verbose=self.shows)
+            retriever, queries = bm25, [replace(q, query=q.query.replace(mask, ' '))
+                                        for q in examples]
             source = 'bm25'
         else:  # the model as it is now: its own exact top k over a fresh token index
             retriever, queries = self.retriever(fresh=True), examples
             source = 'model'
         # (each process retrieves for its share of the queries; the processes share the result)
-        self.close = self.gather(top_k_excluding(retriever, self.local_batch(queries), self.settings.k))
+        self.close = self.gather(top_k_excluding(retriever, self.local_batch(queries),
+                                                 self.settings.k))
         self.teacher.prepare(self, examples)
         self.train_mode(True)
         self.log.append({'step': self.state.get('step', 0), 'close documents': source,
@@ -251,14 +264,18 @@ class CrossDocumentAdjustment(Trainer):
         search), in a temporary directory that lives as long as the index; under
         torch.distributed, encoded in shards into rank 0's (one node, as a dense refresh)."""
         # sharded: the shards and the index they are joined into are on disk together
-        needed = (token_index_size(self.collection, self.reatt, ivf=False) or 0) * min(self.world_size, 2)
-        with temporary_build('selfsup-token-index-', f'the refreshed token index of {self.collection.name}',
+        needed = ((token_index_size(self.collection, self.reatt, ivf=False) or 0)
+                  * min(self.world_size, 2))
+        with temporary_build('selfsup-token-index-',
+                             f'the refreshed token index of {self.collection.name}',
                              needed) as (directory, tmp):
             if self.world_size == 1:
-                index = ReAttIndex.build(f'{directory}/index', self.reatt, self.collection.corpus_iter(), ivf=False,
+                index = ReAttIndex.build(f'{directory}/index', self.reatt,
+                                         self.collection.corpus_iter(), ivf=False,
                                          verbose=self.shows)
             else:
-                index = ReAttIndex.build_sharded(f'{directory}/index', self.reatt, self.collection.corpus_iter(),
+                index = ReAttIndex.build_sharded(f'{directory}/index', self.reatt,
+                                                 self.collection.corpus_iter(),
                                                  rank=self.process_rank, world_size=self.world_size)
                 # read into memory on every rank, before rank 0 may remove the files
                 all_or_none(lambda: index.keys32)
@@ -269,7 +286,8 @@ class CrossDocumentAdjustment(Trainer):
         """(qid, query, docno, text) of every query's close documents."""
         rows = [(q.qid, q.query, d) for q in batch for d in self.close.get(q.qid, [])]
         frame = pd.DataFrame(rows, columns=['qid', 'query', 'docno'])
-        return frame.assign(text=self.collection.texts(frame['docno'].tolist()) if len(frame) else [])
+        return frame.assign(
+            text=self.collection.texts(frame['docno'].tolist()) if len(frame) else [])
 
     # -- the loss ---------------------------------------------------------------------
 
@@ -283,7 +301,8 @@ class CrossDocumentAdjustment(Trainer):
         mine = self.local_batch(batch)
         if not mine:
             return torch.zeros((), requires_grad=True)
-        docnos = list(dict.fromkeys(d for q in batch for d in self.close[q.qid]))  # close ∪ in-batch random
+        # close ∪ in-batch random
+        docnos = list(dict.fromkeys(d for q in batch for d in self.close[q.qid]))
         q_vectors, q_mask = self.reatt.encode([q.query for q in mine], 'query')
         k_vectors, k_mask = self.reatt.encode(self.collection.texts(docnos), 'passage')
         logits = self.reatt.model.scores(q_vectors, q_mask, k_vectors, k_mask)  # (b, documents)
@@ -293,7 +312,8 @@ class CrossDocumentAdjustment(Trainer):
         if own_loss is not None:
             rows = own_loss + rows
         loss = rows.sum() / len(batch)  # this process's share of the batch's mean
-        with torch.no_grad():  # how much of P_retrieval the close documents hold (in-batch random: the rest)
+        # how much of P_retrieval the close documents hold (in-batch random: the rest)
+        with torch.no_grad():
             p = torch.softmax(logits, dim=-1)
             self.record('close mass', float((p * (target > 0)).sum(-1).mean()), len(mine))
             self.record('head weight max', float(self.reatt.model.head_weights.max()))

@@ -65,7 +65,8 @@ class DistantSupervision(DualEncoderTrainer):
 
     Example::
 
-        trainer = DistantSupervision(DualEncoder.from_pretrained(MINILM), 'classic/adi', negatives='bm25')
+        trainer = DistantSupervision(DualEncoder.from_pretrained(MINILM), 'classic/adi',
+                                     negatives='bm25')
         trainer.fit(corpus_sentences(Collection('classic/adi'), 200))
     """
     Settings = DistantSupervisionSettings
@@ -77,7 +78,8 @@ class DistantSupervision(DualEncoderTrainer):
             self.state['hard'] = self._retriever_negatives(examples)
 
     def title(self) -> str:
-        return f'distant supervision on {self.collection.corpus_id} ({self.settings.negatives} negatives)'
+        return (f'distant supervision on {self.collection.corpus_id} '
+                f'({self.settings.negatives} negatives)')
 
     # -- data -------------------------------------------------------------------------
 
@@ -86,8 +88,8 @@ class DistantSupervision(DualEncoderTrainer):
         query was cut from) is each one's positive, the rest of its top ``bm25_depth`` + 1
         the pool of its ``bm25`` negatives."""
         queries = training_queries(topics)
-        bm25 = BM25.from_collection(self.collection, num_results=self.settings.bm25_depth + 1, cache_dir=self.cache_dir,
-                                    verbose=self.shows)
+        bm25 = BM25.from_collection(self.collection, num_results=self.settings.bm25_depth + 1,
+                                    cache_dir=self.cache_dir, verbose=self.shows)
         self._ranked = top_k_excluding(bm25, queries, self.settings.bm25_depth + 1)
         examples = [q for q in queries if self._ranked[q.qid]]
         if len(examples) < len(queries):
@@ -102,7 +104,8 @@ class DistantSupervision(DualEncoderTrainer):
         positives = [self.positive(q) for q in batch]
         docnos = positives + self._negatives(batch, rng, self.state.get('hard'))
         # a passage that is query i's positive, or was cut from it, is not its negative
-        excluded = torch.tensor([[(d == positives[i] or d in q.excluded) and j != i for j, d in enumerate(docnos)]
+        excluded = torch.tensor([[(d == positives[i] or d in q.excluded) and j != i
+                                  for j, d in enumerate(docnos)]
                                  for i, q in enumerate(batch)], device=self.encoder.device)
         if int((~excluded).sum(1).max()) < 2:  # no query has a negative: nothing to learn
             return None
@@ -110,10 +113,11 @@ class DistantSupervision(DualEncoderTrainer):
         local = list(self.local_rows(len(batch)))
         queries = self.encoder.encode([batch[i].query for i in local], 'query')
         passages = self.encoder.encode(self.collection.texts(docnos), 'passage')
-        return in_batch_loss(queries, passages, self.encoder.temperature, excluded[local], rows=local,
-                             batch_size=len(batch))
+        return in_batch_loss(queries, passages, self.encoder.temperature, excluded[local],
+                             rows=local, batch_size=len(batch))
 
-    def _negatives(self, batch: List[Query], rng: np.random.Generator, hard: Optional[Dict[str, str]]) -> List[str]:
+    def _negatives(self, batch: List[Query], rng: np.random.Generator,
+                   hard: Optional[Dict[str, str]]) -> List[str]:
         if self.settings.negatives == 'none':
             return []
         if self.settings.negatives == 'random':
@@ -121,7 +125,8 @@ class DistantSupervision(DualEncoderTrainer):
             return [docnos[i] for i in rng.integers(len(docnos), size=len(batch))]
         if self.settings.negatives == 'bm25':
             pools = [self._ranked[q.qid][1:] for q in batch]
-            return [pool[rng.integers(len(pool))] if pool else self.positive(q) for q, pool in zip(batch, pools)]
+            return [pool[rng.integers(len(pool))] if pool else self.positive(q)
+                    for q, pool in zip(batch, pools)]
         return [hard.get(q.qid, self.positive(q)) for q in batch]  # retriever
 
     @cached_property

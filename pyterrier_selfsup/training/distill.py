@@ -28,9 +28,9 @@ from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.queries import Query, training_queries
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.training.loop import DualEncoderTrainer
-from pyterrier_selfsup.training.losses import (candidate_table, distillation_loss, listwise_kl,  # noqa: F401
-                                               margin_mse, top1_agreement, top_overlap)
-from pyterrier_selfsup.training.passages import OffsetPassages, passage_side
+from pyterrier_selfsup.training.losses import (candidate_table, distillation_loss,  # noqa: F401
+                                               listwise_kl, margin_mse, top1_agreement, top_overlap)
+from pyterrier_selfsup.training.passages import passage_side
 from pyterrier_selfsup.training.settings import DistillationSettings
 from pyterrier_selfsup.training.verdict import HeldOutVerdict
 
@@ -58,16 +58,17 @@ class Distillation(DualEncoderTrainer):
     data_parallel = True
 
     def __init__(self, encoder: DualEncoder, collection: Union[str, Collection], teacher: Teacher,
-                 settings: Optional[DistillationSettings] = None, run: Optional[RunContext] = None, **changes):
+                 settings: Optional[DistillationSettings] = None,
+                 run: Optional[RunContext] = None, **changes):
         super().__init__(encoder, collection, settings, run, **changes)
         self.teacher = teacher
         self.passages = passage_side(self.settings)
         self.verdict = HeldOutVerdict(self.settings.verdict_share, self.settings.seed)
         self.query_stats: Dict[str, float] = {}  # the round-trip filter's counts
-        self._round0: Optional[Ranked] = None  # round 0's targets, when the filter ranked them already
+        self._round0: Optional[Ranked] = None  # round 0's targets, if the filter ranked them
 
     def gradient_checkpointing_by_default(self) -> bool:
-        """On only where the passage tower trains (a step that encodes only queries gains little)."""
+        """On only where the passage tower trains (a query step gains little from it)."""
         return self.passages.moves
 
     def title(self) -> str:
@@ -84,7 +85,8 @@ class Distillation(DualEncoderTrainer):
         """Whether the teacher is one pipeline for every round (not a function of the student)."""
         return isinstance(self.teacher, pt.Transformer)
 
-    def rank(self, teacher: pt.Transformer, queries: List[Query], *, depth: Optional[int] = None) -> Ranked:
+    def rank(self, teacher: pt.Transformer, queries: List[Query], *,
+             depth: Optional[int] = None) -> Ranked:
         """The teacher's top ``depth`` (default: the setting) for each query (:meth:`ranked`)."""
         return self.ranked(teacher, queries, depth or self.settings.depth, desc='teacher rankings')
 
@@ -102,12 +104,11 @@ class Distillation(DualEncoderTrainer):
         self.train_mode(True)
         return student
 
-    # -- the training queries ---------------------------------------------------------
-
     def examples(self, topics: pd.DataFrame) -> List[Query]:
         """The training queries, round-trip filtered where the settings say so (the start
         teacher ranks them, once: it is round 0's teacher too), less the verdict's slice."""
-        sources = dict(zip(topics['qid'].astype(str), topics['source_docno'])) if 'source_docno' in topics else {}
+        sources = (dict(zip(topics['qid'].astype(str), topics['source_docno']))
+                   if 'source_docno' in topics else {})
         queries = training_queries(topics)
         if not self.settings.excludes_sources:
             queries = [Query(q.qid, q.query, frozenset(), q.answer) for q in queries]
@@ -120,12 +121,13 @@ class Distillation(DualEncoderTrainer):
             return queries
         ranked = self.rank(self.round_teacher(), queries, depth=max(self.settings.depth, depth))
         kept = [q for q in queries if sources.get(q.qid) in ranked[q.qid][0][:depth]]
-        self.query_stats = {'queries': len(queries), 'kept': len(kept), 'survival': len(kept) / max(1, len(queries))}
-        logger.info('round-trip filter (teacher top %d): %d of %d queries kept', depth, len(kept), len(queries))
+        self.query_stats = {'queries': len(queries), 'kept': len(kept),
+                            'survival': len(kept) / max(1, len(queries))}
+        logger.info('round-trip filter (teacher top %d): %d of %d queries kept',
+                    depth, len(kept), len(queries))
         self.log.append({'step': 0, **{f'round-trip {k}': v for k, v in self.query_stats.items()}})
-        if not self.settings.excludes_sources:  # round 0's candidates: the same ranking, cut at depth
-            cut = self.settings.depth
-            self._round0 = {q.qid: (ranked[q.qid][0][:cut], ranked[q.qid][1][:cut]) for q in kept}
+        cut = self.settings.depth  # round 0's candidates: the same ranking (nothing excluded), cut
+        self._round0 = {q.qid: (ranked[q.qid][0][:cut], ranked[q.qid][1][:cut]) for q in kept}
         return kept
 
     def on_epoch_start(self, examples: List[Query], epoch: int, resumed: bool):
@@ -147,10 +149,12 @@ class Distillation(DualEncoderTrainer):
             teacher = self.round_teacher(None if self.fixed_teacher else student())
             targets = self.rank(teacher, list({q.qid: q for q in examples}.values()))
         self._round0 = None
-        record = {'step': self.state.get('step', 0), 'round': epoch, 'teacher seconds': time.time() - started}
+        record = {'step': self.state.get('step', 0), 'round': epoch,
+                  'teacher seconds': time.time() - started}
         if self.state.get('targets') is not None:
-            record['teacher overlap'] = top_overlap({q: d for q, (d, _) in targets.items()},
-                                                    {q: d for q, (d, _) in self.state['targets'].items()})
+            record['teacher overlap'] = top_overlap(
+                {q: d for q, (d, _) in targets.items()},
+                {q: d for q, (d, _) in self.state['targets'].items()})
         self.log.append(record)
         self.state.update({'targets': targets, 'targets round': epoch})
 
@@ -164,8 +168,9 @@ class Distillation(DualEncoderTrainer):
         batch = [q for q in batch if len(targets.get(q.qid, ([],))[0]) > 0]
         if not batch:
             return None
-        table = candidate_table([targets[q.qid] for q in batch], [q.excluded for q in batch],
-                                s.teacher_temperature, own_only=s.loss == 'margin_mse' or not s.in_batch)
+        table = candidate_table([targets[q.qid] for q in batch],
+                                [q.excluded for q in batch], s.teacher_temperature,
+                                own_only=s.loss == 'margin_mse' or not s.in_batch)
         if int((~table.shut).sum(1).max()) < 2:  # one candidate a query and no other in the batch
             return None
         # Under data parallelism (Trainer.local_rows) this process computes its share of the rows,
@@ -173,20 +178,15 @@ class Distillation(DualEncoderTrainer):
         # so that the processes' gradients sum to one process's gradient of the whole batch.
         counted = len(batch) if s.loss == 'kl' else int((table.own.sum(1) >= 2).sum())
         local = list(self.local_rows(len(batch)))
-        offsets = isinstance(self.passages, OffsetPassages)
-        if not local:  # (fewer queries with targets than processes; offsets still sum every rank's pull)
-            pull = self.passages.vectors(self, table.docnos)[1] if offsets else 0.0
-            return torch.zeros((), requires_grad=True) + 0.0 * pull
+        if not local:  # (fewer queries with targets than processes)
+            return self.passages.no_rows_loss(self, table.docnos)
         passages, pull = self.passages.vectors(self, table.docnos)
         queries = self.encoder.encode([batch[i].query for i in local], 'query')
         student = queries @ passages.T / self.encoder.temperature
         rows = table.rows(local, student.device)
         loss = distillation_loss(student, rows.teacher, rows.own, rows.shut, s.loss, counted)
         self.record('top-1 agreement', top1_agreement(student, rows.teacher, rows.own), len(local))
-        if offsets:
-            self.record('offset norm', float(self.encoder.passage_offsets.norms().mean()))
-            return loss + pull / self.world_size  # (the ranks' gradients sum: each adds its share)
-        return loss
+        return self.passages.with_pull(self, loss, pull)
 
     def save_extra(self, path):
         """Saves the passage side's state, and the final model in the sentence-transformers

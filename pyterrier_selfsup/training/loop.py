@@ -77,7 +77,8 @@ def checkpoint_step(path: Union[str, Path]) -> int:
 def resume_point(output_dir: Union[str, Path]) -> Optional[Path]:
     """The checkpoint :func:`fit_resumably` goes on from: the last whole one whose files are not
     damaged (None: it starts over)."""
-    return next((c for c in reversed(checkpoints(output_dir)) if checkpoint_damage(c) is None), None)
+    return next((c for c in reversed(checkpoints(output_dir))
+                 if checkpoint_damage(c) is None), None)
 
 
 CHECKPOINT_MANIFEST = 'checkpoint.json'  # every file's size, written last
@@ -124,7 +125,8 @@ def keep_final_only(output_dir: Union[str, Path]):
     ``training_log.jsonl``). For the cached pipelines, whose models are finished products."""
     for checkpoint in checkpoints(output_dir):
         shutil.rmtree(checkpoint)
-    shutil.rmtree(Path(output_dir) / 'best-round', ignore_errors=True)  # (a kept round is in final/ by now)
+    # (a kept round is in final/ by now)
+    shutil.rmtree(Path(output_dir) / 'best-round', ignore_errors=True)
     (Path(output_dir) / 'final' / STATE_FILE).unlink(missing_ok=True)
 
 
@@ -148,7 +150,8 @@ class Trainer(pt.Estimator):
 
     Args:
         model: the model to train (a :class:`~pyterrier_selfsup.models._base.TrainableModel`).
-        collection: the corpus, a :class:`~pyterrier_selfsup.data.collections.Collection` or its name.
+        collection: the corpus, a :class:`~pyterrier_selfsup.data.collections.Collection` or its
+            name.
         settings: the method's settings object (:attr:`Settings`; None: its defaults). The loop
             reads ``epochs``, ``batch_size``, ``accumulation``, ``lr``, ``warmup``,
             ``weight_decay``, ``checkpoint_every``, ``gradient_checkpointing`` and ``seed`` from it.
@@ -173,13 +176,15 @@ class Trainer(pt.Estimator):
     process_rank, world_size = 0, 1  # this process's place under torch.distributed (set by fit)
 
     def __init__(self, model: TrainableModel, collection: Union[str, Collection],
-                 settings: Optional[MethodSettings] = None, run: Optional[RunContext] = None, **changes):
+                 settings: Optional[MethodSettings] = None,
+                 run: Optional[RunContext] = None, **changes):
         self.model = model
         self.collection = Collection.of(collection)
         in_run = {name: value for name, value in changes.items() if name in RunContext.names()}
         settings = self.Settings() if settings is None else settings
         if not isinstance(settings, self.Settings):
-            raise TypeError(f'{type(self).__name__} takes {self.Settings.__name__}, not {type(settings).__name__}')
+            raise TypeError(f'{type(self).__name__} takes {self.Settings.__name__}, not '
+                            f'{type(settings).__name__}')
         self.settings = settings.replace(**{k: v for k, v in changes.items() if k not in in_run})
         self.run = (run or RunContext()).replace(**in_run)
         self.log: List[Dict] = []
@@ -270,8 +275,9 @@ class Trainer(pt.Estimator):
         on several processes each ranks its share and every process gets them all."""
         mine = self.local_batch(queries)
         ranked = {}
-        chunks = progress(range(0, len(mine), RANKING_CHUNK), total=len(mine), desc=desc, unit='query',
-                          count=lambda start: len(mine[start:start + RANKING_CHUNK]), enabled=self.shows)
+        chunks = progress(range(0, len(mine), RANKING_CHUNK), total=len(mine), desc=desc,
+                          unit='query', count=lambda start: len(mine[start:start + RANKING_CHUNK]),
+                          enabled=self.shows)
         for start in chunks:
             ranked.update(ranked_excluding(retriever, mine[start:start + RANKING_CHUNK], depth))
         self.train_mode(True)
@@ -334,7 +340,8 @@ class Trainer(pt.Estimator):
                                      'validation nDCG@10': self._validate(va_topics, va_qrels)})
                 if self.state['step'] >= run.total_steps:
                     break
-        except BaseException:  # (interrupted: the progress ends, and the model is left as a model, not in training)
+        except BaseException:
+            # (interrupted: the progress ends, and the model is left as a model, not in training)
             run.progress.close()
             self.model.gradient_checkpointing(False)
             raise
@@ -346,8 +353,8 @@ class Trainer(pt.Estimator):
         self.process_rank, self.world_size = distributed()
         self.log = []  # (a resumed run's comes back with its checkpoint)
         if self.world_size > 1 and not self.data_parallel:
-            raise NotImplementedError(f'{type(self).__name__} does not train on several processes yet '
-                                      f'(world size {self.world_size}); run it in one')
+            raise NotImplementedError(f'{type(self).__name__} does not train on several processes '
+                                      f'yet (world size {self.world_size}); run it in one')
         examples = self.examples(tr_topics)
         if not examples:
             raise ValueError('no training example could be made from these topics')
@@ -358,21 +365,24 @@ class Trainer(pt.Estimator):
         self.model.gradient_checkpointing(self.uses_gradient_checkpointing)
         params = [p for p in self.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay)
-        scheduler = get_linear_schedule_with_warmup(optimizer, int(s.warmup * total_steps), total_steps)
+        scheduler = get_linear_schedule_with_warmup(optimizer, int(s.warmup * total_steps),
+                                                    total_steps)
         self.state = {'epoch': 0, 'batch': 0, 'step': 0}
         if resume_from is not None:
             self.state = self._restore(Path(resume_from), optimizer, scheduler)
         self.train_mode(True)
-        steps = progress(total=total_steps, initial=self.state['step'], desc=self.description, unit='step',
-                         enabled=self.shows)
+        steps = progress(total=total_steps, initial=self.state['step'], desc=self.description,
+                         unit='step', enabled=self.shows)
         self._stop_reason = None
-        return _Run(examples, params, optimizer, scheduler, total_steps, steps, resumed=resume_from is not None)
+        return _Run(examples, params, optimizer, scheduler, total_steps, steps,
+                    resumed=resume_from is not None)
 
     def _epoch(self, run: '_Run', epoch: int) -> bool:
         """The rest of ``epoch``'s batches; whether training goes on after it (no stop, no
         last step taken)."""
         batches = self.batches(len(run.examples), epoch)
-        if self.state['batch'] < len(batches):  # a run resumed at an epoch's end has none of it left
+        # a run resumed at an epoch's end has none of it left
+        if self.state['batch'] < len(batches):
             self.on_epoch_start(run.examples, epoch, run.resumed)
         run.resumed = False
         if self._stop_reason is not None:
@@ -418,13 +428,16 @@ class Trainer(pt.Estimator):
         self.log.append({'step': self.state['step'], 'epoch': epoch, 'loss': step_loss,
                          'lr': run.scheduler.get_last_lr()[0], 'time': time.time(),
                          'resident GiB': resident, 'peak resident GiB': peak_resident_gib(),
-                         **{k: sum(v for v, _ in m) / sum(w for _, w in m) for k, m in self._metrics.items()},
+                         **{k: sum(v for v, _ in m) / sum(w for _, w in m)
+                            for k, m in self._metrics.items()},
                          **({'skipped batches': run.skipped} if run.skipped else {})})
         self._metrics = {}
         run.skipped = 0
-        # (the postfix first: a line the update says carries this step's loss and memory, not the last's)
-        run.progress.set_postfix(loss=f'{np.mean([r["loss"] for r in self.log[-20:] if "loss" in r]):.4f}',
-                                 **({'memory': f'{resident:.2f} GiB'} if resident is not None else {}))
+        # (the postfix first: a line the update says carries this step's loss and memory, not
+        # the last's)
+        run.progress.set_postfix(
+            loss=f'{np.mean([r["loss"] for r in self.log[-20:] if "loss" in r]):.4f}',
+            **({'memory': f'{resident:.2f} GiB'} if resident is not None else {}))
         run.progress.update(1)
         run.window = []
         if self.state['step'] < run.total_steps:
@@ -461,7 +474,8 @@ class Trainer(pt.Estimator):
         """nDCG@10 of the model as it is now, over an index built for this call only."""
         retriever = self.retriever(fresh=True)
         result = pt.Experiment([retriever], topics, qrels, [nDCG @ 10])
-        if self.world_size > 1:  # rank 0's temporary index (its files) outlives every process's search
+        # rank 0's temporary index (its files) outlives every process's search
+        if self.world_size > 1:
             import torch.distributed as dist
             dist.barrier()
         del retriever
@@ -481,12 +495,14 @@ class Trainer(pt.Estimator):
         total = torch.tensor([sum(window)], dtype=torch.float64, device=device)
         batches = torch.tensor([len(window)], dtype=torch.float64, device=device)
         dist.all_reduce(total)
-        dist.all_reduce(batches, op=dist.ReduceOp.MAX)  # (a process without rows in a batch has no share of it)
+        # (a process without rows in a batch has no share of it)
+        dist.all_reduce(batches, op=dist.ReduceOp.MAX)
         if not batches.item():
             return None
         # a parameter no process's share reached keeps no gradient (AdamW then leaves it alone,
         # weight decay included, as one process would); one that some share reached gets the sum
-        reached = torch.tensor([p.grad is not None for p in params], dtype=torch.int32, device=device)
+        reached = torch.tensor([p.grad is not None for p in params],
+                               dtype=torch.int32, device=device)
         dist.all_reduce(reached, op=dist.ReduceOp.MAX)
         for p, any_grad in zip(params, reached.tolist()):
             if any_grad:
@@ -515,7 +531,8 @@ class Trainer(pt.Estimator):
 
         def fate() -> str:  # (asked only when the write failed)
             earlier = [p for p in checkpoints(self.output_dir) if p != path]
-            return f'it was removed; the next run {f"resumes from {earlier[-1]}" if earlier else "starts over"}'
+            return ('it was removed; the next run '
+                    f'{f"resumes from {earlier[-1]}" if earlier else "starts over"}')
 
         # never half a checkpoint to resume from: a failed write removes it
         with disk_faults(f'the checkpoint at step {self.state["step"]}', path, fate=fate,
@@ -523,11 +540,13 @@ class Trainer(pt.Estimator):
             self.model.save_pretrained(path)
             self.save_extra(path)
             # written last and renamed into place: a checkpoint with a state file is whole
-            torch.save({'state': self.state, 'optimizer': optimizer.state_dict(), 'scheduler': scheduler.state_dict(),
-                        'log': self.log, 'torch_rng': torch.get_rng_state(), 'python_rng': random.getstate(),
+            torch.save({'state': self.state, 'optimizer': optimizer.state_dict(),
+                        'scheduler': scheduler.state_dict(), 'log': self.log,
+                        'torch_rng': torch.get_rng_state(), 'python_rng': random.getstate(),
                         # (dropout on a GPU draws from the CUDA generators: without them, a resumed
                         # run there drew other masks than one never stopped)
-                        **({'cuda_rng': torch.cuda.get_rng_state_all()} if torch.cuda.is_initialized() else {})},
+                        **({'cuda_rng': torch.cuda.get_rng_state_all()}
+                           if torch.cuda.is_initialized() else {})},
                        path / (STATE_FILE + '.tmp'))
             os.replace(path / (STATE_FILE + '.tmp'), path / STATE_FILE)
             with written_whole(path / CHECKPOINT_MANIFEST, 'a checkpoint') as partial:
@@ -546,7 +565,8 @@ class Trainer(pt.Estimator):
         scheduler.load_state_dict(saved['scheduler'])
         torch.set_rng_state(saved['torch_rng'])
         random.setstate(saved['python_rng'])
-        if 'cuda_rng' in saved and torch.cuda.is_available() and torch.cuda.device_count() == len(saved['cuda_rng']):
+        if ('cuda_rng' in saved and torch.cuda.is_available() and
+                torch.cuda.device_count() == len(saved['cuda_rng'])):
             torch.cuda.set_rng_state_all(saved['cuda_rng'])
         self.log = list(saved['log'])
         return dict(saved['state'])
@@ -556,9 +576,10 @@ class Trainer(pt.Estimator):
         with written_whole(self.output_dir / 'training_log.jsonl', 'the training log') as partial:
             partial.write_text(''.join(json.dumps(r) + '\n' for r in self.log))
         if self.run.draw_curve is not None:
-            with written_whole(self.output_dir / 'training_curve.png', 'the training curve') as partial:
-                self.run.draw_curve(self.log, partial, title=self.title(), key=self.curve, ylabel=self.curve_label,
-                           marker=self.marker)
+            with written_whole(self.output_dir / 'training_curve.png',
+                               'the training curve') as partial:
+                self.run.draw_curve(self.log, partial, title=self.title(), key=self.curve,
+                                    ylabel=self.curve_label, marker=self.marker)
 
     def title(self) -> str:
         return f'{self.description} on {self.collection.corpus_id}'
@@ -566,11 +587,13 @@ class Trainer(pt.Estimator):
 
 class DualEncoderTrainer(Trainer):
     """A trainer of a :class:`~pyterrier_selfsup.models.dual_encoder.DualEncoder` that retrieves
-    from a dense index of its collection: distant supervision, RUMBArt and ACROBArT, distillation."""
+    from a dense index of its collection: distant supervision, RUMBArt and ACROBArT,
+    distillation."""
 
     @property
     def encoder(self) -> DualEncoder:
         return self.model
 
     def retriever(self, fresh: bool = False) -> DenseRetriever:
-        return dense_retriever(self.collection, self.encoder, fresh=fresh, cache_dir=self.cache_dir, verbose=self.shows)
+        return dense_retriever(self.collection, self.encoder, fresh=fresh, cache_dir=self.cache_dir,
+                               verbose=self.shows)

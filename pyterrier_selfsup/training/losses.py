@@ -15,12 +15,13 @@ import numpy as np
 import torch
 
 
-def listwise_kl(student_logits: torch.Tensor, teacher_probs: torch.Tensor, excluded: torch.Tensor, *,
-                per_row: bool = False) -> torch.Tensor:
+def listwise_kl(student_logits: torch.Tensor, teacher_probs: torch.Tensor, excluded: torch.Tensor,
+                *, per_row: bool = False) -> torch.Tensor:
     """Mean over queries of KL(teacher ‖ softmax(student_logits)), each row's softmax over
     its entries not ``excluded``; ``teacher_probs`` rows sum to 1 and are 0 where excluded.
     ``per_row``: each query's KL instead of their mean."""
-    log_q = torch.log_softmax(student_logits.masked_fill(excluded, float('-inf')), dim=-1).masked_fill(excluded, 0.0)
+    log_q = (torch.log_softmax(student_logits.masked_fill(excluded, float('-inf')), dim=-1)
+             .masked_fill(excluded, 0.0))
     rows = (torch.xlogy(teacher_probs, teacher_probs) - teacher_probs * log_q).sum(-1)
     return rows if per_row else rows.mean()
 
@@ -32,7 +33,8 @@ def margin_mse(student_scores: torch.Tensor, teacher_scores: torch.Tensor, valid
     over rows that have a pair. ``per_row``: each row's mean (0 for a row without a pair)."""
     d = student_scores - teacher_scores
     diff = d.unsqueeze(2) - d.unsqueeze(1)
-    pairs = valid.unsqueeze(2) & valid.unsqueeze(1) & ~torch.eye(d.shape[1], dtype=torch.bool, device=d.device)
+    pairs = (valid.unsqueeze(2) & valid.unsqueeze(1)
+             & ~torch.eye(d.shape[1], dtype=torch.bool, device=d.device))
     counts = pairs.sum((1, 2))
     rows = (diff.pow(2) * pairs).sum((1, 2)) / counts.clamp(min=1)
     return rows if per_row else rows[counts > 0].mean()
@@ -56,11 +58,12 @@ class CandidateTable:
 
     def rows(self, local: Sequence[int], device) -> 'CandidateTable':
         """The table of rows ``local`` only, on ``device``."""
-        return CandidateTable(self.docnos, self.own[local].to(device), self.teacher[local].to(device),
-                              self.shut[local].to(device))
+        return CandidateTable(self.docnos, self.own[local].to(device),
+                              self.teacher[local].to(device), self.shut[local].to(device))
 
 
-def candidate_table(rankings: Sequence[Tuple[List[str], np.ndarray]], excluded: Sequence[FrozenSet[str]],
+def candidate_table(rankings: Sequence[Tuple[List[str], np.ndarray]],
+                    excluded: Sequence[FrozenSet[str]],
                     temperature: float, *, own_only: bool) -> CandidateTable:
     """The table of ``rankings`` (each row's teacher docnos and scores), the scores divided by
     ``temperature``; ``excluded``: each row's passages that its student may not rank;
@@ -78,8 +81,8 @@ def candidate_table(rankings: Sequence[Tuple[List[str], np.ndarray]], excluded: 
     return CandidateTable(docnos, own, teacher, shut | ~own if own_only else shut)
 
 
-def distillation_loss(student: torch.Tensor, teacher: torch.Tensor, own: torch.Tensor, shut: torch.Tensor,
-                      loss: str, counted: int) -> torch.Tensor:
+def distillation_loss(student: torch.Tensor, teacher: torch.Tensor, own: torch.Tensor,
+                      shut: torch.Tensor, loss: str, counted: int) -> torch.Tensor:
     """The sum over rows of ``loss`` (``kl`` or ``margin_mse``) between the student's scores and
     the teacher's, divided by ``counted`` (the global batch's rows that count). KL's target is
     the softmax of the teacher's scores over each row's ``own`` columns, its student softmax
@@ -106,6 +109,7 @@ def top1_agreement(student: torch.Tensor, teacher: torch.Tensor, own: torch.Tens
 def top_overlap(a: Dict[str, List[str]], b: Dict[str, List[str]], k: int = 10) -> float:
     """Mean over the queries of ``a`` that have results of |top k in a ∩ top k in b| divided
     by the shorter of the two top lists (b's missing queries: 0)."""
-    shares = [len(set(docnos[:k]) & set(b.get(qid, [])[:k])) / max(1, min(k, len(docnos), len(b.get(qid, [])[:k])))
+    shares = [len(set(docnos[:k]) & set(b.get(qid, [])[:k]))
+              / max(1, min(k, len(docnos), len(b.get(qid, [])[:k])))
               for qid, docnos in a.items() if docnos]
     return float(np.mean(shares)) if shares else 0.0

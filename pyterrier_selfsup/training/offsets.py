@@ -1,4 +1,5 @@
-"""Training :class:`~pyterrier_selfsup.models.offsets.PassageOffsets`: lazy Adam over the rows a step touched.
+"""Training :class:`~pyterrier_selfsup.models.offsets.PassageOffsets`: lazy Adam over the rows a
+step touched.
 
 A trainer asks :meth:`OffsetAdam.adjusted` for the moved vectors of a batch's candidates
 (the start encoder's vectors in, v₀ + δ out, δ a leaf that collects the batch's gradient),
@@ -35,7 +36,8 @@ class OffsetAdam:
         self.t = 0
         self._pending: List[Tuple[torch.Tensor, torch.Tensor]] = []
 
-    def adjusted(self, docnos: List[str], vectors: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def adjusted(self, docnos: List[str],
+                 vectors: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """(v₀ + δ for ``docnos``, normalised where the encoder normalises; the L2 pull
         ``weight`` · mean over these rows of ‖δ‖²), both with gradients to δ."""
         rows = self.offsets.rows(docnos)
@@ -46,7 +48,8 @@ class OffsetAdam:
     def step(self, world_size: int = 1):
         """Moves the rows that the batches since the last step touched."""
         pending, self._pending = self._pending, []
-        pending = [(rows, delta.grad.detach().cpu() if delta.grad is not None else torch.zeros(delta.shape))
+        pending = [(rows, delta.grad.detach().cpu() if delta.grad is not None
+                    else torch.zeros(delta.shape))
                    for rows, delta in pending]
         if world_size > 1:
             import torch.distributed as dist

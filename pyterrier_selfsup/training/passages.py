@@ -42,6 +42,15 @@ class PassageSide:
         the loss (0 where there is none)."""
         raise NotImplementedError
 
+    def with_pull(self, trainer, loss: torch.Tensor, pull: torch.Tensor) -> torch.Tensor:
+        """The loss with this side's term (the second value of :meth:`vectors`) added, if any."""
+        return loss
+
+    def no_rows_loss(self, trainer, docnos: List[str]) -> torch.Tensor:
+        """The loss of a process that has none of a batch's rows under data parallelism: zero, with
+        this side's share of its term where every process adds one."""
+        return torch.zeros((), requires_grad=True)
+
     def after_optimizer_step(self, world_size: int):
         """Updates what trains outside the optimiser."""
 
@@ -64,8 +73,8 @@ class FrozenPassages(PassageSide):
 
     def start(self, trainer):
         trainer.encoder.model.freeze_passage_tower()
-        self.index = flex_index(trainer.collection, trainer.encoder, cache_dir=trainer.cache_dir, offsets=False,
-                                verbose=trainer.shows)
+        self.index = flex_index(trainer.collection, trainer.encoder, cache_dir=trainer.cache_dir,
+                                offsets=False, verbose=trainer.shows)
 
     def start_vectors(self, trainer, docnos: List[str]) -> torch.Tensor:
         index_docnos, vectors, _ = self.index.payload()
@@ -94,6 +103,13 @@ class OffsetPassages(FrozenPassages):
     def vectors(self, trainer, docnos):
         return self.adam.adjusted(docnos, self.start_vectors(trainer, docnos))
 
+    def with_pull(self, trainer, loss, pull):
+        trainer.record('offset norm', float(trainer.encoder.passage_offsets.norms().mean()))
+        return loss + pull / trainer.world_size  # (the ranks' gradients sum: each adds its share)
+
+    def no_rows_loss(self, trainer, docnos):  # (OffsetAdam sums the offsets' gradients over ranks)
+        return torch.zeros((), requires_grad=True) + 0.0 * self.vectors(trainer, docnos)[1]
+
     def after_optimizer_step(self, world_size: int):
         self.adam.step(world_size)
 
@@ -102,7 +118,8 @@ class OffsetPassages(FrozenPassages):
             self.adam.save(path)
 
     def load(self, path: Path, encoder):
-        self.adam.offsets = encoder.passage_offsets  # (loading the weights put the checkpoint's there)
+        # (loading the weights put the checkpoint's there)
+        self.adam.offsets = encoder.passage_offsets
         if not self.adam.load(path):
             raise ValueError(f'{path} has no state of the passage offsets to resume from')
 

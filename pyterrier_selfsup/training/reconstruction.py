@@ -19,7 +19,8 @@ queries cut from the corpus, never retrieving the passage they came from. From R
 passage tower, so that only queries are encoded with gradients (a step costs a fraction
 of the full one) and the index never goes stale (a refresh only re-retrieves).
 
-    trainer = Rumbart(DualEncoder.from_pretrained(MINILM), Generator.from_pretrained(SMOLLM2, gguf_file=...),
+    trainer = Rumbart(DualEncoder.from_pretrained(MINILM),
+                      Generator.from_pretrained(SMOLLM2, gguf_file=...),
                       'beir/scifact/test', output_dir='runs/rumbart')
     trainer.fit(pt.get_dataset('irds:beir/scifact/train').get_topics())   # labels never read
 """
@@ -44,14 +45,16 @@ from pyterrier_selfsup.retrieval.base import top_k_excluding
 from pyterrier_selfsup.retrieval.dense import flex_index, fresh_index, search_stage
 from pyterrier_selfsup.training.loop import DualEncoderTrainer
 from pyterrier_selfsup.context import RunContext
-from pyterrier_selfsup.training.settings import AcrobartSettings, ReconstructionSettings, RumbartSettings
+from pyterrier_selfsup.training.settings import (AcrobartSettings, ReconstructionSettings,
+                                                 RumbartSettings)
 
 logger = logging.getLogger(__name__)
 
 NULL_DOCNO = '__null__'
 
 
-def marginal_nll(retriever_logits: torch.Tensor, teacher_logp: torch.Tensor, per_row: bool = False) -> torch.Tensor:
+def marginal_nll(retriever_logits: torch.Tensor, teacher_logp: torch.Tensor,
+                 per_row: bool = False) -> torch.Tensor:
     """Mean over queries of -log Σ_z softmax(retriever_logits)_z · exp(teacher_logp_z):
     RUMBArt's loss (thesis Eq. 4.8-4.9) in log space, as RAG's ``get_nll`` computes it.
     ``per_row``: each query's term instead of their mean."""
@@ -88,15 +91,19 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
     marker = 'refresh seconds'
     data_parallel = True
 
-    def __init__(self, encoder: DualEncoder, generator: Generator, collection: Union[str, Collection],
-                 settings: Optional[ReconstructionSettings] = None, run: Optional[RunContext] = None, **changes):
+    def __init__(self, encoder: DualEncoder, generator: Generator,
+                 collection: Union[str, Collection],
+                 settings: Optional[ReconstructionSettings] = None,
+                 run: Optional[RunContext] = None, **changes):
         super().__init__(encoder, collection, settings, run, **changes)
         self.generator = generator
-        self._index = None  # the stale index: a FlexIndex of the passage encoder as it was at the last refresh
+        # the stale index: a FlexIndex of the passage encoder as it was at the last refresh
+        self._index = None
         self._index_dir: Optional[tempfile.TemporaryDirectory] = None
 
     def on_fit_start(self):
-        if not self.settings.train_passages:  # RAG: passages keep a frozen copy of the start encoder
+        # RAG: passages keep a frozen copy of the start encoder
+        if not self.settings.train_passages:
             self.encoder.model.freeze_passage_tower()
 
     def parameters(self):
@@ -116,7 +123,8 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
     def load_extra(self, path: Path):
         if self.generator.trainable:
             from safetensors.torch import load_file
-            self.generator.model.load_state_dict(load_file(path / 'generator' / 'model.safetensors'), strict=False)
+            self.generator.model.load_state_dict(
+                load_file(path / 'generator' / 'model.safetensors'), strict=False)
 
     # -- data and index ---------------------------------------------------------------
 
@@ -141,16 +149,19 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
         tower's index never changes, so a refresh then only re-retrieves."""
         t0 = time.time()
         if initial:
-            self._index = flex_index(self.collection, self.encoder, cache_dir=self.cache_dir, verbose=self.shows)
+            self._index = flex_index(self.collection, self.encoder, cache_dir=self.cache_dir,
+                                     verbose=self.shows)
         elif self.settings.train_passages:
             old = self._index_dir
-            self._index, self._index_dir = fresh_index(self.collection, self.encoder,  # (sharded on several processes)
+            # (sharded on several processes)
+            self._index, self._index_dir = fresh_index(self.collection, self.encoder,
                                                        verbose=self.shows)
             if old is not None:
                 old.cleanup()
         self.train_mode(True)
         self.log.append({'step': self.state.get('step', 0), 'refresh seconds': time.time() - t0})
-        logger.info('MIPS index %s in %.0f s', 'built' if initial else 'refreshed', time.time() - t0)
+        logger.info('MIPS index %s in %.0f s', 'built' if initial else 'refreshed',
+                    time.time() - t0)
         self.after_refresh(examples)
 
     def after_refresh(self, examples: List[Query]):
@@ -159,10 +170,12 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
     def retrieve(self, query_vectors: np.ndarray, batch: List[Query]) -> List[List[str]]:
         """Each query's top k from the stale index, excluded passages skipped (and the null
         document added, if asked for)."""
-        top = top_k_excluding(search_stage(self._index, 'auto', 1000), batch, self.settings.k, query_vectors=query_vectors)
+        top = top_k_excluding(search_stage(self._index, 'auto', 1000), batch, self.settings.k,
+                              query_vectors=query_vectors)
         return [top[q.qid] + ([NULL_DOCNO] if self.settings.null_document else []) for q in batch]
 
-    def candidates(self, batch: List[Query]) -> Tuple[List[List[str]], List[List[str]], torch.Tensor]:
+    def candidates(self,
+                   batch: List[Query]) -> Tuple[List[List[str]], List[List[str]], torch.Tensor]:
         """(docnos, texts, retriever logits (b, k)) for a batch, the logits with gradients:
         current query encoder, stale index, candidates re-encoded by the current encoder."""
         queries = self.encoder.encode([q.query for q in batch], 'query')
@@ -174,16 +187,20 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
         docnos = [d[:width] for d in docnos]
         texts = self.texts(docnos)
         if self.settings.train_passages:
-            passages = self.encoder.encode([t for row in texts for t in row], 'passage').view(len(batch), width, -1)
+            passages = (self.encoder.encode([t for row in texts for t in row], 'passage')
+                        .view(len(batch), width, -1))
         else:  # the frozen tower's vectors, as the index holds them
             index_docnos, vectors, _ = self._index.payload()
             real = [d for row in docnos for d in row if d != NULL_DOCNO]
             found = iter(np.asarray(vectors[index_docnos.inv[real]], dtype=np.float32))
-            passages = torch.from_numpy(np.stack([[self._null_vector if d == NULL_DOCNO else next(found)
-                                                   for d in row] for row in docnos])).to(queries.device)
+            passages = torch.from_numpy(np.stack([[self._null_vector if d == NULL_DOCNO
+                                                   else next(found) for d in row]
+                                                  for row in docnos])).to(queries.device)
         logits = torch.einsum('bd,bkd->bk', queries, passages) / self.encoder.temperature
-        if self.settings.null_document:  # the prior's share on the null document (the last candidate)
-            self.record('null prior', torch.softmax(logits.detach(), dim=-1)[:, -1].mean().item(), len(batch))
+        # the prior's share on the null document (the last candidate)
+        if self.settings.null_document:
+            self.record('null prior', torch.softmax(logits.detach(), dim=-1)[:, -1].mean().item(),
+                        len(batch))
         return docnos, texts, logits
 
     def texts(self, docnos: List[List[str]]) -> List[List[str]]:
@@ -211,8 +228,8 @@ class Rumbart(RetrieveAndReconstruct):
         super().__init__(*args, **kwargs)
         self._teacher = None
         if not self.generator.trainable:
-            self._teacher = self.generator.scorer(
-                normalise='sum', cache=score_cache_dir(self.collection.corpus_id, self.generator, self.cache_dir))
+            self._teacher = self.generator.scorer(normalise='sum', cache=score_cache_dir(
+                self.collection.corpus_id, self.generator, self.cache_dir))
 
     def after_refresh(self, examples: List[Query]):
         if self._teacher is None:
@@ -224,7 +241,8 @@ class Rumbart(RetrieveAndReconstruct):
         retrieved = {}
         for start in range(0, len(mine), 1024):
             part = mine[start:start + 1024]
-            retrieved.update(zip([q.qid for q in part], self.retrieve(vectors[start:start + 1024], part)))
+            retrieved.update(zip([q.qid for q in part],
+                                 self.retrieve(vectors[start:start + 1024], part)))
         retrieved = self.gather(retrieved)
         docnos = [retrieved[q.qid] for q in examples]
         # one call for all pairs: the scorer goes by passage (each passage's prompt encoded
@@ -237,13 +255,16 @@ class Rumbart(RetrieveAndReconstruct):
     def _pairs(batch: List[Query], docnos: List[List[str]], texts: List[List[str]]) -> pd.DataFrame:
         return pd.DataFrame({'qid': [q.qid for q, row in zip(batch, docnos) for _ in row],
                              'query': [q.query for q, row in zip(batch, docnos) for _ in row],
-                             'docno': [d for row in docnos for d in row], 'text': [t for row in texts for t in row]})
+                             'docno': [d for row in docnos for d in row],
+                             'text': [t for row in texts for t in row]})
 
-    def teacher_logp(self, batch: List[Query], docnos: List[List[str]], texts: List[List[str]]) -> torch.Tensor:
+    def teacher_logp(self, batch: List[Query], docnos: List[List[str]],
+                     texts: List[List[str]]) -> torch.Tensor:
         """log p_θ(x | z) for each query's candidates, (b, k)."""
         frame = self._pairs(batch, docnos, texts)
         if self._teacher is not None:
-            scored = self._teacher(frame).set_index(['qid', 'docno'])['score']  # rows come back re-ordered
+            # rows come back re-ordered
+            scored = self._teacher(frame).set_index(['qid', 'docno'])['score']
             values = torch.tensor(scored.reindex(pd.MultiIndex.from_frame(frame[['qid', 'docno']]))
                                   .to_numpy(dtype=np.float32))
         else:
@@ -255,12 +276,14 @@ class Rumbart(RetrieveAndReconstruct):
         docnos, texts, logits = self.candidates(mine)
         teacher = self.teacher_logp(mine, docnos, texts) / self.settings.teacher_temperature
         rows = marginal_nll(logits, teacher, per_row=True)
-        if self.settings.null_document:  # the posterior's share on it: how often it explains the query best
+        # the posterior's share on it: how often it explains the query best
+        if self.settings.null_document:
             posterior = torch.softmax(torch.log_softmax(logits.detach(), dim=-1) + teacher, dim=-1)
             self.record('null posterior', posterior[:, -1].mean().item(), len(mine))
         # the loss cannot go below -mean(max_z log p(x|z)) (all of p(z|x) on the teacher's
         # best): the excess is what the retriever can still gain, comparable across batches
-        self.record('excess loss', (rows.detach() + teacher.max(dim=1).values).mean().item(), len(mine))
+        self.record('excess loss', (rows.detach() + teacher.max(dim=1).values).mean().item(),
+                    len(mine))
         return rows.sum() / len(batch)  # this process's share of the batch's mean
 
 
@@ -291,15 +314,15 @@ class Acrobart(RetrieveAndReconstruct):
     its attention (thesis §4.3.2). β is trainable (initial value ``beta``); the
     reconstruction loss reaches the retriever through the bias.
 
-    ``generator_batch``: the batch's queries go through the generator this many at a time,
-    each group's backward pass run at once, so a step holds the generator's activations of
-    that many queries × k passages, not of the whole batch (None: the whole batch at once).
-    Not a setting: each row is padded as the whole batch pads it, and the loss and the
-    gradients are those of the whole batch's pass, bit for bit on a CPU where ``accumulation``
-    is 1 (shipped) or a power of 2 (tests/test_reconstruction.py; experiments/results/generator_batch.md).
-    Otherwise equal up to rounding: 1/accumulation meets the gradient after the generator's
-    backward pass rather than before, and on a GPU, kernels chosen by shape may sum in another
-    order. A generator that trains (``trainable``) takes the whole batch at once."""
+    ``generator_batch``: the batch's queries go through the generator this many at a time, each
+    group's backward pass run at once, so a step holds the generator's activations of that many
+    queries × k passages, not of the whole batch (None: the whole batch at once). Not a setting:
+    each row is padded as the whole batch pads it, and the loss and the gradients are those of the
+    whole batch's pass, bit for bit on a CPU where ``accumulation`` is 1 (shipped) or a power of 2
+    (tests/test_reconstruction.py; experiments/results/generator_batch.md). Otherwise equal up to
+    rounding: 1/accumulation meets the gradient after the generator's backward pass rather than
+    before, and on a GPU, kernels chosen by shape may sum in another order. A generator that trains
+    (``trainable``) takes the whole batch at once."""
     description = 'ACROBArT'
 
     Settings = AcrobartSettings
@@ -307,7 +330,8 @@ class Acrobart(RetrieveAndReconstruct):
     def __init__(self, *args, generator_batch: Optional[int] = GENERATOR_BATCH, **kwargs):
         super().__init__(*args, **kwargs)
         self.generator_batch = generator_batch
-        self.beta = torch.nn.Parameter(torch.tensor(float(self.settings.beta), device=self.encoder.device))
+        self.beta = torch.nn.Parameter(torch.tensor(float(self.settings.beta),
+                                                    device=self.encoder.device))
 
     def parameters(self):
         yield from super().parameters()
@@ -337,10 +361,12 @@ class Acrobart(RetrieveAndReconstruct):
         self.record('beta', self.beta.item())  # the value this step uses, before its update
         weights = self.beta * torch.softmax(logits, dim=-1)
         queries = [q.query for q in mine]
-        # (a generator that trains takes the whole batch: its own gradients must come from the step's backward)
+        # (a generator that trains takes the whole batch: its own gradients must come from the
+        # step's backward)
         chunk = len(mine) if self.generator.trainable else self.generator_batch or len(mine)
         if chunk >= len(mine):  # this process's share of the batch's mean
-            return -biased_log_likelihood(self.generator, queries, texts, weights).sum() / len(batch)
+            return (-biased_log_likelihood(self.generator, queries, texts, weights).sum()
+                    / len(batch))
         # a few rows at a time through the generator, each backward at once: the gradients
         # reach the weights, which carry them to β and the retriever in the step's backward
         held, rows_logp = weights.detach().requires_grad_(), []
@@ -349,5 +375,6 @@ class Acrobart(RetrieveAndReconstruct):
             logp = biased_log_likelihood(self.generator, queries, texts, held[rows], rows=rows)
             (-logp.sum() / len(batch)).backward()
             rows_logp.append(logp.detach())
-        value = -torch.cat(rows_logp).sum() / len(batch)  # (summed as the whole batch's pass sums it)
+        # (summed as the whole batch's pass sums it)
+        value = -torch.cat(rows_logp).sum() / len(batch)
         return _Computed.apply(weights, value, held.grad)

@@ -44,7 +44,8 @@ def setting(default: Any, help: str, *, group: str = 'method', key: str = 'yes',
     (``'yes'``, ``'changed'`` or ``'no'``: see the module's docstring) and, for a field that
     takes one of a few values, those values."""
     assert group in GROUPS and key in ('yes', 'changed', 'no'), (group, key)
-    return field(default=default, metadata={'help': help, 'group': group, 'key': key, 'choices': choices})
+    return field(default=default,
+                 metadata={'help': help, 'group': group, 'key': key, 'choices': choices})
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,9 @@ class MethodSettings:
 
     seed: int = setting(0, 'Seeds the model\'s initialisation, the batches and the query sampling.',
                         group='training')
-    warmup: float = setting(0.1, 'The share of the steps over which the learning rate rises linearly '
-                                 'to lr; it then decays linearly to zero.', group='training', key='changed')
+    warmup: float = setting(0.1, 'The share of the steps over which the learning rate rises '
+                                 'linearly to lr; it then decays linearly to zero.',
+                            group='training', key='changed')
     weight_decay: float = setting(0.01, 'AdamW\'s weight decay.', group='training', key='changed')
     accumulation: int = setting(1, 'Batches whose gradients are summed into one optimiser step.',
                                 group='training', key='changed')
@@ -103,13 +105,15 @@ class MethodSettings:
 
     @classmethod
     def fields(cls) -> List[dataclasses.Field]:
-        """The fields, grouped as :data:`GROUPS` orders them (in declaration order within a group)."""
+        """The fields, grouped as :data:`GROUPS` orders them (in declaration order within a
+        group)."""
         declared = dataclasses.fields(cls)
         return sorted(declared, key=lambda f: GROUPS.index(f.metadata['group']))
 
     @classmethod
     def help(cls, name: str) -> str:
-        return {f.name: f for f in dataclasses.fields(cls)}[cls.aliases.get(name, name)].metadata['help']
+        return ({f.name: f for f in dataclasses.fields(cls)}[cls.aliases.get(name, name)]
+                .metadata['help'])
 
     @classmethod
     def defaults(cls) -> dict:
@@ -154,7 +158,8 @@ class MethodSettings:
         name = cls.aliases.get(name, name)
         hints = {**cls.former, **typing.get_type_hints(cls)}
         if name not in hints:
-            raise ValueError(f'{cls.__name__} has no setting {name!r}; its settings: {", ".join(cls.names())}')
+            raise ValueError(f'{cls.__name__} has no setting {name!r}; its settings: '
+                             f'{", ".join(cls.names())}')
         return parse_value(text, hints[name])
 
     # -- the cache key --------------------------------------------------------------
@@ -165,13 +170,15 @@ class MethodSettings:
         out = dict(self.retired)
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.metadata['key'] == 'yes' or (f.metadata['key'] == 'changed' and value != f.default):
+            if (f.metadata['key'] == 'yes' or
+                    (f.metadata['key'] == 'changed' and value != f.default)):
                 out[f.name] = value
         return out
 
 
 def parse_value(text: str, kind) -> Any:
-    """``text`` as a value of type ``kind`` (a type hint: Optional, Union, bool, int, float, str)."""
+    """``text`` as a value of type ``kind`` (a type hint: Optional, Union, bool, int, float,
+    str)."""
     options = typing.get_args(kind) if typing.get_origin(kind) is Union else (kind,)
     if text.lower() == 'none' and type(None) in options:
         return None
@@ -186,7 +193,8 @@ def parse_value(text: str, kind) -> Any:
                 continue
         elif option is str:
             return text
-    raise ValueError(f'{text!r} is not a {" or ".join(getattr(o, "__name__", str(o)) for o in options)}')
+    raise ValueError(f'{text!r} is not a '
+                     f'{" or ".join(getattr(o, "__name__", str(o)) for o in options)}')
 
 
 @dataclass(frozen=True)
@@ -201,37 +209,41 @@ class TrainingSettings(MethodSettings):
               'model).', group='checkpoints', key='no')
 
 
-QUERIES_HELP = ('Where the training queries come from: corpus sentences, spans, masked sentences or '
-                'titles, queries written by the generator (generated, sampled, roundtrip), a file of '
-                'query texts, a collection whose topic texts are read (never its qrels), or crossfold '
-                '(the evaluated collection\'s own topic texts, one model a fold).')
+QUERIES_HELP = ('Where the training queries come from: corpus sentences, spans, masked sentences '
+                'or titles, queries written by the generator (generated, sampled, roundtrip), a '
+                'file of query texts, a collection whose topic texts are read (never its qrels), '
+                'or crossfold (the evaluated collection\'s own topic texts, one model a fold).')
 N_QUERIES_HELP = 'How many training queries: a longer query log is sampled down to this many.'
 
 
-_STEPS_CHECKPOINT = 25  # ds's steps between checkpoints, and RUMBArt's and ACROBArT's without refreshes
+# ds's steps between checkpoints, and RUMBArt's and ACROBArT's without refreshes
+_STEPS_CHECKPOINT = 25
 
 
 @dataclass(frozen=True)
 class DistantSupervisionSettings(MethodSettings):
-    """Distant supervision (thesis §4.2.3): each training query's positive is BM25's top-1 passage."""
+    """Distant supervision (thesis §4.2.3): each training query's positive is BM25's top-1
+    passage."""
     queries: str = setting('sentences', QUERIES_HELP, group='queries')
     n_queries: int = setting(5000, N_QUERIES_HELP, group='queries')
-    model_name: str = setting(MINILM, 'The encoder that starts training (a Hugging Face name or a path).',
-                              group='model')
-    dim: Optional[int] = setting(None, 'The dimension of the query and passage projections; None: no '
-                                       'projection, the encoder\'s pooled output.', group='model')
-    negatives: str = setting('none', 'One extra hard negative a query, shared by the batch: none, random, '
-                                     'from BM25\'s ranks 2 to bm25_depth + 1, or the retriever\'s own top.',
+    model_name: str = setting(MINILM, 'The encoder that starts training (a Hugging Face name or a '
+                                      'path).', group='model')
+    dim: Optional[int] = setting(None, 'The dimension of the query and passage projections; None: '
+                                       'no projection, the encoder\'s pooled output.',
+                                 group='model')
+    negatives: str = setting('none', 'One extra hard negative a query, shared by the batch: none, '
+                                     'random, from BM25\'s ranks 2 to bm25_depth + 1, or the '
+                                     'retriever\'s own top.',
                              choices=('none', 'random', 'bm25', 'retriever'))
-    bm25_depth: int = setting(30, 'How deep BM25 ranks each query for its positive and its negatives.',
-                              key='changed')
+    bm25_depth: int = setting(30, 'How deep BM25 ranks each query for its positive and its '
+                                  'negatives.', key='changed')
     epochs: int = setting(1, 'Passes over the training queries.', group='training')
-    batch_size: int = setting(32, 'Queries a batch; the other queries\' positives are in-batch negatives.',
-                              group='training')
+    batch_size: int = setting(32, 'Queries a batch; the other queries\' positives are in-batch '
+                                  'negatives.', group='training')
     lr: float = setting(2e-5, 'AdamW\'s peak learning rate.', group='training')
     checkpoint_every: Union[int, str, None] = setting(
-        _STEPS_CHECKPOINT, 'Steps between saved checkpoints (epoch: at each epoch\'s end; None: only '
-                           'the final model).', group='checkpoints', key='no')
+        _STEPS_CHECKPOINT, 'Steps between saved checkpoints (epoch: at each epoch\'s end; None: '
+                           'only the final model).', group='checkpoints', key='no')
 
 
 @dataclass(frozen=True)
@@ -240,19 +252,21 @@ class ReconstructionSettings(MethodSettings):
     its top ``k`` scored by the generator."""
     queries: str = setting('sentences', QUERIES_HELP, group='queries')
     n_queries: int = setting(5000, N_QUERIES_HELP, group='queries')
-    start: str = setting('minilm', 'What training starts from: minilm (all-MiniLM-L6-v2), ds (the ds '
-                                   'pipeline\'s model on the same queries, trained first) or a path.',
-                         group='model')
+    start: str = setting('minilm', 'What training starts from: minilm (all-MiniLM-L6-v2), ds (the '
+                                   'ds pipeline\'s model on the same queries, trained first) or a '
+                                   'path.', group='model')
     generator: str = setting('smollm2', 'The generator whose reconstruction teaches the retriever.',
                              group='teacher')
     max_passage_length: int = setting(MAX_PASSAGE_LENGTH, 'Generator tokens a passage is cut to.',
                                       group='teacher')
     k: int = setting(5, 'Passages retrieved a query and scored by the generator.')
-    refresh_every: Optional[int] = setting(25, 'Optimiser steps between rebuilds of the stale index '
-                                               '(None: never).')
-    null_document: bool = setting(False, 'Add the empty passage to every query\'s candidates (REALM).')
-    train_passages: bool = setting(True, 'Train the passage tower too; false: only the query tower trains, '
-                                         'against a frozen copy of the start encoder (RAG).')
+    refresh_every: Optional[int] = setting(25, 'Optimiser steps between rebuilds of the stale '
+                                               'index (None: never).')
+    null_document: bool = setting(False, 'Add the empty passage to every query\'s candidates '
+                                         '(REALM).')
+    train_passages: bool = setting(
+        True, 'Train the passage tower too; false: only the query tower trains, against a frozen '
+              'copy of the start encoder (RAG).')
     epochs: int = setting(1, 'Passes over the training queries.', group='training')
     batch_size: int = setting(16, 'Queries a batch.', group='training')
     accumulation: int = setting(1, 'Batches whose gradients are summed into one optimiser step.',
@@ -280,13 +294,14 @@ class ReconstructionSettings(MethodSettings):
 @dataclass(frozen=True)
 class RumbartSettings(ReconstructionSettings):
     """RUMBArt (thesis §4.3.1): towards the posterior ∝ p_η(z|x)·p_θ(x|z) over the top k."""
-    teacher_temperature: float = setting(1.0, 'The generator\'s log-likelihoods are divided by this.',
-                                         group='teacher')
+    teacher_temperature: float = setting(
+        1.0, 'The generator\'s log-likelihoods are divided by this.', group='teacher')
 
 
 @dataclass(frozen=True)
 class AcrobartSettings(ReconstructionSettings):
-    """ACROBArT (thesis §4.3.2): β·p_η(z_j|x) added to the generator's attention towards passage j."""
+    """ACROBArT (thesis §4.3.2): β·p_η(z_j|x) added to the generator's attention towards
+    passage j."""
     beta: float = setting(1.0, 'The starting weight of the retriever\'s probabilities in the '
                                'generator\'s attention logits (trained).')
 
@@ -303,24 +318,28 @@ class CrossDocumentAdjustmentSettings(MethodSettings):
     generator's view of each query's close documents."""
     queries: str = setting('sentences', QUERIES_HELP, group='queries')
     n_queries: int = setting(5000, N_QUERIES_HELP, group='queries')
-    model_name: str = setting(MINILM, 'The transformer whose attention head retrieves.', group='model')
-    retrieval_layer: int = setting(REATT_HEAD['retrieval_layer'], 'The layer (from 0) whose attention '
-                                                                  'retrieves.', group='model')
+    model_name: str = setting(MINILM, 'The transformer whose attention head retrieves.',
+                              group='model')
+    retrieval_layer: int = setting(
+        REATT_HEAD['retrieval_layer'], 'The layer (from 0) whose attention retrieves.',
+        group='model')
     head: int = setting(REATT_HEAD['head'], 'The attention head that retrieves.', group='model')
-    special_tokens: bool = setting(REATT_HEAD['special_tokens'], 'Whether [CLS] and [SEP] take part in '
-                                                                 'the retrieval score.', group='model')
-    generator: str = setting('smollm2', 'The generator that judges the close documents.', group='teacher')
+    special_tokens: bool = setting(
+        REATT_HEAD['special_tokens'], 'Whether [CLS] and [SEP] take part in the retrieval score.',
+        group='model')
+    generator: str = setting('smollm2', 'The generator that judges the close documents.',
+                             group='teacher')
     target: str = setting('likelihood', 'The target distribution: the generator\'s per-document '
                                         'likelihood, or its attention to each document.',
                           group='teacher', choices=('likelihood', 'attention'))
-    teacher_temperature: float = setting(1.0, 'The generator\'s log-likelihoods are divided by this.',
-                                         group='teacher')
+    teacher_temperature: float = setting(
+        1.0, 'The generator\'s log-likelihoods are divided by this.', group='teacher')
     k: int = setting(8, 'Close documents a query: BM25\'s, then the model\'s own each iteration.')
     alpha: float = setting(1.0, 'The weight of the adjustment\'s KL term.')
-    epochs: int = setting(2, 'Iterations: each re-retrieves the close documents with the model as it is.',
-                          group='training')
-    batch_size: int = setting(8, 'Queries a batch; the others\' close documents are its random ones.',
-                              group='training')
+    epochs: int = setting(2, 'Iterations: each re-retrieves the close documents with the model as '
+                             'it is.', group='training')
+    batch_size: int = setting(8, 'Queries a batch; the others\' close documents are its random '
+                                 'ones.', group='training')
     lr: float = setting(2e-5, 'AdamW\'s peak learning rate.', group='training')
     checkpoint_every: Union[int, str, None] = setting(
         'epoch', 'When checkpoints are saved: epoch (at each iteration\'s end, where a resumed run '
@@ -347,41 +366,43 @@ class DistillationSettings(MethodSettings):
                              group='queries')
     query_style: str = setting('plain', 'The writer\'s prompt: plain or chat.', group='queries',
                                choices=('plain', 'chat'))
-    query_examples: Optional[str] = setting(None, 'A query log (a file or a collection) whose texts the '
-                                                  'writer is shown as the style to write in.',
-                                            group='queries')
+    query_examples: Optional[str] = setting(
+        None, 'A query log (a file or a collection) whose texts the writer is shown as the style '
+              'to write in.', group='queries')
     model_name: str = setting(MINILM, 'The student that starts training.', group='model')
-    precision: str = setting('fp32', 'The student\'s precision while it trains: fp32, bf16 or auto.',
-                             group='model', choices=('fp32', 'bf16', 'auto'))
-    teacher: str = setting('bm25+student', 'The teacher\'s parts and weights: bm25, student, minilm, '
-                                           'gen, joined by +, each with an optional weight (2*bm25).',
-                           group='teacher')
+    precision: str = setting('fp32', 'The student\'s precision while it trains: fp32, bf16 or '
+                                     'auto.', group='model', choices=('fp32', 'bf16', 'auto'))
+    teacher: str = setting('bm25+student', 'The teacher\'s parts and weights: bm25, student, '
+                                           'minilm, gen, joined by +, each with an optional weight '
+                                           '(2*bm25).', group='teacher')
     fusion_depth: int = setting(100, 'How deep each part of the teacher ranks before fusion.',
                                 group='teacher')
-    depth: int = setting(30, 'The teacher\'s top this many are each query\'s candidates.', group='teacher')
-    teacher_temperature: float = setting(1.0, 'The teacher\'s distribution is softmax(score / this).',
-                                         group='teacher')
-    loss: str = setting('kl', 'kl: listwise KL from the teacher; margin_mse: GPL\'s Margin-MSE over '
-                              'every pair of a query\'s candidates.', choices=('kl', 'margin_mse'))
+    depth: int = setting(30, 'The teacher\'s top this many are each query\'s candidates.',
+                         group='teacher')
+    teacher_temperature: float = setting(
+        1.0, 'The teacher\'s distribution is softmax(score / this).', group='teacher')
+    loss: str = setting('kl', 'kl: listwise KL from the teacher; margin_mse: GPL\'s Margin-MSE '
+                              'over every pair of a query\'s candidates.',
+                        choices=('kl', 'margin_mse'))
     in_batch: bool = setting(True, 'With kl, the student\'s softmax also spans the other queries\' '
                                    'candidates in the batch (in-batch negatives).')
     passages: str = setting(
         'offsets', 'How the passage side trains: frozen (the query tower trains against the start '
-                   'encoder\'s passage vectors), offsets (each candidate passage\'s vector also moves by a '
-                   'learned offset) or trained (both towers train; each round searches a freshly built '
-                   'index).', choices=('frozen', 'offsets', 'trained'))
-    offset_weight: float = setting(1.0, 'With passages=offsets, the weight of the L2 term that pulls '
-                                        'each offset towards zero.')
+                   'encoder\'s passage vectors), offsets (each candidate passage\'s vector also '
+                   'moves by a learned offset) or trained (both towers train; each round searches '
+                   'a freshly built index).', choices=('frozen', 'offsets', 'trained'))
+    offset_weight: float = setting(1.0, 'With passages=offsets, the weight of the L2 term that '
+                                        'pulls each offset towards zero.')
     offset_lr: float = setting(1e-3, 'The learning rate of the passage offsets\' Adam.')
     filter_depth: Optional[int] = setting(
         None, 'Round-trip filtering: keep a query written for a passage only if the start teacher '
               'ranks that passage in its top this many (None: keep all; queries cut from the '
               'corpus are never filtered).')
-    verdict_share: float = setting(0.1, 'The share of the training queries held out for the label-free '
-                                        'verdict, which keeps the best round (0: none; the last round '
-                                        'is kept).')
-    rounds: int = setting(5, 'Rounds of self-training: each passes over the queries once, the teacher '
-                             're-ranking with the student as it is.', group='training')
+    verdict_share: float = setting(0.1, 'The share of the training queries held out for the '
+                                        'label-free verdict, which keeps the best round (0: none; '
+                                        'the last round is kept).')
+    rounds: int = setting(5, 'Rounds of self-training: each passes over the queries once, the '
+                             'teacher re-ranking with the student as it is.', group='training')
     batch_size: int = setting(32, 'Queries a batch.', group='training')
     lr: float = setting(5e-5, 'AdamW\'s peak learning rate.', group='training')
     checkpoint_every: Union[int, str, None] = setting(

@@ -27,7 +27,8 @@ DEPTH = 10
 FEWEST = 20
 
 
-def held_out(qids: Sequence[str], share: float, *, seed: int = 0, fewest: int = FEWEST) -> List[str]:
+def held_out(qids: Sequence[str], share: float, *, seed: int = 0,
+             fewest: int = FEWEST) -> List[str]:
     """``share`` of ``qids``, or ``fewest`` if that is more, drawn with ``seed`` from their sorted
     order (the same qids give the same slice); none where that would leave fewer than twice as
     many to train on (no verdict: every query trains)."""
@@ -67,11 +68,13 @@ class Verdict:
             return 'no verdict: too few training queries to hold any out'
         change = f'{self.best - self.start:+.4f} [{self.low:+.4f}, {self.high:+.4f}]'
         if self.best_round == 0:
-            return (f'adaptation did not help by the held-out signal: no round beat the start ({self.start:.4f} '
-                    f'pseudo-nDCG@10 on {self.queries} held-out queries); the start model is kept')
-        return (f'adaptation {"helped" if self.helped else "may not have helped"} by the held-out signal: round '
-                f'{self.best_round} kept, pseudo-nDCG@10 {self.start:.4f} -> {self.best:.4f}, {change} (95% paired '
-                f'bootstrap, {self.queries} held-out queries)')
+            return ('adaptation did not help by the held-out signal: no round beat the start '
+                    f'({self.start:.4f} pseudo-nDCG@10 on {self.queries} held-out queries); '
+                    'the start model is kept')
+        return (f'adaptation {"helped" if self.helped else "may not have helped"} by the held-out '
+                f'signal: round {self.best_round} kept, pseudo-nDCG@10 {self.start:.4f} -> '
+                f'{self.best:.4f}, {change} (95% paired bootstrap, '
+                f'{self.queries} held-out queries)')
 
 
 def verdict(scores: Dict[int, np.ndarray], *, seed: int = 0, resamples: int = 2000) -> Verdict:
@@ -85,8 +88,8 @@ def verdict(scores: Dict[int, np.ndarray], *, seed: int = 0, resamples: int = 20
     rng = np.random.default_rng(seed)
     means = diff[rng.integers(0, len(diff), (resamples, len(diff)))].mean(1)
     low, high = np.quantile(means, [0.025, 0.975])
-    return Verdict(float(start.mean()), float(scores[best_round].mean()), best_round, float(low), float(high),
-                   len(start))
+    return Verdict(float(start.mean()), float(scores[best_round].mean()), best_round, float(low),
+                   float(high), len(start))
 
 
 def pseudo_relevant(queries, teacher_top: Dict[str, Tuple[List[str], np.ndarray]],
@@ -126,12 +129,14 @@ class HeldOutVerdict:
         self.held: list = []
         self.pseudo: Dict[str, str] = {}
         self.result: Optional[Verdict] = None
-        self._best: Optional[tuple] = None  # (round, the encoder's weights, its passage side's snapshot)
+        # (round, the encoder's weights, its passage side's snapshot)
+        self._best: Optional[tuple] = None
 
     def split(self, trainer, queries: list, sources: Dict[str, str]) -> list:
         """The queries that train; the rest, pseudo-judged (by their source, else by the start
         teacher's top passage), become :attr:`held`."""
-        held = set(held_out([q.qid for q in queries], self.share, seed=self.seed, fewest=self.fewest))
+        held = set(held_out([q.qid for q in queries], self.share, seed=self.seed,
+                            fewest=self.fewest))
         self.held = [q for q in queries if q.qid in held]
         if self.held:
             by_teacher = [q for q in self.held if not isinstance(sources.get(q.qid), str)
@@ -141,7 +146,8 @@ class HeldOutVerdict:
             self.held = [q for q in self.held if q.qid in self.pseudo]
             judged = sum(q.qid in self.pseudo for q in by_teacher)
             trainer.log.append({'step': 0, 'verdict queries': len(self.held),
-                                'verdict judged by': f'{len(self.held) - judged} sources, {judged} teacher top 1'})
+                                'verdict judged by': f'{len(self.held) - judged} sources, {judged} '
+                                                     'teacher top 1'})
         return [q for q in queries if q.qid not in held]
 
     def judge(self, trainer, after_round: int, student=None):
@@ -155,12 +161,15 @@ class HeldOutVerdict:
         ranked = trainer.rank(student() if student else trainer.student(), self.held, depth=DEPTH)
         scores = ndcg_at({q: d for q, (d, _) in ranked.items()}, self.pseudo)
         trainer.log.append({'step': trainer.state.get('step', 0), 'verdict round': after_round,
-                            'verdict nDCG@10': float(scores.mean()), 'verdict scores': scores.round(6).tolist()})
+                            'verdict nDCG@10': float(scores.mean()),
+                            'verdict scores': scores.round(6).tolist()})
         earlier = list(means.values())
-        scores_by_round[after_round], means[after_round] = scores.round(6).tolist(), float(scores.mean())
+        scores_by_round[after_round], means[after_round] = (scores.round(6).tolist(),
+                                                            float(scores.mean()))
         if not earlier or scores.mean() > max(earlier):
             encoder = trainer.encoder
-            self._best = (after_round, {k: v.detach().clone() for k, v in encoder.model.state_dict().items()},
+            self._best = (after_round,
+                          {k: v.detach().clone() for k, v in encoder.model.state_dict().items()},
                           trainer.passages.snapshot(encoder))
             if trainer.output_dir is not None and trainer.process_rank == 0:  # (for a resumed run)
                 encoder.save_pretrained(trainer.output_dir / 'best-round')
@@ -182,5 +191,6 @@ class HeldOutVerdict:
         v = self.result
         logger.info('verdict: %s', v.sentence())
         trainer.log.append({'step': trainer.state.get('step', 0), 'verdict': v.sentence(),
-                            'verdict kept round': v.best_round, 'verdict start': v.start, 'verdict best': v.best,
-                            'verdict low': v.low, 'verdict high': v.high, 'verdict helped': v.helped})
+                            'verdict kept round': v.best_round, 'verdict start': v.start,
+                            'verdict best': v.best, 'verdict low': v.low, 'verdict high': v.high,
+                            'verdict helped': v.helped})
