@@ -1,6 +1,8 @@
-"""Adapt a ReAtt retriever without labels by cross-document adjustment, then search its token index.
+"""Adapt a ReAtt retriever without labels by cross-document adjustment, then
+search its token index.
 
-    python examples/cross_document_adjustment.py [collection] [--queries N] [--epochs E] [--output-dir DIR]
+    python examples/cross_document_adjustment.py [collection] [--queries N] [--epochs E]
+        [--output-dir DIR]
 
 Each iteration, every training query retrieves its k close documents with the model as it
 is; SmolLM2, frozen, judges them by the likelihood of the query given each one, and the
@@ -16,10 +18,12 @@ from ir_measures import nDCG
 
 import pyterrier_selfsup as selfsup
 
-parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
 parser.add_argument('collection', nargs='?', default='classic/adi')
-parser.add_argument('--queries', type=int, default=500, help='corpus sentences to train on (at most)')
-parser.add_argument('--epochs', type=int, default=selfsup.CrossDocumentAdjustmentSettings.epochs, help='iterations, each re-retrieving the close documents')
+parser.add_argument('--queries', type=int, default=500,
+                    help='corpus sentences to train on (at most)')
+parser.add_argument('--epochs', type=int, default=selfsup.CrossDocumentAdjustmentSettings.epochs,
+                    help='iterations, each re-retrieving the close documents')
 parser.add_argument('--output-dir', default='runs/reatt')
 args = parser.parse_args()
 
@@ -27,16 +31,19 @@ collection = selfsup.Collection(args.collection)
 generator = selfsup.Generator.from_pretrained(selfsup.SMOLLM2, gguf_file=selfsup.SMOLLM2_GGUF)
 
 torch.manual_seed(0)
-adapted = selfsup.ReAtt.from_pretrained(selfsup.MINILM, **selfsup.REATT_HEAD)  # MiniLM's retrieval head
+# MiniLM's retrieval head
+adapted = selfsup.ReAtt.from_pretrained(selfsup.MINILM, **selfsup.REATT_HEAD)
 selfsup.CrossDocumentAdjustment(adapted, generator, collection, epochs=args.epochs,
-                                output_dir=args.output_dir).fit(selfsup.corpus_sentences(collection, args.queries))
+                                output_dir=args.output_dir).fit(
+    selfsup.corpus_sentences(collection, args.queries))
 
 # the baselines, built after training so that their models are not held through it
 bm25 = selfsup.BM25.from_collection(collection)
 zero_shot = selfsup.ReAtt.from_pretrained(selfsup.MINILM, **selfsup.REATT_HEAD)
 table = pt.Experiment(
     [bm25, selfsup.reatt_index(collection, zero_shot).exhaustive(zero_shot),
-     selfsup.reatt_index(collection, adapted).exhaustive(adapted)],  # (each model its own index, cached)
+     # (each model its own index, cached)
+     selfsup.reatt_index(collection, adapted).exhaustive(adapted)],
     collection.topics(), collection.qrels(), [nDCG @ 10],
     names=['BM25', 'ReAtt zero-shot', 'ReAtt adjusted'], baseline=0, round=4)
 print(table.to_string())

@@ -1,7 +1,9 @@
-"""Label-free distillation on several processes: torchrun starts them, the loop sums their gradients.
+"""Label-free distillation on several processes: torchrun starts them,
+the loop sums their gradients.
 
     torchrun --nproc_per_node 2 examples/distill_data_parallel.py [collection] [output_dir]
-    python examples/distill_data_parallel.py [collection] [output_dir]      (one process: the same result)
+    python examples/distill_data_parallel.py [collection] [output_dir]
+        (one process: the same result)
 
 Every process walks the same global batches of corpus sentences; the teacher's rankings are
 split over the processes and gathered; each computes the loss of its share of each batch's
@@ -27,7 +29,8 @@ world_size = int(os.environ.get('WORLD_SIZE', 1))
 selfsup.join_process_group()  # under torchrun: nccl with a GPU a process, gloo on CPUs (None alone)
 
 torch.manual_seed(0)
-bm25 = selfsup.BM25.from_collection(collection, num_results=100)  # built once: a lock makes the others wait
+# built once: a lock makes the others wait
+bm25 = selfsup.BM25.from_collection(collection, num_results=100)
 trainer = Distillation(selfsup.DualEncoder.from_pretrained(selfsup.MINILM), collection,
                        teacher=lambda student: selfsup.Fusion({'bm25': bm25, 'student': student}),
                        epochs=2, output_dir=output_dir, checkpoint_every='epoch',

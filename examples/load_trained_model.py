@@ -1,4 +1,5 @@
-"""Load a trained model back and search with it: what any of the trainers saved under <output_dir>/final.
+"""Load a trained model back and search with it:
+what any of the trainers saved under <output_dir>/final.
 
     python examples/load_trained_model.py MODEL_DIR [collection] [--docs FILE] [--query TEXT]
 
@@ -16,21 +17,26 @@ from ir_measures import nDCG
 
 import pyterrier_selfsup as selfsup
 
-parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
 parser.add_argument('model_dir')
 parser.add_argument('collection', nargs='?', default='classic/adi')
-parser.add_argument('--docs', help='a documents file of your own, searched instead of the collection')
+parser.add_argument('--docs',
+                    help='a documents file of your own, searched instead of the collection')
 parser.add_argument('--query', action='append', help='a query to search (repeatable)')
 args = parser.parse_args()
 
-collection = selfsup.Collection.from_files(args.docs) if args.docs else selfsup.Collection(args.collection)
-model = selfsup.DenseRetriever.from_dual_encoder(collection, args.model_dir)   # its index: built once, cached
+collection = (selfsup.Collection.from_files(args.docs) if args.docs
+              else selfsup.Collection(args.collection))
+# its index: built once, cached
+model = selfsup.DenseRetriever.from_dual_encoder(collection, args.model_dir)
 if args.query:
-    results = model(pd.DataFrame({'qid': [str(i) for i in range(len(args.query))], 'query': args.query}))
+    results = model(pd.DataFrame({'qid': [str(i) for i in range(len(args.query))],
+                                  'query': args.query}))
     for qid, query in enumerate(args.query):
         best = results[results['qid'] == str(qid)].head(3)
         print(f'{query}')
-        for docno, score, text in zip(best['docno'], best['score'], collection.texts(list(best['docno']))):
+        for docno, score, text in zip(best['docno'], best['score'],
+                                      collection.texts(list(best['docno']))):
             print(f'  {docno} {score:.3f}: {text[:100]}')
 if collection.irds.has_qrels():
     bm25 = selfsup.BM25.from_collection(collection)

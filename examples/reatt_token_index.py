@@ -16,21 +16,24 @@ from ir_measures import R, nDCG
 
 import pyterrier_selfsup as selfsup
 
-parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
 parser.add_argument('collection', nargs='?', default='classic/adi')
-parser.add_argument('--candidate-tokens', type=int, default=2048, help="K': document tokens a query token")
+parser.add_argument('--candidate-tokens', type=int, default=2048,
+                    help="K': document tokens a query token")
 args = parser.parse_args()
 
 collection = selfsup.Collection(args.collection)
 bm25 = selfsup.BM25.from_collection(collection)
 # the head whose attention re-ranks BM25's top 100 best on scifact train (no test labels read)
-reatt = selfsup.ReAtt.from_pretrained(selfsup.MINILM, retrieval_layer=1, head=1, special_tokens=False)
+reatt = selfsup.ReAtt.from_pretrained(selfsup.MINILM, retrieval_layer=1, head=1,
+                                      special_tokens=False)
 index = selfsup.reatt_index(collection, reatt)   # built once, cached
 
 table = pt.Experiment(
     [bm25, bm25 % 100 >> collection.text_loader() >> reatt.scorer(), index.exhaustive(reatt),
      index.retriever(reatt, candidate_tokens=args.candidate_tokens, nprobe=64, rescore=512)],
     collection.topics(), collection.qrels(), [nDCG @ 10, R @ 100, 'mrt'],
-    names=['BM25', 'BM25 >> ReAtt', 'ReAtt, exact', f"ReAtt, two stages (K'={args.candidate_tokens})"],
+    names=['BM25', 'BM25 >> ReAtt', 'ReAtt, exact',
+           f"ReAtt, two stages (K'={args.candidate_tokens})"],
     baseline=0, round=4)
 print(table.to_string())

@@ -1,4 +1,5 @@
-"""Adapt MiniLM with the generator as its teacher: RUMBArt, or ACROBArT (retrieve, then reconstruct).
+"""Adapt MiniLM with the generator as its teacher:
+RUMBArt, or ACROBArT (retrieve, then reconstruct).
 
     python examples/reconstruction.py [collection] [--method rumbart|acrobart] [--queries N] [--k K]
 
@@ -16,11 +17,13 @@ from ir_measures import nDCG
 
 import pyterrier_selfsup as selfsup
 
-parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
 parser.add_argument('collection', nargs='?', default='classic/adi')
 parser.add_argument('--method', choices=['rumbart', 'acrobart'], default='rumbart')
-parser.add_argument('--queries', type=int, default=500, help='corpus sentences to train on (at most)')
-parser.add_argument('--k', type=int, default=None, help='passages retrieved a query (default: 5, ACROBArT 3)')
+parser.add_argument('--queries', type=int, default=500,
+                    help='corpus sentences to train on (at most)')
+parser.add_argument('--k', type=int, default=None,
+                    help='passages retrieved a query (default: 5, ACROBArT 3)')
 parser.add_argument('--passage-tokens', type=int, default=None,
                     help="the generator's passage length (default: 256, ACROBArT 128)")
 parser.add_argument('--output-dir', default=None, help='default: runs/<method>')
@@ -42,8 +45,9 @@ generator = selfsup.Generator.from_pretrained(selfsup.SMOLLM2, gguf_file=selfsup
 torch.manual_seed(0)
 trainer = {'rumbart': selfsup.Rumbart, 'acrobart': selfsup.Acrobart}[args.method]
 output_dir = args.output_dir or f'runs/{args.method}'
+# the rest at the shipped settings (selfsup list)
 adapted = trainer(selfsup.DualEncoder.from_pretrained(selfsup.MINILM), generator, collection, k=k,
-                  output_dir=output_dir, **batches)  # the rest at the shipped settings (selfsup list)
+                  output_dir=output_dir, **batches)
 adapted.fit(selfsup.corpus_sentences(collection, args.queries))
 
 # the baselines, built after training so that their models are not held through it

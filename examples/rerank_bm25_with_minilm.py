@@ -1,4 +1,5 @@
-"""BM25, MiniLM dense retrieval, and MiniLM re-ranking BM25's top 100 two ways, in one pt.Experiment.
+"""BM25, MiniLM dense retrieval, and MiniLM re-ranking BM25's top 100 two ways,
+in one pt.Experiment.
 
     python examples/rerank_bm25_with_minilm.py [collection]      (default: classic/adi)
 
@@ -14,16 +15,20 @@ from ir_measures import RR, R, nDCG
 
 import pyterrier_selfsup as selfsup
 
-parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
 parser.add_argument('collection', nargs='?', default='classic/adi')
 args = parser.parse_args()
 
 collection = selfsup.Collection(args.collection)
-bm25 = selfsup.BM25.from_collection(collection)              # PISA index, built once, reused from disk
-minilm = selfsup.DenseRetriever.from_collection(collection)  # all-MiniLM-L6-v2 + FlexIndex, exact search
+# PISA index, built once, reused from disk
+bm25 = selfsup.BM25.from_collection(collection)
+# all-MiniLM-L6-v2 + FlexIndex, exact search
+minilm = selfsup.DenseRetriever.from_collection(collection)
 
 table = pt.Experiment(
-    [bm25, minilm, bm25 % 100 >> minilm.scorer(), bm25 % 100 >> collection.text_loader() >> minilm.encoder.scorer()],
+    [bm25, minilm, bm25 % 100 >> minilm.scorer(),
+     bm25 % 100 >> collection.text_loader() >> minilm.encoder.scorer()],
     collection.topics(), collection.qrels(), [nDCG @ 10, R @ 100, RR @ 10, 'mrt'],
-    names=['BM25', 'MiniLM', 'BM25 >> MiniLM (stored vectors)', 'BM25 >> MiniLM (re-encoded)'], baseline=0, round=4)
+    names=['BM25', 'MiniLM', 'BM25 >> MiniLM (stored vectors)', 'BM25 >> MiniLM (re-encoded)'],
+    baseline=0, round=4)
 print(table.to_string())

@@ -1,4 +1,5 @@
-"""Re-rank BM25 by the generator's likelihood of the query given each passage, log p(query | passage).
+"""Re-rank BM25 by the generator's likelihood of the query given each passage,
+log p(query | passage).
 
     python examples/rerank_with_generator.py [collection] [--depth K]
 
@@ -15,7 +16,7 @@ from ir_measures import RR, nDCG
 import pyterrier_selfsup as selfsup
 from pyterrier_selfsup.models.score_cache import score_cache_dir
 
-parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
 parser.add_argument('collection', nargs='?', default='classic/adi')
 parser.add_argument('--depth', type=int, default=100, help='BM25 results re-ranked a query')
 args = parser.parse_args()
@@ -23,9 +24,11 @@ args = parser.parse_args()
 collection = selfsup.Collection(args.collection)
 bm25 = selfsup.BM25.from_collection(collection)
 generator = selfsup.Generator.from_pretrained(selfsup.SMOLLM2, gguf_file=selfsup.SMOLLM2_GGUF)
-scorer = generator.scorer(cache=score_cache_dir(collection.corpus_id, generator))  # mean log p a query token
+# mean log p a query token
+scorer = generator.scorer(cache=score_cache_dir(collection.corpus_id, generator))
 
 table = pt.Experiment([bm25 % args.depth, bm25 % args.depth >> collection.text_loader() >> scorer],
                       collection.topics(), collection.qrels(), [nDCG @ 10, RR @ 10, 'mrt'],
-                      names=['BM25', f'BM25 top {args.depth} >> SmolLM2 log p(q|d)'], baseline=0, round=4)
+                      names=['BM25', f'BM25 top {args.depth} >> SmolLM2 log p(q|d)'],
+                      baseline=0, round=4)
 print(table.to_string())

@@ -19,7 +19,7 @@ import torch
 
 import pyterrier_selfsup as selfsup
 
-parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
 parser.add_argument('docs')
 parser.add_argument('queries', nargs='?')
 parser.add_argument('--output-dir', default='runs/my-corpus')
@@ -41,7 +41,8 @@ adapted = selfsup.Distillation(selfsup.DualEncoder.from_pretrained(selfsup.MINIL
                                queries=args.queries or 'sentences', rounds=args.rounds,
                                output_dir=args.output_dir).fit(queries)
 
-topics = corpus.topics() if args.queries else pd.DataFrame({'qid': ['1'], 'query': [queries['query'].iloc[0]]})
+topics = (corpus.topics() if args.queries
+          else pd.DataFrame({'qid': ['1'], 'query': [queries['query'].iloc[0]]}))
 runs = {'BM25': bm25(topics), 'MiniLM': minilm(topics), 'adapted': adapted(topics)}
 
 
@@ -50,7 +51,8 @@ def top10(run):
 
 
 for name in ('BM25', 'MiniLM'):
-    overlap = pd.concat([top10(runs['adapted']), top10(runs[name])], axis=1, keys=['a', 'b']).dropna()
+    overlap = pd.concat([top10(runs['adapted']), top10(runs[name])], axis=1,
+                        keys=['a', 'b']).dropna()
     share = overlap.apply(lambda row: len(row['a'] & row['b']) / 10, axis=1).mean()
     print(f'top 10 shared by the adapted model and {name}: {share:.2f} a query')
 for qid, query in topics[['qid', 'query']].head(args.show).itertuples(index=False):
@@ -58,4 +60,5 @@ for qid, query in topics[['qid', 'query']].head(args.show).itertuples(index=Fals
     print(f'\n{query}')
     for docno, text in zip(best['docno'], corpus.texts(list(best['docno']))):
         print(f'  {docno}: {text[:100]}')
-print(f'\nthe adapted model: {args.output_dir}/final (examples/load_trained_model.py searches with it)')
+print(f'\nthe adapted model: {args.output_dir}/final '
+      '(examples/load_trained_model.py searches with it)')

@@ -36,12 +36,13 @@ def cache_dir(tmp_path_factory):
 
 @pytest.fixture(scope='session')
 def tiny_dir(tmp_path_factory):
-    """A randomly initialised 2-layer BERT, with MiniLM's tokenizer, saved as a hub-style directory."""
+    """A randomly initialised 2-layer BERT, with MiniLM's tokenizer, saved as a hub-style
+    directory."""
     path = tmp_path_factory.mktemp('tiny-bert')
     tokenizer = AutoTokenizer.from_pretrained('sentence-transformers/all-MiniLM-L6-v2')
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
     BertModel(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
@@ -52,16 +53,21 @@ def _tiny_generator_config(kind: str, tokenizer):
     # large initial weights, so that a random model's output depends visibly on its passage
     common = dict(vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_token_id)
     if kind == 'bart':
-        return BartConfig(init_std=0.3, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-                          decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=512,
+        return BartConfig(init_std=0.3, d_model=32, encoder_layers=2, decoder_layers=2,
+                          encoder_attention_heads=2, decoder_attention_heads=2,
+                          encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=512,
                           bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id,
-                          decoder_start_token_id=tokenizer.cls_token_id, forced_eos_token_id=None, **common)
+                          decoder_start_token_id=tokenizer.cls_token_id, forced_eos_token_id=None,
+                          **common)
     if kind == 't5':
-        return T5Config(initializer_factor=8.0, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2, eos_token_id=tokenizer.sep_token_id,
+        return T5Config(initializer_factor=8.0, d_model=32, d_kv=16, d_ff=64, num_layers=2,
+                        num_heads=2, eos_token_id=tokenizer.sep_token_id,
                         decoder_start_token_id=tokenizer.pad_token_id, **common)
-    return LlamaConfig(initializer_range=0.3, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                       num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True,
-                       bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id, **common)
+    return LlamaConfig(initializer_range=0.3, hidden_size=32, intermediate_size=64,
+                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                       max_position_embeddings=2048, tie_word_embeddings=True,
+                       bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id,
+                       **common)
 
 
 @pytest.fixture(scope='session')
@@ -98,7 +104,8 @@ def tiny_generator(tiny_generator_dir):
     from pyterrier_selfsup import Generator
 
     def make(kind='llama', **kwargs):
-        return Generator.from_pretrained(str(tiny_generator_dir[kind]), device='cpu', precision='fp32', **kwargs)
+        return Generator.from_pretrained(str(tiny_generator_dir[kind]), device='cpu',
+                                         precision='fp32', **kwargs)
     return make
 
 
@@ -109,6 +116,6 @@ def tiny_reatt(tiny_dir):
 
     def make(layer=1, path=None, **kwargs):
         torch.manual_seed(0)
-        return ReAtt.from_pretrained(str(path or tiny_dir), retrieval_layer=layer, device='cpu', precision='fp32',
-                                     **kwargs)
+        return ReAtt.from_pretrained(str(path or tiny_dir), retrieval_layer=layer, device='cpu',
+                                     precision='fp32', **kwargs)
     return make

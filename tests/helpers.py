@@ -3,8 +3,8 @@ import os
 from contextlib import contextmanager
 
 QUERIES = ['what is information retrieval', 'automatic indexing of documents']
-DOCS = ['retrieval of information from a library of documents', 'indexing', 'the weather today is fine and dry',
-        'automatic indexing assigns terms to documents']
+DOCS = ['retrieval of information from a library of documents', 'indexing',
+        'the weather today is fine and dry', 'automatic indexing assigns terms to documents']
 
 
 def tiny_dual_encoder(path, **settings):
@@ -57,7 +57,8 @@ def snapshot(path):
     """Every file and directory under ``path`` with its size and modification time."""
     if not os.path.exists(path):
         return None
-    return {os.path.join(d, f): (os.stat(os.path.join(d, f)).st_size, os.stat(os.path.join(d, f)).st_mtime_ns)
+    return {os.path.join(d, f): (os.stat(os.path.join(d, f)).st_size,
+                                 os.stat(os.path.join(d, f)).st_mtime_ns)
             for d, dirs, files in os.walk(path) for f in files + dirs}
 
 

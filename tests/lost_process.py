@@ -1,6 +1,7 @@
 """A process of tests/test_distill.py's lost-process test, as torchrun starts it:
 
-    python -m torch.distributed.run --nproc_per_node 2 -m tests.lost_process TINY CACHE OUT KILL_AT KILLED
+    python -m torch.distributed.run --nproc_per_node 2 -m tests.lost_process
+        TINY CACHE OUT KILL_AT KILLED
 
 BM25 distilled into the tiny encoder on ADI (test_distill's ``_distil_fixed_teacher``), resumed
 from the last checkpoint in OUT; with KILL_AT > 0 the process of rank 1 kills itself (SIGKILL) in

@@ -20,12 +20,15 @@ def test_adjustment_loss_is_the_kl_divergence_with_zero_target_terms_left_out():
     expected = []
     for row_l, row_t in zip(logits.tolist(), target.tolist()):
         z = sum(math.exp(v) for v in row_l)
-        expected.append(sum(t * (math.log(t) - (l - math.log(z))) for l, t in zip(row_l, row_t) if t > 0))
+        expected.append(sum(t * (math.log(t) - (l - math.log(z)))
+                            for l, t in zip(row_l, row_t) if t > 0))
     assert adjustment_loss(logits, target).item() == pytest.approx(np.mean(expected), rel=1e-12)
-    assert adjustment_loss(torch.log(target + 1e-300), target).item() == pytest.approx(0.0, abs=1e-9)
+    assert (adjustment_loss(torch.log(target + 1e-300), target).item()
+            == pytest.approx(0.0, abs=1e-9))
 
 
-def test_kl_gradient_reaches_the_bi_encoder_and_head_weights_and_matches_finite_differences(tiny_reatt):
+def test_kl_gradient_reaches_the_bi_encoder_and_head_weights_and_matches_finite_differences(
+        tiny_reatt):
     r = tiny_reatt()
     r.model.double()
     target = torch.tensor([[0.6, 0.4, 0.0, 0.0], [0.0, 0.0, 0.1, 0.9]], dtype=torch.float64)
@@ -38,25 +41,29 @@ def test_kl_gradient_reaches_the_bi_encoder_and_head_weights_and_matches_finite_
     r.model.zero_grad()
     value = loss()
     value.backward()
-    layer1 = r.model.encoder.encoder.layer[0].attention.self.query.weight  # inside the bi-encoder (B=1)
+    # inside the bi-encoder (B=1)
+    layer1 = r.model.encoder.encoder.layer[0].attention.self.query.weight
     key = r.model.attention.key.weight  # layer B+1's key projection
-    assert layer1.grad.abs().max() > 0 and key.grad.abs().max() > 0 and r.model.head_logits.grad.abs().max() > 0
-    assert r.model.encoder.encoder.layer[1].attention.self.value.weight.grad is None  # unused by retrieval
+    assert (layer1.grad.abs().max() > 0 and key.grad.abs().max() > 0 and
+            r.model.head_logits.grad.abs().max() > 0)
+    # unused by retrieval
+    assert r.model.encoder.encoder.layer[1].attention.self.value.weight.grad is None
     eps = 1e-6
     for weight, (i, j) in [(key, (0, 0)), (key, (7, 20)), (layer1, (3, 5))]:
-        assert weight.grad[i, j].item() == pytest.approx(central_difference(loss, weight, (i, j), eps),
-                                                         rel=1e-4, abs=1e-9)
+        assert weight.grad[i, j].item() == pytest.approx(
+            central_difference(loss, weight, (i, j), eps), rel=1e-4, abs=1e-9)
 
 
 @pytest.fixture
 def trainer(tiny_generator, tiny_reatt, tmp_path):
     coll = Collection('classic/adi')
-    return CrossDocumentAdjustment(tiny_reatt(), tiny_generator(max_passage_length=32), coll, k=3, batch_size=4,
-                                   epochs=2, lr=1e-3, teacher_temperature=2.0, cache_dir=tmp_path,
-                                   output_dir=tmp_path / 'out', verbose=False)
+    return CrossDocumentAdjustment(tiny_reatt(), tiny_generator(max_passage_length=32), coll, k=3,
+                                   batch_size=4, epochs=2, lr=1e-3, teacher_temperature=2.0,
+                                   cache_dir=tmp_path, output_dir=tmp_path / 'out', verbose=False)
 
 
-def test_target_is_the_generators_softmax_over_close_documents_and_zero_elsewhere(tiny_generator, trainer):
+def test_target_is_the_generators_softmax_over_close_documents_and_zero_elsewhere(tiny_generator,
+                                                                                  trainer):
     coll = trainer.collection
     batch = trainer.examples(coll.topics().head(2))
     trainer.on_epoch_start(batch, 0, False)
@@ -72,7 +79,8 @@ def test_target_is_the_generators_softmax_over_close_documents_and_zero_elsewher
         assert target[i].sum().item() == pytest.approx(1.0) and (target[i] > 0).sum() == len(close)
 
 
-def test_close_documents_come_from_bm25_then_from_the_model_and_training_moves_it(trainer, tmp_path):
+def test_close_documents_come_from_bm25_then_from_the_model_and_training_moves_it(trainer,
+                                                                                  tmp_path):
     from pyterrier_selfsup.progress import stage_times
     from pyterrier_selfsup.retrieval.bm25 import BM25
     coll = trainer.collection
@@ -83,7 +91,8 @@ def test_close_documents_come_from_bm25_then_from_the_model_and_training_moves_i
     bm25 = BM25.from_collection(coll, num_results=3, cache_dir=tmp_path)(topics)
     sources = [r['close documents'] for r in trainer.log if 'close documents' in r]
     assert sources == ['bm25', 'model']
-    assert stage_times(stages)['ReAtt search'].done == 8  # the model's search, a stage a long run reports on
+    # the model's search, a stage a long run reports on
+    assert stage_times(stages)['ReAtt search'].done == 8
     # the second iteration's close documents are the trained model's own top 3 at that point,
     # which differ from BM25's for some query
     bm25_close = bm25.sort_values(['qid', 'rank']).groupby('qid')['docno'].apply(list).to_dict()
@@ -92,8 +101,9 @@ def test_close_documents_come_from_bm25_then_from_the_model_and_training_moves_i
     assert len(steps) == 4 and all(0 < r['close mass'] <= 1 for r in steps)
     after = trainer.reatt.model.state_dict()
     assert not torch.equal(after['head_logits'], before['head_logits'])
+    # past layer B+1's attention
     assert torch.equal(after['encoder.encoder.layer.1.output.dense.weight'],
-                       before['encoder.encoder.layer.1.output.dense.weight'])  # past layer B+1's attention
+                       before['encoder.encoder.layer.1.output.dense.weight'])
     assert (tmp_path / 'out' / 'final' / 'reatt.json').is_file()
 
 
@@ -112,19 +122,22 @@ def test_masked_queries_use_the_students_mask_token_which_bm25_does_not_read(tra
     mask = mask_token(trainer.reatt)
     assert mask == '[MASK]'  # BERT's own: one token, where T5's sentinel is seven word pieces
     assert trainer.reatt.tokenizer.tokenize(f'a {mask} b') == ['a', '[MASK]', 'b']
-    assert len(trainer.reatt.tokenizer.tokenize(MASK)) == 7  # '<', 'extra', '_', 'id', '_', '0', '>'
+    # '<', 'extra', '_', 'id', '_', '0', '>'
+    assert len(trainer.reatt.tokenizer.tokenize(MASK)) == 7
     topics = masked_spans(trainer.collection, 6, seed=0, mask=mask)
     assert topics['query'].str.contains(mask, regex=False).all()
     seen = []
     retrieve = BM25.retrieve
-    monkeypatch.setattr(BM25, 'retrieve', lambda self, t: seen.extend(t['query']) or retrieve(self, t))
+    monkeypatch.setattr(BM25, 'retrieve',
+                        lambda self, t: seen.extend(t['query']) or retrieve(self, t))
     trainer.on_epoch_start(trainer.examples(topics), 0, False)
     assert seen == [q.replace(mask, ' ') for q in topics['query']]
     assert all(len(trainer.close[q]) == 3 for q in topics['qid'])
 
 
 @pytest.mark.parametrize('kind', ['llama', 'bart', 't5'])
-def test_attention_target_is_a_distribution_over_the_passages_independent_of_the_batch(tiny_generator_dir, kind):
+def test_attention_target_is_a_distribution_over_the_passages_independent_of_the_batch(
+        tiny_generator_dir, kind):
     from pyterrier_selfsup.models.reading import attention_target
     gen = Generator.from_pretrained(str(tiny_generator_dir[kind]), device='cpu', precision='fp32',
                                     max_passage_length=32)
@@ -141,13 +154,13 @@ def test_attention_target_is_a_distribution_over_the_passages_independent_of_the
         torch.testing.assert_close(flipped, both[0].flip(0), rtol=1e-4, atol=1e-5)
 
 
-def test_trainer_with_the_attention_target_uses_it_for_each_querys_close_documents(tiny_generator, tiny_reatt,
-                                                                                   tmp_path):
+def test_trainer_with_the_attention_target_uses_it_for_each_querys_close_documents(
+        tiny_generator, tiny_reatt, tmp_path):
     from pyterrier_selfsup.models.reading import attention_target
     coll = Collection('classic/adi')
     gen = tiny_generator(max_passage_length=32)
-    trainer = CrossDocumentAdjustment(tiny_reatt(), gen, coll, k=3, target='attention', cache_dir=tmp_path,
-                                      verbose=False)
+    trainer = CrossDocumentAdjustment(tiny_reatt(), gen, coll, k=3, target='attention',
+                                      cache_dir=tmp_path, verbose=False)
     batch = trainer.examples(coll.topics().head(5))  # more than one chunk of queries
     trainer.on_epoch_start(batch, 0, False)
     docnos = list(dict.fromkeys(d for q in batch for d in trainer.close[q.qid]))
@@ -155,7 +168,8 @@ def test_trainer_with_the_attention_target_uses_it_for_each_querys_close_documen
     for i, q in enumerate(batch):
         close = trainer.close[q.qid]
         expected = attention_target(gen, [q.query], [coll.texts(close)])[0]
-        torch.testing.assert_close(target[i, [docnos.index(d) for d in close]], expected, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(target[i, [docnos.index(d) for d in close]], expected,
+                                   rtol=1e-4, atol=1e-5)
         assert target[i].sum().item() == pytest.approx(1.0)
     with pytest.raises(ValueError, match='target'):
         CrossDocumentAdjustment(tiny_reatt(), gen, coll, target='cross', cache_dir=tmp_path)
@@ -168,17 +182,21 @@ def test_a_single_t5_teaches_its_own_retrieval_from_masked_sentences(tiny_genera
     from pyterrier_selfsup.data.queries import masked_spans
     from pyterrier_selfsup.models.reatt_t5 import ReAttT5
     torch.manual_seed(0)
-    model = ReAttT5.from_pretrained(str(tiny_generator_dir['t5']), retrieval_layer=1, device='cpu', precision='fp32')
+    model = ReAttT5.from_pretrained(str(tiny_generator_dir['t5']), retrieval_layer=1, device='cpu',
+                                    precision='fp32')
     coll = Collection('classic/cisi')
     topics = masked_spans(coll, 6, seed=0)
     decoder = model.model.decoder.block[0].layer[0].SelfAttention.q.weight.detach().clone()
     bi_encoder = model.model.encoder.block[0].layer[0].SelfAttention.k.weight.detach().clone()
-    trainer = CrossDocumentAdjustment(model, None, coll, k=2, batch_size=3, epochs=2, lr=1e-3, alpha=8.0,
-                                      cache_dir=tmp_path, output_dir=tmp_path / 'out', verbose=False)
+    trainer = CrossDocumentAdjustment(model, None, coll, k=2, batch_size=3, epochs=2, lr=1e-3,
+                                      alpha=8.0, cache_dir=tmp_path, output_dir=tmp_path / 'out',
+                                      verbose=False)
     trainer.fit(topics)
     steps = [r for r in trainer.log if 'loss' in r]
-    assert len(steps) == 4 and all(r['generation nll'] > 0 and 0 <= r['close mass'] <= 1 for r in steps)
-    assert [r['close documents'] for r in trainer.log if 'close documents' in r] == ['bm25', 'model']
+    assert len(steps) == 4 and all(r['generation nll'] > 0 and 0 <= r['close mass'] <= 1
+                                   for r in steps)
+    assert ([r['close documents'] for r in trainer.log if 'close documents' in r]
+            == ['bm25', 'model'])
     # the generation loss trains the reader, the KL term the retriever: both move
     assert not torch.equal(model.model.decoder.block[0].layer[0].SelfAttention.q.weight, decoder)
     assert not torch.equal(model.model.encoder.block[0].layer[0].SelfAttention.k.weight, bi_encoder)
@@ -188,12 +206,13 @@ def test_a_single_t5_teaches_its_own_retrieval_from_masked_sentences(tiny_genera
         trainer.examples(coll.topics().head(2))
 
 
-def test_adjusted_retriever_trains_once_then_retrieves_from_its_token_index(tiny_dir, tiny_generator_dir, tmp_path,
-                                                                           monkeypatch):
+def test_adjusted_retriever_trains_once_then_retrieves_from_its_token_index(
+        tiny_dir, tiny_generator_dir, tmp_path, monkeypatch):
     from pyterrier_selfsup.harness import trained
     from pyterrier_selfsup.harness.pipelines import adjusted_reatt_retriever as adjusted_retriever
-    settings = dict(model_name=str(tiny_dir), retrieval_layer=1, head=0, queries='classic/adi', n_queries=10, k=2,
-                    epochs=1, batch_size=8, generator=str(tiny_generator_dir['llama']), cache_dir=tmp_path,
+    settings = dict(model_name=str(tiny_dir), retrieval_layer=1, head=0, queries='classic/adi',
+                    n_queries=10, k=2, epochs=1, batch_size=8,
+                    generator=str(tiny_generator_dir['llama']), cache_dir=tmp_path,
                     candidate_tokens=None, num_results=5)
     retriever = adjusted_retriever('classic/adi', **settings)
     topics = Collection('classic/adi').topics().head(3)
@@ -207,8 +226,8 @@ def test_adjusted_retriever_trains_once_then_retrieves_from_its_token_index(tiny
     np.testing.assert_allclose(again['score'], results['score'])
 
 
-def test_an_interrupted_adjustment_resumes_from_its_last_iteration(tiny_dir, tiny_generator_dir, tmp_path,
-                                                                   monkeypatch):
+def test_an_interrupted_adjustment_resumes_from_its_last_iteration(tiny_dir, tiny_generator_dir,
+                                                                   tmp_path, monkeypatch):
     from pyterrier_selfsup.harness.pipelines import adjusted_reatt_retriever as adjusted_retriever
     from pyterrier_selfsup.models.reatt import ReAtt
     from pyterrier_selfsup.training.loop import checkpoints
@@ -235,4 +254,5 @@ def test_an_interrupted_adjustment_resumes_from_its_last_iteration(tiny_dir, tin
     for name, value in resumed.model.state_dict().items():  # bit for bit
         assert torch.equal(value, whole.model.state_dict()[name]), name
     start = ReAtt.from_pretrained(str(tiny_dir), retrieval_layer=1, head=0).model.state_dict()
-    assert any(not torch.equal(v, start[n]) for n, v in whole.model.state_dict().items())  # and it trained
+    assert any(not torch.equal(v, start[n])
+               for n, v in whole.model.state_dict().items())  # and it trained

@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / 'pyterrier_selfsup'
-LAYERS = ['_kernel_caches', 'progress', '_distributed', '_cache', 'context', 'data', 'models', 'retrieval', 'training', 'harness']
-TRAINERS = {'training.distant', 'training.reconstruction', 'training.adjustment', 'training.distill'}
+LAYERS = ['_kernel_caches', 'progress', '_distributed', '_cache', 'context', 'data', 'models',
+          'retrieval', 'training', 'harness']
+TRAINERS = {'training.distant', 'training.reconstruction', 'training.adjustment',
+            'training.distill'}
 
 
 def module_name(path: Path) -> str:
@@ -20,11 +22,14 @@ def imports(path: Path):
     """The package modules ``path`` imports, at module level or inside functions."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith('pyterrier_selfsup'):
+        if (isinstance(node, ast.ImportFrom) and node.module and
+                node.module.startswith('pyterrier_selfsup')):
             base = node.module[len('pyterrier_selfsup'):].lstrip('.')
-            for alias in node.names:  # `from pyterrier_selfsup.harness import trained` imports a module
+            # `from pyterrier_selfsup.harness import trained` imports a module
+            for alias in node.names:
                 candidate = f'{base}.{alias.name}' if base else alias.name
-                found.add(candidate if (PACKAGE / candidate.replace('.', '/')).with_suffix('.py').is_file()
+                found.add(candidate
+                          if (PACKAGE / candidate.replace('.', '/')).with_suffix('.py').is_file()
                           or (PACKAGE / candidate.replace('.', '/')).is_dir() else base)
         elif isinstance(node, ast.Import):
             found.update(a.name[len('pyterrier_selfsup.'):] for a in node.names
@@ -37,18 +42,21 @@ GRAPH = {module_name(p): imports(p) for p in PACKAGE.rglob('*.py') if module_nam
 
 def layer(module: str) -> int:
     top = module.split('.')[0]
-    return LAYERS.index('harness' if top == '__main__' else top)  # `python -m pyterrier_selfsup` is the CLI
+    # `python -m pyterrier_selfsup` is the CLI
+    return LAYERS.index('harness' if top == '__main__' else top)
 
 
 def test_the_graph_was_read():
     assert {'training.loop', 'training.distant', 'models.reading', 'harness.trained'} <= set(GRAPH)
-    assert 'training.loop' in GRAPH['training.distant'] and 'retrieval.bm25' in GRAPH['training.distant']
+    assert ('training.loop' in GRAPH['training.distant'] and
+            'retrieval.bm25' in GRAPH['training.distant'])
 
 
 @pytest.mark.parametrize('module', sorted(GRAPH))
 def test_no_module_imports_from_a_later_layer(module):
     upward = {m for m in GRAPH[module] if layer(m) > layer(module)}
-    assert not upward, f'{module} imports {sorted(upward)} from a later layer (order: {" -> ".join(LAYERS)})'
+    assert not upward, (f'{module} imports {sorted(upward)} from a later layer '
+                        f'(order: {" -> ".join(LAYERS)})')
 
 
 def test_no_import_cycle():
@@ -84,10 +92,12 @@ def test_importing_the_package_runs_no_subprocess_and_leaves_the_harness_alone()
         '    return real(self, *args, **kwargs)\n'
         'subprocess.Popen.__init__ = spy\n'
         'import pyterrier_selfsup\n'
-        'print(calls, sorted(m for m in sys.modules if m.startswith("pyterrier_selfsup.harness")))\n'
+        'print(calls, sorted(m for m in sys.modules if '
+        'm.startswith("pyterrier_selfsup.harness")))\n'
         'pyterrier_selfsup.PIPELINES\n'
         'print("pyterrier_selfsup.harness.pipelines" in sys.modules)\n')
-    out = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True,
+                         check=True).stdout
     assert out.splitlines()[-2:] == ['[] []', 'True']
 
 
@@ -104,7 +114,8 @@ def test_nothing_below_the_harness_draws():
                 [node.module or ''] if isinstance(node, ast.ImportFrom) else []
             drawing += [f'{module}: {name}' for name in names if name.split('.')[0] == 'matplotlib']
     assert not drawing, drawing
-    assert {'training.loop', 'training.distill', 'models.generator'} <= set(GRAPH)  # (the walk found them)
+    # (the walk found them)
+    assert {'training.loop', 'training.distill', 'models.generator'} <= set(GRAPH)
 
 
 def test_a_trainer_is_small_and_takes_its_settings_whole():

@@ -22,14 +22,16 @@ def cranfield_bm25(cache_dir):
 def test_scifact_ndcg_matches_reference(cache_dir):
     # DESIGN.md: BM25 (PISA, porter2, k1=0.9, b=0.4) on the full scifact test set: .678
     coll = Collection('beir/scifact/test')
-    result = pt.Experiment([BM25.from_collection(coll, cache_dir=cache_dir)], coll.topics(), coll.qrels(), [nDCG @ 10])
+    result = pt.Experiment([BM25.from_collection(coll, cache_dir=cache_dir)], coll.topics(),
+                           coll.qrels(), [nDCG @ 10])
     assert result['nDCG@10'][0] == pytest.approx(0.6776, abs=5e-4)
 
 
 def test_index_is_reused_not_rebuilt(cranfield_bm25, cache_dir, monkeypatch):
     path = cranfield_bm25.index.path
     files = {f: os.stat(path / f).st_mtime_ns for f in os.listdir(path)}
-    monkeypatch.setattr('pyterrier_pisa.PisaIndex.index', lambda *a, **k: pytest.fail('index rebuilt'))
+    monkeypatch.setattr('pyterrier_pisa.PisaIndex.index',
+                        lambda *a, **k: pytest.fail('index rebuilt'))
     again = BM25.from_collection('cranfield', cache_dir=cache_dir)
     assert again.index.path == path
     assert {f: os.stat(path / f).st_mtime_ns for f in os.listdir(path)} == files
@@ -50,17 +52,22 @@ def test_results_and_cutoff(cranfield_bm25):
     assert results.groupby('qid')['rank'].min().eq(0).all()
     top5 = (cranfield_bm25 % 5).compile()
     assert isinstance(top5, BM25) and top5.num_results == 5
-    pd.testing.assert_frame_equal((cranfield_bm25 % 5)(topics), results[results['rank'] < 5].reset_index(drop=True))
+    pd.testing.assert_frame_equal((cranfield_bm25 % 5)(topics),
+                                  results[results['rank'] < 5].reset_index(drop=True))
 
 
 def test_query_text_made_safe_for_pisa(cranfield_bm25):
     assert pisa_safe('boundary layer: flow\x00 over\ta plate') == 'boundary layer flow over a plate'
-    topics = pd.DataFrame({'qid': ['a', 'b'], 'query': ['boundary layer: flow\x00', 'boundary layer flow']})
+    topics = pd.DataFrame({'qid': ['a', 'b'],
+                           'query': ['boundary layer: flow\x00', 'boundary layer flow']})
     results = cranfield_bm25(topics)
-    a, b = (results[results.qid == q].drop(columns=['qid', 'query']).reset_index(drop=True) for q in 'ab')
+    a, b = (results[results.qid == q].drop(columns=['qid', 'query']).reset_index(drop=True)
+            for q in 'ab')
     assert len(a) > 0
-    pd.testing.assert_frame_equal(a, b)  # the words before ':' are searched, not dropped as a PISA query id
-    assert set(results[results.qid == 'a']['query']) == {'boundary layer: flow\x00'}  # original text kept
+    # the words before ':' are searched, not dropped as a PISA query id
+    pd.testing.assert_frame_equal(a, b)
+    # original text kept
+    assert set(results[results.qid == 'a']['query']) == {'boundary layer: flow\x00'}
 
 
 def test_topics_without_query_column(cranfield_bm25):

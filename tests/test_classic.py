@@ -23,7 +23,8 @@ def restore_registration():
 
 def counts(dataset_id):
     ds = pt.get_dataset(f'irds:{dataset_id}')
-    return (sum(1 for _ in ds.get_corpus_iter(verbose=False)), len(ds.get_topics()), len(ds.get_qrels()))
+    return (sum(1 for _ in ds.get_corpus_iter(verbose=False)), len(ds.get_topics()),
+            len(ds.get_qrels()))
 
 
 @pytest.mark.parametrize('name', sorted(COUNTS))
@@ -51,28 +52,34 @@ def test_cisi_fields():
     doc = store.get('1')
     assert doc.title == '18 Editions of the Dewey Decimal Classifications'
     assert doc.author == 'Comaromi, J.P.'
-    assert doc.text.startswith('The present study is a history of the DEWEY Decimal Classification.')
-    assert doc.text.endswith('spurred the growth of librarianship in this country and abroad.')  # .X not appended
+    assert doc.text.startswith('The present study is a history of the DEWEY Decimal '
+                               'Classification.')
+    # .X not appended
+    assert doc.text.endswith('spurred the growth of librarianship in this country and abroad.')
     assert doc.default_text() == f'{doc.title} {doc.text}'
     assert store.get('0001').doc_id == '1'  # leading zeros do not matter
     topics = pt.get_dataset('irds:classic/cisi').get_topics().set_index('qid')
-    assert topics.loc['3', 'query'] == 'What is information science? Give definitions where possible.'
+    assert (topics.loc['3', 'query']
+            == 'What is information science? Give definitions where possible.')
     # queries given as a paper (.T title, .A, .W abstract, .B) keep title and abstract only
-    assert topics.loc['58', 'query'].startswith('Directions in Library Networking Bibliographic control before')
+    assert topics.loc['58', 'query'].startswith(
+        'Directions in Library Networking Bibliographic control before')
     assert 'Avram' not in topics.loc['58', 'query'] and 'JASIS' not in topics.loc['58', 'query']
 
 
 def write_toy(directory, rel_lines, parts=('ALL', 'QRY', 'REL'), name='TOY'):
     directory.mkdir(parents=True, exist_ok=True)
     files = {
-        'ALL': ('.I 001\n.T\nFirst title\n.A\nSomeone\n.W\nfirst text\nspans two lines\n.K\nkeyword\n.X\n1 2 3\n'
+        'ALL': ('.I 001\n.T\nFirst title\n.A\nSomeone\n.W\nfirst text\nspans two lines\n'
+                '.K\nkeyword\n.X\n1 2 3\n'
                 '.I 2\n.T\nSecond\n.W\n  .NET and :colons: stay text\n.N\nnote\n'
                 '.I 3\n.W\nno title here\n'),
         'QRY': '.I 1\n.W\nfirst query\n.I 02\n.W\nsecond query\n.I 3\n.W\nnever judged\n',
         'REL': rel_lines,
     }
     for part in parts:
-        (directory / f'{name}.{part}').write_text(files[part].replace('\n', '\r\n'))  # CRLF, like the originals
+        # CRLF, like the originals
+        (directory / f'{name}.{part}').write_text(files[part].replace('\n', '\r\n'))
     return directory
 
 
@@ -84,8 +91,10 @@ def test_trec_qrels_leading_zeros_and_skipped_fields(tmp_path, restore_registrat
     assert list(docs) == ['1', '2', '3']
     assert docs['1']['title'] == 'First title' and docs['1']['text'] == 'first text spans two lines'
     assert docs['2']['text'] == '.NET and :colons: stay text'  # not mistaken for a field
-    assert docs['3']['title'] == '' and ir_datasets.load('classic/toy').docs_store().get('3').default_text() == 'no title here'
-    assert ds.get_topics().to_dict('records') == [{'qid': '1', 'query': 'first query'}, {'qid': '2', 'query': 'second query'}]
+    assert (docs['3']['title'] == '' and
+            ir_datasets.load('classic/toy').docs_store().get('3').default_text() == 'no title here')
+    assert ds.get_topics().to_dict('records') == [{'qid': '1', 'query': 'first query'},
+                                                  {'qid': '2', 'query': 'second query'}]
     qrels = sorted(map(tuple, ds.get_qrels()[['qid', 'docno', 'label']].values.tolist()))
     assert qrels == [('1', '1', 2), ('1', '3', 0), ('2', '2', 1)]  # the duplicate (2, 0002) merged
 
@@ -110,7 +119,8 @@ def test_tarball_in_directory_passed_in_code(tmp_path, restore_registration):
 def test_missing_file_is_named_and_nothing_changes(tmp_path, restore_registration):
     write_toy(tmp_path, '1 1\n', parts=('ALL', 'QRY'), name='GAP')
     before = snapshot(tmp_path)
-    with pytest.raises(FileNotFoundError, match=r'GAP\.REL not found in .*needs GAP\.ALL, \.QRY and \.REL'):
+    with pytest.raises(FileNotFoundError,
+                       match=r'GAP\.REL not found in .*needs GAP\.ALL, \.QRY and \.REL'):
         register_classic(tmp_path)
     assert snapshot(tmp_path) == before
     assert 'classic/gap' not in ir_datasets.registry

@@ -17,8 +17,8 @@ from tests.helpers import free_port, snapshot
 def selfsup_process(*args, cwd, env=None) -> subprocess.CompletedProcess:
     """``selfsup ARGS`` in a process of its own: what a user's shell runs (the smoke test, and
     what only a fresh process shows: the libraries' own output, offline warnings)."""
-    return subprocess.run([sys.executable, '-m', 'pyterrier_selfsup', *args], capture_output=True, text=True, cwd=cwd,
-                          env=env)
+    return subprocess.run([sys.executable, '-m', 'pyterrier_selfsup', *args], capture_output=True,
+                          text=True, cwd=cwd, env=env)
 
 
 @dataclass
@@ -68,14 +68,16 @@ def selfsup(*args, cwd, env=None) -> Ran:
 def test_run_writes_results_with_header(tmp_path, cache_dir):
     # the smoke test: a process of its own, as a user's shell runs it
     proc = selfsup_process('run', '-c', 'classic/adi', '-p', 'bm25', 'minilm', '--save', 'adi',
-                   '--results-dir', str(tmp_path / 'results'), '--cache-dir', str(cache_dir), cwd=tmp_path)
+                           '--results-dir', str(tmp_path / 'results'), '--cache-dir',
+                           str(cache_dir), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert re.search(r'\| bm25 \| 0\.4855 \| 0\.8144 \| 0\.6427 \|', proc.stdout)
     assert re.search(r'\| minilm \| 0\.497\d \(p=0\.8\d*\)', proc.stdout)
     # offline is a normal way to run: said once, and no library chatter about it
     assert 'Could not reach the Hub' not in proc.stderr and 'direct file access' not in proc.stderr
     assert len([line for line in proc.stderr.splitlines() if 'offline' in line.lower()]) == 1
-    assert 'Loading weights' not in proc.stderr  # not on a terminal: no progress bars, the libraries' included
+    # not on a terminal: no progress bars, the libraries' included
+    assert 'Loading weights' not in proc.stderr
 
     md = (tmp_path / 'results' / 'adi.md').read_text()
     for key in ('date', 'command', 'code', 'machine', 'packages', 'models', 'data', 'pipeline bm25',
@@ -87,17 +89,20 @@ def test_run_writes_results_with_header(tmp_path, cache_dir):
     csv = tmp_path / 'results' / 'adi.csv'
     assert csv.read_text().startswith('# date: ')
     table = pd.read_csv(csv, comment='#')
-    assert table[['collection', 'name']].values.tolist() == [['classic/adi', 'bm25'], ['classic/adi', 'minilm']]
+    assert table[['collection', 'name']].values.tolist() == [['classic/adi', 'bm25'],
+                                                             ['classic/adi', 'minilm']]
     assert table['nDCG@10'][0] == pytest.approx(0.4855, abs=1e-4)
 
     # the per-query scores are kept, and are what the table averages
     per_query = pd.read_csv(tmp_path / 'results' / 'adi.perquery.csv', dtype={'qid': str})
     assert len(per_query) == 2 * 35 and set(per_query['name']) == {'bm25', 'minilm'}
     means = per_query.groupby('name')['nDCG@10'].mean()
-    assert means['bm25'] == pytest.approx(table['nDCG@10'][0]) and means['minilm'] == pytest.approx(table['nDCG@10'][1])
+    assert (means['bm25'] == pytest.approx(table['nDCG@10'][0]) and
+            means['minilm'] == pytest.approx(table['nDCG@10'][1]))
 
     png = (tmp_path / 'results' / 'adi.png').read_bytes()
-    assert png.startswith(b'\x89PNG') and b'machine: ' in png  # the header is in the image's metadata too
+    # the header is in the image's metadata too
+    assert png.startswith(b'\x89PNG') and b'machine: ' in png
 
 
 @pytest.mark.parametrize('args, message', [
@@ -125,7 +130,8 @@ def test_pipeline_settings_from_the_command_line():
     assert {k: spec.settings[k] for k in ('negatives', 'epochs', 'dim', 'lr', 'queries')} == {
         'negatives': 'bm25', 'epochs': 2, 'dim': 128, 'lr': 1e-4, 'queries': 'sentences'}
     assert get_pipeline('ds').settings['epochs'] == 1  # the registered default is untouched
-    with pytest.raises(UnknownPipelineError, match="ds:epoch=2': DistantSupervisionSettings has no setting 'epoch'"):
+    with pytest.raises(UnknownPipelineError,
+                       match="ds:epoch=2': DistantSupervisionSettings has no setting 'epoch'"):
         get_pipeline('ds:epoch=2')
     with pytest.raises(UnknownPipelineError, match="'two' is not a int"):
         get_pipeline('ds:epochs=two')
@@ -137,15 +143,19 @@ def test_adaptation_runs_from_the_command_line(tmp_path, cache_dir):
                    '--results-dir', str(tmp_path), '--cache-dir', str(cache_dir), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(tmp_path / 'ds.csv', comment='#').set_index('name')
-    # the DualEncoder reproduces the sentence-transformers start (bf16 where native: ranks barely move)
+    # the DualEncoder reproduces the sentence-transformers start
+    # (bf16 where native: ranks barely move)
     assert table.loc['dual', 'nDCG@10'] == pytest.approx(table.loc['minilm', 'nDCG@10'], abs=5e-3)
-    assert table.loc[ds, 'nDCG@10'] != table.loc['dual', 'nDCG@10']  # 3 steps of training changed the model
+    # 3 steps of training changed the model
+    assert table.loc[ds, 'nDCG@10'] != table.loc['dual', 'nDCG@10']
     models = [p for p in (cache_dir / 'models').glob('classic_adi.ds-*') if p.is_dir()]
     assert len(models) == 1 and (models[0] / 'final' / 'dual_encoder.json').exists()
     assert (models[0] / 'training_curve.png').exists()
     trained = os.stat(models[0] / 'final' / 'dual_encoder.json').st_mtime_ns
-    again = selfsup('run', '-c', 'classic/adi', '-p', ds, '--cache-dir', str(cache_dir), cwd=tmp_path)
-    assert os.stat(models[0] / 'final' / 'dual_encoder.json').st_mtime_ns == trained  # reused, not retrained
+    again = selfsup('run', '-c', 'classic/adi', '-p', ds, '--cache-dir', str(cache_dir),
+                    cwd=tmp_path)
+    # reused, not retrained
+    assert os.stat(models[0] / 'final' / 'dual_encoder.json').st_mtime_ns == trained
     assert f"{table.loc[ds, 'nDCG@10']:.4f}" in again.stdout
 
 
@@ -155,17 +165,20 @@ def test_rumbart_and_acrobart_run_from_the_command_line(tmp_path, cache_dir):
     as the teacher, on 20 corpus spans (2 steps each), then evaluated beside BM25."""
     small = 'queries=spans,n_queries=20,k=2,batch_size=10,refresh_every=1,max_passage_length=64'
     rumbart, acrobart = f'rumbart:{small}', f'acrobart:{small}'
-    proc = selfsup('run', '-c', 'classic/adi', '-p', 'bm25', 'dual', rumbart, acrobart, '--save', 'rr',
+    proc = selfsup('run', '-c', 'classic/adi', '-p', 'bm25', 'dual', rumbart, acrobart,
+                   '--save', 'rr',
                    '--results-dir', str(tmp_path), '--cache-dir', str(cache_dir), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(tmp_path / 'rr.csv', comment='#').set_index('name')
     for name in (rumbart, acrobart):
         assert 0.3 < table.loc[name, 'nDCG@10'] < 0.7
-        assert table.loc[name, 'nDCG@10'] != table.loc['dual', 'nDCG@10']  # training changed the model
+        # training changed the model
+        assert table.loc[name, 'nDCG@10'] != table.loc['dual', 'nDCG@10']
     model, = [p for p in (cache_dir / 'models').glob('classic_adi.rumbart-*') if p.is_dir()]
     log = model / 'training_log.jsonl'
     records = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [r['step'] for r in records if 'refresh seconds' in r] == [0, 1]  # built, then refreshed after step 1
+    # built, then refreshed after step 1
+    assert [r['step'] for r in records if 'refresh seconds' in r] == [0, 1]
     assert len([r for r in records if 'loss' in r]) == 2
 
 
@@ -178,7 +191,8 @@ def test_code_revision_is_the_one_the_process_imported(tmp_path, monkeypatch):
 
 def test_a_copy_told_its_commit_names_it_over_its_git(monkeypatch):
     from pyterrier_selfsup.harness import provenance
-    monkeypatch.setenv('SELFSUP_CODE_REVISION', 'bae234a8ce4f')  # stage.sh's export on a lent GPU machine
+    # stage.sh's export on a lent GPU machine
+    monkeypatch.setenv('SELFSUP_CODE_REVISION', 'bae234a8ce4f')
     assert provenance.code_revision() == 'bae234a8ce4f'
 
 
@@ -190,7 +204,8 @@ def test_a_measured_child_peaks_at_its_own_memory_not_at_its_parents():
     from pyterrier_selfsup.harness.provenance import run_measured
     held = np.ones(256 * 2 ** 20 // 8)  # (this process: far above the children below)
     small = run_measured([sys.executable, '-c', 'pass'])
-    big = run_measured([sys.executable, '-c', "import sys; b = b'x' * (200 * 2 ** 20); sys.exit(3)"])
+    big = run_measured([sys.executable, '-c',
+                        "import sys; b = b'x' * (200 * 2 ** 20); sys.exit(3)"])
     assert small.rc == 0 and small.peak_gib < 0.05
     assert big.rc == 3 and 0.19 < big.peak_gib < 0.25
     assert held.sum() > 0
@@ -207,7 +222,8 @@ def test_a_measure_equal_to_the_baseline_on_every_query_is_not_marked_significan
     assert '0.5000 (= baseline)' in lines[-1] and '0.5000 (p=0.01*)' in lines[-1]
 
 
-def test_train_trains_once_without_evaluating_and_run_picks_the_model_up(tmp_path, cache_dir, tiny_dir):
+def test_train_trains_once_without_evaluating_and_run_picks_the_model_up(tmp_path, cache_dir,
+                                                                         tiny_dir):
     ds = f'ds:model_name={tiny_dir},queries=classic/adi,batch_size=16'
     proc = selfsup('train', ds, '-c', 'classic/adi', '--cache-dir', str(cache_dir), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -219,9 +235,11 @@ def test_train_trains_once_without_evaluating_and_run_picks_the_model_up(tmp_pat
     assert again.returncode == 0 and str(final) in again.stdout
     run = selfsup('run', '-c', 'classic/adi', '-p', ds, '--cache-dir', str(cache_dir), cwd=tmp_path)
     assert run.returncode == 0, run.stderr
-    assert os.stat(final / 'dual_encoder.json').st_mtime_ns == trained  # trained once, found by train and run
+    # trained once, found by train and run
+    assert os.stat(final / 'dual_encoder.json').st_mtime_ns == trained
 
-    nothing = selfsup('train', 'bm25', '-c', 'classic/adi', '--cache-dir', str(cache_dir), cwd=tmp_path)
+    nothing = selfsup('train', 'bm25', '-c', 'classic/adi', '--cache-dir', str(cache_dir),
+                      cwd=tmp_path)
     assert nothing.returncode == 2 and 'bm25 trains nothing' in nothing.stderr
 
 
@@ -231,10 +249,12 @@ def test_any_smart_collection_in_the_data_directory_is_named_on_the_command_line
     proc = selfsup('run', '-c', 'classic/toy', '-p', 'bm25', '--classic-data', str(data),
                    '--cache-dir', str(tmp_path / 'cache'), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert re.search(r'\| bm25 \| 1\.0000 \|', proc.stdout)  # each query finds its one relevant document
+    # each query finds its one relevant document
+    assert re.search(r'\| bm25 \| 1\.0000 \|', proc.stdout)
     listed = selfsup('list', cwd=tmp_path, env={'SELFSUP_CLASSIC_DATA': str(data)}).stdout
     assert 'collection classic/toy' in listed
-    missing = selfsup('run', '-c', 'classic/nope', '-p', 'bm25', '--classic-data', str(data), cwd=tmp_path)
+    missing = selfsup('run', '-c', 'classic/nope', '-p', 'bm25', '--classic-data', str(data),
+                      cwd=tmp_path)
     assert missing.returncode == 2 and "unknown collection 'classic/nope'" in missing.stderr
 
 
@@ -251,19 +271,23 @@ def test_the_command_line_keeps_ir_datasets_info_out_of_its_output():
 @pytest.mark.slow
 def test_distillation_runs_from_the_command_line(tmp_path, cache_dir):
     """The teacher, the distilled student and their query-time fusion side by side on ADI:
-    corpus sentences (several a document: ADI has 82), and SmolLM2's samples, round-trip filtered."""
-    # (verdict_share=0: the last round is kept, whatever a held-out slice would say; the verdict: tests/test_offsets.py)
+    corpus sentences (several a document: ADI has 82), and SmolLM2's samples, round-trip
+    filtered."""
+    # (verdict_share=0: the last round is kept, whatever a held-out slice would say;
+    # the verdict: tests/test_offsets.py)
     sentences = 'distill:queries=sentences,n_queries=120,rounds=2,verdict_share=0'
     sampled = 'distill:queries=sampled,n_queries=12,rounds=1,filter_depth=10'
     proc = selfsup('run', '-c', 'classic/adi', '-p', 'bm25', 'dual', 'teacher', sentences,
-                   'hybrid:queries=sentences,n_queries=120,rounds=2,verdict_share=0', sampled, '--save', 'distill',
+                   'hybrid:queries=sentences,n_queries=120,rounds=2,verdict_share=0', sampled,
+                   '--save', 'distill',
                    '--results-dir', str(tmp_path), '--cache-dir', str(cache_dir), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(tmp_path / 'distill.csv', comment='#').set_index('name')
     # BM25 .4855 and MiniLM .4976 fused 1:1 (DESIGN.md: .548)
     assert table.loc['teacher', 'nDCG@10'] == pytest.approx(0.548, abs=0.01)
     for name in (sentences, sampled):
-        assert 0.4 < table.loc[name, 'nDCG@10'] < 0.7 and table.loc[name, 'nDCG@10'] != table.loc['dual', 'nDCG@10']
+        assert (0.4 < table.loc[name, 'nDCG@10'] < 0.7 and
+                table.loc[name, 'nDCG@10'] != table.loc['dual', 'nDCG@10'])
     models = {p.name: p for p in (cache_dir / 'models').glob('classic_adi.distill-*') if p.is_dir()}
     assert len(models) == 2  # hybrid found the model its distill pipeline trained
     logs = {name: [json.loads(line) for line in (p / 'training_log.jsonl').read_text().splitlines()]
@@ -281,19 +305,24 @@ def test_distillation_runs_from_the_command_line(tmp_path, cache_dir):
 def test_train_runs_on_two_processes_under_torchrun(tmp_path, cache_dir, tiny_dir):
     ds = f'ds:model_name={tiny_dir},queries=classic/adi,batch_size=16,seed=7'
     proc = subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2',
-                           '--master_port', str(free_port()), '-m', 'pyterrier_selfsup', 'train', ds, '-c', 'classic/adi',
-                           '--cache-dir', str(cache_dir)], capture_output=True, text=True, cwd=tmp_path)
+                           '--master_port', str(free_port()), '-m', 'pyterrier_selfsup', 'train',
+                           ds, '-c', 'classic/adi', '--cache-dir', str(cache_dir)],
+                          capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     # rank 0 alone reports, writes the model and its log; the 35 queries make 3 steps of 16
     assert len(re.findall(r'trained .* on 2 processes: ', proc.stdout)) == 1, proc.stdout
     final = Path(re.search(r'on 2 processes: (\S+)', proc.stdout).group(1))
-    assert (final / 'dual_encoder.json').is_file() and not final.parent.with_name(final.parent.name + '.partial').exists()
-    log = [json.loads(line) for line in (final.parent / 'training_log.jsonl').read_text().splitlines()]
+    assert ((final / 'dual_encoder.json').is_file() and
+            not final.parent.with_name(final.parent.name + '.partial').exists())
+    log = [json.loads(line)
+           for line in (final.parent / 'training_log.jsonl').read_text().splitlines()]
     assert [r['step'] for r in log if 'loss' in r] == [1, 2, 3]
     assert [p.name for p in final.parent.iterdir() if p.name.startswith('checkpoint')] == []
     # the model is found by a later run in one process, without training again
     again = selfsup('train', ds, '-c', 'classic/adi', '--cache-dir', str(cache_dir), cwd=tmp_path)
     assert again.returncode == 0 and str(final) in again.stdout
     # only training runs on several processes
-    refused = selfsup('run', '-c', 'classic/adi', '-p', 'bm25', cwd=tmp_path, env={'WORLD_SIZE': '2'})
-    assert refused.returncode == 2 and 'only `selfsup train` runs on several processes' in refused.stderr
+    refused = selfsup('run', '-c', 'classic/adi', '-p', 'bm25', cwd=tmp_path,
+                      env={'WORLD_SIZE': '2'})
+    assert (refused.returncode == 2 and
+            'only `selfsup train` runs on several processes' in refused.stderr)

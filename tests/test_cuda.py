@@ -41,7 +41,8 @@ def test_exact_search_on_the_gpu_ranks_as_numpy(cache_dir):
     index = flex_index(coll, encoder, cache_dir=cache_dir)
     topics = coll.topics()
     queries = topics.assign(query_vec=list(encoder.encode_queries(topics['query'].tolist())))
-    on_gpu = search_stage(index, 'exact', 10)(queries)  # (torch sees a GPU: FlexIndex's torch retriever)
+    # (torch sees a GPU: FlexIndex's torch retriever)
+    on_gpu = search_stage(index, 'exact', 10)(queries)
     on_cpu = index.np_retriever(num_results=10, drop_query_vec=True)(queries)
     assert 'torch' in type(search_stage(index, 'exact', 10)).__name__.lower()
     merged = on_gpu.merge(on_cpu, on=['qid', 'docno'], suffixes=('_gpu', '_cpu'))
@@ -56,11 +57,13 @@ def test_smollm2_scores_on_the_gpu_as_on_the_cpu(cache_dir):
     passages = coll.texts([str(i) for i in range(1, 6)])
     queries = [q for q in topics['query'] for _ in passages]
     texts = passages * len(topics)
-    gpu = load_generator('smollm2', device='cuda', cache_dir=cache_dir).log_likelihoods(queries, texts)
-    cpu = load_generator('smollm2', device='cpu', precision='fp32', cache_dir=cache_dir).log_likelihoods(queries,
-                                                                                                     texts)
-    # each query's ranking of the passages: bf16 may swap a near tie (on an H100, 2026-11-25, two
-    # passages .03 nats apart in fp32), so the pairs that fp32 separates by half a nat keep their order
+    gpu = load_generator('smollm2', device='cuda',
+                         cache_dir=cache_dir).log_likelihoods(queries, texts)
+    cpu = load_generator('smollm2', device='cpu', precision='fp32',
+                         cache_dir=cache_dir).log_likelihoods(queries, texts)
+    # each query's ranking of the passages: bf16 may swap a near tie (on an H100, 2026-11-25,
+    # two passages .03 nats apart in fp32), so the pairs that fp32 separates by half a nat keep
+    # their order
     separated = agreeing = 0
     for q in range(len(topics)):
         rows = slice(q * len(passages), (q + 1) * len(passages))
@@ -83,8 +86,8 @@ def test_the_query_writer_samples_on_the_gpu_from_a_seeded_cpu_generator(cache_d
     writer = load_generator('smollm2', device='cuda', cache_dir=cache_dir).writer(style='plain')
 
     def written(seed):
-        return writer.write(passages, 3, max_new_tokens=24, do_sample=True, temperature=1.0, top_p=0.95,
-                            generator=torch.Generator().manual_seed(seed))
+        return writer.write(passages, 3, max_new_tokens=24, do_sample=True, temperature=1.0,
+                            top_p=0.95, generator=torch.Generator().manual_seed(seed))
 
     first = written(0)
     assert [len(q) for q in first] == [3] * len(passages)
@@ -96,20 +99,24 @@ def test_the_query_writer_samples_on_the_gpu_from_a_seeded_cpu_generator(cache_d
 def test_a_trainer_trains_on_the_gpu_and_its_model_loads_on_the_cpu(tiny_dir, cache_dir, tmp_path):
     from pyterrier_selfsup.training.distant import DistantSupervision
     torch.manual_seed(0)
-    encoder = DualEncoder.from_pretrained(str(tiny_dir), dim=16, pooling='mean', device='cuda', max_length=48)
+    encoder = DualEncoder.from_pretrained(str(tiny_dir), dim=16, pooling='mean', device='cuda',
+                                          max_length=48)
     start = [p.detach().cpu().clone() for p in encoder.model.parameters()]
-    trainer = DistantSupervision(encoder, 'classic/adi', batch_size=8, lr=1e-2, output_dir=tmp_path / 'out',
-                                 cache_dir=cache_dir, verbose=False)
+    trainer = DistantSupervision(encoder, 'classic/adi', batch_size=8, lr=1e-2,
+                                 output_dir=tmp_path / 'out', cache_dir=cache_dir, verbose=False)
     trainer.fit(Collection('classic/adi').topics())
     losses = [r['loss'] for r in trainer.log if 'loss' in r]
     assert len(losses) >= 4 and np.isfinite(losses).all()
-    assert any(not torch.equal(a.detach().cpu(), b) for a, b in zip(encoder.model.parameters(), start))
-    reloaded = DualEncoder.from_pretrained(str(tmp_path / 'out' / 'final'), device='cpu', precision='fp32')
+    assert any(not torch.equal(a.detach().cpu(), b)
+               for a, b in zip(encoder.model.parameters(), start))
+    reloaded = DualEncoder.from_pretrained(str(tmp_path / 'out' / 'final'), device='cpu',
+                                           precision='fp32')
     texts = ['a test of the reloaded model']
     np.testing.assert_allclose(reloaded.encode_docs(texts), encoder.encode_docs(texts), atol=0.05)
 
 
-def test_a_run_resumed_on_the_gpu_ends_as_one_never_stopped(tiny_dir, cache_dir, tmp_path, monkeypatch):
+def test_a_run_resumed_on_the_gpu_ends_as_one_never_stopped(tiny_dir, cache_dir, tmp_path,
+                                                            monkeypatch):
     """A checkpoint keeps the CUDA generators' state: the tiny BERT's dropout draws its masks
     there, so a run resumed without it (the seed set again at its start) draws the first steps'
     masks again. (Close, not equal: CUDA's embedding backward adds in no fixed order.)"""
@@ -118,23 +125,26 @@ def test_a_run_resumed_on_the_gpu_ends_as_one_never_stopped(tiny_dir, cache_dir,
 
     def run(out):
         torch.manual_seed(0)
-        encoder = DualEncoder.from_pretrained(str(tiny_dir), dim=16, pooling='mean', device='cuda', max_length=48,
-                                              precision='fp32')
-        trainer = DistantSupervision(encoder, 'classic/adi', batch_size=8, lr=1e-2, output_dir=out, checkpoint_every=2,
-                                     keep_checkpoints=1, cache_dir=cache_dir, verbose=False)
+        encoder = DualEncoder.from_pretrained(str(tiny_dir), dim=16, pooling='mean', device='cuda',
+                                              max_length=48, precision='fp32')
+        trainer = DistantSupervision(encoder, 'classic/adi', batch_size=8, lr=1e-2, output_dir=out,
+                                     checkpoint_every=2, keep_checkpoints=1, cache_dir=cache_dir,
+                                     verbose=False)
         loop.fit_resumably(trainer, Collection('classic/adi').topics())
         return [p.detach().cpu() for p in encoder.model.parameters()]
 
     never_stopped = run(tmp_path / 'whole')
-    with stopped_at_step(monkeypatch, DistantSupervision, 5):  # (killed in step 5, after the step-4 checkpoint)
+    # (killed in step 5, after the step-4 checkpoint)
+    with stopped_at_step(monkeypatch, DistantSupervision, 5):
         run(tmp_path / 'stopped')
-    assert 'cuda_rng' in torch.load(tmp_path / 'stopped' / 'checkpoint-4' / loop.STATE_FILE, weights_only=False)
+    assert 'cuda_rng' in torch.load(tmp_path / 'stopped' / 'checkpoint-4' / loop.STATE_FILE,
+                                    weights_only=False)
     resumed = run(tmp_path / 'stopped')
     assert max((a - b).abs().max().item() for a, b in zip(never_stopped, resumed)) < 1e-4
 
 
-def test_acrobart_a_few_queries_at_a_time_on_the_gpu_trains_as_the_whole_batch(tiny_encoder, tiny_generator_dir,
-                                                                               tmp_path):
+def test_acrobart_a_few_queries_at_a_time_on_the_gpu_trains_as_the_whole_batch(
+        tiny_encoder, tiny_generator_dir, tmp_path):
     """``Acrobart(generator_batch=)`` on CUDA in bf16 (the generator's autocast, the gradient
     handed over by ``_Computed`` on the GPU): groups of 3 of a batch of 7 train as the whole
     batch does. On the CPU the two are equal bit for bit (test_reconstruction); CUDA may pick
@@ -145,17 +155,22 @@ def test_acrobart_a_few_queries_at_a_time_on_the_gpu_trains_as_the_whole_batch(t
     runs = {}
     for generator_batch in (None, 3):
         enc = tiny_encoder(device='cuda')
-        generator = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cuda', precision='bf16',
-                                              max_passage_length=32)
+        generator = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cuda',
+                                              precision='bf16', max_passage_length=32)
         rows = []
         generator.model.register_forward_hook(lambda m, args, kwargs, out: rows.append(
-            next(v for v in [*args, *kwargs.values()] if torch.is_tensor(v)).shape[0]), with_kwargs=True)
-        trainer = Acrobart(enc, generator, coll, k=3, refresh_every=None, batch_size=7, epochs=1, lr=1e-2,
-                           generator_batch=generator_batch, cache_dir=tmp_path / str(generator_batch), verbose=False)
+            next(v for v in [*args, *kwargs.values()] if torch.is_tensor(v)).shape[0]),
+            with_kwargs=True)
+        trainer = Acrobart(enc, generator, coll, k=3, refresh_every=None, batch_size=7, epochs=1,
+                           lr=1e-2, generator_batch=generator_batch,
+                           cache_dir=tmp_path / str(generator_batch), verbose=False)
         trainer.fit(coll.topics().head(14))
-        runs[generator_batch] = ({n: v.detach().cpu().float() for n, v in enc.model.state_dict().items()},
-                                 trainer.beta.item(), [r['loss'] for r in trainer.log if 'loss' in r], rows)
-    (whole, beta_whole, loss_whole, rows_whole), (parts, beta_parts, loss_parts, rows_parts) = runs[None], runs[3]
+        runs[generator_batch] = ({n: v.detach().cpu().float()
+                                  for n, v in enc.model.state_dict().items()},
+                                 trainer.beta.item(),
+                                 [r['loss'] for r in trainer.log if 'loss' in r], rows)
+    (whole, beta_whole, loss_whole, rows_whole), (parts, beta_parts, loss_parts, rows_parts) = \
+        runs[None], runs[3]
     assert max(rows_whole) == 7 and max(rows_parts) == 3
     start = tiny_encoder().model.state_dict()
     assert any(not torch.equal(start[n], whole[n]) for n in whole)  # it trained
@@ -165,10 +180,10 @@ def test_acrobart_a_few_queries_at_a_time_on_the_gpu_trains_as_the_whole_batch(t
     # Adam moves a weight by about lr a step whatever its gradient's size, so a gradient near 0
     # whose sign the kernels flip moves it the other way: a few elements may differ by up to
     # 2 lr a step (an H100 run: 53 elements of the word embeddings by up to .027), all the others
-    # agree closely. Counted among the weights a gradient moved in either run (by 1e-4 or more: weight
-    # decay alone moves one by about 1e-6; most of the word embeddings are of tokens these texts
-    # never use, equal in both runs whatever the code). (Adam hides a gradient scaled as a whole;
-    # the CPU test's bit-equality covers that arithmetic.)
+    # agree closely. Counted among the weights a gradient moved in either run (by 1e-4 or more:
+    # weight decay alone moves one by about 1e-6; most of the word embeddings are of tokens these
+    # texts never use, equal in both runs whatever the code). (Adam hides a gradient scaled as a
+    # whole; the CPU test's bit-equality covers that arithmetic.)
     moved = apart = 0
     for n in whole:
         before = start[n].float().cpu()

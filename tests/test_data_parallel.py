@@ -19,17 +19,19 @@ def _trainer(method: str, tiny_dir: str, generator_dir: str, cache_dir: str, out
     """``method``'s trainer on ADI with the tiny models, dropout off (its masks would differ
     with the split), 2 epochs or refreshes, so that the processes rebuild an index together."""
     torch.manual_seed(0)
-    generator = Generator.from_pretrained(generator_dir, device='cpu', precision='fp32', max_passage_length=32)
-    common = dict(lr=1e-2, epochs=2, output_dir=output_dir, checkpoint_every='epoch', cache_dir=cache_dir,
-                  verbose=False)
+    generator = Generator.from_pretrained(generator_dir, device='cpu', precision='fp32',
+                                          max_passage_length=32)
+    common = dict(lr=1e-2, epochs=2, output_dir=output_dir, checkpoint_every='epoch',
+                  cache_dir=cache_dir, verbose=False)
     if method == 'adjustment':
         from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment
         model = ReAtt.from_pretrained(tiny_dir, retrieval_layer=1, device='cpu', precision='fp32')
-        trainer = CrossDocumentAdjustment(model, generator, 'classic/adi', k=2, batch_size=5, **common)
+        trainer = CrossDocumentAdjustment(
+            model, generator, 'classic/adi', k=2, batch_size=5, **common)
     else:
         from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart
-        model = DualEncoder.from_pretrained(tiny_dir, dim=16, pooling='mean', device='cpu', precision='fp32',
-                                            max_length=48)
+        model = DualEncoder.from_pretrained(tiny_dir, dim=16, pooling='mean', device='cpu',
+                                            precision='fp32', max_length=48)
         trainer = (Rumbart if method == 'rumbart' else Acrobart)(
             model, generator, 'classic/adi', k=3, refresh_every=3, batch_size=7, **common)
     trainer.train_mode = lambda on: model.train_mode(False)
@@ -38,7 +40,8 @@ def _trainer(method: str, tiny_dir: str, generator_dir: str, cache_dir: str, out
 
 def _fit(method, tiny_dir, generator_dir, cache_dir, output_dir):
     """``method`` trained in this process alone: what the two processes must reproduce."""
-    return _trainer(method, tiny_dir, generator_dir, cache_dir, output_dir).fit(Collection('classic/adi').topics())
+    return _trainer(method, tiny_dir, generator_dir, cache_dir, output_dir).fit(
+        Collection('classic/adi').topics())
 
 
 METHODS = ['rumbart', 'acrobart', 'adjustment']
@@ -52,8 +55,8 @@ def _spawned_runs(rank, tiny_dir, generator_dir, base, store):
     dist.init_process_group('gloo', init_method=f'file://{store}', rank=rank, world_size=2)
     try:
         for method in METHODS:
-            _trainer(method, tiny_dir, generator_dir, f'{base}/cache-two-{method}', f'{base}/two-{method}').fit(
-                Collection('classic/adi').topics())
+            _trainer(method, tiny_dir, generator_dir, f'{base}/cache-two-{method}',
+                     f'{base}/two-{method}').fit(Collection('classic/adi').topics())
     finally:
         dist.destroy_process_group()
 
@@ -63,14 +66,16 @@ def two_process_runs(tiny_dir, tiny_generator_dir, tmp_path_factory):
     """Where each method's run on two processes put its cache (``cache-two-<method>``) and its
     model and log (``two-<method>``)."""
     base = tmp_path_factory.mktemp('two-processes')
-    mp.spawn(_spawned_runs, args=(str(tiny_dir), str(tiny_generator_dir['llama']), str(base), str(base / 'store')),
+    mp.spawn(_spawned_runs,
+             args=(str(tiny_dir), str(tiny_generator_dir['llama']), str(base), str(base / 'store')),
              nprocs=2)
     return base
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize('method', METHODS)
-def test_two_processes_train_as_one(tiny_dir, tiny_generator_dir, tmp_path, two_process_runs, method):
+def test_two_processes_train_as_one(tiny_dir, tiny_generator_dir, tmp_path, two_process_runs,
+                                    method):
     args = (method, str(tiny_dir), str(tiny_generator_dir['llama']))
     one = _fit(*args, str(tmp_path / 'cache-one'), str(tmp_path / 'one'))
     ran = two_process_runs / f'two-{method}'
@@ -81,7 +86,8 @@ def test_two_processes_train_as_one(tiny_dir, tiny_generator_dir, tmp_path, two_
     one_model = one.model.model
     start = _trainer(*args, str(tmp_path / 'cache-one'), str(tmp_path / 'unused')).model.model
     # trained (moved from the start by more than the noise tolerated below), and alike
-    assert max((a - b).abs().max().item() for a, b in zip(one_model.parameters(), start.parameters())) > 5e-3
+    assert max((a - b).abs().max().item()
+               for a, b in zip(one_model.parameters(), start.parameters())) > 5e-3
     for (name, a), b in zip(one_model.named_parameters(), two.parameters()):
         if name.endswith('attention.self.key.bias'):
             # the loss does not depend on it (a key bias adds q·b to every key's score alike):
@@ -94,7 +100,8 @@ def test_two_processes_train_as_one(tiny_dir, tiny_generator_dir, tmp_path, two_
     if method == 'acrobart':  # a parameter of the method's own, summed like the model's
         beta = torch.load(ran / 'final' / 'acrobart.pt')['beta']
         torch.testing.assert_close(beta, one.beta.detach(), rtol=1e-3, atol=5e-4)
-    if method != 'acrobart':  # the two processes scored the teacher's pairs between them, none twice
+    if method != 'acrobart':
+        # the two processes scored the teacher's pairs between them, none twice
         import sqlite3
         counts = []
         for cache in (tmp_path / 'cache-one', two_process_runs / f'cache-two-{method}'):
@@ -112,8 +119,8 @@ def _token_index_rank(rank, tiny_dir, path, store):
     try:
         torch.manual_seed(0)
         reatt = ReAtt.from_pretrained(tiny_dir, retrieval_layer=1, device='cpu', precision='fp32')
-        ReAttIndex.build_sharded(path, reatt, Collection('classic/adi').corpus_iter(), rank=rank, world_size=2,
-                                 chunk=16)
+        ReAttIndex.build_sharded(path, reatt, Collection('classic/adi').corpus_iter(), rank=rank,
+                                 world_size=2, chunk=16)
     finally:
         dist.destroy_process_group()
 
@@ -121,18 +128,23 @@ def _token_index_rank(rank, tiny_dir, path, store):
 def test_a_token_index_encoded_in_shards_is_the_one_encoded_whole(tiny_dir, tmp_path):
     torch.manual_seed(0)
     reatt = ReAtt.from_pretrained(str(tiny_dir), retrieval_layer=1, device='cpu', precision='fp32')
-    whole = ReAttIndex.build(tmp_path / 'whole', reatt, Collection('classic/adi').corpus_iter(), ivf=False)
-    # ADI's 82 documents in chunks of 16: rank 0 encodes chunks 0, 2, 4, rank 1 chunks 1, 3, 5 (of 2)
-    mp.spawn(_token_index_rank, args=(str(tiny_dir), str(tmp_path / 'sharded'), str(tmp_path / 'store')), nprocs=2)
+    whole = ReAttIndex.build(tmp_path / 'whole', reatt, Collection('classic/adi').corpus_iter(),
+                             ivf=False)
+    # ADI's 82 documents in chunks of 16: rank 0 encodes chunks 0, 2, 4,
+    # rank 1 chunks 1, 3, 5 (of 2)
+    mp.spawn(_token_index_rank,
+             args=(str(tiny_dir), str(tmp_path / 'sharded'), str(tmp_path / 'store')), nprocs=2)
     sharded = ReAttIndex(tmp_path / 'sharded')
     assert sharded.docnos.tolist() == whole.docnos.tolist()
     np.testing.assert_array_equal(sharded.offsets, whole.offsets)
-    np.testing.assert_allclose(sharded.keys32, whole.keys32, atol=2e-3)  # (fp16 keys; 1 thread against 2)
+    # (fp16 keys; 1 thread against 2)
+    np.testing.assert_allclose(sharded.keys32, whole.keys32, atol=2e-3)
     assert sharded.meta['documents'] == 82 and sharded.meta['tokens'] == whole.meta['tokens']
     assert not list(tmp_path.glob('sharded.rank-*'))
 
 
-def test_a_method_without_data_parallel_refuses_several_processes(monkeypatch, tiny_encoder, cache_dir):
+def test_a_method_without_data_parallel_refuses_several_processes(monkeypatch, tiny_encoder,
+                                                                  cache_dir):
     from pyterrier_selfsup.training import loop
 
     class OneProcessOnly(Trainer):

@@ -20,7 +20,8 @@ def adi_dense(cache_dir):
 def test_index_holds_the_model_cards_embeddings(adi_dense):
     # mean pooling + L2 normalisation, as sentence-transformers itself computes them
     docs = list(Collection('classic/adi').corpus_iter())
-    reference = SentenceTransformer(MINILM, device='cpu').encode([d['text'] for d in docs], normalize_embeddings=True)
+    reference = SentenceTransformer(MINILM, device='cpu').encode([d['text'] for d in docs],
+                                                                 normalize_embeddings=True)
     docnos, vectors, meta = adi_dense.index.payload()
     assert list(docnos) == [d['docno'] for d in docs]
     np.testing.assert_allclose(vectors, reference, atol=1e-5)
@@ -34,7 +35,8 @@ def test_adi_effectiveness(adi_dense):
 
 
 def test_index_is_reused(adi_dense, cache_dir, monkeypatch):
-    monkeypatch.setattr('pyterrier_dr.FlexIndex.index', lambda *a, **k: pytest.fail('index rebuilt'))
+    monkeypatch.setattr('pyterrier_dr.FlexIndex.index',
+                        lambda *a, **k: pytest.fail('index rebuilt'))
     again = DenseRetriever.from_collection('classic/adi', max_length=256, cache_dir=cache_dir)
     assert again.index.index_path == adi_dense.index.index_path
 
@@ -47,8 +49,8 @@ def test_scores_are_cosines_ranked(adi_dense):
     assert 'query_vec' not in results.columns
 
 
-def test_stored_vector_reranking_scores_as_reencoding_does_without_encoding_a_passage(adi_dense, cache_dir,
-                                                                                         monkeypatch):
+def test_stored_vector_reranking_scores_as_reencoding_does_without_encoding_a_passage(
+        adi_dense, cache_dir, monkeypatch):
     from pyterrier_selfsup import BM25
     coll = Collection('classic/adi')
     first_stage = BM25.from_collection(coll, cache_dir=cache_dir) % 20
@@ -56,7 +58,8 @@ def test_stored_vector_reranking_scores_as_reencoding_does_without_encoding_a_pa
     encoded = []
     original = type(adi_dense.encoder).encode_docs
     monkeypatch.setattr(type(adi_dense.encoder), 'encode_docs',
-                        lambda self, texts, *a, **k: encoded.extend(texts) or original(self, texts, *a, **k))
+                        lambda self, texts, *a, **k: (encoded.extend(texts)
+                                                      or original(self, texts, *a, **k)))
     candidates = first_stage(coll.topics())
     # a first stage's own docids (here: the reverse order) must not be read as the index's
     stored = adi_dense.scorer()(candidates.assign(docid=np.arange(len(candidates))[::-1]))
@@ -80,7 +83,8 @@ def test_bad_input(adi_dense):
 def test_a_query_without_text_retrieves_nothing_from_every_retriever(adi_dense, cache_dir):
     from pyterrier_selfsup import BM25
     bm25 = BM25.from_collection('classic/adi', cache_dir=cache_dir)
-    topics = pd.DataFrame({'qid': ['1', '2', '3', '4'], 'query': ['computer indexing', None, float('nan'), '  ']})
+    topics = pd.DataFrame({'qid': ['1', '2', '3', '4'],
+                           'query': ['computer indexing', None, float('nan'), '  ']})
     for retriever in (bm25, adi_dense):
         results = retriever % 5
         out = results(topics)
@@ -95,7 +99,8 @@ def test_search_auto_is_exact_below_the_threshold_and_ivf_from_it(adi_dense, mon
     assert dense.resolve_search('hnsw', adi_dense.index) == 'hnsw'
     with pytest.raises(ValueError, match='search must be one of'):
         dense.resolve_search('annoy', adi_dense.index)
-    assert [dense.ivf_n_list(n) for n in (82, 10_000, 1_000_000, 8_841_823)] == [16, 128, 1024, 4096]
+    assert ([dense.ivf_n_list(n) for n in (82, 10_000, 1_000_000, 8_841_823)]
+            == [16, 128, 1024, 4096])
 
 
 def test_approximate_search_scores_as_exact_search_does(adi_dense, cache_dir):
@@ -104,18 +109,22 @@ def test_approximate_search_scores_as_exact_search_does(adi_dense, cache_dir):
     topics = coll.topics()
     exact = adi_dense(topics)
     exact_scores = exact.set_index(['qid', 'docno'])['score']
-    hnsw = DenseRetriever.from_collection('classic/adi', max_length=256, search='hnsw', cache_dir=cache_dir)
-    ivf = DenseRetriever.from_collection('classic/adi', max_length=256, search='ivf', cache_dir=cache_dir)
+    hnsw = DenseRetriever.from_collection('classic/adi', max_length=256, search='hnsw',
+                                          cache_dir=cache_dir)
+    ivf = DenseRetriever.from_collection('classic/adi', max_length=256, search='ivf',
+                                         cache_dir=cache_dir)
     for approximate in (hnsw, ivf):
         out = approximate(topics)
         assert list(out.columns) == list(exact.columns)
         # flat storage: each passage found is scored by its exact dot product, ranked from 0
-        np.testing.assert_allclose(out['score'], exact_scores.loc[list(zip(out['qid'], out['docno']))], atol=1e-5)
+        np.testing.assert_allclose(out['score'],
+                                   exact_scores.loc[list(zip(out['qid'], out['docno']))], atol=1e-5)
         assert (out.groupby('qid')['rank'].min() == 0).all()
     # HNSW searching a beam wider than the corpus finds every passage: exact search's ranking
     hnsw_out = hnsw(topics)
     assert hnsw_out.groupby('qid').size().min() == 82
-    assert hnsw_out.groupby('qid')['docno'].apply(list).equals(exact.groupby('qid')['docno'].apply(list))
+    assert (hnsw_out.groupby('qid')['docno'].apply(list)
+            .equals(exact.groupby('qid')['docno'].apply(list)))
     # IVF: the posting lists FlexIndex names (√82 -> 16), a sixteenth of them probed, so it sees
     # only part of the corpus: fewer results a query than exact search
     faiss_index = ivf._pipeline[-1].faiss_index
@@ -123,9 +132,11 @@ def test_approximate_search_scores_as_exact_search_does(adi_dense, cache_dir):
     assert ivf(topics).groupby('qid').size().max() < 82 == exact.groupby('qid').size().min()
     assert ivf.fuse_rank_cutoff(5).search == 'ivf'  # a rank cut-off keeps the search
     assert hnsw.fuse_rank_cutoff(5) is None  # a narrower beam could change HNSW's top 5
-    # FlexIndex's retrievers read the structures built here (dense.prebuild_ann, which writes them under
-    # FlexIndex's own file names): had pyterrier-dr renamed its files, it would have built its own beside them
-    built = {dense.prebuild_ann(approximate.index, approximate.search).name for approximate in (hnsw, ivf)}
+    # FlexIndex's retrievers read the structures built here (dense.prebuild_ann, which writes
+    # them under FlexIndex's own file names): had pyterrier-dr renamed its files, it would have
+    # built its own beside them
+    built = {dense.prebuild_ann(approximate.index, approximate.search).name
+             for approximate in (hnsw, ivf)}
     assert {p.name for p in Path(ivf.index.index_path).glob('*.faiss')} == built
 
 
@@ -139,8 +150,8 @@ def _encode_rank(rank: int, world_size: int, store: str, path: str, chunk: int, 
     dist.init_process_group('gloo', init_method=f'file://{store}', rank=rank, world_size=world_size)
     try:
         encoder = tiny_dual_encoder(tiny_dir)
-        index = encode_sharded(path, Collection('classic/adi'), encoder, rank=rank, world_size=world_size,
-                               chunk=chunk)
+        index = encode_sharded(path, Collection('classic/adi'), encoder, rank=rank,
+                               world_size=world_size, chunk=chunk)
         assert len(index) == 82
     finally:
         dist.destroy_process_group()
@@ -152,13 +163,16 @@ def test_sharded_encoding_equals_one_process(tmp_path, tiny_dir):
     from pyterrier_dr import FlexIndex
 
     from pyterrier_selfsup.retrieval.dense import encode_into
-    # 82 passages in chunks of 16: rank 0 encodes chunks 0, 2, 4 (48 passages), rank 1 chunks 1, 3, 5 (34)
-    mp.spawn(_encode_rank, args=(2, str(tmp_path / 'store'), str(tmp_path / 'sharded.flex'), 16, str(tiny_dir)),
+    # 82 passages in chunks of 16: rank 0 encodes chunks 0, 2, 4 (48 passages),
+    # rank 1 chunks 1, 3, 5 (34)
+    mp.spawn(_encode_rank,
+             args=(2, str(tmp_path / 'store'), str(tmp_path / 'sharded.flex'), 16, str(tiny_dir)),
              nprocs=2)
     encoder = tiny_dual_encoder(tiny_dir)
     one = encode_into(tmp_path / 'one.flex', Collection('classic/adi'), encoder, chunk=16)
     sharded_docnos, sharded, _ = FlexIndex(str(tmp_path / 'sharded.flex')).payload()
     one_docnos, reference, _ = one.payload()
-    assert list(sharded_docnos) == list(one_docnos) == [d['docno'] for d in Collection('classic/adi').corpus_iter()]
+    assert (list(sharded_docnos) == list(one_docnos)
+            == [d['docno'] for d in Collection('classic/adi').corpus_iter()])
     np.testing.assert_allclose(sharded, reference, atol=1e-6)
     assert not (tmp_path / 'sharded.flex.shards').exists()  # the shard files are gone

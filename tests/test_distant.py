@@ -24,10 +24,12 @@ class Untouchable:
 def test_in_batch_loss_by_hand():
     q = torch.tensor([[1., 0.], [0., 1.]])
     p = torch.tensor([[1., 0.], [.5, .5], [0., 2.]])  # two positives, then one shared negative
-    expected = (-math.log(math.e ** 2 / (math.e ** 2 + math.e + 1)) - math.log(math.e / (1 + math.e + math.e ** 4))) / 2
+    expected = (-math.log(math.e ** 2 / (math.e ** 2 + math.e + 1))
+                - math.log(math.e / (1 + math.e + math.e ** 4))) / 2
     assert in_batch_loss(q, p, 0.5).item() == pytest.approx(expected, rel=1e-6)
     excluded = torch.tensor([[False, False, False], [False, False, True]])
-    expected = (-math.log(math.e ** 2 / (math.e ** 2 + math.e + 1)) - math.log(math.e / (1 + math.e))) / 2
+    expected = (-math.log(math.e ** 2 / (math.e ** 2 + math.e + 1))
+                - math.log(math.e / (1 + math.e))) / 2
     assert in_batch_loss(q, p, 0.5, excluded).item() == pytest.approx(expected, rel=1e-6)
 
 
@@ -37,7 +39,8 @@ def test_positives_are_bm25_top1_never_the_source(cache_dir):
     topics = coll.topics()
     examples = trainer.examples(topics)
     from pyterrier_selfsup import BM25
-    top1 = BM25.from_collection(coll, cache_dir=cache_dir)(topics).query('rank == 0').set_index('qid')['docno']
+    top1 = (BM25.from_collection(coll, cache_dir=cache_dir)(topics).query('rank == 0')
+            .set_index('qid')['docno'])
     assert {e.qid: trainer.positive(e) for e in examples} == top1.to_dict()
     sents = corpus_sentences(coll, 30, seed=0)
     for e, source in zip(trainer.examples(sents), sents['source_docno']):
@@ -58,9 +61,9 @@ def test_duplicate_positives_are_not_negatives(tiny_encoder, cache_dir):
 @pytest.mark.parametrize('negatives', ['none', 'random', 'bm25', 'retriever'])
 def test_loss_falls_on_a_toy_corpus(tiny_encoder, cache_dir, tmp_path, negatives):
     coll = Collection('classic/adi')
-    trainer = DistantSupervision(tiny_encoder(max_length=64), coll, negatives=negatives, batch_size=7, epochs=8, lr=3e-3,
-                                 output_dir=tmp_path, cache_dir=cache_dir, verbose=False,
-                                 draw_curve=plot_training_curve)
+    trainer = DistantSupervision(tiny_encoder(max_length=64), coll, negatives=negatives,
+                                 batch_size=7, epochs=8, lr=3e-3, output_dir=tmp_path,
+                                 cache_dir=cache_dir, verbose=False, draw_curve=plot_training_curve)
     trainer.fit(coll.topics(), Untouchable())
     losses = [r['loss'] for r in trainer.log if 'loss' in r]
     assert len(losses) == 8 * 35 // 7
@@ -75,21 +78,24 @@ def test_loss_falls_on_a_toy_corpus(tiny_encoder, cache_dir, tmp_path, negatives
 
 def test_accumulation_steps(tiny_encoder, cache_dir):
     coll = Collection('classic/adi')
-    trainer = DistantSupervision(tiny_encoder(max_length=64), coll, batch_size=4, accumulation=3, epochs=1, cache_dir=cache_dir,
-                                 verbose=False)
+    trainer = DistantSupervision(tiny_encoder(max_length=64), coll, batch_size=4, accumulation=3,
+                                 epochs=1, cache_dir=cache_dir, verbose=False)
     trainer.fit(coll.topics())
     assert len(trainer.log) == math.ceil(math.ceil(35 / 4) / 3)  # 9 batches, 3 optimiser steps
 
 
 def test_resumed_run_continues_with_the_same_losses(tiny_encoder, cache_dir, tmp_path):
     coll = Collection('classic/adi')
-    settings = dict(negatives='bm25', batch_size=8, epochs=3, lr=3e-4, accumulation=2, cache_dir=cache_dir,
-                    verbose=False, checkpoint_every=3)
-    full = DistantSupervision(tiny_encoder(max_length=64), coll, output_dir=tmp_path / 'full', **settings).fit(coll.topics())
-    resumed = DistantSupervision(tiny_encoder(max_length=64), coll, output_dir=tmp_path / 'resumed', **settings)
+    settings = dict(negatives='bm25', batch_size=8, epochs=3, lr=3e-4, accumulation=2,
+                    cache_dir=cache_dir, verbose=False, checkpoint_every=3)
+    full = DistantSupervision(tiny_encoder(max_length=64), coll, output_dir=tmp_path / 'full',
+                              **settings).fit(coll.topics())
+    resumed = DistantSupervision(tiny_encoder(max_length=64), coll, output_dir=tmp_path / 'resumed',
+                                 **settings)
     resumed.fit(coll.topics(), resume_from=tmp_path / 'full' / 'checkpoint-3')
     assert [r['step'] for r in resumed.log] == [r['step'] for r in full.log]
-    np.testing.assert_allclose([r['loss'] for r in resumed.log], [r['loss'] for r in full.log], rtol=1e-5)
+    np.testing.assert_allclose([r['loss'] for r in resumed.log], [r['loss'] for r in full.log],
+                               rtol=1e-5)
     for a, b in zip(full.encoder.model.parameters(), resumed.encoder.model.parameters()):
         torch.testing.assert_close(a, b)
 
@@ -97,8 +103,8 @@ def test_resumed_run_continues_with_the_same_losses(tiny_encoder, cache_dir, tmp
 def test_validation_is_logged_and_leaves_no_index(tiny_encoder, tmp_path):
     coll = Collection('classic/adi')
     cache = tmp_path / 'cache'
-    trainer = DistantSupervision(tiny_encoder(max_length=64), coll, batch_size=7, epochs=2, lr=3e-3, output_dir=tmp_path / 'out',
-                                 cache_dir=cache, verbose=True)
+    trainer = DistantSupervision(tiny_encoder(max_length=64), coll, batch_size=7, epochs=2, lr=3e-3,
+                                 output_dir=tmp_path / 'out', cache_dir=cache, verbose=True)
     trainer.fit(coll.topics(), None, coll.topics(), coll.qrels())
     validation = [r['validation nDCG@10'] for r in trainer.log if 'validation nDCG@10' in r]
     assert len(validation) == 2 and all(0 < v < 1 for v in validation)

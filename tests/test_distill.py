@@ -20,13 +20,14 @@ from pyterrier_selfsup._distributed import distributed
 from pyterrier_selfsup.data.queries import Query, corpus_sentences, cropped_spans
 from pyterrier_selfsup.retrieval.fusion import Fusion, fuse, softmax_by_query, zscores
 from pyterrier_selfsup.training.distill import Distillation
-from pyterrier_selfsup.training.losses import (candidate_table, distillation_loss, listwise_kl, margin_mse,
-                                               top1_agreement, top_overlap)
+from pyterrier_selfsup.training.losses import (candidate_table, distillation_loss, listwise_kl,
+                                               margin_mse, top1_agreement, top_overlap)
 
 from tests.helpers import central_difference, free_port, stopped_at_step, tiny_dual_encoder
 
-# these tests pin the trainer as it was before passage offsets and the verdict became its defaults (the
-# shipped settings, pyterrier_selfsup.training.settings): their numbers were measured without them
+# these tests pin the trainer as it was before passage offsets and the verdict became its
+# defaults (the shipped settings, pyterrier_selfsup.training.settings): their numbers were
+# measured without them
 BEFORE_OFFSETS = dict(passage_offsets=None, verdict_share=0.0)
 
 
@@ -78,8 +79,10 @@ def test_reranker_scores_only_the_fused_top(monkeypatch):
     fused = Fusion({'bm25': Frame(bm25)}, rerankers={'gen': Reranker()}, rerank_depth=2)(
         pd.DataFrame({'qid': ['q'], 'query': ['x']}))
     assert sorted(seen) == ['a', 'b']
-    assert fused['docno'].tolist()[:2] == ['b', 'a']  # the re-ranker's preference turned the top two
-    assert fused.set_index('docno')['z_gen'].to_dict() == pytest.approx({'a': -1, 'b': 1, 'c': -1, 'd': -1})
+    # the re-ranker's preference turned the top two
+    assert fused['docno'].tolist()[:2] == ['b', 'a']
+    assert fused.set_index('docno')['z_gen'].to_dict() == pytest.approx(
+        {'a': -1, 'b': 1, 'c': -1, 'd': -1})
 
 
 def test_listwise_kl_against_brute_force_with_gradients():
@@ -95,7 +98,8 @@ def test_listwise_kl_against_brute_force_with_gradients():
         for i in range(3):
             keep = [j for j in range(5) if not excluded[i, j]]
             z = sum(math.exp(logits[i, j].item()) for j in keep)
-            total += sum(target[i, j].item() * math.log(target[i, j].item() / (math.exp(logits[i, j].item()) / z))
+            total += sum(target[i, j].item()
+                         * math.log(target[i, j].item() / (math.exp(logits[i, j].item()) / z))
                          for j in keep if target[i, j] > 0)
         return total / 3
 
@@ -103,10 +107,12 @@ def test_listwise_kl_against_brute_force_with_gradients():
     assert loss.item() == pytest.approx(brute(), rel=1e-10)
     loss.backward()
     for index in [(0, 0), (0, 4), (1, 2), (2, 3)]:
-        numeric = central_difference(lambda: listwise_kl(logits, target, excluded), logits, index, 1e-6)
+        numeric = central_difference(lambda: listwise_kl(logits, target, excluded), logits,
+                                     index, 1e-6)
         assert logits.grad[index].item() == pytest.approx(numeric, rel=1e-6, abs=1e-9)
     assert logits.grad[0, 3].item() == 0 and logits.grad[2, 0].item() == 0  # excluded: no gradient
-    assert torch.autograd.gradcheck(lambda x: listwise_kl(x, target, excluded), (logits.detach().requires_grad_(),))
+    assert torch.autograd.gradcheck(lambda x: listwise_kl(x, target, excluded),
+                                    (logits.detach().requires_grad_(),))
 
 
 def test_margin_mse_against_brute_force_with_gradients():
@@ -119,12 +125,14 @@ def test_margin_mse_against_brute_force_with_gradients():
         rows = []
         for i in range(2):
             idx = [j for j in range(4) if valid[i, j]]
-            pairs = [((s[i, a] - s[i, b]) - (t[i, a] - t[i, b])).item() ** 2 for a in idx for b in idx if a != b]
+            pairs = [((s[i, a] - s[i, b]) - (t[i, a] - t[i, b])).item() ** 2
+                     for a in idx for b in idx if a != b]
             rows.append(sum(pairs) / len(pairs))
         return sum(rows) / 2
 
     assert margin_mse(s, t, valid).item() == pytest.approx(brute(), rel=1e-10)
-    assert torch.autograd.gradcheck(lambda x: margin_mse(x, t, valid), (s.detach().requires_grad_(),))
+    assert torch.autograd.gradcheck(lambda x: margin_mse(x, t, valid),
+                                    (s.detach().requires_grad_(),))
 
 
 def test_the_candidate_table_lays_out_each_querys_teacher_scores_and_what_it_may_not_rank():
@@ -133,23 +141,27 @@ def test_the_candidate_table_lays_out_each_querys_teacher_scores_and_what_it_may
     assert table.docnos == ['a', 'b', 'c']
     assert table.own.tolist() == [[True, True, False], [False, True, True]]
     assert table.teacher.tolist() == [[1.0, 0.0, 0.0], [0.0, 0.5, 1.5]]
-    assert table.shut.tolist() == [[False, False, True], [False, False, False]]  # in-batch: the rest is open
+    # in-batch: the rest is open
+    assert table.shut.tolist() == [[False, False, True], [False, False, False]]
     own_only = candidate_table(rankings, [frozenset({'c'}), frozenset()], 2.0, own_only=True)
     assert own_only.shut.tolist() == [[False, False, True], [True, False, False]]
     assert own_only.rows([1], 'cpu').own.tolist() == [[False, True, True]]
 
 
 def test_the_distillation_loss_is_the_kl_or_margin_mse_of_the_tables_rows_over_the_count():
-    table = candidate_table([(['a', 'b'], np.array([2.0, 0.0])), (['b', 'c'], np.array([1.0, 3.0]))],
+    table = candidate_table([(['a', 'b'], np.array([2.0, 0.0])),
+                             (['b', 'c'], np.array([1.0, 3.0]))],
                             [frozenset(), frozenset()], 1.0, own_only=False)
     student = torch.tensor([[0.5, -0.5, 0.0], [1.0, 3.0, 2.0]])
     teacher = torch.softmax(table.teacher.masked_fill(~table.own, float('-inf')), -1).float()
     kl = distillation_loss(student, table.teacher, table.own, table.shut, 'kl', counted=4)
     torch.testing.assert_close(kl, listwise_kl(student, teacher, table.shut) * 2 / 4)
     mse = distillation_loss(student, table.teacher, table.own, table.shut, 'margin_mse', counted=2)
-    # row 0: (0.5 - -0.5) - (2 - 0) = -1; row 1: (3 - 2) - (1 - 3) = 3: each squared, summed over 2 rows
+    # row 0: (0.5 - -0.5) - (2 - 0) = -1; row 1: (3 - 2) - (1 - 3) = 3:
+    # each squared, summed over 2 rows
     assert mse.item() == pytest.approx((1.0 + 9.0) / 2)
-    assert top1_agreement(student, table.teacher, table.own) == 0.5  # row 0 agrees on a; row 1: b against c
+    # row 0 agrees on a; row 1: b against c
+    assert top1_agreement(student, table.teacher, table.own) == 0.5
 
 
 def test_top_overlap():
@@ -173,8 +185,9 @@ def test_round_trip_filter_keeps_and_drops_planted_queries(tiny_encoder, cache_d
         'query': [words[0], words[1], words[2], words[3]],
         'source_docno': [docnos[0], docnos[1], docnos[3], docnos[2]]})
     # (queries written for a passage: filtered, and each may retrieve its own passage)
-    trainer = Distillation(tiny_encoder(max_length=64), coll, _teacher(coll, cache_dir), queries='generated',
-                           filter_depth=1, **BEFORE_OFFSETS, cache_dir=cache_dir, verbose=False)
+    trainer = Distillation(tiny_encoder(max_length=64), coll, _teacher(coll, cache_dir),
+                           queries='generated', filter_depth=1, **BEFORE_OFFSETS,
+                           cache_dir=cache_dir, verbose=False)
     kept = trainer.examples(topics)
     assert [q.qid for q in kept] == ['own-0', 'own-1']
     assert all(not q.excluded for q in kept)  # a query written for its passage may retrieve it
@@ -182,20 +195,21 @@ def test_round_trip_filter_keeps_and_drops_planted_queries(tiny_encoder, cache_d
 
 
 def _distill(encoder, coll, cache_dir, **kwargs):
-    settings = dict(depth=10, batch_size=8, lr=3e-4, epochs=3, seed=0, **BEFORE_OFFSETS, cache_dir=cache_dir,
-                    verbose=False)
+    settings = dict(depth=10, batch_size=8, lr=3e-4, epochs=3, seed=0, **BEFORE_OFFSETS,
+                    cache_dir=cache_dir, verbose=False)
     return Distillation(encoder, coll, _teacher(coll, cache_dir), **{**settings, **kwargs})
 
 
-def test_rounds_move_the_student_towards_its_teacher_and_resume_exactly(tiny_encoder, cache_dir, tmp_path,
-                                                                       monkeypatch):
+def test_rounds_move_the_student_towards_its_teacher_and_resume_exactly(tiny_encoder, cache_dir,
+                                                                        tmp_path, monkeypatch):
     coll = Collection('classic/adi')
     topics = coll.topics()
     full = _distill(tiny_encoder(max_length=64), coll, cache_dir, output_dir=tmp_path / 'full',
                     checkpoint_every='epoch').fit(topics)
     rounds = [r for r in full.log if 'round' in r]
     assert [r['round'] for r in rounds] == [0, 1, 2]
-    assert all(0 < r['teacher overlap'] < 1 for r in rounds[1:])  # the student re-entered its teacher
+    # the student re-entered its teacher
+    assert all(0 < r['teacher overlap'] < 1 for r in rounds[1:])
     assert len([r for r in full.log if 'loss' in r]) == 3 * math.ceil(35 / 8)
     # the passage tower stayed as it was: the student searches the start's index
     start = tiny_encoder(max_length=64)
@@ -209,7 +223,8 @@ def test_rounds_move_the_student_towards_its_teacher_and_resume_exactly(tiny_enc
     resumed = _distill(tiny_encoder(max_length=64), coll, cache_dir, output_dir=tmp_path / 'cut',
                        checkpoint_every='epoch')
     resumed.fit(topics, resume_from=tmp_path / 'cut' / f'checkpoint-{2 * math.ceil(35 / 8)}')
-    assert [r['step'] for r in resumed.log if 'loss' in r] == [r['step'] for r in full.log if 'loss' in r]
+    assert ([r['step'] for r in resumed.log if 'loss' in r]
+            == [r['step'] for r in full.log if 'loss' in r])
     for a, b in zip(full.encoder.model.parameters(), resumed.encoder.model.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
@@ -218,9 +233,9 @@ def test_rounds_move_the_student_towards_its_teacher_and_resume_exactly(tiny_enc
 def test_the_student_learns_a_fixed_teacher(tiny_encoder, cache_dir, loss, train_passages):
     coll = Collection('classic/adi')
     bm25 = Fusion({'bm25': BM25.from_collection(coll, num_results=100, cache_dir=cache_dir)})
-    trainer = Distillation(tiny_encoder(max_length=64), coll, bm25, depth=10, batch_size=7, lr=1e-2, epochs=6,
-                           loss=loss, train_passages=train_passages, **BEFORE_OFFSETS, cache_dir=cache_dir,
-                           verbose=False)
+    trainer = Distillation(tiny_encoder(max_length=64), coll, bm25, depth=10, batch_size=7, lr=1e-2,
+                           epochs=6, loss=loss, train_passages=train_passages, **BEFORE_OFFSETS,
+                           cache_dir=cache_dir, verbose=False)
     start = tiny_encoder(max_length=64)
     trainer.fit(coll.topics())
     # both towers train (tied), or the passage tower stays the start's
@@ -235,12 +250,14 @@ def test_the_student_learns_a_fixed_teacher(tiny_encoder, cache_dir, loss, train
 
 def test_a_batch_without_negatives_takes_no_step(tiny_encoder, cache_dir):
     coll = Collection('classic/adi')
-    trainer = _distill(tiny_encoder(max_length=64), coll, cache_dir, depth=1, in_batch=False, epochs=1)
+    trainer = _distill(tiny_encoder(max_length=64), coll, cache_dir, depth=1, in_batch=False,
+                       epochs=1)
     q = Query('x', 'automatic indexing', frozenset())
     trainer.state['targets'] = {'x': (['1'], np.array([1.0]))}
     assert trainer.loss([q], np.random.default_rng(0)) is None
     before = [p.detach().clone() for p in trainer.encoder.model.parameters()]
-    trainer.fit(coll.topics().head(9))  # every batch has one candidate a query and no in-batch negative
+    # every batch has one candidate a query and no in-batch negative
+    trainer.fit(coll.topics().head(9))
     assert not [r for r in trainer.log if 'loss' in r]
     for a, b in zip(before, trainer.encoder.model.parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
@@ -271,13 +288,15 @@ def test_exported_model_loads_in_sentence_transformers(tmp_path, cache_dir):
     from sentence_transformers import SentenceTransformer
     coll = Collection('classic/adi')
     encoder = DualEncoder.from_pretrained(MINILM, precision='fp32')
-    trainer = Distillation(encoder, coll, _teacher(coll, cache_dir), depth=10, batch_size=16, lr=1e-4, epochs=1,
-                           **BEFORE_OFFSETS, output_dir=tmp_path / 'run', cache_dir=cache_dir, verbose=False)
+    trainer = Distillation(encoder, coll, _teacher(coll, cache_dir), depth=10, batch_size=16,
+                           lr=1e-4, epochs=1, **BEFORE_OFFSETS, output_dir=tmp_path / 'run',
+                           cache_dir=cache_dir, verbose=False)
     trainer.fit(coll.topics())
     final = tmp_path / 'run' / 'final'
     model = SentenceTransformer(str(final), device='cpu')
     queries, docs = coll.topics()['query'].tolist()[:4], coll.texts(['1', '2', '3'])
-    np.testing.assert_allclose(model.encode_query(queries), encoder.encode_queries(queries), atol=1e-5)
+    np.testing.assert_allclose(model.encode_query(queries), encoder.encode_queries(queries),
+                               atol=1e-5)
     np.testing.assert_allclose(model.encode_document(docs), encoder.encode_docs(docs), atol=1e-5)
     # the query tower moved, the document tower did not
     assert np.abs(model.encode_query(queries) - model.encode_document(queries)).max() > 1e-3
@@ -285,7 +304,8 @@ def test_exported_model_loads_in_sentence_transformers(tmp_path, cache_dir):
         DualEncoder.from_pretrained(MINILM).passage_fingerprint()
 
 
-def test_teacher_with_the_generator_scores_only_its_fused_top_and_caches(tiny_generator, cache_dir, tmp_path):
+def test_teacher_with_the_generator_scores_only_its_fused_top_and_caches(tiny_generator, cache_dir,
+                                                                         tmp_path):
     from pyterrier_selfsup.harness.trained import parse_teacher, teacher_pipeline
     assert parse_teacher('2*bm25+student+gen') == {'bm25': 2.0, 'student': 1.0, 'gen': 1.0}
     with pytest.raises(ValueError, match='not one of'):
@@ -302,18 +322,22 @@ def test_teacher_with_the_generator_scores_only_its_fused_top_and_caches(tiny_ge
         # the generator judged BM25's top 10 (z spread over them); the rest sit at its lowest z
         assert scored['z_gen'].std() > 0
         assert (group[~group['docno'].isin(top10)]['z_gen'] == scored['z_gen'].min()).all()
-        assert group['score'].to_numpy() == pytest.approx((group['z_bm25'] + group['z_gen']).to_numpy())
-    assert any((tmp_path / 'generator-scores').rglob('*'))  # its scores are cached for the next round
+        assert group['score'].to_numpy() == pytest.approx(
+            (group['z_bm25'] + group['z_gen']).to_numpy())
+    # its scores are cached for the next round
+    assert any((tmp_path / 'generator-scores').rglob('*'))
 
 
-def _fit_fixed_teacher(tiny_dir: str, cache_dir: str, output_dir: str, loss: str, train_passages: bool,
-                       rank: int = 0, world_size: int = 1, store: str = '', stop_at: int = 0):
+def _fit_fixed_teacher(tiny_dir: str, cache_dir: str, output_dir: str, loss: str,
+                       train_passages: bool, rank: int = 0, world_size: int = 1, store: str = '',
+                       stop_at: int = 0):
     """Distillation of BM25 into the tiny encoder on ADI (:func:`_distil_fixed_teacher`), in one
     process or as ``rank`` of ``world_size`` (gloo)."""
     import torch.distributed as dist
     if world_size > 1:
         torch.set_num_threads(1)
-        dist.init_process_group('gloo', init_method=f'file://{store}', rank=rank, world_size=world_size)
+        dist.init_process_group('gloo', init_method=f'file://{store}', rank=rank,
+                                world_size=world_size)
     try:
         return _distil_fixed_teacher(tiny_dir, cache_dir, output_dir, loss, train_passages, stop_at)
     finally:
@@ -321,8 +345,9 @@ def _fit_fixed_teacher(tiny_dir: str, cache_dir: str, output_dir: str, loss: str
             dist.destroy_process_group()
 
 
-def _distil_fixed_teacher(tiny_dir: str, cache_dir: str, output_dir: str, loss: str, train_passages: bool,
-                          stop_at: int = 0, kill_at: int = 0, killed: str = ''):
+def _distil_fixed_teacher(tiny_dir: str, cache_dir: str, output_dir: str, loss: str,
+                          train_passages: bool, stop_at: int = 0, kill_at: int = 0,
+                          killed: str = ''):
     """Distillation of BM25 into the tiny encoder on ADI, in this process (or as its rank of
     the process group it is in), resuming from the last checkpoint in ``output_dir`` if there
     is one; dropout off, so that one process and several can agree exactly. ``stop_at``: every
@@ -339,9 +364,10 @@ def _distil_fixed_teacher(tiny_dir: str, cache_dir: str, output_dir: str, loss: 
         trainer = DistantSupervision(encoder, coll, **common)
     else:
         bm25 = Fusion({'bm25': BM25.from_collection(coll, num_results=100, cache_dir=cache_dir)})
-        trainer = Distillation(encoder, coll, bm25, depth=10, loss=loss, train_passages=train_passages,
-                               **BEFORE_OFFSETS, **common)
-    trainer.train_mode = lambda on: encoder.train_mode(False)  # no dropout: the masks differ with the split
+        trainer = Distillation(encoder, coll, bm25, depth=10, loss=loss,
+                               train_passages=train_passages, **BEFORE_OFFSETS, **common)
+    # no dropout: the masks differ with the split
+    trainer.train_mode = lambda on: encoder.train_mode(False)
     if kill_at and distributed()[0] == 1:
         loss_of, calls = trainer.loss, []
 
@@ -390,16 +416,19 @@ def two_process_runs(tiny_dir, cache_dir, tmp_path_factory):
     import torch.multiprocessing as mp
     base = tmp_path_factory.mktemp('two-processes')
     # 35 queries in batches of 7: rank 0 computes rows 0, 2, 4, 6 of each batch, rank 1 rows 1, 3, 5
-    mp.spawn(_spawned_runs, args=(str(tiny_dir), str(cache_dir), str(base), str(base / 'store')), nprocs=2)
+    mp.spawn(_spawned_runs, args=(str(tiny_dir), str(cache_dir), str(base), str(base / 'store')),
+             nprocs=2)
     return base
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize('loss, train_passages', TWO_PROCESS_RUNS)
-def test_two_processes_train_as_one(tiny_dir, cache_dir, tmp_path, two_process_runs, loss, train_passages):
+def test_two_processes_train_as_one(tiny_dir, cache_dir, tmp_path, two_process_runs, loss,
+                                    train_passages):
     import json
 
-    one = _fit_fixed_teacher(str(tiny_dir), str(cache_dir), str(tmp_path / 'one'), loss, train_passages)
+    one = _fit_fixed_teacher(str(tiny_dir), str(cache_dir), str(tmp_path / 'one'), loss,
+                             train_passages)
     one_encoder = one.encoder if loss != 'ds' else one.model
     ran = two_process_runs / f'two-{loss}'
     two = DualEncoder.from_pretrained(str(ran / 'final'), device='cpu', precision='fp32')
@@ -421,14 +450,15 @@ def test_two_processes_train_as_one(tiny_dir, cache_dir, tmp_path, two_process_r
 def _torchrun(tiny_dir, cache_dir, out, kill_at=0, killed=''):
     """tests/lost_process.py on two gloo processes under torchrun (rank 1 killed in its
     ``kill_at``-th loss): what it printed and its exit status."""
-    return subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port',
-                           str(free_port()), '-m', 'tests.lost_process', tiny_dir, cache_dir, out, str(kill_at), killed],
+    return subprocess.run([sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2',
+                           '--master_port', str(free_port()), '-m', 'tests.lost_process',
+                           tiny_dir, cache_dir, out, str(kill_at), killed],
                           capture_output=True, text=True, cwd=Path(__file__).parent.parent)
 
 
 @pytest.mark.slow
-def test_a_lost_process_stops_the_other_naming_it_and_a_relaunch_resumes_to_the_same_weights(tiny_dir, cache_dir,
-                                                                                            tmp_path):
+def test_a_lost_process_stops_the_other_naming_it_and_a_relaunch_resumes_to_the_same_weights(
+        tiny_dir, cache_dir, tmp_path):
     """One of two processes killed (SIGKILL, as the kernel kills one out of memory) mid-round: the
     other stops at once, saying which process was lost, rather than waiting in its next
     all-reduce for gloo's timeout; the same command again resumes from the last checkpoint and
@@ -441,22 +471,28 @@ def test_a_lost_process_stops_the_other_naming_it_and_a_relaunch_resumes_to_the_
     ended = time.time()
     assert ran.returncode != 0
     said = [line for line in ran.stderr.splitlines() if line.startswith('selfsup: ')]
-    assert said and all(line.startswith('selfsup: process 1 (rank 1 of 2) is lost: its process ') and
-                        'Process 0 ' in line and 'run the same command again to resume from the last checkpoint'
-                        in line for line in said if 'is lost' in line), ran.stderr[-3000:]
+    assert said and all(
+        line.startswith('selfsup: process 1 (rank 1 of 2) is lost: its process ') and
+        'Process 0 ' in line and
+        'run the same command again to resume from the last checkpoint' in line
+        for line in said if 'is lost' in line), ran.stderr[-3000:]
     assert any('is lost' in line for line in said), ran.stderr[-3000:]
-    assert re.search(r'exitcode\s*: 75 ', ran.stderr) and re.search(r'exitcode\s*: -9 ', ran.stderr)  # (torchrun's summary)
+    assert (re.search(r'exitcode\s*: 75 ', ran.stderr) and
+            re.search(r'exitcode\s*: -9 ', ran.stderr))  # (torchrun's summary)
     # the survivor and torchrun gone well within a minute of the kill (gloo's own timeout: 30)
     assert ended - float(killed.read_text()) < 20
-    assert sorted(p.name for p in (tmp_path / 'two').iterdir() if p.name.startswith('checkpoint')) == ['checkpoint-5']
+    assert sorted(p.name for p in (tmp_path / 'two').iterdir()
+                  if p.name.startswith('checkpoint')) == ['checkpoint-5']
     assert not (tmp_path / 'two' / 'final').exists()
     restarted = time.time()
     again = _torchrun(str(tiny_dir), str(cache_dir), out)
     assert again.returncode == 0, again.stderr[-3000:]
-    resumed = DualEncoder.from_pretrained(str(tmp_path / 'two' / 'final'), device='cpu', precision='fp32')
+    resumed = DualEncoder.from_pretrained(str(tmp_path / 'two' / 'final'), device='cpu',
+                                          precision='fp32')
     for a, b in zip(one.encoder.model.parameters(), resumed.model.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=5e-4)
-    logged = [json.loads(line) for line in (tmp_path / 'two' / 'training_log.jsonl').read_text().splitlines()]
+    logged = [json.loads(line)
+              for line in (tmp_path / 'two' / 'training_log.jsonl').read_text().splitlines()]
     assert [r['step'] for r in logged if 'loss' in r] == list(range(1, 11))
     # steps 1-5 came back with the checkpoint; only 6-10 were taken after the restart
     assert [r['time'] < restarted for r in logged if 'loss' in r] == [True] * 5 + [False] * 5

@@ -22,7 +22,8 @@ def minilm():
 def test_sentence_transformers_model_reproduced(source):
     name = MINILM if source == 'hub name' else snapshot_download(MINILM)
     ours = DualEncoder.from_pretrained(name, precision='fp32', device='cpu')
-    assert ours.config()['pooling'] == 'mean' and ours.config()['normalize'] and ours.max_length == 256
+    assert (ours.config()['pooling'] == 'mean' and ours.config()['normalize'] and
+            ours.max_length == 256)
     reference = SentenceTransformer(name, device='cpu').encode(TEXTS, normalize_embeddings=True)
     np.testing.assert_allclose(ours.encode_docs(TEXTS), reference, atol=1e-5)
     np.testing.assert_allclose(ours.encode_queries(TEXTS), reference, atol=1e-5)
@@ -38,8 +39,9 @@ def test_fast_path_equals_gradient_path(minilm):
 
 def test_plain_encoder_defaults_to_thesis_settings(tiny_dir):
     enc = DualEncoder.from_pretrained(str(tiny_dir), device='cpu', precision='fp32')
-    assert enc.config() | {'name': None} == {'name': None, 'pooling': 'cls', 'dim': None, 'normalize': False,
-                                              'max_length': 128, 'query_max_length': 128, 'temperature': 1.0}
+    assert enc.config() | {'name': None} == {'name': None, 'pooling': 'cls', 'dim': None,
+                                             'normalize': False, 'max_length': 128,
+                                             'query_max_length': 128, 'temperature': 1.0}
     batch = enc.tokenize(TEXTS, 'passage')
     with torch.no_grad():
         cls = enc.model.encoder(**batch).last_hidden_state[:, 0]
@@ -52,11 +54,13 @@ def test_projections_start_equal_and_preserve_dot_products(tiny_dir):
     assert torch.equal(projected.model.query_proj.weight, projected.model.passage_proj.weight)
     q, d = projected.encode_queries(TEXTS), projected.encode_docs(TEXTS)
     assert q.shape == (4, 64)
-    np.testing.assert_allclose(q @ d.T, plain.encode_queries(TEXTS) @ plain.encode_docs(TEXTS).T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(q @ d.T, plain.encode_queries(TEXTS) @ plain.encode_docs(TEXTS).T,
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_save_load_round_trip(tiny_dir, tmp_path):
-    enc = DualEncoder.from_pretrained(str(tiny_dir), dim=16, pooling='mean', device='cpu', precision='fp32')
+    enc = DualEncoder.from_pretrained(str(tiny_dir), dim=16, pooling='mean', device='cpu',
+                                      precision='fp32')
     with torch.no_grad():  # make the projections differ, as training would
         enc.model.query_proj.weight.add_(0.1)
     enc.save_pretrained(tmp_path / 'saved')
@@ -64,14 +68,16 @@ def test_save_load_round_trip(tiny_dir, tmp_path):
     assert loaded.config() == enc.config()
     assert loaded.fingerprint() == enc.fingerprint()
     for side in ('query', 'passage'):
-        np.testing.assert_array_equal(loaded._encode_fast(TEXTS, side, 2), enc._encode_fast(TEXTS, side, 2))
+        np.testing.assert_array_equal(loaded._encode_fast(TEXTS, side, 2),
+                                      enc._encode_fast(TEXTS, side, 2))
 
 
 def test_awkward_texts(minilm):
     texts = ['', '   \n\t', float('nan'), None, 'x ' * 50_000, 'ordinary text']
     vecs = minilm.encode_docs(texts)
     assert vecs.shape == (6, 384) and np.isfinite(vecs).all()
-    np.testing.assert_allclose(vecs[0], minilm.encode_docs([''])[0], atol=1e-6)  # NaN/None are empty text
+    # NaN/None are empty text
+    np.testing.assert_allclose(vecs[0], minilm.encode_docs([''])[0], atol=1e-6)
     np.testing.assert_allclose(vecs[2], vecs[0], atol=1e-6)
     np.testing.assert_allclose(vecs[3], vecs[0], atol=1e-6)
     long_ids = minilm.tokenize(['x ' * 50_000], 'passage', padding=False)['input_ids'][0]

@@ -49,31 +49,40 @@ def test_rerank_from_stored_vectors_scores_as_reencoding_does(run_example):
     table = run_example('rerank_bm25_with_minilm.py', ADI)['table']
     assert nDCG10(table, 'BM25') == pytest.approx(0.4855, abs=1e-4)  # (tests/test_bm25.py)
     assert nDCG10(table, 'MiniLM') == pytest.approx(0.4975, abs=1e-4)  # (tests/test_dense.py)
-    stored, text = (table.set_index('name').loc[f'BM25 >> MiniLM ({how})'] for how in ('stored vectors', 're-encoded'))
+    stored, text = (table.set_index('name').loc[f'BM25 >> MiniLM ({how})']
+                    for how in ('stored vectors', 're-encoded'))
     assert stored['nDCG@10'] == text['nDCG@10'] and stored['R@100'] == pytest.approx(text['R@100'])
     # (what each form costs is measured by experiments/rerank_cost.py, not asserted here)
 
 
 @pytest.mark.slow
-def test_distant_supervision_then_the_saved_model_loads_back_to_the_same_numbers(run_example, tmp_path):
-    trained = run_example('distant_supervision.py', ADI, '--queries', 64, '--output-dir', tmp_path / 'ds')
+def test_distant_supervision_then_the_saved_model_loads_back_to_the_same_numbers(run_example,
+                                                                                 tmp_path):
+    trained = run_example('distant_supervision.py', ADI, '--queries', 64, '--output-dir',
+                          tmp_path / 'ds')
     assert trained['queries']['query'].nunique() == len(trained['queries']) <= 64
     adapted = nDCG10(trained['table'], 'MiniLM adapted')
     assert adapted != nDCG10(trained['table'], 'MiniLM')  # two steps moved it
-    loaded = run_example('load_trained_model.py', tmp_path / 'ds' / 'final', ADI, '--query', 'computer indexing')
+    loaded = run_example('load_trained_model.py', tmp_path / 'ds' / 'final', ADI, '--query',
+                         'computer indexing')
     assert nDCG10(loaded['table'], str(tmp_path / 'ds' / 'final')) == adapted
     assert list(loaded['results']['qid'].unique()) == ['0'] and len(loaded['results']) == 82
 
 
 @pytest.mark.slow
 def test_distillation(run_example, tmp_path):
-    ran = run_example('distillation.py', ADI, '--queries', 16, '--rounds', 1, '--output-dir', tmp_path / 'distill')
+    ran = run_example('distillation.py', ADI, '--queries', 16, '--rounds', 1, '--output-dir',
+                      tmp_path / 'distill')
     table = ran['table']
-    assert len(ran['queries']) == 16 and ran['queries']['source_docno'].nunique() > 1  # SmolLM2's, from passages
+    # SmolLM2's, from passages
+    assert len(ran['queries']) == 16 and ran['queries']['source_docno'].nunique() > 1
     # the fused teacher (tests/test_distill.py: above both of its parts on ADI)
-    assert nDCG10(table, 'teacher (BM25 + MiniLM)') > max(nDCG10(table, 'BM25'), nDCG10(table, 'MiniLM'))
-    assert nDCG10(table, 'MiniLM distilled') != nDCG10(table, 'MiniLM')  # one step moved the query tower
-    steps = [json.loads(line) for line in (tmp_path / 'distill' / 'training_log.jsonl').read_text().splitlines()]
+    assert nDCG10(table, 'teacher (BM25 + MiniLM)') > max(nDCG10(table, 'BM25'),
+                                                          nDCG10(table, 'MiniLM'))
+    # one step moved the query tower
+    assert nDCG10(table, 'MiniLM distilled') != nDCG10(table, 'MiniLM')
+    steps = [json.loads(line)
+             for line in (tmp_path / 'distill' / 'training_log.jsonl').read_text().splitlines()]
     assert len([s for s in steps if 'loss' in s]) == 1  # 16 queries: one batch of 32, one round
     assert (tmp_path / 'distill' / 'final' / 'config_sentence_transformers.json').exists()
 
@@ -86,18 +95,22 @@ def test_rerank_with_generator(run_example):
     # the same five documents a query, reordered
     assert nDCG10(ran['table'], 'BM25') != nDCG10(ran['table'], 'BM25 top 5 >> SmolLM2 log p(q|d)')
     assert ran['table'].set_index('name')['RR@10'].nunique() == 2
-    with sqlite3.connect(ran['scorer'].cache_path / SCORE_DB) as db:  # every pair scored once, kept for next time
-        assert db.execute('SELECT COUNT(*) FROM cache').fetchone()[0] == len(ran['bm25'](ran['collection'].topics())
-                                                                               .query('rank < 5'))
+    # every pair scored once, kept for next time
+    with sqlite3.connect(ran['scorer'].cache_path / SCORE_DB) as db:
+        assert db.execute('SELECT COUNT(*) FROM cache').fetchone()[0] == len(
+            ran['bm25'](ran['collection'].topics()).query('rank < 5'))
 
 
 def test_reatt_token_index(run_example):
     table = run_example('reatt_token_index.py', ADI, '--candidate-tokens', 64)['table']
     rows = table.set_index('name')
     assert rows.loc['ReAtt, exact', 'R@100'] == 1.0  # every document of ADI (82) scored
-    assert rows.loc['ReAtt, exact', 'nDCG@10'] == pytest.approx(0.2839, abs=2e-3)  # MiniLM's head: weak on ADI
-    # 64 tokens a query token reach every document of ADI's 6,052 tokens: the two stages are exact here
-    assert (rows.loc["ReAtt, two stages (K'=64)", ['nDCG@10', 'R@100']] == rows.loc['ReAtt, exact', ['nDCG@10', 'R@100']]).all()
+    # MiniLM's head: weak on ADI
+    assert rows.loc['ReAtt, exact', 'nDCG@10'] == pytest.approx(0.2839, abs=2e-3)
+    # 64 tokens a query token reach every document of ADI's 6,052 tokens:
+    # the two stages are exact here
+    assert (rows.loc["ReAtt, two stages (K'=64)", ['nDCG@10', 'R@100']]
+            == rows.loc['ReAtt, exact', ['nDCG@10', 'R@100']]).all()
 
 
 @pytest.mark.slow
@@ -107,13 +120,15 @@ def test_retrieve_and_reconstruct(run_example, tmp_path, method):
                       '--output-dir', tmp_path / method)
     assert ran['adapted'].state['step'] == 1  # 16 queries, one batch
     assert nDCG10(ran['table'], f'MiniLM + {method}') != nDCG10(ran['table'], 'MiniLM')
-    assert (tmp_path / method / 'training_log.jsonl').exists() and (tmp_path / method / 'final' / 'config.json').exists()
+    assert ((tmp_path / method / 'training_log.jsonl').exists() and
+            (tmp_path / method / 'final' / 'config.json').exists())
 
 
 def test_cross_document_adjustment(run_example, tmp_path):
     table = run_example('cross_document_adjustment.py', ADI, '--queries', 8, '--epochs', 1,
                         '--output-dir', tmp_path / 'reatt')['table']
-    assert nDCG10(table, 'ReAtt adjusted') != nDCG10(table, 'ReAtt zero-shot')  # the head's keys moved
+    # the head's keys moved
+    assert nDCG10(table, 'ReAtt adjusted') != nDCG10(table, 'ReAtt zero-shot')
     assert (tmp_path / 'reatt' / 'final' / 'config.json').exists()
 
 
@@ -125,24 +140,27 @@ def test_your_own_corpus_on_a_corpus_it_has_never_seen(run_example, tmp_path):
         for doc in adi.corpus_iter():
             out.write(json.dumps({'docno': f'doc-{doc["docno"]}', 'text': doc['text']}) + '\n')
     (tmp_path / 'queries.txt').write_text('\n'.join(adi.topics()['query'].head(12)) + '\n')
-    ran = run_example('your_own_corpus.py', tmp_path / 'docs.jsonl', tmp_path / 'queries.txt', '--rounds', 1,
-                      '--output-dir', tmp_path / 'mine')
+    ran = run_example('your_own_corpus.py', tmp_path / 'docs.jsonl', tmp_path / 'queries.txt',
+                      '--rounds', 1, '--output-dir', tmp_path / 'mine')
     corpus = ran['corpus']
     assert corpus.name.startswith('local/docs-') and corpus.docs_count == 82
     assert set(ran['runs']['adapted']['docno']) <= {f'doc-{d["docno"]}' for d in adi.corpus_iter()}
     assert ran['runs']['adapted']['qid'].nunique() == 12
     with pytest.raises(ValueError, match='has no relevance judgements'):
         corpus.qrels()
-    loaded = run_example('load_trained_model.py', tmp_path / 'mine' / 'final', '--docs', tmp_path / 'docs.jsonl',
+    loaded = run_example('load_trained_model.py', tmp_path / 'mine' / 'final',
+                         '--docs', tmp_path / 'docs.jsonl',
                          '--query', adi.topics()['query'].iloc[0])
     first = ran['runs']['adapted'].query('qid == "1"').head(10)['docno'].tolist()
-    assert loaded['results'].head(10)['docno'].tolist() == first  # the saved model ranks as the trained one
+    # the saved model ranks as the trained one
+    assert loaded['results'].head(10)['docno'].tolist() == first
 
 
 def test_your_own_corpus_without_queries_from_a_csv(run_example, tmp_path):
     adi = Collection(ADI)
     pd.DataFrame(list(adi.corpus_iter())).head(40).to_csv(tmp_path / 'docs.csv', index=False)
-    ran = run_example('your_own_corpus.py', tmp_path / 'docs.csv', '--rounds', 1, '--output-dir', tmp_path / 'csv')
+    ran = run_example('your_own_corpus.py', tmp_path / 'docs.csv', '--rounds', 1, '--output-dir',
+                      tmp_path / 'csv')
     assert ran['corpus'].docs_count == 40 and ran['queries']['qid'].str.startswith('sent').all()
     assert (tmp_path / 'csv' / 'final').is_dir() and len(ran['runs']['adapted']) > 0
 

@@ -24,8 +24,8 @@ import torch
 import pytest
 
 from pyterrier_selfsup import BM25, MINILM, Collection
-from pyterrier_selfsup._cache import (CacheFull, CacheNotWritable, CacheWriteFailed, DamagedBuild, build_once,
-                                      writable)
+from pyterrier_selfsup._cache import (CacheFull, CacheNotWritable, CacheWriteFailed, DamagedBuild,
+                                      build_once, writable)
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.retrieval.bm25 import ENGINE_LOG
 from pyterrier_selfsup.retrieval.dense import DenseRetriever, flex_index
@@ -38,7 +38,8 @@ def _unshare_prefix():
     if shutil.which('unshare') is None:
         return None
     for prefix in (['unshare', '-m'], ['unshare', '-r', '-m']):
-        probe = subprocess.run(prefix + ['sh', '-c', 'mount -t tmpfs -o size=64k tmpfs /mnt 2>/dev/null || '
+        probe = subprocess.run(prefix + ['sh', '-c',
+                                         'mount -t tmpfs -o size=64k tmpfs /mnt 2>/dev/null || '
                                          'mount -t tmpfs -o size=64k tmpfs "$TMPDIR"'],
                                capture_output=True, env={**os.environ, 'TMPDIR': '/tmp'})
         if probe.returncode == 0:
@@ -47,7 +48,8 @@ def _unshare_prefix():
 
 
 UNSHARE = _unshare_prefix()
-needs_mounts = pytest.mark.skipif(UNSHARE is None, reason='no private mount namespace on this machine')
+needs_mounts = pytest.mark.skipif(UNSHARE is None,
+                                  reason='no private mount namespace on this machine')
 
 
 def in_namespace(script: str, tmp_path: Path) -> subprocess.CompletedProcess:
@@ -56,7 +58,8 @@ def in_namespace(script: str, tmp_path: Path) -> subprocess.CompletedProcess:
     mountpoint = tmp_path / 'mnt'
     mountpoint.mkdir()
     env = {**os.environ, 'PY': sys.executable, 'D': str(mountpoint), 'PYTHONPATH': str(ROOT)}
-    return subprocess.run(UNSHARE + ['sh', '-c', script], capture_output=True, text=True, env=env, timeout=600)
+    return subprocess.run(UNSHARE + ['sh', '-c', script], capture_output=True, text=True, env=env,
+                          timeout=600)
 
 
 @pytest.fixture(scope='module')
@@ -73,7 +76,8 @@ PISA_CHILD = textwrap.dedent('''
     if phase == 'abort':  # an estimate that was too low: the engine itself meets the full disk
         _cache.builds._check_space = lambda *args: None
     try:
-        results = BM25.from_collection('cranfield', cache_dir=cache)(Collection('cranfield').topics())
+        results = BM25.from_collection('cranfield',
+                                       cache_dir=cache)(Collection('cranfield').topics())
     except _cache.CacheError as error:
         print(f'{type(error).__name__}: {error}')
         sys.exit(3)
@@ -83,14 +87,16 @@ PISA_CHILD = textwrap.dedent('''
 
 @pytest.mark.slow
 @needs_mounts
-def test_pisa_on_a_full_disk_is_refused_then_leaves_its_log_when_it_dies(tmp_path, cranfield_reference):
+def test_pisa_on_a_full_disk_is_refused_then_leaves_its_log_when_it_dies(tmp_path,
+                                                                         cranfield_reference):
     (tmp_path / 'child.py').write_text(PISA_CHILD)
     out = tmp_path / 'results.pkl'
     proc = in_namespace(f'''
         mount -t tmpfs -o size=1m tmpfs "$D" || exit 99
         "$PY" {tmp_path}/child.py "$D/cache" refuse x; echo "refuse rc=$?"
         "$PY" {tmp_path}/child.py "$D/cache" abort x; echo "abort rc=$?"
-        for log in "$D"/cache/pisa/*.partial/{ENGINE_LOG}; do echo "LOG $log"; tr -d '\\000' < "$log"; done
+        for log in "$D"/cache/pisa/*.partial/{ENGINE_LOG}; do
+            echo "LOG $log"; tr -d '\\000' < "$log"; done
         mount -o remount,size=64m "$D"
         "$PY" {tmp_path}/child.py "$D/cache" again {out}; echo "again rc=$?"
         ls "$D"/cache/pisa
@@ -126,7 +132,7 @@ FLEX_CHILD = textwrap.dedent('''
     from pyterrier_selfsup.models.dual_encoder import DualEncoder
     from pyterrier_selfsup.retrieval.dense import DenseRetriever, flex_index
     cache, phase = sys.argv[1], sys.argv[2]
-    _cache.builds._check_space = lambda *args: None  # (the estimate is exact here: let the write meet the full disk)
+    _cache.builds._check_space = lambda *args: None  # (exact here: the write meets the full disk)
     encoder = DualEncoder.from_pretrained(MINILM, precision='fp32')
     try:
         index = flex_index('classic/adi', encoder, cache_dir=cache)
@@ -152,9 +158,12 @@ def test_flex_index_on_a_full_disk_names_the_index_and_the_cause(tmp_path, adi_f
     ''', tmp_path)
     text = proc.stdout + proc.stderr
     assert 'full rc=3' in text, text
-    assert 'CacheWriteFailed: the sentence-transformers/all-MiniLM-L6-v2 index of classic/adi: writing' in text
-    assert 'the disk is full (No space left on device' in text and 'the partial build was removed' in text
-    assert '.partial' not in text.split('full rc=3', 1)[1].split('again rc')[0]  # the staging directory is gone
+    assert ('CacheWriteFailed: the sentence-transformers/all-MiniLM-L6-v2 index of '
+            'classic/adi: writing' in text)
+    assert ('the disk is full (No space left on device' in text
+            and 'the partial build was removed' in text)
+    # the staging directory is gone
+    assert '.partial' not in text.split('full rc=3', 1)[1].split('again rc')[0]
     assert 'again rc=0' in text, text
     pd.testing.assert_frame_equal(pd.read_pickle(out), adi_flex[2])
 
@@ -164,7 +173,7 @@ SHARDED_REFRESH_CHILD = textwrap.dedent('''
     import torch.multiprocessing as mp
 
     def rank_main(rank, store, phase, out):
-        # (the package is imported by the ranks only: the parent's import would cost each phase seconds)
+        # (the package is imported by the ranks only: the parent's import costs each phase seconds)
         import numpy as np
         import torch, torch.distributed as dist
         from datetime import timedelta
@@ -190,7 +199,8 @@ SHARDED_REFRESH_CHILD = textwrap.dedent('''
 
     if __name__ == '__main__':
         phase, scratch = sys.argv[1], sys.argv[2]
-        mp.spawn(rank_main, args=(f'{scratch}/store-{phase}', phase, f'{scratch}/vectors.npy'), nprocs=2)
+        mp.spawn(rank_main, args=(f'{scratch}/store-{phase}', phase, f'{scratch}/vectors.npy'),
+                 nprocs=2)
 ''')
 
 
@@ -211,16 +221,20 @@ def test_a_sharded_refresh_on_a_full_tmpdir_fails_every_rank_naming_tmpdir(tmp_p
         TMPDIR="$D" "$PY" {tmp_path}/child.py again {tmp_path}; echo "again rc=$?"
     ''', tmp_path)
     text = proc.stdout + proc.stderr
-    refused, full = text.split('refuse rc=0', 1)[0], text.split('refuse rc=0', 1)[1].split('full rc=0')[0]
+    refused, full = (text.split('refuse rc=0', 1)[0],
+                     text.split('refuse rc=0', 1)[1].split('full rc=0')[0])
     for rank in (0, 1):
-        assert (f'rank {rank} CacheFull: the refreshed index of classic/adi needs about 251.1 KiB under {tmp_path}/mnt/'
-                in refused), text
-        assert f'rank {rank} CacheWriteFailed: the refreshed index of classic/adi: writing ' in full, text
+        assert (f'rank {rank} CacheFull: the refreshed index of classic/adi needs about 251.1 KiB '
+                f'under {tmp_path}/mnt/' in refused), text
+        assert (f'rank {rank} CacheWriteFailed: the refreshed index of classic/adi: writing '
+                in full), text
     assert 'set $TMPDIR to a directory on a disk with more space' in refused
-    assert 'the disk is full' in full and 'the temporary index was removed' in full and '$TMPDIR' in full
+    assert ('the disk is full' in full and 'the temporary index was removed' in full
+            and '$TMPDIR' in full)
     assert 'LEFT 0' in text  # nothing left behind in $TMPDIR
     assert 'again rc=0' in text, text
-    np.testing.assert_allclose(np.load(tmp_path / 'vectors.npy'), adi_flex[1].payload()[1], atol=1e-6)
+    np.testing.assert_allclose(np.load(tmp_path / 'vectors.npy'), adi_flex[1].payload()[1],
+                               atol=1e-6)
 
 
 def _collective_rank(rank: int, store: str, cache: str, fail: bool, out: str):
@@ -234,13 +248,15 @@ def _collective_rank(rank: int, store: str, cache: str, fail: bool, out: str):
     def build(staging: Path):
         if rank == 0:
             staging.mkdir(exist_ok=True)
-        dist.barrier()  # (the builds of the ranks meet: the one that fails must not leave the other here)
+        # (the builds of the ranks meet: the one that fails must not leave the other here)
+        dist.barrier()
         (staging / f'rank-{rank}').write_text('vectors')
         if fail and rank == 1:
             raise OSError(errno.ENOSPC, 'No space left on device', str(staging / 'rank-1'))
 
     try:
-        build_once(Path(cache) / 'model', build, what='the test model', collective=True, resumable=True)
+        build_once(Path(cache) / 'model', build, what='the test model', collective=True,
+                   resumable=True)
         result = 'built ' + ' '.join(sorted(p.name for p in (Path(cache) / 'model').iterdir()))
     except Exception as error:
         result = f'{type(error).__name__}: {error}'
@@ -256,9 +272,11 @@ def test_a_collective_build_that_fails_on_one_rank_fails_on_every_rank(tmp_path)
     mp.spawn(_collective_rank, args=(str(tmp_path / 'store-1'), str(cache), True, out), nprocs=2)
     for rank in (0, 1):  # rank 1's full disk reached rank 0, which was not left at a barrier
         assert Path(f'{out}-{rank}').read_text().startswith(
-            f'CacheWriteFailed: the test model: writing {cache}/model.partial/rank-1 failed, the disk is full'), rank
+            f'CacheWriteFailed: the test model: writing {cache}/model.partial/rank-1 failed, the '
+            'disk is full'), rank
         assert 'is kept in' in Path(f'{out}-{rank}').read_text()
-    assert sorted(p.name for p in (cache / 'model.partial').iterdir()) == ['rank-0', 'rank-1']  # kept to resume
+    # kept to resume
+    assert sorted(p.name for p in (cache / 'model.partial').iterdir()) == ['rank-0', 'rank-1']
     mp.spawn(_collective_rank, args=(str(tmp_path / 'store-2'), str(cache), False, out), nprocs=2)
     for rank in (0, 1):
         assert Path(f'{out}-{rank}').read_text() == 'built .selfsup-complete rank-0 rank-1'
@@ -275,22 +293,26 @@ KILLED_FLEX_BUILD = textwrap.dedent('''
         encode_into(staging, *args, **kwargs)
         os.kill(os.getpid(), signal.SIGKILL)
     dense.encode_into = killed
-    dense.flex_index('classic/adi', DualEncoder.from_pretrained(MINILM, precision='fp32'), cache_dir=sys.argv[1])
+    dense.flex_index('classic/adi', DualEncoder.from_pretrained(MINILM, precision='fp32'),
+                     cache_dir=sys.argv[1])
 ''')
 
 
 def test_a_flex_build_killed_before_its_marker_is_rebuilt(tmp_path, adi_flex, caplog):
     import signal
-    proc = subprocess.run([sys.executable, '-c', KILLED_FLEX_BUILD, str(tmp_path)], capture_output=True,
-                          env={**os.environ, 'PYTHONPATH': str(ROOT)})
+    proc = subprocess.run([sys.executable, '-c', KILLED_FLEX_BUILD, str(tmp_path)],
+                          capture_output=True, env={**os.environ, 'PYTHONPATH': str(ROOT)})
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     [staging] = (tmp_path / 'flex').glob('*.partial')
-    assert (staging / 'vecs.f4').stat().st_size == 82 * 384 * 4  # whole vectors, yet not a finished index
+    # whole vectors, yet not a finished index
+    assert (staging / 'vecs.f4').stat().st_size == 82 * 384 * 4
     encoder, _, reference = adi_flex
     with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
         rebuilt = flex_index('classic/adi', encoder, cache_dir=tmp_path)
-    assert f'{staging} is an incomplete build (interrupted?); removing it and rebuilding' in caplog.text
-    pd.testing.assert_frame_equal(DenseRetriever(encoder, rebuilt)(Collection('classic/adi').topics()), reference)
+    assert (f'{staging} is an incomplete build (interrupted?); removing it and rebuilding'
+            in caplog.text)
+    pd.testing.assert_frame_equal(
+        DenseRetriever(encoder, rebuilt)(Collection('classic/adi').topics()), reference)
 
 
 def test_a_truncated_flex_index_is_rebuilt_with_a_warning_naming_it(tmp_path, adi_flex, caplog):
@@ -299,8 +321,10 @@ def test_a_truncated_flex_index_is_rebuilt_with_a_warning_naming_it(tmp_path, ad
     os.truncate(Path(path) / 'vecs.f4', 1000)
     with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
         rebuilt = flex_index('classic/adi', encoder, cache_dir=tmp_path)
-    assert f'{path} is damaged (vecs.f4 is 1,000 bytes where 125,952 were written)' in caplog.text and 'rebuilding' in caplog.text
-    pd.testing.assert_frame_equal(DenseRetriever(encoder, rebuilt)(Collection('classic/adi').topics()), reference)
+    assert (f'{path} is damaged (vecs.f4 is 1,000 bytes where 125,952 were written)' in caplog.text
+            and 'rebuilding' in caplog.text)
+    pd.testing.assert_frame_equal(
+        DenseRetriever(encoder, rebuilt)(Collection('classic/adi').topics()), reference)
 
 
 def test_an_index_built_before_sizes_were_recorded_is_still_checked(tmp_path, adi_flex, caplog):
@@ -309,12 +333,14 @@ def test_an_index_built_before_sizes_were_recorded_is_still_checked(tmp_path, ad
     encoder, _, reference = adi_flex
     path = Path(flex_index('classic/adi', encoder, cache_dir=tmp_path).index_path)
     (path / '.selfsup-complete').write_text('')
-    assert Path(flex_index('classic/adi', encoder, cache_dir=tmp_path).index_path) == path  # intact: reused
+    # intact: reused
+    assert Path(flex_index('classic/adi', encoder, cache_dir=tmp_path).index_path) == path
     os.truncate(path / 'vecs.f4', 1000)
     with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
         rebuilt = flex_index('classic/adi', encoder, cache_dir=tmp_path)
     assert 'vecs.f4 is 1,000 bytes, where 82 vectors of 384 floats take 125,952' in caplog.text
-    pd.testing.assert_frame_equal(DenseRetriever(encoder, rebuilt)(Collection('classic/adi').topics()), reference)
+    pd.testing.assert_frame_equal(
+        DenseRetriever(encoder, rebuilt)(Collection('classic/adi').topics()), reference)
 
 
 def test_a_garbled_marker_is_a_damaged_build(tmp_path, adi_flex, caplog):
@@ -333,7 +359,8 @@ READ_ONLY_CHILD = textwrap.dedent('''
     import sys
     from pyterrier_selfsup import BM25, Collection, _cache
     try:
-        results = BM25.from_collection('cranfield', cache_dir=sys.argv[1])(Collection('cranfield').topics())
+        results = BM25.from_collection('cranfield',
+                                       cache_dir=sys.argv[1])(Collection('cranfield').topics())
     except _cache.CacheError as error:
         print(f'{type(error).__name__}: {error}')
         sys.exit(3)
@@ -343,11 +370,12 @@ READ_ONLY_CHILD = textwrap.dedent('''
 
 @pytest.mark.slow
 @needs_mounts
-def test_a_read_only_cache_is_reported_at_once_with_the_settings_that_move_it(tmp_path, cranfield_reference,
-                                                                             cache_dir):
+def test_a_read_only_cache_is_reported_at_once_with_the_settings_that_move_it(
+        tmp_path, cranfield_reference, cache_dir):
     (tmp_path / 'child.py').write_text(READ_ONLY_CHILD)
     complete = tmp_path / 'complete'  # a read-only cache that holds the index is still read
-    shutil.copytree(cache_dir / 'pisa', complete / 'pisa', ignore=shutil.ignore_patterns('*.lock', '*.failed-build.log'))
+    shutil.copytree(cache_dir / 'pisa', complete / 'pisa',
+                    ignore=shutil.ignore_patterns('*.lock', '*.failed-build.log'))
     out = tmp_path / 'results.pkl'
     proc = in_namespace(f'''
         mount --bind "$D" "$D" && mount -o remount,bind,ro "$D" || exit 99
@@ -357,8 +385,8 @@ def test_a_read_only_cache_is_reported_at_once_with_the_settings_that_move_it(tm
     ''', tmp_path)
     text = proc.stdout + proc.stderr
     assert 'empty rc=3' in text, text
-    assert f'CacheNotWritable: the BM25 index of cranfield: the directory {tmp_path}/mnt/cache/pisa cannot be ' \
-           'written (Read-only file system)' in text
+    assert (f'CacheNotWritable: the BM25 index of cranfield: the directory '
+            f'{tmp_path}/mnt/cache/pisa cannot be written (Read-only file system)' in text)
     assert '--cache-dir' in text and '$SELFSUP_CACHE' in text
     assert 'complete rc=0' in text, text
     pd.testing.assert_frame_equal(pd.read_pickle(out), cranfield_reference)
@@ -367,8 +395,9 @@ def test_a_read_only_cache_is_reported_at_once_with_the_settings_that_move_it(tm
 def test_a_build_larger_than_the_free_space_is_refused_before_it_starts(tmp_path, monkeypatch):
     free = shutil.disk_usage(tmp_path).free
     built = []
-    with pytest.raises(CacheFull, match=rf'the test index needs about .* under {tmp_path}, which has .* free; '
-                                         r'free some space or move the cache with --cache-dir'):
+    with pytest.raises(CacheFull,
+                       match=rf'the test index needs about .* under {tmp_path}, which has .* free; '
+                             r'free some space or move the cache with --cache-dir'):
         build_once(tmp_path / 'x', built.append, what='the test index', needs=lambda: 2 * free)
     assert not built and not (tmp_path / 'x.partial').exists()
 
@@ -379,13 +408,15 @@ def test_a_write_that_fails_for_space_names_the_build_the_file_and_the_cause(tmp
         (staging / 'part').write_text('written before the disk filled')
         raise OSError(errno.ENOSPC, 'No space left on device', str(staging / 'vecs.f4'))
 
-    with pytest.raises(CacheWriteFailed, match=rf'the test index: writing {tmp_path}/x.partial/vecs.f4 failed, the '
-                                               r'disk is full \(No space left on device; .* free now\); the partial '
-                                               'build was removed'):
+    with pytest.raises(CacheWriteFailed,
+                       match=rf'the test index: writing {tmp_path}/x.partial/vecs.f4 failed, the '
+                             r'disk is full \(No space left on device; .* free now\); the partial '
+                             'build was removed'):
         build_once(tmp_path / 'x', build, what='the test index')
     assert not (tmp_path / 'x.partial').exists()
     # resumable: kept, and said so
-    with pytest.raises(CacheWriteFailed, match='is kept in .*x.partial and the next run resumes from it'):
+    with pytest.raises(CacheWriteFailed,
+                       match='is kept in .*x.partial and the next run resumes from it'):
         build_once(tmp_path / 'x', build, what='the test index', resumable=True)
     assert (tmp_path / 'x.partial' / 'part').exists()
 
@@ -395,19 +426,24 @@ def test_a_damaged_trained_model_is_refused_not_retrained(tmp_path):
         (staging / 'final').mkdir(parents=True)
         (staging / 'final' / 'model.safetensors').write_bytes(b'w' * 4096)
 
-    path = build_once(tmp_path / 'model', train, what='the ds model', on_damage='raise', resumable=True)
+    path = build_once(tmp_path / 'model', train, what='the ds model', on_damage='raise',
+                      resumable=True)
     os.truncate(path / 'final' / 'model.safetensors', 100)
-    with pytest.raises(DamagedBuild, match=rf'the ds model at {path} is damaged: final/model.safetensors is 100 bytes '
-                                           rf'where 4,096 were written. Remove it \(rm -r {path}\) to rebuild it'):
+    with pytest.raises(DamagedBuild,
+                       match=rf'the ds model at {path} is damaged: final/model.safetensors is 100 '
+                             rf'bytes where 4,096 were written. Remove it \(rm -r {path}\) to '
+                             r'rebuild it'):
         build_once(path, train, what='the ds model', on_damage='raise', resumable=True)
     assert (path / 'final').exists()  # nothing removed
 
 
 def test_trained_models_are_refused_and_indexes_rebuilt_when_damaged(monkeypatch, tmp_path):
-    """Which builds take which course: trained models are refused (hours of work), the rest rebuilt."""
+    """Which builds take which course: trained models are refused (hours of work), the rest
+    rebuilt."""
     from pyterrier_selfsup.harness import trained
     seen = {}
-    monkeypatch.setattr(trained, 'build_once', lambda path, build, **kwargs: seen.update(kwargs) or path)
+    monkeypatch.setattr(trained, 'build_once',
+                        lambda path, build, **kwargs: seen.update(kwargs) or path)
     trained.train(Collection('classic/adi'), 'ds', {}, cache_dir=tmp_path)
     assert seen['on_damage'] == 'raise' and seen['what'] == 'the ds model trained on classic/adi'
 
@@ -415,8 +451,9 @@ def test_trained_models_are_refused_and_indexes_rebuilt_when_damaged(monkeypatch
 def test_unwritable_directory_probe_uses_a_real_write(tmp_path):
     writable(tmp_path / 'new' / 'dir', 'the test')  # created
     (tmp_path / 'file').write_text('')
-    with pytest.raises(CacheNotWritable, match=r'the test: the directory .*file/sub cannot be written \(Not a '
-                                               r'directory\); move the cache with --cache-dir'):
+    with pytest.raises(CacheNotWritable,
+                       match=r'the test: the directory .*file/sub cannot be written \(Not a '
+                             r'directory\); move the cache with --cache-dir'):
         writable(tmp_path / 'file' / 'sub', 'the test')
 
 
@@ -426,17 +463,19 @@ def test_garbled_generated_queries_are_set_aside_and_rebuilt(tmp_path, tiny_gene
     from pyterrier_selfsup.harness.trained import training_topics
     from pyterrier_selfsup.models.generator import Generator
     coll = Collection('classic/adi')
-    gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu', precision='fp32',
-                                    max_passage_length=32)
+    gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu',
+                                    precision='fp32', max_passage_length=32)
     first = training_topics(coll, 'generated', 6, seed=1, generator=gen, cache_dir=tmp_path)
     [path] = (tmp_path / 'queries').glob('*/topics.jsonl')
     size = path.stat().st_size
     path.write_bytes(b'{"qid": "1", "query' + b'#' * (size - 19))  # garbled, its size unchanged
     with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
         again = training_topics(coll, 'generated', 6, seed=1, generator=gen, cache_dir=tmp_path)
-    assert 'the generated training queries of classic/adi' in caplog.text and 'topics.jsonl does not parse' in caplog.text
+    assert ('the generated training queries of classic/adi' in caplog.text
+            and 'topics.jsonl does not parse' in caplog.text)
     assert f'setting it aside as {path.parent}.damaged' in caplog.text
-    assert (path.parent.with_name(path.parent.name + '.damaged') / 'topics.jsonl').read_bytes().endswith(b'###')
+    assert (path.parent.with_name(path.parent.name + '.damaged')
+            / 'topics.jsonl').read_bytes().endswith(b'###')
     pd.testing.assert_frame_equal(again, first)
 
 
@@ -448,12 +487,14 @@ def test_a_truncated_token_index_is_rebuilt(tiny_reatt, tmp_path, caplog):
     query = ['the retrieval of documents']
     expected = first.retriever(r, num_results=5)(pd.DataFrame({'qid': ['1'], 'query': query}))
     os.truncate(first.path / KEYS_FILE, 1000)
-    (first.path / '.selfsup-complete').write_text('')  # (as an index built before sizes were recorded)
+    # (as an index built before sizes were recorded)
+    (first.path / '.selfsup-complete').write_text('')
     with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
         again = reatt_index(coll, r, nlist=8, cache_dir=tmp_path)
-    assert 'the ReAtt token index of classic/adi' in caplog.text and f'{KEYS_FILE} is 1,000 bytes' in caplog.text
-    pd.testing.assert_frame_equal(again.retriever(r, num_results=5)(pd.DataFrame({'qid': ['1'], 'query': query})),
-                                  expected)
+    assert ('the ReAtt token index of classic/adi' in caplog.text
+            and f'{KEYS_FILE} is 1,000 bytes' in caplog.text)
+    pd.testing.assert_frame_equal(
+        again.retriever(r, num_results=5)(pd.DataFrame({'qid': ['1'], 'query': query})), expected)
 
 
 def test_results_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
@@ -466,8 +507,9 @@ def test_results_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     def full(self, *args, **kwargs):
         raise OSError(errno.ENOSPC, 'No space left on device')
     monkeypatch.setattr(pd.DataFrame, 'to_csv', full)
-    with pytest.raises(CacheWriteFailed, match=r'the results file faults.csv: writing .*faults.csv failed, the disk '
-                                               r'is full .*choose another directory with --results-dir'):
+    with pytest.raises(CacheWriteFailed,
+                       match=r'the results file faults.csv: writing .*faults.csv failed, the disk '
+                             r'is full .*choose another directory with --results-dir'):
         write_results(result, tmp_path / 'results')
     assert {p: p.read_bytes() for p in first} == before  # the earlier files as they were
     assert sorted(p.name for p in (tmp_path / 'results').iterdir()) == sorted(p.name for p in first)
@@ -481,9 +523,10 @@ def scoring(tiny_generator_dir, cache_dir):
     40 pages), and the scores an undisturbed cache gives them."""
     from pyterrier_selfsup.models.generator import Generator
     coll = Collection('classic/adi')
-    gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu', precision='fp32',
-                                    max_passage_length=32)
-    pairs = ((BM25.from_collection(coll, cache_dir=cache_dir) % 30) >> coll.text_loader())(coll.topics())
+    gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu',
+                                    precision='fp32', max_passage_length=32)
+    pairs = ((BM25.from_collection(coll, cache_dir=cache_dir) % 30)
+             >> coll.text_loader())(coll.topics())
     return gen, pairs, gen.scorer()(pairs)
 
 
@@ -491,14 +534,15 @@ def counted(gen, monkeypatch):
     """Counts the pairs ``gen`` scores (for the rest of the test)."""
     seen = []
     score = gen.log_likelihoods
-    monkeypatch.setattr(gen, 'log_likelihoods', lambda targets, passages, **kwargs: seen.append(len(targets)) or
-                        score(targets, passages, **kwargs))
+    monkeypatch.setattr(gen, 'log_likelihoods',
+                        lambda targets, passages, **kwargs: (seen.append(len(targets))
+                                                             or score(targets, passages, **kwargs)))
     return seen
 
 
 @pytest.mark.parametrize('damage', ['garbled header', 'truncated', 'garbled page'])
-def test_a_damaged_score_cache_is_set_aside_and_only_its_damaged_part_scored_again(scoring, tmp_path, caplog,
-                                                                                monkeypatch, damage):
+def test_a_damaged_score_cache_is_set_aside_and_only_its_damaged_part_scored_again(
+        scoring, tmp_path, caplog, monkeypatch, damage):
     from pyterrier_selfsup.models.reranker import ReconstructionScorer
     from pyterrier_selfsup.models.score_cache import SCORE_DB
     gen, pairs, reference = scoring
@@ -517,7 +561,8 @@ def test_a_damaged_score_cache_is_set_aside_and_only_its_damaged_part_scored_aga
     seen = counted(gen, monkeypatch)
     with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
         scorer = ReconstructionScorer(gen, cache=path)
-    assert f'the score cache at {path} was damaged' in caplog.text and f'set aside as {path}.damaged' in caplog.text
+    assert (f'the score cache at {path} was damaged' in caplog.text
+            and f'set aside as {path}.damaged' in caplog.text)
     recovered = int(caplog.text.split('; ')[-1].split(' scores recovered')[0].rsplit(' ', 1)[-1])
     assert recovered < len(pairs)
     if damage == 'garbled header':
@@ -534,8 +579,9 @@ def test_a_full_disk_while_scoring_keeps_what_was_committed(scoring, tmp_path, m
     scorer.CHUNK = 4  # a commit every 4 passages
     pages = scorer.cache.db.execute('PRAGMA page_count').fetchone()[0]
     scorer.cache.db.execute(f'PRAGMA max_page_count = {pages + 8}')  # SQLite's own 'disk full'
-    with pytest.raises(CacheWriteFailed, match=rf'the score cache: writing {path}/db.sqlite3 failed, the disk is full '
-                                               r'\(database or disk is full; .*\); the scores committed before'):
+    with pytest.raises(CacheWriteFailed,
+                       match=rf'the score cache: writing {path}/db.sqlite3 failed, the disk is '
+                             r'full \(database or disk is full; .*\); the scores committed before'):
         scorer(pairs)
     kept = scorer.cache.db.execute('SELECT count(*) FROM cache').fetchone()[0]
     assert 0 < kept < len(pairs)
@@ -547,17 +593,17 @@ def test_a_full_disk_while_scoring_keeps_what_was_committed(scoring, tmp_path, m
 
 # -- training: a damaged checkpoint, a full disk while one is written --------------------
 
-CHECKPOINTED = dict(negatives='bm25', batch_size=8, epochs=3, lr=3e-4, accumulation=2, verbose=False,
-                    checkpoint_every=3)
+CHECKPOINTED = dict(negatives='bm25', batch_size=8, epochs=3, lr=3e-4, accumulation=2,
+                    verbose=False, checkpoint_every=3)
 
 
-def test_a_damaged_checkpoint_is_set_aside_and_training_resumes_from_the_one_before(tiny_encoder, cache_dir,
-                                                                                 tmp_path, caplog):
+def test_a_damaged_checkpoint_is_set_aside_and_training_resumes_from_the_one_before(
+        tiny_encoder, cache_dir, tmp_path, caplog):
     from pyterrier_selfsup.training.distant import DistantSupervision
     from pyterrier_selfsup.training.loop import checkpoints, fit_resumably
     coll = Collection('classic/adi')
-    full = DistantSupervision(tiny_encoder(max_length=64), coll, output_dir=tmp_path / 'full', cache_dir=cache_dir,
-                              **CHECKPOINTED).fit(coll.topics())
+    full = DistantSupervision(tiny_encoder(max_length=64), coll, output_dir=tmp_path / 'full',
+                              cache_dir=cache_dir, **CHECKPOINTED).fit(coll.topics())
     # a run killed after its second checkpoint, whose weights were then truncated
     shutil.copytree(tmp_path / 'full', tmp_path / 'killed', ignore=shutil.ignore_patterns('final'))
     last = checkpoints(tmp_path / 'killed')[-1]
@@ -575,12 +621,13 @@ def test_a_damaged_checkpoint_is_set_aside_and_training_resumes_from_the_one_bef
         assert torch.equal(a, b)  # the same weights as the undisturbed run
 
 
-def test_a_checkpoint_that_meets_a_full_disk_is_removed_and_named(tiny_encoder, cache_dir, tmp_path, monkeypatch):
+def test_a_checkpoint_that_meets_a_full_disk_is_removed_and_named(tiny_encoder, cache_dir, tmp_path,
+                                                                  monkeypatch):
     from pyterrier_selfsup.training import loop
     from pyterrier_selfsup.training.distant import DistantSupervision
     coll = Collection('classic/adi')
-    trainer = DistantSupervision(tiny_encoder(max_length=64), coll, output_dir=tmp_path / 'run', cache_dir=cache_dir,
-                                 **CHECKPOINTED)
+    trainer = DistantSupervision(tiny_encoder(max_length=64), coll, output_dir=tmp_path / 'run',
+                                 cache_dir=cache_dir, **CHECKPOINTED)
     save = torch.save
 
     def full_at_step_6(obj, path, *args, **kwargs):
@@ -588,9 +635,10 @@ def test_a_checkpoint_that_meets_a_full_disk_is_removed_and_named(tiny_encoder, 
             raise OSError(errno.ENOSPC, 'No space left on device', str(path))
         return save(obj, path, *args, **kwargs)
     monkeypatch.setattr(loop.torch, 'save', full_at_step_6)
-    with pytest.raises(CacheWriteFailed, match=r'the checkpoint at step 6: writing .*checkpoint-6/\S+ '
-                                               r'failed, the disk is full .*; it was removed; the next run resumes '
-                                               r'from .*checkpoint-3'):
+    with pytest.raises(CacheWriteFailed,
+                       match=r'the checkpoint at step 6: writing .*checkpoint-6/\S+ failed, the '
+                             r'disk is full .*; it was removed; the next run resumes from '
+                             r'.*checkpoint-3'):
         trainer.fit(coll.topics())
     assert [p.name for p in loop.checkpoints(tmp_path / 'run')] == ['checkpoint-3']
     assert not (tmp_path / 'run' / 'checkpoint-6').exists()

@@ -21,9 +21,10 @@ with torch.autocast('cpu', dtype=torch.bfloat16), torch.no_grad():
 
 
 def _run(code: str, **env) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k not in (*VARIABLES, 'DNNL_PRIMITIVE_CACHE_CAPACITY')}
-    return subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env={**clean, **env},
-                          check=True)
+    clean = {k: v for k, v in os.environ.items()
+             if k not in (*VARIABLES, 'DNNL_PRIMITIVE_CACHE_CAPACITY')}
+    return subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                          env={**clean, **env}, check=True)
 
 
 def test_importing_the_package_bounds_the_kernel_caches_unless_the_user_set_them():
@@ -32,17 +33,20 @@ def test_importing_the_package_bounds_the_kernel_caches_unless_the_user_set_them
     assert VARIABLES == ('ONEDNN_PRIMITIVE_CACHE_CAPACITY', 'LRU_CACHE_CAPACITY')
     assert _run(show, LRU_CACHE_CAPACITY='7').stdout.split() == [str(KERNEL_CACHE_CAPACITY), '7']
     # oneDNN's older name for its capacity, which the newer one would override, is left in charge
-    assert _run(show, DNNL_PRIMITIVE_CACHE_CAPACITY='5').stdout.split() == ['-', str(KERNEL_CACHE_CAPACITY)]
+    assert (_run(show, DNNL_PRIMITIVE_CACHE_CAPACITY='5').stdout.split()
+            == ['-', str(KERNEL_CACHE_CAPACITY)])
 
 
 def test_a_kernel_met_again_after_more_shapes_than_the_cache_holds_is_built_anew():
     def last_build(package=True, **env):
         code = ('import pyterrier_selfsup' if package else '') + SHAPES
-        builds = [line.split(',')[3] for line in _run(code, ONEDNN_VERBOSE='profile_create', **env).stdout.splitlines()
+        builds = [line.split(',')[3]
+                  for line in _run(code, ONEDNN_VERBOSE='profile_create', **env).stdout.splitlines()
                   if line.startswith('onednn_verbose') and ',matmul,' in line]
         if not builds:
             pytest.skip("this CPU's bf16 products do not go through oneDNN")
         return builds[-1]
     assert KERNEL_CACHE_CAPACITY < 79
     assert last_build() == 'create:cache_miss'  # evicted: the cache is bounded
-    assert last_build(package=False) == 'create:cache_hit'  # (without the package: PyTorch's 1024 kernels)
+    # (without the package: PyTorch's 1024 kernels)
+    assert last_build(package=False) == 'create:cache_hit'

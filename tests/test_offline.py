@@ -7,8 +7,9 @@ import pytest
 
 from pyterrier_selfsup.models._base import HUB_LOGGER, OfflineHubFilter
 
-OFFLINE = "Could not reach the Hub (Cannot reach https://huggingface.co/api/models/x: offline mode is enabled. " \
-          "To disable it, please unset the `HF_HUB_OFFLINE` environment variable.). Using cached commit hash for 'x'."
+OFFLINE = ("Could not reach the Hub (Cannot reach https://huggingface.co/api/models/x: offline "
+           "mode is enabled. To disable it, please unset the `HF_HUB_OFFLINE` environment "
+           "variable.). Using cached commit hash for 'x'.")
 
 
 @pytest.fixture
@@ -29,14 +30,16 @@ def test_the_offline_warning_is_dropped_and_every_other_kept(hub_warnings):
     logger = logging.getLogger(HUB_LOGGER)
     assert any(isinstance(f, OfflineHubFilter) for f in logger.filters)
     logger.warning(OFFLINE)
-    logger.warning("Could not reach the Hub (ConnectError: timed out). Using cached commit hash for 'x'.")
+    logger.warning("Could not reach the Hub (ConnectError: timed out). "
+                   "Using cached commit hash for 'x'.")
     logger.warning('Ignored error while caching commit hash')
     assert hub_warnings() == [
         "Could not reach the Hub (ConnectError: timed out). Using cached commit hash for 'x'.",
         'Ignored error while caching commit hash']
 
 
-@pytest.mark.skipif(os.environ.get('HF_HUB_OFFLINE') != '1', reason='the model hub is reachable: not offline')
+@pytest.mark.skipif(os.environ.get('HF_HUB_OFFLINE') != '1',
+                    reason='the model hub is reachable: not offline')
 def test_a_model_load_offline_says_nothing_of_the_hub(hub_warnings, monkeypatch):
     from pyterrier_selfsup import MINILM, sbert_encoder
     logger = logging.getLogger(HUB_LOGGER)

@@ -30,7 +30,8 @@ def test_offset_adam_is_adam_on_the_rows_it_touches_and_leaves_the_others():
         (((moved - target[:3]) ** 2).sum() + pull).backward()
         opt.step()
         adam.zero_grad()
-        (((base[:3] + reference - target[:3]) ** 2).sum() + 0.5 * reference.pow(2).sum(-1).mean()).backward()
+        (((base[:3] + reference - target[:3]) ** 2).sum()
+         + 0.5 * reference.pow(2).sum(-1).mean()).backward()
         adam.step()
     torch.testing.assert_close(offsets.delta, reference.detach(), rtol=1e-5, atol=1e-6)
     # a row met later starts from zero and moves alone; the others keep their values
@@ -52,8 +53,8 @@ def test_apply_moves_only_passages_with_an_offset_and_renormalises():
 
 def _trainer(encoder, coll, cache_dir, **kwargs):
     bm25 = Fusion({'bm25': BM25.from_collection(coll, num_results=100, cache_dir=cache_dir)})
-    settings = dict(depth=10, batch_size=8, lr=3e-4, epochs=3, passage_offsets=0.1, offset_lr=1e-2, verdict_share=0.0,
-                    seed=0, cache_dir=cache_dir, verbose=False)
+    settings = dict(depth=10, batch_size=8, lr=3e-4, epochs=3, passage_offsets=0.1, offset_lr=1e-2,
+                    verdict_share=0.0, seed=0, cache_dir=cache_dir, verbose=False)
     return Distillation(encoder, coll, bm25, **{**settings, **kwargs})
 
 
@@ -68,7 +69,8 @@ def test_offsets_train_save_with_the_model_and_move_its_index(tiny_encoder, cach
     assert (final / OFFSETS_FILE).is_file()
 
     # reloaded from the model directory: the index holds v0 + delta for every passage that has one
-    retriever = DenseRetriever.from_dual_encoder(coll, str(final), precision='fp32', cache_dir=cache_dir)
+    retriever = DenseRetriever.from_dual_encoder(coll, str(final), precision='fp32',
+                                                 cache_dir=cache_dir)
     assert retriever.encoder.passage_offsets.fingerprint() == offsets.fingerprint()
     base = flex_index(coll, retriever.encoder, cache_dir=cache_dir, offsets=False)
     assert retriever.index.index_path != base.index_path
@@ -77,12 +79,14 @@ def test_offsets_train_save_with_the_model_and_move_its_index(tiny_encoder, cach
     names = [str(d) for d in docnos.fwd[np.arange(len(moved))]]
     has = np.array([d in offsets.row for d in names])
     assert has.sum() == len(offsets)
-    np.testing.assert_array_equal(moved[~has], start[~has])  # a passage training never met keeps its vector
-    np.testing.assert_allclose(moved[has], offsets.apply([d for d, h in zip(names, has) if h], start[has]),
-                               rtol=1e-6)
+    # a passage training never met keeps its vector
+    np.testing.assert_array_equal(moved[~has], start[~has])
+    np.testing.assert_allclose(
+        moved[has], offsets.apply([d for d, h in zip(names, has) if h], start[has]), rtol=1e-6)
     assert not np.allclose(moved[has], start[has])
 
-    # searched through a PyTerrier pipeline: scores are the query vector's dot products with the moved vectors
+    # searched through a PyTerrier pipeline: scores are the query vector's dot products with
+    # the moved vectors
     topics = coll.topics().head(3)
     results = (retriever % 5)(topics)
     assert results.groupby('qid').size().tolist() == [5, 5, 5]
@@ -120,12 +124,16 @@ from pyterrier_selfsup.training.verdict import held_out, ndcg_at, verdict  # noq
 
 
 def test_verdict_parts_by_hand():
-    assert held_out([str(i) for i in range(20)], 0.1, fewest=1) == held_out([str(i) for i in reversed(range(20))], 0.1,
-                                                                         fewest=1)
-    assert len(held_out([str(i) for i in range(20)], 0.1, fewest=1)) == 2 and held_out(['a', 'b'], 0.5) == []
-    assert len(held_out([str(i) for i in range(300)], 0.1)) == 30 and len(held_out([str(i) for i in range(100)], 0.1)) == 20
-    assert held_out([str(i) for i in range(59)], 0.1) == []  # 20 held out would leave fewer than 40 to train
-    assert ndcg_at({'q': ['a', 'b', 'c'], 'r': ['x']}, {'q': 'b', 'r': 'y'}).tolist() == pytest.approx([1 / math.log2(3), 0])
+    assert (held_out([str(i) for i in range(20)], 0.1, fewest=1)
+            == held_out([str(i) for i in reversed(range(20))], 0.1, fewest=1))
+    assert (len(held_out([str(i) for i in range(20)], 0.1, fewest=1)) == 2 and
+            held_out(['a', 'b'], 0.5) == [])
+    assert (len(held_out([str(i) for i in range(300)], 0.1)) == 30 and
+            len(held_out([str(i) for i in range(100)], 0.1)) == 20)
+    # 20 held out would leave fewer than 40 to train
+    assert held_out([str(i) for i in range(59)], 0.1) == []
+    assert (ndcg_at({'q': ['a', 'b', 'c'], 'r': ['x']}, {'q': 'b', 'r': 'y'}).tolist()
+            == pytest.approx([1 / math.log2(3), 0]))
     v = verdict({0: np.array([0.0, 0.5, 1.0, 0.0] * 2), 1: np.array([1.0, 0.5, 1.0, 1.0] * 2),
                  2: np.array([0.5] * 8)})
     assert (v.best_round, v.start, v.best) == (1, 0.375, 0.875) and v.low == 0.125 and v.helped
@@ -134,7 +142,8 @@ def test_verdict_parts_by_hand():
     assert none.best_round == 0 and not none.helped and 'start model is kept' in none.sentence()
 
 
-def test_held_out_queries_never_train_and_the_best_round_is_kept(tiny_encoder, cache_dir, tmp_path, monkeypatch):
+def test_held_out_queries_never_train_and_the_best_round_is_kept(tiny_encoder, cache_dir, tmp_path,
+                                                                 monkeypatch):
     coll = Collection('classic/adi')
     topics = coll.topics()
     seen = []
@@ -145,14 +154,15 @@ def test_held_out_queries_never_train_and_the_best_round_is_kept(tiny_encoder, c
         return original(self, batch, rng)
 
     monkeypatch.setattr(Distillation, 'loss', spy)
-    trainer = _trainer(tiny_encoder(max_length=64), coll, cache_dir, output_dir=tmp_path / 'run', verdict_share=0.2,
-                       checkpoint_every='epoch')
+    trainer = _trainer(tiny_encoder(max_length=64), coll, cache_dir, output_dir=tmp_path / 'run',
+                       verdict_share=0.2, checkpoint_every='epoch')
     trainer.verdict.fewest = 1  # (ADI's 35 queries: a verdict from 7)
     trainer.fit(topics)
     held = {q.qid for q in trainer.verdict.held}
     assert len(held) == 7 and not held & set(seen) and set(seen) == set(topics['qid']) - held
     rounds = [r for r in trainer.log if 'verdict round' in r]
-    assert [r['verdict round'] for r in rounds] == [0, 1, 2, 3] and all(len(r['verdict scores']) == 7 for r in rounds)
+    assert ([r['verdict round'] for r in rounds] == [0, 1, 2, 3] and
+            all(len(r['verdict scores']) == 7 for r in rounds))
     v = trainer.verdict.result
     assert v.queries == 7 and v.best == max(r['verdict nDCG@10'] for r in rounds)
     assert trainer.log[-1]['verdict kept round'] == v.best_round
@@ -161,8 +171,8 @@ def test_held_out_queries_never_train_and_the_best_round_is_kept(tiny_encoder, c
     again = ndcg_at({q: d for q, (d, _) in ranked.items()}, trainer.verdict.pseudo)
     assert again.mean() == pytest.approx(v.best, abs=1e-9)
     # and with lr 0 nothing moves: no round beats the start, and the start is what is kept
-    frozen = _trainer(tiny_encoder(max_length=64), coll, cache_dir, lr=0.0, offset_lr=0.0, verdict_share=0.2,
-                      epochs=2)
+    frozen = _trainer(tiny_encoder(max_length=64), coll, cache_dir, lr=0.0, offset_lr=0.0,
+                      verdict_share=0.2, epochs=2)
     frozen.verdict.fewest = 1
     frozen.fit(topics)
     assert frozen.verdict.result.best_round == 0 and not frozen.verdict.result.helped

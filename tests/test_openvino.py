@@ -37,7 +37,8 @@ def ndcg(encoder, topics, qrels, docs) -> float:
     vectors = encoder.encode_docs([d['text'] for d in docs])
     scores = encoder.encode_queries(topics['query'].tolist()) @ vectors.T
     run = pd.DataFrame([{'query_id': qid, 'doc_id': docs[j]['docno'], 'score': float(scores[i, j])}
-                        for i, qid in enumerate(topics['qid']) for j in np.argsort(-scores[i])[:10]])
+                        for i, qid in enumerate(topics['qid'])
+                        for j in np.argsort(-scores[i])[:10]])
     qrels = qrels.rename(columns={'qid': 'query_id', 'docno': 'doc_id', 'label': 'relevance'})
     return ir_measures.calc_aggregate([nDCG @ 10], qrels, run)[nDCG @ 10]
 
@@ -84,14 +85,15 @@ def test_openvino_int8_stays_within_the_quality_bound(sample, torch_fp32):
 def test_openvino_follows_the_weights():
     """A compiled side is rebuilt when training changes the weights (as a refresh needs)."""
     encoder = DualEncoder.from_pretrained(MINILM, precision='fp32', backend='openvino')
-    texts = ['Scurvy is caused by a lack of vitamin C.', 'The mitochondrion is the powerhouse of the cell.']
+    texts = ['Scurvy is caused by a lack of vitamin C.',
+             'The mitochondrion is the powerhouse of the cell.']
     before = encoder.encode_docs(texts)
     with torch.no_grad():
         encoder.model.encoder.embeddings.word_embeddings.weight.mul_(1.5)
     after = encoder.encode_docs(texts)
     assert np.abs(after - before).max() > 1e-3
-    reference = DualEncoder(encoder.model, encoder.tokenizer, name=encoder.name, max_length=encoder.max_length,
-                            precision='fp32')
+    reference = DualEncoder(encoder.model, encoder.tokenizer, name=encoder.name,
+                            max_length=encoder.max_length, precision='fp32')
     assert np.abs(after - reference.encode_docs(texts)).max() < 1e-5
 
 

@@ -12,7 +12,8 @@ from pyterrier_selfsup.harness.plots import results_figure, seed_groups, short_l
 def _long_names(n=10, length=120):
     names = ['bm25']
     for i in range(1, n):
-        spec = f'rumbart:queries=beir/scifact/train,teacher_temperature={i},start=ds,note={"x" * 40}{i},k={i}'
+        spec = (f'rumbart:queries=beir/scifact/train,teacher_temperature={i},start=ds,'
+                f'note={"x" * 40}{i},k={i}')
         names.append((spec + ',pad=' + 'y' * length)[:length])
     return names
 
@@ -29,7 +30,8 @@ def _table(names, collections):
 
 def _per_query(names, table):
     rng = np.random.default_rng(1)
-    return pd.DataFrame([{'collection': c, 'name': n, 'qid': str(q), 'nDCG@10': float(rng.uniform())}
+    return pd.DataFrame([{'collection': c, 'name': n, 'qid': str(q),
+                          'nDCG@10': float(rng.uniform())}
                          for c in table['collection'].unique() for n in names for q in range(30)])
 
 
@@ -45,13 +47,16 @@ def _texts(fig):
             continue
         for axis in (ax.xaxis, ax.yaxis):
             low, high = sorted(axis.get_view_interval())
-            texts += [tick.label1 for tick in axis.get_major_ticks() if low - 1e-9 <= tick.get_loc() <= high + 1e-9]
+            texts += [tick.label1 for tick in axis.get_major_ticks()
+                      if low - 1e-9 <= tick.get_loc() <= high + 1e-9]
             texts.append(axis.label)
         texts += [ax.title, *ax.texts]
         if ax.get_legend() is not None:
             texts += ax.get_legend().get_texts()
-    unique = {id(t): t for t in texts if t is not None}.values()  # (the suptitle is among fig.texts too)
-    return [(t.get_text(), t.get_window_extent(renderer)) for t in unique if t.get_visible() and t.get_text().strip()]
+    # (the suptitle is among fig.texts too)
+    unique = {id(t): t for t in texts if t is not None}.values()
+    return [(t.get_text(), t.get_window_extent(renderer)) for t in unique
+            if t.get_visible() and t.get_text().strip()]
 
 
 COLLECTIONS = ('beir/scifact/test', 'cranfield', 'vaswani', 'classic/cisi')
@@ -68,12 +73,14 @@ def test_ten_long_names_fit_without_overlap(n_collections, seeds):
     if seeds:
         names += [names[-1] + ',seed=1', names[-1] + ',seed=2']
     table = _table(names, COLLECTIONS[:n_collections])
-    fig = results_figure(table, title='ten pipelines of 120 characters', per_query=_per_query(names, table),
+    fig = results_figure(table, title='ten pipelines of 120 characters',
+                         per_query=_per_query(names, table),
                          footer=['date: today', 'machine: ' + 'm' * 300])
     figure_box = fig.bbox
     texts = _texts(fig)
     assert len(texts) > 20 * n_collections  # tick labels, values, titles, the footer: all drawn
-    assert any('(+0.' in t or '(-0.' in t for t, _ in texts)  # values carry their difference from the baseline
+    # values carry their difference from the baseline
+    assert any('(+0.' in t or '(-0.' in t for t, _ in texts)
     for text, box in texts:
         assert box.x0 >= figure_box.x0 - 1 and box.x1 <= figure_box.x1 + 1, text
         assert box.y0 >= figure_box.y0 - 1 and box.y1 <= figure_box.y1 + 1, text
@@ -90,6 +97,7 @@ def test_ten_long_names_fit_without_overlap(n_collections, seeds):
 def test_labels_keep_only_what_tells_pipelines_apart():
     names = ['bm25', 'rumbart:queries=beir/scifact/train,teacher_temperature=4',
              'rumbart:queries=beir/scifact/train,teacher_temperature=1']
-    assert short_labels(names) == ['bm25', 'rumbart teacher_temperature=4', 'rumbart teacher_temperature=1']
+    assert short_labels(names) == ['bm25', 'rumbart teacher_temperature=4',
+                                   'rumbart teacher_temperature=1']
     assert seed_groups(['bm25', 'ds:lr=1e-5', 'ds:lr=1e-5,seed=1', 'ds:lr=1e-5,seed=2']) == {
         'bm25': ['bm25'], 'ds:lr=1e-5': ['ds:lr=1e-5', 'ds:lr=1e-5,seed=1', 'ds:lr=1e-5,seed=2']}

@@ -1,7 +1,8 @@
 import pytest
 
 from pyterrier_selfsup import Collection
-from pyterrier_selfsup.data.queries import corpus_sentences, cropped_spans, document_titles, given_topics, sentences
+from pyterrier_selfsup.data.queries import (corpus_sentences, cropped_spans, document_titles,
+                                            given_topics, sentences)
 
 
 def test_sentence_split():
@@ -44,10 +45,13 @@ def test_document_titles_are_each_documents_own_title_once():
     assert some.equals(training_topics(coll, 'titles', 30, seed=0))
     assert not some['query'].equals(document_titles(coll, 30, seed=1)['query'])
     assert len(some) == 30 and some['source_docno'].is_unique
-    assert all(titles[d] == q and len(q.split()) >= 3 for d, q in zip(some['source_docno'], some['query']))
-    every = document_titles(coll, 1000, seed=0)  # all ADI has: one a document, a repeated title once
+    assert all(titles[d] == q and len(q.split()) >= 3
+               for d, q in zip(some['source_docno'], some['query']))
+    # all ADI has: one a document, a repeated title once
+    every = document_titles(coll, 1000, seed=0)
     distinct = {t.lower() for t in titles.values() if len(t.split()) >= 3}
-    assert len(every) == len(distinct) and every['query'].str.lower().is_unique and 70 <= len(every) <= 82
+    assert (len(every) == len(distinct) and every['query'].str.lower().is_unique
+            and 70 <= len(every) <= 82)
     assert 'titles' in CUT_FROM_CORPUS  # a title is in its document's text: not its own candidate
     with pytest.raises(ValueError, match='no document of vaswani has a title'):
         document_titles(Collection('vaswani'), 10)
@@ -62,25 +66,25 @@ def test_generated_queries_come_from_the_generator_with_their_source(tiny_genera
     from pyterrier_selfsup.models.generator import Generator
     from pyterrier_selfsup.data.queries import generated_queries
     coll = Collection('classic/adi')
-    gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu', precision='fp32',
-                                    max_passage_length=32)
+    gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu',
+                                    precision='fp32', max_passage_length=32)
     topics = generated_queries(coll, gen, 6, seed=1, max_new_tokens=4)
     assert list(topics.columns) == ['qid', 'query', 'source_docno'] and 0 < len(topics) <= 6
-    assert topics['query'].tolist() == [t for t in gen.generate(coll.texts(list(topics['source_docno'])),
-                                                                max_new_tokens=4) if t]
+    assert topics['query'].tolist() == [
+        t for t in gen.generate(coll.texts(list(topics['source_docno'])), max_new_tokens=4) if t]
     assert generated_queries(coll, gen, 6, seed=1, max_new_tokens=4).equals(topics)  # deterministic
 
 
-def test_generated_training_topics_are_written_once_and_shared_by_every_trainer(tiny_dir, tiny_generator_dir,
-                                                                             tmp_path, monkeypatch):
+def test_generated_training_topics_are_written_once_and_shared_by_every_trainer(
+        tiny_dir, tiny_generator_dir, tmp_path, monkeypatch):
     from pyterrier_selfsup.data.queries import generated_queries
     from pyterrier_selfsup.harness import trained
     from pyterrier_selfsup.harness.trained import training_topics
     from pyterrier_selfsup.models.generator import Generator
     from pyterrier_selfsup.training.distant import DistantSupervision
     coll = Collection('classic/adi')
-    gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu', precision='fp32',
-                                    max_passage_length=32)
+    gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu',
+                                    precision='fp32', max_passage_length=32)
     first = training_topics(coll, 'generated', 8, seed=3, generator=gen, cache_dir=tmp_path)
     assert first.equals(generated_queries(coll, gen, 8, seed=3)) and len(first) > 0
     assert first['source_docno'].map(type).eq(str).all()  # '12' stays a docno, not a number
@@ -88,8 +92,10 @@ def test_generated_training_topics_are_written_once_and_shared_by_every_trainer(
     def never(*args, **kwargs):
         raise AssertionError('generated again')
     monkeypatch.setattr(gen, 'generate', never)
-    assert training_topics(coll, 'generated', 8, seed=3, generator=gen, cache_dir=tmp_path).equals(first)
-    # the distant-supervision pipeline reads the same file (its generator is SmolLM2's; here the tiny one)
+    assert training_topics(coll, 'generated', 8, seed=3, generator=gen,
+                           cache_dir=tmp_path).equals(first)
+    # the distant-supervision pipeline reads the same file
+    # (its generator is SmolLM2's; here the tiny one)
     monkeypatch.setattr(trained, 'load_generator', lambda *args, **kwargs: gen)
     class Trained(Exception):
         pass
@@ -98,7 +104,8 @@ def test_generated_training_topics_are_written_once_and_shared_by_every_trainer(
         raise Trained(topics)
     monkeypatch.setattr(DistantSupervision, 'fit', fit)
     with pytest.raises(Trained) as raised:
-        trained.train(coll, 'ds', dict(model_name=str(tiny_dir), queries='generated', n_queries=8, seed=3),
+        trained.train(coll, 'ds',
+                      dict(model_name=str(tiny_dir), queries='generated', n_queries=8, seed=3),
                       cache_dir=tmp_path)
     assert raised.value.args[0].equals(first)
     with pytest.raises(ValueError, match='needs a generator'):
@@ -128,20 +135,25 @@ def test_round_trip_queries_keep_only_queries_that_find_their_passage(tmp_path):
     bm25 = BM25.from_collection(coll, cache_dir=tmp_path) % 10
     plain = generated_queries(coll, EchoOrGeneric(), 20, seed=0)
     assert (plain['query'] == 'What is the purpose of the study?').sum() == 10
-    kept = training_topics(coll, 'roundtrip', 20, seed=0, generator=EchoOrGeneric(), cache_dir=tmp_path)
+    kept = training_topics(coll, 'roundtrip', 20, seed=0, generator=EchoOrGeneric(),
+                           cache_dir=tmp_path)
     assert len(kept) == 20 and kept['query'].is_unique
     generic = kept['query'] == 'What is the purpose of the study?'
-    assert generic.sum() <= 1  # kept once at most, and only where BM25 happens to find its passage with it
+    # kept once at most, and only where BM25 happens to find its passage with it
+    assert generic.sum() <= 1
     run = bm25(kept[['qid', 'query']])
     top = set(zip(run['qid'], run['docno']))
     assert all((q, d) in top for q, d in zip(kept['qid'], kept['source_docno']))
     texts = dict(zip(kept['source_docno'], coll.texts(list(kept['source_docno']))))
-    assert all(texts[d].split()[:8] == q.split() for d, q in zip(kept['source_docno'][~generic], kept['query'][~generic]))
+    assert all(texts[d].split()[:8] == q.split()
+               for d, q in zip(kept['source_docno'][~generic], kept['query'][~generic]))
     calls = EchoOrGeneric.calls
-    assert training_topics(coll, 'roundtrip', 20, seed=0, generator=EchoOrGeneric(), cache_dir=tmp_path).equals(kept)
+    assert training_topics(coll, 'roundtrip', 20, seed=0, generator=EchoOrGeneric(),
+                           cache_dir=tmp_path).equals(kept)
     assert EchoOrGeneric.calls == calls  # read from the cache
     # ADI has 82 documents: asking for more than pass the check keeps all that do
-    assert len(training_topics(coll, 'roundtrip', 60, seed=0, generator=EchoOrGeneric(), cache_dir=tmp_path)) < 60
+    assert len(training_topics(coll, 'roundtrip', 60, seed=0, generator=EchoOrGeneric(),
+                               cache_dir=tmp_path)) < 60
 
 
 def test_masked_spans_hide_one_salient_span_of_a_sentence_of_their_source():

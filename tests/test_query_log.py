@@ -13,29 +13,36 @@ from pyterrier_selfsup.harness.pipelines import CrossFold, get_pipeline
 
 
 def test_a_query_log_is_read_from_text_tsv_and_jsonl(tmp_path):
-    (tmp_path / 'log.txt').write_text('what is indexing\n\n  retrieval of documents  \n', encoding='utf-8')
+    (tmp_path / 'log.txt').write_text('what is indexing\n\n  retrieval of documents  \n',
+                                      encoding='utf-8')
     (tmp_path / 'log.tsv').write_text('qid\tquery\n7\twhat is indexing\n9\t"quoted" retrieval\n')
-    (tmp_path / 'log.jsonl').write_text('{"qid": "7", "query": "what is indexing"}\n\n{"_id": 9, "text": "x y"}\n')
-    assert query_log(tmp_path / 'log.txt').to_dict('list') == {'qid': ['1', '3'],
-                                                               'query': ['what is indexing', 'retrieval of documents']}
-    assert query_log(tmp_path / 'log.tsv').to_dict('list') == {'qid': ['7', '9'],
-                                                               'query': ['what is indexing', '"quoted" retrieval']}
-    assert query_log(tmp_path / 'log.jsonl').to_dict('list') == {'qid': ['7', '9'], 'query': ['what is indexing', 'x y']}
+    (tmp_path / 'log.jsonl').write_text('{"qid": "7", "query": "what is indexing"}\n\n'
+                                        '{"_id": 9, "text": "x y"}\n')
+    assert (query_log(tmp_path / 'log.txt').to_dict('list')
+            == {'qid': ['1', '3'], 'query': ['what is indexing', 'retrieval of documents']})
+    assert (query_log(tmp_path / 'log.tsv').to_dict('list')
+            == {'qid': ['7', '9'], 'query': ['what is indexing', '"quoted" retrieval']})
+    assert (query_log(tmp_path / 'log.jsonl').to_dict('list')
+            == {'qid': ['7', '9'], 'query': ['what is indexing', 'x y']})
 
 
 @pytest.mark.parametrize('name, content, message', [
-    ('extra.tsv', 'qid\tquery\n1\tfine\n2\ttoo\tmany\n', r'extra.tsv, line 3: 3 field\(s\) where its header has 2'),
-    ('short.tsv', 'qid\tquery\n1\tfine\n2\n', r'short.tsv, line 3: 1 field\(s\) where its header has 2'),
+    ('extra.tsv', 'qid\tquery\n1\tfine\n2\ttoo\tmany\n',
+     r'extra.tsv, line 3: 3 field\(s\) where its header has 2'),
+    ('short.tsv', 'qid\tquery\n1\tfine\n2\n',
+     r'short.tsv, line 3: 1 field\(s\) where its header has 2'),
     # a text with a line break: its second half is a row of one field, and the error says why
-    ('newline.tsv', 'qid\tquery\n1\tfine\n2\ttwo\nlines\n', r'newline.tsv, line 4: 1 field\(s\) where its header '
-                                                             r'has 2 \(qid, query\); a TSV cannot quote, so a tab or a '
-                                                             r'line break inside a text splits its row: write such texts '
-                                                             r'as JSON lines'),
-    ('nojson.jsonl', '{"qid": "1", "query": "a"}\n{"qid": "2", "query": \n', r'nojson.jsonl, line 2: not a JSON'),
-    ('nofield.jsonl', '{"qid": "1", "query": "a"}\n{"qid": "2", "q": "b"}\n', r'nofield.jsonl, line 2: .*no query '
-                                                                                r'field'),
+    ('newline.tsv', 'qid\tquery\n1\tfine\n2\ttwo\nlines\n',
+     r'newline.tsv, line 4: 1 field\(s\) where its header has 2 \(qid, query\); a TSV cannot '
+     r'quote, so a tab or a line break inside a text splits its row: write such texts '
+     r'as JSON lines'),
+    ('nojson.jsonl', '{"qid": "1", "query": "a"}\n{"qid": "2", "query": \n',
+     r'nojson.jsonl, line 2: not a JSON'),
+    ('nofield.jsonl', '{"qid": "1", "query": "a"}\n{"qid": "2", "q": "b"}\n',
+     r'nofield.jsonl, line 2: .*no query field'),
     ('empty.csv', 'qid,query\n1,a\n2,\n', r"empty.csv, line 3: query '2' has no text"),
-    ('twice.csv', 'qid,query\n1,a\n2,b\n1,c\n', r"twice.csv, line 4: query id '1' again \(first on line 2\)"),
+    ('twice.csv', 'qid,query\n1,a\n2,b\n1,c\n',
+     r"twice.csv, line 4: query id '1' again \(first on line 2\)"),
     ('latin.txt', b'caf\xc3\xa9\nna\xefve\n', r'latin.txt, line 2: not UTF-8'),
     ('blank.txt', '\n \n', r'blank.txt: no query in it'),
 ])
@@ -84,8 +91,10 @@ def test_crossfold_answers_each_query_with_the_model_that_never_saw_its_text(tin
     assigned = folds(coll.topics()['qid'])
     dirs = spec.model_dirs(coll, cache_dir)
     assert len(dirs) == 2 and dirs[0] != dirs[1] and spec.model_dir(coll, cache_dir) == dirs[0]
-    for fold, directory in enumerate(dirs):  # each fold's model trained on the other fold's texts only
-        log = [json.loads(line) for line in (directory / 'training_log.jsonl').read_text().splitlines()]
+    # each fold's model trained on the other fold's texts only
+    for fold, directory in enumerate(dirs):
+        log = [json.loads(line)
+               for line in (directory / 'training_log.jsonl').read_text().splitlines()]
         steps = [r for r in log if 'loss' in r]
         assert steps and len(steps) == -(-sum(f != fold for f in assigned.values()) // 32)
         trained_on = trained.training_topics(coll, 'crossfold', 0, fold=fold)
@@ -99,12 +108,14 @@ def test_crossfold_answers_each_query_with_the_model_that_never_saw_its_text(tin
         got = results[results['qid'].isin(mine['qid'])]
         pd.testing.assert_frame_equal(got.reset_index(drop=True)[['qid', 'docno', 'score']],
                                       expected.reset_index(drop=True)[['qid', 'docno', 'score']])
-    assert not pipeline.retrievers[0].encoder.fingerprint() == pipeline.retrievers[1].encoder.fingerprint()
+    assert not (pipeline.retrievers[0].encoder.fingerprint()
+                == pipeline.retrievers[1].encoder.fingerprint())
     with pytest.raises(ValueError, match='not topics of'):
         pipeline(pd.DataFrame({'qid': ['new'], 'query': ['a query of no fold']}))
 
 
-def test_a_query_log_trains_from_the_command_line_and_the_verdict_is_said(tmp_path, cache_dir, tiny_dir):
+def test_a_query_log_trains_from_the_command_line_and_the_verdict_is_said(tmp_path, cache_dir,
+                                                                          tiny_dir):
     from pyterrier_selfsup.data.queries import corpus_sentences
     from tests.test_cli import selfsup
     log = tmp_path / 'log.txt'
@@ -116,7 +127,8 @@ def test_a_query_log_trains_from_the_command_line_and_the_verdict_is_said(tmp_pa
     assert re.search(r'verdict: .*\b20 held-out queries', proc.stdout), proc.stdout
     bad = tmp_path / 'bad.tsv'
     bad.write_text('qid\tquery\n1\tautomatic indexing\n2\tsearch\textra field\n')
-    proc = selfsup('train', f'distill:queries={bad},model_name={tiny_dir}', '-c', 'classic/adi', '--cache-dir',
-                   str(cache_dir), cwd=tmp_path)
-    assert proc.returncode == 2 and f'{bad}, line 3: 3 field(s) where its header has 2' in proc.stderr
+    proc = selfsup('train', f'distill:queries={bad},model_name={tiny_dir}', '-c', 'classic/adi',
+                   '--cache-dir', str(cache_dir), cwd=tmp_path)
+    assert (proc.returncode == 2
+            and f'{bad}, line 3: 3 field(s) where its header has 2' in proc.stderr)
     assert 'Traceback' not in proc.stderr

@@ -18,7 +18,8 @@ from pyterrier_selfsup import Collection
 README = Path(__file__).resolve().parents[1] / 'README.md'
 SUBSTITUTIONS = {
     "'beir/scifact/test'": "'classic/adi'",  # a small collection: the test suite's minutes
-    "'/data/glasgow'": repr(os.environ.get('SELFSUP_CLASSIC_DATA', '')),  # the classic collections here
+    # the classic collections here
+    "'/data/glasgow'": repr(os.environ.get('SELFSUP_CLASSIC_DATA', '')),
 }
 
 
@@ -43,7 +44,8 @@ def test_every_python_block_of_the_readme_runs(cache_dir, tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     adi = Collection('classic/adi')  # the files the README's own-corpus block reads
     with open('docs.jsonl', 'w') as out:
-        out.writelines(json.dumps({'docno': d['docno'], 'text': d['text']}) + '\n' for d in adi.corpus_iter())
+        out.writelines(json.dumps({'docno': d['docno'], 'text': d['text']}) + '\n'
+                       for d in adi.corpus_iter())
     Path('queries.txt').write_text('\n'.join(adi.topics()['query'].head(5)) + '\n')
 
     text = README.read_text()
@@ -58,13 +60,15 @@ def test_every_python_block_of_the_readme_runs(cache_dir, tmp_path, monkeypatch)
 
     table = quick_start.set_index('name')
     assert table.loc['BM25', 'nDCG@10'] == pytest.approx(0.4855, abs=1e-4)  # (tests/test_bm25.py)
-    assert table.loc['MiniLM', 'nDCG@10'] == pytest.approx(0.4975, abs=1e-4)  # (tests/test_dense.py)
+    # (tests/test_dense.py)
+    assert table.loc['MiniLM', 'nDCG@10'] == pytest.approx(0.4975, abs=1e-4)
     # MiniLM re-ranking BM25's top 100 from its stored vectors: BM25's recall, MiniLM's order
     assert table.loc['BM25 >> MiniLM', 'R@100'] == pytest.approx(table.loc['BM25', 'R@100'])
     assert table.loc['BM25 >> MiniLM', 'nDCG@10'] != table.loc['BM25', 'nDCG@10']
     assert len(adapting) == 3 and (tmp_path / 'runs' / 'ds' / 'final' / 'config.json').exists()
     assert isinstance(classic, pd.DataFrame) and len(classic) == 76  # CISI's judged queries
-    assert own['qid'].nunique() == 5 and set(own['docno']) <= {d['docno'] for d in adi.corpus_iter()}
+    assert (own['qid'].nunique() == 5 and
+            set(own['docno']) <= {d['docno'] for d in adi.corpus_iter()})
 
 
 def test_every_selfsup_command_of_the_readme_parses_and_names_known_pipelines(monkeypatch):
@@ -85,7 +89,8 @@ def test_every_selfsup_command_of_the_readme_parses_and_names_known_pipelines(mo
     monkeypatch.setattr(cli, 'writable', lambda *args, **kwargs: None)
     monkeypatch.setattr(cli, 'join_process_group', lambda: None)
     monkeypatch.setattr(cli, 'Collection', lambda name: name)
-    monkeypatch.setattr(type(get_pipeline('ds')), 'train', lambda spec, *args, **kwargs: seen.append(spec) or Path('x'))
+    monkeypatch.setattr(type(get_pipeline('ds')), 'train',
+                        lambda spec, *args, **kwargs: seen.append(spec) or Path('x'))
     commands = []
     for block in re.findall(r'```bash\n(.*?)```', README.read_text(), flags=re.S):
         for line in block.splitlines():

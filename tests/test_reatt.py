@@ -29,11 +29,12 @@ def captured_projections(model, layer, texts, tokenizer):
 
 
 @pytest.mark.parametrize('kind,layer', [('bert', 0), ('bert', 1), ('t5', 1)])
-def test_head_scores_equal_a_manual_computation_from_the_models_own_attention(tiny_reatt, tiny_dir, tiny_generator_dir,
-                                                                            kind, layer):
+def test_head_scores_equal_a_manual_computation_from_the_models_own_attention(
+        tiny_reatt, tiny_dir, tiny_generator_dir, kind, layer):
     path = tiny_dir if kind == 'bert' else tiny_generator_dir['t5']
     r = tiny_reatt(layer, path=path)
-    got = r.score_texts([QUERIES[0]] * len(DOCS) + [QUERIES[1]] * len(DOCS), DOCS * 2, per_head=True)
+    got = r.score_texts([QUERIES[0]] * len(DOCS) + [QUERIES[1]] * len(DOCS), DOCS * 2,
+                        per_head=True)
     q_seen, scaling = captured_projections(r.model.encoder, layer, QUERIES, r.tokenizer)
     d_seen, _ = captured_projections(r.model.encoder, layer, DOCS, r.tokenizer)
     expected = []
@@ -43,11 +44,13 @@ def test_head_scores_equal_a_manual_computation_from_the_models_own_attention(ti
             expected.append(a.max(dim=2).values.mean(dim=1).numpy())  # avg over query tokens of max
     expected = np.stack(expected)  # fp32 sums: exact to ~1e-7 of the largest magnitude involved
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6 * np.abs(expected).max())
-    assert got.shape == (8, 2) and np.ptp(got[:4], axis=0).min() > 1e-4  # the documents score differently
+    # the documents score differently
+    assert got.shape == (8, 2) and np.ptp(got[:4], axis=0).min() > 1e-4
 
 
 def test_the_projections_are_the_ones_the_model_attends_with(tiny_reatt):
-    """softmax(Q Kᵀ · scaling) of a text with itself is the model's own attention map at that layer."""
+    """softmax(Q Kᵀ · scaling) of a text with itself is the model's own attention map at that
+    layer."""
     r = tiny_reatt(1)
     ids = r.tokenizer([QUERIES[0]], return_tensors='pt')
     r.model.encoder.set_attn_implementation('eager')
@@ -55,8 +58,8 @@ def test_the_projections_are_the_ones_the_model_attends_with(tiny_reatt):
         own = r.model.encoder(**ids, output_attentions=True).attentions[1][0]  # layer 1, (H, L, L)
         q = r.model.project(r.model.states(ids['input_ids'], ids['attention_mask']), 'query')[0]
         k = r.model.project(r.model.states(ids['input_ids'], ids['attention_mask']), 'passage')[0]
-    torch.testing.assert_close(torch.softmax(q @ k.transpose(1, 2) * r.model.attention.scaling, -1), own,
-                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(torch.softmax(q @ k.transpose(1, 2) * r.model.attention.scaling, -1),
+                               own, rtol=1e-5, atol=1e-6)
 
 
 def test_a_pairs_score_does_not_depend_on_its_batch(tiny_reatt):
@@ -69,9 +72,11 @@ def test_a_pairs_score_does_not_depend_on_its_batch(tiny_reatt):
 def test_head_weights_mix_the_heads_and_save_and_load(tiny_reatt, tmp_path):
     r = tiny_reatt()
     per_head = r.score_texts([QUERIES[0]] * 4, DOCS, per_head=True)
-    np.testing.assert_allclose(r.score_texts([QUERIES[0]] * 4, DOCS), per_head.mean(1), rtol=1e-5)  # uniform
+    np.testing.assert_allclose(r.score_texts([QUERIES[0]] * 4, DOCS), per_head.mean(1),
+                               rtol=1e-5)  # uniform
     r.model.select_head(1, margin=1.0)  # τ=0.1: weight e^10 / (e^10 + 1) on head 1
-    assert r.model.retrieval_head == 1 and r.model.head_weights[1].item() == pytest.approx(1 / (1 + np.exp(-10)))
+    assert (r.model.retrieval_head == 1
+            and r.model.head_weights[1].item() == pytest.approx(1 / (1 + np.exp(-10))))
     mixed = r.score_texts([QUERIES[0]] * 4, DOCS)
     np.testing.assert_allclose(mixed, per_head @ r.model.head_weights.detach().numpy(), rtol=1e-5)
     r.save_pretrained(tmp_path / 'saved')
@@ -82,7 +87,8 @@ def test_head_weights_mix_the_heads_and_save_and_load(tiny_reatt, tmp_path):
 
 def test_scorer_reranks_with_per_head_columns(tiny_reatt):
     r = tiny_reatt()
-    frame = pd.DataFrame({'qid': ['1'] * 4 + ['2'] * 4, 'query': [QUERIES[0]] * 4 + [QUERIES[1]] * 4,
+    frame = pd.DataFrame({'qid': ['1'] * 4 + ['2'] * 4,
+                          'query': [QUERIES[0]] * 4 + [QUERIES[1]] * 4,
                           'docno': [f'd{i}' for i in range(4)] * 2, 'text': DOCS * 2})
     out = r.scorer(per_head=True)(frame)
     assert set(out.columns) >= {'score', 'rank', 'head_0', 'head_1'} and len(out) == 8
@@ -119,31 +125,41 @@ def adi_index(tiny_reatt, tmp_path_factory):
 
 def test_token_index_exhaustive_scores_equal_the_retrieval_heads_scores(adi_index):
     r, coll, index = adi_index
-    assert len(index) == 82 and index.meta['retrieval_head'] == 1 and index.meta['tokens'] == index.offsets[-1]
+    assert (len(index) == 82 and index.meta['retrieval_head'] == 1
+            and index.meta['tokens'] == index.offsets[-1])
     topics = coll.topics().head(3)
     results = index.exhaustive(r, num_results=5)(topics)
-    assert len(results) == 15 and results.groupby('qid')['rank'].apply(list).tolist() == [[0, 1, 2, 3, 4]] * 3
-    expected = r.score_texts(results['query'].tolist(), coll.texts(results['docno'].tolist()), per_head=True)[:, 1]
-    np.testing.assert_allclose(results['score'], expected, rtol=2e-3, atol=2e-3)  # keys stored in fp16
+    assert (len(results) == 15
+            and results.groupby('qid')['rank'].apply(list).tolist() == [[0, 1, 2, 3, 4]] * 3)
+    expected = r.score_texts(results['query'].tolist(), coll.texts(results['docno'].tolist()),
+                             per_head=True)[:, 1]
+    # keys stored in fp16
+    np.testing.assert_allclose(results['score'], expected, rtol=2e-3, atol=2e-3)
     # and these are the top 5 of all 82 documents under the retrieval head
-    every = r.score_texts([topics['query'].iloc[0]] * 82, coll.texts(list(index.docnos)), per_head=True)[:, 1]
-    assert set(results[results['qid'] == topics['qid'].iloc[0]]['docno']) == set(index.docnos[np.argsort(-every)[:5]])
+    every = r.score_texts([topics['query'].iloc[0]] * 82, coll.texts(list(index.docnos)),
+                          per_head=True)[:, 1]
+    assert (set(results[results['qid'] == topics['qid'].iloc[0]]['docno'])
+            == set(index.docnos[np.argsort(-every)[:5]]))
 
 
-def test_two_stage_search_is_exact_when_it_reaches_every_token_and_exact_on_its_candidates_otherwise(adi_index):
+def test_two_stage_search_is_exact_with_every_token_and_on_its_candidates_otherwise(adi_index):
     r, coll, index = adi_index
     topics = coll.topics()
     exact = index.exhaustive(r, num_results=10)(topics)
-    covering = index.retriever(r, num_results=10, candidate_tokens=int(index.meta['tokens']), nprobe=8)(topics)
+    covering = index.retriever(r, num_results=10, candidate_tokens=int(index.meta['tokens']),
+                               nprobe=8)(topics)
     pd.testing.assert_frame_equal(covering, exact)
     narrow = index.retriever(r, num_results=10, candidate_tokens=2, nprobe=1)(topics)
-    merged = narrow.merge(exact[['qid', 'docno', 'score']], on=['qid', 'docno'], how='left', suffixes=('', '_exact'))
+    merged = narrow.merge(exact[['qid', 'docno', 'score']], on=['qid', 'docno'], how='left',
+                          suffixes=('', '_exact'))
     found = merged['score_exact'].notna()  # a document in both lists has the same score in both
-    np.testing.assert_allclose(merged.loc[found, 'score'], merged.loc[found, 'score_exact'], rtol=1e-6)
+    np.testing.assert_allclose(merged.loc[found, 'score'], merged.loc[found, 'score_exact'],
+                               rtol=1e-6)
     assert 0.2 < found.mean() < 1  # 2 tokens per query token, one list of 8: an approximation
 
 
-def test_approximate_scores_are_exact_when_every_token_is_retrieved_and_impute_the_lowest_score_otherwise(adi_index):
+def test_approximate_scores_are_exact_with_every_token_and_impute_the_lowest_otherwise(
+        adi_index):
     r, coll, index = adi_index
     q = index.query_vectors(r, [coll.topics()['query'].iloc[0]])[0]
     index.ivf.nprobe = 8  # every list: FAISS returns every token
@@ -166,13 +182,17 @@ def test_rescoring_the_best_approximate_candidates_keeps_the_exact_top_k(adi_ind
     r, coll, index = adi_index
     topics = coll.topics()
     exact = index.exhaustive(r, num_results=10)(topics)
-    covering = index.retriever(r, num_results=10, candidate_tokens=int(index.meta['tokens']), nprobe=8, rescore=10)
-    pd.testing.assert_frame_equal(covering(topics), exact)  # approximate = exact: its top 10 is the top 10
+    covering = index.retriever(r, num_results=10, candidate_tokens=int(index.meta['tokens']),
+                               nprobe=8, rescore=10)
+    # approximate = exact: its top 10 is the top 10
+    pd.testing.assert_frame_equal(covering(topics), exact)
     pruned = index.retriever(r, num_results=10, candidate_tokens=16, nprobe=2, rescore=12)(topics)
     assert pruned.groupby('qid').size().max() == 10
-    merged = pruned.merge(exact[['qid', 'docno', 'score']], on=['qid', 'docno'], how='left', suffixes=('', '_exact'))
+    merged = pruned.merge(exact[['qid', 'docno', 'score']], on=['qid', 'docno'], how='left',
+                          suffixes=('', '_exact'))
     found = merged['score_exact'].notna()
-    np.testing.assert_allclose(merged.loc[found, 'score'], merged.loc[found, 'score_exact'], rtol=1e-6)
+    np.testing.assert_allclose(merged.loc[found, 'score'], merged.loc[found, 'score_exact'],
+                               rtol=1e-6)
     assert 0.5 < found.mean() < 1
 def test_token_index_reopens_and_refuses_another_model(tiny_reatt, adi_index):
     from pyterrier_selfsup.retrieval.token_index import ReAttIndex
@@ -180,13 +200,15 @@ def test_token_index_reopens_and_refuses_another_model(tiny_reatt, adi_index):
     again = pt.Artifact.load(str(index.path))  # through the pyterrier.artifact entry point
     assert isinstance(again, ReAttIndex)
     topics = coll.topics().head(2)
-    pd.testing.assert_frame_equal(again.exhaustive(r, num_results=3)(topics), index.exhaustive(r, num_results=3)(topics))
+    pd.testing.assert_frame_equal(again.exhaustive(r, num_results=3)(topics),
+                                  index.exhaustive(r, num_results=3)(topics))
     other = tiny_reatt()  # uniform head weights: another fingerprint
     with pytest.raises(ValueError, match='another model'):
         index.retriever(other)
 
 
-def test_a_reatt_checkpoints_config_names_its_retrieval_layer_and_head(tiny_generator_dir, tmp_path):
+def test_a_reatt_checkpoints_config_names_its_retrieval_layer_and_head(tiny_generator_dir,
+                                                                       tmp_path):
     """As neulab/reatt-large-nq's config does (retrieval_layer counted from 0, retrieval_head)."""
     import json
     import shutil
@@ -195,8 +217,10 @@ def test_a_reatt_checkpoints_config_names_its_retrieval_layer_and_head(tiny_gene
     config = json.loads((path / 'config.json').read_text())
     (path / 'config.json').write_text(json.dumps(dict(config, retrieval_layer=1, retrieval_head=1)))
     r = ReAtt.from_pretrained(str(path), device='cpu', precision='fp32')
-    assert r.model.retrieval_layer == 1 and r.model.retrieval_head == 1 and r.model.head_weights[1] > 0.99
-    assert ReAtt.from_pretrained(str(tiny_generator_dir['t5']), device='cpu').model.retrieval_layer == 1  # depth // 2
+    assert (r.model.retrieval_layer == 1 and r.model.retrieval_head == 1
+            and r.model.head_weights[1] > 0.99)
+    assert ReAtt.from_pretrained(str(tiny_generator_dir['t5']),
+                                 device='cpu').model.retrieval_layer == 1  # depth // 2
 
 
 def test_the_reatt_pipeline_retrieves_with_minilms_chosen_head(tmp_path):
@@ -207,8 +231,10 @@ def test_the_reatt_pipeline_retrieves_with_minilms_chosen_head(tmp_path):
     topics = coll.topics().head(3)
     results = retriever(topics)
     assert len(results) == 30 and (results.groupby('qid')['score'].diff().dropna() <= 0).all()
-    minilm = ReAtt.from_pretrained('sentence-transformers/all-MiniLM-L6-v2', retrieval_layer=REATT_HEAD['retrieval_layer'],
+    minilm = ReAtt.from_pretrained('sentence-transformers/all-MiniLM-L6-v2',
+                                   retrieval_layer=REATT_HEAD['retrieval_layer'],
                                    special_tokens=REATT_HEAD['special_tokens'])
     expected = minilm.score_texts(results['query'].tolist(), coll.texts(results['docno'].tolist()),
                                   per_head=True)[:, REATT_HEAD['head']]
-    np.testing.assert_allclose(results['score'], expected, rtol=5e-3, atol=5e-3)  # keys stored in fp16
+    # keys stored in fp16
+    np.testing.assert_allclose(results['score'], expected, rtol=5e-3, atol=5e-3)

@@ -9,20 +9,22 @@ from tests.helpers import DOCS, QUERIES
 
 def reatt_t5(tiny_generator_dir, layer=1, **kwargs):
     torch.manual_seed(0)
-    out = ReAttT5.from_pretrained(str(tiny_generator_dir['t5']), retrieval_layer=layer, device='cpu',
-                                  precision='fp32', **kwargs)
+    out = ReAttT5.from_pretrained(str(tiny_generator_dir['t5']), retrieval_layer=layer,
+                                  device='cpu', precision='fp32', **kwargs)
     out.model.eval()
     return out
 
 
-def test_with_no_bi_encoder_layer_the_pair_encoding_is_t5s_own_encoding_of_the_concatenation(tiny_generator_dir):
+def test_with_no_bi_encoder_layer_the_pair_encoding_is_t5s_own_encoding_of_the_concatenation(
+        tiny_generator_dir):
     m = reatt_t5(tiny_generator_dir, layer=0)
     with torch.no_grad():
         joint, mask, _ = m.encode_pairs([QUERIES[0]], [DOCS[0]])
         ids = m.tokenizer([QUERIES[0]])['input_ids'][0] + m.tokenizer([DOCS[0]])['input_ids'][0]
         own = m.model.encoder(input_ids=torch.tensor([ids])).last_hidden_state
     assert mask.sum().item() == len(ids)
-    torch.testing.assert_close(joint[0, :len(ids)], own[0], rtol=1e-4, atol=1e-4 * own.abs().max().item())
+    torch.testing.assert_close(joint[0, :len(ids)], own[0], rtol=1e-4,
+                               atol=1e-4 * own.abs().max().item())
 
 
 def test_the_first_b_layers_keep_query_and_document_apart(tiny_generator_dir):
@@ -58,7 +60,8 @@ def test_the_retrievers_scores_are_the_readers_own_layer_b_attention(tiny_genera
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6 * np.abs(expected).max())
 
 
-def test_reading_gives_the_likelihood_with_gradients_and_the_target_attention(tiny_generator_dir, tmp_path):
+def test_reading_gives_the_likelihood_with_gradients_and_the_target_attention(tiny_generator_dir,
+                                                                              tmp_path):
     m = reatt_t5(tiny_generator_dir, layer=1)
     docs = [DOCS[:3], [DOCS[3], DOCS[1], DOCS[0]]]
     logp, target = m.read(QUERIES, docs, ['retrieval', 'indexing'])
@@ -79,5 +82,5 @@ def test_reading_gives_the_likelihood_with_gradients_and_the_target_attention(ti
     assert config['retrieval_layer'] == 1 and config['retrieval_head'] == 1
     again = ReAttT5.from_pretrained(str(tmp_path / 'saved'), device='cpu', precision='fp32')
     assert again.retrieval_layer == 1 and again.retriever.model.retrieval_head == 1
-    np.testing.assert_allclose(again.retriever.score_texts(QUERIES, DOCS[:2]), m.retriever.score_texts(QUERIES, DOCS[:2]),
-                               rtol=1e-6)
+    np.testing.assert_allclose(again.retriever.score_texts(QUERIES, DOCS[:2]),
+                               m.retriever.score_texts(QUERIES, DOCS[:2]), rtol=1e-6)

@@ -58,7 +58,8 @@ def test_rumbart_loss_equals_the_formula_from_its_parts(tiny_encoder, tiny_gener
 
 
 @pytest.mark.parametrize('kind', ['llama', 'bart', 't5'])
-def test_acrobart_gradient_reaches_the_retriever_and_matches_finite_differences(tiny_encoder, tiny_generator, kind):
+def test_acrobart_gradient_reaches_the_retriever_and_matches_finite_differences(
+        tiny_encoder, tiny_generator, kind):
     enc, gen = tiny_encoder(), tiny_generator(kind, max_passage_length=32)
     enc.model.double()
     gen.model.double()
@@ -81,25 +82,32 @@ def test_acrobart_gradient_reaches_the_retriever_and_matches_finite_differences(
     # exact to ~1e-6 relative only: a step of 1e-2 keeps that noise under 1%
     eps = 1e-2
     for i, j in [(0, 0), (3, 5), (15, 31)]:
-        assert grad[i, j].item() == pytest.approx(central_difference(loss, weight, (i, j), eps), rel=2e-2, abs=1e-4)
+        assert grad[i, j].item() == pytest.approx(central_difference(loss, weight, (i, j), eps),
+                                                  rel=2e-2, abs=1e-4)
 
 
 def test_acrobart_with_zero_bias_is_the_plain_likelihood_of_the_concatenation(tiny_generator):
     gen = tiny_generator('llama', max_passage_length=32)
     with torch.no_grad():
-        biased = biased_log_likelihood(gen, ['a query'], [['first passage', 'second']], torch.zeros(1, 2))
-        gen_plain = tiny_generator('llama', prompt='Passage: {passage}\nA question this passage answers:', max_passage_length=32)
+        biased = biased_log_likelihood(gen, ['a query'], [['first passage', 'second']],
+                                       torch.zeros(1, 2))
+        gen_plain = tiny_generator(
+            'llama', prompt='Passage: {passage}\nA question this passage answers:',
+            max_passage_length=32)
         plain = gen_plain.log_likelihoods(['a query'], ['first passage\n\nsecond'])
     assert biased.item() == pytest.approx(plain[0], rel=1e-4)
     with torch.no_grad():
-        moved = biased_log_likelihood(gen, ['a query'], [['first passage', 'second']], torch.tensor([[5.0, 0.0]]))
+        moved = biased_log_likelihood(gen, ['a query'], [['first passage', 'second']],
+                                      torch.tensor([[5.0, 0.0]]))
     assert abs(moved.item() - biased.item()) > 1e-3  # the bias changes what the generator reads
 
 
-def test_refresh_rebuilds_the_index_from_the_updated_encoder(tiny_encoder, tiny_generator, tmp_path):
+def test_refresh_rebuilds_the_index_from_the_updated_encoder(tiny_encoder, tiny_generator,
+                                                             tmp_path):
     coll = Collection('classic/adi')
     enc = tiny_encoder()
-    trainer = Rumbart(enc, tiny_generator(max_passage_length=32), coll, cache_dir=tmp_path, verbose=False)
+    trainer = Rumbart(enc, tiny_generator(max_passage_length=32), coll, cache_dir=tmp_path,
+                      verbose=False)
     examples = trainer.examples(coll.topics().head(2))
     trainer.refresh(examples, initial=True)
 
@@ -120,17 +128,18 @@ def test_refresh_rebuilds_the_index_from_the_updated_encoder(tiny_encoder, tiny_
     assert [r['step'] for r in trainer.log if 'refresh seconds' in r] == [0, 0, 0]
 
 
-def test_rumbart_reuses_cached_teacher_scores_and_leaves_a_frozen_generator_alone(tiny_encoder, tiny_generator,
-                                                                                  tmp_path):
+def test_rumbart_reuses_cached_teacher_scores_and_leaves_a_frozen_generator_alone(
+        tiny_encoder, tiny_generator, tmp_path):
     coll = Collection('classic/adi')
     gen = tiny_generator(max_passage_length=32)
     weights = {k: v.clone() for k, v in gen.model.state_dict().items()}
     calls = []
     score = gen.log_likelihoods
-    gen.log_likelihoods = lambda targets, passages, **kwargs: calls.append(list(zip(targets, passages))) or \
-        score(targets, passages, **kwargs)
-    trainer = Rumbart(tiny_encoder(), gen, coll, k=3, refresh_every=None, batch_size=7, epochs=2, lr=1e-3,
-                      cache_dir=tmp_path, output_dir=tmp_path / 'out', verbose=False, draw_curve=plot_training_curve)
+    gen.log_likelihoods = lambda targets, passages, **kwargs: \
+        calls.append(list(zip(targets, passages))) or score(targets, passages, **kwargs)
+    trainer = Rumbart(tiny_encoder(), gen, coll, k=3, refresh_every=None, batch_size=7, epochs=2,
+                      lr=1e-3, cache_dir=tmp_path, output_dir=tmp_path / 'out', verbose=False,
+                      draw_curve=plot_training_curve)
     trainer.fit(coll.topics())
     # one bulk pass after the index was built scored the pairs of all 35 queries at once;
     # batches then score only pairs that the changing query encoder newly retrieves
@@ -148,15 +157,17 @@ def test_rumbart_reuses_cached_teacher_scores_and_leaves_a_frozen_generator_alon
     steps = [r for r in trainer.log if 'loss' in r]
     assert len(steps) == 10
     # -log sum_z p(z|x) p(x|z) >= -max_z log p(x|z): the logged excess is never negative
-    assert all(r['excess loss'] >= -1e-5 for r in steps) and any(r['excess loss'] > 1e-3 for r in steps)
+    assert (all(r['excess loss'] >= -1e-5 for r in steps) and
+            any(r['excess loss'] > 1e-3 for r in steps))
     assert (tmp_path / 'out' / 'training_curve.png').read_bytes().startswith(b'\x89PNG')
 
 
-def test_corpus_queries_never_retrieve_their_source_and_null_document(tiny_encoder, tiny_generator, tmp_path):
+def test_corpus_queries_never_retrieve_their_source_and_null_document(tiny_encoder, tiny_generator,
+                                                                      tmp_path):
     coll = Collection('classic/adi')
     enc = tiny_encoder()
-    trainer = Rumbart(enc, tiny_generator(max_passage_length=32), coll, k=3, null_document=True, cache_dir=tmp_path,
-                      verbose=False)
+    trainer = Rumbart(enc, tiny_generator(max_passage_length=32), coll, k=3, null_document=True,
+                      cache_dir=tmp_path, verbose=False)
     sents = cropped_spans(coll, 20, seed=0)
     examples = trainer.examples(sents)
     trainer.refresh(examples, initial=True)
@@ -168,7 +179,8 @@ def test_corpus_queries_never_retrieve_their_source_and_null_document(tiny_encod
     trainer._metrics = {}
     with torch.no_grad():
         trainer.loss(examples, np.random.default_rng(0))
-    prior, posterior = ([v / w for v, w in trainer._metrics[name]] for name in ('null prior', 'null posterior'))
+    prior, posterior = ([v / w for v, w in trainer._metrics[name]]
+                        for name in ('null prior', 'null posterior'))
     assert 0 < prior[0] < 1 and 0 < posterior[0] < 1 and prior[0] != pytest.approx(posterior[0])
     # a sentence's own passage is what a similarity search would find first without the rule
     with torch.no_grad():
@@ -181,11 +193,13 @@ def test_trainable_generator_is_trained_and_checkpointed(tiny_encoder, tiny_gene
     coll = Collection('classic/adi')
     gen = tiny_generator(trainable=True, max_passage_length=32)
     before = gen.model.lm_head.weight.detach().clone()
-    trainer = Acrobart(tiny_encoder(), gen, coll, k=2, batch_size=12, epochs=1, lr=1e-3, cache_dir=tmp_path,
-                       output_dir=tmp_path / 'out', verbose=False, generator_batch=4)
-    rows = []  # a generator that trains takes the whole batch at once, whatever generator_batch says
-    gen.model.register_forward_hook(lambda m, args, kwargs, out: rows.append(kwargs['input_ids'].shape[0]),
-                                    with_kwargs=True)
+    trainer = Acrobart(tiny_encoder(), gen, coll, k=2, batch_size=12, epochs=1, lr=1e-3,
+                       cache_dir=tmp_path, output_dir=tmp_path / 'out', verbose=False,
+                       generator_batch=4)
+    # a generator that trains takes the whole batch at once, whatever generator_batch says
+    rows = []
+    gen.model.register_forward_hook(
+        lambda m, args, kwargs, out: rows.append(kwargs['input_ids'].shape[0]), with_kwargs=True)
     beta = trainer.beta.item()
     trainer.fit(coll.topics())
     assert max(rows) == 12
@@ -194,11 +208,13 @@ def test_trainable_generator_is_trained_and_checkpointed(tiny_encoder, tiny_gene
     logged = [entry['beta'] for entry in trainer.log if 'beta' in entry]
     assert logged[0] == pytest.approx(beta) and logged[-1] != pytest.approx(beta)
     assert (tmp_path / 'out' / 'final' / 'generator' / 'model.safetensors').exists()
-    assert torch.load(tmp_path / 'out' / 'final' / 'acrobart.pt')['beta'].item() == pytest.approx(trainer.beta.item())
+    assert (torch.load(tmp_path / 'out' / 'final' / 'acrobart.pt')['beta'].item()
+            == pytest.approx(trainer.beta.item()))
 
 
 @pytest.mark.parametrize('method', [Rumbart, Acrobart])
-def test_frozen_passages_train_the_query_tower_only_and_never_re_encode(tiny_encoder, tiny_generator, tmp_path, method):
+def test_frozen_passages_train_the_query_tower_only_and_never_re_encode(
+        tiny_encoder, tiny_generator, tmp_path, method):
     coll = Collection('classic/adi')
     enc = tiny_encoder()
     start = {k: v.clone() for k, v in enc.model.state_dict().items()}
@@ -207,9 +223,9 @@ def test_frozen_passages_train_the_query_tower_only_and_never_re_encode(tiny_enc
     start_vectors = enc.encode_docs(coll.texts(docnos))
 
     def trainer(enc, out):
-        return method(enc, tiny_generator(max_passage_length=32), coll, k=3, refresh_every=2, train_passages=False,
-                       batch_size=7, epochs=1, lr=1e-2, checkpoint_every=2, cache_dir=tmp_path, output_dir=out,
-                       verbose=False)
+        return method(enc, tiny_generator(max_passage_length=32), coll, k=3, refresh_every=2,
+                      train_passages=False, batch_size=7, epochs=1, lr=1e-2, checkpoint_every=2,
+                      cache_dir=tmp_path, output_dir=out, verbose=False)
 
     run = trainer(enc, tmp_path / 'out')
     run.fit(coll.topics())
@@ -218,27 +234,32 @@ def test_frozen_passages_train_the_query_tower_only_and_never_re_encode(tiny_enc
         torch.testing.assert_close(value, start[f'encoder.{name}'])
     torch.testing.assert_close(enc.model.passage_proj.weight, start['passage_proj.weight'])
     assert not torch.equal(enc.model.query_proj.weight, start['query_proj.weight'])
-    assert any(not torch.equal(v, start[f'encoder.{k}']) for k, v in enc.model.encoder.state_dict().items())
+    assert any(not torch.equal(v, start[f'encoder.{k}'])
+               for k, v in enc.model.encoder.state_dict().items())
     # 5 steps: the index built at the start, re-retrieved (not re-encoded) at steps 2 and 4
     assert [r['step'] for r in run.log if 'refresh seconds' in r] == [0, 2, 4]
-    np.testing.assert_allclose(np.asarray(run._index.payload()[1]), start_vectors, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(enc.encode_docs(coll.texts(docnos)), start_vectors, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(run._index.payload()[1]), start_vectors, rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(enc.encode_docs(coll.texts(docnos)), start_vectors, rtol=1e-5,
+                               atol=1e-6)
     # the retriever's logits: the query tower against the index's vectors
     batch = run.examples(coll.topics().head(4))
     with torch.no_grad():
         cand, texts, logits = run.candidates(batch)
         q = enc.encode([e.query for e in batch], 'query')
         p = enc.encode([t for row in texts for t in row], 'passage').view(4, 3, -1)
-    torch.testing.assert_close(logits, torch.einsum('bd,bkd->bk', q, p) / enc.temperature, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(logits, torch.einsum('bd,bkd->bk', q, p) / enc.temperature,
+                               rtol=1e-4, atol=1e-5)
 
     # saved untied, reloaded untied; a tied encoder's fingerprint does not mention tying
-    loaded = DualEncoder.from_pretrained(str(tmp_path / 'out' / 'final'), device='cpu', precision='fp32')
+    loaded = DualEncoder.from_pretrained(str(tmp_path / 'out' / 'final'), device='cpu',
+                                         precision='fp32')
     assert not loaded.model.tied and loaded.fingerprint() == enc.fingerprint() != start_fingerprint
     # indexes are keyed by the passage side: the frozen tower's is the start's, so the
     # trained model is evaluated on the start's index; a changed passage tower is not
     assert loaded.passage_fingerprint() == start_fingerprint
-    assert flex_index(coll, loaded, cache_dir=tmp_path).index_path == flex_index(coll, tiny_encoder(),
-                                                                                cache_dir=tmp_path).index_path
+    assert (flex_index(coll, loaded, cache_dir=tmp_path).index_path
+            == flex_index(coll, tiny_encoder(), cache_dir=tmp_path).index_path)
     with torch.no_grad():
         loaded.model.passage_proj.weight.mul_(2)
     assert loaded.passage_fingerprint() != start_fingerprint
@@ -246,36 +267,42 @@ def test_frozen_passages_train_the_query_tower_only_and_never_re_encode(tiny_enc
 
     # resuming (on a refresh boundary) from a fresh, tied start gives the same model
     resumed_enc = tiny_encoder()
-    trainer(resumed_enc, tmp_path / 'resumed').fit(coll.topics(), resume_from=tmp_path / 'out' / 'checkpoint-4')
+    trainer(resumed_enc, tmp_path / 'resumed').fit(coll.topics(),
+                                                   resume_from=tmp_path / 'out' / 'checkpoint-4')
     for name, value in resumed_enc.model.state_dict().items():
         torch.testing.assert_close(value, enc.model.state_dict()[name], rtol=1e-4, atol=1e-6)
 
 
-def test_an_interrupted_cached_run_resumes_from_its_last_checkpoint(tiny_dir, tiny_generator_dir, tmp_path,
-                                                                     monkeypatch):
+def test_an_interrupted_cached_run_resumes_from_its_last_checkpoint(tiny_dir, tiny_generator_dir,
+                                                                    tmp_path, monkeypatch):
     coll = Collection('classic/adi')
-    settings = dict(method='rumbart', start=str(tiny_dir), queries='classic/adi', k=3, refresh_every=2,
-                    batch_size=7, lr=1e-2, generator=str(tiny_generator_dir['llama']), max_passage_length=32)
+    settings = dict(method='rumbart', start=str(tiny_dir), queries='classic/adi', k=3,
+                    refresh_every=2, batch_size=7, lr=1e-2,
+                    generator=str(tiny_generator_dir['llama']), max_passage_length=32)
     whole = trained_dense_retriever(coll, cache_dir=tmp_path / 'whole', **settings).encoder
 
-    with stopped_at_step(monkeypatch, Rumbart, 5):  # 35 topics, 7 a batch: 5 steps; stopped in the 5th
+    # 35 topics, 7 a batch: 5 steps; stopped in the 5th
+    with stopped_at_step(monkeypatch, Rumbart, 5):
         trained_dense_retriever(coll, cache_dir=tmp_path / 'cut', **settings)
     staging, = (tmp_path / 'cut' / 'models').glob('*.partial')
-    assert [c.name for c in checkpoints(staging)] == ['checkpoint-4']  # taken after refreshes; the last kept
+    # taken after refreshes; the last kept
+    assert [c.name for c in checkpoints(staging)] == ['checkpoint-4']
 
     resumed = trained_dense_retriever(coll, cache_dir=tmp_path / 'cut', **settings)
     model_dir = staging.with_name(staging.name[:-len('.partial')])
     assert not staging.exists() and not checkpoints(model_dir)
-    assert not (model_dir / 'final' / STATE_FILE).exists()  # a finished model keeps no optimiser state
+    # a finished model keeps no optimiser state
+    assert not (model_dir / 'final' / STATE_FILE).exists()
     log = [json.loads(line) for line in (model_dir / 'training_log.jsonl').read_text().splitlines()]
     assert [r['step'] for r in log if 'loss' in r] == [1, 2, 3, 4, 5]
-    assert [r['step'] for r in log if 'refresh seconds' in r] == [0, 2, 4, 4]  # step 4's index rebuilt on resuming
+    # step 4's index rebuilt on resuming
+    assert [r['step'] for r in log if 'refresh seconds' in r] == [0, 2, 4, 4]
     for name, value in resumed.encoder.model.state_dict().items():  # bit for bit
         assert torch.equal(value, whole.model.state_dict()[name]), name
 
 
-def test_generated_queries_do_not_depend_on_the_trainers_passage_length(tiny_dir, tiny_generator_dir, tmp_path,
-                                                                        monkeypatch):
+def test_generated_queries_do_not_depend_on_the_trainers_passage_length(
+        tiny_dir, tiny_generator_dir, tmp_path, monkeypatch):
     from pyterrier_selfsup.harness import trained
     from pyterrier_selfsup.harness.trained import training_topics
     coll = Collection('classic/adi')
@@ -289,20 +316,22 @@ def test_generated_queries_do_not_depend_on_the_trainers_passage_length(tiny_dir
     seen = []
     for length in (32, 256):  # ACROBArT's shorter passages, and the default
         with pytest.raises(Trained) as raised:
-            trained.train(coll, 'acrobart', dict(start=str(tiny_dir), queries='generated', n_queries=6,
-                                                 generator=str(tiny_generator_dir['llama']),
-                                                 max_passage_length=length), cache_dir=tmp_path)
+            trained.train(coll, 'acrobart',
+                          dict(start=str(tiny_dir), queries='generated', n_queries=6,
+                               generator=str(tiny_generator_dir['llama']),
+                               max_passage_length=length), cache_dir=tmp_path)
         assert raised.value.args[0] == length
         seen.append(raised.value.args[1])
     writer = Generator.from_pretrained(str(tiny_generator_dir['llama']))  # its default settings
     assert seen[0].equals(seen[1])
-    assert seen[0].equals(training_topics(coll, 'generated', 6, generator=writer, cache_dir=tmp_path / 'fresh'))
+    assert seen[0].equals(training_topics(coll, 'generated', 6, generator=writer,
+                                          cache_dir=tmp_path / 'fresh'))
 
 
-@pytest.mark.parametrize('method,kind', [('rumbart', 'llama'), ('acrobart', 'llama'), ('acrobart', 'bart'),
-                                         ('ds', None)])
-def test_gradient_checkpointing_trains_the_same_weights_and_is_off_after(method, kind, tiny_encoder, tiny_generator,
-                                                                         tmp_path):
+@pytest.mark.parametrize('method,kind', [('rumbart', 'llama'), ('acrobart', 'llama'),
+                                         ('acrobart', 'bart'), ('ds', None)])
+def test_gradient_checkpointing_trains_the_same_weights_and_is_off_after(method, kind, tiny_encoder,
+                                                                         tiny_generator, tmp_path):
     """The encoder's activations (and ACROBArT's generator's, the attention bias set again for
     the recompute) recomputed in the backward pass, dropout's random state kept: the same
     weights, bit for bit, as keeping them (experiments/results/memory_probe.md: the memory it
@@ -313,37 +342,47 @@ def test_gradient_checkpointing_trains_the_same_weights_and_is_off_after(method,
     weights, passes = {}, {True: {}, False: {}}
     for on in (True, False):
         enc, seen = tiny_encoder(), []
-        settings = dict(batch_size=7, epochs=1, lr=1e-2, checkpointing=on, cache_dir=tmp_path / str(on), verbose=False)
+        settings = dict(batch_size=7, epochs=1, lr=1e-2, checkpointing=on,
+                        cache_dir=tmp_path / str(on), verbose=False)
         if method == 'ds':
             trainer, generator = DistantSupervision(enc, coll, **settings), None
         else:
             generator = tiny_generator(kind, max_passage_length=32)
-            trainer = {'rumbart': Rumbart, 'acrobart': Acrobart}[method](enc, generator, coll, k=3, refresh_every=None,
-                                                                          **settings)
-        layers = [m for m in generator.model.modules() if isinstance(m, GradientCheckpointingLayer)] if generator else []
-        # each pass with gradients through a watched module: twice a step where its layer is recomputed
-        watched = [enc.model.encoder.encoder.layer[0].attention] + ([next(layers[-1].children())] if layers else [])
+            trainer = {'rumbart': Rumbart, 'acrobart': Acrobart}[method](enc, generator, coll, k=3,
+                                                                         refresh_every=None,
+                                                                         **settings)
+        layers = ([m for m in generator.model.modules()
+                   if isinstance(m, GradientCheckpointingLayer)] if generator else [])
+        # each pass with gradients through a watched module:
+        # twice a step where its layer is recomputed
+        watched = ([enc.model.encoder.encoder.layer[0].attention]
+                   + ([next(layers[-1].children())] if layers else []))
         for i, module in enumerate(watched):
             module.register_forward_hook(lambda m, args, out, i=i: passes[on].__setitem__(
                 i, passes[on].get(i, 0) + torch.is_grad_enabled()))
         loss_of = trainer.loss
 
         def spy(batch, rng):
-            seen.append((enc.model.encoder.is_activation_checkpointing and enc.model.encoder.training,
+            seen.append(((enc.model.encoder.is_activation_checkpointing and
+                          enc.model.encoder.training),
                          [('forward' in m.__dict__) for m in layers]))
             return loss_of(batch, rng)
         trainer.loss = spy
         trainer.fit(coll.topics().head(14))
         wrapped = on and method == 'acrobart'
         assert seen == [(on, [wrapped] * len(layers))] * 2
-        assert not enc.model.encoder.is_activation_checkpointing and not any('forward' in m.__dict__ for m in layers)
+        assert (not enc.model.encoder.is_activation_checkpointing and
+                not any('forward' in m.__dict__ for m in layers))
         weights[on] = {name: value.clone() for name, value in enc.model.state_dict().items()}
         if method == 'acrobart':
             weights[on]['beta'] = trainer.beta.detach().clone()
-    recomputed = {i: 2 * n if i == 0 or method == 'acrobart' else n for i, n in passes[False].items()}
-    assert passes[False][0] > 0 and passes[True] == recomputed  # (RUMBArt's generator scores without gradients)
+    recomputed = {i: 2 * n if i == 0 or method == 'acrobart' else n
+                  for i, n in passes[False].items()}
+    # (RUMBArt's generator scores without gradients)
+    assert passes[False][0] > 0 and passes[True] == recomputed
     start = tiny_encoder().model.state_dict()
-    assert any(not torch.equal(value, start[name]) for name, value in weights[True].items() if name != 'beta')
+    assert any(not torch.equal(value, start[name])
+               for name, value in weights[True].items() if name != 'beta')
     if method == 'acrobart':
         assert weights[True]['beta'] != 1.0  # (β's only gradient comes through the bias)
     for name, value in weights[True].items():
@@ -352,9 +391,8 @@ def test_gradient_checkpointing_trains_the_same_weights_and_is_off_after(method,
 
 @pytest.mark.parametrize('kind,precision,accumulation',
                          [('llama', 'bf16', 1), ('bart', 'fp32', 1), ('llama', 'bf16', 2)])
-def test_acrobart_a_few_queries_at_a_time_through_the_generator_trains_the_same_weights(kind, precision, accumulation,
-                                                                                         tiny_encoder,
-                                                                                         tiny_generator_dir, tmp_path):
+def test_acrobart_a_few_queries_at_a_time_through_the_generator_trains_the_same_weights(
+        kind, precision, accumulation, tiny_encoder, tiny_generator_dir, tmp_path):
     """``generator_batch``: the generator's activations of 3 queries at a time, not 7, and the
     same losses and weights as the whole batch's pass, bit for bit (each row padded as the
     whole batch pads it; in bf16 too; two batches a step, 1/2 being exact)."""
@@ -362,18 +400,22 @@ def test_acrobart_a_few_queries_at_a_time_through_the_generator_trains_the_same_
     runs = {}
     for generator_batch in (None, 3):
         enc = tiny_encoder()
-        generator = Generator.from_pretrained(str(tiny_generator_dir[kind]), device='cpu', precision=precision,
-                                              max_passage_length=32)
+        generator = Generator.from_pretrained(str(tiny_generator_dir[kind]), device='cpu',
+                                              precision=precision, max_passage_length=32)
         rows = []  # the rows of each pass through the generator (seq2seq: its decoder's)
         generator.model.register_forward_hook(lambda m, args, kwargs, out: rows.append(
-            next(v for v in [*args, *kwargs.values()] if torch.is_tensor(v)).shape[0]), with_kwargs=True)
-        trainer = Acrobart(enc, generator, coll, k=3, refresh_every=None, batch_size=7, accumulation=accumulation,
-                           epochs=1, lr=1e-2, generator_batch=generator_batch,
+            next(v for v in [*args, *kwargs.values()] if torch.is_tensor(v)).shape[0]),
+            with_kwargs=True)
+        trainer = Acrobart(enc, generator, coll, k=3, refresh_every=None, batch_size=7,
+                           accumulation=accumulation, epochs=1, lr=1e-2,
+                           generator_batch=generator_batch,
                            cache_dir=tmp_path / str(generator_batch), verbose=False)
         trainer.fit(coll.topics().head(14))
-        runs[generator_batch] = ({n: v.clone() for n, v in enc.model.state_dict().items()}, trainer.beta.item(),
+        runs[generator_batch] = ({n: v.clone() for n, v in enc.model.state_dict().items()},
+                                 trainer.beta.item(),
                                  [r['loss'] for r in trainer.log if 'loss' in r], rows)
-    (whole, beta_whole, loss_whole, rows_whole), (parts, beta_parts, loss_parts, rows_parts) = runs[None], runs[3]
+    (whole, beta_whole, loss_whole, rows_whole), (parts, beta_parts, loss_parts, rows_parts) = \
+        runs[None], runs[3]
     assert max(rows_whole) == 7 and max(rows_parts) == 3
     start = tiny_encoder().model.state_dict()
     assert any(not torch.equal(start[n], whole[n]) for n in whole)  # it trained

@@ -14,11 +14,11 @@ from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment
 from pyterrier_selfsup.training.distant import DistantSupervision
 from pyterrier_selfsup.training.distill import Distillation
 from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart
-from pyterrier_selfsup.training.settings import (SETTINGS, DistantSupervisionSettings, DistillationSettings,
-                                                 RumbartSettings, setting)
+from pyterrier_selfsup.training.settings import (SETTINGS, DistantSupervisionSettings,
+                                                 DistillationSettings, RumbartSettings, setting)
 
-TRAINERS = {'distill': Distillation, 'ds': DistantSupervision, 'rumbart': Rumbart, 'acrobart': Acrobart,
-            'reatt': CrossDocumentAdjustment}
+TRAINERS = {'distill': Distillation, 'ds': DistantSupervision, 'rumbart': Rumbart,
+            'acrobart': Acrobart, 'reatt': CrossDocumentAdjustment}
 DOCS = Path(__file__).resolve().parents[1] / 'docs' / 'settings.md'
 
 
@@ -46,13 +46,16 @@ def test_a_field_added_to_a_settings_class_reaches_the_trainer_the_list_the_key_
     assert model_dir(adi, 'ds', {'probe_depth': 9}, tmp_path) != model_dir(adi, 'ds', {}, tmp_path)
     assert cli.main(['list']) == 0
     listed = capsys.readouterr().out
-    assert any(line.split() == ['probe_depth=7', 'How', 'deep', 'a', 'probe', 'looks,', 'added', 'by', 'a', 'test.']
+    assert any(line.split() == ['probe_depth=7', 'How', 'deep', 'a', 'probe', 'looks,', 'added',
+                                'by', 'a', 'test.']
                for line in listed.splitlines())
-    assert '| `probe_depth` | `7` | How deep a probe looks, added by a test. |' in reference.markdown()
+    assert ('| `probe_depth` | `7` | How deep a probe looks, added by a test. |'
+            in reference.markdown())
 
 
 def test_the_settings_reference_in_the_docs_is_the_generated_one():
-    assert DOCS.read_text() == reference.markdown(), 'regenerate: selfsup settings --markdown > docs/settings.md'
+    assert DOCS.read_text() == reference.markdown(), \
+        'regenerate: selfsup settings --markdown > docs/settings.md'
 
 
 def test_selfsup_list_prints_every_setting_of_every_method_with_its_help(capsys):
@@ -88,7 +91,8 @@ def test_a_dependent_value_is_a_documented_rule_of_the_settings():
     assert DistillationSettings(queries='sampled', filter_depth=3).round_trip_depth == 3
     assert DistillationSettings(queries='sentences', filter_depth=3).round_trip_depth is None
     # RUMBArt checkpoints at its refreshes, or every 25 steps where its index never changes
-    assert RumbartSettings().checkpoint_interval == 25 and RumbartSettings(refresh_every=10).checkpoint_interval == 10
+    assert (RumbartSettings().checkpoint_interval == 25 and
+            RumbartSettings(refresh_every=10).checkpoint_interval == 10)
     assert RumbartSettings(refresh_every=None, train_passages=False).checkpoint_interval == 25
     assert RumbartSettings(refresh_every=None).checkpoint_interval is None
     assert RumbartSettings(checkpoint_every=3).checkpoint_interval == 3
@@ -103,22 +107,26 @@ def test_old_names_still_work():
     assert get_pipeline('distill:passage_offsets=none').settings['passages'] == 'frozen'
 
 
-# the model directories of the shipped settings on ADI, as they have been since each method's settings
-# first had one source: a change to a default, or a setting added to the key at its default, moves
-# them, and every model trained before is no longer found
+# the model directories of the shipped settings on ADI, as they have been since each method's
+# settings first had one source: a change to a default, or a setting added to the key at its
+# default, moves them, and every model trained before is no longer found
 SHIPPED_KEYS = {'distill': 'classic_adi.distill-1073349500', 'ds': 'classic_adi.ds-3f870b5fa0',
-                'rumbart': 'classic_adi.rumbart-0bfcf7f96a', 'acrobart': 'classic_adi.acrobart-9580c04ce8',
+                'rumbart': 'classic_adi.rumbart-0bfcf7f96a',
+                'acrobart': 'classic_adi.acrobart-9580c04ce8',
                 'reatt': 'classic_adi.reatt-2cc8a89d9f'}
 
 
 def test_the_shipped_settings_keep_their_model_keys(tmp_path):
     adi = Collection('classic/adi')
     assert {method: model_dir(adi, method, {}, tmp_path).name for method in METHODS} == SHIPPED_KEYS
-    # a setting that changes only the run, or one added later at its default, leaves the key as it is
+    # a setting that changes only the run, or one added later at its default, leaves the key
+    # as it is
     for unchanged in ({'checkpoint_every': 5}, {'gradient_checkpointing': True}, {'warmup': 0.1},
                       {'passage_offsets': 1.0}, {'passages': 'offsets'}):
-        assert model_dir(adi, 'distill', unchanged, tmp_path).name == SHIPPED_KEYS['distill'], unchanged
-    for changed in ({'warmup': 0.2}, {'weight_decay': 0.0}, {'passages': 'frozen'}, {'offset_weight': 0.5}):
+        assert (model_dir(adi, 'distill', unchanged, tmp_path).name
+                == SHIPPED_KEYS['distill']), unchanged
+    for changed in ({'warmup': 0.2}, {'weight_decay': 0.0}, {'passages': 'frozen'},
+                    {'offset_weight': 0.5}):
         assert model_dir(adi, 'distill', changed, tmp_path).name != SHIPPED_KEYS['distill'], changed
     # the passage side keys as its two former settings did
     assert model_dir(adi, 'distill', {'passages': 'frozen'}, tmp_path) == \
@@ -127,12 +135,14 @@ def test_the_shipped_settings_keep_their_model_keys(tmp_path):
 
 def test_a_trainer_takes_its_settings_whole_and_its_run_context_apart(tiny_encoder, tmp_path):
     settings = DistantSupervisionSettings(negatives='bm25', epochs=2)
-    trainer = DistantSupervision(tiny_encoder(), 'classic/adi', settings, output_dir=tmp_path, verbose=False)
-    assert trainer.settings is settings and trainer.output_dir == tmp_path and not trainer.run.verbose
+    trainer = DistantSupervision(tiny_encoder(), 'classic/adi', settings, output_dir=tmp_path,
+                                 verbose=False)
+    assert (trainer.settings is settings and trainer.output_dir == tmp_path and
+            not trainer.run.verbose)
     with pytest.raises(TypeError, match='takes DistantSupervisionSettings'):
         DistantSupervision(tiny_encoder(), 'classic/adi', RumbartSettings())
-    changed: Optional[DistantSupervisionSettings] = DistantSupervision(tiny_encoder(), 'classic/adi', settings,
-                                                                       lr=1e-3).settings
+    changed: Optional[DistantSupervisionSettings] = DistantSupervision(
+        tiny_encoder(), 'classic/adi', settings, lr=1e-3).settings
     assert changed.lr == 1e-3 and changed.negatives == 'bm25' and settings.lr == 2e-5
 
 
@@ -140,6 +150,7 @@ def test_every_environment_variable_the_package_reads_is_listed_in_one_place():
     import re
     from pyterrier_selfsup.context import ENVIRONMENT
     package = Path(__file__).resolve().parents[1] / 'pyterrier_selfsup'
-    named = {m for path in package.rglob('*.py') for m in re.findall(r'SELFSUP_[A-Z_]+', path.read_text())}
+    named = {m for path in package.rglob('*.py')
+             for m in re.findall(r'SELFSUP_[A-Z_]+', path.read_text())}
     assert named == set(ENVIRONMENT)
     assert all(f'| `{name}` |' in reference.markdown() for name in ENVIRONMENT)

@@ -13,7 +13,8 @@ NOTEBOOK = Path(__file__).resolve().parents[1] / 'examples' / 'walkthrough.ipynb
 def test_the_committed_notebook_holds_the_outputs_of_a_complete_run():
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     code = [cell for cell in notebook.cells if cell.cell_type == 'code']
-    assert [cell.execution_count for cell in code] == list(range(1, len(code) + 1))  # in order, none skipped
+    # in order, none skipped
+    assert [cell.execution_count for cell in code] == list(range(1, len(code) + 1))
     assert not [o for cell in code for o in cell.outputs if o.output_type == 'error']
     images = [o for cell in code for o in cell.outputs if 'image/png' in o.get('data', {})]
     assert len(images) == 2  # the training curve and the comparison
@@ -25,14 +26,17 @@ def test_the_committed_notebook_holds_the_outputs_of_a_complete_run():
 def test_the_walkthrough_runs(cache_dir, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(NOTEBOOK.parents[1] / 'scripts'))
     from execute_notebook import execute
-    for name, value in {'WALKTHROUGH_QUERIES': '16', 'WALKTHROUGH_ROUNDS': '1', 'SELFSUP_CACHE': str(cache_dir),
+    for name, value in {'WALKTHROUGH_QUERIES': '16', 'WALKTHROUGH_ROUNDS': '1',
+                        'SELFSUP_CACHE': str(cache_dir),
                         'WALKTHROUGH_OUTPUT': str(tmp_path / 'run')}.items():
         monkeypatch.setenv(name, value)
     notebook = execute(NOTEBOOK, timeout=600, cwd=tmp_path)
-    text = ''.join(o.get('text', '') for cell in notebook.cells if cell.cell_type == 'code' for o in cell.outputs)
+    text = ''.join(o.get('text', '') for cell in notebook.cells if cell.cell_type == 'code'
+                   for o in cell.outputs)
     assert 'classic/adi: 82 documents; 35 test queries, 170 judgements' in text
     assert '16 queries from' in text and 'with QUERIES=16 ROUNDS=1' in text
     assert (tmp_path / 'run' / 'comparison.png').stat().st_size > 10_000
     assert (tmp_path / 'run' / 'final').is_dir()
-    log = [json.loads(line) for line in (tmp_path / 'run' / 'training_log.jsonl').read_text().splitlines()]
+    log = [json.loads(line)
+           for line in (tmp_path / 'run' / 'training_log.jsonl').read_text().splitlines()]
     assert any('loss' in record for record in log)

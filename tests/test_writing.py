@@ -11,7 +11,8 @@ from pyterrier_selfsup import Collection
 from pyterrier_selfsup.models.generator import CAUSAL_PROMPT, load_generator
 from pyterrier_selfsup.models.writing import PLAIN_PROMPT, QueryWriter, WriterCache, WriterLayer
 
-PASSAGES = ['automatic indexing of scientific documents by their citations', 'the retrieval of legal text',
+PASSAGES = ['automatic indexing of scientific documents by their citations',
+            'the retrieval of legal text',
             'a thesaurus for information retrieval built from co-occurrence statistics']
 
 
@@ -21,13 +22,16 @@ def test_shared_prefill_writes_what_separate_prefills_write(tiny_generator):
     greedy = writer.write(PASSAGES, 3)
     assert greedy == writer.write(PASSAGES, 3, shared=False)
     assert all(len(set(qs)) == 1 for qs in greedy)  # greedy: n copies of one query
-    # sampling: the same random stream draws the same tokens from the same distributions, row for row
-    sampled = writer.write(PASSAGES, 4, do_sample=True, top_p=0.9, generator=torch.Generator().manual_seed(3))
+    # sampling: the same random stream draws the same tokens from the same distributions,
+    # row for row
+    sampled = writer.write(PASSAGES, 4, do_sample=True, top_p=0.9,
+                           generator=torch.Generator().manual_seed(3))
     alone = writer.write(PASSAGES, 4, do_sample=True, top_p=0.9, shared=False,
                          generator=torch.Generator().manual_seed(3))
     assert sampled == alone
     assert len({q for qs in sampled for q in qs}) > 6  # and they are samples, not copies
-    other = writer.write(PASSAGES, 4, do_sample=True, top_p=0.9, generator=torch.Generator().manual_seed(4))
+    other = writer.write(PASSAGES, 4, do_sample=True, top_p=0.9,
+                         generator=torch.Generator().manual_seed(4))
     assert other != sampled
 
 
@@ -40,17 +44,19 @@ def test_the_shared_prompt_cache_writes_what_the_dynamic_cache_writes(tiny_gener
     greedy, with rows leaving the batch as their queries end."""
     from pyterrier_selfsup.models import writing
     monkeypatch.setattr(writing, 'PREFILL_CHUNK', 4)
-    monkeypatch.setattr(writing, 'NEW_TOKENS_RESERVED', 3)  # the new tokens' buffers: room for 3, then grown
+    # the new tokens' buffers: room for 3, then grown
+    monkeypatch.setattr(writing, 'NEW_TOKENS_RESERVED', 3)
     gen = tiny_generator('llama')
     assert min(len(x) for x in QueryWriter(gen).prompt_ids(PASSAGES)) > 3 * writing.PREFILL_CHUNK
-    # every 7th token ends a query (a random tiny model seldom writes its real end tokens): rows leave at
-    # different steps, and their prompts with them
+    # every 7th token ends a query (a random tiny model seldom writes its real end tokens): rows
+    # leave at different steps, and their prompts with them
     kinds = QueryWriter(gen).token_kinds.clone()
     kinds[::7] |= 1
     selections, sizes = [], set()
     select, update = WriterCache.batch_select_indices, WriterLayer.update
     monkeypatch.setattr(WriterCache, 'batch_select_indices',
-                        lambda self, indices: selections.append(len(indices)) or select(self, indices))
+                        lambda self, indices: (selections.append(len(indices))
+                                               or select(self, indices)))
 
     def watched(self, *args, **kwargs):
         out = update(self, *args, **kwargs)
@@ -63,13 +69,17 @@ def test_the_shared_prompt_cache_writes_what_the_dynamic_cache_writes(tiny_gener
         # prefill_tokens=1: one prompt a prefill forward, three forwards of different lengths joined
         writer = QueryWriter(gen, batch_size=3, prefill_tokens=1, preallocated_cache=preallocated)
         writer.__dict__['token_kinds'] = kinds
-        written[preallocated] = (writer.write(PASSAGES, 4, do_sample=True, top_p=0.9, max_new_tokens=12,
-                                              generator=torch.Generator().manual_seed(5)), writer.write(PASSAGES, 2))
-        if preallocated:  # the writer's own cache dropped finished rows, and grew its buffers past their room
+        written[preallocated] = (writer.write(PASSAGES, 4, do_sample=True, top_p=0.9,
+                                              max_new_tokens=12,
+                                              generator=torch.Generator().manual_seed(5)),
+                                 writer.write(PASSAGES, 2))
+        if preallocated:
+            # the writer's own cache dropped finished rows, and grew its buffers past their room
             assert selections and len(sizes) >= 3, (selections, sizes)
     assert written[True] == written[False]
     sampled = [q for qs in written[True][0] for q in qs]
-    assert len({len(writer.tokenizer(q)['input_ids']) for q in sampled}) > 2  # queries ended at different steps
+    # queries ended at different steps
+    assert len({len(writer.tokenizer(q)['input_ids']) for q in sampled}) > 2
 
 
 def _prompts(rows, length, dtype, padded):
@@ -84,8 +94,8 @@ def _prompts(rows, length, dtype, padded):
     (torch.float32, torch.float32, 1e-5),  # fp32
     (torch.float32, torch.bfloat16, 2e-2),  # bf16 autocast: keys fp32, values bf16
     (torch.bfloat16, torch.bfloat16, 4e-2)])  # a bf16 model run as it is
-def test_shared_prompt_attention_attends_to_each_samples_prompt_and_its_own_tokens(keys_dtype, values_dtype,
-                                                                                 tolerance):
+def test_shared_prompt_attention_attends_to_each_samples_prompt_and_its_own_tokens(
+        keys_dtype, values_dtype, tolerance):
     """Attention of one new token a sample over a WriterCache against attention written out in
     fp64 over that sample's prompt (its real positions) and the tokens it wrote: two prefills of
     different lengths joined, 3 samples a prompt, samples leaving after the first step and with
@@ -105,10 +115,12 @@ def test_shared_prompt_attention_attends_to_each_samples_prompt_and_its_own_toke
     cache.fork(n, mask)
     # the reference's view of each prompt: its real positions' keys and values
     prompts = [(k[i][:, m[i]], v[i][:, m[i]]) for k, v, m in parts for i in range(len(m))]
-    rows = [(p, []) for p in range(len(prompts)) for _ in range(n)]  # (prompt, tokens written) a row
+    # (prompt, tokens written) a row
+    rows = [(p, []) for p in range(len(prompts)) for _ in range(n)]
     layer = cache.layers[0]
     for step in range(3):  # (3 steps: the new tokens' part grows past its reserve of 1)
-        new_keys, new_values = torch.randn(len(rows), 2, 1, 8), torch.randn(len(rows), 2, 1, 8).to(values_dtype)
+        new_keys, new_values = (torch.randn(len(rows), 2, 1, 8),
+                                torch.randn(len(rows), 2, 1, 8).to(values_dtype))
         layer.update(new_keys.to(keys_dtype), new_values)
         for i, (_, written) in enumerate(rows):
             written.append((new_keys[i].to(keys_dtype), new_values[i]))
@@ -121,8 +133,10 @@ def test_shared_prompt_attention_attends_to_each_samples_prompt_and_its_own_toke
             q = query[i, :, 0].double().view(2, 3, 8)  # (query head h reads key/value head h // 3)
             weights = torch.softmax(torch.einsum('hgd,hld->hgl', q, keys) * scale, -1)
             expected = torch.einsum('hgl,hld->hgd', weights, values).reshape(heads, 8)
-            assert torch.allclose(out[i, 0].double(), expected, atol=tolerance, rtol=tolerance), (step, i)
-        if step == 0:  # every sample of prompts 1 and 2 and one of prompt 0 end: 2 of 4 prompts held
+            assert torch.allclose(out[i, 0].double(), expected, atol=tolerance,
+                                  rtol=tolerance), (step, i)
+        if step == 0:
+            # every sample of prompts 1 and 2 and one of prompt 0 end: 2 of 4 prompts held
             keep = [i for i, (p, _) in enumerate(rows) if p in (0, 3) and i != 1]
             cache.batch_select_indices(torch.tensor(keep))
             rows = [rows[i] for i in keep]
@@ -131,14 +145,17 @@ def test_shared_prompt_attention_attends_to_each_samples_prompt_and_its_own_toke
 
 def test_a_writer_layer_holds_its_prompts_once_and_grows_past_its_reserve():
     layer = WriterLayer(reserve=1)
-    k, v = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 4, 8, dtype=torch.bfloat16)  # (fp32 keys, as rotary leaves them)
+    # (fp32 keys, as rotary leaves them)
+    k, v = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 4, 8, dtype=torch.bfloat16)
     layer.update(k, v)  # the prefill: the prompts, keys held transposed
     assert torch.equal(layer.prompt_keys, k.transpose(-1, -2)) and layer.prompt_keys.is_contiguous()
     layer.update(k[:, :, :1], v[:, :, :1])
     keys, values = layer.update(k[:, :, 1:2], v[:, :, 1:2])  # past the reserve: a larger buffer
-    assert torch.equal(keys, k[:, :, :2]) and torch.equal(values, v[:, :, :2]) and layer.get_seq_length() == 6
+    assert (torch.equal(keys, k[:, :, :2]) and torch.equal(values, v[:, :, :2])
+            and layer.get_seq_length() == 6)
     layer.select_samples(torch.tensor([1]))
-    assert torch.equal(layer.keys, k[1:, :, :2]) and torch.equal(layer.prompt_keys[1], k[1].transpose(-1, -2))
+    assert (torch.equal(layer.keys, k[1:, :, :2])
+            and torch.equal(layer.prompt_keys[1], k[1].transpose(-1, -2)))
 
 
 def test_bf16_weights_write_with_the_shared_prompt_cache(tiny_generator):
@@ -147,13 +164,14 @@ def test_bf16_weights_write_with_the_shared_prompt_cache(tiny_generator):
     gen = tiny_generator('llama')
     gen.model.to(torch.bfloat16)
     writer = QueryWriter(gen, batch_size=2)
-    written = [QueryWriter(gen, batch_size=2, preallocated_cache=pre).write(PASSAGES, 2, max_new_tokens=8)
-               for pre in (True, False)]
+    written = [QueryWriter(gen, batch_size=2, preallocated_cache=pre)
+               .write(PASSAGES, 2, max_new_tokens=8) for pre in (True, False)]
     assert written[0] == written[1]
     ids = writer.prompt_ids(PASSAGES[:1])
     with gen.inference():
         cache, _, _ = writer.prefill(ids, 2)
-    assert cache.layers[0].prompt_keys.dtype == cache.layers[0].prompt_values.dtype == torch.bfloat16
+    assert (cache.layers[0].prompt_keys.dtype == cache.layers[0].prompt_values.dtype
+            == torch.bfloat16)
 
 
 def test_weights_are_unmarked_after_a_write_and_after_a_failed_one(tiny_generator):
@@ -181,8 +199,8 @@ def test_each_weight_is_cast_once_a_write_even_under_inference_mode(tiny_generat
     shape = list(gen.model.model.layers[0].mlp.down_proj.weight.shape)
 
     def casts(kept: bool) -> int:
-        with gen.inference(), (casts_kept(gen.model) if kept else contextlib.nullcontext()), profile(
-                record_shapes=True) as prof:
+        with (gen.inference(), (casts_kept(gen.model) if kept else contextlib.nullcontext()),
+              profile(record_shapes=True) as prof):
             for _ in range(3):
                 gen.model(input_ids=x)
         return sum(e.count for e in prof.key_averages(group_by_input_shape=True)
@@ -209,7 +227,8 @@ def test_nucleus_sampling_draws_from_the_renormalised_top():
     top3 = QueryWriter._next(logits, True, 1.0, 0.9, torch.Generator().manual_seed(0), top_k=3)
     counts = np.bincount(top3.numpy(), minlength=4) / len(top3)
     # top 3 renormalised: .526, .316, .158; nucleus 0.9 keeps all three (.842 < .9)
-    assert counts[3] == 0 and counts[:3] == pytest.approx([0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95], abs=0.015)
+    assert (counts[3] == 0
+            and counts[:3] == pytest.approx([0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95], abs=0.015))
     hot = QueryWriter._next(logits, True, 2.0, 1.0, torch.Generator().manual_seed(0))
     expected = torch.softmax(logits[0] / 2.0, -1).numpy()
     assert np.bincount(hot.numpy(), minlength=4) / len(hot) == pytest.approx(expected, abs=0.015)
