@@ -217,6 +217,14 @@ N_QUERIES_HELP = 'How many training queries: a longer query log is sampled down 
 
 
 # ds's steps between checkpoints, and RUMBArt's and ACROBArT's without refreshes
+def checkpoints_at_the_end_of(what: str):
+    """The ``checkpoint_every`` setting of a method whose run resumes exactly at the end of each
+    ``what`` (a round, an iteration): ``'epoch'`` by default."""
+    return setting('epoch', f'When checkpoints are saved: epoch (at each {what}\'s end, where a '
+                            f'resumed run matches one never stopped), a number of steps, or None.',
+                   group='checkpoints', key='no')
+
+
 _STEPS_CHECKPOINT = 25
 
 
@@ -341,10 +349,7 @@ class CrossDocumentAdjustmentSettings(MethodSettings):
     batch_size: int = setting(8, 'Queries a batch; the others\' close documents are its random '
                                  'ones.', group='training')
     lr: float = setting(2e-5, 'AdamW\'s peak learning rate.', group='training')
-    checkpoint_every: Union[int, str, None] = setting(
-        'epoch', 'When checkpoints are saved: epoch (at each iteration\'s end, where a resumed run '
-                 'matches one never stopped), a number of steps, or None.', group='checkpoints',
-        key='no')
+    checkpoint_every: Union[int, str, None] = checkpoints_at_the_end_of('iteration')
 
     @property
     def retrieval_head(self) -> Dict[str, Any]:
@@ -405,10 +410,7 @@ class DistillationSettings(MethodSettings):
                              'teacher re-ranking with the student as it is.', group='training')
     batch_size: int = setting(32, 'Queries a batch.', group='training')
     lr: float = setting(5e-5, 'AdamW\'s peak learning rate.', group='training')
-    checkpoint_every: Union[int, str, None] = setting(
-        'epoch', 'When checkpoints are saved: epoch (at each round\'s end, where a resumed run '
-                 'matches one never stopped), a number of steps, or None.', group='checkpoints',
-        key='no')
+    checkpoint_every: Union[int, str, None] = checkpoints_at_the_end_of('round')
 
     @property
     def epochs(self) -> int:
