@@ -33,8 +33,8 @@ torch.manual_seed(0)
 bm25 = selfsup.BM25.from_collection(collection, num_results=100)
 trainer = Distillation(selfsup.DualEncoder.from_pretrained(selfsup.MINILM), collection,
                        teacher=lambda student: selfsup.Fusion({'bm25': bm25, 'student': student}),
-                       epochs=2, output_dir=output_dir, checkpoint_every='epoch',
-                       verbose=False)
+                       queries='sentences', rounds=2, output_dir=output_dir,
+                       checkpoint_every='epoch', verbose=False)
 started = time.time()
 trainer.fit(corpus_sentences(collection, 256, seed=0))  # no labels are read
 if trainer.process_rank == 0:

@@ -173,3 +173,20 @@ def test_masked_spans_hide_one_salient_span_of_a_sentence_of_their_source():
     s = 'deficiency of Vitamin causes scurvy'
     assert s[slice(*salient_span(s, rng))] == 'Vitamin'
     assert salient_span('a b c', rng) is None
+
+
+def test_queries_cut_from_their_sources_and_not_excluded_are_said(caplog):
+    from pyterrier_selfsup.data.queries import query_sources
+    coll = Collection('classic/adi')
+    cut = corpus_sentences(coll, 20, seed=0)
+    with caplog.at_level('WARNING'):
+        sources = query_sources(cut, coll, excluded=True)
+    assert len(sources) == 20 and 'word for word' not in caplog.text
+    with caplog.at_level('WARNING'):
+        query_sources(cut, coll, excluded=False)
+    assert "queries='sentences'" in caplog.text
+    caplog.clear()
+    written = cut.assign(query=[f'what is said about topic {i}' for i in range(20)])
+    with caplog.at_level('WARNING'):
+        query_sources(written, coll, excluded=False)
+    assert 'word for word' not in caplog.text

@@ -154,3 +154,37 @@ def test_every_environment_variable_the_package_reads_is_listed_in_one_place():
              for m in re.findall(r'SELFSUP_[A-Z_]+', path.read_text())}
     assert named == set(ENVIRONMENT)
     assert all(f'| `{name}` |' in reference.markdown() for name in ENVIRONMENT)
+
+
+def test_the_passage_sides_old_spellings_combine_as_they_did_and_contradictions_are_refused():
+    trained, frozen = DistillationSettings(passages='trained'), DistillationSettings(passages='frozen')
+    assert trained.replace(passage_offsets=None).passages == 'trained'
+    assert frozen.replace(train_passages=False).passages == 'frozen'
+    for contradictory in (dict(train_passages=True, passage_offsets=0.5), dict(train_passages=True),
+                          dict(passages='frozen', passage_offsets=0.5)):
+        with pytest.raises(ValueError):
+            DistillationSettings.of(**contradictory)
+
+
+def test_removed_settings_are_accepted_only_at_what_they_did_and_checkpoints_are_checked():
+    assert DistillationSettings.of(stop_overlap=None, min_round_steps=0) == DistillationSettings()
+    assert get_pipeline('distill:stop_overlap=none,source_share=0').settings == \
+        get_pipeline('distill').settings
+    with pytest.raises(ValueError, match='source_share has been removed'):
+        DistillationSettings.of(source_share=0.5)
+    with pytest.raises(ValueError, match='checkpoint_every'):
+        RumbartSettings(checkpoint_every='round')
+    assert RumbartSettings(checkpoint_every='epoch').checkpoint_interval == 'epoch'
+
+
+def test_a_verdict_resumed_from_a_checkpoint_that_kept_its_scores_in_the_log_goes_on():
+    from types import SimpleNamespace
+    from pyterrier_selfsup.training.verdict import HeldOutVerdict
+    verdict = HeldOutVerdict(0.1)
+    verdict.held = ['q']  # (a slice; judge() is not reached for the rounds the log has)
+    log = [{'verdict round': r, 'verdict scores': [s], 'verdict nDCG@10': s}
+           for r, s in ((0, 0.5), (1, 0.7))]
+    trainer = SimpleNamespace(state={'epoch': 1}, log=list(log))
+    verdict.judge(trainer, 1)  # round 1 is in the log: nothing is scored again
+    assert trainer.state['verdict scores'] == {0: [0.5], 1: [0.7]}
+    assert trainer.state['verdict means'] == {0: 0.5, 1: 0.7} and trainer.log == log

@@ -11,7 +11,7 @@ import math
 import random
 import re
 from dataclasses import dataclass
-from typing import FrozenSet, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 import pandas as pd
 
@@ -76,6 +76,28 @@ def training_queries(topics: pd.DataFrame) -> List[Query]:
     return [Query(qid, query, frozenset([s]) if isinstance(s, str) else frozenset(),
                   a if isinstance(a, str) else None)
             for qid, query, s, a in zip(queries['qid'], queries['query'], sources, answers)]
+
+
+def query_sources(topics: pd.DataFrame, collection: Collection, *, excluded: bool,
+                  sample: int = 50) -> Dict[str, str]:
+    """qid -> the ``source_docno`` of each topic that has one. ``excluded``: whether the trainer
+    keeps each query's source out of its candidates. Where it does not, and most of ``sample``
+    queries stand word for word in their sources (cut from the corpus, not written for it: a
+    trivial match), a warning names the setting that excludes them."""
+    if 'source_docno' not in topics:
+        return {}
+    sources = {q: d for q, d in zip(topics['qid'].astype(str), topics['source_docno'])
+               if isinstance(d, str)}
+    if not excluded and sources:
+        some = topics[topics['source_docno'].notna()].head(sample)
+        texts = collection.texts(some['source_docno'].tolist())
+        cut = sum(query in text for query, text in zip(some['query'], texts))
+        if cut > len(some) / 2:
+            logger.warning('%d of %d training queries stand word for word in the passage they '
+                           'name (source_docno), and these settings let them retrieve it: say '
+                           "queries='sentences' (or spans, masked, titles) to exclude it", cut,
+                           len(some))
+    return sources
 
 
 def sentences(text: str) -> List[str]:

@@ -10,8 +10,8 @@ label-free verdict that keeps the best round (:mod:`~pyterrier_selfsup.training.
     bm25 = BM25.from_collection(adi, num_results=100)
     trainer = Distillation(DualEncoder.from_pretrained(MINILM), adi,
                            teacher=lambda student: Fusion({'bm25': bm25, 'student': student}),
-                           rounds=2, output_dir='runs/distill')
-    trainer.fit(corpus_queries)          # qrels are never read
+                           queries='sentences', rounds=2, output_dir='runs/distill')
+    trainer.fit(corpus_sentences(adi, 500))  # qrels are never read
     pt.Experiment([bm25, trainer], ...)  # after fit it retrieves with the student alone
 """
 import logging
@@ -25,7 +25,7 @@ import torch
 
 from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.collections import Collection
-from pyterrier_selfsup.data.queries import Query, training_queries
+from pyterrier_selfsup.data.queries import Query, query_sources, training_queries
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.training.loop import DualEncoderTrainer
 from pyterrier_selfsup.training.losses import (candidate_table, distillation_loss,  # noqa: F401
@@ -107,8 +107,7 @@ class Distillation(DualEncoderTrainer):
     def examples(self, topics: pd.DataFrame) -> List[Query]:
         """The training queries, round-trip filtered where the settings say so (the start
         teacher ranks them, once: it is round 0's teacher too), less the verdict's slice."""
-        sources = (dict(zip(topics['qid'].astype(str), topics['source_docno']))
-                   if 'source_docno' in topics else {})
+        sources = query_sources(topics, self.collection, excluded=self.settings.excludes_sources)
         queries = training_queries(topics)
         if not self.settings.excludes_sources:
             queries = [Query(q.qid, q.query, frozenset(), q.answer) for q in queries]

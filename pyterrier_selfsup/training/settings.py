@@ -59,10 +59,15 @@ class MethodSettings:
       model trained before their removal; the cache key keeps them at that value, so that
       those models are still found;
     - ``former``: settings that other fields replaced, with their types: :meth:`canonical`
-      turns them into the fields that replaced them, and :meth:`parse` reads their values.
+      turns them into the fields that replaced them, and :meth:`parse` reads their values;
+    - ``removed`` and ``removed_types``: settings removed from the package, with the value
+      that did what the package does now, and their types: a pipeline that names one at that
+      value (a results file's name) is still accepted.
     """
     aliases: ClassVar[Dict[str, str]] = {'checkpointing': 'gradient_checkpointing'}
     retired: ClassVar[Dict[str, Any]] = {}
+    removed: ClassVar[Dict[str, Any]] = {}
+    removed_types: ClassVar[Dict[str, Any]] = {}
     former: ClassVar[Dict[str, Any]] = {}
 
     seed: int = setting(0, 'Seeds the model\'s initialisation, the batches and the query sampling.',
@@ -94,6 +99,10 @@ class MethodSettings:
                 raise ValueError(f'{name} must be at least 1, not {getattr(self, name)}')
         if not 0.0 <= self.warmup <= 1.0:
             raise ValueError(f'warmup is a share of the steps, in [0, 1], not {self.warmup}')
+        every = getattr(self, 'checkpoint_every', None)
+        if not (every is None or every == 'epoch'
+                or (isinstance(every, int) and not isinstance(every, bool) and every > 0)):
+            raise ValueError(f'checkpoint_every is a number of steps, epoch or None, not {every!r}')
 
     @property
     def checkpoint_interval(self) -> Union[int, str, None]:
@@ -130,12 +139,21 @@ class MethodSettings:
         return [f.name for f in cls.fields()]
 
     @classmethod
-    def canonical(cls, changes: Dict[str, Any]) -> Dict[str, Any]:
-        """``changes`` with old names (:attr:`aliases`) under their current ones; a name the
-        class does not know is refused, with the names it does."""
+    def canonical(cls, changes: Dict[str, Any], current: Optional['MethodSettings'] = None
+                  ) -> Dict[str, Any]:
+        """``changes`` (to ``current``, or to the defaults) with old names (:attr:`aliases`)
+        under their current ones; a removed setting (:attr:`removed`) is accepted at the value
+        every model had before its removal, and dropped; a name the class does not know is
+        refused, with the names it does."""
         out = {}
         for name, value in changes.items():
             name = cls.aliases.get(name, name)
+            if name in cls.removed:
+                if value != cls.removed[name]:
+                    raise ValueError(f'{name} has been removed from {cls.__name__}; only '
+                                     f'{name}={cls.removed[name]} (what it did) is accepted, and '
+                                     f'CHANGELOG.md says why')
+                continue
             if name not in cls.names():
                 raise ValueError(f'{cls.__name__} has no setting {name!r}; its settings: '
                                  f'{", ".join(cls.names())}')
@@ -149,14 +167,14 @@ class MethodSettings:
 
     def replace(self, **changes) -> 'MethodSettings':
         """A copy with ``changes`` (old names accepted), validated again."""
-        return dataclasses.replace(self, **self.canonical(changes)) if changes else self
+        return dataclasses.replace(self, **self.canonical(changes, self)) if changes else self
 
     @classmethod
     def parse(cls, name: str, text: str) -> Any:
         """``text`` (as typed on the command line) as a value of setting ``name``, by its type:
         ``none`` for None, ``true``/``false`` for a flag, a number, or the text itself."""
         name = cls.aliases.get(name, name)
-        hints = {**cls.former, **typing.get_type_hints(cls)}
+        hints = {**cls.removed_types, **cls.former, **typing.get_type_hints(cls)}
         if name not in hints:
             raise ValueError(f'{cls.__name__} has no setting {name!r}; its settings: '
                              f'{", ".join(cls.names())}')
@@ -362,6 +380,11 @@ class DistillationSettings(MethodSettings):
     """Distillation of a fused teacher (BM25 and the student itself) into the student, in rounds."""
     aliases: ClassVar[Dict[str, str]] = {**MethodSettings.aliases, 'epochs': 'rounds'}
     former: ClassVar[Dict[str, Any]] = {'train_passages': bool, 'passage_offsets': Optional[float]}
+    removed: ClassVar[Dict[str, Any]] = {'stop_overlap': None, 'min_round_steps': 0,
+                                         'source_share': 0.0, 'passage_layers': None}
+    removed_types: ClassVar[Dict[str, Any]] = {
+        'stop_overlap': Optional[float], 'min_round_steps': int, 'source_share': float,
+        'passage_layers': Optional[int]}
     # removed settings, at the value every model trained before their removal had
     retired: ClassVar[Dict[str, Any]] = {'stop_overlap': None, 'min_round_steps': 0}
 
@@ -431,21 +454,32 @@ class DistillationSettings(MethodSettings):
         return self.filter_depth if self.queries in GENERATED else None
 
     @classmethod
-    def canonical(cls, changes: Dict[str, Any]) -> Dict[str, Any]:
+    def canonical(cls, changes: Dict[str, Any], current: Optional['MethodSettings'] = None
+                  ) -> Dict[str, Any]:
         """As :meth:`MethodSettings.canonical`, and the passage side's two old settings under
-        ``passages``: ``train_passages=True`` is ``passages='trained'``, ``passage_offsets=None``
-        is ``passages='frozen'`` and ``passage_offsets=W`` is ``passages='offsets',
-        offset_weight=W``."""
+        ``passages``, as they combined before: ``train_passages=True`` is ``passages='trained'``
+        (not with a ``passage_offsets`` weight); ``passage_offsets=W`` is
+        ``passages='offsets', offset_weight=W``; ``passage_offsets=None`` turns offsets off,
+        leaving a passage tower that trains as it is (``frozen`` otherwise)."""
         changes = dict(changes)
-        if changes.pop('train_passages', False):
-            changes['passages'] = 'trained'
-        if 'passage_offsets' in changes:
-            weight = changes.pop('passage_offsets')
+        old = {name: changes.pop(name) for name in ('train_passages', 'passage_offsets')
+               if name in changes}
+        if old:
+            if 'passages' in changes:
+                raise ValueError('name the passage side once: passages=frozen|offsets|trained, '
+                                 'or its old spelling (train_passages, passage_offsets), not both')
+            now = current.passages if current is not None else cls.passages
+            trained = old.get('train_passages', now == 'trained')
+            weight = old.get('passage_offsets', None if now != 'offsets' else
+                             (current or cls).offset_weight)
+            if trained and weight is not None:
+                raise ValueError('passage offsets move the vectors of a frozen passage tower: '
+                                 'not with train_passages (passage_offsets=none)')
+            changes['passages'] = 'trained' if trained else 'offsets' if weight is not None \
+                else 'frozen'
             if weight is not None:
-                changes.update(passages='offsets', offset_weight=weight)
-            elif changes.get('passages', 'offsets') == 'offsets':
-                changes['passages'] = 'frozen'
-        return super().canonical(changes)
+                changes['offset_weight'] = weight
+        return super().canonical(changes, current)
 
     def key(self) -> dict:
         """As :meth:`MethodSettings.key`, with the passage side spelt by the two settings that

@@ -154,8 +154,12 @@ class HeldOutVerdict:
         """Scores the student as it is after ``after_round`` rounds (0: the start) on the slice,
         once a round, and keeps its weights while it is the best. ``student``: makes the
         student's retriever as it is now."""
-        scores_by_round = trainer.state.setdefault('verdict scores', {})
-        means = trainer.state.setdefault('verdict means', {})
+        if 'verdict scores' not in trainer.state:
+            # a checkpoint written before the scores were kept in the state: its log has them
+            logged = {r['verdict round']: r for r in trainer.log if 'verdict round' in r}
+            trainer.state['verdict scores'] = {k: r['verdict scores'] for k, r in logged.items()}
+            trainer.state['verdict means'] = {k: r['verdict nDCG@10'] for k, r in logged.items()}
+        scores_by_round, means = trainer.state['verdict scores'], trainer.state['verdict means']
         if not self.held or after_round in scores_by_round:
             return
         ranked = trainer.rank(student() if student else trainer.student(), self.held, depth=DEPTH)
