@@ -24,7 +24,7 @@ from pyterrier_selfsup.retrieval.bm25 import BM25
 from pyterrier_selfsup.retrieval.dense import MINILM, DenseRetriever
 from pyterrier_selfsup.retrieval.fusion import Fusion
 from pyterrier_selfsup.retrieval.token_index import reatt_index, reatt_retriever
-from pyterrier_selfsup.training.settings import REATT_HEAD, SETTINGS
+from pyterrier_selfsup.training.settings import REATT_HEAD, SETTINGS, parse_value
 
 
 @dataclass(frozen=True)
@@ -124,17 +124,10 @@ def get_pipeline(spec: str) -> PipelineSpec:
 
 
 def _parse(value: str, default: Any) -> Any:
-    if value.lower() == 'none':
-        return None
-    if isinstance(default, bool):
-        return value.lower() in ('1', 'true', 'yes')
-    for kind in ((type(default),) if default is not None else (int, float)):
-        try:
-            return kind(value)
-        except ValueError:
-            if default is not None:
-                raise UnknownPipelineError(f'{value!r} is not a {kind.__name__}') from None
-    return value
+    """``value`` as a setting that is not a training method's, typed as its ``default`` is (a
+    number or text where the default is None), as the settings classes type theirs."""
+    kind = Union[int, float, str] if default is None else type(default)
+    return parse_value(value, Optional[kind])
 
 
 def reconstruction_reranker(collection: Collection, *, model_name: str, gguf_file: Optional[str],

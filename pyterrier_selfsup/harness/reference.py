@@ -42,8 +42,11 @@ def method_section(method: str, cls: type) -> List[str]:
         lines.append('')
     if cls.aliases or cls.former:
         old = ([f'`{a}` (now `{b}`)' for a, b in cls.aliases.items()] +
-               [f'`{a}`' for a in cls.former])
+               [f'`{a}`' for a in cls.former if a not in cls.removed])
         lines += [f'Old names still accepted: {", ".join(old)}.', '']
+    if cls.removed:
+        gone = [f'`{name}={shown(value)}`' for name, value in cls.removed.items()]
+        lines += [f'Removed settings, accepted only at these values: {", ".join(gone)}.', '']
     return lines
 
 

@@ -50,7 +50,6 @@ from pyterrier_selfsup.training.settings import CrossDocumentAdjustmentSettings
 
 logger = logging.getLogger(__name__)
 
-TARGETS = ('likelihood', 'attention')
 ATTENTION_CHUNK = 4  # queries whose k passages go through the generator at once
 
 

@@ -55,19 +55,16 @@ class MethodSettings:
     Class attributes a subclass may set:
 
     - ``aliases``: old names of fields, still accepted (``{'epochs': 'rounds'}``);
-    - ``retired``: settings removed from the package, with the value they had in every
-      model trained before their removal; the cache key keeps them at that value, so that
-      those models are still found;
-    - ``former``: settings that other fields replaced, with their types: :meth:`canonical`
-      turns them into the fields that replaced them, and :meth:`parse` reads their values;
-    - ``removed`` and ``removed_types``: settings removed from the package, with the value
-      that did what the package does now, and their types: a pipeline that names one at that
-      value (a results file's name) is still accepted.
+    - ``removed``: settings removed from the package, with the value that did what the package
+      does now: a pipeline that names one at that value (a results file's name) is accepted;
+    - ``retired``: the removed settings that the cache key keeps at that value, so that the
+      models trained before their removal are still found;
+    - ``former``: the types of the names that are no longer fields (removed, or replaced by
+      other fields, which :meth:`canonical` turns them into), for :meth:`parse`.
     """
     aliases: ClassVar[Dict[str, str]] = {'checkpointing': 'gradient_checkpointing'}
-    retired: ClassVar[Dict[str, Any]] = {}
     removed: ClassVar[Dict[str, Any]] = {}
-    removed_types: ClassVar[Dict[str, Any]] = {}
+    retired: ClassVar[Tuple[str, ...]] = ()
     former: ClassVar[Dict[str, Any]] = {}
 
     seed: int = setting(0, 'Seeds the model\'s initialisation, the batches and the query sampling.',
@@ -174,7 +171,7 @@ class MethodSettings:
         """``text`` (as typed on the command line) as a value of setting ``name``, by its type:
         ``none`` for None, ``true``/``false`` for a flag, a number, or the text itself."""
         name = cls.aliases.get(name, name)
-        hints = {**cls.removed_types, **cls.former, **typing.get_type_hints(cls)}
+        hints = {**cls.former, **typing.get_type_hints(cls)}
         if name not in hints:
             raise ValueError(f'{cls.__name__} has no setting {name!r}; its settings: '
                              f'{", ".join(cls.names())}')
@@ -185,7 +182,7 @@ class MethodSettings:
     def key(self) -> dict:
         """What a trained model's cache key covers: the fields whose ``key`` metadata puts them
         in it, and each retired setting at its last value."""
-        out = dict(self.retired)
+        out = {name: self.removed[name] for name in self.retired}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if (f.metadata['key'] == 'yes' or
@@ -379,14 +376,13 @@ class CrossDocumentAdjustmentSettings(MethodSettings):
 class DistillationSettings(MethodSettings):
     """Distillation of a fused teacher (BM25 and the student itself) into the student, in rounds."""
     aliases: ClassVar[Dict[str, str]] = {**MethodSettings.aliases, 'epochs': 'rounds'}
-    former: ClassVar[Dict[str, Any]] = {'train_passages': bool, 'passage_offsets': Optional[float]}
     removed: ClassVar[Dict[str, Any]] = {'stop_overlap': None, 'min_round_steps': 0,
                                          'source_share': 0.0, 'passage_layers': None}
-    removed_types: ClassVar[Dict[str, Any]] = {
-        'stop_overlap': Optional[float], 'min_round_steps': int, 'source_share': float,
-        'passage_layers': Optional[int]}
-    # removed settings, at the value every model trained before their removal had
-    retired: ClassVar[Dict[str, Any]] = {'stop_overlap': None, 'min_round_steps': 0}
+    # (source_share and passage_layers were left out of the key at these values all along)
+    retired: ClassVar[Tuple[str, ...]] = ('stop_overlap', 'min_round_steps')
+    former: ClassVar[Dict[str, Any]] = {
+        'train_passages': bool, 'passage_offsets': Optional[float], 'stop_overlap': Optional[float],
+        'min_round_steps': int, 'source_share': float, 'passage_layers': Optional[int]}
 
     queries: str = setting('sampled', QUERIES_HELP, group='queries')
     n_queries: int = setting(2000, N_QUERIES_HELP, group='queries')
