@@ -208,8 +208,8 @@ def parse_value(text: str, kind) -> Any:
                 continue
         elif option is str:
             return text
-    raise ValueError(f'{text!r} is not a '
-                     f'{" or ".join(getattr(o, "__name__", str(o)) for o in options)}')
+    kinds = [getattr(o, '__name__', str(o)) for o in options if o is not type(None)]
+    raise ValueError(f'{text!r} is not a {" or ".join(kinds)}')
 
 
 @dataclass(frozen=True)
