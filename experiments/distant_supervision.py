@@ -17,6 +17,7 @@ Training curves and logs are copied to experiments/results/ds_curves/.
 import sys
 from pathlib import Path
 
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.harness.experiment import copy_training_curves, run_experiment, write_results
 
 RESULTS = Path(__file__).parent / 'results'
@@ -31,7 +32,7 @@ GROUPS = {
 
 def main(groups):
     for group in groups:
-        result = run_experiment(COLLECTIONS, GROUPS[group], name=group, verbose=True)
+        result = run_experiment(COLLECTIONS, GROUPS[group], name=group, run=RunContext(verbose=True))
         write_results(result, RESULTS)
         copy_training_curves(GROUPS[group], COLLECTIONS[0], RESULTS / 'ds_curves')
 

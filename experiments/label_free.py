@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.queries import MAX_PER_PASSAGE
 from pyterrier_selfsup.harness import trained
@@ -203,7 +204,7 @@ def main(groups):
     for group in groups:
         collections, pipelines = GROUPS[group]
         started = time.time()
-        result = run_experiment(collections, pipelines, name=group, verbose=True)
+        result = run_experiment(collections, pipelines, name=group, run=RunContext(verbose=True))
         paths = write_results(result, RESULTS)
         # one line a trained model: the splits of one corpus share their models (scifact train and test)
         corpora = {Collection(c).corpus_id: c for c in reversed(collections)}

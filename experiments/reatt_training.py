@@ -24,6 +24,7 @@ Groups, each one results file (written as soon as the group finishes):
 import sys
 from pathlib import Path
 
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.harness.experiment import copy_training_curves, run_experiment, write_results
 
@@ -45,7 +46,7 @@ GROUPS = {
 def main(groups):
     for group in groups:
         collections, pipelines = GROUPS[group]
-        result = run_experiment(collections, pipelines, name=group, verbose=True)
+        result = run_experiment(collections, pipelines, name=group, run=RunContext(verbose=True))
         write_results(result, RESULTS)
         trained = [p for p in pipelines if p.startswith('reatt_adjusted')]
         corpora = {Collection(c).corpus_id: c for c in collections}  # a collection of each corpus

@@ -48,6 +48,7 @@ Training curves and logs are copied to experiments/results/reconstruction_curves
 import sys
 from pathlib import Path
 
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.harness.experiment import copy_training_curves, run_experiment, write_results
 
 RESULTS = Path(__file__).parent / 'results'
@@ -91,7 +92,7 @@ CURVES = {'rumbart_frozen_rerun': 'reconstruction_curves/rerun'}  # beside the f
 
 def main(groups):
     for group in groups:
-        result = run_experiment(COLLECTIONS, GROUPS[group], name=group, verbose=True)
+        result = run_experiment(COLLECTIONS, GROUPS[group], name=group, run=RunContext(verbose=True))
         write_results(result, RESULTS)
         trained_here = [p for p in GROUPS[group] if p.startswith(('rumbart', 'acrobart'))]  # ds's are in ds_curves/
         copy_training_curves(trained_here, COLLECTIONS[0], RESULTS / CURVES.get(group, 'reconstruction_curves'))

@@ -76,7 +76,7 @@ def main() -> int:
     parser.add_argument('--only', nargs='*', default=None, help='the runs whose label starts with one of these')
     args = parser.parse_args()
 
-    from pyterrier_selfsup import Collection
+    from pyterrier_selfsup import Collection, RunContext
     from pyterrier_selfsup.harness import provenance, trained
     adi = Collection('classic/adi')
     reference = json.loads((RESULTS.with_suffix('.json')).read_text()) if RESULTS.with_suffix('.json').exists() \
@@ -87,7 +87,7 @@ def main() -> int:
             continue
         with tempfile.TemporaryDirectory() as cache:
             started = time.time()
-            final = trained.train(adi, method, settings, cache_dir=cache)
+            final = trained.train(adi, method, settings, run=RunContext(cache_dir=cache))
             digests[label], seconds[label] = weights_digest(final), round(time.time() - started, 1)
         known = reference['digests'].get(label)
         same = '' if known is None else ('same' if known == digests[label] else 'DIFFERENT')

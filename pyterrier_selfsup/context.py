@@ -3,7 +3,9 @@
 A :class:`RunContext` holds what is not a setting of any method, because it never changes the
 model a run trains: the directory of its checkpoints and log, the cache of indexes and scores,
 whether progress is shown, and the figure drawn beside the training log. Trainers take it as
-``run=``; the harness makes one for each model it trains.
+``run=``, and so do the harness's functions (``run_experiment``, a pipeline's ``build`` and
+``train``), which give it to everything they build. The library's building blocks (an index, a
+generator, a score cache) take the one value they need, ``cache_dir=``.
 
     from pyterrier_selfsup import RunContext
     run = RunContext(output_dir='runs/distill', cache_dir='/data/cache')
@@ -63,3 +65,8 @@ class RunContext:
 
     def replace(self, **changes) -> 'RunContext':
         return dataclasses.replace(self, **changes) if changes else self
+
+
+# what the harness's functions run with when they are given no context: the default cache, and
+# no progress shown
+SILENT = RunContext(verbose=False)

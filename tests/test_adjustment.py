@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from pyterrier_selfsup import Collection
+from pyterrier_selfsup import Collection, RunContext
 from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment, adjustment_loss
 from pyterrier_selfsup.models.generator import Generator
 from pyterrier_selfsup.data.queries import cropped_spans
@@ -212,9 +212,10 @@ def test_adjusted_retriever_trains_once_then_retrieves_from_its_token_index(
     from pyterrier_selfsup.harness.pipelines import adjusted_reatt_retriever as adjusted_retriever
     settings = dict(model_name=str(tiny_dir), retrieval_layer=1, head=0, queries='classic/adi',
                     n_queries=10, k=2, epochs=1, batch_size=8,
-                    generator=str(tiny_generator_dir['llama']), cache_dir=tmp_path,
-                    candidate_tokens=None, num_results=5)
-    retriever = adjusted_retriever('classic/adi', **settings)
+                    generator=str(tiny_generator_dir['llama']), candidate_tokens=None,
+                    num_results=5)
+    run = RunContext(cache_dir=tmp_path)
+    retriever = adjusted_retriever('classic/adi', run, **settings)
     topics = Collection('classic/adi').topics().head(3)
     results = retriever(topics)
     assert len(results) == 15 and set(results['qid']) == set(topics['qid'])
@@ -222,7 +223,7 @@ def test_adjusted_retriever_trains_once_then_retrieves_from_its_token_index(
     assert len(model_dirs) == 1 and (model_dirs[0] / 'final' / 'reatt.json').is_file()
     assert not (model_dirs[0] / 'final' / 'trainer_state.pt').exists()
     monkeypatch.setattr(trained, 'CrossDocumentAdjustment', None)  # a second call must not train
-    again = adjusted_retriever('classic/adi', **settings)(topics)
+    again = adjusted_retriever('classic/adi', run, **settings)(topics)
     np.testing.assert_allclose(again['score'], results['score'])
 
 
@@ -234,15 +235,17 @@ def test_an_interrupted_adjustment_resumes_from_its_last_iteration(tiny_dir, tin
     settings = dict(model_name=str(tiny_dir), retrieval_layer=1, head=0, queries='classic/adi', k=2,
                     epochs=2, batch_size=4, lr=1e-2, generator=str(tiny_generator_dir['llama']),
                     candidate_tokens=None, num_results=5)
-    whole = adjusted_retriever('classic/adi', cache_dir=tmp_path / 'whole', **settings).reatt
+    whole = adjusted_retriever('classic/adi', RunContext(cache_dir=tmp_path / 'whole'),
+                               **settings).reatt
 
     # ADI's 35 topics, 4 a batch: 9 steps an iteration; stopped in the 12th
     with stopped_at_step(monkeypatch, CrossDocumentAdjustment, 12):
-        adjusted_retriever('classic/adi', cache_dir=tmp_path / 'cut', **settings)
+        adjusted_retriever('classic/adi', RunContext(cache_dir=tmp_path / 'cut'), **settings)
     staging, = (tmp_path / 'cut' / 'models').glob('*.partial')
     assert [c.name for c in checkpoints(staging)] == ['checkpoint-9']  # the first iteration's end
 
-    resumed = adjusted_retriever('classic/adi', cache_dir=tmp_path / 'cut', **settings).reatt
+    cut = RunContext(cache_dir=tmp_path / 'cut')
+    resumed = adjusted_retriever('classic/adi', cut, **settings).reatt
     model_dir = staging.with_name(staging.name[:-len('.partial')])
     assert not staging.exists() and not checkpoints(model_dir)
     log = [json.loads(line) for line in (model_dir / 'training_log.jsonl').read_text().splitlines()]

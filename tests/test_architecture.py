@@ -92,13 +92,28 @@ def test_importing_the_package_runs_no_subprocess_and_leaves_the_harness_alone()
         '    return real(self, *args, **kwargs)\n'
         'subprocess.Popen.__init__ = spy\n'
         'import pyterrier_selfsup\n'
+        'print(sorted(m for m in ("torch", "transformers", "pyterrier_dr") if m in sys.modules))\n'
+        'for name, module in pyterrier_selfsup._HOME.items():\n'
+        '    if not module.startswith("harness"):\n'
+        '        getattr(pyterrier_selfsup, name)\n'
         'print(calls, sorted(m for m in sys.modules if '
         'm.startswith("pyterrier_selfsup.harness")))\n'
         'pyterrier_selfsup.PIPELINES\n'
         'print("pyterrier_selfsup.harness.pipelines" in sys.modules)\n')
     out = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True,
                          check=True).stdout
-    assert out.splitlines()[-2:] == ['[] []', 'True']
+    # the import itself loads none of the heavy libraries; every layer below the harness,
+    # loaded through the package's names, starts no process and loads no harness module
+    assert out.splitlines()[-3:] == ['[]', '[] []', 'True']
+
+
+def test_every_public_name_is_where_the_package_says():
+    import pyterrier_selfsup
+    for name in pyterrier_selfsup.__all__:
+        assert getattr(pyterrier_selfsup, name) is not None, name
+    assert set(pyterrier_selfsup.__all__) <= set(dir(pyterrier_selfsup))
+    with pytest.raises(AttributeError, match='no attribute'):
+        pyterrier_selfsup.Distilation
 
 
 def test_nothing_below_the_harness_draws():

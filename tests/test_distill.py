@@ -15,6 +15,7 @@ import pyterrier as pt
 import pytest
 import torch
 
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup import BM25, Collection, DualEncoder, MINILM
 from pyterrier_selfsup._distributed import distributed
 from pyterrier_selfsup.data.queries import Query, corpus_sentences, cropped_spans
@@ -312,7 +313,7 @@ def test_teacher_with_the_generator_scores_only_its_fused_top_and_caches(tiny_ge
         parse_teacher('bm25+colbert')
     coll = Collection('classic/adi')
     gen = tiny_generator('llama')
-    teacher = teacher_pipeline(coll, 'bm25+gen', generator=gen, cache_dir=tmp_path)
+    teacher = teacher_pipeline(coll, 'bm25+gen', generator=gen, run=RunContext(cache_dir=tmp_path))
     topics = coll.topics().head(3)
     fused = teacher(topics)
     bm25 = BM25.from_collection(coll, num_results=100, cache_dir=tmp_path)(topics)

@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 import pytest
 
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup import BM25, MINILM, Collection
 from pyterrier_selfsup._cache import (CacheFull, CacheNotWritable, CacheWriteFailed, DamagedBuild,
                                       build_once, writable)
@@ -444,7 +445,7 @@ def test_trained_models_are_refused_and_indexes_rebuilt_when_damaged(monkeypatch
     seen = {}
     monkeypatch.setattr(trained, 'build_once',
                         lambda path, build, **kwargs: seen.update(kwargs) or path)
-    trained.train(Collection('classic/adi'), 'ds', {}, cache_dir=tmp_path)
+    trained.train(Collection('classic/adi'), 'ds', {}, run=RunContext(cache_dir=tmp_path))
     assert seen['on_damage'] == 'raise' and seen['what'] == 'the ds model trained on classic/adi'
 
 
@@ -465,12 +466,13 @@ def test_garbled_generated_queries_are_set_aside_and_rebuilt(tmp_path, tiny_gene
     coll = Collection('classic/adi')
     gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu',
                                     precision='fp32', max_passage_length=32)
-    first = training_topics(coll, 'generated', 6, seed=1, generator=gen, cache_dir=tmp_path)
+    run = RunContext(cache_dir=tmp_path)
+    first = training_topics(coll, 'generated', 6, seed=1, generator=gen, run=run)
     [path] = (tmp_path / 'queries').glob('*/topics.jsonl')
     size = path.stat().st_size
     path.write_bytes(b'{"qid": "1", "query' + b'#' * (size - 19))  # garbled, its size unchanged
     with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
-        again = training_topics(coll, 'generated', 6, seed=1, generator=gen, cache_dir=tmp_path)
+        again = training_topics(coll, 'generated', 6, seed=1, generator=gen, run=run)
     assert ('the generated training queries of classic/adi' in caplog.text
             and 'topics.jsonl does not parse' in caplog.text)
     assert f'setting it aside as {path.parent}.damaged' in caplog.text
@@ -499,8 +501,8 @@ def test_a_truncated_token_index_is_rebuilt(tiny_reatt, tmp_path, caplog):
 
 def test_results_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     from pyterrier_selfsup.harness.experiment import run_experiment, write_results
-    result = run_experiment(['classic/adi'], ['bm25'], name='faults', cache_dir=tmp_path / 'cache',
-                            log=lambda s: None)
+    result = run_experiment(['classic/adi'], ['bm25'], name='faults',
+                            run=RunContext(cache_dir=tmp_path / 'cache'), log=lambda s: None)
     first = write_results(result, tmp_path / 'results')
     before = {p: p.read_bytes() for p in first}
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 from ir_measures import nDCG
 
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup import MINILM, Collection
 from pyterrier_selfsup.harness import trained
 from pyterrier_selfsup.harness.pipelines import get_pipeline
@@ -100,13 +101,14 @@ def test_openvino_follows_the_weights():
 @pytest.mark.slow
 def test_backend_flows_through_pipelines_and_keys(tmp_path):
     collection = Collection('classic/adi')
-    dual = get_pipeline('dual:backend=openvino').build(collection, cache_dir=tmp_path)
+    run = RunContext(cache_dir=tmp_path)
+    dual = get_pipeline('dual:backend=openvino').build(collection, run)
     assert dual.encoder.backend == 'openvino'
     torch_index = flex_index(collection, DualEncoder.from_pretrained(MINILM), cache_dir=tmp_path)
     assert dual.index.index_path != torch_index.index_path  # its own index: other numbers
     assert len(dual(collection.topics().head(3))) > 0
     # the backend reads no training setting: a trained pipeline's model stays the same model
-    assert trained.model_dir(collection, 'ds', {'backend': 'openvino'}, tmp_path) == \
-        trained.model_dir(collection, 'ds', {}, tmp_path)
+    assert trained.model_dir(collection, 'ds', {'backend': 'openvino'}, run) == \
+        trained.model_dir(collection, 'ds', {}, run)
     with pytest.raises(ValueError, match='backend'):
         DualEncoder.from_pretrained(MINILM, backend='onnx')

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.training.settings import (CrossDocumentAdjustmentSettings,
                                                  DistillationSettings, RumbartSettings)
 from pyterrier_selfsup import progress as P
@@ -349,16 +350,17 @@ def test_a_stopped_training_plans_and_trains_only_the_steps_left_and_ends_as_one
         cache.mkdir()
         (cache / 'pisa').symlink_to(cache_dir / 'pisa')
     # checkpoint_every 25: none
-    whole = trained.train('classic/adi', 'ds', settings, cache_dir=caches['whole'])
+    whole = trained.train('classic/adi', 'ds', settings, run=RunContext(cache_dir=caches['whole']))
 
     settings['checkpoint_every'] = 2  # (not in the model's key: the same model, checkpointed)
-    checkpointed = trained.train('classic/adi', 'ds', settings, cache_dir=caches['checkpointed'])
+    checkpointed = trained.train('classic/adi', 'ds', settings,
+                                 RunContext(cache_dir=caches['checkpointed']))
     # (killed in step 5, after the step-4 checkpoint)
     with stopped_at_step(monkeypatch, DistantSupervision, 5):
-        trained.train('classic/adi', 'ds', settings, cache_dir=caches['stopped'])
+        trained.train('classic/adi', 'ds', settings, run=RunContext(cache_dir=caches['stopped']))
     with caplog.at_level(logging.INFO, logger='pyterrier_selfsup'):
-        resumed = trained.train('classic/adi', 'ds', settings, cache_dir=caches['stopped'],
-                                verbose=True)
+        resumed = trained.train('classic/adi', 'ds', settings,
+                                RunContext(cache_dir=caches['stopped'], verbose=True))
     said = caplog.text.splitlines()
     assert any(line.endswith('  distant supervision: 1 step, not run on this machine yet '
                              '(resuming after step 4 of 5)')

@@ -1,5 +1,6 @@
 import pytest
 
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup import Collection
 from pyterrier_selfsup.data.queries import (corpus_sentences, cropped_spans, document_titles,
                                             given_topics, sentences)
@@ -85,7 +86,8 @@ def test_generated_training_topics_are_written_once_and_shared_by_every_trainer(
     coll = Collection('classic/adi')
     gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu',
                                     precision='fp32', max_passage_length=32)
-    first = training_topics(coll, 'generated', 8, seed=3, generator=gen, cache_dir=tmp_path)
+    first = training_topics(coll, 'generated', 8, seed=3, generator=gen,
+                            run=RunContext(cache_dir=tmp_path))
     assert first.equals(generated_queries(coll, gen, 8, seed=3)) and len(first) > 0
     assert first['source_docno'].map(type).eq(str).all()  # '12' stays a docno, not a number
 
@@ -93,7 +95,7 @@ def test_generated_training_topics_are_written_once_and_shared_by_every_trainer(
         raise AssertionError('generated again')
     monkeypatch.setattr(gen, 'generate', never)
     assert training_topics(coll, 'generated', 8, seed=3, generator=gen,
-                           cache_dir=tmp_path).equals(first)
+                           run=RunContext(cache_dir=tmp_path)).equals(first)
     # the distant-supervision pipeline reads the same file
     # (its generator is SmolLM2's; here the tiny one)
     monkeypatch.setattr(trained, 'load_generator', lambda *args, **kwargs: gen)
@@ -106,7 +108,7 @@ def test_generated_training_topics_are_written_once_and_shared_by_every_trainer(
     with pytest.raises(Trained) as raised:
         trained.train(coll, 'ds',
                       dict(model_name=str(tiny_dir), queries='generated', n_queries=8, seed=3),
-                      cache_dir=tmp_path)
+                      run=RunContext(cache_dir=tmp_path))
     assert raised.value.args[0].equals(first)
     with pytest.raises(ValueError, match='needs a generator'):
         training_topics(coll, 'generated', 8)
@@ -136,7 +138,7 @@ def test_round_trip_queries_keep_only_queries_that_find_their_passage(tmp_path):
     plain = generated_queries(coll, EchoOrGeneric(), 20, seed=0)
     assert (plain['query'] == 'What is the purpose of the study?').sum() == 10
     kept = training_topics(coll, 'roundtrip', 20, seed=0, generator=EchoOrGeneric(),
-                           cache_dir=tmp_path)
+                           run=RunContext(cache_dir=tmp_path))
     assert len(kept) == 20 and kept['query'].is_unique
     generic = kept['query'] == 'What is the purpose of the study?'
     # kept once at most, and only where BM25 happens to find its passage with it
@@ -149,11 +151,11 @@ def test_round_trip_queries_keep_only_queries_that_find_their_passage(tmp_path):
                for d, q in zip(kept['source_docno'][~generic], kept['query'][~generic]))
     calls = EchoOrGeneric.calls
     assert training_topics(coll, 'roundtrip', 20, seed=0, generator=EchoOrGeneric(),
-                           cache_dir=tmp_path).equals(kept)
+                           run=RunContext(cache_dir=tmp_path)).equals(kept)
     assert EchoOrGeneric.calls == calls  # read from the cache
     # ADI has 82 documents: asking for more than pass the check keeps all that do
     assert len(training_topics(coll, 'roundtrip', 60, seed=0, generator=EchoOrGeneric(),
-                               cache_dir=tmp_path)) < 60
+                               run=RunContext(cache_dir=tmp_path))) < 60
 
 
 def test_masked_spans_hide_one_salient_span_of_a_sentence_of_their_source():

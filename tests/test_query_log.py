@@ -6,6 +6,7 @@ import re
 import pandas as pd
 import pytest
 
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup import Collection
 from pyterrier_selfsup.data.queries import folds, other_folds, query_log
 from pyterrier_selfsup.harness import trained
@@ -86,11 +87,12 @@ def test_a_query_log_file_keys_the_model_by_its_contents(tmp_path):
 def test_crossfold_answers_each_query_with_the_model_that_never_saw_its_text(tiny_dir, cache_dir):
     coll = Collection('classic/adi')
     spec = get_pipeline(f'distill:queries=crossfold,model_name={tiny_dir},rounds=1,precision=fp32')
-    pipeline = spec.build(coll, cache_dir=cache_dir)
+    run = RunContext(cache_dir=cache_dir)
+    pipeline = spec.build(coll, run)
     assert isinstance(pipeline, CrossFold) and len(pipeline.retrievers) == 2
     assigned = folds(coll.topics()['qid'])
-    dirs = spec.model_dirs(coll, cache_dir)
-    assert len(dirs) == 2 and dirs[0] != dirs[1] and spec.model_dir(coll, cache_dir) == dirs[0]
+    dirs = spec.model_dirs(coll, run)
+    assert len(dirs) == 2 and dirs[0] != dirs[1] and spec.model_dir(coll, run) == dirs[0]
     # each fold's model trained on the other fold's texts only
     for fold, directory in enumerate(dirs):
         log = [json.loads(line)

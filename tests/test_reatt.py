@@ -4,6 +4,7 @@ import pyterrier as pt
 import pytest
 import torch
 
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.models.reatt import ReAtt, retrieval_attention
 from tests.helpers import DOCS, QUERIES
 
@@ -227,7 +228,7 @@ def test_the_reatt_pipeline_retrieves_with_minilms_chosen_head(tmp_path):
     from pyterrier_selfsup import Collection
     from pyterrier_selfsup.harness.pipelines import REATT_HEAD, get_pipeline
     coll = Collection('classic/adi')
-    retriever = get_pipeline('reatt:num_results=10').build(coll, cache_dir=tmp_path)
+    retriever = get_pipeline('reatt:num_results=10').build(coll, run=RunContext(cache_dir=tmp_path))
     topics = coll.topics().head(3)
     results = retriever(topics)
     assert len(results) == 30 and (results.groupby('qid')['score'].diff().dropna() <= 0).all()

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.harness.plots import plot_training_curve
 from pyterrier_selfsup import Collection, DualEncoder
 from pyterrier_selfsup.retrieval.dense import flex_index
@@ -279,16 +280,17 @@ def test_an_interrupted_cached_run_resumes_from_its_last_checkpoint(tiny_dir, ti
     settings = dict(method='rumbart', start=str(tiny_dir), queries='classic/adi', k=3,
                     refresh_every=2, batch_size=7, lr=1e-2,
                     generator=str(tiny_generator_dir['llama']), max_passage_length=32)
-    whole = trained_dense_retriever(coll, cache_dir=tmp_path / 'whole', **settings).encoder
+    whole = trained_dense_retriever(coll, RunContext(cache_dir=tmp_path / 'whole'),
+                                    **settings).encoder
 
     # 35 topics, 7 a batch: 5 steps; stopped in the 5th
     with stopped_at_step(monkeypatch, Rumbart, 5):
-        trained_dense_retriever(coll, cache_dir=tmp_path / 'cut', **settings)
+        trained_dense_retriever(coll, run=RunContext(cache_dir=tmp_path / 'cut'), **settings)
     staging, = (tmp_path / 'cut' / 'models').glob('*.partial')
     # taken after refreshes; the last kept
     assert [c.name for c in checkpoints(staging)] == ['checkpoint-4']
 
-    resumed = trained_dense_retriever(coll, cache_dir=tmp_path / 'cut', **settings)
+    resumed = trained_dense_retriever(coll, run=RunContext(cache_dir=tmp_path / 'cut'), **settings)
     model_dir = staging.with_name(staging.name[:-len('.partial')])
     assert not staging.exists() and not checkpoints(model_dir)
     # a finished model keeps no optimiser state
@@ -319,13 +321,13 @@ def test_generated_queries_do_not_depend_on_the_trainers_passage_length(
             trained.train(coll, 'acrobart',
                           dict(start=str(tiny_dir), queries='generated', n_queries=6,
                                generator=str(tiny_generator_dir['llama']),
-                               max_passage_length=length), cache_dir=tmp_path)
+                               max_passage_length=length), run=RunContext(cache_dir=tmp_path))
         assert raised.value.args[0] == length
         seen.append(raised.value.args[1])
     writer = Generator.from_pretrained(str(tiny_generator_dir['llama']))  # its default settings
     assert seen[0].equals(seen[1])
     assert seen[0].equals(training_topics(coll, 'generated', 6, generator=writer,
-                                          cache_dir=tmp_path / 'fresh'))
+                                          run=RunContext(cache_dir=tmp_path / 'fresh')))
 
 
 @pytest.mark.parametrize('method,kind', [('rumbart', 'llama'), ('acrobart', 'llama'),

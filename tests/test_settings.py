@@ -6,6 +6,7 @@ from typing import Optional
 
 import pytest
 
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup import Collection
 from pyterrier_selfsup.harness import cli, reference, trained
 from pyterrier_selfsup.harness.pipelines import get_pipeline
@@ -43,7 +44,8 @@ def test_a_field_added_to_a_settings_class_reaches_the_trainer_the_list_the_key_
     assert trained.typed_settings('ds', {'probe_depth': 9}).probe_depth == 9
     assert get_pipeline('ds:probe_depth=9').settings['probe_depth'] == 9
     adi = Collection('classic/adi')
-    assert model_dir(adi, 'ds', {'probe_depth': 9}, tmp_path) != model_dir(adi, 'ds', {}, tmp_path)
+    run = RunContext(cache_dir=tmp_path)
+    assert model_dir(adi, 'ds', {'probe_depth': 9}, run) != model_dir(adi, 'ds', {}, run)
     assert cli.main(['list']) == 0
     listed = capsys.readouterr().out
     assert any(line.split() == ['probe_depth=7', 'How', 'deep', 'a', 'probe', 'looks,', 'added',
@@ -118,19 +120,20 @@ SHIPPED_KEYS = {'distill': 'classic_adi.distill-1073349500', 'ds': 'classic_adi.
 
 def test_the_shipped_settings_keep_their_model_keys(tmp_path):
     adi = Collection('classic/adi')
-    assert {method: model_dir(adi, method, {}, tmp_path).name for method in METHODS} == SHIPPED_KEYS
+    run = RunContext(cache_dir=tmp_path)
+    assert {method: model_dir(adi, method, {}, run).name for method in METHODS} == SHIPPED_KEYS
     # a setting that changes only the run, or one added later at its default, leaves the key
     # as it is
     for unchanged in ({'checkpoint_every': 5}, {'gradient_checkpointing': True}, {'warmup': 0.1},
                       {'passage_offsets': 1.0}, {'passages': 'offsets'}):
-        assert (model_dir(adi, 'distill', unchanged, tmp_path).name
+        assert (model_dir(adi, 'distill', unchanged, run).name
                 == SHIPPED_KEYS['distill']), unchanged
     for changed in ({'warmup': 0.2}, {'weight_decay': 0.0}, {'passages': 'frozen'},
                     {'offset_weight': 0.5}):
-        assert model_dir(adi, 'distill', changed, tmp_path).name != SHIPPED_KEYS['distill'], changed
+        assert model_dir(adi, 'distill', changed, run).name != SHIPPED_KEYS['distill'], changed
     # the passage side keys as its two former settings did
-    assert model_dir(adi, 'distill', {'passages': 'frozen'}, tmp_path) == \
-        model_dir(adi, 'distill', {'passage_offsets': None}, tmp_path)
+    assert model_dir(adi, 'distill', {'passages': 'frozen'}, run) == \
+        model_dir(adi, 'distill', {'passage_offsets': None}, run)
 
 
 def test_a_trainer_takes_its_settings_whole_and_its_run_context_apart(tiny_encoder, tmp_path):
@@ -157,7 +160,8 @@ def test_every_environment_variable_the_package_reads_is_listed_in_one_place():
 
 
 def test_the_passage_sides_old_spellings_combine_as_they_did_and_contradictions_are_refused():
-    trained, frozen = DistillationSettings(passages='trained'), DistillationSettings(passages='frozen')
+    trained = DistillationSettings(passages='trained')
+    frozen = DistillationSettings(passages='frozen')
     assert trained.replace(passage_offsets=None).passages == 'trained'
     assert frozen.replace(train_passages=False).passages == 'frozen'
     for contradictory in (dict(train_passages=True, passage_offsets=0.5), dict(train_passages=True),

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from pyterrier_selfsup._cache import CacheError, writable
 from pyterrier_selfsup._distributed import distributed, join_process_group
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.classic import BUILTIN, CLASSIC_DATA_ENV, discover
 from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
 from pyterrier_selfsup.data.local import MalformedFileError
@@ -117,7 +118,8 @@ def main(argv=None) -> int:
     _quiet_libraries()
     if args.classic_data:
         os.environ[CLASSIC_DATA_ENV] = args.classic_data
-    verbose = True  # (what is shown is the mode's: -q shows nothing, but stages are still timed)
+    # (what is shown is the progress mode's: -q shows nothing, but stages are still timed)
+    run = RunContext(cache_dir=args.cache_dir, verbose=True)
     # (else SELFSUP_PROGRESS's, 'auto' by default: lines off a terminal)
     if args.quiet or args.verbose:
         set_progress('off' if args.quiet else 'bars')
@@ -135,15 +137,14 @@ def main(argv=None) -> int:
     try:
         if args.command == 'train':
             spec = get_pipeline(args.pipeline)
-            path = spec.train(Collection(args.collection), cache_dir=args.cache_dir,
-                              verbose=verbose and not rank)
+            path = spec.train(Collection(args.collection), run.replace(verbose=not rank))
             if not rank:
                 print(f'trained {spec.name} on {args.collection}' +
                       (f' on {distributed()[1]} processes' if rank is not None else '') +
                       f': {path}')
                 # (queries=crossfold: a model a fold, of which train returns the last)
                 folds = len(trained.each_model(spec.settings)) > 1
-                directories = (spec.model_dirs(Collection(args.collection), args.cache_dir)
+                directories = (spec.model_dirs(Collection(args.collection), run)
                                if folds else [path.parent])
                 for directory in directories:
                     print(f'training log and curve: {directory}')
@@ -155,7 +156,7 @@ def main(argv=None) -> int:
             writable(Path(args.results_dir), f'the results of {args.save}',
                      'choose another with --results-dir', create=False)
         result = run_experiment(args.collections, args.pipelines, name=args.save or 'selfsup run',
-                                cache_dir=args.cache_dir, verbose=verbose,
+                                run=run,
                                 log=lambda s: print(s, flush=True))
     except (UnknownCollectionError, UnknownPipelineError, FileNotFoundError, CacheError,
             MalformedFileError) as e:

@@ -18,6 +18,7 @@ import pyterrier as pt
 from ir_measures import RR, R, nDCG
 
 from pyterrier_selfsup._cache import writable, written_whole
+from pyterrier_selfsup.context import SILENT, RunContext
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.harness.pipelines import PipelineSpec, get_pipeline
@@ -67,9 +68,14 @@ class ExperimentResult:
 
 
 def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *,
-                   name: str = 'experiment', cache_dir: Optional[Union[str, Path]] = None,
-                   verbose: bool = False, log=print) -> ExperimentResult:
-    """Evaluates every pipeline on every collection. Names are checked before any work."""
+                   name: str = 'experiment', run: RunContext = SILENT,
+                   log=print) -> ExperimentResult:
+    """Evaluates every pipeline on every collection. Names are checked before any work.
+    ``run``: the cache the pipelines' indexes and models are kept in, and whether their
+    progress is shown; ``log``: where each collection's table is written.
+
+        result = run_experiment(['classic/adi'], ['bm25', 'minilm'], run=RunContext(verbose=True))
+    """
     specs = [get_pipeline(p) for p in pipelines]
     if not specs:
         raise ValueError('no pipelines to evaluate')
@@ -84,7 +90,7 @@ def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *,
         systems, setup_seconds = [], {}
         for spec in specs:
             t0 = time.time()
-            systems.append(spec.build(coll, cache_dir=cache_dir, verbose=verbose))
+            systems.append(spec.build(coll, run))
             setup_seconds[spec.name] = time.time() - t0
         topics, qrels = coll.topics(), coll.qrels()
         # each system runs once, timed as pt.Experiment's mrt is (its whole run over the
@@ -97,7 +103,8 @@ def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *,
         table = pt.Experiment(
             runs, topics, qrels, MEASURES, names=names, baseline=0 if len(specs) > 1 else None,
             test=TEST, correction=CORRECTION if len(specs) > 1 else None, correction_alpha=ALPHA,
-            verbose=verbose and progress_mode() == 'bars')  # (PyTerrier's own bar: none in a log)
+            # (PyTerrier's own bar: none in a log)
+            verbose=run.verbose and progress_mode() == 'bars')
         table.insert(1 + len(MEASURES), 'mrt', mrt)
         per_query = (pt.Experiment(runs, topics, qrels, MEASURES, names=names, perquery=True)
                      .pivot_table(index=['name', 'qid'], columns='measure', values='value')
@@ -121,13 +128,13 @@ def curves_folder(target: Union[str, Path], pipeline: str, fold: int = 0, folds:
 
 
 def copy_training_curves(pipelines: Sequence[str], collection: str, target: Union[str, Path],
-                         cache_dir: Optional[Union[str, Path]] = None) -> List[Path]:
+                         run: RunContext = SILENT) -> List[Path]:
     """Copies the training curve and log of every pipeline that trained a model on
     ``collection`` into ``target/<pipeline name>/``, so that they can be committed."""
     corpus = Collection(collection)
     copied = []
     for spec in map(get_pipeline, pipelines):
-        sources = spec.model_dirs(corpus, cache_dir)
+        sources = spec.model_dirs(corpus, run)
         for fold, source in enumerate(sources):  # (one a fold with queries=crossfold)
             folder = curves_folder(target, spec.name, fold, len(sources))
             folder.mkdir(parents=True, exist_ok=True)

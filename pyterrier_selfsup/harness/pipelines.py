@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Optional, Union
 import pandas as pd
 import pyterrier as pt
 
+from pyterrier_selfsup.context import SILENT, RunContext
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.harness import trained
 from pyterrier_selfsup.harness.trained import DEFAULTS
@@ -31,17 +32,17 @@ from pyterrier_selfsup.training.settings import REATT_HEAD, SETTINGS, parse_valu
 class PipelineSpec:
     name: str
     description: str
-    factory: Callable[..., pt.Transformer]  # factory(collection, cache_dir=, verbose=, **settings)
+    factory: Callable[..., pt.Transformer]  # factory(collection, run, **settings)
     settings: Dict[str, Any] = field(default_factory=dict)
     # for a pipeline that trains a model on first use: its training method (harness.trained.METHODS)
     method: Optional[str] = None
 
-    def build(self, collection: Collection, *, cache_dir: Optional[Union[str, Path]] = None,
-              verbose: bool = False) -> pt.Transformer:
-        return self.factory(collection, cache_dir=cache_dir, verbose=verbose, **self.settings)
+    def build(self, collection: Collection, run: RunContext = SILENT) -> pt.Transformer:
+        """The pipeline over ``collection``, its indexes and models in ``run``'s cache
+        (training its model first if it is not trained yet)."""
+        return self.factory(collection, run, **self.settings)
 
-    def train(self, collection: Collection, *, cache_dir: Optional[Union[str, Path]] = None,
-              verbose: bool = False) -> Path:
+    def train(self, collection: Collection, run: RunContext = SILENT) -> Path:
         """Trains this pipeline's model on ``collection`` if it is not yet (resuming an
         interrupted run), without evaluating it; returns the model's directory."""
         if self.method is None:
@@ -49,22 +50,19 @@ class PipelineSpec:
                                        f'{", ".join(n for n, s in PIPELINES.items() if s.method)}')
         # (queries=crossfold: a model a fold, the last one's directory returned; model_dirs
         # lists them all)
-        return [trained.train(collection, self.method, settings, cache_dir=cache_dir,
-                              verbose=verbose)
+        return [trained.train(collection, self.method, settings, run)
                 for settings in trained.each_model(self.settings)][-1]
 
-    def model_dir(self, collection: Collection,
-                  cache_dir: Optional[Union[str, Path]] = None) -> Optional[Path]:
+    def model_dir(self, collection: Collection, run: RunContext = SILENT) -> Optional[Path]:
         """Where the trained model lives (checkpoints, training_log.jsonl, training_curve.png);
         with ``queries=crossfold``, fold 0's (:meth:`model_dirs`: every fold's)."""
-        return None if self.method is None else self.model_dirs(collection, cache_dir)[0]
+        return None if self.method is None else self.model_dirs(collection, run)[0]
 
-    def model_dirs(self, collection: Collection,
-                   cache_dir: Optional[Union[str, Path]] = None) -> list:
+    def model_dirs(self, collection: Collection, run: RunContext = SILENT) -> list:
         """Where each of its trained models lives: one, or one a fold (``queries=crossfold``)."""
         if self.method is None:
             return []
-        return [trained.model_dir(collection, self.method, settings, cache_dir)
+        return [trained.model_dir(collection, self.method, settings, run)
                 for settings in trained.each_model(self.settings)]
 
     @property
@@ -130,23 +128,33 @@ def _parse(value: str, default: Any) -> Any:
     return parse_value(value, Optional[kind])
 
 
-def reconstruction_reranker(collection: Collection, *, model_name: str, gguf_file: Optional[str],
-                            depth: int, normalise: str, max_passage_length: int, precision: str,
-                            cache_dir: Optional[Union[str, Path]] = None,
-                            verbose: bool = False) -> pt.Transformer:
+def building_block(factory: Callable[..., pt.Transformer]) -> Callable[..., pt.Transformer]:
+    """``factory`` (a library constructor that takes ``cache_dir=`` and ``verbose=``, such as
+    :meth:`BM25.from_collection`) as a pipeline factory, called as
+    ``factory(collection, run, **settings)``."""
+    @functools.wraps(factory)
+    def build(collection: Collection, run: RunContext = SILENT, **settings) -> pt.Transformer:
+        return factory(collection, cache_dir=run.cache_dir, verbose=run.verbose, **settings)
+    return build
+
+
+def reconstruction_reranker(collection: Collection, run: RunContext = SILENT, *, model_name: str,
+                            gguf_file: Optional[str], depth: int, normalise: str,
+                            max_passage_length: int, precision: str) -> pt.Transformer:
     """BM25's top ``depth`` re-ranked by log p(query | document) under a generator; the
     generator's scores are cached on disk, so a second run costs nothing."""
-    gen = Generator.from_pretrained(model_name, gguf_file=gguf_file or None, cache_dir=cache_dir,
+    gen = Generator.from_pretrained(model_name, gguf_file=gguf_file or None,
+                                    cache_dir=run.cache_dir,
                                     max_passage_length=max_passage_length,
-                                    precision=precision, verbose=verbose)
-    bm25 = BM25.from_collection(collection, num_results=depth, cache_dir=cache_dir)
+                                    precision=precision, verbose=run.verbose)
+    bm25 = BM25.from_collection(collection, num_results=depth, cache_dir=run.cache_dir)
     return bm25 >> collection.text_loader() >> gen.scorer(
-        normalise=normalise, cache=score_cache_dir(collection.corpus_id, gen, cache_dir))
+        normalise=normalise, cache=score_cache_dir(collection.corpus_id, gen, run.cache_dir))
 
 
-def trained_dense_retriever(collection: Collection, *, method: str, num_results: int = 1000,
-                            search: str = 'auto', backend: str = 'torch', cache_dir=None,
-                            verbose: bool = False, **settings) -> pt.Transformer:
+def trained_dense_retriever(collection: Collection, run: RunContext = SILENT, *, method: str,
+                            num_results: int = 1000, search: str = 'auto',
+                            backend: str = 'torch', **settings) -> pt.Transformer:
     """The dual encoder that ``method`` trained with ``settings`` (on first use), over its index
     (``search``: see :class:`DenseRetriever`; ``backend``: what encodes the index and the
     queries, see :class:`DualEncoder`; neither changes the model). With ``queries=crossfold``:
@@ -155,13 +163,13 @@ def trained_dense_retriever(collection: Collection, *, method: str, num_results:
     folds = trained.each_model(settings)
     if len(folds) > 1:
         return CrossFold(collection, [trained_dense_retriever(
-            collection, method=method, num_results=num_results, search=search, backend=backend,
-            cache_dir=cache_dir, verbose=verbose, **fold) for fold in folds])
-    path = trained.train(collection, method, settings, cache_dir=cache_dir, verbose=verbose)
+            collection, run, method=method, num_results=num_results, search=search,
+            backend=backend, **fold) for fold in folds])
+    path = trained.train(collection, method, settings, run)
     return DenseRetriever.from_dual_encoder(
         collection, str(path), num_results=num_results, search=search,
         precision=settings.get('precision', 'auto'), backend=backend,
-        cache_dir=cache_dir, verbose=verbose)
+        cache_dir=run.cache_dir, verbose=run.verbose)
 
 
 class CrossFold(pt.Transformer):
@@ -198,15 +206,14 @@ class CrossFold(pt.Transformer):
         return f'CrossFold({self.collection.name!r}, {self.retrievers!r})'
 
 
-def adjusted_reatt_retriever(collection: Collection, *, candidate_tokens: Optional[int] = 128,
-                             nprobe: int = 32, rescore: Optional[int] = None,
-                             num_results: int = 1000, cache_dir=None, verbose: bool = False,
-                             **settings):
+def adjusted_reatt_retriever(collection: Collection, run: RunContext = SILENT, *,
+                             candidate_tokens: Optional[int] = 128, nprobe: int = 32,
+                             rescore: Optional[int] = None, num_results: int = 1000, **settings):
     """The ReAtt retriever that cross-document adjustment trained with ``settings`` (on first
     use), searched through its token index."""
-    path = trained.train(collection, 'reatt', settings, cache_dir=cache_dir, verbose=verbose)
-    reatt = ReAtt.from_pretrained(str(path), verbose=verbose)
-    return reatt_index(collection, reatt, cache_dir=cache_dir, verbose=verbose).retriever(
+    path = trained.train(collection, 'reatt', settings, run)
+    reatt = ReAtt.from_pretrained(str(path), verbose=run.verbose)
+    return reatt_index(collection, reatt, cache_dir=run.cache_dir, verbose=run.verbose).retriever(
         reatt, num_results=num_results, candidate_tokens=candidate_tokens,
         nprobe=nprobe, rescore=rescore)
 
@@ -217,21 +224,21 @@ _INFERENCE = dict(search='auto', backend='torch')
 register(PipelineSpec(
     'bm25',
     'BM25 over a PISA index of title + text',
-    BM25.from_collection,
+    building_block(BM25.from_collection),
     dict(k1=0.9, b=0.4, stemmer='porter2', stops='terrier', num_results=1000)))
 
 register(PipelineSpec(
     'minilm',
     'all-MiniLM-L6-v2 zero-shot: mean pooling, L2-normalised, dot-product search (search=auto: '
     'exact, FAISS IVF on corpora of a million passages or more; or exact, ivf, hnsw)',
-    DenseRetriever.from_collection,
+    building_block(DenseRetriever.from_collection),
     dict(model_name=MINILM, max_length=256, batch_size=32, num_results=1000, search='auto')))
 
 register(PipelineSpec(
     'dual_encoder',
     'all-MiniLM-L6-v2 zero-shot through the trainable DualEncoder (precision auto: bf16 where the '
     'hardware has it; backend torch, or openvino on a CPU), the trainers\' starting point',
-    DenseRetriever.from_dual_encoder,
+    building_block(DenseRetriever.from_dual_encoder),
     dict(model_name=MINILM, dim=None, search='auto', precision='auto', backend='torch')))
 
 register(PipelineSpec(
@@ -266,23 +273,23 @@ register(PipelineSpec(
     functools.partial(trained_dense_retriever, method='acrobart'),
     dict(DEFAULTS['acrobart'], **_INFERENCE), method='acrobart'))
 
-def fused_teacher(collection: Collection, *, teacher: str, fusion_depth: int,
-                  model_name: str = MINILM, generator: str = 'smollm2', num_results: int = 1000,
-                  cache_dir=None, verbose: bool = False):
+def fused_teacher(collection: Collection, run: RunContext = SILENT, *, teacher: str,
+                  fusion_depth: int, model_name: str = MINILM, generator: str = 'smollm2',
+                  num_results: int = 1000):
     """The distillation teacher as a retriever, with the zero-shot ``model_name`` as its student."""
-    student = (DenseRetriever.from_dual_encoder(collection, model_name, cache_dir=cache_dir,
-                                                verbose=verbose)
+    student = (DenseRetriever.from_dual_encoder(collection, model_name, cache_dir=run.cache_dir,
+                                                verbose=run.verbose)
                if 'student' in trained.parse_teacher(teacher) else None)
     return trained.teacher_pipeline(collection, teacher, student=student, depth=fusion_depth,
-                                    generator=generator, cache_dir=cache_dir) % num_results
+                                    generator=generator, run=run.replace(verbose=False)
+                                    ) % num_results
 
 
-def hybrid_retriever(collection: Collection, *, bm25_weight: float = 1.0, hybrid_depth: int = 100,
-                     num_results: int = 1000, cache_dir=None, verbose: bool = False, **settings):
+def hybrid_retriever(collection: Collection, run: RunContext = SILENT, *, bm25_weight: float = 1.0,
+                     hybrid_depth: int = 100, num_results: int = 1000, **settings):
     """The distilled dense retriever fused with BM25 at query time (per-query z-scores)."""
-    dense = trained_dense_retriever(collection, method='distill', cache_dir=cache_dir,
-                                    verbose=verbose, **settings)
-    bm25 = BM25.from_collection(collection, num_results=hybrid_depth, cache_dir=cache_dir)
+    dense = trained_dense_retriever(collection, run, method='distill', **settings)
+    bm25 = BM25.from_collection(collection, num_results=hybrid_depth, cache_dir=run.cache_dir)
     return Fusion({'bm25': bm25, 'dense': dense}, weights={'bm25': bm25_weight}, depth=hybrid_depth,
                   num_results=num_results)
 
@@ -325,7 +332,7 @@ register(PipelineSpec(
     'Retrieval as Attention, zero-shot: one attention head of all-MiniLM-L6-v2 as a '
     'late-interaction retriever (mean over query tokens of the max pre-softmax attention to '
     'document tokens) over a token-level FAISS index',
-    reatt_retriever,
+    building_block(reatt_retriever),
     dict(model_name=MINILM, **REATT_HEAD, **_REATT_SEARCH)))
 
 register(PipelineSpec(

@@ -47,7 +47,7 @@ from pyterrier_selfsup.training.settings import (GENERATED, QUERY_SOURCES, SETTI
                                                  DistantSupervisionSettings, DistillationSettings,
                                                  MethodSettings, ReconstructionSettings,
                                                  parse_teacher)
-from pyterrier_selfsup.context import RunContext
+from pyterrier_selfsup.context import SILENT, RunContext
 
 SEARCH_SETTINGS = frozenset({'num_results', 'candidate_tokens', 'nprobe', 'rescore', 'bm25_weight',
                              'hybrid_depth', 'search', 'backend'})
@@ -88,7 +88,8 @@ def training_settings(method: str, settings: dict) -> dict:
     return {**typed_settings(method, settings).asdict(), **fold}
 
 
-def model_dir(collection: Collection, method: str, settings: dict, cache_dir=None) -> Path:
+def model_dir(collection: Collection, method: str, settings: dict,
+              run: RunContext = SILENT) -> Path:
     """Where the model of ``method`` trained with ``settings`` lives (``final/``,
     ``training_log.jsonl``, ``training_curve.png``; while it trains, ``<dir>.partial``).
     Its name holds a digest of the settings' cache key
@@ -108,16 +109,18 @@ def model_dir(collection: Collection, method: str, settings: dict, cache_dir=Non
         # a corpus with fewer documents than n_queries gives several sentences a document: the key
         # has said so since that changed, and distill was born with it
         key['several a document'] = True
-    return cache_root(cache_dir) / 'models' / cache_key(f'{collection.corpus_id}.{method}', key)
+    return (cache_root(run.cache_dir) / 'models' /
+            cache_key(f'{collection.corpus_id}.{method}', key))
 
 
-def train(collection: Union[str, Collection], method: str, settings: dict, *, cache_dir=None,
-          verbose: bool = False) -> Path:
+def train(collection: Union[str, Collection], method: str, settings: dict,
+          run: RunContext = SILENT) -> Path:
     """The ``final/`` directory of ``method``'s model trained on ``collection`` with
     ``settings`` (the rest at :data:`DEFAULTS`): trained on first use (resuming an
     interrupted run), then reused. Before training, its plan (stages, sizes, the time each
     should take on this machine: :mod:`~pyterrier_selfsup.harness.plan`) is logged; after,
-    what each stage took, logged and appended to the training log."""
+    what each stage took, logged and appended to the training log. ``run``: where the cache is
+    and whether progress is shown (its ``output_dir`` is set to the model's directory here)."""
     fold = settings.get('fold')
     s = typed_settings(method, settings)
     collection = Collection.of(collection)
@@ -129,20 +132,19 @@ def train(collection: Union[str, Collection], method: str, settings: dict, *, ca
         resumed = resume_point(staging)
         at = checkpoint_step(resumed) if resumed is not None else 0
         stages = plan.stages(collection, method, s, s.queries in GENERATED)
-        planned = plan.estimate(plan.resuming(stages, at), plan.known_rates(cache_dir), context)
+        planned = plan.estimate(plan.resuming(stages, at), plan.known_rates(run.cache_dir), context)
         if said:
             docs = collection.docs_count
             for line in plan.plan_lines(f'{method} on {collection.name}' +
                                         (f' ({docs:,} documents)' if docs else ''), planned):
                 logger.info(line)
-        run = RunContext(output_dir=staging, cache_dir=cache_dir, verbose=verbose,
-                         keep_checkpoints=1, draw_curve=plot_training_curve)
-        trainer, topics = METHODS[method](collection, s, run, fold=fold)
+        trainer, topics = METHODS[method](collection, s, run.replace(
+            output_dir=staging, keep_checkpoints=1, draw_curve=plot_training_curve), fold=fold)
         if said and len(topics) < s.n_queries:  # (a corpus with fewer sentences than asked for)
             known = s.replace(n_queries=len(topics))
             replanned = [p for p in plan.estimate(
                 plan.resuming(plan.stages(collection, method, known, False), at),
-                plan.known_rates(cache_dir), context) if p.desc != 'writing queries']
+                plan.known_rates(run.cache_dir), context) if p.desc != 'writing queries']
             for line in plan.plan_lines(f'{len(topics):,} training queries, not {s.n_queries:,}',
                                         replanned):
                 logger.info(line)
@@ -155,11 +157,11 @@ def train(collection: Union[str, Collection], method: str, settings: dict, *, ca
             with open(staging / 'training_log.jsonl', 'a') as log:
                 log.writelines(json.dumps(r) + '\n'
                                for r in plan.log_records(planned, done, seconds))
-            plan.learn(done, context, cache_dir)
+            plan.learn(done, context, run.cache_dir)
 
     # under torch.distributed (torchrun) every process trains, together; a damaged model is
     # not retrained on its own (hours of work): the error says how
-    return build_once(model_dir(collection, method, settings, cache_dir), build, resumable=True,
+    return build_once(model_dir(collection, method, settings, run), build, resumable=True,
                       collective=True, what=f'the {method} model trained on {collection.name}',
                       on_damage='raise') / 'final'
 
@@ -188,7 +190,7 @@ def query_file(queries) -> bool:
 
 def training_topics(collection: Collection, queries: str, n_queries: int, *, seed: int = 0,
                     generator: Union[None, str, Generator] = None, mask: str = MASK,
-                    cache_dir=None, fold: Optional[int] = None, style: str = 'plain',
+                    run: RunContext = SILENT, fold: Optional[int] = None, style: str = 'plain',
                     examples: Optional[str] = None) -> pd.DataFrame:
     """The training queries a pipeline names by ``queries``: ``n_queries`` corpus
     ``sentences``, ``spans`` or ``masked`` sentences (with their ``answer``), or document
@@ -204,7 +206,8 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
     a collection, as ``queries`` names one) whose texts it is shown as the style to write in.
     ``generator``: a :class:`Generator`, or a name for :func:`load_generator` (loaded at its
     default settings, and only for a source that needs it). ``mask`` replaces a masked
-    sentence's span: the student's own mask token, so that it reads one token it knows."""
+    sentence's span: the student's own mask token, so that it reads one token it knows.
+    ``run``: the cache the written queries are kept in."""
     if queries == 'sentences':
         return corpus_sentences(collection, n_queries, seed=seed)
     if queries == 'spans':
@@ -230,7 +233,7 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
     if generator is None:
         raise ValueError(f'queries={queries!r} needs a generator')
     if isinstance(generator, str):
-        generator = load_generator(generator, cache_dir=cache_dir)
+        generator = load_generator(generator, cache_dir=run.cache_dir)
     settings = {'generator': generator.fingerprint(), 'n': n_queries, 'seed': seed}
     if queries == 'sampled':
         from pyterrier_selfsup.models.writing import QueryWriter
@@ -239,7 +242,7 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
         settings['writer'] = QueryWriter(generator, style=style, examples=shown, seed=seed).config()
     if queries == 'roundtrip':
         settings['check'] = f'bm25 top {ROUND_TRIP_DEPTH}'
-    path = (cache_root(cache_dir) / 'queries' /
+    path = (cache_root(run.cache_dir) / 'queries' /
             cache_key(f'{collection.corpus_id}.{queries}', settings))
 
     def write(staging: Path):
@@ -250,7 +253,7 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
             topics = sampled_queries(collection, generator, n_queries, seed=seed, style=style,
                                      examples=shown, **SAMPLING)
         else:
-            bm25 = BM25.from_collection(collection, cache_dir=cache_dir) % ROUND_TRIP_DEPTH
+            bm25 = BM25.from_collection(collection, cache_dir=run.cache_dir) % ROUND_TRIP_DEPTH
             topics = round_trip_queries(collection, generator, n_queries, bm25,
                                         depth=ROUND_TRIP_DEPTH, seed=seed)
         topics.to_json(staging / 'topics.jsonl', orient='records', lines=True)
@@ -287,28 +290,27 @@ def _distant_supervision(collection: Collection, s: DistantSupervisionSettings, 
                          fold: Optional[int] = None) -> Tuple[Trainer, pd.DataFrame]:
     # generated queries are the same ones RUMBArt trains on (SmolLM2, its default settings)
     topics = training_topics(collection, s.queries, s.n_queries, seed=s.seed, generator='smollm2',
-                             cache_dir=run.cache_dir, fold=fold)
+                             run=run, fold=fold)
     torch.manual_seed(s.seed)
     encoder = DualEncoder.from_pretrained(s.model_name, dim=s.dim)
     return DistantSupervision(encoder, collection, s, run), topics
 
 
-def start_model(collection: Collection, settings: ReconstructionSettings, cache_dir=None,
-                verbose: bool = False) -> str:
+def start_model(collection: Collection, settings: ReconstructionSettings,
+                run: RunContext = SILENT) -> str:
     """What a RUMBArt or ACROBArT run starts from: all-MiniLM-L6-v2 (``start='minilm'``),
     the ds pipeline's model trained on the same queries (``start='ds'``, trained first if
     it is not yet), or a path."""
     start = settings.start
     if start == 'ds':
-        return str(train(collection, 'ds', settings.start_settings, cache_dir=cache_dir,
-                         verbose=verbose))
+        return str(train(collection, 'ds', settings.start_settings, run))
     return MINILM if start == 'minilm' else start
 
 
 def _retrieve_and_reconstruct(trainer_class) -> Setup:
     def setup(collection: Collection, s: ReconstructionSettings, run: RunContext, *,
               fold: Optional[int] = None) -> Tuple[Trainer, pd.DataFrame]:
-        start = start_model(collection, s, run.cache_dir, run.verbose)
+        start = start_model(collection, s, run)
         gen = load_generator(s.generator, cache_dir=run.cache_dir,
                              max_passage_length=s.max_passage_length, verbose=run.verbose)
         torch.manual_seed(s.seed)
@@ -317,7 +319,7 @@ def _retrieve_and_reconstruct(trainer_class) -> Setup:
         # run's passage length, so that every trainer given that source trains on the same queries
         writer = gen if s.max_passage_length == MAX_PASSAGE_LENGTH else s.generator
         return trainer, training_topics(collection, s.queries, s.n_queries, seed=s.seed,
-                                        generator=writer, cache_dir=run.cache_dir, fold=fold)
+                                        generator=writer, run=run, fold=fold)
     return setup
 
 
@@ -328,26 +330,27 @@ def _cross_document_adjustment(collection: Collection, s: CrossDocumentAdjustmen
     torch.manual_seed(s.seed)
     reatt = ReAtt.from_pretrained(s.model_name, **s.retrieval_head)
     topics = training_topics(collection, s.queries, s.n_queries, seed=s.seed, generator=gen,
-                             mask=mask_token(reatt), cache_dir=run.cache_dir, fold=fold)
+                             mask=mask_token(reatt), run=run, fold=fold)
     return CrossDocumentAdjustment(reatt, gen, collection, s, run), topics
 
 
 def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: int = 100,
                      rerank_depth: int = 10, generator: Union[None, str, Generator] = None,
-                     cache_dir=None, verbose: bool = False) -> Fusion:
+                     run: RunContext = SILENT) -> Fusion:
     """The teacher ``spec`` names (:func:`parse_teacher`) over ``collection``, as a PyTerrier
-    retriever: its parts' top ``depth`` fused by weighted per-query z-scores."""
+    retriever: its parts' top ``depth`` fused by weighted per-query z-scores, their indexes in
+    ``run``'s cache."""
     from pyterrier_selfsup.models.score_cache import score_cache_dir
+    cache_dir, shows = run.cache_dir, run.verbose and distributed()[0] == 0
     weights = parse_teacher(spec)
     stages, rerankers = {}, {}
     for part in weights:
         if part == 'bm25':
             stages[part] = BM25.from_collection(collection, num_results=depth, cache_dir=cache_dir,
-                                                verbose=verbose and distributed()[0] == 0)
+                                                verbose=shows)
         elif part == 'minilm':
             stages[part] = DenseRetriever.from_collection(
-                collection, MINILM, num_results=depth, cache_dir=cache_dir,
-                verbose=verbose and distributed()[0] == 0)
+                collection, MINILM, num_results=depth, cache_dir=cache_dir, verbose=shows)
         elif part == 'student':
             if student is None:
                 raise ValueError(f'teacher {spec!r} names the student, and no student is given')
@@ -365,18 +368,18 @@ def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: 
 
 def _distillation(collection: Collection, s: DistillationSettings, run: RunContext, *,
                   fold: Optional[int] = None) -> Tuple[Trainer, pd.DataFrame]:
-    cache_dir, verbose = run.cache_dir, run.verbose
     needs_gen = 'gen' in parse_teacher(s.teacher) or s.queries in GENERATED
-    gen = load_generator(s.generator, cache_dir=cache_dir, verbose=verbose) if needs_gen else None
+    gen = (load_generator(s.generator, cache_dir=run.cache_dir, verbose=run.verbose)
+           if needs_gen else None)
     topics = training_topics(collection, s.queries, s.n_queries, seed=s.seed, generator=gen,
-                             cache_dir=cache_dir, fold=fold, style=s.query_style,
+                             run=run, fold=fold, style=s.query_style,
                              examples=s.query_examples)
     torch.manual_seed(s.seed)
     encoder = DualEncoder.from_pretrained(s.model_name, precision=s.precision)
 
     def teacher(student):
         return teacher_pipeline(collection, s.teacher, student=student, depth=s.fusion_depth,
-                                generator=gen, cache_dir=cache_dir, verbose=verbose)
+                                generator=gen, run=run)
 
     if 'student' not in parse_teacher(s.teacher):  # one pipeline for every round, ranked once
         teacher = teacher(None)

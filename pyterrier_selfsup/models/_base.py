@@ -229,3 +229,7 @@ def quiet_offline_hub():
         log = logging.getLogger(name)
         if not any(isinstance(f, kind) for f in log.filters):
             log.addFilter(kind())
+
+
+# offline mode (HF_HUB_OFFLINE=1) is normal here: no warning each time a model loads
+quiet_offline_hub()

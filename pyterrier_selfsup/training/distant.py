@@ -23,7 +23,6 @@ import torch
 import torch.nn.functional as F
 
 from pyterrier_selfsup.data.queries import Query, training_queries
-from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.retrieval.base import top_k_excluding
 from pyterrier_selfsup.retrieval.bm25 import BM25
 from pyterrier_selfsup.training.loop import DualEncoderTrainer
