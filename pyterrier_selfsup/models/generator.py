@@ -27,7 +27,8 @@ import re
 import subprocess
 import sys
 from collections import defaultdict
-from functools import cached_property
+from contextlib import contextmanager
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -552,13 +553,13 @@ def convert_gguf(repo: str, gguf_file: str, staging: Path, what: str):
     """``repo``'s ``gguf_file`` dequantised into ``staging`` as a Hugging Face directory (fp32
     safetensors and the tokenizer's files); :func:`_dequantised` runs it in a child process.
 
-    Each read of the GGUF parses all of its metadata (SmolLM2's: about 3 s, most of it the
-    vocabulary), so it is read three times, not five: the configuration is handed to the
-    model's load, and the space the fp32 weights need is counted from the loaded model."""
-    tokenizer = AutoTokenizer.from_pretrained(repo, gguf_file=gguf_file)
-    config = AutoConfig.from_pretrained(repo, gguf_file=gguf_file)
-    model_cls = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
-    loaded = model_cls.from_pretrained(repo, gguf_file=gguf_file, config=config)
+    The file's metadata is parsed once (:func:`_gguf_parsed_once`), and the space the fp32
+    weights need is counted from the loaded model."""
+    with _gguf_parsed_once():
+        tokenizer = AutoTokenizer.from_pretrained(repo, gguf_file=gguf_file)
+        config = AutoConfig.from_pretrained(repo, gguf_file=gguf_file)
+        model_cls = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
+        loaded = model_cls.from_pretrained(repo, gguf_file=gguf_file, config=config)
     # fp32 weights (4 bytes a weight) and the tokenizer's files, checked before anything is written
     check_space(staging.parent,
                 4 * sum(p.numel() for p in loaded.state_dict().values()) + (16 << 20), what)
@@ -572,6 +573,25 @@ def convert_gguf(repo: str, gguf_file: str, staging: Path, what: str):
     model = model_cls.from_config(config)
     model.load_state_dict(loaded.state_dict())
     model.save_pretrained(staging)
+
+
+@contextmanager
+def _gguf_parsed_once():
+    """Within the block, one ``gguf.GGUFReader`` a file and one tensor-name table an
+    architecture. transformers reads a GGUF file afresh for its tokenizer, its configuration
+    and its weights (each read parses the whole vocabulary), and builds gguf's tensor-name table
+    again for each of the model's modules; both objects are only read, so the first one built
+    serves every later call. This patches the ``gguf`` module on purpose, and only in the
+    conversion's own process (:func:`_dequantised`): neither library offers a way to pass a
+    parsed file along."""
+    import gguf
+    saved = gguf.GGUFReader, gguf.get_tensor_name_map
+    gguf.GGUFReader = lru_cache(maxsize=None)(saved[0])
+    gguf.get_tensor_name_map = lru_cache(maxsize=None)(saved[1])
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = saved
 
 
 def load_generator(name: str = 'smollm2', **kwargs) -> Generator:
