@@ -128,19 +128,24 @@ def adi_flex(cache_dir):
 
 
 FLEX_CHILD = textwrap.dedent('''
-    import sys
+    import os, subprocess, sys
     from pyterrier_selfsup import MINILM, Collection, _cache
     from pyterrier_selfsup.models.dual_encoder import DualEncoder
     from pyterrier_selfsup.retrieval.dense import DenseRetriever, flex_index
-    cache, phase = sys.argv[1], sys.argv[2]
+    cache, mount, out = sys.argv[1:4]
     _cache.builds._check_space = lambda *args: None  # (exact here: the write meets the full disk)
     encoder = DualEncoder.from_pretrained(MINILM, precision='fp32')
     try:
-        index = flex_index('classic/adi', encoder, cache_dir=cache)
+        flex_index('classic/adi', encoder, cache_dir=cache)
     except _cache.CacheError as error:
         print(f'{type(error).__name__}: {error}')
-        sys.exit(3)
-    DenseRetriever(encoder, index)(Collection('classic/adi').topics()).to_pickle(sys.argv[3])
+        print('full rc=3')
+    print('\\n'.join(sorted(os.listdir(f'{cache}/flex'))), flush=True)
+    # (one process for both builds: the disk made larger between them, as a user would)
+    subprocess.run(['mount', '-o', 'remount,size=8m', mount], check=True)
+    index = flex_index('classic/adi', encoder, cache_dir=cache)
+    DenseRetriever(encoder, index)(Collection('classic/adi').topics()).to_pickle(out)
+    print('again rc=0')
 ''')
 
 
@@ -152,10 +157,7 @@ def test_flex_index_on_a_full_disk_names_the_index_and_the_cause(tmp_path, adi_f
     # 82 vectors of 384 floats are 126 KiB: a 96 KiB disk fills while they are written
     proc = in_namespace(f'''
         mount -t tmpfs -o size=96k tmpfs "$D" || exit 99
-        "$PY" {tmp_path}/child.py "$D/cache" full x; echo "full rc=$?"
-        ls -a "$D"/cache/flex
-        mount -o remount,size=8m "$D"
-        "$PY" {tmp_path}/child.py "$D/cache" again {out}; echo "again rc=$?"
+        "$PY" {tmp_path}/child.py "$D/cache" "$D" {out}
     ''', tmp_path)
     text = proc.stdout + proc.stderr
     assert 'full rc=3' in text, text
@@ -170,11 +172,11 @@ def test_flex_index_on_a_full_disk_names_the_index_and_the_cause(tmp_path, adi_f
 
 
 SHARDED_REFRESH_CHILD = textwrap.dedent('''
-    import sys
+    import os, subprocess, sys
     import torch.multiprocessing as mp
 
-    def rank_main(rank, store, phase, out):
-        # (the package is imported by the ranks only: the parent's import costs each phase seconds)
+    def rank_main(rank, store, mount, out):
+        # (the package is imported by the ranks only: the parent's import would cost seconds)
         import numpy as np
         import torch, torch.distributed as dist
         from datetime import timedelta
@@ -185,22 +187,34 @@ SHARDED_REFRESH_CHILD = textwrap.dedent('''
         # a rank left at a barrier would time out rather than hang the test
         dist.init_process_group('gloo', init_method=f'file://{store}', rank=rank, world_size=2,
                                 timeout=timedelta(seconds=120))
-        if phase == 'full':  # an estimate that was too low: rank 0's merge meets the full disk
-            _cache.builds.check_space = lambda *args: None
         encoder = DualEncoder.from_pretrained(MINILM, precision='fp32')
-        try:
-            index, tmp = dense.fresh_index(Collection('classic/adi'), encoder)
-        except _cache.CacheError as error:
-            print(f'rank {rank} {type(error).__name__}: {error}', flush=True)
-        else:
+        checked = _cache.builds.check_space
+        # (one process group for the three refreshes: the disk made larger before the last)
+        for phase in ('refuse', 'full', 'again'):
+            # full: an estimate that was too low, so that rank 0's merge meets the full disk
+            _cache.builds.check_space = (lambda *args: None) if phase == 'full' else checked
+            try:
+                index, tmp = dense.fresh_index(Collection('classic/adi'), encoder)
+            except _cache.CacheError as error:
+                if phase == 'again':
+                    raise
+                print(f'rank {rank} {type(error).__name__}: {error}', flush=True)
+            else:
+                if rank == 0 and phase == 'again':
+                    docnos, vectors, _ = index.payload()
+                    np.save(out, np.asarray(vectors))
+            dist.barrier()
             if rank == 0:
-                docnos, vectors, _ = index.payload()
-                np.save(out, np.asarray(vectors))
+                print(f'{phase} rc=0', flush=True)
+                if phase == 'full':
+                    print(f'LEFT {len(os.listdir(mount))}', flush=True)
+                    subprocess.run(['mount', '-o', 'remount,size=8m', mount], check=True)
+            dist.barrier()
         dist.destroy_process_group()
 
     if __name__ == '__main__':
-        phase, scratch = sys.argv[1], sys.argv[2]
-        mp.spawn(rank_main, args=(f'{scratch}/store-{phase}', phase, f'{scratch}/vectors.npy'),
+        scratch, mount = sys.argv[1], sys.argv[2]
+        mp.spawn(rank_main, args=(f'{scratch}/store', mount, f'{scratch}/vectors.npy'),
                  nprocs=2)
 ''')
 
@@ -215,11 +229,7 @@ def test_a_sharded_refresh_on_a_full_tmpdir_fails_every_rank_naming_tmpdir(tmp_p
     # shards and merged index: 2 x 126 KiB; 192 KiB holds the shards, not the merge as well
     proc = in_namespace(f'''
         mount -t tmpfs -o size=192k tmpfs "$D" || exit 99
-        TMPDIR="$D" "$PY" {tmp_path}/child.py refuse {tmp_path}; echo "refuse rc=$?"
-        TMPDIR="$D" "$PY" {tmp_path}/child.py full {tmp_path}; echo "full rc=$?"
-        echo "LEFT $(ls -A "$D" | wc -l)"
-        mount -o remount,size=8m "$D"
-        TMPDIR="$D" "$PY" {tmp_path}/child.py again {tmp_path}; echo "again rc=$?"
+        TMPDIR="$D" "$PY" {tmp_path}/child.py {tmp_path} "$D"
     ''', tmp_path)
     text = proc.stdout + proc.stderr
     refused, full = (text.split('refuse rc=0', 1)[0],
