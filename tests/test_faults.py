@@ -248,39 +248,14 @@ def test_a_sharded_refresh_on_a_full_tmpdir_fails_every_rank_naming_tmpdir(tmp_p
                                atol=1e-6)
 
 
-def _collective_rank(rank: int, store: str, cache: str, fail: bool, out: str):
-    """One process of test_a_collective_build_that_fails_on_one_rank_fails_on_every_rank."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
-    dist.init_process_group('gloo', init_method=f'file://{store}', rank=rank, world_size=2,
-                            timeout=timedelta(seconds=60))
-
-    def build(staging: Path):
-        if rank == 0:
-            staging.mkdir(exist_ok=True)
-        # (the builds of the ranks meet: the one that fails must not leave the other here)
-        dist.barrier()
-        (staging / f'rank-{rank}').write_text('vectors')
-        if fail and rank == 1:
-            raise OSError(errno.ENOSPC, 'No space left on device', str(staging / 'rank-1'))
-
-    try:
-        build_once(Path(cache) / 'model', build, what='the test model', collective=True,
-                   resumable=True)
-        result = 'built ' + ' '.join(sorted(p.name for p in (Path(cache) / 'model').iterdir()))
-    except Exception as error:
-        result = f'{type(error).__name__}: {error}'
-    Path(f'{out}-{rank}').write_text(result)
-    dist.destroy_process_group()
-
-
 @pytest.mark.slow
 def test_a_collective_build_that_fails_on_one_rank_fails_on_every_rank(tmp_path):
     import torch.multiprocessing as mp
+
+    from tests.collective_build import collective_rank
     cache, out = tmp_path / 'cache', str(tmp_path / 'out')
     cache.mkdir()
-    mp.spawn(_collective_rank, args=(str(tmp_path / 'store-1'), str(cache), True, out), nprocs=2)
+    mp.spawn(collective_rank, args=(str(tmp_path / 'store-1'), str(cache), True, out), nprocs=2)
     for rank in (0, 1):  # rank 1's full disk reached rank 0, which was not left at a barrier
         assert Path(f'{out}-{rank}').read_text().startswith(
             f'CacheWriteFailed: the test model: writing {cache}/model.partial/rank-1 failed, the '
@@ -288,7 +263,7 @@ def test_a_collective_build_that_fails_on_one_rank_fails_on_every_rank(tmp_path)
         assert 'is kept in' in Path(f'{out}-{rank}').read_text()
     # kept to resume
     assert sorted(p.name for p in (cache / 'model.partial').iterdir()) == ['rank-0', 'rank-1']
-    mp.spawn(_collective_rank, args=(str(tmp_path / 'store-2'), str(cache), False, out), nprocs=2)
+    mp.spawn(collective_rank, args=(str(tmp_path / 'store-2'), str(cache), False, out), nprocs=2)
     for rank in (0, 1):
         assert Path(f'{out}-{rank}').read_text() == 'built .selfsup-complete rank-0 rank-1'
 
