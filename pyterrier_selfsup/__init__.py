@@ -14,7 +14,7 @@ conversion child, a progress probe) does not import the others and their librari
 """
 import importlib
 
-from pyterrier_selfsup import _kernel_caches  # (first: before torch builds a kernel)
+from pyterrier_selfsup import _kernel_caches  # noqa: F401 (first: before torch builds a kernel)
 from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.classic import register_classic
 from pyterrier_selfsup.progress import set_progress

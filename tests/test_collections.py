@@ -123,3 +123,40 @@ def test_ms_marco_layout_a_tsv_without_a_header(tmp_path):
     with pytest.raises(ValueError,
                        match=r'three.tsv, line 1: 3 field\(s\) where a TSV without a header has 2'):
         list(Collection.from_files(tmp_path / 'three.tsv').corpus_iter())
+
+
+def test_a_malformed_corpus_file_is_named_with_its_line_and_what_to_write(tmp_path, caplog):
+    """An empty file, a CSV quote never closed, a file that is not UTF-8 and a corpus with no
+    text are errors naming the file and the line; repeated ids and empty texts, which leave a
+    usable corpus, are warned of once, with the first line."""
+    import logging
+
+    def read(name: str, content) -> list:
+        path = tmp_path / name
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+        return list(Collection.from_files(path).corpus_iter())
+
+    with pytest.raises(ValueError, match=r'empty.jsonl: no document in it'):
+        read('empty.jsonl', '')
+    # (not one long text of three rows: the quote opened on line 3 is never closed)
+    with pytest.raises(ValueError, match=r'quote.csv, line 3: unexpected end of data .*close the '
+                                         r'quote'):
+        read('quote.csv', 'docno,text\na,"fine, ""quoted"""\nb,"open\nc,x\nd,y\n')
+    # (a block of text decoded at once: the line is found in the bytes)
+    latin = ('docno,text\n' + ''.join(f'd{i},text {i}\n' for i in range(3000))).encode()
+    with pytest.raises(ValueError, match=r'latin.csv, line 3002: not UTF-8 text .*save the file '
+                                         r'as UTF-8'):
+        read('latin.csv', latin + 'x,caf\xe9\n'.encode('latin-1'))
+    with pytest.raises(ValueError, match=r"blank.csv: no document has a text \(line 2: 'a'\)"):
+        read('blank.csv', 'docno,text\na,\nb,  \n')
+    with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
+        docs = read('dup.jsonl', '{"docno": "a", "text": "x"}\n{"docno": "b", "text": ""}\n'
+                                 '{"docno": "a", "text": "z"}\n')
+        again = list(Collection.from_files(tmp_path / 'dup.jsonl').corpus_iter())
+    assert docs == again == [{'docno': 'a', 'text': 'x'}, {'docno': 'b', 'text': ''}]
+    said = [r.getMessage() for r in caplog.records if r.name == 'pyterrier_selfsup.data.local']
+    assert said == [f"{tmp_path}/dup.jsonl, line 3: document id 'a' again (first on line 1); 1 "
+                    'repeated id(s) in all, of which only the first document is kept: give each '
+                    'document an id of its own',
+                    f"{tmp_path}/dup.jsonl, line 2: document 'b' has no text; 1 document(s) "
+                    'without one, which no query can find']

@@ -20,6 +20,7 @@ import csv
 import gzip
 import hashlib
 import json
+import logging
 from pathlib import Path
 from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
 
@@ -34,6 +35,9 @@ QID_FIELDS = ('qid', 'query_id', '_id', 'id')
 QUERY_FIELDS = ('query', 'text')
 # a TSV whose first line names none of these is a header-less one (MS MARCO's layout)
 KNOWN_FIELDS = frozenset(DOCNO_FIELDS + TEXT_FIELDS + QID_FIELDS + QUERY_FIELDS + ('title',))
+
+
+logger = logging.getLogger(__name__)
 
 
 class MalformedFileError(ValueError):
@@ -73,10 +77,31 @@ def read_records(path: Union[str, Path],
 def numbered_records(path: Union[str, Path],
                      headerless: Tuple[str, ...] = ()) -> Iterator[Tuple[int, Dict[str, str]]]:
     """(line number, record) of each record of a JSON lines, CSV or TSV file; a line that is
-    not a JSON object, or a CSV/TSV row with more or fewer fields than its header, is an
-    error that names the file and the line. ``headerless``: the fields of a TSV with no header
-    (its first line names none of :data:`KNOWN_FIELDS`), ``('docno', 'text')`` for documents."""
+    not a JSON object, a CSV/TSV row with more or fewer fields than its header, a CSV quote
+    never closed, or text that is not UTF-8 is an error that names the file and the line.
+    ``headerless``: the fields of a TSV with no header (its first line names none of
+    :data:`KNOWN_FIELDS`), ``('docno', 'text')`` for documents."""
     path = Path(path)
+    try:
+        yield from _records(path, headerless)
+    except UnicodeDecodeError as error:
+        raise MalformedFileError(f'{path}, line {_undecodable_line(path)}: not UTF-8 text '
+                                 f'({error.reason}); save the file as UTF-8') from None
+
+
+def _undecodable_line(path: Path) -> int:
+    """The number of the first line of ``path`` that is not UTF-8 (text is decoded a block at a
+    time, so the line being read when decoding failed may come before it)."""
+    with (gzip.open(path, 'rb') if path.suffix == '.gz' else open(path, 'rb')) as raw:
+        for number, line in enumerate(raw, 1):
+            try:
+                line.decode('utf-8')
+            except UnicodeDecodeError:
+                return number
+    return 0
+
+
+def _records(path: Path, headerless: Tuple[str, ...]) -> Iterator[Tuple[int, Dict[str, str]]]:
     kind = _format(path)
     with _open(path) as lines:
         if kind in ('jsonl', 'json', 'ndjson'):
@@ -93,7 +118,9 @@ def numbered_records(path: Union[str, Path],
             csv.field_size_limit(1 << 30)
             # TSV has no quoting: a field that starts with " is text, not the start of a
             # quoted field
-            options = {'delimiter': '\t', 'quoting': csv.QUOTE_NONE} if kind == 'tsv' else {}
+            # strict: a CSV quote left open to the end of the file is an error, not one long text
+            options = ({'delimiter': '\t', 'quoting': csv.QUOTE_NONE} if kind == 'tsv'
+                       else {'strict': True})
             reader = csv.reader(lines, **options)
             header = next(reader, None)
             said = f'its header has {len(header or ())} ({", ".join(header or ())})'
@@ -114,7 +141,17 @@ def numbered_records(path: Union[str, Path],
                                              f'the fields read: {known}{why}')
                 yield 1, dict(zip(headerless, header))
                 header = list(headerless)
-            for row in reader:
+            while True:
+                start = reader.line_num + 1
+                try:
+                    row = next(reader)
+                except StopIteration:
+                    break
+                except csv.Error as error:
+                    raise MalformedFileError(
+                        f'{path}, line {start}: {error} (a quote opened there and never closed '
+                        'takes in the lines after it); close the quote, and double a quote '
+                        'inside a quoted text ("")') from None
                 if not row:  # (a blank line, as csv.DictReader skips it)
                     continue
                 if len(row) != len(header):
@@ -136,10 +173,43 @@ def _field(record: Dict[str, str], names, where: str, what: str) -> str:
 
 
 def read_docs(path: Union[str, Path]) -> Iterator[LocalDoc]:
+    """The documents of a JSON lines, CSV or TSV file. A file with no document, or whose
+    documents all lack a text, is an error; a repeated document id (the first is kept) and
+    documents with no text are warned of, once a process, with the line of the first."""
     path = Path(path)
-    for record in read_records(path, headerless=('docno', 'text')):
-        yield LocalDoc(_field(record, DOCNO_FIELDS, path, 'document id'), record.get('title', ''),
+    seen: Dict[str, int] = {}
+    repeated, empty = [], []  # (line, docno)
+    for number, record in numbered_records(path, headerless=('docno', 'text')):
+        doc = LocalDoc(_field(record, DOCNO_FIELDS, path, 'document id'), record.get('title', ''),
                        _field(record, TEXT_FIELDS, path, 'text'))
+        if doc.doc_id in seen:
+            repeated.append((number, doc.doc_id))
+        else:
+            seen[doc.doc_id] = number
+        if not doc.default_text().strip():
+            empty.append((number, doc.doc_id))
+        yield doc
+    if not seen:
+        raise MalformedFileError(f'{path}: no document in it')
+    if len(empty) == len(seen) + len(repeated):
+        raise MalformedFileError(f'{path}: no document has a text (line {empty[0][0]}: '
+                                 f'{empty[0][1]!r}); a document\'s text goes in one of the '
+                                 f'fields {", ".join(TEXT_FIELDS)}')
+    if repeated and (path, 'repeated') not in _WARNED:
+        _WARNED.add((path, 'repeated'))
+        line, docno = repeated[0]
+        logger.warning(f'{path}, line {line}: document id {docno!r} again (first on line '
+                       f'{seen[docno]}); {len(repeated)} repeated id(s) in all, of which only '
+                       'the first document is kept: give each document an id of its own')
+    if empty and (path, 'empty') not in _WARNED:
+        _WARNED.add((path, 'empty'))
+        line, docno = empty[0]
+        logger.warning(f'{path}, line {line}: document {docno!r} has no text; {len(empty)} '
+                       'document(s) without one, which no query can find')
+
+
+# (file, what) already warned of in this process: each corpus is read many times
+_WARNED = set()
 
 
 def read_queries(path: Union[str, Path]) -> List[GenericQuery]:
