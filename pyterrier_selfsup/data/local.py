@@ -63,6 +63,11 @@ def _open(path: Path):
     return open(path, encoding='utf-8-sig', newline='')
 
 
+def _open_bytes(path: Path):
+    """The file's bytes, ungzipped where it is ``.gz``."""
+    return gzip.open(path, 'rb') if path.suffix == '.gz' else open(path, 'rb')
+
+
 def _format(path: Path) -> str:
     suffixes = [s for s in path.suffixes if s != '.gz']
     return suffixes[-1].lstrip('.').lower() if suffixes else 'txt'
@@ -92,7 +97,7 @@ def numbered_records(path: Union[str, Path],
 def _undecodable_line(path: Path) -> int:
     """The number of the first line of ``path`` that is not UTF-8 (text is decoded a block at a
     time, so the line being read when decoding failed may come before it)."""
-    with (gzip.open(path, 'rb') if path.suffix == '.gz' else open(path, 'rb')) as raw:
+    with _open_bytes(path) as raw:
         for number, line in enumerate(raw, 1):
             try:
                 line.decode('utf-8')
@@ -218,7 +223,7 @@ def read_queries(path: Union[str, Path]) -> List[GenericQuery]:
     an empty text, or with a query id seen before is an error naming its line."""
     path = Path(path)
     if _format(path) in ('txt', 'text'):
-        with (gzip.open(path, 'rb') if path.suffix == '.gz' else open(path, 'rb')) as raw:
+        with _open_bytes(path) as raw:
             lines = raw.read().splitlines()
         texts = []
         for number, line in enumerate(lines, 1):
