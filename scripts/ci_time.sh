@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The wall time of CI's own command on a fresh clone, on this machine:
+#     bash scripts/ci_time.sh [OUT]
+# clones HEAD into ../ci-check (a sibling, so that ../shared is beside it, as on CI), runs
+# `bash .ci/run` there, and writes OUT (default experiments/results/ci_time-REV.txt): the
+# machine, the revision, the whole run's seconds, pytest's summary line and its 20 slowest tests.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+rev="$(git rev-parse --short HEAD)"
+out="${1:-experiments/results/ci_time-$rev.txt}"
+clone="$(cd .. && pwd)/ci-check"
+rm -rf "$clone"
+git clone -q . "$clone"
+log="$(mktemp)"
+started=$(date +%s)
+rc=0
+(cd "$clone" && bash .ci/run) > "$log" 2>&1 || rc=$?
+seconds=$(( $(date +%s) - started ))
+{
+  echo "# bash .ci/run on a fresh clone at $rev: $seconds s of wall time (exit status $rc)"
+  echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+  echo "machine: $("$clone/.venv/bin/python" -c \
+    'from pyterrier_selfsup.harness.provenance import machine; print(machine())')"
+  echo "command: bash scripts/ci_time.sh"
+  echo
+  tail -n 1 "$log"
+  echo
+  echo "the 20 slowest:"
+  grep -A20 'slowest 20 durations' "$log" | tail -n 20
+} > "$out"
+rm -f "$log"
+echo "wrote $out"
+exit "$rc"
