@@ -9,10 +9,13 @@ modules and a tokenizer. The training loop trains any of them through
 import json
 import logging
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
@@ -174,6 +177,99 @@ def pad(seqs: Sequence[Sequence[int]], value: int, *, left: bool = False, device
                         + [torch.zeros(filler, dtype=torch.long)],
                         batch_first=True, padding_value=0, padding_side=side)[:-1]
     return to_device(ids, device), to_device(mask, device)
+
+
+def budget_batches(lengths: np.ndarray, budget: int) -> Iterator[slice]:
+    """Cuts ``lengths``, sorted longest first, into consecutive batches whose padded size
+    (rows times the batch's first, longest, length) stays within ``budget`` tokens. A text
+    longer than the budget makes a batch of its own.
+
+        >>> [(s.start, s.stop) for s in budget_batches(np.array([8, 4, 4, 2, 2, 2]), 8)]
+        [(0, 1), (1, 3), (3, 6)]
+    """
+    start = 0
+    while start < len(lengths):
+        rows = max(1, budget // max(1, int(lengths[start])))
+        yield slice(start, min(start + rows, len(lengths)))
+        start += rows
+
+
+def pad_rows(seqs: Sequence[Sequence[int]], value: int, *,
+             left: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Token id lists as one (b, longest) int64 tensor and its attention mask, filled in
+    numpy (a fraction of the cost of a tokenizer's ``pad``, which builds Python lists), padded
+    on the right or, for tokenizers that pad on the left, on the left."""
+    lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
+    width = max(1, int(lengths.max(initial=0)))
+    ids = np.full((len(seqs), width), value, dtype=np.int64)
+    for row, (seq, n) in enumerate(zip(seqs, lengths)):
+        if n:
+            if left:
+                ids[row, width - n:] = seq
+            else:
+                ids[row, :n] = seq
+    columns = np.arange(width)
+    mask = columns >= width - lengths[:, None] if left else columns < lengths[:, None]
+    return torch.from_numpy(ids), torch.from_numpy(mask.astype(np.int64))
+
+
+TOKENIZE_SLICE = 1024
+
+
+def tokenized_in_slices(tokenize: Callable[[List[str]], List[List[int]]], texts: List[str],
+                        order: np.ndarray) -> Iterator[Tuple[np.ndarray, List[List[int]]]]:
+    """``texts`` in ``order``, cut into slices of :data:`TOKENIZE_SLICE`, each with its token
+    ids: the first slice tokenized here, the others on threads while the caller consumes the
+    slices before them (a fast tokenizer encodes without Python's lock, so this overlaps
+    tokenization with the device's work whatever ``TOKENIZERS_PARALLELISM`` says). The first
+    call also settles the tokenizer's truncation state, which later calls only read.
+
+    Yields (positions in ``texts``, their token ids), slice by slice, in order."""
+    slices = [order[s:s + TOKENIZE_SLICE] for s in range(0, len(order), TOKENIZE_SLICE)]
+    if not slices:
+        return
+    yield slices[0], tokenize([texts[i] for i in slices[0]])
+    if len(slices) == 1:
+        return
+    workers = min(len(slices) - 1, os.cpu_count() or 1, 8)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix='tokenize') as pool:
+        done = pool.map(lambda idx: tokenize([texts[i] for i in idx]), slices[1:])
+        yield from zip(slices[1:], done)
+
+
+@contextmanager
+def linears_held_in(modules: Sequence[torch.nn.Module], dtype: torch.dtype) -> Iterator[None]:
+    """Holds every ``nn.Linear`` weight and bias of ``modules`` in ``dtype`` for the duration
+    and restores the originals after. Under inference mode, autocast keeps no cast cache, so
+    it would cast each weight again at every forward; a linear layer's weight and bias cast
+    once give the same products, as autocast casts them to the same dtype. BERT's pooler,
+    which an encoder computes and a dual encoder never reads, is switched off too.
+
+    Costs a copy of the linear weights in ``dtype`` while it lasts. Not for a model that is
+    training at the same time on another thread."""
+    saved_params, saved_poolers, cast = [], [], {}
+    for module in modules:
+        for m in module.modules():
+            if isinstance(getattr(m, 'pooler', None), torch.nn.Module):
+                saved_poolers.append((m, m.pooler))
+                m.pooler = None
+            if not isinstance(m, torch.nn.Linear) or dtype == torch.float32:
+                continue
+            for name in ('weight', 'bias'):
+                p = m._parameters.get(name)
+                if p is None or p.dtype == dtype:
+                    continue
+                if id(p) not in cast:
+                    cast[id(p)] = torch.nn.Parameter(p.detach().to(dtype), requires_grad=False)
+                saved_params.append((m, name, p))
+                m._parameters[name] = cast[id(p)]
+    try:
+        yield
+    finally:
+        for m, name, p in saved_params:
+            m._parameters[name] = p
+        for m, pooler in saved_poolers:
+            m.pooler = pooler
 
 
 def read_saved_config(name_or_path: Union[str, Path], filename: str) -> Optional[dict]:

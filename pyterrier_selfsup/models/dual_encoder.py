@@ -23,8 +23,9 @@ from pyterrier_dr import BiEncoder
 from transformers import AutoModel, AutoTokenizer
 
 from pyterrier_selfsup._cache import weights_fingerprint
-from pyterrier_selfsup.models._base import (TrainableModel, clean_texts, read_saved_config,
-                                            resolve_device, to_device)
+from pyterrier_selfsup.models._base import (TrainableModel, budget_batches, clean_texts,
+                                            linears_held_in, pad_rows, read_saved_config,
+                                            resolve_device, to_device, tokenized_in_slices)
 from pyterrier_selfsup.models._openvino import CALIBRATION_TEXTS, OpenVinoSides
 from pyterrier_selfsup.models.offsets import PassageOffsets
 from pyterrier_selfsup.progress import progress
@@ -34,6 +35,8 @@ BACKENDS = ('torch', 'openvino', 'openvino-int8')
 PROJECTIONS_FILE = 'projections.pt'
 PASSAGE_ENCODER_DIR = 'passage_encoder'
 POOLINGS = ('cls', 'mean')
+# texts an inference batch holds at full length, by device type (see DualEncoder)
+INFERENCE_BATCH = {'cpu': 32, 'cuda': 256}
 
 
 class DualEncoderModel(torch.nn.Module):
@@ -123,7 +126,8 @@ class DualEncoder(BiEncoder, TrainableModel):
 
     def __init__(self, model: DualEncoderModel, tokenizer, *, name: str = 'dual-encoder',
                  max_length: int = 256, query_max_length: Optional[int] = None,
-                 temperature: float = 1.0, batch_size: int = 32, device: Optional[str] = None,
+                 temperature: float = 1.0, batch_size: Optional[int] = None,
+                 device: Optional[str] = None,
                  precision: str = 'auto', backend: str = 'torch', verbose: bool = False):
         """``precision``: ``'fp32'``, ``'bf16'``, ``'fp16'`` (autocast), or ``'auto'``: bf16 where
         the hardware multiplies bf16 natively (CUDA, or a CPU with AVX512-BF16/AMX; fp16 on
@@ -134,11 +138,17 @@ class DualEncoder(BiEncoder, TrainableModel):
         the same model compiled by OpenVINO, at the same precision; ``pip install openvino``),
         or ``'openvino-int8'``: the passage side (indexing) quantised to int8 as well,
         calibrated on the first texts it encodes (faster where the CPU has VNNI or AMX, not
-        on plain AVX2). Training always runs in torch."""
+        on plain AVX2). Training always runs in torch.
+
+        ``batch_size``: texts a batch when they are ``max_length`` tokens long; shorter texts
+        run more to a batch, within the same number of tokens. None: 32 on a CPU, 256 on a
+        GPU, where small batches leave the device waiting for the host."""
+        device = resolve_device(device)
+        batch_size = batch_size or INFERENCE_BATCH.get(device.type, INFERENCE_BATCH['cpu'])
         super().__init__(batch_size=batch_size, text_field='text', verbose=verbose)
         if backend not in BACKENDS:
             raise ValueError(f'backend must be one of {BACKENDS}, not {backend!r}')
-        self.device = resolve_device(device)
+        self.device = device
         if backend != 'torch' and self.device.type != 'cpu':
             raise ValueError(f'the openvino backend runs on the CPU, not on {self.device}')
         self.backend = backend
@@ -320,48 +330,73 @@ class DualEncoder(BiEncoder, TrainableModel):
         return self._encode_fast(texts, 'passage', batch_size or self.batch_size)
 
     def _encode_fast(self, texts: Iterable[str], side: str, batch_size: int) -> np.ndarray:
-        """Inference: texts sorted by length so that each batch pads to its own longest
-        text (dynamic padding); inference mode; autocast where the precision asks for it.
-        Memory: the token ids of ``texts`` and the output; callers stream large corpora
-        in chunks (see :func:`pyterrier_selfsup.retrieval.dense.flex_index`)."""
-        texts = list(texts)
-        out = np.empty((len(texts), self.model.out_dim), dtype=np.float32)
+        """Inference, as :meth:`_batches` cuts it: inference mode, and each linear layer held
+        in the compute dtype while it runs (:func:`linears_held_in`: what autocast would
+        compute, without casting the weights at every forward). The vectors stay on the
+        device until the last batch and come back in one copy. Memory: the token ids of
+        ``texts`` and the output; callers stream large corpora in chunks (see
+        :func:`pyterrier_selfsup.retrieval.dense.flex_index`)."""
+        texts = clean_texts(list(texts))
         if not texts:
-            return out
-        ids = self.tokenize(texts, side, padding=False)['input_ids']
-        # longest first: fail fast on memory
-        order = np.argsort([-len(x) for x in ids], kind='stable')
-        batches = progress(range(0, len(order), batch_size), total=len(order),
-                           desc=f'encoding {side}s', unit=side,
-                           count=lambda start: len(order[start:start + batch_size]),
-                           enabled=self.verbose and len(order) > batch_size)
+            return np.empty((0, self.model.out_dim), dtype=np.float32)
+        max_length = self.query_max_length if side == 'query' else self.max_length
+        batches = progress(self._batches(texts, side, batch_size * max_length),
+                           total=len(texts), desc=f'encoding {side}s', unit=side,
+                           count=lambda batch: len(batch[0]),
+                           enabled=self.verbose and len(texts) > batch_size)
+        if self._openvino is not None:
+            return self._encode_openvino(texts, side, batch_size, batches)
+        out = torch.empty((len(texts), self.model.out_dim), dtype=torch.float32,
+                          device=self.device)
+        with self.inference(), linears_held_in([self.model], self.compute_dtype()):
+            for positions, input_ids, mask in batches:
+                vectors = self.model(to_device(input_ids, self.device),
+                                     to_device(mask, self.device), side)
+                out[to_device(torch.from_numpy(positions), self.device)] = vectors.float()
+        return out.cpu().numpy()
+
+    def _batches(self, texts: List[str], side: str, budget: int):
+        """(positions in ``texts``, input ids, attention mask) for each inference batch.
+
+        Texts go longest first by characters, in slices tokenized on threads while the device
+        encodes the slice before (:func:`tokenized_in_slices`). Each slice is sorted by its
+        token counts and cut into batches of at most ``budget`` padded tokens
+        (:func:`budget_batches`), so that short texts (queries) run many to a batch and each
+        batch pads only to its own longest text."""
+        order = np.argsort([-len(t) for t in texts], kind='stable')
+        left = self.tokenizer.padding_side == 'left'
+        for positions, ids in tokenized_in_slices(
+                lambda chunk: self.tokenize(chunk, side, padding=False)['input_ids'],
+                texts, order):
+            lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+            by_length = np.argsort(-lengths, kind='stable')
+            for batch in budget_batches(lengths[by_length], budget):
+                rows = by_length[batch]
+                input_ids, mask = pad_rows([ids[r] for r in rows], self.tokenizer.pad_token_id,
+                                           left=left)
+                yield positions[rows], input_ids, mask
+
+    def _encode_openvino(self, texts: List[str], side: str, batch_size: int,
+                         batches) -> np.ndarray:
+        """:meth:`_encode_fast` through the compiled OpenVINO model (traced outside inference
+        mode and autocast, on the first batch; int8 calibrated on the first texts)."""
+        out = np.empty((len(texts), self.model.out_dim), dtype=np.float32)
         compiled = None
-        if self._openvino is not None:  # (traced outside inference mode and autocast)
-            sample = self.tokenizer.pad({'input_ids': [ids[i] for i in order[:2]]},
-                                        return_tensors='pt')
-            compiled = self._openvino.get(
-                self, side, {k: sample[k] for k in ('input_ids', 'attention_mask')},
-                calibration=lambda: self._calibration(ids[:CALIBRATION_TEXTS], batch_size))
-        with self.inference():
-            for start in batches:
-                idx = order[start:start + batch_size]
-                batch = self.tokenizer.pad({'input_ids': [ids[i] for i in idx]},
-                                           return_tensors='pt')
-                inputs = [batch[k] for k in ('input_ids', 'attention_mask')]
-                if compiled is not None:
-                    out[idx] = self._openvino.run(compiled, *inputs)
-                else:
-                    out[idx] = self.model(*(to_device(x, self.device) for x in inputs),
-                                          side).float().cpu().numpy()
+        for positions, input_ids, mask in batches:
+            if compiled is None:
+                compiled = self._openvino.get(
+                    self, side, {'input_ids': input_ids[:2], 'attention_mask': mask[:2]},
+                    calibration=lambda: self._calibration(texts[:CALIBRATION_TEXTS], side,
+                                                          batch_size))
+            out[positions] = self._openvino.run(compiled, input_ids, mask)
         return out
 
-    def _calibration(self, ids: List[List[int]], batch_size: int) -> List[Dict[str, np.ndarray]]:
-        """``ids`` as the batches :meth:`_encode_fast` would run (sorted by length)."""
-        ids = sorted(ids, key=len, reverse=True)
-        return [OpenVinoSides.inputs(*(batch[k] for k in ('input_ids', 'attention_mask')))
-                for batch in (self.tokenizer.pad({'input_ids': ids[start:start + batch_size]},
-                                                 return_tensors='pt')
-                              for start in range(0, len(ids), batch_size))]
+    def _calibration(self, texts: List[str], side: str,
+                     batch_size: int) -> List[Dict[str, np.ndarray]]:
+        """``texts`` as the batches :meth:`_encode_fast` would run them."""
+        max_length = self.query_max_length if side == 'query' else self.max_length
+        return [OpenVinoSides.inputs(input_ids, mask)
+                for _, input_ids, mask in self._batches(texts, side, batch_size * max_length)]
 
     # (copies and pickles leave the compiled OpenVINO sides behind: rebuilt on use)
     def __getstate__(self):

@@ -5,6 +5,9 @@
 #                                    step with the generator's whole batch and 4 queries at a time
 #                                    (experiments/generator_batch.py: GPU memory, and whether equal)
 #   bash scripts/gpu/run.sh benchmark the benchmarks alone
+#   bash scripts/gpu/run.sh speed    issue 49 first: the encoders side by side with a profile
+#                                    (experiments/encoding_benchmark.py), the one-device benchmark
+#                                    with the generator's plain-loop peer, then the CUDA tests
 #   bash scripts/gpu/run.sh adapt    one scifact adaptation end to end, corpus only: the shipped
 #                                    `distill` (queries sampled from SmolLM2, the teacher ranked, the
 #                                    query tower and passage offsets trained) and the GPU setting,
@@ -34,6 +37,14 @@ if [ "${1:-checks}" = querylog ]; then
   exit
 fi
 nvidia-smi -L | tee "$out/nvidia-smi.txt"
+if [ "${1:-checks}" = speed ]; then
+  python3 experiments/encoding_benchmark.py --results-dir "$out" 2>&1 | tee "$out/encoding_benchmark_gpu.log" \
+    | grep -v '^\[INFO\]' | tail -22
+  python3 experiments/gpu_benchmark.py --results-dir "$out" --rumbart-runs warm-up,on 2>&1 \
+    | tee "$out/gpu_benchmark.log" | grep -v '^\[INFO\]' | tail -12
+  python3 -m pytest -p no:cacheprovider -m cuda -q -rA tests/test_cuda.py 2>&1 | tee "$out/cuda_tests.txt" | tail -8
+  exit
+fi
 [ "${1:-checks}" = benchmark ] ||
 python3 -m pytest -p no:cacheprovider -m cuda -q -rA tests/test_cuda.py 2>&1 | tee "$out/cuda_tests.txt" | tail -20
 python3 experiments/gpu_benchmark.py --results-dir "$out" 2>&1 | tee "$out/gpu_benchmark.log" | grep -v '^\[INFO\]' | tail -25
