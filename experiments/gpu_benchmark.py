@@ -141,7 +141,7 @@ def main(argv=None):
     parser.add_argument('--results-dir', type=Path, default=RESULTS)
     parser.add_argument('--rumbart-runs', default='warm-up,on,off',
                         help='RUMBArt runs, in this order in one process: on / off: with / without gradient '
-                             'checkpointing; warm-up: a run at the default whose numbers are dropped')
+                             'checkpointing; warm-up: a run at the default whose numbers are dropped; none: no run')
     parser.add_argument('--only-rumbart', action='store_true', help='the RUMBArt runs alone')
     args = parser.parse_args(argv)
     from pyterrier_selfsup.harness import provenance, trained
@@ -149,7 +149,7 @@ def main(argv=None):
     if not args.only_rumbart:
         rows['encoding'] = measured(encoding, args.passages)
         rows['generator'] = measured(generator, args.queries, args.per_query)
-    runs = args.rumbart_runs.split(',')
+    runs = [] if args.rumbart_runs == 'none' else args.rumbart_runs.split(',')
     for i, run in enumerate(runs):
         row = measured(rumbart, {'warm-up': None, 'on': True, 'off': False}[run])
         if run != 'warm-up':

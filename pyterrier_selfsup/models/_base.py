@@ -219,22 +219,18 @@ TOKENIZE_SLICE = 1024
 def tokenized_in_slices(tokenize: Callable[[List[str]], List[List[int]]], texts: List[str],
                         order: np.ndarray) -> Iterator[Tuple[np.ndarray, List[List[int]]]]:
     """``texts`` in ``order``, cut into slices of :data:`TOKENIZE_SLICE`, each with its token
-    ids: the first slice tokenized here, the others on threads while the caller consumes the
-    slices before them (a fast tokenizer encodes without Python's lock, so this overlaps
-    tokenization with the device's work whatever ``TOKENIZERS_PARALLELISM`` says). The first
-    call also settles the tokenizer's truncation state, which later calls only read.
+    ids. One thread tokenizes the slices in turn while the caller consumes the slices before
+    them, so that tokenization overlaps the device's work; a fast tokenizer spreads each
+    slice over every core itself (unless ``TOKENIZERS_PARALLELISM=false``).
 
     Yields (positions in ``texts``, their token ids), slice by slice, in order."""
     slices = [order[s:s + TOKENIZE_SLICE] for s in range(0, len(order), TOKENIZE_SLICE)]
-    if not slices:
+    if len(slices) <= 1:
+        yield from ((idx, tokenize([texts[i] for i in idx])) for idx in slices)
         return
-    yield slices[0], tokenize([texts[i] for i in slices[0]])
-    if len(slices) == 1:
-        return
-    workers = min(len(slices) - 1, os.cpu_count() or 1, 8)
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix='tokenize') as pool:
-        done = pool.map(lambda idx: tokenize([texts[i] for i in idx]), slices[1:])
-        yield from zip(slices[1:], done)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix='tokenize') as pool:
+        done = pool.map(lambda idx: tokenize([texts[i] for i in idx]), slices)
+        yield from zip(slices, done)
 
 
 @contextmanager

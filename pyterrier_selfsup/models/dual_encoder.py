@@ -20,6 +20,7 @@ from typing import Dict, Iterable, List, Optional, Union
 import numpy as np
 import torch
 from pyterrier_dr import BiEncoder
+from tokenizers import Tokenizer
 from transformers import AutoModel, AutoTokenizer
 
 from pyterrier_selfsup._cache import weights_fingerprint
@@ -164,6 +165,7 @@ class DualEncoder(BiEncoder, TrainableModel):
         # learned offsets of passage vectors (a query-tower-only training's moving passage side):
         # applied where the index is built, never by encode_docs (see models/offsets.py)
         self.passage_offsets: Optional[PassageOffsets] = None
+        self._rust_tokenizers: Dict[int, Tokenizer] = {}  # (see token_ids), by max_length
 
     # -- construction and persistence -------------------------------------------------
 
@@ -312,6 +314,24 @@ class DualEncoder(BiEncoder, TrainableModel):
         return self.tokenizer(clean_texts(texts), padding=padding, truncation=True,
                               max_length=max_length, return_tensors='pt' if padding else None)
 
+    def token_ids(self, texts: List[str], side: str) -> List[List[int]]:
+        """The ids :meth:`tokenize` gives ``texts`` (truncated, unpadded), from the fast
+        tokenizer's Rust code directly where there is one: Hugging Face's wrapper around it
+        builds Python lists of masks and type ids that inference never reads, which costs as
+        much as the tokenization itself on a many-core machine. The Rust tokenizer is a copy
+        of the wrapper's, so that its truncation setting is its own."""
+        max_length = self.query_max_length if side == 'query' else self.max_length
+        if not getattr(self.tokenizer, 'is_fast', False):
+            return self.tokenize(texts, side, padding=False)['input_ids']
+        backend = self._rust_tokenizers.get(max_length)
+        if backend is None:
+            backend = Tokenizer.from_str(self.tokenizer.backend_tokenizer.to_str())
+            backend.no_padding()
+            backend.enable_truncation(max_length, direction=self.tokenizer.truncation_side)
+            self._rust_tokenizers[max_length] = backend
+        encode = getattr(backend, 'encode_batch_fast', backend.encode_batch)  # (no offsets)
+        return [e.ids for e in encode(clean_texts(texts))]
+
     def encode(self, texts: List[str], side: str) -> torch.Tensor:
         """Embeddings of ``texts`` with gradients, in one batch (for training)."""
         batch = self.tokenize(texts, side)
@@ -365,9 +385,8 @@ class DualEncoder(BiEncoder, TrainableModel):
         batch pads only to its own longest text."""
         order = np.argsort([-len(t) for t in texts], kind='stable')
         left = self.tokenizer.padding_side == 'left'
-        for positions, ids in tokenized_in_slices(
-                lambda chunk: self.tokenize(chunk, side, padding=False)['input_ids'],
-                texts, order):
+        for positions, ids in tokenized_in_slices(lambda chunk: self.token_ids(chunk, side),
+                                                  texts, order):
             lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
             by_length = np.argsort(-lengths, kind='stable')
             for batch in budget_batches(lengths[by_length], budget):
@@ -403,6 +422,7 @@ class DualEncoder(BiEncoder, TrainableModel):
         state = dict(self.__dict__)
         if state.get('_openvino') is not None:
             state['_openvino'] = OpenVinoSides(int8=self._openvino.int8)
+        state['_rust_tokenizers'] = {}
         return state
 
     def __repr__(self):

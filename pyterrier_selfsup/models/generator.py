@@ -42,7 +42,7 @@ from transformers.modeling_outputs import BaseModelOutput
 from pyterrier_selfsup._cache import (CacheFull, build_once, cache_key, cache_root, check_space,
                                       weights_fingerprint)
 from pyterrier_selfsup.models._base import (TorchModel, clean_texts, compute_dtype,
-                                            full_attention_layers, pad, resolve_device)
+                                            full_attention_layers, pad, resolve_device, to_device)
 from pyterrier_selfsup.progress import Progress, progress
 
 if TYPE_CHECKING:
@@ -230,19 +230,30 @@ class Generator(TorchModel):
             batches = progress(batches, total=len(pair_passage), desc='generator scoring',
                                unit='pair', count=pairs_in,
                                enabled=self.verbose and len(batches) > 1)
+        scored = []  # (pairs, their values on the device): copied back once, at the end
         with self.inference():
             for batch in batches:
                 rows = [(pair, row) for row, p in enumerate(batch) for pair in pairs_of[p]]
-                # targets are scored in chunks padded to their longest: sorted by length,
-                # a chunk pads little (the target pass is most of the work when passages recur)
-                rows.sort(key=lambda pair_row: len(t_ids[pair_target[pair_row[0]]]))
-                score = self._score_seq2seq if self.is_seq2seq else self._score_causal
-                for pair_rows, values in score([p_ids[p] for p in batch],
-                                               [(row, t_ids[pair_target[pair]])
-                                                for pair, row in rows], rows):
-                    out[pair_rows] = values
+                if not self.is_seq2seq and len(rows) < 2 * len(batch):
+                    # fewer than two targets a passage: a forward a pair over prompt and target
+                    # costs less than the prefix's forward, its cache's copies and a second one
+                    targets = [t_ids[pair_target[pair]] for pair, _ in rows]
+                    scored.append(([pair for pair, _ in rows], self.sequence_logp(
+                        [p_ids[batch[row]] + t for (_, row), t in zip(rows, targets)], targets)))
+                else:
+                    # targets are scored in chunks padded to their longest: sorted by length,
+                    # a chunk pads little (the target pass is most of the work when passages
+                    # recur)
+                    rows.sort(key=lambda pair_row: len(t_ids[pair_target[pair_row[0]]]))
+                    score = self._score_seq2seq if self.is_seq2seq else self._score_causal
+                    scored.extend(score([p_ids[p] for p in batch],
+                                        [(row, t_ids[pair_target[pair]]) for pair, row in rows],
+                                        rows))
                 if tracker is not None:
                     tracker.update(pairs_in(batch))
+        if scored:
+            out[np.concatenate([pairs for pairs, _ in scored])] = torch.cat(
+                [values.double() for _, values in scored]).cpu().numpy()
         return out
 
     def _score_causal(self, prefixes: List[List[int]], items: List[Tuple[int, List[int]]], rows):
@@ -274,12 +285,11 @@ class Generator(TorchModel):
                                     + torch.arange(targets.shape[1] - 1, device=self.device),
                                     use_cache=False, **{self._cache_argument: expanded}).logits
                 values = values + _gather_logp(logits, targets[:, 1:], t_mask[:, 1:])
-            yield [rows[start + i][0] for i in range(len(part))], values.double().cpu().numpy()
+            yield [rows[start + i][0] for i in range(len(part))], values
 
     def _score_seq2seq(self, passages: List[List[int]], items: List[Tuple[int, List[int]]], rows):
         """Each passage through the encoder once; its output is shared by its targets."""
-        for pair_rows, values in self._seq2seq_logp(passages, items, rows):
-            yield pair_rows, values.double().cpu().numpy()
+        yield from self._seq2seq_logp(passages, items, rows)
 
     @cached_property
     def _prefix_cache_fits(self) -> bool:
@@ -370,13 +380,15 @@ class Generator(TorchModel):
         with self.autocast():
             logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                                 use_cache=False, logits_to_keep=width + 1).logits[:, :-1]
-        targets = torch.zeros((len(seqs), width), dtype=torch.long, device=self.device)
-        t_mask = torch.zeros_like(targets)
-        for i, t in enumerate(t_ids):  # right-aligned, like the sequences
+        # right-aligned, like the sequences; built on the host and copied once
+        targets = np.zeros((len(seqs), width), dtype=np.int64)
+        t_mask = np.zeros_like(targets)
+        for i, t in enumerate(t_ids):
             if t:
-                targets[i, width - len(t):] = torch.tensor(t)
+                targets[i, width - len(t):] = t
                 t_mask[i, width - len(t):] = 1
-        return _gather_logp(logits, targets, t_mask)
+        return _gather_logp(logits, to_device(torch.from_numpy(targets), self.device),
+                            to_device(torch.from_numpy(t_mask), self.device))
 
     # -- generation -------------------------------------------------------------------
 

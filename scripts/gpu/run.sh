@@ -8,6 +8,7 @@
 #   bash scripts/gpu/run.sh speed    issue 49 first: the encoders side by side with a profile
 #                                    (experiments/encoding_benchmark.py), the one-device benchmark
 #                                    with the generator's plain-loop peer, then the CUDA tests
+#   bash scripts/gpu/run.sh encoding the encoders side by side and the generator against its peer
 #   bash scripts/gpu/run.sh adapt    one scifact adaptation end to end, corpus only: the shipped
 #                                    `distill` (queries sampled from SmolLM2, the teacher ranked, the
 #                                    query tower and passage offsets trained) and the GPU setting,
@@ -37,11 +38,13 @@ if [ "${1:-checks}" = querylog ]; then
   exit
 fi
 nvidia-smi -L | tee "$out/nvidia-smi.txt"
-if [ "${1:-checks}" = speed ]; then
+if [ "${1:-checks}" = speed ] || [ "${1:-checks}" = encoding ]; then
   python3 experiments/encoding_benchmark.py --results-dir "$out" 2>&1 | tee "$out/encoding_benchmark_gpu.log" \
     | grep -v '^\[INFO\]' | tail -22
-  python3 experiments/gpu_benchmark.py --results-dir "$out" --rumbart-runs warm-up,on 2>&1 \
+  runs=warm-up,on; [ "$1" = speed ] || runs=none
+  python3 experiments/gpu_benchmark.py --results-dir "$out" --rumbart-runs $runs 2>&1 \
     | tee "$out/gpu_benchmark.log" | grep -v '^\[INFO\]' | tail -12
+  [ "$1" = speed ] || exit
   python3 -m pytest -p no:cacheprovider -m cuda -q -rA tests/test_cuda.py 2>&1 | tee "$out/cuda_tests.txt" | tail -8
   exit
 fi

@@ -15,7 +15,7 @@ export PYTHONPATH="$home/site:$root\${PYTHONPATH:+:\$PYTHONPATH}"
 export LD_LIBRARY_PATH="$home/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 export HF_HUB_CACHE="$home/hf" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export IR_DATASETS_HOME="$home/irds" SELFSUP_CLASSIC_DATA="$home/classic" SELFSUP_CACHE="$home/cache"
-export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+export PYTHONUNBUFFERED=1
 export SELFSUP_CODE_REVISION="$(cat "$home/REVISION" 2>/dev/null || echo unknown)"
 EOF
 }
