@@ -36,9 +36,10 @@ SETTINGS = {'distill': {'rounds': 1},
 
 
 def fit(method: str, collection_name: str, output_dir: str, out: str, rank: int = 0, world_size: int = 1,
-        store: str = '', checkpointing=None):
+        store: str = '', checkpointing=None, changes=None, scores=None):
     """One run of ``method``'s trainer; rank 0 writes its costs to ``out``. ``checkpointing``: the
-    trainer's gradient checkpointing (None: its default)."""
+    trainer's gradient checkpointing (None: its default); ``changes``: settings changed from
+    :data:`SETTINGS`; ``scores``: RUMBArt's score cache (None: one of the run's own)."""
     import torch
     import torch.distributed as dist
 
@@ -54,9 +55,12 @@ def fit(method: str, collection_name: str, output_dir: str, out: str, rank: int 
         typed = trained.typed_settings(method, settings)
         if checkpointing is not None:
             typed = typed.replace(gradient_checkpointing=checkpointing)
+        if changes:
+            typed = typed.replace(**changes)
         trainer, topics = trained.METHODS[method](collection, typed, RunContext(output_dir=Path(output_dir)))
         if method == 'rumbart':  # a score cache of the run's own: every pair is scored in this run
-            trainer._teacher = trainer.generator.scorer(normalise='sum', cache=Path(output_dir) / 'scores')
+            trainer._teacher = trainer.generator.scorer(normalise='sum',
+                                                        cache=Path(scores or Path(output_dir) / 'scores'))
         start = time.perf_counter()
         trainer.fit(topics)
         seconds = time.perf_counter() - start
@@ -71,11 +75,16 @@ def fit(method: str, collection_name: str, output_dir: str, out: str, rank: int 
                    'checkpointing': trainer.uses_gradient_checkpointing, 'fit seconds': seconds,
                    'teacher seconds': sum(r.get('teacher seconds', 0.0) for r in trainer.log),
                    'steps': len(steps), 'step seconds': float(np.mean(plain)),
+                   'gaps seconds': [float(g) for g in gaps],
+                   'teacher fills': [(r['step'], r['teacher seconds']) for r in trainer.log
+                                     if 'teacher seconds' in r],
+                   'staleness': [(r['step'], r['staleness']) for r in trainer.log if 'staleness' in r],
                    'losses': [r['loss'] for r in steps]}
             if method == 'rumbart':
                 import sqlite3
-                db = sqlite3.connect(Path(output_dir) / 'scores' / 'db.sqlite3')
-                row.update({'refreshes': len(refreshes), 'refresh seconds': float(np.mean(refreshes)),
+                db = sqlite3.connect(Path(scores or Path(output_dir) / 'scores') / 'db.sqlite3')
+                row.update({'refreshes': len(refreshes),
+                            'refresh seconds': float(np.mean(refreshes)) if refreshes else None,
                             'pairs scored': db.execute('SELECT COUNT(*) FROM cache').fetchone()[0]})
             Path(out).write_text(json.dumps(row))
     finally:

@@ -1,5 +1,7 @@
 import json
 import math
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -8,7 +10,7 @@ import torch
 from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.harness.plots import plot_training_curve
 from pyterrier_selfsup import Collection, DualEncoder
-from pyterrier_selfsup.retrieval.dense import flex_index
+from pyterrier_selfsup.retrieval.dense import flex_index, fresh_index
 from pyterrier_selfsup.models.generator import Generator
 from pyterrier_selfsup.data.queries import cropped_spans
 from pyterrier_selfsup.harness.pipelines import trained_dense_retriever
@@ -127,6 +129,46 @@ def test_refresh_rebuilds_the_index_from_the_updated_encoder(tiny_encoder, tiny_
     # every score negated: the fresh top 5 are the stale index's bottom 5 of 82
     assert all(not set(a) & set(b) for a, b in zip(trainer.retrieve(queries, examples), stale))
     assert [r['step'] for r in trainer.log if 'refresh seconds' in r] == [0, 0, 0]
+
+
+def test_an_asynchronous_refresh_swaps_in_the_index_of_its_step_and_logs_its_staleness(
+        tiny_encoder, tiny_generator, tmp_path, monkeypatch):
+    """refresh='async': the index built from the weights of step 2 is in use at step 4 while
+    the encoder has moved on. Each build here waits until training is two steps past its copy
+    (or the run no longer needs it), so the swap's step is the same on every machine."""
+    from pyterrier_selfsup.training import reconstruction
+    coll = Collection('classic/adi')
+    enc = tiny_encoder()
+    trainer = Rumbart(enc, tiny_generator(max_passage_length=32), coll, k=3, refresh_every=2,
+                      refresh='async', batch_size=5, lr=1e-2, cache_dir=tmp_path, verbose=False)
+    copies, ending, on_fit_end = [], threading.Event(), trainer.on_fit_end
+
+    def slow_fresh_index(collection, encoder, **kwargs):
+        step = trainer.state['step']
+        copies.append((step, encoder))
+        while trainer.state['step'] < step + 2 and not ending.is_set():
+            time.sleep(0.01)
+        return fresh_index(collection, encoder, **kwargs)
+
+    def on_fit_end_releasing_the_build():
+        ending.set()
+        on_fit_end()
+    monkeypatch.setattr(reconstruction, 'fresh_index', slow_fresh_index)
+    monkeypatch.setattr(trainer, 'on_fit_end', on_fit_end_releasing_the_build)
+    # 6 steps: copies at steps 2 and 4 (none after the last step, 6); the copy of step 4 is
+    # still being built when the run ends, and is discarded
+    trainer.fit(coll.topics().head(30))
+
+    assert [step for step, _ in copies] == [2, 4]
+    assert [(r['step'], r['staleness']) for r in trainer.log if 'staleness' in r] == [(4, 2)]
+    assert [r['step'] for r in trainer.log if 'refresh seconds' in r] == [0, 4]
+    step_2 = copies[0][1]  # the index in use at the end encodes the copy of step 2
+    assert step_2.passage_fingerprint() != enc.passage_fingerprint()  # (training went on)
+    docnos, vectors, _ = trainer._index.payload()
+    in_order = list(docnos.fwd[np.arange(len(vectors))])
+    np.testing.assert_allclose(vectors, step_2.encode_docs(coll.texts(in_order)), rtol=1e-5,
+                               atol=1e-6)
+    assert not np.allclose(vectors, enc.encode_docs(coll.texts(in_order)), atol=1e-4)
 
 
 def test_rumbart_reuses_cached_teacher_scores_and_leaves_a_frozen_generator_alone(

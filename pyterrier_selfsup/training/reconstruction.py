@@ -24,9 +24,12 @@ of the full one) and the index never goes stale (a refresh only re-retrieves).
                       'beir/scifact/test', output_dir='runs/rumbart')
     trainer.fit(pt.get_dataset('irds:beir/scifact/train').get_topics())   # labels never read
 """
+import copy
 import logging
 import tempfile
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from functools import cached_property
 from pathlib import Path
 from typing import List, Optional, Tuple, Union
@@ -86,6 +89,14 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
     share of each batch's queries, a refresh is encoded in shards
     (:func:`~pyterrier_selfsup.retrieval.dense.fresh_index`), and RUMBArt's teacher scores its
     share of the passages into the shared cache.
+
+    With ``refresh='async'`` (one process only) training does not wait for a refresh: a thread
+    encodes a copy of the weights of the refresh step, and the new index is swapped in after the
+    first step that finds it ready (and at the latest at the next refresh step, which waits for
+    it). The log records each swap's ``staleness``, the steps between the copy and the swap.
+    Which step that is depends on how fast the machine runs, so such a run is not reproducible
+    step for step, and a resumed run does not match one never stopped; the synchronous default
+    is, and does.
     """
     Settings = ReconstructionSettings
     marker = 'refresh seconds'
@@ -100,11 +111,27 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
         # the stale index: a FlexIndex of the passage encoder as it was at the last refresh
         self._index = None
         self._index_dir: Optional[tempfile.TemporaryDirectory] = None
+        # refresh='async': the step of the weights being encoded, and the build's future
+        self._building: Optional[Tuple[int, Future]] = None
+        self._builder: Optional[ThreadPoolExecutor] = None
 
     def on_fit_start(self):
         # RAG: passages keep a frozen copy of the start encoder
         if not self.settings.train_passages:
             self.encoder.model.freeze_passage_tower()
+        if self.settings.refresh == 'async' and self.world_size > 1:
+            raise ValueError("refresh='async' runs in one process: a data-parallel refresh is "
+                             "encoded in shards by every process at once (use refresh='sync')")
+
+    def on_fit_end(self):
+        super().on_fit_end()
+        if self._building is not None:  # a build the run no longer needs: waited for, removed
+            _, future = self._building
+            self._building = None
+            future.result()[1].cleanup()
+        if self._builder is not None:
+            self._builder.shutdown()
+            self._builder = None
 
     def parameters(self):
         yield from super().parameters()
@@ -140,8 +167,53 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
             self.refresh(examples, initial=True)
 
     def on_step_end(self, examples: List[Query]):
+        asynchronous = self.settings.refresh == 'async' and self.settings.train_passages
+        if asynchronous:
+            self._swap(examples, wait=False)
         if self.settings.refresh_every and self.state['step'] % self.settings.refresh_every == 0:
-            self.refresh(examples)
+            if asynchronous:
+                self._swap(examples, wait=True)  # one build at a time
+                self._start_build()
+            else:
+                self.refresh(examples)
+
+    def _start_build(self):
+        """``refresh='async'``: a copy of the encoder as it is now, encoded into a fresh index
+        on a thread of its own (on a GPU, on a CUDA stream of its own) while training goes on."""
+        snapshot = copy.deepcopy(self.encoder)
+        snapshot.model.eval()
+        for parameter in snapshot.model.parameters():
+            parameter.requires_grad_(False)
+        stream = None
+        if snapshot.device.type == 'cuda':
+            stream = torch.cuda.Stream(snapshot.device)
+            stream.wait_stream(torch.cuda.current_stream(snapshot.device))  # (the copy's)
+
+        def build():
+            t0 = time.time()
+            with torch.cuda.stream(stream) if stream is not None else nullcontext():
+                index, directory = fresh_index(self.collection, snapshot)
+            return index, directory, time.time() - t0
+        if self._builder is None:
+            self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix='refresh')
+        self._building = (self.state['step'], self._builder.submit(build))
+
+    def _swap(self, examples: List[Query], wait: bool):
+        """``refresh='async'``: the index being built, swapped in if it is ready (or once it
+        is, with ``wait``); logs its build time and its staleness, the optimiser steps taken
+        between the copy of the weights it encodes and the swap."""
+        if self._building is None or not (wait or self._building[1].done()):
+            return
+        (snapshot_step, future), self._building = self._building, None
+        index, directory, seconds = future.result()
+        old, self._index, self._index_dir = self._index_dir, index, directory
+        if old is not None:
+            old.cleanup()
+        self.log.append({'step': self.state['step'], 'refresh seconds': seconds,
+                         'staleness': self.state['step'] - snapshot_step})
+        logger.info('MIPS index of step %d swapped in at step %d (built in %.0f s)',
+                    snapshot_step, self.state['step'], seconds)
+        self.after_refresh(examples)
 
     def refresh(self, examples: List[Query], initial: bool = False):
         """Rebuilds the MIPS index from the current passage encoder. The start encoder's

@@ -285,6 +285,11 @@ class ReconstructionSettings(MethodSettings):
     k: int = setting(5, 'Passages retrieved a query and scored by the generator.')
     refresh_every: Optional[int] = setting(25, 'Optimiser steps between rebuilds of the stale '
                                                'index (None: never).')
+    refresh: str = setting(
+        'sync', 'sync: training waits while the index is rebuilt, and a resumed run matches one '
+                'never stopped; async: a thread rebuilds it from a copy of the weights while '
+                'training goes on, and the new index is swapped in when ready (REALM), so runs '
+                'depend on timing.', key='changed', choices=('sync', 'async'))
     null_document: bool = setting(False, 'Add the empty passage to every query\'s candidates '
                                          '(REALM).')
     train_passages: bool = setting(
