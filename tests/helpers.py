@@ -2,6 +2,8 @@
 import os
 from contextlib import contextmanager
 
+from torch.utils._python_dispatch import TorchDispatchMode
+
 QUERIES = ['what is information retrieval', 'automatic indexing of documents']
 DOCS = ['retrieval of information from a library of documents', 'indexing',
         'the weather today is fine and dry', 'automatic indexing assigns terms to documents']
@@ -68,3 +70,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))
         return s.getsockname()[1]
+
+
+class OperationCount(TorchDispatchMode):
+    """Counts the ATen operations dispatched while it is active: a count that does not depend
+    on the machine, which an operation budget holds a model's batch to."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))

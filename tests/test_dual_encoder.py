@@ -5,11 +5,11 @@ import pandas as pd
 import pytest
 import torch
 from huggingface_hub import snapshot_download
-from torch.utils._python_dispatch import TorchDispatchMode
 from sentence_transformers import SentenceTransformer
 
 from pyterrier_selfsup import MINILM, Collection, DenseRetriever, DualEncoder, flex_index
 from pyterrier_selfsup.models import _base
+from tests.helpers import OperationCount
 
 TEXTS = ['Dense retrieval with a dual encoder.', 'BM25 is a strong baseline', 'short',
          'Cells respond to the rapamycin treatment by slowing their growth rate.' * 3]
@@ -57,18 +57,6 @@ def test_padding_in_numpy_matches_the_tokenizer(minilm):
         assert torch.equal(mask, expected['attention_mask'])
     assert [(s.start, s.stop) for s in _base.budget_batches(np.array([9, 4, 4, 2, 2, 2, 1]), 8)] \
         == [(0, 1), (1, 3), (3, 7)]
-
-
-class OperationCount(TorchDispatchMode):
-    """Counts the ATen operations dispatched while it is active."""
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.count += 1
-        return func(*args, **(kwargs or {}))
 
 
 # operations an inference batch of MiniLM dispatches, as counted here (in bf16, 24 casts of

@@ -5,6 +5,7 @@ import torch
 
 from pyterrier_selfsup import BM25, Collection
 from pyterrier_selfsup.models.generator import SMOLLM2, SMOLLM2_GGUF, Generator
+from tests.helpers import OperationCount
 
 PASSAGES = ['Scurvy is caused by a lack of vitamin C in the diet; sailors on long voyages suffered '
             'from it.',
@@ -292,3 +293,29 @@ def test_cached_scoring_goes_by_passage_and_commits_each_chunk(tiny_generator, t
     import sqlite3
     with sqlite3.connect(tmp_path / 'scores' / 'db.sqlite3') as db:
         assert db.execute('SELECT COUNT(*) FROM cache').fetchone()[0] == 6
+
+
+# operations a scoring batch of the tiny Llama dispatches, as counted here, by precision and
+# targets a passage (1: one forward a pair over prompt and target; 3: the prompt's forward,
+# then its targets' from its cache). The prompt's cache for a single target made 390 and 423.
+OPERATIONS_A_BATCH = {('fp32', 1): 160, ('bf16', 1): 177, ('fp32', 3): 393, ('bf16', 3): 426}
+
+
+@pytest.mark.parametrize('targets', [1, 3])
+@pytest.mark.parametrize('precision', ['fp32', 'bf16'])
+def test_a_scoring_batch_dispatches_a_fixed_number_of_operations(tiny_generator_dir, precision,
+                                                                 targets):
+    gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu',
+                                    precision=precision, batch_size=2)
+    passages = [f'passage {i} tells of {i} things' for i in range(6)]
+
+    def operations(n: int) -> int:
+        counter = OperationCount()
+        pairs = [(f'query {j} of passage {i}', p) for i, p in enumerate(passages[:n])
+                 for j in range(targets)]
+        with counter:
+            gen.log_likelihoods([q for q, _ in pairs], [p for _, p in pairs])
+        return counter.count
+    # 1 batch of 2 passages against 3: what one more batch dispatches
+    per_batch = (operations(6) - operations(2)) / 2
+    assert per_batch == OPERATIONS_A_BATCH[precision, targets]

@@ -9,7 +9,6 @@ modules and a tokenizer. The training loop trains any of them through
 import json
 import logging
 import math
-import os
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
