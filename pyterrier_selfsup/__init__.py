@@ -48,7 +48,7 @@ _MODULES = {
     'training.settings': ['REATT_HEAD', 'AcrobartSettings', 'CrossDocumentAdjustmentSettings',
                           'DistantSupervisionSettings', 'DistillationSettings', 'MethodSettings',
                           'RumbartSettings'],
-    'harness.pipelines': ['PIPELINES', 'PipelineSpec', 'register', 'CrossFold'],
+    'harness.pipelines': ['PIPELINES', 'PipelineSpec', 'get_pipeline', 'register', 'CrossFold'],
     'harness.experiment': ['run_experiment', 'write_results'],
     'harness.plots': ['plot_training_curve'],
 }

@@ -8,6 +8,7 @@ from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -299,6 +300,38 @@ def test_distillation_runs_from_the_command_line(tmp_path, cache_dir):
     for path in models.values():  # each can be taken away
         model = SentenceTransformer(str(path / 'final'), device='cpu')
         assert model.encode_query(['automatic indexing']).shape == (1, 384)
+
+
+def test_a_file_of_ones_own_documents_is_a_collection_on_the_command_line(tmp_path, cache_dir):
+    """What a user with a JSON lines file of documents does: `selfsup run` says there is nothing
+    to evaluate (no judgements); `selfsup train distill -c FILE --output DIR` adapts MiniLM to
+    it, and DIR loads with sentence-transformers and with the package, to the same vectors."""
+    from sentence_transformers import SentenceTransformer
+
+    from pyterrier_selfsup import Collection, DualEncoder
+    docs = tmp_path / 'my docs.jsonl'
+    docs.write_text(''.join(json.dumps({'docno': d['docno'], 'text': d['text']}) + '\n'
+                            for d in Collection('classic/adi').corpus_iter()))
+    assert Collection(str(docs)).docs_count == 82
+
+    ran = selfsup('run', '-c', docs, '-p', 'bm25', '--cache-dir', cache_dir, cwd=tmp_path)
+    assert ran.returncode == 0 and 'nothing to evaluate' in ran.stdout, ran
+    assert f'selfsup train distill -c {docs} --output DIR' in ran.stdout
+
+    ran = selfsup('train', 'distill:queries=sentences,n_queries=48,rounds=1,verdict_share=0', '-c',
+                  docs, '--output', tmp_path / 'adapted', '--cache-dir', cache_dir, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert f'the trained model, copied: {tmp_path / "adapted"}' in ran.stdout
+    queries = ['automatic indexing', 'information retrieval systems']
+    theirs = SentenceTransformer(str(tmp_path / 'adapted'), device='cpu').encode_query(queries)
+    ours = DualEncoder.from_pretrained(str(tmp_path / 'adapted'), device='cpu', precision='fp32')
+    np.testing.assert_allclose(ours.encode_queries(queries), theirs, atol=1e-5)
+    start = DualEncoder.from_pretrained('sentence-transformers/all-MiniLM-L6-v2', device='cpu',
+                                        precision='fp32')
+    assert not np.allclose(start.encode_queries(queries), theirs, atol=1e-3)  # it trained
+
+    ran = selfsup('run', '-c', tmp_path / 'missing.jsonl', '-p', 'bm25', cwd=tmp_path)
+    assert ran.returncode == 2 and 'no documents file' in ran.stderr, ran
 
 
 @pytest.mark.slow

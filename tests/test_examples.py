@@ -133,36 +133,41 @@ def test_cross_document_adjustment(run_example, tmp_path):
 
 
 def test_your_own_corpus_on_a_corpus_it_has_never_seen(run_example, tmp_path):
-    """A JSONL of documents under new ids, a plain file of queries, no qrels: trained,
-    indexed, searched, saved; then loaded back and searched by load_trained_model.py."""
+    """A JSONL of documents under new ids, a plain file of queries, no qrels: trained as the
+    command line trains, searched, copied; then loaded back and searched by
+    load_trained_model.py."""
     adi = Collection(ADI)
     with open(tmp_path / 'docs.jsonl', 'w') as out:
         for doc in adi.corpus_iter():
             out.write(json.dumps({'docno': f'doc-{doc["docno"]}', 'text': doc['text']}) + '\n')
     (tmp_path / 'queries.txt').write_text('\n'.join(adi.topics()['query'].head(12)) + '\n')
     ran = run_example('your_own_corpus.py', tmp_path / 'docs.jsonl', tmp_path / 'queries.txt',
-                      '--rounds', 1, '--output-dir', tmp_path / 'mine')
+                      '--settings', 'rounds=1,verdict_share=0', '--output', tmp_path / 'mine')
     corpus = ran['corpus']
     assert corpus.name.startswith('local/docs-') and corpus.docs_count == 82
     assert set(ran['runs']['adapted']['docno']) <= {f'doc-{d["docno"]}' for d in adi.corpus_iter()}
     assert ran['runs']['adapted']['qid'].nunique() == 12
     with pytest.raises(ValueError, match='has no relevance judgements'):
         corpus.qrels()
-    loaded = run_example('load_trained_model.py', tmp_path / 'mine' / 'final',
+    # the command line's call: the same pipeline, settings and cache entry
+    assert ran['distill'].model_dir(corpus) == ran['final'].parent
+    loaded = run_example('load_trained_model.py', tmp_path / 'mine',
                          '--docs', tmp_path / 'docs.jsonl',
                          '--query', adi.topics()['query'].iloc[0])
     first = ran['runs']['adapted'].query('qid == "1"').head(10)['docno'].tolist()
-    # the saved model ranks as the trained one
+    # the copied model ranks as the trained one
     assert loaded['results'].head(10)['docno'].tolist() == first
 
 
 def test_your_own_corpus_without_queries_from_a_csv(run_example, tmp_path):
+    """Corpus only, the shipped setting: the generator writes the queries."""
     adi = Collection(ADI)
     pd.DataFrame(list(adi.corpus_iter())).head(40).to_csv(tmp_path / 'docs.csv', index=False)
-    ran = run_example('your_own_corpus.py', tmp_path / 'docs.csv', '--rounds', 1, '--output-dir',
+    ran = run_example('your_own_corpus.py', tmp_path / 'docs.csv', '--settings',
+                      'n_queries=12,rounds=1,filter_depth=10,verdict_share=0', '--output',
                       tmp_path / 'csv')
-    assert ran['corpus'].docs_count == 40 and ran['queries']['qid'].str.startswith('sent').all()
-    assert (tmp_path / 'csv' / 'final').is_dir() and len(ran['runs']['adapted']) > 0
+    assert ran['corpus'].docs_count == 40 and ran['distill'].settings['queries'] == 'sampled'
+    assert (tmp_path / 'csv' / 'config.json').is_file() and len(ran['runs']['adapted']) > 0
 
 
 def test_distill_data_parallel_on_one_process(run_example, tmp_path):

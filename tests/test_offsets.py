@@ -3,7 +3,6 @@ model and searching the index they move, resuming exactly."""
 import math
 
 import numpy as np
-import pyterrier as pt
 import pytest
 import torch
 

@@ -19,15 +19,32 @@ class UnknownCollectionError(ValueError):
     pass
 
 
+# what a name ends with (before an optional .gz) where it names a file of documents
+DOCUMENT_FILE_SUFFIXES = ('.jsonl', '.csv', '.tsv')
+
+
+def names_a_file(name: str) -> bool:
+    """Whether ``name`` is a path to a documents file rather than a collection's name: a file
+    that exists, or a name ending in .jsonl, .csv or .tsv (optionally .gz)."""
+    suffixes = [s.lower() for s in Path(name).suffixes if s.lower() != '.gz']
+    return Path(name).is_file() or bool(suffixes) and suffixes[-1] in DOCUMENT_FILE_SUFFIXES
+
+
 class Collection:
     """A collection that ir_datasets knows (``beir/scifact/test``, ``cranfield``,
-    ``classic/cisi``, ...), optionally written ``irds:beir/scifact/test``.
+    ``classic/cisi``, ...), optionally written ``irds:beir/scifact/test``, or a corpus of your
+    own: a path to a JSON lines, CSV or TSV file of documents (:meth:`from_files`, which also
+    takes a file of queries).
 
     Every component sees the same document text: ir_datasets' ``default_text()``,
     which is title + text for the collections that have titles.
     """
 
-    def __init__(self, name: str):
+    def __init__(self, name: Union[str, Path]):
+        name = str(name)
+        if names_a_file(name):
+            from pyterrier_selfsup.data.local import register_local
+            name = register_local(name)
         name = name[len('irds:'):] if name.startswith('irds:') else name
         if name.startswith('classic/') and name not in ir_datasets.registry:
             _register_from_classic_data(name)
@@ -111,6 +128,11 @@ class Collection:
         return pd.DataFrame(
             [{'qid': q.query_id, 'query': q.default_text()} for q in self.irds.queries_iter()],
             columns=['qid', 'query'])
+
+    @property
+    def has_judgements(self) -> bool:
+        """Whether the collection has queries with relevance judgements to evaluate on."""
+        return self.irds.has_queries() and self.irds.has_qrels()
 
     def qrels(self) -> pd.DataFrame:
         """``qid``, ``docno``, ``label``."""

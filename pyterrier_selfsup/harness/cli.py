@@ -16,6 +16,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from pyterrier_selfsup.data.classic import BUILTIN, CLASSIC_DATA_ENV, discover
 from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
 from pyterrier_selfsup.data.local import MalformedFileError
 from pyterrier_selfsup.harness import reference, trained
-from pyterrier_selfsup.harness.experiment import run_experiment, write_results
+from pyterrier_selfsup.harness.experiment import NothingToEvaluate, run_experiment, write_results
 from pyterrier_selfsup.harness.pipelines import (PIPELINE_ALIASES, PIPELINES, UnknownPipelineError,
                                                  get_pipeline)
 from pyterrier_selfsup.progress import progress_mode, set_progress
@@ -57,8 +58,8 @@ def main(argv=None) -> int:
     run = sub.add_parser('run', parents=[common],
                          help='evaluate pipelines on collections in one pt.Experiment each')
     run.add_argument('-c', '--collections', nargs='+', default=DEFAULT_COLLECTIONS, metavar='NAME',
-                     help='ir_datasets ids or classic/<name> (default: '
-                          f'{" ".join(DEFAULT_COLLECTIONS)})')
+                     help='ir_datasets ids, classic/<name>, or files of documents (.jsonl, .csv, '
+                          f'.tsv) (default: {" ".join(DEFAULT_COLLECTIONS)})')
     run.add_argument('-p', '--pipelines', nargs='+', default=DEFAULT_PIPELINES, metavar='NAME',
                      help='named pipelines, the first is the baseline, NAME:key=value,... '
                           'changes settings (default: '
@@ -72,7 +73,11 @@ def main(argv=None) -> int:
     train.add_argument('pipeline', metavar='PIPELINE',
                        help='a pipeline that trains (NAME or NAME:key=value,...)')
     train.add_argument('-c', '--collection', required=True, metavar='NAME',
-                       help='the corpus to adapt to')
+                       help='the corpus to adapt to: a collection\'s name, or a JSON lines, CSV '
+                            'or TSV file of documents (docno, text, optional title)')
+    train.add_argument('--output', metavar='DIR', type=Path,
+                       help='also copy the trained model here (distill\'s loads with '
+                            'SentenceTransformer(DIR) too)')
 
     sub.add_parser('list', help='the named pipelines, their settings and the collections used in '
                                 'this project')
@@ -137,11 +142,17 @@ def main(argv=None) -> int:
     try:
         if args.command == 'train':
             spec = get_pipeline(args.pipeline)
+            if args.output is not None and not rank:  # (said before the training, not after)
+                writable(args.output, 'the trained model', 'choose another with --output',
+                         create=False)
             path = spec.train(Collection(args.collection), run.replace(verbose=not rank))
             if not rank:
                 print(f'trained {spec.name} on {args.collection}' +
                       (f' on {distributed()[1]} processes' if rank is not None else '') +
                       f': {path}')
+                if args.output is not None:
+                    shutil.copytree(path, args.output, dirs_exist_ok=True)
+                    print(f'the trained model, copied: {args.output}')
                 # (queries=crossfold: a model a fold, of which train returns the last)
                 folds = len(trained.each_model(spec.settings)) > 1
                 directories = (spec.model_dirs(Collection(args.collection), run)
@@ -158,6 +169,9 @@ def main(argv=None) -> int:
         result = run_experiment(args.collections, args.pipelines, name=args.save or 'selfsup run',
                                 run=run,
                                 log=lambda s: print(s, flush=True))
+    except NothingToEvaluate as e:
+        print(f'selfsup: {e}')
+        return 0
     except (UnknownCollectionError, UnknownPipelineError, FileNotFoundError, CacheError,
             MalformedFileError) as e:
         print(f'selfsup: error: {e}', file=sys.stderr)

@@ -67,6 +67,10 @@ class ExperimentResult:
             ['collection'] + list(self.results[0].per_query.columns)]
 
 
+class NothingToEvaluate(ValueError):
+    """A collection without relevance judgements was given to evaluate on."""
+
+
 def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *,
                    name: str = 'experiment', run: RunContext = SILENT,
                    log=print) -> ExperimentResult:
@@ -82,6 +86,12 @@ def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *,
     colls = [Collection(c) for c in collections]
     if not colls:
         raise ValueError('no collections to evaluate on')
+    for given, coll in zip(collections, colls):
+        if not coll.has_judgements:
+            raise NothingToEvaluate(
+                f'{given} has no queries with relevance judgements, so there is nothing to '
+                f'evaluate. To adapt a retriever to it without labels: selfsup train distill '
+                f'-c {given} --output DIR')
     header = provenance.header()  # the code and machine as they are when the work starts
     started = time.time()
     results = []
