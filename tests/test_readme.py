@@ -90,6 +90,7 @@ def test_every_selfsup_command_of_the_readme_parses_and_names_known_pipelines(mo
     monkeypatch.setattr(cli, 'write_results', lambda *args, **kwargs: [])
     monkeypatch.setattr(cli, 'writable', lambda *args, **kwargs: None)
     monkeypatch.setattr(cli, 'join_process_group', lambda: None)
+    monkeypatch.setattr(cli.shutil, 'copytree', lambda *args, **kwargs: None)  # (--output)
     monkeypatch.setattr(cli, 'Collection', lambda name: name)
     monkeypatch.setattr(type(get_pipeline('ds')), 'train',
                         lambda spec, *args, **kwargs: seen.append(spec) or Path('x'))
