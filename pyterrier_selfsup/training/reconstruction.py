@@ -32,7 +32,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from functools import cached_property
 from pathlib import Path
-from typing import List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -299,6 +299,9 @@ class Rumbart(RetrieveAndReconstruct):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._teacher = None
+        # the teacher's scores of the pairs of the last fill and of the steps since, by (query,
+        # passage): a step looks its pairs up here, not in the score cache's database
+        self._scores: Dict[Tuple[str, str], float] = {}
         if not self.generator.trainable:
             self._teacher = self.generator.scorer(normalise='sum', cache=score_cache_dir(
                 self.collection.corpus_id, self.generator, self.cache_dir))
@@ -320,8 +323,17 @@ class Rumbart(RetrieveAndReconstruct):
         # one call for all pairs: the scorer goes by passage (each passage's prompt encoded
         # once for all its queries), commits to the cache as it goes, and splits the
         # passages between the processes of a data-parallel run
-        self._teacher.fill(self._pairs(examples, docnos, self.texts(docnos)))
+        pairs = self._pairs(examples, docnos, self.texts(docnos))
+        self._teacher.fill(pairs)
+        self._scores = {}
+        self._remember(pairs)  # (every process: the cache holds all of them now)
         self.log.append({'step': self.state.get('step', 0), 'teacher seconds': time.time() - t0})
+
+    def _remember(self, pairs: pd.DataFrame):
+        """The teacher's scores of ``pairs``, through the score cache (which scores those it
+        does not hold), kept in memory for the steps' look-ups."""
+        scored = self._teacher(pairs)
+        self._scores.update(zip(zip(scored['query'], scored['docno']), scored['score']))
 
     @staticmethod
     def _pairs(batch: List[Query], docnos: List[List[str]], texts: List[List[str]]) -> pd.DataFrame:
@@ -333,13 +345,14 @@ class Rumbart(RetrieveAndReconstruct):
     def teacher_logp(self, batch: List[Query], docnos: List[List[str]],
                      texts: List[List[str]]) -> torch.Tensor:
         """log p_θ(x | z) for each query's candidates, (b, k)."""
-        frame = self._pairs(batch, docnos, texts)
         if self._teacher is not None:
-            # rows come back re-ordered
-            scored = self._teacher(frame).set_index(['qid', 'docno'])['score']
-            values = torch.tensor(scored.reindex(pd.MultiIndex.from_frame(frame[['qid', 'docno']]))
-                                  .to_numpy(dtype=np.float32))
+            keys = [(q.query, d) for q, row in zip(batch, docnos) for d in row]
+            missing = [i for i, key in enumerate(keys) if key not in self._scores]
+            if missing:  # candidates the query encoder found since the last fill
+                self._remember(self._pairs(batch, docnos, texts).iloc[missing])
+            values = torch.tensor(np.array([self._scores[key] for key in keys], dtype=np.float32))
         else:
+            frame = self._pairs(batch, docnos, texts)
             values = self.generator.log_likelihood(frame['query'].tolist(), frame['text'].tolist())
         return values.view(len(batch), -1).to(self.encoder.device)
 
