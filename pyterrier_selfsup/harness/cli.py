@@ -159,6 +159,11 @@ def main(argv=None) -> int:
                                if folds else [path.parent])
                 for directory in directories:
                     print(f'training log and curve: {directory}')
+                    for record in read_log(directory):  # what each stage did, and its time
+                        if 'stage' in record and record.get('seconds') is not None:
+                            done = (f'{record["done"]:,} {plural(record["unit"])} in '
+                                    if 'done' in record else '')
+                            print(f'  {record["stage"]}: {done}{record["seconds"]:.0f} s')
                     said = [r['verdict'] for r in read_log(directory) if 'verdict' in r]
                     if said:
                         print(f'verdict: {said[-1]}')
@@ -180,6 +185,10 @@ def main(argv=None) -> int:
         for path in write_results(result, args.results_dir):
             print(f'wrote {path}')
     return 0
+
+
+def plural(unit: str) -> str:
+    return unit[:-1] + 'ies' if unit.endswith('y') else unit + 's'
 
 
 def read_log(directory: Path) -> list:
