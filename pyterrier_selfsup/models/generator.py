@@ -234,21 +234,12 @@ class Generator(TorchModel):
         with self.inference():
             for batch in batches:
                 rows = [(pair, row) for row, p in enumerate(batch) for pair in pairs_of[p]]
-                if not self.is_seq2seq and len(rows) < 2 * len(batch):
-                    # fewer than two targets a passage: a forward a pair over prompt and target
-                    # costs less than the prefix's forward, its cache's copies and a second one
-                    targets = [t_ids[pair_target[pair]] for pair, _ in rows]
-                    scored.append(([pair for pair, _ in rows], self.sequence_logp(
-                        [p_ids[batch[row]] + t for (_, row), t in zip(rows, targets)], targets)))
-                else:
-                    # targets are scored in chunks padded to their longest: sorted by length,
-                    # a chunk pads little (the target pass is most of the work when passages
-                    # recur)
-                    rows.sort(key=lambda pair_row: len(t_ids[pair_target[pair_row[0]]]))
-                    score = self._score_seq2seq if self.is_seq2seq else self._score_causal
-                    scored.extend(score([p_ids[p] for p in batch],
-                                        [(row, t_ids[pair_target[pair]]) for pair, row in rows],
-                                        rows))
+                # targets are scored in chunks padded to their longest: sorted by length,
+                # a chunk pads little (the target pass is most of the work when passages recur)
+                rows.sort(key=lambda pair_row: len(t_ids[pair_target[pair_row[0]]]))
+                score = self._score_seq2seq if self.is_seq2seq else self._score_causal
+                scored.extend(score([p_ids[p] for p in batch],
+                                    [(row, t_ids[pair_target[pair]]) for pair, row in rows], rows))
                 if tracker is not None:
                     tracker.update(pairs_in(batch))
         if scored:
