@@ -347,9 +347,11 @@ class Rumbart(RetrieveAndReconstruct):
         """log p_θ(x | z) for each query's candidates, (b, k)."""
         if self._teacher is not None:
             keys = [(q.query, d) for q, row in zip(batch, docnos) for d in row]
-            missing = [i for i, key in enumerate(keys) if key not in self._scores]
-            if missing:  # candidates the query encoder found since the last fill
-                self._remember(self._pairs(batch, docnos, texts).iloc[missing])
+            if any(key not in self._scores for key in keys):
+                # candidates the query encoder found since the last fill: the batch's pairs go
+                # through the score cache, which scores those it lacks (in the batches it
+                # would have scored them in before this look-up existed)
+                self._remember(self._pairs(batch, docnos, texts))
             values = torch.tensor(np.array([self._scores[key] for key in keys], dtype=np.float32))
         else:
             frame = self._pairs(batch, docnos, texts)
