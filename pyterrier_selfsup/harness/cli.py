@@ -32,6 +32,7 @@ from pyterrier_selfsup.harness.pipelines import (PIPELINE_ALIASES, PIPELINES, Un
                                                  get_pipeline)
 from pyterrier_selfsup.progress import progress_mode, set_progress
 from pyterrier_selfsup.training.settings import SETTINGS
+from pyterrier_selfsup.training.verdict import FEWEST
 
 DEFAULT_COLLECTIONS = ['beir/scifact/test']
 DEFAULT_PIPELINES = ['bm25', 'minilm']
@@ -167,6 +168,10 @@ def main(argv=None) -> int:
                     said = [r['verdict'] for r in read_log(directory) if 'verdict' in r]
                     if said:
                         print(f'verdict: {said[-1]}')
+                    elif spec.method == 'distill' and spec.settings.get('verdict_share', 0.1):
+                        print('verdict: none: too few training queries to hold some out '
+                              f'(it takes {3 * FEWEST} or more); every query trained and the '
+                              'last round was kept')
             return 0
         if args.save:  # (before the run, not after it: an unwritable directory is said at once)
             writable(Path(args.results_dir), f'the results of {args.save}',
