@@ -18,14 +18,8 @@ fi
 want="$(cat "$root/setup.py" "$root/constraints.txt" | sha1sum | cut -c1-40)-$extra"
 if [ "$(cat "$venv/.selfsup-installed" 2>/dev/null)" != "$want" ]; then
   echo "installing pyterrier-selfsup[$extra,test] into $venv (log: $venv/install.log)" >&2
-  # (pip compiles every module on one core; compileall after it uses them all. A module that
-  # does not compile, one of a dependency's templates, is left to fail as it would under pip)
   if ! { "$venv/bin/python" -m pip install --upgrade pip &&
-         "$venv/bin/python" -m pip install --no-compile -c "$root/constraints.txt" \
-           -e "$root[$extra,test]" &&
-         { "$venv/bin/python" -m compileall -q -j 0 \
-             "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
-             > "$venv/compile.log" 2>&1 || true; }; } \
+         "$venv/bin/python" -m pip install -c "$root/constraints.txt" -e "$root[$extra,test]"; } \
        > "$venv/install.log" 2>&1; then
     tail -n 40 "$venv/install.log" >&2
     return 1 2>/dev/null || exit 1
