@@ -163,8 +163,8 @@ def test_adaptation_runs_from_the_command_line(tmp_path, cache_dir):
 @pytest.mark.slow
 def test_rumbart_and_acrobart_run_from_the_command_line(tmp_path, cache_dir):
     """The acceptance path with the real models: MiniLM adapted on ADI with SmolLM2 frozen
-    as the teacher, on 20 corpus spans (2 steps each), then evaluated beside BM25."""
-    small = 'queries=spans,n_queries=20,k=2,batch_size=10,refresh_every=1,max_passage_length=64'
+    as the teacher, on 10 corpus spans (2 steps each), then evaluated beside BM25."""
+    small = 'queries=spans,n_queries=10,k=2,batch_size=5,refresh_every=1,max_passage_length=64'
     rumbart, acrobart = f'rumbart:{small}', f'acrobart:{small}'
     proc = selfsup('run', '-c', 'classic/adi', '-p', 'bm25', 'dual', rumbart, acrobart,
                    '--save', 'rr',
