@@ -378,7 +378,7 @@ class DualEncoder(BiEncoder, TrainableModel):
     def _batches(self, texts: List[str], side: str, budget: int):
         """(positions in ``texts``, input ids, attention mask) for each inference batch.
 
-        Texts go longest first by characters, in slices tokenized on threads while the device
+        Texts go longest first by characters, in slices tokenized on a thread while the device
         encodes the slice before (:func:`tokenized_in_slices`). Each slice is sorted by its
         token counts and cut into batches of at most ``budget`` padded tokens
         (:func:`budget_batches`), so that short texts (queries) run many to a batch and each
