@@ -46,9 +46,10 @@ def test_every_example_has_a_test():
 
 @pytest.mark.slow
 def test_rerank_from_stored_vectors_scores_as_reencoding_does(run_example):
-    table = run_example('rerank_bm25_with_minilm.py', ADI)['table']
-    assert nDCG10(table, 'BM25') == pytest.approx(0.4855, abs=1e-4)  # (tests/test_bm25.py)
-    assert nDCG10(table, 'MiniLM') == pytest.approx(0.4975, abs=1e-4)  # (tests/test_dense.py)
+    # 10 of ADI's 35 queries: re-encoding every candidate of each query is most of the cost (the
+    # whole collection's numbers: tests/test_bm25.py, tests/test_dense.py, tests/test_readme.py)
+    table = run_example('rerank_bm25_with_minilm.py', ADI, '--queries', 10)['table']
+    assert nDCG10(table, 'BM25') != nDCG10(table, 'MiniLM')
     stored, text = (table.set_index('name').loc[f'BM25 >> MiniLM ({how})']
                     for how in ('stored vectors', 're-encoded'))
     assert stored['nDCG@10'] == text['nDCG@10'] and stored['R@100'] == pytest.approx(text['R@100'])
