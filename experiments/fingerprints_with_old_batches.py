@@ -2,11 +2,12 @@
 as it was at 883e671: fixed batches of 32 texts, Hugging Face's tokenizer call and pad, autocast.
 
 The token-budget batches of later commits give vectors that differ from these at the rounding of
-other matrix shapes (up to 2e-7 in fp32, 1e-3 in bf16, on MiniLM and scifact's queries), and
-that moved the digests of the runs that rank generated queries. With the old path patched back
-in, those runs' digests equal the committed ones: nothing else changed what they compute.
+other matrix shapes (``--vectors`` prints by how much, for MiniLM on 300 of scifact's training
+queries and ADI's), and that moved the digests of the runs that rank generated queries. With the
+old path patched back in, those runs' digests equal the committed ones: nothing else changed what
+they compute.
 
-    python experiments/fingerprints_with_old_batches.py
+    python experiments/fingerprints_with_old_batches.py [--vectors]
 """
 import sys
 import numpy as np
@@ -25,7 +26,17 @@ def old_encode(self, texts, side, batch_size):
             batch = self.tokenizer.pad({'input_ids': [ids[i] for i in idx]}, return_tensors='pt')
             out[idx] = self.model(batch['input_ids'], batch['attention_mask'], side).float().cpu().numpy()
     return out
+if '--vectors' in sys.argv:
+    from pyterrier_selfsup import MINILM, Collection
+    queries = (Collection('beir/scifact/train').topics()['query'].tolist()[:300]
+               + Collection('classic/adi').topics()['query'].tolist())
+    for precision in ('fp32', 'bf16'):
+        encoder = DualEncoder.from_pretrained(MINILM, device='cpu', precision=precision)
+        old, new = old_encode(encoder, queries, 'query', 32), encoder.encode_queries(queries)
+        print(f'{precision}: max |old - new| {np.abs(old - new).max():.3g}, '
+              f'rows equal {(old == new).all(1).mean():.0%} of {len(queries)}')
+    sys.exit()
 DualEncoder._encode_fast = old_encode
-import trainer_fingerprints
+import trainer_fingerprints  # noqa: E402
 sys.argv = ['trainer_fingerprints.py', '--check', '--only', 'rumbart', 'distill sampled']
 trainer_fingerprints.main()
