@@ -1,5 +1,5 @@
-"""`trainer_fingerprints.py --check --only rumbart "distill sampled"` with the encoder's inference path
-as it was at 883e671: fixed batches of 32 texts, Hugging Face's tokenizer call and pad, autocast.
+"""`trainer_fingerprints.py --check --only rumbart "distill sampled"` with the encoder's inference
+path as it was at 883e671: fixed batches of 32 texts, Hugging Face's tokenizer call and pad, autocast.
 
 The token-budget batches of later commits give vectors that differ from these at the rounding of
 other matrix shapes (``--vectors`` prints by how much, for MiniLM on 300 of scifact's training
@@ -24,7 +24,8 @@ def old_encode(self, texts, side, batch_size):
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
             batch = self.tokenizer.pad({'input_ids': [ids[i] for i in idx]}, return_tensors='pt')
-            out[idx] = self.model(batch['input_ids'], batch['attention_mask'], side).float().cpu().numpy()
+            vectors = self.model(batch['input_ids'], batch['attention_mask'], side)
+            out[idx] = vectors.float().cpu().numpy()
     return out
 if '--vectors' in sys.argv:
     from pyterrier_selfsup import MINILM, Collection
