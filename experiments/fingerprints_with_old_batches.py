@@ -1,5 +1,6 @@
 """`trainer_fingerprints.py --check --only rumbart "distill sampled"` with the encoder's inference
-path as it was at 883e671: fixed batches of 32 texts, Hugging Face's tokenizer call and pad, autocast.
+path as it was at 883e671: fixed batches of 32 texts, Hugging Face's tokenizer call and pad,
+autocast.
 
 The token-budget batches of later commits give vectors that differ from these at the rounding of
 other matrix shapes (``--vectors`` prints by how much, for MiniLM on 300 of scifact's training
