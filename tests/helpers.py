@@ -83,3 +83,11 @@ class OperationCount(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.count += 1
         return func(*args, **(kwargs or {}))
+
+    @classmethod
+    def of(cls, call) -> int:
+        """The operations ``call()`` dispatches."""
+        counter = cls()
+        with counter:
+            call()
+        return counter.count

@@ -31,7 +31,7 @@ from pyterrier_selfsup.harness.experiment import NothingToEvaluate, run_experime
 from pyterrier_selfsup.harness.pipelines import (PIPELINE_ALIASES, PIPELINES, UnknownPipelineError,
                                                  get_pipeline)
 from pyterrier_selfsup.progress import progress_mode, set_progress
-from pyterrier_selfsup.training.settings import SETTINGS
+from pyterrier_selfsup.training.settings import SETTINGS, DistillationSettings
 from pyterrier_selfsup.training.verdict import FEWEST
 
 DEFAULT_COLLECTIONS = ['beir/scifact/test']
@@ -160,15 +160,17 @@ def main(argv=None) -> int:
                                if folds else [path.parent])
                 for directory in directories:
                     print(f'training log and curve: {directory}')
-                    for record in read_log(directory):  # what each stage did, and its time
+                    log = read_log(directory)
+                    for record in log:  # what each stage did, and its time
                         if 'stage' in record and record.get('seconds') is not None:
                             done = (f'{record["done"]:,} {plural(record["unit"])} in '
                                     if 'done' in record else '')
                             print(f'  {record["stage"]}: {done}{record["seconds"]:.0f} s')
-                    said = [r['verdict'] for r in read_log(directory) if 'verdict' in r]
+                    said = [r['verdict'] for r in log if 'verdict' in r]
                     if said:
                         print(f'verdict: {said[-1]}')
-                    elif spec.method == 'distill' and spec.settings.get('verdict_share', 0.1):
+                    elif spec.method == 'distill' and spec.settings.get(
+                            'verdict_share', DistillationSettings.verdict_share):
                         print('verdict: none: too few training queries to hold some out '
                               f'(it takes {3 * FEWEST} or more); every query trained and the '
                               'last round was kept')

@@ -16,7 +16,6 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
-from torch.nn.utils.rnn import pad_sequence
 
 PRECISIONS = ('auto', 'fp32', 'bf16', 'fp16')
 
@@ -162,20 +161,24 @@ def clean_texts(texts: Sequence) -> List[str]:
 
 def pad(seqs: Sequence[Sequence[int]], value: int, *, left: bool = False, device=None,
         min_width: int = 1) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Token id lists as one (b, width) tensor and its attention mask, padded on the right
-    (or the left, for decoder-only models whose sequences must end together) to the longest,
-    or to ``min_width`` where that is longer (a slice of a batch padded as the whole batch)."""
-    pieces = [torch.as_tensor(list(s), dtype=torch.long) for s in seqs]
-    side = 'left' if left else 'right'
-    # one extra row of the least width, dropped after (so a batch of empty sequences is at least
-    # one column wide)
-    filler = max(1, min_width)
-    ids = pad_sequence(pieces + [torch.full((filler,), value)], batch_first=True,
-                       padding_value=value, padding_side=side)[:-1]
-    mask = pad_sequence([torch.ones_like(p) for p in pieces]
-                        + [torch.zeros(filler, dtype=torch.long)],
-                        batch_first=True, padding_value=0, padding_side=side)[:-1]
-    return to_device(ids, device), to_device(mask, device)
+    """Token id lists as one (b, width) int64 tensor and its attention mask, padded on the right
+    (or the left, for decoder-only models whose sequences must end together, and for tokenizers
+    that pad on the left) to the longest, or to ``min_width`` where that is longer (a slice of a
+    batch padded as the whole batch). Filled in numpy: a tokenizer's ``pad`` builds Python lists
+    and torch's ``pad_sequence`` a tensor a row, each costing more than the copy itself."""
+    lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
+    width = max(1, min_width, int(lengths.max(initial=0)))
+    ids = np.full((len(seqs), width), value, dtype=np.int64)
+    for row, (seq, n) in enumerate(zip(seqs, lengths)):
+        if n:
+            if left:
+                ids[row, width - n:] = seq
+            else:
+                ids[row, :n] = seq
+    columns = np.arange(width)
+    mask = columns >= width - lengths[:, None] if left else columns < lengths[:, None]
+    ids, mask = torch.from_numpy(ids), torch.from_numpy(mask.astype(np.int64))
+    return (ids, mask) if device is None else (to_device(ids, device), to_device(mask, device))
 
 
 def budget_batches(lengths: np.ndarray, budget: int) -> Iterator[slice]:
@@ -191,25 +194,6 @@ def budget_batches(lengths: np.ndarray, budget: int) -> Iterator[slice]:
         rows = max(1, budget // max(1, int(lengths[start])))
         yield slice(start, min(start + rows, len(lengths)))
         start += rows
-
-
-def pad_rows(seqs: Sequence[Sequence[int]], value: int, *,
-             left: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Token id lists as one (b, longest) int64 tensor and its attention mask, filled in
-    numpy (a fraction of the cost of a tokenizer's ``pad``, which builds Python lists), padded
-    on the right or, for tokenizers that pad on the left, on the left."""
-    lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
-    width = max(1, int(lengths.max(initial=0)))
-    ids = np.full((len(seqs), width), value, dtype=np.int64)
-    for row, (seq, n) in enumerate(zip(seqs, lengths)):
-        if n:
-            if left:
-                ids[row, width - n:] = seq
-            else:
-                ids[row, :n] = seq
-    columns = np.arange(width)
-    mask = columns >= width - lengths[:, None] if left else columns < lengths[:, None]
-    return torch.from_numpy(ids), torch.from_numpy(mask.astype(np.int64))
 
 
 TOKENIZE_SLICE = 1024

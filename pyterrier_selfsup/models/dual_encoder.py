@@ -25,7 +25,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from pyterrier_selfsup._cache import weights_fingerprint
 from pyterrier_selfsup.models._base import (TrainableModel, budget_batches, clean_texts,
-                                            linears_held_in, pad_rows, read_saved_config,
+                                            linears_held_in, pad, read_saved_config,
                                             resolve_device, to_device, tokenized_in_slices)
 from pyterrier_selfsup.models._openvino import CALIBRATION_TEXTS, OpenVinoSides
 from pyterrier_selfsup.models.offsets import PassageOffsets
@@ -309,10 +309,14 @@ class DualEncoder(BiEncoder, TrainableModel):
 
     # -- encoding ---------------------------------------------------------------------
 
+    def side_max_length(self, side: str) -> int:
+        """The tokens a text of ``side`` (``'query'`` or ``'passage'``) is cut to."""
+        return self.query_max_length if side == 'query' else self.max_length
+
     def tokenize(self, texts: List[str], side: str, padding: Union[bool, str] = True):
-        max_length = self.query_max_length if side == 'query' else self.max_length
         return self.tokenizer(clean_texts(texts), padding=padding, truncation=True,
-                              max_length=max_length, return_tensors='pt' if padding else None)
+                              max_length=self.side_max_length(side),
+                              return_tensors='pt' if padding else None)
 
     def token_ids(self, texts: List[str], side: str) -> List[List[int]]:
         """The ids :meth:`tokenize` gives ``texts`` (truncated, unpadded), from the fast
@@ -320,7 +324,7 @@ class DualEncoder(BiEncoder, TrainableModel):
         builds Python lists of masks and type ids that inference never reads, which costs as
         much as the tokenization itself on a many-core machine. The Rust tokenizer is a copy
         of the wrapper's, so that its truncation setting is its own."""
-        max_length = self.query_max_length if side == 'query' else self.max_length
+        max_length = self.side_max_length(side)
         if not getattr(self.tokenizer, 'is_fast', False):
             return self.tokenize(texts, side, padding=False)['input_ids']
         backend = self._rust_tokenizers.get(max_length)
@@ -359,8 +363,7 @@ class DualEncoder(BiEncoder, TrainableModel):
         texts = clean_texts(list(texts))
         if not texts:
             return np.empty((0, self.model.out_dim), dtype=np.float32)
-        max_length = self.query_max_length if side == 'query' else self.max_length
-        batches = progress(self._batches(texts, side, batch_size * max_length),
+        batches = progress(self._batches(texts, side, batch_size),
                            total=len(texts), desc=f'encoding {side}s', unit=side,
                            count=lambda batch: len(batch[0]),
                            enabled=self.verbose and len(texts) > batch_size)
@@ -375,14 +378,15 @@ class DualEncoder(BiEncoder, TrainableModel):
                 out[to_device(torch.from_numpy(positions), self.device)] = vectors.float()
         return out.cpu().numpy()
 
-    def _batches(self, texts: List[str], side: str, budget: int):
+    def _batches(self, texts: List[str], side: str, batch_size: int):
         """(positions in ``texts``, input ids, attention mask) for each inference batch.
 
         Texts go longest first by characters, in slices tokenized on a thread while the device
         encodes the slice before (:func:`tokenized_in_slices`). Each slice is sorted by its
-        token counts and cut into batches of at most ``budget`` padded tokens
-        (:func:`budget_batches`), so that short texts (queries) run many to a batch and each
-        batch pads only to its own longest text."""
+        token counts and cut into batches of at most ``batch_size`` times the side's
+        ``max_length`` padded tokens (:func:`budget_batches`), so that short texts (queries)
+        run many to a batch and each batch pads only to its own longest text."""
+        budget = batch_size * self.side_max_length(side)
         order = np.argsort([-len(t) for t in texts], kind='stable')
         left = self.tokenizer.padding_side == 'left'
         for positions, ids in tokenized_in_slices(lambda chunk: self.token_ids(chunk, side),
@@ -391,8 +395,8 @@ class DualEncoder(BiEncoder, TrainableModel):
             by_length = np.argsort(-lengths, kind='stable')
             for batch in budget_batches(lengths[by_length], budget):
                 rows = by_length[batch]
-                input_ids, mask = pad_rows([ids[r] for r in rows], self.tokenizer.pad_token_id,
-                                           left=left)
+                input_ids, mask = pad([ids[r] for r in rows], self.tokenizer.pad_token_id,
+                                      left=left)
                 yield positions[rows], input_ids, mask
 
     def _encode_openvino(self, texts: List[str], side: str, batch_size: int,
@@ -413,9 +417,8 @@ class DualEncoder(BiEncoder, TrainableModel):
     def _calibration(self, texts: List[str], side: str,
                      batch_size: int) -> List[Dict[str, np.ndarray]]:
         """``texts`` as the batches :meth:`_encode_fast` would run them."""
-        max_length = self.query_max_length if side == 'query' else self.max_length
         return [OpenVinoSides.inputs(input_ids, mask)
-                for _, input_ids, mask in self._batches(texts, side, batch_size * max_length)]
+                for _, input_ids, mask in self._batches(texts, side, batch_size)]
 
     # (copies and pickles leave the compiled OpenVINO sides behind: rebuilt on use)
     def __getstate__(self):

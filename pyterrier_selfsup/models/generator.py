@@ -42,7 +42,7 @@ from transformers.modeling_outputs import BaseModelOutput
 from pyterrier_selfsup._cache import (CacheFull, build_once, cache_key, cache_root, check_space,
                                       weights_fingerprint)
 from pyterrier_selfsup.models._base import (TorchModel, clean_texts, compute_dtype,
-                                            full_attention_layers, pad, resolve_device, to_device)
+                                            full_attention_layers, pad, resolve_device)
 from pyterrier_selfsup.progress import Progress, progress
 
 if TYPE_CHECKING:
@@ -237,7 +237,7 @@ class Generator(TorchModel):
                 # targets are scored in chunks padded to their longest: sorted by length,
                 # a chunk pads little (the target pass is most of the work when passages recur)
                 rows.sort(key=lambda pair_row: len(t_ids[pair_target[pair_row[0]]]))
-                score = self._score_seq2seq if self.is_seq2seq else self._score_causal
+                score = self._seq2seq_logp if self.is_seq2seq else self._score_causal
                 scored.extend(score([p_ids[p] for p in batch],
                                     [(row, t_ids[pair_target[pair]]) for pair, row in rows], rows))
                 if tracker is not None:
@@ -278,10 +278,6 @@ class Generator(TorchModel):
                 values = values + _gather_logp(logits, targets[:, 1:], t_mask[:, 1:])
             yield [rows[start + i][0] for i in range(len(part))], values
 
-    def _score_seq2seq(self, passages: List[List[int]], items: List[Tuple[int, List[int]]], rows):
-        """Each passage through the encoder once; its output is shared by its targets."""
-        yield from self._seq2seq_logp(passages, items, rows)
-
     @cached_property
     def _prefix_cache_fits(self) -> bool:
         """Whether targets read their prefixes through a :class:`PrefixCache`: where every
@@ -315,6 +311,7 @@ class Generator(TorchModel):
             start = end
 
     def _seq2seq_logp(self, passages, items, rows):
+        """Each passage through the encoder once; its output is shared by its targets."""
         ids, mask = pad(passages, self.tokenizer.pad_token_id, device=self.device)
         encoded = self.model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
         for start, end in self._target_chunks(items):
@@ -371,15 +368,9 @@ class Generator(TorchModel):
         with self.autocast():
             logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                                 use_cache=False, logits_to_keep=width + 1).logits[:, :-1]
-        # right-aligned, like the sequences; built on the host and copied once
-        targets = np.zeros((len(seqs), width), dtype=np.int64)
-        t_mask = np.zeros_like(targets)
-        for i, t in enumerate(t_ids):
-            if t:
-                targets[i, width - len(t):] = t
-                t_mask[i, width - len(t):] = 1
-        return _gather_logp(logits, to_device(torch.from_numpy(targets), self.device),
-                            to_device(torch.from_numpy(t_mask), self.device))
+        # right-aligned, like the sequences
+        targets, t_mask = pad(t_ids, 0, left=True, device=self.device, min_width=width)
+        return _gather_logp(logits, targets, t_mask)
 
     # -- generation -------------------------------------------------------------------
 

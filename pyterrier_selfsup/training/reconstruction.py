@@ -206,14 +206,18 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
             return
         (snapshot_step, future), self._building = self._building, None
         index, directory, seconds = future.result()
-        old, self._index, self._index_dir = self._index_dir, index, directory
-        if old is not None:
-            old.cleanup()
+        self._replace_index(index, directory)
         self.log.append({'step': self.state['step'], 'refresh seconds': seconds,
                          'staleness': self.state['step'] - snapshot_step})
         logger.info('MIPS index of step %d swapped in at step %d (built in %.0f s)',
                     snapshot_step, self.state['step'], seconds)
         self.after_refresh(examples)
+
+    def _replace_index(self, index, directory: Optional[tempfile.TemporaryDirectory]):
+        """Searches ``index`` (kept in ``directory``) from now on; the last one's files go."""
+        old, self._index, self._index_dir = self._index_dir, index, directory
+        if old is not None:
+            old.cleanup()
 
     def refresh(self, examples: List[Query], initial: bool = False):
         """Rebuilds the MIPS index from the current passage encoder. The start encoder's
@@ -224,12 +228,8 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
             self._index = flex_index(self.collection, self.encoder, cache_dir=self.cache_dir,
                                      verbose=self.shows)
         elif self.settings.train_passages:
-            old = self._index_dir
             # (sharded on several processes)
-            self._index, self._index_dir = fresh_index(self.collection, self.encoder,
-                                                       verbose=self.shows)
-            if old is not None:
-                old.cleanup()
+            self._replace_index(*fresh_index(self.collection, self.encoder, verbose=self.shows))
         self.train_mode(True)
         self.log.append({'step': self.state.get('step', 0), 'refresh seconds': time.time() - t0})
         logger.info('MIPS index %s in %.0f s', 'built' if initial else 'refreshed',
