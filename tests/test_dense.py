@@ -91,9 +91,17 @@ def test_a_query_without_text_retrieves_nothing_from_every_retriever(adi_dense, 
         assert set(out['qid']) == {'1'} and len(out) == 5, retriever
 
 
+def test_pyterriers_search_of_one_query_is_a_call_on_a_dense_retriever(adi_dense):
+    """``search`` is PyTerrier's one-query call; the setting it was named after lives in
+    ``search_method``, so that it does not hide the call."""
+    one = adi_dense.search('the retrieval of information from computer files')
+    assert set(one['qid']) == {'1'} and len(one) == len(adi_dense.index) > 0
+    assert one['rank'].tolist() == list(range(len(one)))
+
+
 def test_search_auto_is_exact_below_the_threshold_and_ivf_from_it(adi_dense, monkeypatch):
     from pyterrier_selfsup.retrieval import dense
-    assert adi_dense.search == 'exact'  # 82 passages
+    assert adi_dense.search_method == 'exact'  # 82 passages
     monkeypatch.setattr(dense, 'APPROXIMATE_FROM', 82)
     assert dense.resolve_search('auto', adi_dense.index) == 'ivf'
     assert dense.resolve_search('hnsw', adi_dense.index) == 'hnsw'
@@ -130,12 +138,12 @@ def test_approximate_search_scores_as_exact_search_does(adi_dense, cache_dir):
     faiss_index = ivf._pipeline[-1].faiss_index
     assert (faiss_index.nlist, ivf._pipeline[-1].n_probe) == (16, 1) and faiss_index.ntotal == 82
     assert ivf(topics).groupby('qid').size().max() < 82 == exact.groupby('qid').size().min()
-    assert ivf.fuse_rank_cutoff(5).search == 'ivf'  # a rank cut-off keeps the search
+    assert ivf.fuse_rank_cutoff(5).search_method == 'ivf'  # a rank cut-off keeps the search
     assert hnsw.fuse_rank_cutoff(5) is None  # a narrower beam could change HNSW's top 5
     # FlexIndex's retrievers read the structures built here (dense.prebuild_ann, which writes
     # them under FlexIndex's own file names): had pyterrier-dr renamed its files, it would have
     # built its own beside them
-    built = {dense.prebuild_ann(approximate.index, approximate.search).name
+    built = {dense.prebuild_ann(approximate.index, approximate.search_method).name
              for approximate in (hnsw, ivf)}
     assert {p.name for p in Path(ivf.index.index_path).glob('*.faiss')} == built
 

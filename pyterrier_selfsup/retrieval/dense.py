@@ -210,7 +210,8 @@ def _interleaved(shards: List[Path], chunk: int):
 
 SEARCHES = ('auto', 'exact', 'ivf', 'hnsw')
 # search='auto' is exact below this many passages and IVF from it on; and the IVF and HNSW
-# settings: measured, not assumed (experiments/search_scaling.py, results/search_scaling.md)
+# settings: measured, not assumed (experiments/benchmarks/search_scaling.py and
+# experiments/results/search_scaling.md)
 APPROXIMATE_FROM = 1_000_000
 IVF_PROBE_SHARE = 1 / 16  # n_probe = this share of the n_list ≈ √N posting lists FlexIndex builds
 HNSW_NEIGHBOURS = 32  # and FAISS's ef_construction 40, as FlexIndex builds it
@@ -307,15 +308,20 @@ def prebuild_ann(index: FlexIndex, search: str) -> Path:
 class DenseRetriever(Retriever):
     """Dot-product search of a FlexIndex with a bi-encoder's query vectors: exact, or
     approximate (``search``: ``'ivf'``, ``'hnsw'``, or ``'auto'``: IVF for corpora of at least
-    :data:`APPROXIMATE_FROM` passages, exact below)."""
+    :data:`APPROXIMATE_FROM` passages, exact below). The search it resolved to is
+    ``search_method``, so that PyTerrier's ``retriever.search('a query')`` stays a call.
+
+        DenseRetriever.from_collection('classic/adi').search('information retrieval')
+    """
 
     def __init__(self, encoder: BiEncoder, index: FlexIndex, *, num_results: int = 1000,
                  search: str = 'auto'):
         self.encoder = encoder
         self.index = index
         self.num_results = num_results
-        self.search = resolve_search(search, index)
-        self._pipeline = encoder.query_encoder() >> search_stage(index, self.search, num_results)
+        self.search_method = resolve_search(search, index)
+        self._pipeline = (encoder.query_encoder()
+                          >> search_stage(index, self.search_method, num_results))
 
     @classmethod
     def from_collection(cls, collection: Union[str, Collection], model_name: str = MINILM, *,
@@ -352,8 +358,9 @@ class DenseRetriever(Retriever):
 
     def fuse_rank_cutoff(self, k: int) -> Optional['DenseRetriever']:
         # (not HNSW: a smaller k would search a smaller beam, and the top k could change)
-        if k < self.num_results and self.search != 'hnsw':
-            fused = DenseRetriever(self.encoder, self.index, num_results=k, search=self.search)
+        if k < self.num_results and self.search_method != 'hnsw':
+            fused = DenseRetriever(self.encoder, self.index, num_results=k,
+                                   search=self.search_method)
             # a fresh index's directory lives as long as either
             fused._tmp = getattr(self, '_tmp', None)
             return fused
@@ -361,7 +368,7 @@ class DenseRetriever(Retriever):
 
     def __repr__(self):
         return (f'DenseRetriever({self.encoder!r}, {self.index!r}, num_results={self.num_results}, '
-                f'search={self.search!r})')
+                f'search={self.search_method!r})')
 
 
 class StoredVectorScorer(pt.Transformer):
