@@ -1,64 +1,86 @@
-"""The README's Python blocks, run here as printed, in order, in one namespace (as a
-reader pasting them into one session would), on ADI instead of scifact: the only changes
-are those in SUBSTITUTIONS, each applied where the README names a collection or a path
-that is not on this machine, or a training size that would take the suite minutes. A block
-that stops running, or a substitution whose text the README no longer holds, fails the test.
+"""The Python blocks of the README and of every page in docs/, run here as printed, in order,
+one namespace a page (as a reader pasting a page into one session would), on ADI instead of
+scifact: the only changes are those in SUBSTITUTIONS, each applied where a page names a
+collection or a path that is not on this machine, or a training size that would take the
+suite minutes. A block that stops running, or a substitution whose text no page holds any
+more, fails the test. The shell blocks are not run (they train for minutes to hours): each
+`selfsup` command goes through the command line's own parser, and each script a block names
+must exist.
 """
 import ast
+import importlib.util
 import json
 import os
 import re
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from pyterrier_selfsup import Collection
 
-README = Path(__file__).resolve().parents[1] / 'README.md'
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / 'README.md'
+PAGES = [README, *sorted((ROOT / 'docs').glob('*.md'))]
+# distillation small enough for the suite: 120 corpus sentences, 2 rounds
+SMALL_DISTILL = 'queries=sentences,n_queries=120,rounds=2,verdict_share=0'
 SUBSTITUTIONS = {
     "'beir/scifact/test'": "'classic/adi'",  # a small collection: the test suite's minutes
     # the classic collections here
     "'/data/glasgow'": repr(os.environ.get('SELFSUP_CLASSIC_DATA', '')),
     # two training steps of 32 queries (ADI's 250-odd sentences would take eight)
     'corpus_sentences(scifact, 5000)': 'corpus_sentences(scifact, 64)',
+    "get_pipeline('distill')": f"get_pipeline('distill:{SMALL_DISTILL}')",
+    "get_pipeline('hybrid')": f"get_pipeline('hybrid:{SMALL_DISTILL}')",
 }
 
 
 def python_blocks(text: str):
-    """The README's fenced Python blocks (at the start of a line: not those inside list items)."""
+    """A page's fenced Python blocks (at the start of a line: not those inside list items)."""
     return re.findall(r'^```python\n(.*?)^```', text, flags=re.S | re.M)
 
 
-def run_block(code: str, namespace: dict):
+def substituted(text: str) -> str:
+    for old, new in SUBSTITUTIONS.items():
+        text = text.replace(old, new)
+    return text
+
+
+def run_block(code: str, namespace: dict, page: str = 'README.md'):
     """``code`` executed in ``namespace``; the value of its last line if that is an expression."""
     tree = ast.parse(code)
     last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-    exec(compile(tree, 'README.md', 'exec'), namespace)
+    exec(compile(tree, page, 'exec'), namespace)
     if last is not None:
-        return eval(compile(ast.Expression(last.value), 'README.md', 'eval'), namespace)
+        return eval(compile(ast.Expression(last.value), page, 'eval'), namespace)
     return None
 
 
-@pytest.mark.slow
-def test_every_python_block_of_the_readme_runs(cache_dir, tmp_path, monkeypatch):
+@pytest.fixture
+def a_readers_directory(cache_dir, tmp_path, monkeypatch):
+    """A working directory holding the files the pages read: ADI's documents as docs.jsonl,
+    five of its queries as queries.txt."""
     monkeypatch.setenv('SELFSUP_CACHE', str(cache_dir))
     monkeypatch.chdir(tmp_path)
-    adi = Collection('classic/adi')  # the files the README's own-corpus block reads
+    adi = Collection('classic/adi')
     with open('docs.jsonl', 'w') as out:
         out.writelines(json.dumps({'docno': d['docno'], 'text': d['text']}) + '\n'
                        for d in adi.corpus_iter())
     Path('queries.txt').write_text('\n'.join(adi.topics()['query'].head(5)) + '\n')
+    return adi
 
-    text = README.read_text()
+
+def test_every_substitution_still_finds_its_text():
+    pages = ''.join(page.read_text() for page in PAGES)
     for old in SUBSTITUTIONS:
-        assert old in text, f'the README no longer holds {old}: update SUBSTITUTIONS'
-    for old, new in SUBSTITUTIONS.items():
-        text = text.replace(old, new)
-    blocks = python_blocks(text)
-    assert len(blocks) == 4
+        assert old in pages, f'no page holds {old} any more: update SUBSTITUTIONS'
+
+
+@pytest.mark.slow
+def test_every_python_block_of_the_readme_runs(a_readers_directory, tmp_path):
+    blocks = python_blocks(substituted(README.read_text()))
+    assert len(blocks) == 2
     namespace = {}
-    quick_start, adapting, classic, own = (run_block(code, namespace) for code in blocks)
+    quick_start, own = (run_block(code, namespace) for code in blocks)
 
     table = quick_start.set_index('name')
     assert table.loc['BM25', 'nDCG@10'] == pytest.approx(0.4855, abs=1e-4)  # (tests/test_bm25.py)
@@ -67,18 +89,59 @@ def test_every_python_block_of_the_readme_runs(cache_dir, tmp_path, monkeypatch)
     # MiniLM re-ranking BM25's top 100 from its stored vectors: BM25's recall, MiniLM's order
     assert table.loc['BM25 >> MiniLM', 'R@100'] == pytest.approx(table.loc['BM25', 'R@100'])
     assert table.loc['BM25 >> MiniLM', 'nDCG@10'] != table.loc['BM25', 'nDCG@10']
-    assert len(adapting) == 3 and (tmp_path / 'runs' / 'ds' / 'final' / 'config.json').exists()
-    assert isinstance(classic, pd.DataFrame) and len(classic) == 76  # CISI's judged queries
-    assert (own['qid'].nunique() == 5 and
-            set(own['docno']) <= {d['docno'] for d in adi.corpus_iter()})
+    # the adapted model moved from its start, and the hybrid from both of its parts
+    assert table.loc['adapted', 'nDCG@10'] != table.loc['MiniLM', 'nDCG@10']
+    assert table.loc['hybrid', 'nDCG@10'] not in (table.loc['adapted', 'nDCG@10'],
+                                                  table.loc['BM25', 'nDCG@10'])
+    # your own corpus: a model directory that sentence-transformers loads, searched over its index
+    assert (namespace['model_dir'] / 'config_sentence_transformers.json').exists()
+    adi_docnos = {d['docno'] for d in a_readers_directory.corpus_iter()}
+    assert len(own) == 3 and set(own['docno']) <= adi_docnos
 
 
-def test_every_selfsup_command_of_the_readme_parses_and_names_known_pipelines(monkeypatch):
-    """The README's shell lines are not run (they train on scifact for hours): each
-    ``selfsup`` command (and ``python -m pyterrier_selfsup`` under torchrun) goes through the
-    CLI's own parser, and every pipeline it names, with its settings, must resolve."""
+@pytest.mark.slow
+@pytest.mark.parametrize('page', [p.name for p in PAGES[1:] if python_blocks(p.read_text())])
+def test_every_python_block_of_the_docs_runs(page, a_readers_directory):
+    namespace = {}
+    for code in python_blocks(substituted((ROOT / 'docs' / page).read_text())):
+        run_block(code, namespace, page)
+
+
+def test_the_readme_is_at_most_12_kb():
+    assert README.stat().st_size <= 12 * 1024
+
+
+def test_the_readmes_table_is_what_the_results_files_say():
+    spec = importlib.util.spec_from_file_location(
+        'what_to_expect', ROOT / 'experiments' / 'tools' / 'what_to_expect.py')
+    what_to_expect = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(what_to_expect)
+    text = README.read_text()
+    assert what_to_expect.written_into(text) == text, \
+        'run `python experiments/tools/what_to_expect.py --write`'
+
+
+def shell_lines():
+    """Every line of every shell block of the README and the docs, split as a shell would."""
     import shlex
+    for page in PAGES:
+        for block in re.findall(r'```bash\n(.*?)```', page.read_text(), flags=re.S):
+            for line in block.splitlines():
+                yield page.name, shlex.split(line, comments=True)
 
+
+def test_every_script_the_pages_name_exists():
+    named = [(page, word) for page, words in shell_lines() for word in words
+             if word.endswith(('.py', '.sh')) and '/' in word]
+    assert len(named) >= 5
+    for page, script in named:
+        assert (ROOT / script).exists(), f'{page} names {script}, which does not exist'
+
+
+def test_every_selfsup_command_of_the_pages_parses_and_names_known_pipelines(monkeypatch):
+    """Each ``selfsup`` command (and ``python -m pyterrier_selfsup`` under torchrun) goes
+    through the CLI's own parser, and every pipeline it names, with its settings, must
+    resolve."""
     from pyterrier_selfsup.harness import cli
     from pyterrier_selfsup.harness.pipelines import get_pipeline
     # `--classic-data DIR` sets $SELFSUP_CLASSIC_DATA for the process, as a command line should;
@@ -95,13 +158,11 @@ def test_every_selfsup_command_of_the_readme_parses_and_names_known_pipelines(mo
     monkeypatch.setattr(type(get_pipeline('ds')), 'train',
                         lambda spec, *args, **kwargs: seen.append(spec) or Path('x'))
     commands = []
-    for block in re.findall(r'```bash\n(.*?)```', README.read_text(), flags=re.S):
-        for line in block.splitlines():
-            words = shlex.split(line, comments=True)
-            if words[:1] == ['selfsup']:
-                commands.append(words[1:])
-            elif 'pyterrier_selfsup' in words:
-                commands.append(words[words.index('pyterrier_selfsup') + 1:])
+    for _, words in shell_lines():
+        if words[:1] == ['selfsup']:
+            commands.append(words[1:])
+        elif 'pyterrier_selfsup' in words:
+            commands.append(words[words.index('pyterrier_selfsup') + 1:])
     assert len(commands) >= 10
     for argv in commands:
         assert cli.main(argv) == 0, argv

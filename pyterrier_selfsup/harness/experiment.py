@@ -6,6 +6,8 @@ every pipeline is compared with the first (the baseline) by a paired t-test over
 queries, Holm-corrected across the pipelines. The per-query scores are kept (the
 figure's confidence intervals and win/tie/loss strips read them).
 """
+import gzip
+import json
 import shutil
 import time
 from dataclasses import dataclass
@@ -140,7 +142,8 @@ def curves_folder(target: Union[str, Path], pipeline: str, fold: int = 0, folds:
 def copy_training_curves(pipelines: Sequence[str], collection: str, target: Union[str, Path],
                          run: RunContext = SILENT) -> List[Path]:
     """Copies the training curve and log of every pipeline that trained a model on
-    ``collection`` into ``target/<pipeline name>/``, so that they can be committed."""
+    ``collection`` into ``target/<pipeline name>/``, so that they can be committed: the log
+    gzipped, as ``training_log.jsonl.gz`` (:func:`read_training_log` reads either form)."""
     corpus = Collection(collection)
     copied = []
     for spec in map(get_pipeline, pipelines):
@@ -148,12 +151,33 @@ def copy_training_curves(pipelines: Sequence[str], collection: str, target: Unio
         for fold, source in enumerate(sources):  # (one a fold with queries=crossfold)
             folder = curves_folder(target, spec.name, fold, len(sources))
             folder.mkdir(parents=True, exist_ok=True)
-            for name in ('training_curve.png', 'training_log.jsonl'):
-                what = f'the {spec.name} training curve'
-                with written_whole(folder / name, what, 'choose another target') as partial:
-                    shutil.copy(source / name, partial)
+            what = f'the {spec.name} training curve'
+            with written_whole(folder / 'training_curve.png', what, 'choose another target') as out:
+                shutil.copy(source / 'training_curve.png', out)
+            with written_whole(folder / LOG_GZ, what, 'choose another target') as out:
+                with open(source / LOG, 'rb') as log, gzip.GzipFile(out, 'wb', mtime=0) as packed:
+                    shutil.copyfileobj(log, packed)
+            (folder / LOG).unlink(missing_ok=True)  # (a copy from before the logs were gzipped)
             copied.append(folder)
     return copied
+
+
+LOG, LOG_GZ = 'training_log.jsonl', 'training_log.jsonl.gz'
+
+
+def read_training_log(folder: Union[str, Path]) -> List[dict]:
+    """The records of the training log in ``folder``: a model's ``training_log.jsonl``, or the
+    ``training_log.jsonl.gz`` that :func:`copy_training_curves` commits beside a curve; an empty
+    list where there is neither.
+
+        steps = [r for r in read_training_log('runs/ds/final') if 'loss' in r]
+    """
+    folder = Path(folder)
+    for path, opener in ((folder / LOG, open), (folder / LOG_GZ, gzip.open)):
+        if path.exists():
+            with opener(path, 'rt') as lines:
+                return [json.loads(line) for line in lines if line.strip()]
+    return []
 
 
 # ---------------------------------------------------------------------------------------

@@ -2,10 +2,11 @@
 (``backend='openvino'``): one setting, no change to the model or its training.
 
 Why OpenVINO: measured against torch on the same documents in one process
-(``experiments/cpu_speedups.py``), it encodes faster at the *same* precision, where torch's
-int8 costs nDCG (``experiments/encoder_int8_quality.py``) and ONNX Runtime was slower than
-torch in fp32; with bf16 hardware it uses the AMX/AVX512-BF16 kernels as well. The library
-does the work: ``openvino.convert_model`` traces the torch module, the CPU plugin compiles it
+(``experiments/benchmarks/cpu_speedups.py``), it encodes faster at the *same* precision, where
+torch's int8 costs nDCG (``experiments/probes/encoder_int8_quality.py``) and ONNX Runtime was
+slower than torch in fp32; with bf16 hardware it uses the AMX/AVX512-BF16 kernels as well. The
+library does the work: ``openvino.convert_model`` traces the torch module, the CPU plugin
+compiles it
 for the machine it runs on (dynamic batch and length), ``INFERENCE_PRECISION_HINT`` keeps
 the precision the encoder resolves to (fp32 stays fp32: OpenVINO would otherwise pick bf16
 by itself on such CPUs).

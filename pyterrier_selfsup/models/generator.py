@@ -14,7 +14,8 @@ encoder's output for seq2seq models, the prompt prefix's key/value cache for dec
 ones; every target paired with the passage is then scored from it. Passages are sorted by
 length into batches (little padding), matrix products run in bf16 where the hardware has
 it, and only the target positions reach the output layer.
-(``experiments/generator_benchmark.py`` measures it against the one-pair-per-forward loop.)
+(``experiments/benchmarks/generator_benchmark.py`` measures it against the one-pair-per-forward
+loop.)
 transformers has no call for scoring many continuations of one prefix, so the sharing is
 written here, on its cache classes (:class:`PrefixCache`: each chunk of targets reads its
 prefixes a layer at a time, without a copy of them held through the forward).
@@ -461,8 +462,8 @@ def matrices_in_compute_dtype(model: torch.nn.Module, dtype: torch.dtype) -> int
     The tensors left as loaded are copied into memory of their own: transformers maps a
     safetensors checkpoint into memory and the weights are views of that mapping, whose pages,
     once read, stay resident as long as any weight holds it (the converted matrices' fp32 pages
-    with them). The output is the same bit for bit, in less memory (``experiments/memory_fixes.py``
-    measures it).
+    with them). The output is the same bit for bit, in less memory
+    (``experiments/probes/memory_fixes.py`` measures it).
     Returns the number of weights converted (0 for fp32: nothing is done)."""
     if dtype == torch.float32:
         return 0

@@ -8,7 +8,7 @@ the z-scores, over the union of the lists. Re-rankers (a generator's query likel
 are optional: each scores only the fused top ``rerank_depth``, where it can still change
 the ranking, and joins the sum the same way (z over those documents, the rest at its
 lowest). Fusing BM25 and all-MiniLM-L6-v2 1:1 this way is above both of them on all five
-collections here (DESIGN.md; ``experiments/label_free.py``).
+collections here (DESIGN.md; ``experiments/reproduce/label_free.py``).
 
     teacher = Fusion({'bm25': bm25, 'dense': minilm})                 # 1:1
     hybrid = Fusion({'bm25': bm25, 'dense': minilm}, weights={'dense': 2})

@@ -10,7 +10,7 @@ score against the start's, with a paired bootstrap interval over the held-out qu
 It is a proxy: a slice written by the same generator as the training queries may flatter a
 student trained on them, and agreement with the teacher is what the student is trained
 towards. How often its sign agrees with the real change (measured with labels, afterwards)
-is reported by ``experiments/verdict_agreement.py``.
+is reported by ``experiments/probes/verdict_agreement.py``.
 """
 import logging
 import math

@@ -3,10 +3,10 @@
 # (what the device tool brings back), or to experiments/results/gpu elsewhere:
 #   bash scripts/gpu/run.sh          the suite's CUDA tests, the one-device benchmark and one ACROBArT
 #                                    step with the generator's whole batch and 4 queries at a time
-#                                    (experiments/generator_batch.py: GPU memory, and whether equal)
+#                                    (experiments/probes/generator_batch.py: GPU memory, and whether equal)
 #   bash scripts/gpu/run.sh benchmark the benchmarks alone
 #   bash scripts/gpu/run.sh speed    issue 49 first: the encoders side by side with a profile
-#                                    (experiments/encoding_benchmark.py), the one-device benchmark
+#                                    (experiments/benchmarks/encoding_benchmark.py), the one-device benchmark
 #                                    with the generator's plain-loop peer, then the CUDA tests
 #   bash scripts/gpu/run.sh encoding the encoders side by side and the generator against its peer
 #   bash scripts/gpu/run.sh adapt    one scifact adaptation end to end, corpus only: the shipped
@@ -39,10 +39,10 @@ if [ "${1:-checks}" = querylog ]; then
 fi
 nvidia-smi -L | tee "$out/nvidia-smi.txt"
 if [ "${1:-checks}" = speed ] || [ "${1:-checks}" = encoding ]; then
-  python3 experiments/encoding_benchmark.py --results-dir "$out" 2>&1 | tee "$out/encoding_benchmark_gpu.log" \
+  python3 experiments/benchmarks/encoding_benchmark.py --results-dir "$out" 2>&1 | tee "$out/encoding_benchmark_gpu.log" \
     | grep -v '^\[INFO\]' | tail -22
   runs=warm-up,on; [ "$1" = speed ] || runs=none
-  python3 experiments/gpu_benchmark.py --results-dir "$out" --rumbart-runs $runs 2>&1 \
+  python3 experiments/benchmarks/gpu_benchmark.py --results-dir "$out" --rumbart-runs $runs 2>&1 \
     | tee "$out/gpu_benchmark.log" | grep -v '^\[INFO\]' | tail -12
   [ "$1" = speed ] || exit 0
   python3 -m pytest -p no:cacheprovider -m cuda -q -rA tests/test_cuda.py 2>&1 | tee "$out/cuda_tests.txt" | tail -8
@@ -50,5 +50,5 @@ if [ "${1:-checks}" = speed ] || [ "${1:-checks}" = encoding ]; then
 fi
 [ "${1:-checks}" = benchmark ] ||
 python3 -m pytest -p no:cacheprovider -m cuda -q -rA tests/test_cuda.py 2>&1 | tee "$out/cuda_tests.txt" | tail -20
-python3 experiments/gpu_benchmark.py --results-dir "$out" 2>&1 | tee "$out/gpu_benchmark.log" | grep -v '^\[INFO\]' | tail -25
-python3 experiments/generator_batch.py --results-dir "$out" 2>&1 | tee "$out/generator_batch.log" | grep -v '^\[INFO\]' | tail -8
+python3 experiments/benchmarks/gpu_benchmark.py --results-dir "$out" 2>&1 | tee "$out/gpu_benchmark.log" | grep -v '^\[INFO\]' | tail -25
+python3 experiments/probes/generator_batch.py --results-dir "$out" 2>&1 | tee "$out/generator_batch.log" | grep -v '^\[INFO\]' | tail -8

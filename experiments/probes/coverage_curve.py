@@ -1,0 +1,117 @@
+"""Does coverage pay? nDCG@10 against training queries a passage, corpus only (issue 30 item 5).
+
+Reads a results group that trained `distill` on corpus-only queries of several sizes (by
+default `corpus_only_levers`: SmolLM2 chat queries, 3 a passage, 1,000 / 2,000 / 5,183 of
+them, and documents' titles, 2,000 / all), measures nothing itself, and draws each
+family's nDCG@10 against queries a passage of the corpus (queries written / passages), beside
+the zero-shot start, BM25 and the teacher. Each point carries the 95% paired bootstrap interval
+of its change from the start (per-query nDCG@10 from the group's .perquery.csv, 10,000
+resamples, seed 0); the passages covered come from the group's Training lines.
+Choices are read on scifact train; test is drawn beside it, never used to choose.
+
+    python experiments/probes/coverage_curve.py [group]
+writes experiments/results/coverage_curve.{md,png}.
+"""
+import re
+import sys
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+
+from pyterrier_selfsup.harness import provenance
+
+matplotlib.use('Agg')
+import matplotlib.pyplot as plt  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parents[1] / 'results'
+START, REFERENCES = 'dual', ('bm25', 'teacher')
+# a family: the pipelines of one query source at growing sizes (name -> queries written)
+FAMILIES = {
+    'SmolLM2 chat, 3 a passage': {'distill:query_style=chat,n_queries=1000': 1000,
+                                  'distill:query_style=chat': 2000,
+                                  'distill:query_style=chat,n_queries=5183': 5183},
+    'titles, 1 a document': {'distill:queries=titles': 2000, 'distill:queries=titles,n_queries=5183': 5183},
+}
+RESAMPLES = 10_000
+
+
+def change_interval(model: np.ndarray, start: np.ndarray, seed: int = 0):
+    """Mean of model - start over queries, with its 95% paired bootstrap interval."""
+    diff = model - start
+    rng = np.random.default_rng(seed)
+    means = diff[rng.integers(0, len(diff), (RESAMPLES, len(diff)))].mean(1)
+    return float(diff.mean()), float(np.quantile(means, .025)), float(np.quantile(means, .975))
+
+
+def covered(md: str, name: str):
+    """(passages covered, passages) from a results file's Training line for ``name``."""
+    for line in md.splitlines():
+        if line.startswith(f'- {name} on '):
+            found = re.search(r'covering (\d+) of (\d+) passages', line)
+            if found:
+                return int(found.group(1)), int(found.group(2))
+    return None
+
+
+def main(group: str = 'corpus_only_levers'):
+    table = pd.read_csv(RESULTS / f'{group}.csv', comment='#')
+    per = pd.read_csv(RESULTS / f'{group}.perquery.csv', dtype={'qid': str})
+    md_text = (RESULTS / f'{group}.md').read_text()
+    collections = list(dict.fromkeys(table['collection']))
+    header = provenance.header()
+    md = ['# Coverage: nDCG@10 against corpus-only training queries a passage', '']
+    md += [f'- {k}: {v}' for k, v in header.items()]
+    md += [f'- read from: experiments/results/{group}.{{md,csv,perquery.csv}} (its own header names the machine, '
+           'code and settings that trained the models); nothing trained or measured here',
+           '- queries a passage: queries written / passages of the corpus; change: nDCG@10 minus the start\'s '
+           f'(all-MiniLM-L6-v2 zero-shot), 95% paired bootstrap over queries ({RESAMPLES:,} resamples, seed 0)', '']
+    fig, axes = plt.subplots(1, len(collections), figsize=(5.2 * len(collections), 4), squeeze=False)
+    for ax, collection in zip(axes[0], collections):
+        rows = table[table['collection'] == collection].set_index('name')
+        scores = per[per['collection'] == collection].pivot(index='qid', columns='name', values='nDCG@10')
+        start = scores[START].to_numpy()
+        passages = None
+        md += [f'## {collection}', '', '| queries | written | queries a passage | passages covered | nDCG@10 | '
+               'change from the start [95% CI] |', '|---|---|---|---|---|---|']
+        for family, members in FAMILIES.items():
+            xs, ys, lows, highs = [], [], [], []
+            for name, written in members.items():
+                if name not in rows.index:
+                    continue
+                cover = covered(md_text, name)
+                passages = cover[1] if cover else passages
+                per_passage = written / passages if passages else float('nan')
+                mean, low, high = change_interval(scores[name].to_numpy(), start)
+                value = rows.loc[name, 'nDCG@10']
+                xs.append(per_passage), ys.append(value)
+                lows.append(value - mean + low), highs.append(value - mean + high)
+                share = f'{cover[0]:,} ({cover[0] / cover[1]:.2f})' if cover else '-'
+                md.append(f'| {family} | {written:,} | {per_passage:.2f} | {share} | {value:.4f} | '
+                          f'{mean:+.4f} [{low:+.4f}, {high:+.4f}] |')
+            if xs:
+                ax.errorbar(xs, ys, yerr=[np.subtract(ys, lows), np.subtract(highs, ys)], marker='o', capsize=3,
+                            label=family)
+        for name, style in zip((START,) + REFERENCES, (':', '--', '-.')):
+            if name in rows.index:
+                ax.axhline(rows.loc[name, 'nDCG@10'], color='grey', linestyle=style, linewidth=1)
+                ax.annotate({'dual': 'start (MiniLM)', 'bm25': 'BM25', 'teacher': 'teacher'}[name],
+                            (1.0, rows.loc[name, 'nDCG@10']), xycoords=('axes fraction', 'data'),
+                            ha='right', va='bottom', fontsize=8, color='grey')
+        md.append(f'\nReferences: start {rows.loc[START, "nDCG@10"]:.4f}, '
+                  + ', '.join(f'{n} {rows.loc[n, "nDCG@10"]:.4f}' for n in REFERENCES if n in rows.index) + '.\n')
+        ax.set_xscale('log')
+        ax.set_xlabel('training queries a passage (written / passages)')
+        ax.set_ylabel('nDCG@10')
+        ax.set_title(collection + (' (choices read here)' if collection.endswith('train') else ''), fontsize=10)
+    axes[0][0].legend(fontsize=8, loc='lower left')
+    fig.suptitle(f'corpus-only distill: coverage ({group})', fontsize=11)
+    fig.tight_layout()
+    fig.savefig(RESULTS / 'coverage_curve.png', dpi=120)
+    (RESULTS / 'coverage_curve.md').write_text('\n'.join(md) + '\n')
+    print('\n'.join(md))
+
+
+if __name__ == '__main__':
+    main(*sys.argv[1:])
