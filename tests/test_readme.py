@@ -107,6 +107,39 @@ def test_every_python_block_of_the_docs_runs(page, a_readers_directory):
         run_block(code, namespace, page)
 
 
+def test_every_constructor_of_the_readmes_components_table_takes_its_arguments():
+    """Each call to a package name in the components table names something that exists and
+    accepts the arguments the table gives it (bound to its signature, not run)."""
+    import inspect
+
+    import pyterrier_selfsup as selfsup
+    text = README.read_text()
+    table = text[text.index('## The components'):text.index('## Adapting to your own corpus')]
+    cells = re.findall(r'^\|[^|]*\| `(.*)` \|$', table, flags=re.M)
+    assert len(cells) >= 12
+    checked = 0
+    for cell in cells:
+        for call in ast.walk(ast.parse(cell)):
+            chain, node = [], getattr(call, 'func', None)
+            while isinstance(node, ast.Attribute):
+                chain.insert(0, node.attr)
+                node = node.value
+            if not (isinstance(call, ast.Call) and isinstance(node, ast.Name)
+                    and node.id == 'selfsup'):
+                continue
+            target = selfsup
+            for name in chain:
+                target = getattr(target, name)
+            keywords = {}
+            for keyword in call.keywords:
+                keywords.update({keyword.arg: None} if keyword.arg else
+                                eval(compile(ast.Expression(keyword.value), 'README', 'eval'),
+                                     {'selfsup': selfsup}))
+            inspect.signature(target).bind(*[None] * len(call.args), **keywords)
+            checked += 1
+    assert checked == len(cells)
+
+
 def test_the_readme_is_at_most_12_kb():
     assert README.stat().st_size <= 12 * 1024
 

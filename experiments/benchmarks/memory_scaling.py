@@ -382,7 +382,7 @@ def write_summary():
                'The same work\'s peak varies from run to run (`--again`), and with the allocator told to give large blocks '
                'back when they are freed (`--env MALLOC_MMAP_THRESHOLD_=131072`) the same steps peak about 1.5 GiB lower: '
                'what a long run adds to a short one\'s peak is mostly freed memory that glibc holds, which grows over '
-               'a run\'s first few dozen steps (experiments/README.md, "Training memory").', '',
+               'a run\'s first few dozen steps (experiments/probes/research_log.md, "Training memory").', '',
                '| collection | trainer | queries | besides shipped | rows chosen | rows, all: median / 99th percentile / '
                'most | steps | peak | peak rose at step (GiB) | whole run\'s peak |', '|---|---|---|---|---|---|---|---|---|---|']
         whole = {(cell['collection'], cell['cell']): cell for cell in cells if whole_run(cell)}

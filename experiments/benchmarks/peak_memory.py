@@ -6,7 +6,7 @@ resident set (VmRSS) every 0.2 s and keeps the main thread's stack at the highes
 prints, after the script's own output, "PEAK MiB <n>" and the innermost 12 frames at that
 moment. A profiler of allocations would say which tensor; this says which call, cheaply,
 on a script as a user runs it (how the RUMBArt example's peak was found in the
-generator's teacher scoring; experiments/README.md, "Generator scoring memory").
+generator's teacher scoring; experiments/probes/research_log.md, "Generator scoring memory").
 """
 import runpy
 import sys

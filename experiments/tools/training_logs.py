@@ -1,5 +1,5 @@
 """Timings and losses read from the committed training logs (``results/*_curves/**/training_log.jsonl.gz``),
-so that the figures `experiments/README.md` quotes from them can be recomputed.
+so that the figures `experiments/probes/research_log.md` quotes from them can be recomputed.
 
 Per run: optimiser steps; the median time between consecutive steps (the log's timestamps:
 encoder work plus whatever a step waited for, such as teacher scoring of newly retrieved
