@@ -200,3 +200,14 @@ def test_every_selfsup_command_of_the_pages_parses_and_names_known_pipelines(mon
     for argv in commands:
         assert cli.main(argv) == 0, argv
     assert len(seen) >= 15
+
+
+def test_the_reproduction_table_is_what_the_expected_files_say():
+    spec = importlib.util.spec_from_file_location(
+        'reproduce', ROOT / 'experiments' / 'reproduce' / 'reproduce.py')
+    reproduce = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reproduce)
+    text = reproduce.README.read_text()
+    assert reproduce.table().count('\n| ') == len(reproduce.METHODS)  # one row for each method
+    assert reproduce.written_into(text) == text, \
+        'run `python experiments/reproduce/reproduce.py --table`'
