@@ -117,7 +117,7 @@ def test_crossfold_answers_each_query_with_the_model_that_never_saw_its_text(tin
 
 
 def test_a_query_log_trains_from_the_command_line_and_the_verdict_is_said(tmp_path, cache_dir,
-                                                                          tiny_dir):
+                                                                          tiny_dir, caplog):
     from pyterrier_selfsup.data.queries import corpus_sentences
     from tests.test_cli import selfsup
     log = tmp_path / 'log.txt'
@@ -127,6 +127,11 @@ def test_a_query_log_trains_from_the_command_line_and_the_verdict_is_said(tmp_pa
     assert proc.returncode == 0, proc.stderr
     # 80 queries: 20 held out for the verdict, 60 train
     assert re.search(r'verdict: .*\b20 held-out queries', proc.stdout), proc.stdout
+    # one plan, sized by the log (80 queries, each ranked by the teacher in each of 2 rounds),
+    # not a plan for n_queries followed by another for the log
+    said = [r.getMessage() for r in caplog.records]
+    assert sum(m.startswith('plan: ') for m in said) == 1, said
+    assert any('teacher rankings: 160 queries' in m for m in said), said
     bad = tmp_path / 'bad.tsv'
     bad.write_text('qid\tquery\n1\tautomatic indexing\n2\tsearch\textra field\n')
     proc = selfsup('train', f'distill:queries={bad},model_name={tiny_dir}', '-c', 'classic/adi',

@@ -131,7 +131,11 @@ def train(collection: Union[str, Collection], method: str, settings: dict,
         context = plan.run_context(s, distributed()[1])
         resumed = resume_point(staging)
         at = checkpoint_step(resumed) if resumed is not None else 0
-        stages = plan.stages(collection, method, s, s.queries in GENERATED)
+        # a query log's size is known before training: the plan says it, not n_queries
+        expected = (min(s.n_queries, len(query_log(s.queries))) if query_file(s.queries)
+                    else s.n_queries)
+        stages = plan.stages(collection, method, s.replace(n_queries=expected),
+                             s.queries in GENERATED)
         planned = plan.estimate(plan.resuming(stages, at), plan.known_rates(run.cache_dir), context)
         if said:
             docs = collection.docs_count
@@ -140,7 +144,7 @@ def train(collection: Union[str, Collection], method: str, settings: dict,
                 logger.info(line)
         trainer, topics = METHODS[method](collection, s, run.replace(
             output_dir=staging, keep_checkpoints=1, draw_curve=plot_training_curve), fold=fold)
-        if said and len(topics) < s.n_queries:  # (a corpus with fewer sentences than asked for)
+        if said and len(topics) < expected:  # (a corpus with fewer sentences than asked for)
             known = s.replace(n_queries=len(topics))
             replanned = [p for p in plan.estimate(
                 plan.resuming(plan.stages(collection, method, known, False), at),
