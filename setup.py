@@ -35,7 +35,8 @@ setup(
     extras_require={
         'cpu': ['faiss-cpu>=1.8', 'openvino>=2024.0', 'nncf>=2.12'],
         'gpu': ['faiss-gpu-cu12>=1.8'],
-        'test': ['pytest>=7', 'nbclient>=0.10', 'nbformat>=5.9', 'ipykernel>=6'],  # (nbclient: the walkthrough notebook)
+        # (nbclient: the walkthrough notebook; pytest-xdist: `make test` runs two workers)
+        'test': ['pytest>=7', 'pytest-xdist>=3', 'nbclient>=0.10', 'nbformat>=5.9', 'ipykernel>=6'],
     },
     entry_points={
         'console_scripts': ['selfsup = pyterrier_selfsup.harness.cli:main'],

@@ -154,10 +154,13 @@ def test_your_own_corpus_on_a_corpus_it_has_never_seen(run_example, tmp_path):
     assert ran['distill'].model_dir(corpus) == ran['final'].parent
     loaded = run_example('load_trained_model.py', tmp_path / 'mine',
                          '--docs', tmp_path / 'docs.jsonl',
-                         '--query', adi.topics()['query'].iloc[0])
-    first = ran['runs']['adapted'].query('qid == "1"').head(10)['docno'].tolist()
-    # the copied model ranks as the trained one
-    assert loaded['results'].head(10)['docno'].tolist() == first
+                         '--query', adi.topics()['query'].iloc[0], '--precision', 'fp32')
+    first = ran['runs']['adapted'].query('qid == "1"').head(10)
+    # the copied model, at the precision distill searched in (fp32), ranks and scores as the
+    # trained one
+    assert loaded['results'].head(10)['docno'].tolist() == first['docno'].tolist()
+    assert (loaded['results'].head(10)['score'].tolist()
+            == pytest.approx(first['score'].tolist(), abs=1e-5))
 
 
 def test_your_own_corpus_without_queries_from_a_csv(run_example, tmp_path):
