@@ -136,9 +136,12 @@ def test_verdict_parts_by_hand():
     v = verdict({0: np.array([0.0, 0.5, 1.0, 0.0] * 2), 1: np.array([1.0, 0.5, 1.0, 1.0] * 2),
                  2: np.array([0.5] * 8)})
     assert (v.best_round, v.start, v.best) == (1, 0.375, 0.875) and v.low == 0.125 and v.helped
-    assert 'round 1 kept' in v.sentence()
+    assert 'round 1 kept' in v.sentence() and 'interval clear of 0' in v.sentence()
     none = verdict({0: np.array([1.0, 1.0]), 1: np.array([0.0, 1.0])})
     assert none.best_round == 0 and not none.helped and 'start model is kept' in none.sentence()
+    # what the user reads: what was measured, and that it is a proxy; never that adaptation helped
+    for said in (v.sentence(), none.sentence()):
+        assert 'not known to predict' in said and 'helped' not in said
 
 
 def test_held_out_queries_never_train_and_the_best_round_is_kept(tiny_encoder, cache_dir, tmp_path,

@@ -1,4 +1,4 @@
-"""A label-free verdict: did adaptation help, by a signal that reads no relevance label?
+"""A label-free verdict: how a signal that reads no relevance label moved with adaptation.
 
 A slice of the training queries is held out: it never trains. Each held-out query gets a
 pseudo-relevant passage: the passage it was written for (a generated query), or else the
@@ -53,7 +53,7 @@ def ndcg_at(ranked: Dict[str, List[str]], relevant: Dict[str, str], k: int = DEP
 class Verdict:
     start: float          # the start's mean score on the slice
     best: float           # the kept round's
-    best_round: int       # 0: the start (adaptation did not help by this signal)
+    best_round: int       # 0: the start (no round beat it by this signal)
     low: float            # 95% paired bootstrap interval of best - start
     high: float
     queries: int
@@ -64,17 +64,23 @@ class Verdict:
         return self.best_round > 0 and self.low > 0
 
     def sentence(self) -> str:
+        """What the verdict measured, in words a user reads as they are: the held-out signal's
+        change and its interval, and that the signal is a proxy whose sign has not been shown to
+        predict the real change in nDCG (``experiments/probes/verdict_agreement.py`` measures
+        how often it agrees)."""
         if self.queries == 0:
             return 'no verdict: too few training queries to hold any out'
-        change = f'{self.best - self.start:+.4f} [{self.low:+.4f}, {self.high:+.4f}]'
+        caveat = ('a proxy read without labels, not known to predict the change in real '
+                  'retrieval quality')
         if self.best_round == 0:
-            return ('adaptation did not help by the held-out signal: no round beat the start '
-                    f'({self.start:.4f} pseudo-nDCG@10 on {self.queries} held-out queries); '
-                    'the start model is kept')
-        return (f'adaptation {"helped" if self.helped else "may not have helped"} by the held-out '
-                f'signal: round {self.best_round} kept, pseudo-nDCG@10 {self.start:.4f} -> '
-                f'{self.best:.4f}, {change} (95% paired bootstrap, '
-                f'{self.queries} held-out queries)')
+            return ('the held-out signal did not rise: no round beat the start '
+                    f'({self.start:.4f} pseudo-nDCG@10 on {self.queries} held-out queries), '
+                    f'so the start model is kept; {caveat}')
+        change = f'{self.best - self.start:+.4f} [{self.low:+.4f}, {self.high:+.4f}]'
+        rose = 'rose, its interval clear of 0' if self.helped else 'rose within its noise'
+        return (f'the held-out signal {rose}: round {self.best_round} kept, pseudo-nDCG@10 '
+                f'{self.start:.4f} -> {self.best:.4f}, {change} (95% paired bootstrap, '
+                f'{self.queries} held-out queries); {caveat}')
 
 
 def verdict(scores: Dict[int, np.ndarray], *, seed: int = 0, resamples: int = 2000) -> Verdict:
@@ -180,7 +186,7 @@ class HeldOutVerdict:
 
     def finish(self, trainer):
         """The verdict: the best round is put back (the start, if no round beat it), and the log
-        says whether adaptation helped by the held-out signal."""
+        says how the held-out signal moved."""
         if not self.held:
             return
         self.judge(trainer, trainer.state['epoch'])
