@@ -44,7 +44,7 @@ _MODULES = {
     'training.distant': ['DistantSupervision', 'in_batch_loss'],
     'training.distill': ['Distillation', 'listwise_kl', 'margin_mse'],
     'training.loop': ['Trainer'],
-    'training.reconstruction': ['Acrobart', 'Rumbart', 'marginal_nll'],
+    'training.reconstruction': ['Acrobart', 'Rumbart', 'marginal_nll', 'reconstruction_kl'],
     'training.settings': ['REATT_HEAD', 'AcrobartSettings', 'CrossDocumentAdjustmentSettings',
                           'DistantSupervisionSettings', 'DistillationSettings', 'MethodSettings',
                           'RumbartSettings'],

@@ -16,7 +16,8 @@ from pyterrier_selfsup.data.queries import cropped_spans
 from pyterrier_selfsup.harness.pipelines import trained_dense_retriever
 from pyterrier_selfsup.models.reading import biased_log_likelihood
 from pyterrier_selfsup.training.loop import STATE_FILE, checkpoints
-from pyterrier_selfsup.training.reconstruction import NULL_DOCNO, Acrobart, Rumbart, marginal_nll
+from pyterrier_selfsup.training.reconstruction import (NULL_DOCNO, Acrobart, Rumbart, marginal_nll,
+                                                      reconstruction_kl)
 from tests.helpers import central_difference, stopped_at_step
 
 
@@ -31,6 +32,41 @@ def test_marginal_nll_equals_the_brute_force_formula():
                                       for l, t in zip(row_l, row_t)))
                         for row_l, row_t in zip(logits.tolist(), teacher.tolist())])
     assert marginal_nll(logits, teacher).item() == pytest.approx(expected, rel=1e-12)
+
+
+def test_arts_kl_equals_the_brute_force_formula_and_leaves_the_teacher_alone():
+    logits = torch.tensor([[2.0, 0.5, -1.0], [0.0, 0.0, 3.0]], dtype=torch.float64,
+                          requires_grad=True)
+    teacher = torch.tensor([[-20.0, -18.0, -25.0], [-7.0, -9.0, -30.0]], dtype=torch.float64,
+                           requires_grad=True)
+
+    def softmax(row):
+        return [math.exp(v) / sum(math.exp(w) for w in row) for v in row]
+    expected = np.mean([sum(q * math.log(q / p) for q, p in zip(softmax(t), softmax(l)))
+                        for l, t in zip(logits.tolist(), teacher.tolist())])
+    loss = reconstruction_kl(logits, teacher)
+    assert loss.item() == pytest.approx(expected, rel=1e-12)
+    loss.backward()
+    assert teacher.grad is None and logits.grad.abs().sum() > 0  # no gradient into the teacher
+    # the retriever's own prior is not in the target: a retriever that already agrees with the
+    # teacher is at the minimum, 0, where the marginal likelihood would still pull it on
+    agreeing = teacher.detach() + 5.0
+    assert reconstruction_kl(agreeing, teacher.detach()).item() == pytest.approx(0, abs=1e-12)
+
+
+def test_rumbart_trains_towards_arts_target_when_asked(tiny_encoder, tiny_generator, tmp_path):
+    coll = Collection('classic/adi')
+    enc, gen = tiny_encoder(), tiny_generator(max_passage_length=32)
+    trainer = Rumbart(enc, gen, coll, k=4, target='art', cache_dir=tmp_path, verbose=False)
+    batch = trainer.examples(coll.topics().head(3))
+    trainer.refresh(batch, initial=True)
+    enc.model.eval()  # no dropout, so that the parts can be recomputed
+    with torch.no_grad():
+        loss = trainer.loss(batch, np.random.default_rng(0)).item()
+        docnos, texts, logits = trainer.candidates(trainer.local_batch(batch))
+        teacher = trainer.teacher_logp(batch, docnos, texts)
+    assert loss == pytest.approx(reconstruction_kl(logits, teacher).item(), rel=1e-5)
+    assert loss != pytest.approx(marginal_nll(logits, teacher).item(), rel=1e-3)
 
 
 def test_rumbart_loss_equals_the_formula_from_its_parts(tiny_encoder, tiny_generator, tmp_path):

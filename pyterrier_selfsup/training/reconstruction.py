@@ -65,6 +65,22 @@ def marginal_nll(retriever_logits: torch.Tensor, teacher_logp: torch.Tensor,
     return rows if per_row else rows.mean()
 
 
+def reconstruction_kl(retriever_logits: torch.Tensor, teacher_logp: torch.Tensor,
+                      per_row: bool = False) -> torch.Tensor:
+    """Mean over queries of KL(q ‖ p_η), where q = softmax(teacher_logp) is the generator's
+    reconstruction distribution over the candidates (a uniform prior, no gradient into the
+    teacher) and p_η = softmax(retriever_logits) the retriever's: ART's loss (Sachan et al.,
+    "Questions Are All You Need to Train a Dense Passage Retriever"). Unlike
+    :func:`marginal_nll`, its target does not carry the retriever's own prior.
+    ``per_row``: each query's term instead of their mean.
+
+        reconstruction_kl(torch.zeros(1, 3), torch.zeros(1, 3))   # tensor(0.): the same
+    """
+    target = torch.log_softmax(teacher_logp.detach(), dim=-1)
+    rows = (target.exp() * (target - torch.log_softmax(retriever_logits, dim=-1))).sum(dim=-1)
+    return rows if per_row else rows.mean()
+
+
 class RetrieveAndReconstruct(DualEncoderTrainer):
     """What RUMBArt and ACROBArT share: the stale MIPS index, its refreshes, retrieval of
     the k candidates and their re-scoring by the current encoder.
@@ -288,7 +304,9 @@ class Rumbart(RetrieveAndReconstruct):
     generator's fingerprint and the corpus: after each refresh the pairs of all training
     queries are scored in one pass (passages shared across queries are encoded once),
     and a batch only looks them up. A trainable generator is scored with gradients.
-    ``teacher_temperature`` divides log p_θ before marginalising (1: the thesis)."""
+    ``teacher_temperature`` divides log p_θ before marginalising (1: the thesis). With
+    ``target='art'`` the loss is ART's KL divergence (:func:`reconstruction_kl`) instead of the
+    thesis' marginal likelihood (:func:`marginal_nll`)."""
     description = 'RUMBArt'
     # its loss moves with the teacher's log p(x|z) of the batch: the curve plots its excess
     # over the batch's lower bound instead
@@ -362,15 +380,17 @@ class Rumbart(RetrieveAndReconstruct):
         mine = self.local_batch(batch)
         docnos, texts, logits = self.candidates(mine)
         teacher = self.teacher_logp(mine, docnos, texts) / self.settings.teacher_temperature
-        rows = marginal_nll(logits, teacher, per_row=True)
+        art = self.settings.target == 'art'
+        rows = (reconstruction_kl if art else marginal_nll)(logits, teacher, per_row=True)
         # the posterior's share on it: how often it explains the query best
         if self.settings.null_document:
             posterior = torch.softmax(torch.log_softmax(logits.detach(), dim=-1) + teacher, dim=-1)
             self.record('null posterior', posterior[:, -1].mean().item(), len(mine))
-        # the loss cannot go below -mean(max_z log p(x|z)) (all of p(z|x) on the teacher's
-        # best): the excess is what the retriever can still gain, comparable across batches
-        self.record('excess loss', (rows.detach() + teacher.max(dim=1).values).mean().item(),
-                    len(mine))
+        # the marginal loss cannot go below -mean(max_z log p(x|z)) (all of p(z|x) on the
+        # teacher's best), the KL not below 0: the excess is what the retriever can still gain,
+        # comparable across batches
+        floor = 0.0 if art else teacher.max(dim=1).values
+        self.record('excess loss', (rows.detach() + floor).mean().item(), len(mine))
         return rows.sum() / len(batch)  # this process's share of the batch's mean
 
 

@@ -324,6 +324,12 @@ class RumbartSettings(ReconstructionSettings):
     """RUMBArt (thesis §4.3.1): towards the posterior ∝ p_η(z|x)·p_θ(x|z) over the top k."""
     teacher_temperature: float = setting(
         1.0, 'The generator\'s log-likelihoods are divided by this.', group='teacher')
+    target: str = setting(
+        'marginal', 'What the retriever trains towards: marginal, the thesis\' marginal '
+        'likelihood of the query over the top k, whose target carries the retriever\'s own '
+        'prior; or art, ART\'s KL divergence from the generator\'s distribution over the top k '
+        '(a uniform prior) to the retriever\'s.', group='teacher', key='changed',
+        choices=('marginal', 'art'))
 
 
 @dataclass(frozen=True)
