@@ -28,6 +28,8 @@ Groups, each one results file (written as soon as the group finishes):
                  query_sources.md shows why: most generated queries are generic)
   rumbart_null   REALM's null document (the empty passage, always a candidate) with the
                  frozen passage tower, T=4: the teacher's mass can go to "no passage helps"
+  rumbart_target  the thesis' marginal likelihood against ART's KL target (target=art), at the
+                 shipped teacher temperature, with the frozen passage tower
   rumbart_start_seeds  rumbart_start's frozen-passage run under seeds 0-2; the seed also
                  trains the distant-supervision start anew, so the spread is the whole pipeline's
   acrobart_sources  ACROBArT (k=3, 128 passage tokens) with the frozen passage tower, which
@@ -81,6 +83,10 @@ GROUPS = {
                                            for r in (10, 25, 0)],
     'rumbart_roundtrip': ['bm25', 'dual', FROZEN, frozen_on('generated'), frozen_on('roundtrip')],
     'rumbart_null': ['bm25', 'dual', FROZEN, f'{FROZEN},null_document=true'],
+    # the thesis' marginal likelihood against ART's KL target, at the shipped teacher
+    # temperature, with the passage tower frozen (minutes a model here, not hours)
+    'rumbart_target': ['bm25', 'dual', f'rumbart:{TRAIN},train_passages=false',
+                       f'rumbart:{TRAIN},train_passages=false,target=art'],
     'rumbart_start_seeds': ['bm25'] + [f'{FROZEN},start=ds,seed={seed}' if seed else f'{FROZEN},start=ds'
                                        for seed in (0, 1, 2)],
     'acrobart_sources': ['bm25', 'dual', f'{ACROBART},{TRAIN}', f'{ACROBART},{TRAIN},start=ds'] + [
