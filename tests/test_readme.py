@@ -144,11 +144,16 @@ def test_the_readme_is_at_most_12_kb():
     assert README.stat().st_size <= 12 * 1024
 
 
+def script(path: str):
+    """The experiments script at ``path`` (from the repository's root), imported."""
+    spec = importlib.util.spec_from_file_location(Path(path).stem, ROOT / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_the_readmes_table_is_what_the_results_files_say():
-    spec = importlib.util.spec_from_file_location(
-        'what_to_expect', ROOT / 'experiments' / 'tools' / 'what_to_expect.py')
-    what_to_expect = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(what_to_expect)
+    what_to_expect = script('experiments/tools/what_to_expect.py')
     text = README.read_text()
     assert what_to_expect.written_into(text) == text, \
         'run `python experiments/tools/what_to_expect.py --write`'
@@ -203,10 +208,7 @@ def test_every_selfsup_command_of_the_pages_parses_and_names_known_pipelines(mon
 
 
 def test_the_reproduction_table_is_what_the_expected_files_say():
-    spec = importlib.util.spec_from_file_location(
-        'reproduce', ROOT / 'experiments' / 'reproduce' / 'reproduce.py')
-    reproduce = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(reproduce)
+    reproduce = script('experiments/reproduce/reproduce.py')
     text = reproduce.README.read_text()
     assert reproduce.table().count('\n| ') == len(reproduce.METHODS)  # one row for each method
     assert reproduce.written_into(text) == text, \

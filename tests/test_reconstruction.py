@@ -42,8 +42,8 @@ def test_arts_kl_equals_the_brute_force_formula_and_leaves_the_teacher_alone():
 
     def softmax(row):
         return [math.exp(v) / sum(math.exp(w) for w in row) for v in row]
-    expected = np.mean([sum(q * math.log(q / p) for q, p in zip(softmax(t), softmax(l)))
-                        for l, t in zip(logits.tolist(), teacher.tolist())])
+    expected = np.mean([sum(q * math.log(q / p) for q, p in zip(softmax(row_t), softmax(row_l)))
+                        for row_l, row_t in zip(logits.tolist(), teacher.tolist())])
     loss = reconstruction_kl(logits, teacher)
     assert loss.item() == pytest.approx(expected, rel=1e-12)
     loss.backward()

@@ -13,7 +13,6 @@ Any Glasgow/SMART collection ``NAME.ALL``/``NAME.tar.gz`` in ``$SELFSUP_CLASSIC_
 ``run`` and ``train``, ``--classic-data DIR``) is ``classic/<name>``.
 """
 import argparse
-import json
 import logging
 import os
 import shutil
@@ -27,10 +26,11 @@ from pyterrier_selfsup.data.classic import BUILTIN, CLASSIC_DATA_ENV, discover
 from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
 from pyterrier_selfsup.data.local import MalformedFileError
 from pyterrier_selfsup.harness import reference, trained
-from pyterrier_selfsup.harness.experiment import NothingToEvaluate, run_experiment, write_results
+from pyterrier_selfsup.harness.experiment import (NothingToEvaluate, read_training_log,
+                                                  run_experiment, write_results)
 from pyterrier_selfsup.harness.pipelines import (PIPELINE_ALIASES, PIPELINES, UnknownPipelineError,
                                                  get_pipeline)
-from pyterrier_selfsup.progress import progress_mode, set_progress
+from pyterrier_selfsup.progress import counted, progress_mode, set_progress
 from pyterrier_selfsup.training.settings import SETTINGS, DistillationSettings
 from pyterrier_selfsup.training.verdict import FEWEST
 
@@ -160,10 +160,10 @@ def main(argv=None) -> int:
                                if folds else [path.parent])
                 for directory in directories:
                     print(f'training log and curve: {directory}')
-                    log = read_log(directory)
+                    log = read_training_log(directory)
                     for record in log:  # what each stage did, and its time
                         if 'stage' in record and record.get('seconds') is not None:
-                            done = (f'{record["done"]:,} {plural(record["unit"])} in '
+                            done = (f'{counted(round(record["done"]), record["unit"])} in '
                                     if 'done' in record else '')
                             print(f'  {record["stage"]}: {done}{record["seconds"]:.0f} s')
                     said = [r['verdict'] for r in log if 'verdict' in r]
@@ -192,16 +192,6 @@ def main(argv=None) -> int:
         for path in write_results(result, args.results_dir):
             print(f'wrote {path}')
     return 0
-
-
-def plural(unit: str) -> str:
-    return unit[:-1] + 'ies' if unit.endswith('y') else unit + 's'
-
-
-def read_log(directory: Path) -> list:
-    """A trained model's training log (JSON lines), or nothing where it has none."""
-    path = Path(directory) / 'training_log.jsonl'
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
 
 
 def _classic_here():
