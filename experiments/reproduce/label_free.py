@@ -101,6 +101,14 @@ GROUPS = {
         'distill:queries=titles', 'distill:queries=titles,n_queries=5183',
         # GPL's pseudo-positive: half of each written query's target on the passage it was written for
         'distill:source_share=0.5', 'distill:query_style=chat,source_share=0.5']),
+    # issue 50 item 1: the writer's realism before its volume, at the shipped training settings. A few
+    # queries of another collection (8 of its topic texts; no label of scifact read) shown as the style to
+    # write, with SmolLM2 and with Qwen2.5-Coder-0.5B (offline-assets --with qwen2.5-coder-0.5b); then both
+    # writers' chat prompt without examples. Chosen on scifact train; test is reported beside it.
+    'writer_realism': (SCIFACT, ['bm25', 'dual', 'teacher', 'distill'] + [
+        f'distill:{writer}query_style=chat{examples}'
+        for examples in (',query_examples=cranfield', ',query_examples=classic/cisi', '')
+        for writer in ('generator=qwen,', '')]),
     # is the best corpus-only lever of corpus_only_levers (SmolLM2 chat, 1,000 queries: +.0145 over the start on
     # scifact train, while 2,000 and 5,183 of the same kind gave -.003 and -.002) a setting or one training's luck?
     # Three seeds of it beside three of the default (each seed draws its own passages and queries; the default's

@@ -44,7 +44,7 @@ STYLES = ('chat', 'plain')
 SYSTEM_PROMPT = 'You write search queries that a user of a search engine would type.'
 INSTRUCTION = ('Write one search query that the passage below answers. '
                'Reply with the query only, on one line.')
-EXAMPLES_INTRO = ('Queries that users of this collection wrote '
+EXAMPLES_INTRO = ('Queries that users of a search engine wrote '
                   '(write in their style, about the passage):')
 PLAIN_PROMPT = 'Passage: {passage}\nA question this passage answers:'
 # What the writer's draws come from, in the keys of the query sets and models made from them.
@@ -120,7 +120,8 @@ class QueryWriter:
                 'system': SYSTEM_PROMPT if self.style == 'chat' else None,
                 'instruction': INSTRUCTION if self.style == 'chat' else PLAIN_PROMPT,
                 'batch_size': self.batch_size, 'cache': 'shared prompt' if shared else 'dynamic',
-                'version': WRITER_VERSION}
+                'version': WRITER_VERSION,
+                **({'examples_intro': EXAMPLES_INTRO} if self.examples else {})}
 
     def _shared_layers(self) -> Optional[int]:
         """The decoder's number of layers if the writer writes into a :class:`WriterCache`, else
