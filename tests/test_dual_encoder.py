@@ -77,6 +77,74 @@ def test_an_inference_batch_dispatches_a_fixed_number_of_operations(precision):
     assert per_batch == OPERATIONS_A_BATCH[precision]
 
 
+def long_texts():
+    """Real long texts (CISI's abstracts, three to a text: about 3,000 characters, where 2,048
+    are cut before tokenization), and awkward ones: words of 150 letters (one [UNK] each, so
+    the cut text falls short of 256 ids), and texts without a space to cut at."""
+    docs = [d['text'] for d, _ in zip(Collection('classic/cisi').corpus_iter(), range(240))]
+    return ([' '.join(docs[i:i + 3]) for i in range(0, len(docs), 3)]
+            + [('b' * 150 + ' ') * 30, 'x' * 5000 + ' tail', '漢字' * 2000 + ' end',
+               '1,2,3,4 ' * 600, 'a  b   ' * 900])
+
+
+def counting(tokenize, counts):
+    def wrapped(texts, *rest):
+        counts.append(len(texts))
+        return tokenize(texts, *rest)
+    return wrapped
+
+
+def test_long_texts_cut_before_tokenizing_give_the_ids_of_the_whole_text(minilm):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from pyterrier_selfsup.models import _token_ids
+    texts = long_texts()
+    cut = [_token_ids.cut_at_word(t, 256 * _token_ids.CHARS_PER_TOKEN) for t in texts]
+    # 69 of the 80 CISI texts, and the [UNK] words, the digits and the runs of spaces
+    assert sum(c is not None for c in cut) == 72
+    whole = minilm.tokenizer(texts, truncation=True, max_length=256)['input_ids']
+    assert [list(ids) for ids in minilm.token_ids(texts, 'passage')] == whole
+
+    # a byte-level BPE (GPT-2's pre-tokenizer), trained here on the same texts
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.train_from_iterator(texts, trainers.BpeTrainer(
+        vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    bpe.enable_truncation(256)
+    encodings = []
+    ids = _token_ids.tokenize_cut(counting(lambda t: [e.ids for e in bpe.encode_batch(t)],
+                                           encodings), texts, 256)
+    assert ids == [e.ids for e in bpe.encode_batch(texts)]
+    assert encodings == [len(texts), 1]  # the [UNK] words' text, tokenized whole after its cut
+    assert _token_ids.splits_at_spaces(bpe)
+    for split in (True, False):  # SentencePiece's metaspace: cut only where it splits words
+        bpe.pre_tokenizer = pre_tokenizers.Metaspace(split=split)
+        assert _token_ids.splits_at_spaces(bpe) == split
+
+
+def test_passage_token_ids_are_kept_between_encodings_when_asked(minilm, monkeypatch):
+    import copy
+    calls = []
+    monkeypatch.setattr(minilm, '_token_ids', counting(minilm._token_ids, calls))
+    texts = TEXTS * 3
+    first = minilm.encode_docs(texts)
+    minilm.keep_passage_token_ids()
+    try:
+        kept = minilm.encode_docs(texts)
+        again = minilm.encode_docs(texts)
+        copy.deepcopy(minilm).encode_docs(texts)  # (an asynchronous refresh's snapshot)
+        minilm.encode_queries(texts)
+        assert calls == [12, 12, 12] and len(minilm._kept_ids) == 4
+        np.testing.assert_array_equal(kept, first)
+        np.testing.assert_array_equal(again, first)
+        minilm.keep_passage_token_ids(max_tokens=12)  # room for the first text's ids only
+        minilm.encode_docs(TEXTS)
+        assert len(minilm._kept_ids) == 1 and minilm._kept_ids.tokens == 11
+    finally:
+        minilm.keep_passage_token_ids(None)
+    minilm.encode_docs(texts)
+    assert calls[-1] == 12
+
+
 def test_plain_encoder_defaults_to_thesis_settings(tiny_dir):
     enc = DualEncoder.from_pretrained(str(tiny_dir), device='cpu', precision='fp32')
     assert enc.config() | {'name': None} == {'name': None, 'pooling': 'cls', 'dim': None,

@@ -167,6 +167,26 @@ def test_refresh_rebuilds_the_index_from_the_updated_encoder(tiny_encoder, tiny_
     assert [r['step'] for r in trainer.log if 'refresh seconds' in r] == [0, 0, 0]
 
 
+def test_refreshes_tokenize_the_corpus_once_and_let_its_ids_go_after(tiny_encoder, tiny_generator,
+                                                                       tmp_path, monkeypatch):
+    coll = Collection('classic/adi')
+    enc = tiny_encoder()
+    tokenized = []
+    token_ids = enc._token_ids
+
+    def counted(texts, side):
+        tokenized.append((side, len(texts)))
+        return token_ids(texts, side)
+    monkeypatch.setattr(enc, '_token_ids', counted)
+    trainer = Rumbart(enc, tiny_generator(max_passage_length=32), coll, k=3, refresh_every=2,
+                      batch_size=5, lr=1e-2, cache_dir=tmp_path, verbose=False)
+    trainer.fit(coll.topics().head(30))  # 6 steps: the index built, then refreshed twice
+
+    assert [r['step'] for r in trainer.log if 'refresh seconds' in r] == [0, 2, 4]
+    assert [n for side, n in tokenized if side == 'passage'] == [82]  # ADI's 82 passages, once
+    assert enc._kept_ids is None
+
+
 def test_an_asynchronous_refresh_swaps_in_the_index_of_its_step_and_logs_its_staleness(
         tiny_encoder, tiny_generator, tmp_path, monkeypatch):
     """refresh='async': the index built from the weights of step 2 is in use at step 4 while

@@ -28,6 +28,7 @@ from pyterrier_selfsup.models._base import (TrainableModel, budget_batches, clea
                                             linears_held_in, pad, read_saved_config,
                                             resolve_device, to_device, tokenized_in_slices)
 from pyterrier_selfsup.models._openvino import CALIBRATION_TEXTS, OpenVinoSides
+from pyterrier_selfsup.models._token_ids import KeptTokenIds, splits_at_spaces, tokenize_cut
 from pyterrier_selfsup.models.offsets import PassageOffsets
 from pyterrier_selfsup.progress import progress
 
@@ -38,6 +39,8 @@ PASSAGE_ENCODER_DIR = 'passage_encoder'
 POOLINGS = ('cls', 'mean')
 # texts an inference batch holds at full length, by device type (see DualEncoder)
 INFERENCE_BATCH = {'cpu': 32, 'cuda': 256}
+# token ids a trainer keeps between refreshes of its index: 256 MB (MS MARCO needs about 600M)
+KEPT_TOKENS = 2 ** 26
 
 
 class DualEncoderModel(torch.nn.Module):
@@ -166,6 +169,7 @@ class DualEncoder(BiEncoder, TrainableModel):
         # applied where the index is built, never by encode_docs (see models/offsets.py)
         self.passage_offsets: Optional[PassageOffsets] = None
         self._rust_tokenizers: Dict[int, Tokenizer] = {}  # (see token_ids), by max_length
+        self._kept_ids: Optional[KeptTokenIds] = None  # (see keep_passage_token_ids)
 
     # -- construction and persistence -------------------------------------------------
 
@@ -323,7 +327,16 @@ class DualEncoder(BiEncoder, TrainableModel):
         tokenizer's Rust code directly where there is one: Hugging Face's wrapper around it
         builds Python lists of masks and type ids that inference never reads, which costs as
         much as the tokenization itself on a many-core machine. The Rust tokenizer is a copy
-        of the wrapper's, so that its truncation setting is its own."""
+        of the wrapper's, so that its truncation setting is its own. A text far longer than
+        the ids kept is cut at a word's end before tokenization (:func:`tokenize_cut`, the
+        same ids), and passages' ids are kept between calls where
+        :meth:`keep_passage_token_ids` says so."""
+        texts = clean_texts(texts)
+        if side == 'passage' and self._kept_ids is not None:
+            return self._kept_ids.ids(texts, lambda missing: self._token_ids(missing, side))
+        return self._token_ids(texts, side)
+
+    def _token_ids(self, texts: List[str], side: str) -> List[List[int]]:
         max_length = self.side_max_length(side)
         if not getattr(self.tokenizer, 'is_fast', False):
             return self.tokenize(texts, side, padding=False)['input_ids']
@@ -334,7 +347,18 @@ class DualEncoder(BiEncoder, TrainableModel):
             backend.enable_truncation(max_length, direction=self.tokenizer.truncation_side)
             self._rust_tokenizers[max_length] = backend
         encode = getattr(backend, 'encode_batch_fast', backend.encode_batch)  # (no offsets)
-        return [e.ids for e in encode(clean_texts(texts))]
+
+        def ids(some: List[str]) -> List[List[int]]:
+            return [e.ids for e in encode(some)]
+        if self.tokenizer.truncation_side == 'right' and splits_at_spaces(backend):
+            return tokenize_cut(ids, texts, max_length)
+        return ids(texts)
+
+    def keep_passage_token_ids(self, max_tokens: Optional[int] = KEPT_TOKENS):
+        """Keeps the token ids of the passages it encodes, up to ``max_tokens`` ids in all
+        (4 bytes each), so that encoding the same corpus again (a trainer's index refresh)
+        skips their tokenization; None lets them go. Copies of the encoder share them."""
+        self._kept_ids = KeptTokenIds(max_tokens) if max_tokens else None
 
     def encode(self, texts: List[str], side: str) -> torch.Tensor:
         """Embeddings of ``texts`` with gradients, in one batch (for training)."""

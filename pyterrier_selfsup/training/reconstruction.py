@@ -140,9 +140,12 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
         if self.settings.refresh == 'async' and self.world_size > 1:
             raise ValueError("refresh='async' runs in one process: a data-parallel refresh is "
                              "encoded in shards by every process at once (use refresh='sync')")
+        if self.settings.train_passages:  # each refresh encodes the same passages again
+            self.encoder.keep_passage_token_ids()
 
     def on_fit_end(self):
         super().on_fit_end()
+        self.encoder.keep_passage_token_ids(None)
         if self._building is not None:  # a build the run no longer needs: waited for, removed
             _, future = self._building
             self._building = None
