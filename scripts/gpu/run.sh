@@ -16,6 +16,13 @@
 #                                    About 11 min on an H100: past one call's 10, so a second call
 #                                    finishes it from the cached queries, models and checkpoints
 #   bash scripts/gpu/run.sh querylog the same two from scifact train's query texts (a log), ~5 min
+#   bash scripts/gpu/run.sh million  a million passages made from scifact's and cranfield's sentences,
+#                                    encoded into a FlexIndex and searched with scifact's test queries
+#                                    (experiments/benchmarks/million_passages.py), issue 49 item 5
+#   bash scripts/gpu/run.sh methods  scifact adapted by RUMBArt, then ACROBArT, at their shipped settings,
+#                                    each evaluated on test with its wall time (one results file each; a
+#                                    second call goes on from the cached models); the cross-document
+#                                    adjustment too where FAISS is installed (the image has none)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -37,7 +44,22 @@ if [ "${1:-checks}" = querylog ]; then
     | grep -v '^\[INFO\]\|checkpoint' | tail -25
   exit
 fi
+if [ "${1:-checks}" = methods ]; then
+  methods="rumbart acrobart"
+  python3 -c 'import faiss' 2>/dev/null && methods="$methods reatt_adjusted"
+  for method in $methods; do
+    python3 -m pyterrier_selfsup run -q -c "${COLLECTION:-beir/scifact/test}" -p bm25 minilm "$method" \
+      --save "gpu_scifact_$method" --results-dir "$out" 2>&1 | tee "$out/gpu_scifact_$method.log" \
+      | grep -v '^\[INFO\]\|checkpoint' | tail -12
+  done
+  exit
+fi
 nvidia-smi -L | tee "$out/nvidia-smi.txt"
+if [ "${1:-checks}" = million ]; then
+  python3 experiments/benchmarks/million_passages.py --results-dir "$out" 2>&1 \
+    | tee "$out/million_passages.log" | grep -v '^\[INFO\]' | tail -14
+  exit
+fi
 if [ "${1:-checks}" = speed ] || [ "${1:-checks}" = encoding ]; then
   python3 experiments/benchmarks/encoding_benchmark.py --results-dir "$out" 2>&1 | tee "$out/encoding_benchmark_gpu.log" \
     | grep -v '^\[INFO\]' | tail -22
