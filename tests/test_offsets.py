@@ -139,8 +139,14 @@ def test_verdict_parts_by_hand():
     assert 'round 1 kept' in v.sentence() and 'interval clear of 0' in v.sentence()
     none = verdict({0: np.array([1.0, 1.0]), 1: np.array([0.0, 1.0])})
     assert none.best_round == 0 and not none.helped and 'start model is kept' in none.sentence()
+    # keep='last': the verdict compares the last round, whichever way it moved
+    last = verdict({0: np.array([0.0, 0.5, 1.0, 0.0] * 2), 1: np.array([1.0, 0.5, 1.0, 1.0] * 2),
+                    2: np.array([0.5] * 8)}, kept=2)
+    assert (last.best_round, last.best) == (2, 0.5) and 'rose within its noise' in last.sentence()
+    fell = verdict({0: np.array([1.0, 1.0, 1.0]), 1: np.array([0.0, 0.0, 0.0])}, kept=1)
+    assert 'fell, its interval clear of 0: round 1 kept' in fell.sentence()
     # what the user reads: what was measured, and that it is a proxy; never that adaptation helped
-    for said in (v.sentence(), none.sentence()):
+    for said in (v.sentence(), none.sentence(), last.sentence(), fell.sentence()):
         assert 'not known to predict' in said and 'helped' not in said
 
 
@@ -178,3 +184,19 @@ def test_held_out_queries_never_train_and_the_best_round_is_kept(tiny_encoder, c
     frozen.verdict.fewest = 1
     frozen.fit(topics)
     assert frozen.verdict.result.best_round == 0 and not frozen.verdict.result.helped
+
+
+def test_keep_last_ships_the_last_round_and_reports_the_signal_beside_it(tiny_encoder, cache_dir):
+    coll = Collection('classic/adi')
+    trainer = _trainer(tiny_encoder(max_length=64), coll, cache_dir, verdict_share=0.2,
+                       keep='last')
+    trainer.verdict.fewest = 1
+    trainer.fit(coll.topics())
+    rounds = [r for r in trainer.log if 'verdict round' in r]
+    assert [r['verdict round'] for r in rounds] == [0, 1, 2, 3]
+    v = trainer.verdict.result
+    assert v.best_round == 3 == trainer.log[-1]['verdict kept round']
+    assert v.best == rounds[-1]['verdict nDCG@10'] and v.start == rounds[0]['verdict nDCG@10']
+    ranked = trainer.rank(trainer.student(fresh=False), trainer.verdict.held, depth=10)
+    again = ndcg_at({q: d for q, (d, _) in ranked.items()}, trainer.verdict.pseudo)
+    assert again.mean() == pytest.approx(v.best, abs=1e-9)

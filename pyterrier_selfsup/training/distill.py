@@ -63,7 +63,8 @@ class Distillation(DualEncoderTrainer):
         super().__init__(encoder, collection, settings, run, **changes)
         self.teacher = teacher
         self.passages = passage_side(self.settings)
-        self.verdict = HeldOutVerdict(self.settings.verdict_share, self.settings.seed)
+        self.verdict = HeldOutVerdict(self.settings.verdict_share, self.settings.seed,
+                                      keep=self.settings.keep)
         self.query_stats: Dict[str, float] = {}  # the round-trip filter's counts
         self._round0: Optional[Ranked] = None  # round 0's targets, if the filter ranked them
 

@@ -434,8 +434,11 @@ class DistillationSettings(MethodSettings):
               'ranks that passage in its top this many (None: keep all; queries cut from the '
               'corpus are never filtered).')
     verdict_share: float = setting(0.1, 'The share of the training queries held out for the '
-                                        'label-free verdict, which keeps the best round (0: none; '
-                                        'the last round is kept).')
+                                        'label-free verdict (0: none; the last round is kept).')
+    keep: str = setting('verdict', 'Which round ships: verdict (the best round by the held-out '
+                                   'signal) or last (the last round, with the held-out signal '
+                                   'measured and reported beside it).', key='changed',
+                        choices=('verdict', 'last'))
     rounds: int = setting(5, 'Rounds of self-training: each passes over the queries once, the '
                              'teacher re-ranking with the student as it is.', group='training')
     batch_size: int = setting(32, 'Queries a batch.', group='training')

@@ -4,8 +4,9 @@ A slice of the training queries is held out: it never trains. Each held-out quer
 pseudo-relevant passage: the passage it was written for (a generated query), or else the
 start's teacher's top passage (a query log, a corpus sentence: its own passage excluded).
 The student is scored on the slice (nDCG@10 against those pseudo-judgements) at its start
-and after every round; the trainer keeps the best round, and the verdict is the best round's
-score against the start's, with a paired bootstrap interval over the held-out queries.
+and after every round. The trainer keeps the best round by this signal (``keep='verdict'``) or
+the last (``keep='last'``), and the verdict is the kept round's score against the start's, with
+a paired bootstrap interval over the held-out queries.
 
 It is a proxy: a slice written by the same generator as the training queries may flatter a
 student trained on them, and agreement with the teacher is what the student is trained
@@ -53,7 +54,7 @@ def ndcg_at(ranked: Dict[str, List[str]], relevant: Dict[str, str], k: int = DEP
 class Verdict:
     start: float          # the start's mean score on the slice
     best: float           # the kept round's
-    best_round: int       # 0: the start (no round beat it by this signal)
+    best_round: int       # the kept round; 0: the start (no round beat it by this signal)
     low: float            # 95% paired bootstrap interval of best - start
     high: float
     queries: int
@@ -77,19 +78,27 @@ class Verdict:
                     f'({self.start:.4f} pseudo-nDCG@10 on {self.queries} held-out queries), '
                     f'so the start model is kept; {caveat}')
         change = f'{self.best - self.start:+.4f} [{self.low:+.4f}, {self.high:+.4f}]'
-        rose = 'rose, its interval clear of 0' if self.helped else 'rose within its noise'
-        return (f'the held-out signal {rose}: round {self.best_round} kept, pseudo-nDCG@10 '
+        if self.best > self.start:
+            moved = 'rose, its interval clear of 0' if self.helped else 'rose within its noise'
+        elif self.best < self.start:
+            moved = 'fell, its interval clear of 0' if self.high < 0 else 'fell within its noise'
+        else:
+            moved = 'did not move'
+        return (f'the held-out signal {moved}: round {self.best_round} kept, pseudo-nDCG@10 '
                 f'{self.start:.4f} -> {self.best:.4f}, {change} (95% paired bootstrap, '
                 f'{self.queries} held-out queries); {caveat}')
 
 
-def verdict(scores: Dict[int, np.ndarray], *, seed: int = 0, resamples: int = 2000) -> Verdict:
-    """The verdict from each round's per-query scores (round 0: the start): the best round
-    (the earliest of equals), its mean against the start's, and a paired bootstrap interval."""
+def verdict(scores: Dict[int, np.ndarray], *, seed: int = 0, resamples: int = 2000,
+            kept: Optional[int] = None) -> Verdict:
+    """The verdict from each round's per-query scores (round 0: the start): the kept round
+    (``kept``, or else the best, the earliest of equals), its mean against the start's, and a
+    paired bootstrap interval."""
     start = scores[0]
     if len(start) == 0:
         return Verdict(0.0, 0.0, 0, 0.0, 0.0, 0)
-    best_round = max(sorted(scores), key=lambda r: (scores[r].mean(), -r))
+    best_round = (kept if kept is not None
+                  else max(sorted(scores), key=lambda r: (scores[r].mean(), -r)))
     diff = scores[best_round] - start
     rng = np.random.default_rng(seed)
     means = diff[rng.integers(0, len(diff), (resamples, len(diff)))].mean(1)
@@ -119,6 +128,8 @@ class HeldOutVerdict:
     Args:
         share: the share of the training queries held out (0: no verdict; the last round is kept).
         seed: draws the slice and the bootstrap.
+        keep: ``'verdict'``: the best round by the held-out signal is put back at the end;
+            ``'last'``: the last round is kept, and the verdict compares it with the start.
 
     Attributes:
         held: the held-out queries that have a pseudo-relevant passage.
@@ -130,8 +141,10 @@ class HeldOutVerdict:
     round, and :meth:`finish` after the last step.
     """
 
-    def __init__(self, share: float, seed: int = 0):
-        self.share, self.seed, self.fewest = share, seed, FEWEST
+    def __init__(self, share: float, seed: int = 0, keep: str = 'verdict'):
+        if keep not in ('verdict', 'last'):
+            raise ValueError(f"keep must be 'verdict' or 'last', not {keep!r}")
+        self.share, self.seed, self.fewest, self.keep = share, seed, FEWEST, keep
         self.held: list = []
         self.pseudo: Dict[str, str] = {}
         self.result: Optional[Verdict] = None
@@ -176,7 +189,7 @@ class HeldOutVerdict:
         earlier = list(means.values())
         scores_by_round[after_round], means[after_round] = (scores.round(6).tolist(),
                                                             float(scores.mean()))
-        if not earlier or scores.mean() > max(earlier):
+        if self.keep == 'verdict' and (not earlier or scores.mean() > max(earlier)):
             encoder = trainer.encoder
             self._best = (after_round,
                           {k: v.detach().clone() for k, v in encoder.model.state_dict().items()},
@@ -185,13 +198,14 @@ class HeldOutVerdict:
                 encoder.save_pretrained(trainer.output_dir / 'best-round')
 
     def finish(self, trainer):
-        """The verdict: the best round is put back (the start, if no round beat it), and the log
-        says how the held-out signal moved."""
+        """The verdict: with ``keep='verdict'`` the best round is put back (the start, if no
+        round beat it); the log says how the held-out signal moved to the kept round."""
         if not self.held:
             return
         self.judge(trainer, trainer.state['epoch'])
         rounds = {r: np.asarray(s) for r, s in trainer.state['verdict scores'].items()}
-        self.result = verdict(rounds, seed=self.seed)
+        self.result = verdict(rounds, seed=self.seed,
+                              kept=max(rounds) if self.keep == 'last' else None)
         if self.result.best_round != max(rounds):
             if self._best is not None and self._best[0] == self.result.best_round:
                 trainer.encoder.model.load_state_dict(self._best[1])
