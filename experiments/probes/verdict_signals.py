@@ -1,0 +1,120 @@
+"""Candidate label-free signals against the real change (issue 50 item 4).
+
+The shipped verdict scores the student on held-out training queries, which come from the same
+generator as the queries it trained on. This probe tries held-out queries of another source,
+read from the corpus alone, on every distill model the named results groups trained (the models
+must be in this machine's cache: it trains nothing):
+
+- sentences: 500 corpus sentences (5 to 40 words, one a document, seed 1234: not the training
+  seed), each pseudo-relevant to the document it was cut from;
+- titles: 500 document titles (3 words or more, seed 1234), each pseudo-relevant to its
+  document (collections without titles have none).
+
+Each signal is the final model's pseudo-nDCG@10 minus the zero-shot start's (the `dual` row) on
+the same queries, beside the shipped verdict's change (from the training log) and the real
+change (nDCG@10 with the relevance labels, from the group's results table). For each signal:
+how often its sign agrees with the real change's, and its Spearman correlation with it. The bar
+of issue 50: sign agreement of at least .80 and Spearman of at least .6.
+
+    python experiments/probes/verdict_signals.py GROUP [GROUP ...]
+writes experiments/results/verdict_signals.{md,csv}.
+"""
+import sys
+from pathlib import Path
+
+import pandas as pd
+from scipy.stats import spearmanr
+
+from pyterrier_selfsup import Collection
+from pyterrier_selfsup.data.queries import corpus_sentences, document_titles
+from pyterrier_selfsup.harness import provenance
+from pyterrier_selfsup.harness.experiment import read_training_log
+from pyterrier_selfsup.harness.pipelines import get_pipeline
+from pyterrier_selfsup.training.verdict import ndcg_at
+
+RESULTS = Path(__file__).resolve().parents[1] / 'results'
+N, SEED = 500, 1234
+START = 'dual'
+
+
+def signal_queries(collection: Collection) -> dict:
+    """Each signal's queries (qid, query) and pseudo-relevant passages (qid -> docno)."""
+    out = {'sentences': corpus_sentences(collection, N, seed=SEED)}
+    try:
+        out['titles'] = document_titles(collection, N, seed=SEED)
+    except ValueError:  # (no titles)
+        pass
+    return {name: (frame[['qid', 'query']], dict(zip(frame['qid'], frame['source_docno'])))
+            for name, frame in out.items()}
+
+
+def pseudo_ndcg(retriever, topics: pd.DataFrame, relevant: dict) -> float:
+    run = retriever(topics)
+    ranked = (run.sort_values(['qid', 'rank']).groupby('qid')['docno'].apply(list).to_dict())
+    return float(ndcg_at(ranked, relevant).mean())
+
+
+def rows_of(group: str) -> list:
+    table = pd.read_csv(RESULTS / f'{group}.csv', comment='#')
+    rows = []
+    for name, results in table.groupby('collection', sort=False):
+        coll = Collection(name)
+        if START not in set(results['name']):
+            continue
+        real = results.set_index('name')['nDCG@10']
+        models = [p for p in results['name'] if p.startswith('distill')]
+        cached = [p for p in models if (d := get_pipeline(p).model_dir(coll)) is not None
+                  and d.exists() and read_training_log(d)]
+        if not cached:
+            print(f'{group} {name}: no cached model, skipped')
+            continue
+        queries = signal_queries(coll)
+        start = get_pipeline(START).build(coll)
+        base = {s: pseudo_ndcg(start, t, rel) for s, (t, rel) in queries.items()}
+        for p in cached:
+            log = read_training_log(get_pipeline(p).model_dir(coll))
+            said = next((r for r in log if 'verdict' in r), None)
+            model = get_pipeline(p).build(coll)
+            row = {'group': group, 'collection': name, 'pipeline': p,
+                   'real change': float(real[p] - real[START]),
+                   'verdict change': (said['verdict best'] - said['verdict start']) if said else None,
+                   'verdict kept round': said['verdict kept round'] if said else None}
+            for s, (t, rel) in queries.items():
+                row[f'{s} change'] = pseudo_ndcg(model, t, rel) - base[s]
+            rows.append(row)
+            print(row)
+    return rows
+
+
+def main(groups):
+    frame = pd.DataFrame([r for g in groups for r in rows_of(g)])
+    # a model read by both splits of one corpus (scifact train and test) is one model: each split's real
+    # change is its own row, as the verdict and the signals are the same
+    header = provenance.header()
+    frame.to_csv(RESULTS / 'verdict_signals.csv', index=False)
+    signals = [c for c in ('verdict change', 'sentences change', 'titles change') if c in frame]
+    md = ['# Label-free signals against the real change', '', *(f'- {k}: {v}' for k, v in header.items()),
+          f'- groups: {", ".join(groups)} (their models as cached on this machine)',
+          f'- signals: the final model\'s pseudo-nDCG@10 minus the start\'s ({START}); sentences and titles: '
+          f'{N} of each, seed {SEED}, each pseudo-relevant to its own document; verdict: the training log\'s '
+          'held-out generated queries (kept round against the start)',
+          '- real change: nDCG@10 with the labels, the model against the start on the same topics', '',
+          '| collection | pipeline | real change | ' + ' | '.join(signals) + ' |',
+          '|---|---|---|' + '---|' * len(signals)]
+    for r in frame.to_dict('records'):
+        md.append(f'| {r["collection"]} | {r["pipeline"]} | {r["real change"]:+.4f} | ' + ' | '.join(
+            '' if pd.isna(r[s]) else f'{r[s]:+.4f}' for s in signals) + ' |')
+    md += ['', '| signal | models | sign agreement | Spearman |', '|---|---|---|---|']
+    for s in signals:
+        part = frame.dropna(subset=[s])
+        agree = ((part[s] > 0) == (part['real change'] > 0)).mean()
+        rho = spearmanr(part[s], part['real change'])[0] if len(part) > 2 else float('nan')
+        md.append(f'| {s[:-7]} | {len(part)} | {agree:.2f} | {rho:.2f} |')
+    md += ['', 'The bar (issue 50 item 4): sign agreement of at least .80 and Spearman of at least .6. Rows of '
+           'scifact train and test share one model, so they are not independent.', '']
+    (RESULTS / 'verdict_signals.md').write_text('\n'.join(md))
+    print('\n'.join(md))
+
+
+if __name__ == '__main__':
+    main(sys.argv[1:])
