@@ -192,3 +192,19 @@ def test_queries_cut_from_their_sources_and_not_excluded_are_said(caplog):
     with caplog.at_level('WARNING'):
         query_sources(written, coll, excluded=False)
     assert 'word for word' not in caplog.text
+
+
+def test_sampled_queries_cover_as_many_passages_as_per_passage_asks(tiny_generator_dir, tmp_path):
+    from pyterrier_selfsup.harness.trained import training_topics
+    from pyterrier_selfsup.models.generator import Generator
+    coll = Collection('classic/adi')
+    gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu',
+                                    precision='fp32', max_passage_length=32)
+    run = RunContext(cache_dir=tmp_path)
+    three = training_topics(coll, 'sampled', 12, generator=gen, run=run)
+    one = training_topics(coll, 'sampled', 12, generator=gen, run=run, per_passage=1)
+    assert three['source_docno'].nunique() == 4 and three.groupby('source_docno').size().max() == 3
+    assert one['source_docno'].nunique() == len(one) == 12
+    # each is written once and kept under its own key
+    assert len([p for p in (tmp_path / 'queries').glob('classic_adi.sampled-*')
+                if p.suffix != '.lock']) == 2

@@ -39,7 +39,8 @@ from pyterrier_selfsup.harness.pipelines import get_pipeline
 RESULTS = Path(__file__).resolve().parents[1] / 'results'
 CURVES = RESULTS / 'distill_curves'
 GROUPS = ['label_free_log', 'label_free_log_scifact', 'query_log_shipped', 'corpus_only_qwen', 'corpus_only_levers',
-          'label_free', 'label_free_seeds', 'corpus_only_seeds', 'query_log_verdict', 'query_log_layers_small']
+          'label_free', 'label_free_seeds', 'corpus_only_seeds', 'query_log_verdict', 'query_log_layers_small',
+          'writer_realism', 'corpus_only_generalise', 'corpus_only_generalise_vaswani']
 
 
 def table(group: str) -> pd.DataFrame:

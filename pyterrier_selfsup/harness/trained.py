@@ -195,7 +195,8 @@ def query_file(queries) -> bool:
 def training_topics(collection: Collection, queries: str, n_queries: int, *, seed: int = 0,
                     generator: Union[None, str, Generator] = None, mask: str = MASK,
                     run: RunContext = SILENT, fold: Optional[int] = None, style: str = 'plain',
-                    examples: Optional[str] = None) -> pd.DataFrame:
+                    examples: Optional[str] = None,
+                    per_passage: int = SAMPLING['per_passage']) -> pd.DataFrame:
     """The training queries a pipeline names by ``queries``: ``n_queries`` corpus
     ``sentences``, ``spans`` or ``masked`` sentences (with their ``answer``), or document
     ``titles``; ``n_queries``
@@ -206,8 +207,9 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
     or a query log: a file of query texts (:func:`~pyterrier_selfsup.data.queries.query_log`),
     or the name of a collection whose topic texts are used (never its qrels); or
     ``crossfold``: ``collection``'s own topic texts outside ``fold`` (of :data:`CROSS_FOLDS`).
-    ``style`` and ``examples`` (sampled queries): the writer's prompt, and a query log (a file or
-    a collection, as ``queries`` names one) whose texts it is shown as the style to write in.
+    ``style``, ``examples`` and ``per_passage`` (sampled queries): the writer's prompt, a query
+    log (a file or a collection, as ``queries`` names one) whose texts it is shown as the style to
+    write in, and how many queries it writes for each passage it draws.
     ``generator``: a :class:`Generator`, or a name for :func:`load_generator` (loaded at its
     default settings, and only for a source that needs it). ``mask`` replaces a masked
     sentence's span: the student's own mask token, so that it reads one token it knows.
@@ -242,7 +244,7 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
     if queries == 'sampled':
         from pyterrier_selfsup.models.writing import QueryWriter
         shown = example_texts(examples)
-        settings['sampling'] = dict(SAMPLING)
+        settings['sampling'] = dict(SAMPLING, per_passage=per_passage)
         settings['writer'] = QueryWriter(generator, style=style, examples=shown, seed=seed).config()
     if queries == 'roundtrip':
         settings['check'] = f'bm25 top {ROUND_TRIP_DEPTH}'
@@ -255,7 +257,7 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
             topics = generated_queries(collection, generator, n_queries, seed=seed)
         elif queries == 'sampled':
             topics = sampled_queries(collection, generator, n_queries, seed=seed, style=style,
-                                     examples=shown, **SAMPLING)
+                                     examples=shown, **dict(SAMPLING, per_passage=per_passage))
         else:
             bm25 = BM25.from_collection(collection, cache_dir=run.cache_dir) % ROUND_TRIP_DEPTH
             topics = round_trip_queries(collection, generator, n_queries, bm25,
@@ -377,7 +379,7 @@ def _distillation(collection: Collection, s: DistillationSettings, run: RunConte
            if needs_gen else None)
     topics = training_topics(collection, s.queries, s.n_queries, seed=s.seed, generator=gen,
                              run=run, fold=fold, style=s.query_style,
-                             examples=s.query_examples)
+                             examples=s.query_examples, per_passage=s.per_passage)
     torch.manual_seed(s.seed)
     encoder = DualEncoder.from_pretrained(s.model_name, precision=s.precision)
 

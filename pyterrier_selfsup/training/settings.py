@@ -404,6 +404,9 @@ class DistillationSettings(MethodSettings):
     query_examples: Optional[str] = setting(
         None, 'A query log (a file or a collection) whose texts the writer is shown as the style '
               'to write in.', group='queries')
+    per_passage: int = setting(3, 'Queries the writer writes for each passage it draws '
+                                  '(n_queries / per_passage passages are drawn).',
+                               group='queries', key='changed')
     model_name: str = setting(MINILM, 'The student that starts training.', group='model')
     precision: str = setting('fp32', 'The student\'s precision while it trains: fp32, bf16 or '
                                      'auto.', group='model', choices=('fp32', 'bf16', 'auto'))
