@@ -55,6 +55,18 @@ def test_a_field_added_to_a_settings_class_reaches_the_trainer_the_list_the_key_
             in reference.markdown())
 
 
+def test_a_default_that_moves_keeps_the_keys_of_the_models_cached_before():
+    @dataclasses.dataclass(frozen=True)
+    class Moved(DistillationSettings):
+        keep: str = setting('last', 'Which round ships, its default moved by a test.',
+                            key='changed', was='verdict')
+
+    # the models cached before keep existed trained as keep=verdict: they keep their key, and
+    # the new default's models get a key of their own
+    assert 'keep' not in DistillationSettings().key() and 'keep' not in Moved(keep='verdict').key()
+    assert Moved().key()['keep'] == 'last' == DistillationSettings(keep='last').key()['keep']
+
+
 def test_the_settings_reference_in_the_docs_is_the_generated_one():
     assert DOCS.read_text() == reference.markdown(), \
         'regenerate: selfsup settings --markdown > docs/settings.md'
@@ -129,7 +141,7 @@ def test_the_shipped_settings_keep_their_model_keys(tmp_path):
         assert (model_dir(adi, 'distill', unchanged, run).name
                 == SHIPPED_KEYS['distill']), unchanged
     for changed in ({'warmup': 0.2}, {'weight_decay': 0.0}, {'passages': 'frozen'},
-                    {'offset_weight': 0.5}):
+                    {'offset_weight': 0.5}, {'keep': 'last'}, {'per_passage': 1}):
         assert model_dir(adi, 'distill', changed, run).name != SHIPPED_KEYS['distill'], changed
     # the passage side keys as its two former settings did
     assert model_dir(adi, 'distill', {'passages': 'frozen'}, run) == \

@@ -16,8 +16,9 @@ Changing a setting gives a new object::
 Each field says whether it enters a model's cache key (its ``key`` metadata):
 
 - ``'yes'``: always;
-- ``'changed'``: only where it differs from its default: a setting added after models were
-  cached, whose default trains as before, so that those models are still found;
+- ``'changed'``: only where it differs from the value that trains as the models cached before
+  the setting existed (its ``was`` metadata: the default, unless the default has changed since),
+  so that those models are still found and none is taken for another's;
 - ``'no'``: never: it does not change the weights (how often checkpoints are saved).
 """
 import dataclasses
@@ -38,14 +39,16 @@ GROUPS = ('queries', 'model', 'teacher', 'method', 'training', 'checkpoints')
 
 
 def setting(default: Any, help: str, *, group: str = 'method', key: str = 'yes',
-            choices: Optional[Tuple] = None):
+            choices: Optional[Tuple] = None, was: Any = dataclasses.MISSING):
     """A settings field: its default, its help text (one sentence or two), the group the
     settings reference lists it under (:data:`GROUPS`), whether it enters a model's cache key
     (``'yes'``, ``'changed'`` or ``'no'``: see the module's docstring) and, for a field that
-    takes one of a few values, those values."""
+    takes one of a few values, those values. ``was`` (with ``key='changed'``): the value that
+    trains as models cached before the field existed, where the default has moved from it."""
     assert group in GROUPS and key in ('yes', 'changed', 'no'), (group, key)
     return field(default=default,
-                 metadata={'help': help, 'group': group, 'key': key, 'choices': choices})
+                 metadata={'help': help, 'group': group, 'key': key, 'choices': choices,
+                           'was': default if was is dataclasses.MISSING else was})
 
 
 @dataclass(frozen=True)
@@ -186,7 +189,7 @@ class MethodSettings:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if (f.metadata['key'] == 'yes' or
-                    (f.metadata['key'] == 'changed' and value != f.default)):
+                    (f.metadata['key'] == 'changed' and value != f.metadata['was'])):
                 out[f.name] = value
         return out
 
