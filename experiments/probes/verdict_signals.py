@@ -8,7 +8,9 @@ must be in this machine's cache: it trains nothing):
 - sentences: 500 corpus sentences (5 to 40 words, one a document, seed 1234: not the training
   seed), each pseudo-relevant to the document it was cut from;
 - titles: 500 document titles (3 words or more, seed 1234), each pseudo-relevant to its
-  document (collections without titles have none).
+  document (collections without titles have none);
+- bm25: the same sentences, their own documents left out, judged by BM25: each passage of
+  BM25's top 10 relevant (agreement with the teacher's lexical half on queries it never saw).
 
 Each signal is the final model's pseudo-nDCG@10 minus the zero-shot start's (the `dual` row) on
 the same queries, beside the shipped verdict's change (from the training log) and the real
@@ -48,10 +50,28 @@ def signal_queries(collection: Collection) -> dict:
             for name, frame in out.items()}
 
 
-def pseudo_ndcg(retriever, topics: pd.DataFrame, relevant: dict) -> float:
+def ranked(retriever, topics: pd.DataFrame) -> dict:
     run = retriever(topics)
-    ranked = (run.sort_values(['qid', 'rank']).groupby('qid')['docno'].apply(list).to_dict())
-    return float(ndcg_at(ranked, relevant).mean())
+    return run.sort_values(['qid', 'rank']).groupby('qid')['docno'].apply(list).to_dict()
+
+
+def pseudo_ndcg(retriever, topics: pd.DataFrame, relevant: dict) -> float:
+    return float(ndcg_at(ranked(retriever, topics), relevant).mean())
+
+
+def agreement_ndcg(retriever, topics: pd.DataFrame, judged: dict, sources: dict,
+                   k: int = 10) -> float:
+    """nDCG@k of ``retriever``'s ranking (each query's source left out) against ``judged``:
+    qid -> the passages counted relevant (binary)."""
+    import math
+    top = ranked(retriever, topics)
+    scores = []
+    for qid, relevant in judged.items():
+        mine = [d for d in top.get(qid, []) if d != sources[qid]][:k]
+        dcg = sum(1 / math.log2(i + 2) for i, d in enumerate(mine) if d in relevant)
+        ideal = sum(1 / math.log2(i + 2) for i in range(min(k, len(relevant))))
+        scores.append(dcg / ideal if ideal else 0.0)
+    return float(sum(scores) / len(scores))
 
 
 def rows_of(group: str) -> list:
@@ -69,8 +89,12 @@ def rows_of(group: str) -> list:
             print(f'{group} {name}: no cached model, skipped')
             continue
         queries = signal_queries(coll)
+        sentences, sources = queries['sentences']
+        judged = {q: set([d for d in docs if d != sources[q]][:10])
+                  for q, docs in ranked(get_pipeline('bm25').build(coll), sentences).items()}
         start = get_pipeline(START).build(coll)
         base = {s: pseudo_ndcg(start, t, rel) for s, (t, rel) in queries.items()}
+        base['bm25'] = agreement_ndcg(start, sentences, judged, sources)
         for p in cached:
             log = read_training_log(get_pipeline(p).model_dir(coll))
             said = next((r for r in log if 'verdict' in r), None)
@@ -81,6 +105,7 @@ def rows_of(group: str) -> list:
                    'verdict kept round': said['verdict kept round'] if said else None}
             for s, (t, rel) in queries.items():
                 row[f'{s} change'] = pseudo_ndcg(model, t, rel) - base[s]
+            row['bm25 change'] = agreement_ndcg(model, sentences, judged, sources) - base['bm25']
             rows.append(row)
             print(row)
     return rows
@@ -92,7 +117,8 @@ def main(groups):
     # change is its own row, as the verdict and the signals are the same
     header = provenance.header()
     frame.to_csv(RESULTS / 'verdict_signals.csv', index=False)
-    signals = [c for c in ('verdict change', 'sentences change', 'titles change') if c in frame]
+    signals = [c for c in ('verdict change', 'sentences change', 'titles change', 'bm25 change')
+               if c in frame]
     md = ['# Label-free signals against the real change', '', *(f'- {k}: {v}' for k, v in header.items()),
           f'- groups: {", ".join(groups)} (their models as cached on this machine)',
           f'- signals: the final model\'s pseudo-nDCG@10 minus the start\'s ({START}); sentences and titles: '
