@@ -105,6 +105,11 @@ def test_search_auto_is_exact_below_the_threshold_and_ivf_from_it(adi_dense, mon
     monkeypatch.setattr(dense, 'APPROXIMATE_FROM', 82)
     assert dense.resolve_search('auto', adi_dense.index) == 'ivf'
     assert dense.resolve_search('hnsw', adi_dense.index) == 'hnsw'
+    # without FAISS (a GPU image) the same size is searched exactly, with a warning
+    real = dense.importlib.util.find_spec
+    monkeypatch.setattr(dense.importlib.util, 'find_spec',
+                        lambda name, *a: None if name == 'faiss' else real(name, *a))
+    assert dense.resolve_search('auto', adi_dense.index) == 'exact'
     with pytest.raises(ValueError, match='search must be one of'):
         dense.resolve_search('annoy', adi_dense.index)
     assert ([dense.ivf_n_list(n) for n in (82, 10_000, 1_000_000, 8_841_823)]

@@ -119,6 +119,15 @@ def test_long_texts_cut_before_tokenizing_give_the_ids_of_the_whole_text(minilm)
     for split in (True, False):  # SentencePiece's metaspace: cut only where it splits words
         bpe.pre_tokenizer = pre_tokenizers.Metaspace(split=split)
         assert _token_ids.splits_at_spaces(bpe) == split
+    # never where the normalizer rewrites the space, or an added token holds one
+    from tokenizers import normalizers
+    bpe.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    assert _token_ids.splits_at_spaces(bpe)
+    bpe.normalizer = normalizers.Replace(' ', '_')
+    assert not _token_ids.splits_at_spaces(bpe)
+    bpe.normalizer = None
+    bpe.add_tokens(['new york'])
+    assert not _token_ids.splits_at_spaces(bpe)
 
 
 def test_passage_token_ids_are_kept_between_encodings_when_asked(minilm, monkeypatch):

@@ -200,3 +200,11 @@ def test_keep_last_ships_the_last_round_and_reports_the_signal_beside_it(tiny_en
     ranked = trainer.rank(trainer.student(fresh=False), trainer.verdict.held, depth=10)
     again = ndcg_at({q: d for q, (d, _) in ranked.items()}, trainer.verdict.pseudo)
     assert again.mean() == pytest.approx(v.best, abs=1e-9)
+    # with lr 0 every round ties with the start: the verdict would keep the start, keep=last
+    # keeps the last round and says that the signal did not move
+    frozen = _trainer(tiny_encoder(max_length=64), coll, cache_dir, lr=0.0, offset_lr=0.0,
+                      verdict_share=0.2, epochs=2, keep='last')
+    frozen.verdict.fewest = 1
+    frozen.fit(coll.topics())
+    assert frozen.verdict.result.best_round == 2
+    assert 'did not move: round 2 kept' in frozen.verdict.result.sentence()

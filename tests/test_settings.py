@@ -65,6 +65,8 @@ def test_a_default_that_moves_keeps_the_keys_of_the_models_cached_before():
     # the new default's models get a key of their own
     assert 'keep' not in DistillationSettings().key() and 'keep' not in Moved(keep='verdict').key()
     assert Moved().key()['keep'] == 'last' == DistillationSettings(keep='last').key()['keep']
+    with pytest.raises(ValueError, match='per_passage must be at least 1'):
+        DistillationSettings(per_passage=0)
 
 
 def test_the_settings_reference_in_the_docs_is_the_generated_one():

@@ -19,7 +19,7 @@ kept, saved in the sentence-transformers format, so that any pipeline can start 
         [--steps 1000] [--batch-size 8] [--lr 3e-5] [--seed 0] [--out DIR]
 
 Prints the directory it wrote (by default <cache>/tsdae/<corpus>-<sentences>-<steps>-<seed>) and
-the loss every 50 steps. Its results are read by `label_free.py corpus_only_tsdae`.
+the loss every 50 steps. `label_free.py corpus_only_training` builds it and trains from it.
 """
 import argparse
 import time
@@ -69,7 +69,7 @@ def main(argv=None):
     torch.manual_seed(args.seed)
     texts = corpus_sentences(Collection(args.collection), args.sentences, seed=args.seed)['query']
     texts = texts.tolist()
-    model = SentenceTransformer(MINILM, device='cpu')
+    model = SentenceTransformer(MINILM)  # (on a GPU where there is one)
     loss = DenoisingAutoEncoderLoss(model, decoder_name_or_path=MINILM, tie_encoder_decoder=True)
     optimiser = torch.optim.AdamW(loss.parameters(), lr=args.lr, weight_decay=0.0)
     schedule = get_linear_schedule_with_warmup(optimiser, args.steps // 10, args.steps)
@@ -81,8 +81,8 @@ def main(argv=None):
         start = (step * args.batch_size) % len(order)
         rows = [texts[int(i)] for i in order[start:start + args.batch_size]]
         tokenize = getattr(model, 'preprocess', model.tokenize)
-        noisy = tokenize([delete_words(t, rng) for t in rows])
-        whole = tokenize(rows)
+        noisy, whole = ({k: v.to(model.device) if torch.is_tensor(v) else v for k, v in tokenize(t).items()}
+                        for t in ([delete_words(t, rng) for t in rows], rows))
         value = loss([noisy, whole], None)
         value.backward()
         optimiser.step()

@@ -12,6 +12,10 @@ must be in this machine's cache: it trains nothing):
 - bm25: the same sentences, their own documents left out, judged by BM25: each passage of
   BM25's top 10 relevant (agreement with the teacher's lexical half on queries it never saw).
 
+The sentences are held out only for models trained on generated queries or a query log: a model
+trained on corpus sentences may have trained on some of them (no such model is in the groups
+named here so far).
+
 Each signal is the final model's pseudo-nDCG@10 minus the zero-shot start's (the `dual` row) on
 the same queries, beside the shipped verdict's change (from the training log) and the real
 change (nDCG@10 with the relevance labels, from the group's results table). For each signal:

@@ -32,7 +32,7 @@ from pyterrier_selfsup.models.generator import MAX_PASSAGE_LENGTH, Generator, lo
 from pyterrier_selfsup.models.reatt import ReAtt
 from pyterrier_selfsup.harness import plan
 from pyterrier_selfsup.harness.plots import plot_training_curve
-from pyterrier_selfsup.models.writing import WRITER_VERSION
+from pyterrier_selfsup.models.writing import EXAMPLES_INTRO, WRITER_VERSION
 from pyterrier_selfsup.retrieval.bm25 import BM25
 from pyterrier_selfsup.retrieval.dense import MINILM, DenseRetriever
 from pyterrier_selfsup.retrieval.fusion import Fusion
@@ -105,6 +105,8 @@ def model_dir(collection: Collection, method: str, settings: dict,
     if key.get('queries') == 'sampled':
         # models trained on an earlier writer's queries are not found
         key['query writer'] = WRITER_VERSION
+        if key.get('query_examples'):  # (and the words that introduce its examples)
+            key['examples intro'] = EXAMPLES_INTRO
     if method != 'distill' and key.get('queries') in ('sentences', 'spans'):
         # a corpus with fewer documents than n_queries gives several sentences a document: the key
         # has said so since that changed, and distill was born with it

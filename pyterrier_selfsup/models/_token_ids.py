@@ -9,14 +9,15 @@ Two savings, each giving the ids a full tokenization gives:
   that a trainer's index refresh does not tokenize the corpus again. On a GPU, tokenization
   takes most of a refresh (``experiments/results/gpu/README.md``, the fifth lease).
 """
+import hashlib
 import threading
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-# A text is cut before tokenization where it is longer than this many characters a kept token.
-# English runs about 4.5 characters a word piece; a cut text that falls short of the kept tokens
-# (digits, symbols) is tokenized whole, so this bounds only how often that happens.
+# A text is cut before tokenization where it has more than this many characters for each token
+# kept. English runs about 4.5 characters a word piece; a cut text that falls short of the kept
+# tokens (digits, symbols) is tokenized whole, so this bounds only how often that happens.
 CHARS_PER_TOKEN = 8
 
 
@@ -24,15 +25,19 @@ def splits_at_spaces(backend) -> bool:
     """Whether a Rust tokenizer (``tokenizers.Tokenizer``) splits its pre-tokens where a word
     ends before a space, so that the tokens of a text cut there begin the whole text's tokens.
     True of BERT's word pieces, byte-level BPE and SentencePiece's split metaspace; false where
-    the pre-tokenizer keeps the text whole (the tokens could then span the cut)."""
+    the pre-tokenizer keeps the text whole, where the normalizer rewrites the space itself, or
+    where an added token holds a space (the tokens could then span the cut)."""
     pre = backend.pre_tokenizer
     if pre is None:
         return False
-    try:
-        pieces = pre.pre_tokenize_str('ab cd')
-    except Exception:  # (a pre-tokenizer without a Python-side view)
+    if any(' ' in token.content for token in backend.get_added_tokens_decoder().values()):
         return False
-    return len(pieces) >= 2 and pieces[0][1][1] <= 2
+    try:
+        text = backend.normalizer.normalize_str('ab cd') if backend.normalizer else 'ab cd'
+        pieces = pre.pre_tokenize_str(text)
+    except Exception:  # (a normalizer or pre-tokenizer without a Python-side view)
+        return False
+    return text == 'ab cd' and len(pieces) >= 2 and pieces[0][1][1] <= 2
 
 
 def cut_at_word(text: str, limit: int) -> Optional[str]:
@@ -62,16 +67,21 @@ def tokenize_cut(encode: Callable[[List[str]], List[List[int]]], texts: Sequence
     return ids
 
 
+def digest(text: str) -> bytes:
+    """16 bytes that stand for ``text`` (BLAKE2b), so that a kept text costs its ids only."""
+    return hashlib.blake2b(text.encode('utf-8', 'surrogatepass'), digest_size=16).digest()
+
+
 class KeptTokenIds:
-    """Token ids of texts, kept by text up to ``max_tokens`` ids in all (int32 arrays: 4 bytes
-    an id). Texts past the budget are tokenized every time. A copy of the encoder that holds it
-    (a trainer's snapshot for an asynchronous refresh) shares it; lookups and stores from two
-    threads are safe."""
+    """Token ids of texts, kept by each text's digest up to ``max_tokens`` ids in all (int32
+    arrays: 4 bytes an id, and about 200 bytes a text besides). Texts past the budget are
+    tokenized every time. A copy of the encoder that holds it (a trainer's snapshot for an
+    asynchronous refresh) shares it; lookups and stores from two threads are safe."""
 
     def __init__(self, max_tokens: int):
         self.max_tokens = max_tokens
         self.tokens = 0
-        self._ids: Dict[str, np.ndarray] = {}
+        self._ids: Dict[bytes, np.ndarray] = {}
         self._lock = threading.Lock()
 
     def __deepcopy__(self, memo):
@@ -87,14 +97,15 @@ class KeptTokenIds:
             tokenize: Callable[[List[str]], List[List[int]]]) -> List[Sequence[int]]:
         """The ids of ``texts``: those kept, and ``tokenize`` of the rest (kept while the
         budget lasts)."""
-        found = [self._ids.get(t) for t in texts]
+        keys = [digest(t) for t in texts]
+        found = [self._ids.get(k) for k in keys]
         missing = [i for i, f in enumerate(found) if f is None]
         if missing:
             fresh = tokenize([texts[i] for i in missing])
             with self._lock:
                 for i, ids in zip(missing, fresh):
                     found[i] = ids
-                    if self.tokens + len(ids) <= self.max_tokens and texts[i] not in self._ids:
-                        self._ids[texts[i]] = np.asarray(ids, dtype=np.int32)
+                    if self.tokens + len(ids) <= self.max_tokens and keys[i] not in self._ids:
+                        self._ids[keys[i]] = np.asarray(ids, dtype=np.int32)
                         self.tokens += len(ids)
         return found

@@ -15,7 +15,7 @@ import copy
 import json
 import math
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Union
+from typing import Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -39,7 +39,8 @@ PASSAGE_ENCODER_DIR = 'passage_encoder'
 POOLINGS = ('cls', 'mean')
 # texts an inference batch holds at full length, by device type (see DualEncoder)
 INFERENCE_BATCH = {'cpu': 32, 'cuda': 256}
-# token ids a trainer keeps between refreshes of its index: 256 MB (MS MARCO needs about 600M)
+# token ids a trainer keeps between refreshes of its index: 256 MB of ids, and about 200 bytes
+# a passage besides (MS MARCO's 8.8M passages need about 600M ids)
 KEPT_TOKENS = 2 ** 26
 
 
@@ -322,7 +323,7 @@ class DualEncoder(BiEncoder, TrainableModel):
                               max_length=self.side_max_length(side),
                               return_tensors='pt' if padding else None)
 
-    def token_ids(self, texts: List[str], side: str) -> List[List[int]]:
+    def token_ids(self, texts: List[str], side: str) -> List[Sequence[int]]:
         """The ids :meth:`tokenize` gives ``texts`` (truncated, unpadded), from the fast
         tokenizer's Rust code directly where there is one: Hugging Face's wrapper around it
         builds Python lists of masks and type ids that inference never reads, which costs as
@@ -332,8 +333,10 @@ class DualEncoder(BiEncoder, TrainableModel):
         same ids), and passages' ids are kept between calls where
         :meth:`keep_passage_token_ids` says so."""
         texts = clean_texts(texts)
-        if side == 'passage' and self._kept_ids is not None:
-            return self._kept_ids.ids(texts, lambda missing: self._token_ids(missing, side))
+        # (read once: another thread may let the kept ids go meanwhile)
+        kept = self._kept_ids if side == 'passage' else None
+        if kept is not None:
+            return kept.ids(texts, lambda missing: self._token_ids(missing, side))
         return self._token_ids(texts, side)
 
     def _token_ids(self, texts: List[str], side: str) -> List[List[int]]:

@@ -7,6 +7,8 @@ L2 normalisation, so a dot product is a cosine. Documents are encoded once into 
 (``search='auto'`` from :data:`APPROXIMATE_FROM` passages on), through FAISS IVF: FlexIndex's
 own retrievers, over a structure built here (:func:`prebuild_ann`), on the CPU.
 """
+import importlib.util
+import logging
 import math
 import os
 import shutil
@@ -28,6 +30,8 @@ from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.retrieval.base import Retriever
 from pyterrier_selfsup.progress import progress
+
+logger = logging.getLogger(__name__)
 
 MINILM = 'sentence-transformers/all-MiniLM-L6-v2'
 
@@ -219,12 +223,24 @@ HNSW_EF_SEARCH = 200
 
 
 def resolve_search(search: str, index: FlexIndex) -> str:
-    """``search`` itself, or for ``'auto'`` the search the index's size calls for."""
+    """``search`` itself, or for ``'auto'`` the search the index's size calls for: FAISS IVF
+    from :data:`APPROXIMATE_FROM` passages where FAISS is installed, exact search otherwise."""
     if search not in SEARCHES:
         raise ValueError(f'search must be one of {", ".join(SEARCHES)}, not {search!r}')
     if search != 'auto':
         return search
-    return 'ivf' if len(index) >= APPROXIMATE_FROM else 'exact'
+    if len(index) < APPROXIMATE_FROM:
+        return 'exact'
+    if importlib.util.find_spec('faiss') is None:
+        if not _said_no_faiss:
+            _said_no_faiss.append(True)
+            logger.warning('FAISS is not installed: %d passages are searched exactly, which is '
+                           'slower than IVF (pip install faiss-cpu)', len(index))
+        return 'exact'
+    return 'ivf'
+
+
+_said_no_faiss: list = []  # (the warning above, once a process)
 
 
 def ivf_n_list(doc_count: int) -> int:

@@ -5,7 +5,8 @@ The teacher is a PyTerrier retriever, or a function of the student's retriever t
 candidates for a query, through softmax(score / ``teacher_temperature``), are the distribution
 the student learns (:mod:`~pyterrier_selfsup.training.losses`). The passage side is a strategy
 of :mod:`~pyterrier_selfsup.training.passages`; a held-out slice of the queries gives the
-label-free verdict that keeps the best round (:mod:`~pyterrier_selfsup.training.verdict`).
+label-free verdict (:mod:`~pyterrier_selfsup.training.verdict`), which keeps the best round by its
+signal (``keep='verdict'``) or reports that signal for the last round (``keep='last'``).
 
     bm25 = BM25.from_collection(adi, num_results=100)
     trainer = Distillation(DualEncoder.from_pretrained(MINILM), adi,

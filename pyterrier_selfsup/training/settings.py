@@ -94,7 +94,7 @@ class MethodSettings:
 
     def validate(self):
         """Refuses values that cannot train (a subclass adds its own rules)."""
-        for name in ('batch_size', 'accumulation', 'epochs'):
+        for name in ('batch_size', 'accumulation', 'epochs', 'per_passage'):
             if getattr(self, name, 1) < 1:
                 raise ValueError(f'{name} must be at least 1, not {getattr(self, name)}')
         if not 0.0 <= self.warmup <= 1.0:

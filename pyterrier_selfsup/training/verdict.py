@@ -54,7 +54,8 @@ def ndcg_at(ranked: Dict[str, List[str]], relevant: Dict[str, str], k: int = DEP
 class Verdict:
     start: float          # the start's mean score on the slice
     best: float           # the kept round's
-    best_round: int       # the kept round; 0: the start (no round beat it by this signal)
+    best_round: int       # the kept round (keep='verdict': the best; 0: the start, no round
+    #                       beat it by this signal; keep='last': the last)
     low: float            # 95% paired bootstrap interval of best - start
     high: float
     queries: int
