@@ -1,0 +1,102 @@
+"""One table of a results group's trained pipelines against their start, BM25 and the teacher.
+
+Reads a group that `experiments/reproduce/label_free.py` wrote (`<group>.csv`,
+`<group>.perquery.csv` and `<group>.md`) and trains nothing. For each collection and each
+`distill` pipeline: nDCG@10, its change from the zero-shot start (`dual`) with a 95% paired
+bootstrap interval over the queries (10,000 resamples, seed 0), its change from BM25 and from
+the teacher, and from the group's Training lines the label-free facts about its queries
+(distinct queries written, words a query, passages covered, how often the teacher ranks a query's
+source passage in its top 10) and the round the verdict kept. A star marks an interval clear of
+0.
+
+    python experiments/tools/change_table.py GROUP [--title TITLE]
+writes experiments/results/GROUP_table.md.
+"""
+import argparse
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pyterrier_selfsup.harness import provenance
+
+RESULTS = Path(__file__).resolve().parents[1] / 'results'
+RESAMPLES = 10_000
+
+
+def interval(diff: np.ndarray, seed: int = 0):
+    """Mean of ``diff`` with its 95% bootstrap interval."""
+    rng = np.random.default_rng(seed)
+    means = diff[rng.integers(0, len(diff), (RESAMPLES, len(diff)))].mean(1)
+    return float(diff.mean()), float(np.quantile(means, .025)), float(np.quantile(means, .975))
+
+
+def training_facts(md: str, name: str, corpus: str) -> dict:
+    """What the group's Training line for ``name`` on ``corpus`` says of its queries."""
+    for line in md.splitlines():
+        if line.startswith(f'- {name} on {corpus}:') or line.startswith(f'- {name} on {corpus} '):
+            facts = {}
+            for key, pattern in (('distinct', r'(\d+) distinct of (\d+) written'),
+                                 ('words', r'([\d.]+) words on average'),
+                                 ('covered', r'covering \d+ of \d+ passages \(([\d.]+)\)'),
+                                 ('specific', r'top 10 for ([\d.]+) of them'),
+                                 ('kept', r'round (\d+) kept'),
+                                 ('kept', r'(start model is kept)')):
+                found = re.search(pattern, line)
+                if found and key not in facts:
+                    facts[key] = '/'.join(found.groups())
+            return facts
+    return {}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('group')
+    parser.add_argument('--title', default=None)
+    args = parser.parse_args(argv)
+    table = pd.read_csv(RESULTS / f'{args.group}.csv', comment='#')
+    per = pd.read_csv(RESULTS / f'{args.group}.perquery.csv', dtype={'qid': str})
+    md_text = (RESULTS / f'{args.group}.md').read_text()
+    md = [f'# {args.title or args.group}', '', *(f'- {k}: {v}' for k, v in provenance.header().items()),
+          f'- read from: experiments/results/{args.group}.{{md,csv,perquery.csv}} (their header names the '
+          'machine, code and settings that trained the models); nothing trained or measured here',
+          f'- change: nDCG@10 minus the start\'s (dual: all-MiniLM-L6-v2 zero-shot), 95% paired bootstrap over '
+          f'queries ({RESAMPLES:,} resamples, seed 0), * where the interval is clear of 0; vs BM25 and vs '
+          'teacher: the same difference from BM25 and from the teacher',
+          '- queries: distinct of written; words a query; share of passages covered; specificity: the share '
+          'of queries whose source passage the teacher ranks in its top 10; kept: the round that shipped', '']
+    for collection in dict.fromkeys(table['collection']):
+        rows = table[table['collection'] == collection].set_index('name')
+        scores = per[per['collection'] == collection].pivot(index='qid', columns='name', values='nDCG@10')
+        corpus = collection.rsplit('/', 1)[0] if collection.startswith('beir/') else collection
+        refs = {n: rows.loc[n, 'nDCG@10'] for n in ('dual', 'bm25', 'teacher') if n in rows.index}
+        md += [f'## {collection}', '', 'References: ' + ', '.join(f'{n} {v:.4f}' for n, v in refs.items()) + '.', '',
+               '| pipeline | nDCG@10 | change [95% CI] | vs BM25 | vs teacher | queries | words | covered | '
+               'specificity | kept |', '|---|---|---|---|---|---|---|---|---|---|']
+        for name in rows.index:
+            if not name.startswith('distill') or 'dual' not in scores:
+                continue
+            value = rows.loc[name, 'nDCG@10']
+            mean, low, high = interval((scores[name] - scores['dual']).to_numpy())
+            star = '*' if low > 0 or high < 0 else ''
+            against = []
+            for ref in ('bm25', 'teacher'):
+                if ref in scores:
+                    m, lo, hi = interval((scores[name] - scores[ref]).to_numpy())
+                    against.append(f'{m:+.4f}{"*" if lo > 0 or hi < 0 else ""}')
+                else:
+                    against.append('')
+            facts = training_facts(md_text, name, corpus)
+            md.append(f'| {name} | {value:.4f} | {mean:+.4f} [{low:+.4f}, {high:+.4f}]{star} | '
+                      + ' | '.join(against) + ' | '
+                      + ' | '.join(facts.get(k, '') for k in ('distinct', 'words', 'covered', 'specific', 'kept'))
+                      + ' |')
+        md.append('')
+    out = RESULTS / f'{args.group}_table.md'
+    out.write_text('\n'.join(md))
+    print('\n'.join(md))
+
+
+if __name__ == '__main__':
+    main()
