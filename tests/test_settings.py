@@ -143,7 +143,8 @@ def test_the_shipped_settings_keep_their_model_keys(tmp_path):
         assert (model_dir(adi, 'distill', unchanged, run).name
                 == SHIPPED_KEYS['distill']), unchanged
     for changed in ({'warmup': 0.2}, {'weight_decay': 0.0}, {'passages': 'frozen'},
-                    {'offset_weight': 0.5}, {'keep': 'last'}, {'per_passage': 1}):
+                    {'offset_weight': 0.5}, {'keep': 'last'}, {'per_passage': 1},
+                    {'example_pairs': 'cranfield'}):
         assert model_dir(adi, 'distill', changed, run).name != SHIPPED_KEYS['distill'], changed
     # the passage side keys as its two former settings did
     assert model_dir(adi, 'distill', {'passages': 'frozen'}, run) == \

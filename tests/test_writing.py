@@ -249,3 +249,42 @@ def test_greedy_writing_agrees_with_generate_and_stops_at_the_first_line(cache_d
     chat = QueryWriter(gen, style='chat')
     assert chat.style == 'chat' and '<|im_start|>assistant' in chat.prompt('a passage')
     assert all(q and '\n' not in q for qs in chat.write(docs[:2], 2, do_sample=True) for q in qs)
+
+
+def test_the_prompt_shows_example_queries_and_passages_with_their_queries(tiny_generator):
+    from pyterrier_selfsup.models.writing import EXAMPLES_INTRO, PAIR_PASSAGE_CHARS
+    gen = tiny_generator('llama')
+    pairs = [('rockets   and their\nflight.', 'how do rockets fly'), ('word ' * 200, 'words')]
+    plain = QueryWriter(gen, style='plain', pairs=pairs)  # (no chat template: InPars' prompt)
+    shot = (PLAIN_PROMPT.replace('{passage}', 'rockets and their flight.')
+            + ' how do rockets fly\n\n')
+    assert plain.prompt('the passage').startswith(shot)
+    assert plain.prompt('the passage').endswith(PLAIN_PROMPT.replace('{passage}', 'the passage'))
+    assert len(plain.pairs[1][0]) <= PAIR_PASSAGE_CHARS < len(pairs[1][0])  # cut at a word's end
+    gen.tokenizer.chat_template = (
+        "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}|{% endfor %}"
+        "{% if add_generation_prompt %}<assistant>{% endif %}")
+    chat = QueryWriter(gen, style='chat', examples=['a query'], pairs=pairs[:1])
+    turns = chat.prompt('the passage').split('|')
+    assert [t.split('>')[0] for t in turns] == ['<system', '<user', '<assistant', '<user',
+                                               '<assistant']
+    assert turns[1].endswith('Passage: rockets and their flight.')
+    assert turns[2] == '<assistant>how do rockets fly'
+    assert turns[3].startswith(f'<user>{EXAMPLES_INTRO}\n- a query\n')
+    assert turns[3].endswith('Passage: the passage')
+    # what the queries depend on keys them
+    assert chat.config()['pairs'] == [['rockets and their flight.', 'how do rockets fly']]
+    assert 'pairs' not in QueryWriter(gen, style='chat').config()
+
+
+def test_example_pairs_are_another_collections_judged_topics():
+    from pyterrier_selfsup.harness.trained import example_pairs
+    cranfield = Collection('cranfield')
+    pairs = example_pairs('cranfield', seed=0)
+    assert len(pairs) == 3 and pairs == example_pairs('cranfield', seed=0) != example_pairs(
+        'cranfield', seed=1)
+    topics = cranfield.topics().set_index('query')['qid']
+    qrels = cranfield.qrels()
+    for passage, query in pairs:
+        judged = qrels[(qrels['qid'] == topics[query]) & (qrels['label'] > 0)]['docno']
+        assert passage in cranfield.texts(sorted(judged))

@@ -114,6 +114,12 @@ GROUPS = {
         f'distill:{writer}query_style=chat{examples}'
         for examples in (',query_examples=cranfield', ',query_examples=classic/cisi', '')
         for writer in ('generator=qwen,', '')]),
+    # issue 50 item 1, the second step: bare example queries were copied word for word (writer_realism), so the
+    # writers are shown passages with their queries instead: 3 of cranfield's topics, each after a passage judged
+    # relevant to it (cranfield's qrels are read; scifact's never), as chat turns or InPars' completion prompt
+    'writer_pairs': (SCIFACT, ['bm25', 'dual', 'teacher', 'distill',
+                               'distill:generator=qwen,query_style=chat,example_pairs=cranfield',
+                               'distill:query_style=chat,example_pairs=cranfield', 'distill:example_pairs=cranfield']),
     # issue 50 items 4 and 5: which corpus-only settings generalise, with generated queries on every
     # local collection: the shipped setting (passage offsets, the verdict's best round), the last round
     # kept instead (the held-out signal still reported), and neither offsets nor the verdict's choice.

@@ -301,7 +301,8 @@ def sampled_queries(collection: Collection, generator, n: int, *,
                     per_passage: int = SAMPLING['per_passage'], seed: int = 0,
                     max_new_tokens: int = 32, temperature: float = SAMPLING['temperature'],
                     top_p: float = SAMPLING['top_p'], style: str = 'plain',
-                    examples: Sequence[str] = ()) -> pd.DataFrame:
+                    examples: Sequence[str] = (),
+                    pairs: Sequence[Tuple[str, str]] = ()) -> pd.DataFrame:
     """About ``n`` queries written by ``generator`` with nucleus sampling, ``per_passage`` for
     each of ⌈n / per_passage⌉ passages drawn uniformly at random (GPL writes 3 a passage);
     empty ones and repeats (case and spacing ignored, over the whole set) are dropped, so
@@ -311,7 +312,8 @@ def sampled_queries(collection: Collection, generator, n: int, *,
     Written by a :class:`~pyterrier_selfsup.models.writing.QueryWriter`: one prefill a passage
     shared by its samples, each stopped at the end of its first line; ``style``: the prompt
     (``plain`` completion, or the instruct model's ``chat`` template), ``examples``: query texts
-    shown as the style to write in (a query log's)."""
+    shown as the style to write in (a query log's), ``pairs``: (passage, query) examples shown
+    before the passage (another collection's judged pairs)."""
     import torch  # the generator's sampling is seeded through torch
 
     rng = random.Random(seed)
@@ -319,7 +321,7 @@ def sampled_queries(collection: Collection, generator, n: int, *,
     if not docs:
         return _frame('gen', [])
     per_passage = min(max(per_passage, math.ceil(n / len(docs))), max(per_passage, MAX_PER_PASSAGE))
-    writer = generator.writer(style=style, examples=examples, seed=seed)
+    writer = generator.writer(style=style, examples=examples, pairs=pairs, seed=seed)
     texts = writer.write([text for _, text in docs], per_passage, max_new_tokens=max_new_tokens,
                          do_sample=True, temperature=temperature, top_p=top_p,
                          generator=torch.Generator().manual_seed(seed))

@@ -52,6 +52,8 @@ from pyterrier_selfsup.context import SILENT, RunContext
 SEARCH_SETTINGS = frozenset({'num_results', 'candidate_tokens', 'nprobe', 'rescore', 'bm25_weight',
                              'hybrid_depth', 'search', 'backend'})
 ROUND_TRIP_DEPTH = 10
+# the (passage, query) pairs a writer is shown with example_pairs=COLLECTION (InPars shows 3)
+EXAMPLE_PAIRS = 3
 # queries=crossfold: the collection's own topic texts, in this many folds; the model that answers a
 # fold's queries is trained on the other folds' texts (its setting ``fold``: the fold it answers)
 CROSS_FOLDS = 2
@@ -189,6 +191,24 @@ def example_texts(examples: Optional[str]) -> list:
     return given_topics(Collection(examples).topics())['query'].tolist()
 
 
+def example_pairs(name: Optional[str], n: int = EXAMPLE_PAIRS, seed: int = 0) -> list:
+    """``n`` (passage, query) pairs of the collection ``name`` for a writer to be shown (none
+    for None): topics drawn with ``seed`` among those with a judged relevant passage, each with
+    the text of its first relevant passage by docno. This reads that collection's relevance
+    judgements: name another collection than the one the model adapts to."""
+    if not name:
+        return []
+    coll = Collection(name)
+    qrels = coll.qrels()
+    relevant = (qrels[qrels['label'] > 0].sort_values(['qid', 'docno'])
+                .groupby('qid')['docno'].first())
+    topics = coll.topics()
+    topics = topics[topics['qid'].isin(relevant.index)].sort_values('qid')
+    picked = topics.sample(n=min(n, len(topics)), random_state=seed)
+    texts = coll.texts([relevant[q] for q in picked['qid']])
+    return list(zip(texts, picked['query']))
+
+
 def query_file(queries) -> bool:
     """Whether a pipeline's ``queries`` names a file (a query log), not a source or a collection."""
     return isinstance(queries, str) and queries not in QUERY_SOURCES and Path(queries).is_file()
@@ -198,7 +218,8 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
                     generator: Union[None, str, Generator] = None, mask: str = MASK,
                     run: RunContext = SILENT, fold: Optional[int] = None, style: str = 'plain',
                     examples: Optional[str] = None,
-                    per_passage: int = SAMPLING['per_passage']) -> pd.DataFrame:
+                    per_passage: int = SAMPLING['per_passage'],
+                    pairs: Optional[str] = None) -> pd.DataFrame:
     """The training queries a pipeline names by ``queries``: ``n_queries`` corpus
     ``sentences``, ``spans`` or ``masked`` sentences (with their ``answer``), or document
     ``titles``; ``n_queries``
@@ -209,9 +230,10 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
     or a query log: a file of query texts (:func:`~pyterrier_selfsup.data.queries.query_log`),
     or the name of a collection whose topic texts are used (never its qrels); or
     ``crossfold``: ``collection``'s own topic texts outside ``fold`` (of :data:`CROSS_FOLDS`).
-    ``style``, ``examples`` and ``per_passage`` (sampled queries): the writer's prompt, a query
-    log (a file or a collection, as ``queries`` names one) whose texts it is shown as the style to
-    write in, and how many queries it writes for each passage it draws.
+    ``style``, ``examples``, ``per_passage`` and ``pairs`` (sampled queries): the writer's
+    prompt, a query log (a file or a collection, as ``queries`` names one) whose texts it is
+    shown as the style to write in, how many queries it writes for each passage it draws, and a
+    collection whose judged (passage, query) pairs it is shown (:func:`example_pairs`).
     ``generator``: a :class:`Generator`, or a name for :func:`load_generator` (loaded at its
     default settings, and only for a source that needs it). ``mask`` replaces a masked
     sentence's span: the student's own mask token, so that it reads one token it knows.
@@ -247,7 +269,9 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
         from pyterrier_selfsup.models.writing import QueryWriter
         shown = example_texts(examples)
         settings['sampling'] = dict(SAMPLING, per_passage=per_passage)
-        settings['writer'] = QueryWriter(generator, style=style, examples=shown, seed=seed).config()
+        shown_pairs = example_pairs(pairs, seed=seed)
+        settings['writer'] = QueryWriter(generator, style=style, examples=shown, pairs=shown_pairs,
+                                         seed=seed).config()
     if queries == 'roundtrip':
         settings['check'] = f'bm25 top {ROUND_TRIP_DEPTH}'
     path = (cache_root(run.cache_dir) / 'queries' /
@@ -259,7 +283,8 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
             topics = generated_queries(collection, generator, n_queries, seed=seed)
         elif queries == 'sampled':
             topics = sampled_queries(collection, generator, n_queries, seed=seed, style=style,
-                                     examples=shown, **dict(SAMPLING, per_passage=per_passage))
+                                     examples=shown, pairs=shown_pairs,
+                                     **dict(SAMPLING, per_passage=per_passage))
         else:
             bm25 = BM25.from_collection(collection, cache_dir=run.cache_dir) % ROUND_TRIP_DEPTH
             topics = round_trip_queries(collection, generator, n_queries, bm25,
@@ -381,7 +406,8 @@ def _distillation(collection: Collection, s: DistillationSettings, run: RunConte
            if needs_gen else None)
     topics = training_topics(collection, s.queries, s.n_queries, seed=s.seed, generator=gen,
                              run=run, fold=fold, style=s.query_style,
-                             examples=s.query_examples, per_passage=s.per_passage)
+                             examples=s.query_examples, per_passage=s.per_passage,
+                             pairs=s.example_pairs)
     torch.manual_seed(s.seed)
     encoder = DualEncoder.from_pretrained(s.model_name, precision=s.precision)
 

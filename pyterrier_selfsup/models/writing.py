@@ -17,7 +17,9 @@ and tokenizer. What it does that ``model.generate(num_return_sequences=n)`` does
   cache are dropped), so a batch costs what its unfinished sequences cost, not its longest;
 - **prompts for instruct models**: the tokenizer's chat template with a system prompt
   (``style='chat'``), optionally showing example queries (a query log's, or titles: the
-  style to write in), or the completion prompt the project used before (``style='plain'``).
+  style to write in), or the completion prompt the project used before (``style='plain'``);
+  either can show a few example passages with a query written for each (``pairs``: earlier
+  turns of the chat, or InPars' few-shot completion prompt).
 
 The sampling loop is written here, not taken from ``generate``, so that the prefix sharing
 and the per-sequence stop are explicit; it samples as ``generate`` does with ``do_sample``,
@@ -29,13 +31,14 @@ import logging
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import cached_property, lru_cache
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from pyterrier_selfsup.models._base import clean_texts, full_attention_layers, pad
+from pyterrier_selfsup.models._token_ids import cut_at_word
 from pyterrier_selfsup.progress import progress
 
 logger = logging.getLogger(__name__)
@@ -47,6 +50,8 @@ INSTRUCTION = ('Write one search query that the passage below answers. '
 EXAMPLES_INTRO = ('Queries that users of a search engine wrote '
                   '(write in their style, about the passage):')
 PLAIN_PROMPT = 'Passage: {passage}\nA question this passage answers:'
+# characters of an example pair's passage shown (cut at a word's end: about 120 tokens)
+PAIR_PASSAGE_CHARS = 600
 # What the writer's draws come from, in the keys of the query sets and models made from them.
 # Raise it whenever a seed would write other queries (CHANGELOG.md says when it last rose).
 WRITER_VERSION = 2
@@ -71,6 +76,10 @@ class QueryWriter:
             ``plain`` (:data:`PLAIN_PROMPT`, completed as text).
         examples: query texts shown in every prompt as the style to write in (a query log's;
             at most ``max_examples`` of them, chosen once by ``seed``).
+        pairs: (passage, query) examples shown before the passage, each passage cut to
+            :data:`PAIR_PASSAGE_CHARS` characters: with ``chat``, as earlier turns (the
+            instruction and the passage, then the query as the model's reply); with ``plain``,
+            as :data:`PLAIN_PROMPT` completed by the query (InPars' few-shot prompt).
         max_passage_length: tokens of a passage shown (cut in the text).
         batch_size: passages written together (each sampled ``n`` times); a step costs about as
             much at 8 rows as at 64 on a CPU (the weights are read once a step), so larger
@@ -91,6 +100,7 @@ class QueryWriter:
     """
 
     def __init__(self, generator, *, style: str = 'chat', examples: Sequence[str] = (),
+                 pairs: Sequence[Tuple[str, str]] = (),
                  max_examples: int = 8, max_passage_length: Optional[int] = None,
                  batch_size: int = 64, prefill_tokens: int = 4096, seed: int = 0,
                  preallocated_cache: bool = True):
@@ -106,6 +116,8 @@ class QueryWriter:
             keep = np.random.default_rng(seed).choice(len(examples), max_examples, replace=False)
             examples = [examples[i] for i in sorted(keep)]
         self.examples = examples
+        self.pairs = [(cut_at_word(p, PAIR_PASSAGE_CHARS) or p, q)
+                      for p, q in ((' '.join(p.split()), ' '.join(q.split())) for p, q in pairs)]
         self.max_passage_length = max_passage_length or generator.max_passage_length
         self.batch_size, self.prefill_tokens = batch_size, prefill_tokens
         self.preallocated_cache = preallocated_cache
@@ -121,7 +133,8 @@ class QueryWriter:
                 'instruction': INSTRUCTION if self.style == 'chat' else PLAIN_PROMPT,
                 'batch_size': self.batch_size, 'cache': 'shared prompt' if shared else 'dynamic',
                 'version': WRITER_VERSION,
-                **({'examples_intro': EXAMPLES_INTRO} if self.examples else {})}
+                **({'examples_intro': EXAMPLES_INTRO} if self.examples else {}),
+                **({'pairs': [list(pair) for pair in self.pairs]} if self.pairs else {})}
 
     def _shared_layers(self) -> Optional[int]:
         """The decoder's number of layers if the writer writes into a :class:`WriterCache`, else
@@ -137,8 +150,13 @@ class QueryWriter:
         if self.examples:
             shown = EXAMPLES_INTRO + '\n' + ''.join(f'- {e}\n' for e in self.examples) + '\n'
         if self.style == 'plain':
-            return shown + PLAIN_PROMPT.replace('{passage}', passage)
-        messages = [{'role': 'system', 'content': SYSTEM_PROMPT},
+            shots = ''.join(PLAIN_PROMPT.replace('{passage}', p) + f' {q}\n\n'
+                            for p, q in self.pairs)
+            return shown + shots + PLAIN_PROMPT.replace('{passage}', passage)
+        turns = [turn for p, q in self.pairs
+                 for turn in ({'role': 'user', 'content': f'{INSTRUCTION}\n\nPassage: {p}'},
+                              {'role': 'assistant', 'content': q})]
+        messages = [{'role': 'system', 'content': SYSTEM_PROMPT}, *turns,
                     {'role': 'user', 'content': f'{shown}{INSTRUCTION}\n\nPassage: {passage}'}]
         return self.tokenizer.apply_chat_template(messages, tokenize=False,
                                                   add_generation_prompt=True)

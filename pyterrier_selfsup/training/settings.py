@@ -407,6 +407,10 @@ class DistillationSettings(MethodSettings):
     query_examples: Optional[str] = setting(
         None, 'A query log (a file or a collection) whose texts the writer is shown as the style '
               'to write in.', group='queries')
+    example_pairs: Optional[str] = setting(
+        None, 'A collection whose judged pairs the writer is shown: 3 of its topics, each after '
+              'the text of a passage judged relevant to it (its qrels are read: name another '
+              'collection than the one the model adapts to).', group='queries', key='changed')
     per_passage: int = setting(3, 'Queries the writer writes for each passage it draws '
                                   '(n_queries / per_passage passages are drawn).',
                                group='queries', key='changed')
