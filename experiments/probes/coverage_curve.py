@@ -22,6 +22,9 @@ import pandas as pd
 
 from pyterrier_selfsup.harness import provenance
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'tools'))
+from change_table import RESAMPLES, interval  # noqa: E402  (the same bootstrap as its tables)
+
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -34,15 +37,11 @@ FAMILIES = {
                                   'distill:query_style=chat,n_queries=5183': 5183},
     'titles, 1 a document': {'distill:queries=titles': 2000, 'distill:queries=titles,n_queries=5183': 5183},
 }
-RESAMPLES = 10_000
 
 
 def change_interval(model: np.ndarray, start: np.ndarray, seed: int = 0):
     """Mean of model - start over queries, with its 95% paired bootstrap interval."""
-    diff = model - start
-    rng = np.random.default_rng(seed)
-    means = diff[rng.integers(0, len(diff), (RESAMPLES, len(diff)))].mean(1)
-    return float(diff.mean()), float(np.quantile(means, .025)), float(np.quantile(means, .975))
+    return interval(model - start, seed)
 
 
 def covered(md: str, name: str):

@@ -268,7 +268,8 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
     if queries == 'sampled':
         from pyterrier_selfsup.models.writing import QueryWriter
         shown = example_texts(examples)
-        settings['sampling'] = dict(SAMPLING, per_passage=per_passage)
+        sampling = dict(SAMPLING, per_passage=per_passage)
+        settings['sampling'] = sampling
         shown_pairs = example_pairs(pairs, seed=seed)
         settings['writer'] = QueryWriter(generator, style=style, examples=shown, pairs=shown_pairs,
                                          seed=seed).config()
@@ -283,8 +284,7 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
             topics = generated_queries(collection, generator, n_queries, seed=seed)
         elif queries == 'sampled':
             topics = sampled_queries(collection, generator, n_queries, seed=seed, style=style,
-                                     examples=shown, pairs=shown_pairs,
-                                     **dict(SAMPLING, per_passage=per_passage))
+                                     examples=shown, pairs=shown_pairs, **sampling)
         else:
             bm25 = BM25.from_collection(collection, cache_dir=run.cache_dir) % ROUND_TRIP_DEPTH
             topics = round_trip_queries(collection, generator, n_queries, bm25,

@@ -15,7 +15,7 @@ import copy
 import json
 import math
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Union
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -169,7 +169,8 @@ class DualEncoder(BiEncoder, TrainableModel):
         # learned offsets of passage vectors (a query-tower-only training's moving passage side):
         # applied where the index is built, never by encode_docs (see models/offsets.py)
         self.passage_offsets: Optional[PassageOffsets] = None
-        self._rust_tokenizers: Dict[int, Tokenizer] = {}  # (see token_ids), by max_length
+        # (see token_ids) by max_length: the Rust tokenizer, and whether a long text may be cut
+        self._rust_tokenizers: Dict[int, Tuple[Tokenizer, bool]] = {}
         self._kept_ids: Optional[KeptTokenIds] = None  # (see keep_passage_token_ids)
 
     # -- construction and persistence -------------------------------------------------
@@ -343,19 +344,18 @@ class DualEncoder(BiEncoder, TrainableModel):
         max_length = self.side_max_length(side)
         if not getattr(self.tokenizer, 'is_fast', False):
             return self.tokenize(texts, side, padding=False)['input_ids']
-        backend = self._rust_tokenizers.get(max_length)
-        if backend is None:
+        if max_length not in self._rust_tokenizers:
             backend = Tokenizer.from_str(self.tokenizer.backend_tokenizer.to_str())
             backend.no_padding()
             backend.enable_truncation(max_length, direction=self.tokenizer.truncation_side)
-            self._rust_tokenizers[max_length] = backend
+            cuts = self.tokenizer.truncation_side == 'right' and splits_at_spaces(backend)
+            self._rust_tokenizers[max_length] = backend, cuts
+        backend, cuts = self._rust_tokenizers[max_length]
         encode = getattr(backend, 'encode_batch_fast', backend.encode_batch)  # (no offsets)
 
         def ids(some: List[str]) -> List[List[int]]:
             return [e.ids for e in encode(some)]
-        if self.tokenizer.truncation_side == 'right' and splits_at_spaces(backend):
-            return tokenize_cut(ids, texts, max_length)
-        return ids(texts)
+        return tokenize_cut(ids, texts, max_length) if cuts else ids(texts)
 
     def keep_passage_token_ids(self, max_tokens: Optional[int] = KEPT_TOKENS):
         """Keeps the token ids of the passages it encodes, up to ``max_tokens`` ids in all
