@@ -163,7 +163,7 @@ def test_held_out_queries_never_train_and_the_best_round_is_kept(tiny_encoder, c
 
     monkeypatch.setattr(Distillation, 'loss', spy)
     trainer = _trainer(tiny_encoder(max_length=64), coll, cache_dir, output_dir=tmp_path / 'run',
-                       verdict_share=0.2, checkpoint_every='epoch')
+                       verdict_share=0.2, checkpoint_every='epoch', keep='verdict')
     trainer.verdict.fewest = 1  # (ADI's 35 queries: a verdict from 7)
     trainer.fit(topics)
     held = {q.qid for q in trainer.verdict.held}
@@ -180,7 +180,7 @@ def test_held_out_queries_never_train_and_the_best_round_is_kept(tiny_encoder, c
     assert again.mean() == pytest.approx(v.best, abs=1e-9)
     # and with lr 0 nothing moves: no round beats the start, and the start is what is kept
     frozen = _trainer(tiny_encoder(max_length=64), coll, cache_dir, lr=0.0, offset_lr=0.0,
-                      verdict_share=0.2, epochs=2)
+                      verdict_share=0.2, epochs=2, keep='verdict')
     frozen.verdict.fewest = 1
     frozen.fit(topics)
     assert frozen.verdict.result.best_round == 0 and not frozen.verdict.result.helped

@@ -192,8 +192,8 @@ def test_a_distillation_training_its_passages_plans_an_encoding_a_round_and_its_
             ({}, 82), ({'passages': 'trained'}, 82 * 6),
             ({'train_passages': True, 'passage_offsets': None, 'verdict_share': 0.0}, 82 * 5),
             ({'passages': 'trained', 'verdict_share': 0.0, 'teacher': 'bm25'}, 82)]:
-        planned = {p.desc: p for p in plan.stages(adi, 'distill',
-                                                  typed_settings('distill', settings), False)}
+        five_rounds = typed_settings('distill', dict(settings, rounds=5))
+        planned = {p.desc: p for p in plan.stages(adi, 'distill', five_rounds, False)}
         assert planned['encoding documents'].size == encoded
     query_tower = plan.run_context(typed_settings('distill', {}))
     both = plan.run_context(typed_settings('distill', {'passages': 'trained'}))

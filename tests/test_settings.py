@@ -56,15 +56,11 @@ def test_a_field_added_to_a_settings_class_reaches_the_trainer_the_list_the_key_
 
 
 def test_a_default_that_moves_keeps_the_keys_of_the_models_cached_before():
-    @dataclasses.dataclass(frozen=True)
-    class Moved(DistillationSettings):
-        keep: str = setting('last', 'Which round ships, its default moved by a test.',
-                            key='changed', was='verdict')
-
-    # the models cached before keep existed trained as keep=verdict: they keep their key, and
-    # the new default's models get a key of their own
-    assert 'keep' not in DistillationSettings().key() and 'keep' not in Moved(keep='verdict').key()
-    assert Moved().key()['keep'] == 'last' == DistillationSettings(keep='last').key()['keep']
+    # keep's default moved from verdict to last: the models cached before keep existed trained
+    # as keep=verdict and keep their key, and the new default's models get a key of their own
+    assert 'keep' not in DistillationSettings(keep='verdict').key()
+    assert DistillationSettings().key()['keep'] == 'last'
+    assert {f.name: f for f in DistillationSettings.fields()}['keep'].metadata['was'] == 'verdict'
     with pytest.raises(ValueError, match='per_passage must be at least 1'):
         DistillationSettings(per_passage=0)
 
@@ -106,6 +102,20 @@ def test_a_dependent_value_is_a_documented_rule_of_the_settings():
     # round-trip filtering applies to queries written for a passage only
     assert DistillationSettings(queries='sampled', filter_depth=3).round_trip_depth == 3
     assert DistillationSettings(queries='sentences', filter_depth=3).round_trip_depth is None
+    # the passage side and the rounds follow the queries where they are left at None: frozen and
+    # one round with queries from the corpus, offsets and five rounds with a query log
+    for queries in ('sampled', 'sentences', 'titles'):
+        assert (DistillationSettings(queries=queries).passages,
+                DistillationSettings(queries=queries).rounds) == ('frozen', 1)
+    log = DistillationSettings(queries='crossfold')
+    assert (log.passages, log.rounds) == ('offsets', 5)
+    # a copy chooses again where it was chosen, and keeps what was named
+    assert (DistillationSettings().replace(queries='crossfold').passages,
+            DistillationSettings().replace(queries='crossfold').rounds) == ('offsets', 5)
+    named = DistillationSettings(rounds=3, passages='trained').replace(queries='crossfold')
+    assert (named.rounds, named.passages) == (3, 'trained')
+    assert DistillationSettings.of(train_passages=False, queries='crossfold').passages == 'offsets'
+    assert DistillationSettings.of(train_passages=False).passages == 'frozen'
     # RUMBArt checkpoints at its refreshes, or every 25 steps where its index never changes
     assert (RumbartSettings().checkpoint_interval == 25 and
             RumbartSettings(refresh_every=10).checkpoint_interval == 10)
@@ -117,7 +127,8 @@ def test_a_dependent_value_is_a_documented_rule_of_the_settings():
 def test_old_names_still_work():
     assert DistillationSettings.of(epochs=3).rounds == 3
     assert DistillationSettings.of(passage_offsets=None).passages == 'frozen'
-    assert DistillationSettings.of(passage_offsets=0.5) == DistillationSettings(offset_weight=0.5)
+    assert (DistillationSettings.of(passage_offsets=0.5)
+            == DistillationSettings(passages='offsets', offset_weight=0.5))
     assert DistillationSettings.of(train_passages=True, passage_offsets=None).passages == 'trained'
     assert RumbartSettings.of(checkpointing=False).gradient_checkpointing is False
     assert get_pipeline('distill:passage_offsets=none').settings['passages'] == 'frozen'
@@ -126,7 +137,7 @@ def test_old_names_still_work():
 # the model directories of the shipped settings on ADI, as they have been since each method's
 # settings first had one source: a change to a default, or a setting added to the key at its
 # default, moves them, and every model trained before is no longer found
-SHIPPED_KEYS = {'distill': 'classic_adi.distill-1073349500', 'ds': 'classic_adi.ds-3f870b5fa0',
+SHIPPED_KEYS = {'distill': 'classic_adi.distill-2190d6e4da', 'ds': 'classic_adi.ds-3f870b5fa0',
                 'rumbart': 'classic_adi.rumbart-0bfcf7f96a',
                 'acrobart': 'classic_adi.acrobart-9580c04ce8',
                 'reatt': 'classic_adi.reatt-2cc8a89d9f'}
@@ -139,16 +150,26 @@ def test_the_shipped_settings_keep_their_model_keys(tmp_path):
     # a setting that changes only the run, or one added later at its default, leaves the key
     # as it is
     for unchanged in ({'checkpoint_every': 5}, {'gradient_checkpointing': True}, {'warmup': 0.1},
-                      {'passage_offsets': 1.0}, {'passages': 'offsets'}):
+                      {'passage_offsets': None}, {'passages': 'frozen'}, {'rounds': 1},
+                      {'keep': 'last'}):
         assert (model_dir(adi, 'distill', unchanged, run).name
                 == SHIPPED_KEYS['distill']), unchanged
-    for changed in ({'warmup': 0.2}, {'weight_decay': 0.0}, {'passages': 'frozen'},
-                    {'offset_weight': 0.5}, {'keep': 'last'}, {'per_passage': 1},
-                    {'example_pairs': 'cranfield'}):
+    for changed in ({'warmup': 0.2}, {'weight_decay': 0.0}, {'passages': 'offsets'},
+                    {'passages': 'offsets', 'offset_weight': 0.5}, {'keep': 'verdict'},
+                    {'per_passage': 1},
+                    {'example_pairs': 'cranfield'}, {'rounds': 5}):
         assert model_dir(adi, 'distill', changed, run).name != SHIPPED_KEYS['distill'], changed
+    # the default before the passage side and the rounds followed the queries, and the verdict
+    # stopped choosing the round, still finds its models under their names
+    assert model_dir(adi, 'distill', {'passages': 'offsets', 'rounds': 5, 'keep': 'verdict'},
+                     run).name == 'classic_adi.distill-1073349500'
+    # a query log's defaults are the settings they name
+    log = {'queries': 'crossfold', 'fold': 0}
+    assert model_dir(adi, 'distill', log, run) == \
+        model_dir(adi, 'distill', dict(log, passages='offsets', rounds=5, keep='last'), run)
     # the passage side keys as its two former settings did
-    assert model_dir(adi, 'distill', {'passages': 'frozen'}, run) == \
-        model_dir(adi, 'distill', {'passage_offsets': None}, run)
+    assert model_dir(adi, 'distill', {'passages': 'offsets'}, run) == \
+        model_dir(adi, 'distill', {'passage_offsets': 1.0}, run)
 
 
 def test_a_trainer_takes_its_settings_whole_and_its_run_context_apart(tiny_encoder, tmp_path):
@@ -179,7 +200,8 @@ def test_the_passage_sides_old_spellings_combine_as_they_did_and_contradictions_
     frozen = DistillationSettings(passages='frozen')
     assert trained.replace(passage_offsets=None).passages == 'trained'
     assert frozen.replace(train_passages=False).passages == 'frozen'
-    for contradictory in (dict(train_passages=True, passage_offsets=0.5), dict(train_passages=True),
+    for contradictory in (dict(train_passages=True, passage_offsets=0.5),
+                          dict(train_passages=True, queries='crossfold'),
                           dict(passages='frozen', passage_offsets=0.5)):
         with pytest.raises(ValueError):
             DistillationSettings.of(**contradictory)
@@ -207,3 +229,20 @@ def test_a_verdict_resumed_from_a_checkpoint_that_kept_its_scores_in_the_log_goe
     verdict.judge(trainer, 1)  # round 1 is in the log: nothing is scored again
     assert trainer.state['verdict scores'] == {0: [0.5], 1: [0.7]}
     assert trainer.state['verdict means'] == {0: 0.5, 1: 0.7} and trainer.log == log
+
+
+def test_a_results_file_from_before_distills_defaults_moved_finds_the_models_it_meant(tmp_path):
+    from pyterrier_selfsup.harness.experiment import as_written
+    run = RunContext(cache_dir=tmp_path)
+    before = '0614091'  # (the last commit with five rounds, offsets and the verdict's round)
+    assert as_written('distill', before) == 'distill:passages=offsets,rounds=5,keep=verdict'
+    assert (get_pipeline(as_written('hybrid', before)).model_dir(Collection('classic/adi'), run).name
+            == 'classic_adi.distill-1073349500')
+    # what a name spells is left as it is; the passage side's old spellings name it
+    assert as_written('distill:keep=last,epochs=2,passage_offsets=none', before) == \
+        'distill:keep=last,epochs=2,passage_offsets=none'
+    assert as_written('bm25', before) == 'bm25'
+    # a later file, or one that names no commit, meant what the names mean now
+    assert as_written('distill', '') == 'distill'
+    from pyterrier_selfsup.harness.provenance import code_revision
+    assert as_written('distill', code_revision().split('+')[0]) == 'distill'

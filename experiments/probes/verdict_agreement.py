@@ -33,7 +33,7 @@ from scipy.stats import spearmanr
 from pyterrier_selfsup import Collection
 from pyterrier_selfsup.data.queries import folds
 from pyterrier_selfsup.harness import provenance
-from pyterrier_selfsup.harness.experiment import curves_folder, read_training_log
+from pyterrier_selfsup.harness.experiment import as_written, curves_folder, read_training_log, results_code
 from pyterrier_selfsup.harness.pipelines import UnknownPipelineError, get_pipeline
 
 RESULTS = Path(__file__).resolve().parents[1] / 'results'
@@ -58,18 +58,19 @@ def rows_of(group: str) -> list:
         if start.empty:
             continue
         start_ndcg = float(start['nDCG@10'].iloc[0])
+        code = results_code(RESULTS / f'{group}.csv')  # (what its pipeline names meant then)
         coll = Collection(collection)
         per_query = per_query_all[per_query_all['collection'] == collection] if len(per_query_all) else per_query_all
         for name in results['name']:
             if not name.startswith('distill'):  # (hybrid reads distill's model)
                 continue
             try:
-                spec = get_pipeline(name)
+                spec = get_pipeline(as_written(name, code))
                 dirs = spec.model_dirs(coll)
             except UnknownPipelineError:  # (a setting removed since: its committed log alone)
                 dirs = [Path('not cached')] * (2 if 'crossfold' in name else 1)
             for fold, directory in enumerate(dirs):
-                log = training_log(coll, name, fold, len(dirs), directory)
+                log = training_log(coll, name, as_written(name, code), fold, len(dirs), directory)
                 said = next((r for r in log if 'verdict' in r), None)
                 if said is None:
                     continue
@@ -84,11 +85,14 @@ def rows_of(group: str) -> list:
     return out
 
 
-def training_log(coll: Collection, name: str, fold: int, n: int, directory: Path) -> list:
+def training_log(coll: Collection, name: str, written: str, fold: int, n: int, directory: Path) -> list:
     """The training log of pipeline ``name``'s model (fold ``fold`` of ``n``): the model cache's
-    where the model is cached here, else the copy committed under ``distill_curves/`` (or none)."""
-    copied = curves_folder(CURVES / coll.corpus_id.replace('/', '-'), name, fold, n)
-    return read_training_log(directory) or read_training_log(copied)
+    where the model is cached here, else the copy committed under ``distill_curves/`` (or none).
+    ``written`` is the name as its results file meant it (``as_written``): a copy made before
+    distill's defaults moved was moved to that name's folder where a later run's copy took the
+    folder of ``name``."""
+    copies = [curves_folder(CURVES / coll.corpus_id.replace('/', '-'), each, fold, n) for each in (written, name)]
+    return read_training_log(directory) or next((read_training_log(c) for c in copies if c.exists()), [])
 
 
 def fold_change(coll: Collection, per_query: pd.DataFrame, name: str, start: str, fold: int, n: int) -> float:

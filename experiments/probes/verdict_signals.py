@@ -34,7 +34,7 @@ from scipy.stats import spearmanr
 from pyterrier_selfsup import Collection
 from pyterrier_selfsup.data.queries import corpus_sentences, document_titles
 from pyterrier_selfsup.harness import provenance
-from pyterrier_selfsup.harness.experiment import read_training_log
+from pyterrier_selfsup.harness.experiment import as_written, read_training_log, results_code
 from pyterrier_selfsup.harness.pipelines import get_pipeline
 from pyterrier_selfsup.training.verdict import ndcg_at
 
@@ -80,6 +80,7 @@ def agreement_ndcg(retriever, topics: pd.DataFrame, judged: dict, sources: dict,
 
 def rows_of(group: str) -> list:
     table = pd.read_csv(RESULTS / f'{group}.csv', comment='#')
+    code = results_code(RESULTS / f'{group}.csv')  # (what its pipeline names meant then)
     rows = []
     for name, results in table.groupby('collection', sort=False):
         coll = Collection(name)
@@ -87,7 +88,7 @@ def rows_of(group: str) -> list:
             continue
         real = results.set_index('name')['nDCG@10']
         models = [p for p in results['name'] if p.startswith('distill')]
-        cached = [p for p in models if (d := get_pipeline(p).model_dir(coll)) is not None
+        cached = [p for p in models if (d := get_pipeline(as_written(p, code)).model_dir(coll)) is not None
                   and d.exists() and read_training_log(d)]
         if not cached:
             print(f'{group} {name}: no cached model, skipped')
@@ -100,9 +101,9 @@ def rows_of(group: str) -> list:
         base = {s: pseudo_ndcg(start, t, rel) for s, (t, rel) in queries.items()}
         base['bm25'] = agreement_ndcg(start, sentences, judged, sources)
         for p in cached:
-            log = read_training_log(get_pipeline(p).model_dir(coll))
+            log = read_training_log(get_pipeline(as_written(p, code)).model_dir(coll))
             said = next((r for r in log if 'verdict' in r), None)
-            model = get_pipeline(p).build(coll)
+            model = get_pipeline(as_written(p, code)).build(coll)
             row = {'group': group, 'collection': name, 'pipeline': p,
                    'real change': float(real[p] - real[START]),
                    'verdict change': (said['verdict best'] - said['verdict start']) if said else None,

@@ -6,9 +6,11 @@ every pipeline is compared with the first (the baseline) by a paired t-test over
 queries, Holm-corrected across the pipelines. The per-query scores are kept (the
 figure's confidence intervals and win/tie/loss strips read them).
 """
+import functools
 import gzip
 import json
 import shutil
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +24,7 @@ from ir_measures import RR, R, nDCG
 from pyterrier_selfsup._cache import writable, written_whole
 from pyterrier_selfsup.context import SILENT, RunContext
 from pyterrier_selfsup.data.collections import Collection
-from pyterrier_selfsup.harness import provenance
+from pyterrier_selfsup.harness import provenance, trained
 from pyterrier_selfsup.harness.pipelines import PipelineSpec, get_pipeline
 from pyterrier_selfsup.harness.plots import plot_results
 from pyterrier_selfsup.progress import progress_mode
@@ -180,6 +182,51 @@ def read_training_log(folder: Union[str, Path]) -> List[dict]:
     return []
 
 
+# What distill's pipeline names meant before its passage side and rounds followed the queries
+# and the last round shipped (CHANGELOG.md): the names in results files written before then
+FORMER_DISTILL = {'passages': 'offsets', 'rounds': 5, 'keep': 'verdict'}
+_SIDE = ('passages', 'passage_offsets', 'train_passages')  # (the passage side's spellings)
+
+
+def results_code(path: Union[str, Path]) -> str:
+    """The commit a results file (``.md`` or ``.csv``) names in its header's ``code:`` line
+    (``''`` where it names none)."""
+    for line in Path(path).read_text().splitlines()[:12]:
+        if 'code: ' in line:
+            return line.split('code: ', 1)[1].split()[-1].split('+')[0]
+    return ''
+
+
+def as_written(name: str, code: str) -> str:
+    """Pipeline ``name`` as a results file written at commit ``code`` meant it: a distill or
+    hybrid pipeline of a file written before distill's defaults moved is named with the former
+    defaults it did not name (:data:`FORMER_DISTILL`), so that it finds the model it trained
+    and the training log copied under that name. Other names, and names of later files, are
+    returned as they are.
+
+        as_written('distill', 'c25cdcd3d220')   # 'distill:passages=offsets,rounds=5,keep=verdict'
+    """
+    method, _, overrides = name.partition(':')
+    if method not in ('distill', 'hybrid') or not _written_before_the_move(code):
+        return name
+    named = {item.partition('=')[0] for item in overrides.split(',') if item}
+    named |= set(_SIDE) if named & set(_SIDE) else set()
+    named |= {'rounds'} if 'epochs' in named else set()
+    extra = [f'{k}={v}' for k, v in FORMER_DISTILL.items() if k not in named]
+    return f'{method}:{",".join(filter(None, [overrides] + extra))}' if extra else name
+
+
+@functools.lru_cache(maxsize=None)
+def _written_before_the_move(code: str) -> bool:
+    """Whether the package at commit ``code`` still had distill's former defaults: its
+    settings had no defaults chosen by other settings. A commit git cannot show (or no git)
+    counts as written since."""
+    root = Path(__file__).resolve().parents[2]
+    shown = subprocess.run(['git', 'show', f'{code}:pyterrier_selfsup/training/settings.py'],
+                           cwd=root, capture_output=True, text=True) if code else None
+    return bool(shown and shown.returncode == 0 and 'def chosen_defaults' not in shown.stdout)
+
+
 # ---------------------------------------------------------------------------------------
 # Rendering
 
@@ -216,7 +263,11 @@ def describe_settings(result: ExperimentResult) -> Dict[str, str]:
         f'{r.collection} ({r.docs} docs, {r.topics} topics, {r.qrels} judgments)'
         for r in result.results)
     for spec in result.pipelines:
-        settings = ', '.join(f'{k}={v}' for k, v in spec.settings.items())
+        shown = dict(spec.settings)
+        if spec.method:  # (a default that other settings choose, as chosen)
+            chosen = trained.training_settings(spec.method, spec.settings)
+            shown.update({k: v for k, v in chosen.items() if k in shown})
+        settings = ', '.join(f'{k}={v}' for k, v in shown.items())
         lines[f'pipeline {spec.name}'] = f'{spec.description} ({settings})'
     lines['evaluation'] = (f'{", ".join(MEASURE_NAMES)}, mean response time; '
                            f'baseline {result.pipelines[0].name}; '
