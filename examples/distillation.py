@@ -5,9 +5,10 @@ BM25 and MiniLM fused, taught to MiniLM.
 
 The teacher is a PyTerrier pipeline: BM25's top 100 and the student's own top 100, fused by
 per-query z-scores, which ranks above both of its parts. The student (MiniLM's query tower,
-against its start's passage vectors) learns the teacher's softmax over its top 30, and each
-round the improved student re-enters its teacher. The training queries are SmolLM2's
-samples from the corpus's passages: no query log and no relevance label is read.
+against its start's passage vectors) learns the teacher's softmax over its top 30; with
+`--rounds` above 1, each round the improved student re-enters its teacher. The training
+queries are SmolLM2's samples from the corpus's passages: no query log and no relevance label
+is read.
 (`--queries-from sentences` trains on corpus sentences instead: no generator, less gain.)
 """
 import argparse
@@ -47,7 +48,8 @@ def teacher(student):  # the student re-enters its teacher each round
 
 
 torch.manual_seed(0)
-# the rest at the shipped settings: passage offsets, a verdict on a held-out tenth of the queries
+# the rest at the shipped corpus-only settings: the passage side frozen, the last round kept, and
+# a held-out tenth of the queries for the label-free signal
 distilled = selfsup.Distillation(
     selfsup.DualEncoder.from_pretrained(selfsup.MINILM, precision=shipped.precision),
     collection, teacher, queries=args.queries_from, rounds=args.rounds,

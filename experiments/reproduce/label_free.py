@@ -250,7 +250,7 @@ def query_stats(pipelines, collection: str) -> list:
 RUN_AT = {**{name: '4400990' for name in ('distill_longer', 'query_log_choices_2', 'query_log_small',
                                           'corpus_only_levers', 'query_log_layers', 'query_log_layers_small')},
           **{name: '0614091' for name in (
-              'distill_choices', 'distill_sources', 'distill_filter', 'label_free_seeds', 'label_free_queries',
+              'distill_choices', 'distill_sources', 'distill_filter', 'label_free_queries',
               'query_log_choices', 'query_log_verdict', 'query_log_shipped', 'corpus_only_qwen', 'writer_realism',
               'corpus_only_generalise', 'corpus_only_one_round', 'corpus_only_seeds',
               'corpus_only_settings')}}
