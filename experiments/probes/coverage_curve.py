@@ -1,15 +1,18 @@
-"""Does coverage pay? nDCG@10 against training queries a passage, corpus only (issue 30 item 5).
+"""Does coverage pay? nDCG@10 against training queries a passage, corpus only (issue 50 item 1).
 
-Reads a results group that trained `distill` on corpus-only queries of several sizes (by
-default `corpus_only_levers`: SmolLM2 chat queries, 3 a passage, 1,000 / 2,000 / 5,183 of
-them, and documents' titles, 2,000 / all), measures nothing itself, and draws each
-family's nDCG@10 against queries a passage of the corpus (queries written / passages), beside
-the zero-shot start, BM25 and the teacher. Each point carries the 95% paired bootstrap interval
-of its change from the start (per-query nDCG@10 from the group's .perquery.csv, 10,000
-resamples, seed 0); the passages covered come from the group's Training lines.
-Choices are read on scifact train; test is drawn beside it, never used to choose.
+Reads results groups that trained `distill` on corpus-only queries of several sizes (by
+default the coverage groups of `label_free.py` at the shipped training: SmolLM2's queries,
+the default's 2,000 against every passage given 1 and 3 of them on scifact, and 1, 3 and
+the default's up to 10 a passage on ADI; `corpus_only_levers`, at the training of its day,
+draws SmolLM2 chat queries and titles), measures nothing itself, and draws each family's
+nDCG@10 against queries a passage of the corpus (queries written / passages), beside the
+zero-shot start, BM25 and the teacher. Each point carries the 95% paired bootstrap interval of
+its change from the start (per-query nDCG@10 from the groups' .perquery.csv, 10,000
+resamples, seed 0); the queries written and the passages covered come from the groups'
+Training lines. Choices are read on scifact train; test is drawn beside it, never used to
+choose.
 
-    python experiments/probes/coverage_curve.py [group]
+    python experiments/probes/coverage_curve.py [group ...]
 writes experiments/results/coverage_curve.{md,png}.
 """
 import re
@@ -20,6 +23,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 
+from pyterrier_selfsup import Collection
 from pyterrier_selfsup.harness import provenance
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'tools'))
@@ -30,40 +34,59 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / 'results'
 START, REFERENCES = 'dual', ('bm25', 'teacher')
-# a family: the pipelines of one query source at growing sizes (name -> queries written)
+# a family: the pipelines of one query source at growing sizes (name -> queries written, where the group's
+# Training line does not say)
 FAMILIES = {
+    'SmolLM2 plain': {'distill:n_queries=82,per_passage=1': 82,
+                                        'distill:n_queries=246,per_passage=3': 246,
+                                        'distill:n_queries=1400,per_passage=1': 1400, 'distill': 2000,
+                                        'distill:n_queries=4200,per_passage=3': 4200,
+                                        'distill:n_queries=5183,per_passage=1': 5183,
+                                        'distill:n_queries=15549,per_passage=3': 15549},
     'SmolLM2 chat, 3 a passage': {'distill:query_style=chat,n_queries=1000': 1000,
                                   'distill:query_style=chat': 2000,
                                   'distill:query_style=chat,n_queries=5183': 5183},
     'titles, 1 a document': {'distill:queries=titles': 2000, 'distill:queries=titles,n_queries=5183': 5183},
 }
-
+COVERAGE = ['coverage_scifact_1', 'coverage_scifact_3', 'coverage_adi', 'coverage_cranfield']
 
 def change_interval(model: np.ndarray, start: np.ndarray, seed: int = 0):
     """Mean of model - start over queries, with its 95% paired bootstrap interval."""
     return interval(model - start, seed)
 
 
-def covered(md: str, name: str):
-    """(passages covered, passages) from a results file's Training line for ``name``."""
+def covered(md: str, name: str, corpus: str):
+    """(passages covered, passages, queries written) from a results file's Training line for
+    ``name`` on ``corpus`` (written: None where the line does not say)."""
     for line in md.splitlines():
-        if line.startswith(f'- {name} on '):
+        if line.startswith(f'- {name} on {corpus}:'):
             found = re.search(r'covering (\d+) of (\d+) passages', line)
+            written = re.search(r'distinct of (\d+) written', line)
             if found:
-                return int(found.group(1)), int(found.group(2))
+                return int(found.group(1)), int(found.group(2)), int(written.group(1)) if written else None
     return None
 
 
-def main(group: str = 'corpus_only_levers'):
-    table = pd.read_csv(RESULTS / f'{group}.csv', comment='#')
-    per = pd.read_csv(RESULTS / f'{group}.perquery.csv', dtype={'qid': str})
-    md_text = (RESULTS / f'{group}.md').read_text()
+def read(groups):
+    """The groups' summary tables, per-query scores and Markdown, one of each: a pipeline that
+    two groups share on a collection (the references, the default) is read from the first."""
+    tables = [pd.read_csv(RESULTS / f'{g}.csv', comment='#') for g in groups]
+    pers = [pd.read_csv(RESULTS / f'{g}.perquery.csv', dtype={'qid': str}) for g in groups]
+    table = pd.concat(tables).drop_duplicates(['collection', 'name'])
+    per = pd.concat(pers).drop_duplicates(['collection', 'name', 'qid'])
+    return table, per, '\n'.join((RESULTS / f'{g}.md').read_text() for g in groups)
+
+
+def main(*groups):
+    groups = [g for g in (groups or COVERAGE) if (RESULTS / f'{g}.csv').exists()]
+    group = ', '.join(groups)
+    table, per, md_text = read(groups)
     collections = list(dict.fromkeys(table['collection']))
     header = provenance.header()
     md = ['# Coverage: nDCG@10 against corpus-only training queries a passage', '']
     md += [f'- {k}: {v}' for k, v in header.items()]
-    md += [f'- read from: experiments/results/{group}.{{md,csv,perquery.csv}} (its own header names the machine, '
-           'code and settings that trained the models); nothing trained or measured here',
+    md += [f'- read from: experiments/results/{{{group}}}.{{md,csv,perquery.csv}} (each one\'s own header names the '
+           'machine, code and settings that trained its models); nothing trained or measured here',
            '- queries a passage: queries written / passages of the corpus; change: nDCG@10 minus the start\'s '
            f'(all-MiniLM-L6-v2 zero-shot), 95% paired bootstrap over queries ({RESAMPLES:,} resamples, seed 0)', '']
     fig, axes = plt.subplots(1, len(collections), figsize=(5.2 * len(collections), 4), squeeze=False)
@@ -79,8 +102,9 @@ def main(group: str = 'corpus_only_levers'):
             for name, written in members.items():
                 if name not in rows.index:
                     continue
-                cover = covered(md_text, name)
+                cover = covered(md_text, name, Collection(collection).corpus_id)
                 passages = cover[1] if cover else passages
+                written = cover[2] if cover and cover[2] else written
                 per_passage = written / passages if passages else float('nan')
                 mean, low, high = change_interval(scores[name].to_numpy(), start)
                 value = rows.loc[name, 'nDCG@10']
