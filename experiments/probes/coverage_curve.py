@@ -37,12 +37,10 @@ START, REFERENCES = 'dual', ('bm25', 'teacher')
 # a family: the pipelines of one query source at growing sizes (name -> queries written, where the group's
 # Training line does not say)
 FAMILIES = {
-    'SmolLM2 plain': {'distill:n_queries=82,per_passage=1': 82,
-                                        'distill:n_queries=246,per_passage=3': 246,
-                                        'distill:n_queries=1400,per_passage=1': 1400, 'distill': 2000,
-                                        'distill:n_queries=4200,per_passage=3': 4200,
-                                        'distill:n_queries=5183,per_passage=1': 5183,
-                                        'distill:n_queries=15549,per_passage=3': 15549},
+    'SmolLM2 plain': {'distill:n_queries=82,per_passage=1': 82, 'distill:n_queries=246,per_passage=3': 246,
+                      'distill:n_queries=1400,per_passage=1': 1400, 'distill': 2000,
+                      'distill:n_queries=4200,per_passage=3': 4200, 'distill:n_queries=5183,per_passage=1': 5183,
+                      'distill:n_queries=15549,per_passage=3': 15549},
     'SmolLM2 chat, 3 a passage': {'distill:query_style=chat,n_queries=1000': 1000,
                                   'distill:query_style=chat': 2000,
                                   'distill:query_style=chat,n_queries=5183': 5183},
