@@ -40,7 +40,9 @@ RESULTS = Path(__file__).resolve().parents[1] / 'results'
 CURVES = RESULTS / 'distill_curves'
 GROUPS = ['label_free_log', 'label_free_log_scifact', 'query_log_shipped', 'corpus_only_qwen', 'corpus_only_levers',
           'label_free', 'label_free_seeds', 'corpus_only_seeds', 'query_log_verdict', 'query_log_layers_small',
-          'writer_realism', 'corpus_only_generalise', 'corpus_only_generalise_vaswani', 'corpus_only_one_round']
+          'writer_realism', 'corpus_only_generalise', 'corpus_only_generalise_vaswani', 'corpus_only_one_round',
+          'corpus_only_training', 'writer_pairs', 'coverage_adi', 'coverage_cranfield', 'coverage_scifact_1',
+          'coverage_scifact_3']
 
 
 def table(group: str) -> pd.DataFrame:
@@ -125,7 +127,8 @@ def main(groups):
     RESULTS.mkdir(exist_ok=True)
     frame.to_csv(RESULTS / 'verdict_agreement.csv', index=False)
     md = ['# The label-free verdict against the real change', ''] + [f'- {k}: {v}' for k, v in header.items()]
-    md += ['- verdict: pseudo-nDCG@10 on the held-out tenth of the training queries, kept round against the start; '
+    md += ['- verdict: pseudo-nDCG@10 on the held-out tenth of the training queries, the round that shipped (the '
+           'last, or with keep=verdict the best by this signal) against the start; '
            '"helped": kept round > 0 and its 95% paired bootstrap interval clear of 0',
            '- real change: nDCG@10 with the labels, the pipeline against the zero-shot start on the same queries', '']
     cols = ['group', 'collection', 'pipeline', 'fold', 'kept round', 'verdict change', 'verdict low', 'verdict helped',
