@@ -116,6 +116,10 @@ def test_a_dependent_value_is_a_documented_rule_of_the_settings():
     assert (named.rounds, named.passages) == (3, 'trained')
     assert DistillationSettings.of(train_passages=False, queries='crossfold').passages == 'offsets'
     assert DistillationSettings.of(train_passages=False).passages == 'frozen'
+    # an old spelling combines with the side that the changed queries choose, made or copied
+    assert (DistillationSettings().replace(queries='crossfold', train_passages=False).passages
+            == DistillationSettings.of(queries='crossfold', train_passages=False).passages
+            == 'offsets')
     # RUMBArt checkpoints at its refreshes, or every 25 steps where its index never changes
     assert (RumbartSettings().checkpoint_interval == 25 and
             RumbartSettings(refresh_every=10).checkpoint_interval == 10)
@@ -126,7 +130,7 @@ def test_a_dependent_value_is_a_documented_rule_of_the_settings():
 
 def test_old_names_still_work():
     assert DistillationSettings.of(epochs=3).rounds == 3
-    assert DistillationSettings.of(passage_offsets=None).passages == 'frozen'
+    assert DistillationSettings.of(passage_offsets=None, queries='crossfold').passages == 'frozen'
     assert (DistillationSettings.of(passage_offsets=0.5)
             == DistillationSettings(passages='offsets', offset_weight=0.5))
     assert DistillationSettings.of(train_passages=True, passage_offsets=None).passages == 'trained'
@@ -232,17 +236,24 @@ def test_a_verdict_resumed_from_a_checkpoint_that_kept_its_scores_in_the_log_goe
 
 
 def test_a_results_file_from_before_distills_defaults_moved_finds_the_models_it_meant(tmp_path):
-    from pyterrier_selfsup.harness.experiment import as_written
+    import subprocess
+    from pyterrier_selfsup.harness.experiment import LAST_FORMER, as_written
+    from pyterrier_selfsup.harness.provenance import code_revision
+    early = 'ae1edd5'  # (label_free's first table, before the settings had a module of their own)
+    found = subprocess.run(['git', 'cat-file', '-e', f'{early}^{{commit}}'],
+                           cwd=Path(__file__).parent, capture_output=True).returncode == 0
+    if not found:
+        pytest.skip('the checkout has no git history to read the commits from')
     run = RunContext(cache_dir=tmp_path)
-    before = '0614091'  # (the last commit with five rounds, offsets and the verdict's round)
-    assert as_written('distill', before) == 'distill:passages=offsets,rounds=5,keep=verdict'
-    assert (get_pipeline(as_written('hybrid', before)).model_dir(Collection('classic/adi'), run).name
+    for before in (LAST_FORMER, early):
+        assert as_written('distill', before) == 'distill:passages=offsets,rounds=5,keep=verdict'
+    adi = Collection('classic/adi')
+    assert (get_pipeline(as_written('hybrid', LAST_FORMER)).model_dir(adi, run).name
             == 'classic_adi.distill-1073349500')
     # what a name spells is left as it is; the passage side's old spellings name it
-    assert as_written('distill:keep=last,epochs=2,passage_offsets=none', before) == \
+    assert as_written('distill:keep=last,epochs=2,passage_offsets=none', LAST_FORMER) == \
         'distill:keep=last,epochs=2,passage_offsets=none'
-    assert as_written('bm25', before) == 'bm25'
+    assert as_written('bm25', LAST_FORMER) == 'bm25'
     # a later file, or one that names no commit, meant what the names mean now
     assert as_written('distill', '') == 'distill'
-    from pyterrier_selfsup.harness.provenance import code_revision
     assert as_written('distill', code_revision().split('+')[0]) == 'distill'

@@ -46,7 +46,9 @@ FAMILIES = {
                                   'distill:query_style=chat,n_queries=5183': 5183},
     'titles, 1 a document': {'distill:queries=titles': 2000, 'distill:queries=titles,n_queries=5183': 5183},
 }
+# (distill is the default of the group's day: pass groups of one training at a time)
 COVERAGE = ['coverage_scifact_1', 'coverage_scifact_3', 'coverage_adi', 'coverage_cranfield']
+
 
 def change_interval(model: np.ndarray, start: np.ndarray, seed: int = 0):
     """Mean of model - start over queries, with its 95% paired bootstrap interval."""

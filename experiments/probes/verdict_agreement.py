@@ -79,7 +79,7 @@ def rows_of(group: str) -> list:
                 real = float(results.loc[results['name'] == name, 'nDCG@10'].iloc[0]) - start_ndcg
                 if len(dirs) > 1:  # a fold's own queries: its model against the start, with labels
                     real = fold_change(coll, per_query, name, start['name'].iloc[0], fold, len(dirs))
-                out.append({'group': group, 'collection': collection, 'pipeline': name, 'model': directory.name if directory.exists() else name,
+                out.append({'group': group, 'collection': collection, 'pipeline': name, 'model': directory.name if directory.exists() else as_written(name, code),
                             'fold': fold if len(dirs) > 1 else '', 'verdict change': said['verdict best'] -
                             said['verdict start'], 'verdict low': said['verdict low'],
                             'verdict helped': said['verdict helped'], 'kept round': said['verdict kept round'],
@@ -94,7 +94,7 @@ def training_log(coll: Collection, name: str, written: str, fold: int, n: int, d
     distill's defaults moved was moved to that name's folder where a later run's copy took the
     folder of ``name``."""
     copies = [curves_folder(CURVES / coll.corpus_id.replace('/', '-'), each, fold, n) for each in (written, name)]
-    return read_training_log(directory) or next((read_training_log(c) for c in copies if c.exists()), [])
+    return read_training_log(directory) or next((log for c in copies if (log := read_training_log(c))), [])
 
 
 def fold_change(coll: Collection, per_query: pd.DataFrame, name: str, start: str, fold: int, n: int) -> float:

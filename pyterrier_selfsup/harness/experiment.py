@@ -216,15 +216,22 @@ def as_written(name: str, code: str) -> str:
     return f'{method}:{",".join(filter(None, [overrides] + extra))}' if extra else name
 
 
+# the last commit whose distill defaults were the former ones
+LAST_FORMER = '0614091'
+
+
 @functools.lru_cache(maxsize=None)
 def _written_before_the_move(code: str) -> bool:
-    """Whether the package at commit ``code`` still had distill's former defaults: its
-    settings had no defaults chosen by other settings. A commit git cannot show (or no git)
-    counts as written since."""
+    """Whether commit ``code`` is :data:`LAST_FORMER` or one of its ancestors, so that the
+    package at it had distill's former defaults. A commit git cannot find (or no git) counts
+    as written since."""
     root = Path(__file__).resolve().parents[2]
-    shown = subprocess.run(['git', 'show', f'{code}:pyterrier_selfsup/training/settings.py'],
-                           cwd=root, capture_output=True, text=True) if code else None
-    return bool(shown and shown.returncode == 0 and 'def chosen_defaults' not in shown.stdout)
+    try:
+        return bool(code) and subprocess.run(
+            ['git', 'merge-base', '--is-ancestor', code, LAST_FORMER], cwd=root,
+            capture_output=True).returncode == 0
+    except OSError:
+        return False
 
 
 # ---------------------------------------------------------------------------------------

@@ -306,9 +306,11 @@ register(PipelineSpec(
 register(PipelineSpec(
     'distill',
     'all-MiniLM-L6-v2 distilled from the teacher (BM25 + the student itself, fused), no labels: '
-    'listwise KL over the teacher\'s top depth with in-batch negatives, the query tower with '
-    'passage offsets (passages=frozen|offsets|trained), the student re-entering the teacher each '
-    'round, the best round kept by a held-out label-free verdict (verdict_share); queries: a '
+    'listwise KL over the teacher\'s top depth with in-batch negatives, the query tower trained; '
+    'corpus only: one round against the start\'s passage vectors; with a query log: passage '
+    'offsets and 5 rounds, the student re-entering the teacher each round '
+    '(passages=frozen|offsets|trained, rounds=N); the last round kept, a held-out label-free '
+    'signal reported beside it (verdict_share, keep=last|verdict); queries: a '
     'query log (queries=FILE: one query a line, or JSONL/CSV/TSV with qid and query; or '
     'queries=COLLECTION: its topic texts; or queries=crossfold: the evaluated collection\'s own '
     'topic texts, two-fold), or corpus only: written by a generator (sampled: '

@@ -184,7 +184,8 @@ class MethodSettings:
 
     def replace(self, **changes) -> 'MethodSettings':
         """A copy with ``changes`` (old names accepted), validated again. A field that took its
-        value from :meth:`chosen_defaults` chooses it again, from the changed settings."""
+        value from :meth:`chosen_defaults` chooses it again, from the changed settings (which
+        ``dataclasses.replace`` would not do: use this)."""
         if not changes:
             return self
         changes = self.canonical(changes, self)
@@ -525,11 +526,11 @@ class DistillationSettings(MethodSettings):
             if 'passages' in changes:
                 raise ValueError('name the passage side once: passages=frozen|offsets|trained, '
                                  'or its old spelling (train_passages, passage_offsets), not both')
-            # (with passages left at None, the side the other changes choose)
-            now = (current if current is not None else cls.of(**changes)).passages
+            # (the side that the other changes leave or choose)
+            base = current.replace(**changes) if current is not None else cls.of(**changes)
+            now = base.passages
             trained = old.get('train_passages', now == 'trained')
-            weight = old.get('passage_offsets', None if now != 'offsets' else
-                             (current or cls).offset_weight)
+            weight = old.get('passage_offsets', None if now != 'offsets' else base.offset_weight)
             if trained and weight is not None:
                 raise ValueError('passage offsets move the vectors of a frozen passage tower: '
                                  'not with train_passages (passage_offsets=none)')
