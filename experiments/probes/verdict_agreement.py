@@ -41,8 +41,8 @@ CURVES = RESULTS / 'distill_curves'
 GROUPS = ['label_free_log', 'label_free_log_scifact', 'query_log_shipped', 'corpus_only_qwen', 'corpus_only_levers',
           'label_free', 'label_free_seeds', 'corpus_only_seeds', 'query_log_verdict', 'query_log_layers_small',
           'writer_realism', 'corpus_only_generalise', 'corpus_only_generalise_vaswani', 'corpus_only_one_round',
-          'corpus_only_training', 'writer_pairs', 'writer_pairs_qwen', 'coverage_adi', 'coverage_cranfield', 'coverage_scifact_1',
-          'coverage_scifact_3']
+          'corpus_only_training', 'writer_pairs', 'writer_pairs_qwen', 'coverage_adi', 'coverage_cranfield',
+          'coverage_scifact_1', 'coverage_scifact_3']
 
 
 def table(group: str) -> pd.DataFrame:
@@ -79,7 +79,8 @@ def rows_of(group: str) -> list:
                 real = float(results.loc[results['name'] == name, 'nDCG@10'].iloc[0]) - start_ndcg
                 if len(dirs) > 1:  # a fold's own queries: its model against the start, with labels
                     real = fold_change(coll, per_query, name, start['name'].iloc[0], fold, len(dirs))
-                out.append({'group': group, 'collection': collection, 'pipeline': name, 'model': directory.name if directory.exists() else as_written(name, code),
+                model = directory.name if directory.exists() else as_written(name, code)
+                out.append({'group': group, 'collection': collection, 'pipeline': name, 'model': model,
                             'fold': fold if len(dirs) > 1 else '', 'verdict change': said['verdict best'] -
                             said['verdict start'], 'verdict low': said['verdict low'],
                             'verdict helped': said['verdict helped'], 'kept round': said['verdict kept round'],
