@@ -67,6 +67,16 @@ def covered(md: str, name: str, corpus: str):
     return None
 
 
+def seconds_of(md: str, name: str, corpus: str):
+    """The most seconds of set-up and training that a Wall time line gives ``name`` on either
+    split of ``corpus`` (None where every group found its model in the cache)."""
+    spent = [int(found.group(1)) for line in md.splitlines() if line.startswith('- ')
+             and ' s set-up and training (' in line
+             and Collection(line[2:].split(':')[0]).corpus_id == corpus
+             for found in [re.search(rf'[(,] {re.escape(name)} (\d+) s[,)]', line)] if found]
+    return max(spent) if spent and max(spent) > 1 else None
+
+
 def read(groups):
     """The groups' summary tables, per-query scores and Markdown, one of each: a pipeline that
     two groups share on a collection (the references, the default) is read from the first."""
@@ -87,6 +97,8 @@ def main(*groups):
     md += [f'- {k}: {v}' for k, v in header.items()]
     md += [f'- read from: experiments/results/{{{group}}}.{{md,csv,perquery.csv}} (each one\'s own header names the '
            'machine, code and settings that trained its models); nothing trained or measured here',
+           '- writing and training: the seconds a group spent writing the queries and training the model (from its '
+           'Wall time lines; cached: every group read here found the model trained before)',
            '- queries a passage: queries written / passages of the corpus; change: nDCG@10 minus the start\'s '
            f'(all-MiniLM-L6-v2 zero-shot), 95% paired bootstrap over queries ({RESAMPLES:,} resamples, seed 0)', '']
     fig, axes = plt.subplots(1, len(collections), figsize=(5.2 * len(collections), 4), squeeze=False)
@@ -96,7 +108,7 @@ def main(*groups):
         start = scores[START].to_numpy()
         passages = None
         md += [f'## {collection}', '', '| queries | written | queries a passage | passages covered | nDCG@10 | '
-               'change from the start [95% CI] |', '|---|---|---|---|---|---|']
+               'change from the start [95% CI] | writing and training (s) |', '|---|---|---|---|---|---|---|']
         for family, members in FAMILIES.items():
             xs, ys, lows, highs = [], [], [], []
             for name, written in members.items():
@@ -111,8 +123,9 @@ def main(*groups):
                 xs.append(per_passage), ys.append(value)
                 lows.append(value - mean + low), highs.append(value - mean + high)
                 share = f'{cover[0]:,} ({cover[0] / cover[1]:.2f})' if cover else '-'
+                spent = seconds_of(md_text, name, Collection(collection).corpus_id)
                 md.append(f'| {family} | {written:,} | {per_passage:.2f} | {share} | {value:.4f} | '
-                          f'{mean:+.4f} [{low:+.4f}, {high:+.4f}] |')
+                          f'{mean:+.4f} [{low:+.4f}, {high:+.4f}] | {spent if spent else "cached"} |')
             if xs:
                 ax.errorbar(xs, ys, yerr=[np.subtract(ys, lows), np.subtract(highs, ys)], marker='o', capsize=3,
                             label=family)
