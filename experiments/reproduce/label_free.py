@@ -225,7 +225,8 @@ def query_stats(pipelines, collection: str) -> list:
             topics = trained.training_topics(corpus, settings['queries'], settings['n_queries'], seed=settings['seed'],
                                              generator=settings['generator'], style=settings['query_style'],
                                              examples=settings['query_examples'],
-                                             per_passage=settings.get('per_passage', 3))
+                                             per_passage=settings.get('per_passage', 3),
+                                             pairs=settings.get('example_pairs'))
             distinct = len(topics)
             line += (f'; {distinct} distinct of {written} written (distinct fraction {distinct / written:.3f}), '
                      f'{np.mean([len(q.split()) for q in topics["query"]]):.1f} words on average, covering '
