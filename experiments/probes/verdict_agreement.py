@@ -41,8 +41,8 @@ CURVES = RESULTS / 'distill_curves'
 GROUPS = ['label_free_log', 'label_free_log_scifact', 'query_log_shipped', 'corpus_only_qwen', 'corpus_only_levers',
           'label_free', 'label_free_seeds', 'corpus_only_seeds', 'query_log_verdict', 'query_log_layers_small',
           'writer_realism', 'corpus_only_generalise', 'corpus_only_generalise_vaswani', 'corpus_only_one_round',
-          'corpus_only_training', 'writer_pairs', 'writer_pairs_qwen', 'coverage_adi', 'coverage_cranfield',
-          'coverage_scifact_1', 'coverage_scifact_3']
+          'corpus_only_training', 'writer_pairs', 'writer_pairs_seeds', 'writer_pairs_qwen', 'coverage_adi',
+          'coverage_cranfield', 'coverage_scifact_1', 'coverage_scifact_3']
 
 
 def table(group: str) -> pd.DataFrame:

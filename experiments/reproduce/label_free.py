@@ -124,6 +124,10 @@ GROUPS = {
     # Qwen shown pairs is a group of its own: its longer prompt writes at 2.7 s a passage here (30 minutes)
     'writer_pairs': (SCIFACT, ['bm25', 'dual', 'teacher', 'distill', 'distill:generator=qwen,query_style=chat',
                                'distill:query_style=chat,example_pairs=cranfield', 'distill:example_pairs=cranfield']),
+    # the one writer whose change from the start was clear of 0 on scifact train (SmolLM2's chat shown pairs):
+    # a setting, or one training's luck? Three seeds of it beside three of the default
+    'writer_pairs_seeds': (SCIFACT, ['bm25', 'dual', 'teacher', 'distill', 'distill:seed=1', 'distill:seed=2'] + [
+        f'distill:query_style=chat,example_pairs=cranfield{seed}' for seed in ('', ',seed=1', ',seed=2')]),
     'writer_pairs_qwen': (SCIFACT, ['bm25', 'dual', 'teacher', 'distill',
                                     'distill:generator=qwen,query_style=chat,example_pairs=cranfield']),
     # issue 50 items 4 and 5: which corpus-only settings generalise, with generated queries on every
