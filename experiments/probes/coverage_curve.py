@@ -28,6 +28,7 @@ from pyterrier_selfsup.harness import provenance
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'tools'))
 from change_table import RESAMPLES, interval  # noqa: E402  (the same bootstrap as its tables)
+from what_to_expect import wall_seconds  # noqa: E402  (the same reading of the Wall time lines)
 
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # noqa: E402
@@ -70,10 +71,8 @@ def covered(md: str, name: str, corpus: str):
 def seconds_of(md: str, name: str, corpus: str):
     """The most seconds of set-up and training that a Wall time line gives ``name`` on either
     split of ``corpus`` (None where every group found its model in the cache)."""
-    spent = [int(found.group(1)) for line in md.splitlines() if line.startswith('- ')
-             and ' s set-up and training (' in line
-             and Collection(line[2:].split(':')[0]).corpus_id == corpus
-             for found in [re.search(rf'[(,] {re.escape(name)} (\d+) s[,)]', line)] if found]
+    spent = [s for collection, each, s in wall_seconds(md)
+             if each == name and Collection(collection).corpus_id == corpus]
     return max(spent) if spent and max(spent) > 1 else None
 
 

@@ -66,20 +66,21 @@ def rows_of(group: str) -> list:
         for name in results['name']:
             if not name.startswith('distill'):  # (hybrid reads distill's model)
                 continue
+            written = as_written(name, code)
             try:
-                spec = get_pipeline(as_written(name, code))
+                spec = get_pipeline(written)
                 dirs = spec.model_dirs(coll)
             except UnknownPipelineError:  # (a setting removed since: its committed log alone)
                 dirs = [Path('not cached')] * (2 if 'crossfold' in name else 1)
             for fold, directory in enumerate(dirs):
-                log = training_log(coll, name, as_written(name, code), fold, len(dirs), directory)
+                log = training_log(coll, name, written, fold, len(dirs), directory)
                 said = next((r for r in log if 'verdict' in r), None)
                 if said is None:
                     continue
                 real = float(results.loc[results['name'] == name, 'nDCG@10'].iloc[0]) - start_ndcg
                 if len(dirs) > 1:  # a fold's own queries: its model against the start, with labels
                     real = fold_change(coll, per_query, name, start['name'].iloc[0], fold, len(dirs))
-                model = directory.name if directory.exists() else as_written(name, code)
+                model = directory.name if directory.exists() else written
                 out.append({'group': group, 'collection': collection, 'pipeline': name, 'model': model,
                             'fold': fold if len(dirs) > 1 else '', 'verdict change': said['verdict best'] -
                             said['verdict start'], 'verdict low': said['verdict low'],

@@ -87,8 +87,9 @@ def rows_of(group: str) -> list:
         if START not in set(results['name']):
             continue
         real = results.set_index('name')['nDCG@10']
-        models = [p for p in results['name'] if p.startswith('distill')]
-        cached = [p for p in models if (d := get_pipeline(as_written(p, code)).model_dir(coll)) is not None
+        # each distill pipeline's spec as the results file meant its name
+        specs = {p: get_pipeline(as_written(p, code)) for p in results['name'] if p.startswith('distill')}
+        cached = [p for p, spec in specs.items() if (d := spec.model_dir(coll)) is not None
                   and d.exists() and read_training_log(d)]
         if not cached:
             print(f'{group} {name}: no cached model, skipped')
@@ -101,9 +102,9 @@ def rows_of(group: str) -> list:
         base = {s: pseudo_ndcg(start, t, rel) for s, (t, rel) in queries.items()}
         base['bm25'] = agreement_ndcg(start, sentences, judged, sources)
         for p in cached:
-            log = read_training_log(get_pipeline(as_written(p, code)).model_dir(coll))
+            log = read_training_log(specs[p].model_dir(coll))
             said = next((r for r in log if 'verdict' in r), None)
-            model = get_pipeline(as_written(p, code)).build(coll)
+            model = specs[p].build(coll)
             row = {'group': group, 'collection': name, 'pipeline': p,
                    'real change': float(real[p] - real[START]),
                    'verdict change': (said['verdict best'] - said['verdict start']) if said else None,

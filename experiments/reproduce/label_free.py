@@ -221,16 +221,13 @@ def query_stats(pipelines, collection: str) -> list:
                 f'{trained_rounds} round(s), {len(steps)} steps, {seconds:.0f} s of steps')
         settings = trained.training_settings('distill', spec.settings)
         if settings['queries'] in ('sampled', 'titles'):
-            n, per = settings['n_queries'], settings.get('per_passage', 3)  # as sampled_queries decides them
+            n, per = settings['n_queries'], settings['per_passage']  # as sampled_queries decides them
             passages = min(math.ceil(n / per), corpus.docs_count or math.ceil(n / per))
             # sampled: written per_passage a passage, repeats dropped; titles: one a document, repeats dropped
             written = (passages * min(max(per, math.ceil(n / passages)), max(per, MAX_PER_PASSAGE))
                        if settings['queries'] == 'sampled' else min(n, corpus.docs_count or n))
-            topics = trained.training_topics(corpus, settings['queries'], settings['n_queries'], seed=settings['seed'],
-                                             generator=settings['generator'], style=settings['query_style'],
-                                             examples=settings['query_examples'],
-                                             per_passage=settings.get('per_passage', 3),
-                                             pairs=settings.get('example_pairs'))
+            typed = trained.typed_settings('distill', spec.settings)
+            topics = trained.distillation_topics(corpus, typed, generator=typed.generator)
             distinct = len(topics)
             line += (f'; {distinct} distinct of {written} written (distinct fraction {distinct / written:.3f}), '
                      f'{np.mean([len(q.split()) for q in topics["query"]]):.1f} words on average, covering '

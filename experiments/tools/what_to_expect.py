@@ -55,17 +55,22 @@ def cell(table: pd.DataFrame, collection: str, name: str) -> str:
     return f"{row['nDCG@10']:.4f}".lstrip('0') + star
 
 
+def wall_seconds(text: str) -> list:
+    """(collection, pipeline, seconds of set-up and training) for each pipeline of each Wall time
+    line in the text of `label_free.py` results files."""
+    return [(collection, name, int(s))
+            for collection, stages in re.findall(r'^- (\S+): \d+ s set-up and training \((.*)\)$', text,
+                                                 flags=re.M)
+            for name, s in re.findall(r'(\S+) (\d+) s', stages)]
+
+
 def training_seconds(group: str) -> dict:
     """Each collection's seconds of training for the group's first `distill` pipeline that
     trained there (another seed of the same settings, where the first was found in the cache)."""
-    text = (RESULTS / f'{group}.md').read_text()
     seconds = {}
-    for collection, stages in re.findall(r'^- (\S+): \d+ s set-up and training \((.*)\)$', text,
-                                         flags=re.M):
-        spent = [int(s) for name, s in re.findall(r'(\S+) (\d+) s', stages)
-                 if name.startswith('distill') and int(s) > 1]  # (0 or 1 s: found in the cache)
-        if spent:
-            seconds[collection] = spent[0]
+    for collection, name, spent in wall_seconds((RESULTS / f'{group}.md').read_text()):
+        if name.startswith('distill') and spent > 1:  # (0 or 1 s: found in the cache)
+            seconds.setdefault(collection, spent)
     return seconds
 
 

@@ -399,15 +399,26 @@ def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: 
                   rerank_depth=rerank_depth)
 
 
+def distillation_topics(collection: Collection, s: DistillationSettings, *,
+                        generator: Union[None, str, Generator] = None, run: RunContext = SILENT,
+                        fold: Optional[int] = None) -> pd.DataFrame:
+    """The training queries of a distillation with settings ``s`` (:func:`training_topics`,
+    written once and cached): what its trainer trains on, and what a report of them reads.
+
+        topics = distillation_topics(Collection('classic/adi'), DistillationSettings(),
+                                     generator='smollm2')
+    """
+    return training_topics(collection, s.queries, s.n_queries, seed=s.seed, generator=generator,
+                           run=run, fold=fold, style=s.query_style, examples=s.query_examples,
+                           per_passage=s.per_passage, pairs=s.example_pairs)
+
+
 def _distillation(collection: Collection, s: DistillationSettings, run: RunContext, *,
                   fold: Optional[int] = None) -> Tuple[Trainer, pd.DataFrame]:
     needs_gen = 'gen' in parse_teacher(s.teacher) or s.queries in GENERATED
     gen = (load_generator(s.generator, cache_dir=run.cache_dir, verbose=run.verbose)
            if needs_gen else None)
-    topics = training_topics(collection, s.queries, s.n_queries, seed=s.seed, generator=gen,
-                             run=run, fold=fold, style=s.query_style,
-                             examples=s.query_examples, per_passage=s.per_passage,
-                             pairs=s.example_pairs)
+    topics = distillation_topics(collection, s, generator=gen, run=run, fold=fold)
     torch.manual_seed(s.seed)
     encoder = DualEncoder.from_pretrained(s.model_name, precision=s.precision)
 
