@@ -128,6 +128,13 @@ GROUPS = {
     # a setting, or one training's luck? Three seeds of it beside three of the default
     'writer_pairs_seeds': (SCIFACT, ['bm25', 'dual', 'teacher', 'distill', 'distill:seed=1', 'distill:seed=2'] + [
         f'distill:query_style=chat,example_pairs=cranfield{seed}' for seed in ('', ',seed=1', ',seed=2')]),
+    # does the writer above the default on scifact train (SmolLM2's chat shown cranfield's pairs, 3 seeds) hold on
+    # the other local collections? Cranfield is shown CISI's pairs instead (never its own qrels), and scifact is
+    # shown CISI's too, to say whether the collection the pairs come from matters
+    'writer_pairs_collections': (['classic/adi', 'classic/cisi', 'vaswani'], [
+        'bm25', 'dual', 'teacher', 'distill', 'distill:query_style=chat,example_pairs=cranfield']),
+    'writer_pairs_cisi': (SCIFACT + ['cranfield'], [
+        'bm25', 'dual', 'teacher', 'distill', 'distill:query_style=chat,example_pairs=classic/cisi']),
     'writer_pairs_qwen': (SCIFACT, ['bm25', 'dual', 'teacher', 'distill',
                                     'distill:generator=qwen,query_style=chat,example_pairs=cranfield']),
     # issue 50 items 4 and 5: which corpus-only settings generalise, with generated queries on every
