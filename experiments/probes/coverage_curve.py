@@ -45,10 +45,19 @@ FAMILIES = {
     'SmolLM2 chat, 3 a passage': {'distill:query_style=chat,n_queries=1000': 1000,
                                   'distill:query_style=chat': 2000,
                                   'distill:query_style=chat,n_queries=5183': 5183},
+    # shown another collection's (passage, query) pairs: cranfield's, and CISI's on cranfield itself
+    'SmolLM2 chat shown pairs': {f'distill:query_style=chat,example_pairs={pairs}{size}': None
+                                 for pairs in ('cranfield', 'classic/cisi')
+                                 for size in (',n_queries=82,per_passage=1', ',n_queries=246,per_passage=3',
+                                              ',n_queries=1400,per_passage=1', ',n_queries=1460,per_passage=1', '',
+                                              ',n_queries=4200,per_passage=3', ',n_queries=4380,per_passage=3',
+                                              ',n_queries=5183,per_passage=1')},
     'titles, 1 a document': {'distill:queries=titles': 2000, 'distill:queries=titles,n_queries=5183': 5183},
 }
 # (distill is the default of the group's day: pass groups of one training at a time)
-COVERAGE = ['coverage_scifact_1', 'coverage_scifact_3', 'coverage_adi', 'coverage_cranfield']
+COVERAGE = ['coverage_scifact_1', 'coverage_scifact_3', 'coverage_adi', 'coverage_cranfield',
+            'coverage_pairs_scifact_1', 'coverage_pairs_adi', 'coverage_pairs_cranfield_1',
+            'coverage_pairs_cranfield_3', 'coverage_pairs_cisi_1', 'coverage_pairs_cisi_3']
 
 
 def change_interval(model: np.ndarray, start: np.ndarray, seed: int = 0):

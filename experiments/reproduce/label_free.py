@@ -52,6 +52,9 @@ TSDAE = tsdae.default_out('beir/scifact/train', 8000, 1000, 0)
 # distill:keep=last and distill:passages=frozen,keep=last at 0614091)
 GENERALISE = ['bm25', 'dual', 'teacher'] + [f'distill:{side},rounds=5,keep={keep}' for side, keep in (
     ('passages=offsets', 'verdict'), ('passages=offsets', 'last'), ('passages=frozen', 'last'))]
+# SmolLM2's chat prompt shown 3 (passage, query) pairs of another collection than the one adapted to
+PAIRS_CRANFIELD = 'distill:query_style=chat,example_pairs=cranfield'
+PAIRS_CISI = 'distill:query_style=chat,example_pairs=classic/cisi'
 GROUPS = {
     # (the last: DESIGN.md's probe, a fixed teacher over the union of BM25's and MiniLM's top 30, 3 epochs)
     'distill_choices': (SCIFACT, ['bm25', 'dual', 'teacher', TRAIN, f'{TRAIN},in_batch=false',
@@ -166,6 +169,20 @@ GROUPS = {
                                        'distill:n_queries=246,per_passage=3', 'distill']),
     'coverage_cranfield': (['cranfield'], ['bm25', 'dual', 'teacher', 'distill', 'distill:n_queries=1400,per_passage=1',
                                            'distill:n_queries=4200,per_passage=3']),
+    # the coverage curve with SmolLM2's chat shown another collection's pairs (writer_pairs_collections): every
+    # passage given 1, then 3 queries, against the 2,000 of its default size; ADI, 82 passages, also at 10
+    'coverage_pairs_scifact_1': (SCIFACT, ['bm25', 'dual', 'teacher', 'distill', PAIRS_CRANFIELD,
+                                           f'{PAIRS_CRANFIELD},n_queries=5183,per_passage=1']),
+    'coverage_pairs_adi': (['classic/adi'], ['bm25', 'dual', 'teacher', 'distill'] + [
+        f'{PAIRS_CRANFIELD}{size}' for size in (',n_queries=82,per_passage=1', ',n_queries=246,per_passage=3', '')]),
+    'coverage_pairs_cranfield_1': (['cranfield'], ['bm25', 'dual', 'teacher', 'distill', PAIRS_CISI,
+                                                   f'{PAIRS_CISI},n_queries=1400,per_passage=1']),
+    'coverage_pairs_cranfield_3': (['cranfield'], ['bm25', 'dual', 'teacher', 'distill', PAIRS_CISI,
+                                                   f'{PAIRS_CISI},n_queries=4200,per_passage=3']),
+    'coverage_pairs_cisi_1': (['classic/cisi'], ['bm25', 'dual', 'teacher', 'distill', PAIRS_CRANFIELD,
+                                                 f'{PAIRS_CRANFIELD},n_queries=1460,per_passage=1']),
+    'coverage_pairs_cisi_3': (['classic/cisi'], ['bm25', 'dual', 'teacher', 'distill', PAIRS_CRANFIELD,
+                                                 f'{PAIRS_CRANFIELD},n_queries=4380,per_passage=3']),
     # is the best corpus-only lever of corpus_only_levers (SmolLM2 chat, 1,000 queries: +.0145 over the start on
     # scifact train, while 2,000 and 5,183 of the same kind gave -.003 and -.002) a setting or one training's luck?
     # Three seeds of it beside three of the default (each seed draws its own passages and queries; the default's

@@ -9,8 +9,13 @@ the teacher, and from the group's Training lines the label-free facts about its 
 source passage in its top 10) and the round the verdict kept. A star marks an interval clear of
 0.
 
-    python experiments/tools/change_table.py GROUP [--title TITLE]
-writes experiments/results/GROUP_table.md.
+With several groups, a pipeline that two of them hold on one collection is read from the first.
+`--versus NAME` adds each pipeline's difference from the pipeline NAME (for example `distill`,
+the default) with its own paired interval.
+
+    python experiments/tools/change_table.py GROUP [GROUP ...] [--title TITLE] [--versus NAME]
+                                             [--out NAME]
+writes experiments/results/OUT_table.md (OUT: the first group, unless --out names another).
 """
 import argparse
 import re
@@ -52,28 +57,41 @@ def training_facts(md: str, name: str, corpus: str) -> dict:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('group')
+    parser.add_argument('groups', nargs='+', metavar='group')
     parser.add_argument('--title', default=None)
+    parser.add_argument('--versus', default=None, help='a pipeline each is also compared with')
+    parser.add_argument('--out', default=None, help='the table\'s name (default: the first group)')
     args = parser.parse_args(argv)
-    table = pd.read_csv(RESULTS / f'{args.group}.csv', comment='#')
-    per = pd.read_csv(RESULTS / f'{args.group}.perquery.csv', dtype={'qid': str})
-    md_text = (RESULTS / f'{args.group}.md').read_text()
-    md = [f'# {args.title or args.group}', '', *(f'- {k}: {v}' for k, v in provenance.header().items()),
-          f'- read from: experiments/results/{args.group}.{{md,csv,perquery.csv}} (their header names the '
+    out_name = args.out or args.groups[0]
+    table = pd.concat([pd.read_csv(RESULTS / f'{g}.csv', comment='#') for g in args.groups])
+    table = table.drop_duplicates(['collection', 'name'])
+    per = pd.concat([pd.read_csv(RESULTS / f'{g}.perquery.csv', dtype={'qid': str}) for g in args.groups])
+    per = per.drop_duplicates(['collection', 'name', 'qid'])
+    md_text = '\n'.join((RESULTS / f'{g}.md').read_text() for g in args.groups)
+    read_from = args.groups[0] if len(args.groups) == 1 else '{' + ', '.join(args.groups) + '}'
+    versus = args.versus
+    md = [f'# {args.title or out_name}', '', *(f'- {k}: {v}' for k, v in provenance.header().items()),
+          f'- read from: experiments/results/{read_from}.{{md,csv,perquery.csv}} (their header names the '
           'machine, code and settings that trained the models); nothing trained or measured here',
           f'- change: nDCG@10 minus the start\'s (dual: all-MiniLM-L6-v2 zero-shot), 95% paired bootstrap over '
           f'queries ({RESAMPLES:,} resamples, seed 0), * where the interval is clear of 0; vs BM25 and vs '
           'teacher: the same difference from BM25 and from the teacher',
           '- queries: distinct of written; words a query; share of passages covered; specificity: the share '
-          'of queries whose source passage the teacher ranks in its top 10; kept: the round that shipped', '']
+          'of queries whose source passage the teacher ranks in its top 10; kept: the round that shipped']
+    if versus:
+        md.append(f'- vs {versus}: nDCG@10 minus {versus}\'s on the same queries, with its own 95% paired '
+                  'bootstrap interval')
+    md.append('')
     for collection in dict.fromkeys(table['collection']):
         rows = table[table['collection'] == collection].set_index('name')
         scores = per[per['collection'] == collection].pivot(index='qid', columns='name', values='nDCG@10')
         corpus = collection.rsplit('/', 1)[0] if collection.startswith('beir/') else collection
         refs = {n: rows.loc[n, 'nDCG@10'] for n in ('dual', 'bm25', 'teacher') if n in rows.index}
         md += [f'## {collection}', '', 'References: ' + ', '.join(f'{n} {v:.4f}' for n, v in refs.items()) + '.', '',
-               '| pipeline | nDCG@10 | change [95% CI] | vs BM25 | vs teacher | queries | words | covered | '
-               'specificity | kept |', '|---|---|---|---|---|---|---|---|---|---|']
+               '| pipeline | nDCG@10 | change [95% CI] | vs BM25 | vs teacher | '
+               + (f'vs {versus} [95% CI] | ' if versus else '')
+               + 'queries | words | covered | specificity | kept |',
+               '|---|---|---|---|---|' + ('---|' if versus else '') + '---|---|---|---|---|']
         for name in rows.index:
             if not name.startswith('distill') or 'dual' not in scores:
                 continue
@@ -87,13 +105,19 @@ def main(argv=None):
                     against.append(f'{m:+.4f}{"*" if lo > 0 or hi < 0 else ""}')
                 else:
                     against.append('')
+            if versus:
+                if versus in scores and name != versus:
+                    m, lo, hi = interval((scores[name] - scores[versus]).to_numpy())
+                    against.append(f'{m:+.4f} [{lo:+.4f}, {hi:+.4f}]{"*" if lo > 0 or hi < 0 else ""}')
+                else:
+                    against.append('')
             facts = training_facts(md_text, name, corpus)
             md.append(f'| {name} | {value:.4f} | {mean:+.4f} [{low:+.4f}, {high:+.4f}]{star} | '
                       + ' | '.join(against) + ' | '
                       + ' | '.join(facts.get(k, '') for k in ('distinct', 'words', 'covered', 'specific', 'kept'))
                       + ' |')
         md.append('')
-    out = RESULTS / f'{args.group}_table.md'
+    out = RESULTS / f'{out_name}_table.md'
     out.write_text('\n'.join(md))
     print('\n'.join(md))
 
