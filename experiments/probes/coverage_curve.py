@@ -3,8 +3,10 @@
 Reads results groups that trained `distill` on corpus-only queries of several sizes (by
 default the coverage groups of `label_free.py` at the shipped training: SmolLM2's queries,
 the default's 2,000 against every passage given 1 and 3 of them on scifact, and 1, 3 and
-the default's up to 10 a passage on ADI; `corpus_only_levers`, at the training of its day,
-draws SmolLM2 chat queries and titles), measures nothing itself, and draws each family's
+the default's up to 10 a passage on ADI; the same sizes written by SmolLM2's chat prompt shown
+another collection's (passage, query) pairs, the `coverage_pairs_*` groups;
+`corpus_only_levers`, at the training of its day, draws SmolLM2 chat queries and titles),
+measures nothing itself, and draws each family's
 nDCG@10 against queries a passage of the corpus (queries written / passages), beside the
 zero-shot start, BM25 and the teacher. Each point carries the 95% paired bootstrap interval of
 its change from the start (per-query nDCG@10 from the groups' .perquery.csv, 10,000

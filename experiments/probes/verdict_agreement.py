@@ -42,7 +42,9 @@ GROUPS = ['label_free_log', 'label_free_log_scifact', 'query_log_shipped', 'corp
           'label_free', 'label_free_seeds', 'corpus_only_seeds', 'query_log_verdict', 'query_log_layers_small',
           'writer_realism', 'corpus_only_generalise', 'corpus_only_generalise_vaswani', 'corpus_only_one_round',
           'corpus_only_training', 'writer_pairs', 'writer_pairs_seeds', 'writer_pairs_qwen', 'coverage_adi',
-          'coverage_cranfield', 'coverage_scifact_1', 'coverage_scifact_3']
+          'coverage_cranfield', 'coverage_scifact_1', 'coverage_scifact_3', 'writer_pairs_collections',
+          'writer_pairs_cisi', 'coverage_pairs_scifact_1', 'coverage_pairs_adi', 'coverage_pairs_cranfield_1',
+          'coverage_pairs_cranfield_3', 'coverage_pairs_cisi_1', 'coverage_pairs_cisi_3']
 
 
 def table(group: str) -> pd.DataFrame:

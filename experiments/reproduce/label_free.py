@@ -246,7 +246,11 @@ def query_stats(pipelines, collection: str) -> list:
         settings = trained.training_settings('distill', spec.settings)
         if settings['queries'] in ('sampled', 'titles'):
             n, per = settings['n_queries'], settings['per_passage']  # as sampled_queries decides them
-            passages = min(math.ceil(n / per), corpus.docs_count or math.ceil(n / per))
+            passages = math.ceil(n / per)
+            if settings['queries'] == 'sampled' and (corpus.docs_count or 0) < 2 * passages:
+                passages = min(passages, sum(bool(doc['text'].strip()) for doc in corpus.corpus_iter()))
+            else:
+                passages = min(passages, corpus.docs_count or passages)
             # sampled: written per_passage a passage, repeats dropped; titles: one a document, repeats dropped
             written = (passages * min(max(per, math.ceil(n / passages)), max(per, MAX_PER_PASSAGE))
                        if settings['queries'] == 'sampled' else min(n, corpus.docs_count or n))

@@ -307,7 +307,8 @@ def sampled_queries(collection: Collection, generator, n: int, *,
     each of ⌈n / per_passage⌉ passages drawn uniformly at random (GPL writes 3 a passage);
     empty ones and repeats (case and spacing ignored, over the whole set) are dropped, so
     the frame says how many distinct queries the generator could write. On a corpus with
-    fewer passages than that, each passage gets proportionally more, up to :data:`MAX_PER_PASSAGE`.
+    fewer passages than that, each passage gets proportionally more, up to :data:`MAX_PER_PASSAGE`,
+    and the ``n`` kept are spread over the passages (:func:`spread`).
 
     Written by a :class:`~pyterrier_selfsup.models.writing.QueryWriter`: one prefill a passage
     shared by its samples, each stopped at the end of its first line; ``style``: the prompt
@@ -320,6 +321,7 @@ def sampled_queries(collection: Collection, generator, n: int, *,
     docs = _sample(collection.corpus_iter(), math.ceil(n / per_passage), rng, _text_if_any)
     if not docs:
         return _frame('gen', [])
+    asked = per_passage
     per_passage = min(max(per_passage, math.ceil(n / len(docs))), max(per_passage, MAX_PER_PASSAGE))
     writer = generator.writer(style=style, examples=examples, pairs=pairs, seed=seed)
     texts = writer.write([text for _, text in docs], per_passage, max_new_tokens=max_new_tokens,
@@ -335,7 +337,44 @@ def sampled_queries(collection: Collection, generator, n: int, *,
     if len(kept) < n:
         logger.warning('%s: %d sampled queries asked for, %d distinct written',
                        collection.name, n, len(kept))
+    if per_passage > asked:  # each passage wrote more than asked: keep n spread over them all
+        return _frame('gen', spread(kept, n))
     return _frame('gen', kept[:n])
+
+
+def spreads(collection: Collection, n: int, per_passage: int) -> bool:
+    """Whether :func:`sampled_queries` writes more than ``per_passage`` a passage on
+    ``collection``, and more than ``n`` in all, so that it keeps ``n`` spread over the passages:
+    the corpus holds fewer passages with text than ``n / per_passage``. The passages are counted
+    only where the corpus holds fewer than twice as many documents (a larger one would need
+    over half of its documents empty to fall short).
+
+        spreads(Collection('cranfield'), 1400, 1)   # True: 2 of its 1,400 documents are empty
+    """
+    wanted = math.ceil(n / per_passage)
+    if collection.docs_count is not None and collection.docs_count >= 2 * wanted:
+        return False
+    passages = sum(_text_if_any(doc) is not None for doc in collection.corpus_iter())
+    if passages >= wanted or not passages:
+        return False
+    raised = min(max(per_passage, math.ceil(n / passages)), max(per_passage, MAX_PER_PASSAGE))
+    return raised > per_passage and passages * raised > n
+
+
+def spread(pairs: List[Tuple[str, str]], n: int) -> List[Tuple[str, str]]:
+    """``n`` of the (docno, query) ``pairs``, in their order, spread over their passages: each
+    passage's first query, then each one's second, and so on, until ``n`` are taken (not the
+    first ``n``, which would leave the last passages without a query).
+
+        spread([('a', 'q1'), ('a', 'q2'), ('b', 'q3'), ('b', 'q4')], 2)   # a's q1, b's q3
+    """
+    rank: Dict[str, int] = {}
+    ranks = []
+    for docno, _ in pairs:
+        ranks.append(rank.get(docno, 0))
+        rank[docno] = ranks[-1] + 1
+    taken = set(sorted(range(len(pairs)), key=lambda i: (ranks[i], i))[:n])
+    return [pair for i, pair in enumerate(pairs) if i in taken]
 
 
 def round_trip_queries(collection: Collection, generator, n: int, retriever, *, depth: int = 10,

@@ -26,7 +26,7 @@ from pyterrier_selfsup.data.local import content_hash
 from pyterrier_selfsup.data.queries import (MASK, SAMPLING, corpus_sentences, cropped_spans,
                                             document_titles, generated_queries, given_topics,
                                             masked_spans, other_folds, query_log,
-                                            round_trip_queries, sampled_queries)
+                                            round_trip_queries, sampled_queries, spreads)
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.models.generator import MAX_PASSAGE_LENGTH, Generator, load_generator
 from pyterrier_selfsup.models.reatt import ReAtt
@@ -96,7 +96,8 @@ def model_dir(collection: Collection, method: str, settings: dict,
     ``training_log.jsonl``, ``training_curve.png``; while it trains, ``<dir>.partial``).
     Its name holds a digest of the settings' cache key
     (:meth:`~pyterrier_selfsup.training.settings.MethodSettings.key`), of the contents of a
-    query log rather than its path, and of the query writer's version."""
+    query log rather than its path, of the query writer's version, and of whether the written
+    queries kept were spread over the passages (:func:`~pyterrier_selfsup.data.queries.spreads`)."""
     s = typed_settings(method, settings)
     key = s.key()
     if settings.get('queries') == 'crossfold' and 'fold' in settings:
@@ -109,6 +110,8 @@ def model_dir(collection: Collection, method: str, settings: dict,
         key['query writer'] = WRITER_VERSION
         if key.get('query_examples'):  # (and the words that introduce its examples)
             key['examples intro'] = EXAMPLES_INTRO
+        if spreads(collection, s.n_queries, getattr(s, 'per_passage', SAMPLING['per_passage'])):
+            key['spread'] = True  # (a model of the queries kept before they were spread: not found)
     if method != 'distill' and key.get('queries') in ('sentences', 'spans'):
         # a corpus with fewer documents than n_queries gives several sentences a document: the key
         # has said so since that changed, and distill was born with it
@@ -273,6 +276,8 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
         shown_pairs = example_pairs(pairs, seed=seed)
         settings['writer'] = QueryWriter(generator, style=style, examples=shown, pairs=shown_pairs,
                                          seed=seed).config()
+        if spreads(collection, n_queries, per_passage):
+            settings['spread'] = True  # (sets written before they were spread are not found)
     if queries == 'roundtrip':
         settings['check'] = f'bm25 top {ROUND_TRIP_DEPTH}'
     path = (cache_root(run.cache_dir) / 'queries' /
