@@ -7,7 +7,7 @@ the default's up to 10 a passage on ADI; the same sizes written by SmolLM2's cha
 another collection's (passage, query) pairs, the `coverage_pairs_*` groups;
 `corpus_only_levers`, at the training of its day, draws SmolLM2 chat queries and titles),
 measures nothing itself, and draws each family's
-nDCG@10 against queries a passage of the corpus (queries written / passages), beside the
+nDCG@10 against queries a passage of the corpus (queries kept / passages), beside the
 zero-shot start, BM25 and the teacher. Each point carries the 95% paired bootstrap interval of
 its change from the start (per-query nDCG@10 from the groups' .perquery.csv, 10,000
 resamples, seed 0); the queries written and the passages covered come from the groups'
@@ -68,14 +68,16 @@ def change_interval(model: np.ndarray, start: np.ndarray, seed: int = 0):
 
 
 def covered(md: str, name: str, corpus: str):
-    """(passages covered, passages, queries written) from a results file's Training line for
-    ``name`` on ``corpus`` (written: None where the line does not say)."""
+    """(passages covered, passages, queries written, queries kept) from a results file's
+    Training line for ``name`` on ``corpus`` (written and kept: None where the line does
+    not say)."""
     for line in md.splitlines():
         if line.startswith(f'- {name} on {corpus}:'):
             found = re.search(r'covering (\d+) of (\d+) passages', line)
-            written = re.search(r'distinct of (\d+) written', line)
+            written = re.search(r'(\d+) (?:distinct|kept) of (\d+) written', line)
             if found:
-                return int(found.group(1)), int(found.group(2)), int(written.group(1)) if written else None
+                return (int(found.group(1)), int(found.group(2)), *(
+                    (int(written.group(2)), int(written.group(1))) if written else (None, None)))
     return None
 
 
@@ -109,7 +111,10 @@ def main(*groups):
            'machine, code and settings that trained its models); nothing trained or measured here',
            '- writing and training: the seconds a group spent writing the queries and training the model (from its '
            'Wall time lines; cached: every group read here found the model trained before)',
-           '- queries a passage: queries written / passages of the corpus; change: nDCG@10 minus the start\'s '
+           '- kept: the distinct queries written, at most n_queries (where a short corpus wrote more, n_queries '
+           'spread over its passages; a tenth of them held out for the verdict); queries a passage: queries kept / '
+           'passages of the corpus; change: '
+           'nDCG@10 minus the start\'s '
            f'(all-MiniLM-L6-v2 zero-shot), 95% paired bootstrap over queries ({RESAMPLES:,} resamples, seed 0)', '']
     fig, axes = plt.subplots(1, len(collections), figsize=(5.2 * len(collections), 4), squeeze=False)
     for ax, collection in zip(axes[0], collections):
@@ -117,8 +122,9 @@ def main(*groups):
         scores = per[per['collection'] == collection].pivot(index='qid', columns='name', values='nDCG@10')
         start = scores[START].to_numpy()
         passages = None
-        md += [f'## {collection}', '', '| queries | written | queries a passage | passages covered | nDCG@10 | '
-               'change from the start [95% CI] | writing and training (s) |', '|---|---|---|---|---|---|---|']
+        md += [f'## {collection}', '', '| queries | written | kept | queries a passage | passages covered | '
+               'nDCG@10 | change from the start [95% CI] | writing and training (s) |',
+               '|---|---|---|---|---|---|---|---|']
         for family, members in FAMILIES.items():
             xs, ys, lows, highs = [], [], [], []
             for name, written in members.items():
@@ -127,14 +133,15 @@ def main(*groups):
                 cover = covered(md_text, name, Collection(collection).corpus_id)
                 passages = cover[1] if cover else passages
                 written = cover[2] if cover and cover[2] else written
-                per_passage = written / passages if passages else float('nan')
+                kept = cover[3] if cover and cover[3] else written
+                per_passage = kept / passages if passages else float('nan')
                 mean, low, high = change_interval(scores[name].to_numpy(), start)
                 value = rows.loc[name, 'nDCG@10']
                 xs.append(per_passage), ys.append(value)
                 lows.append(value - mean + low), highs.append(value - mean + high)
                 share = f'{cover[0]:,} ({cover[0] / cover[1]:.2f})' if cover else '-'
                 spent = seconds_of(md_text, name, Collection(collection).corpus_id)
-                md.append(f'| {family} | {written:,} | {per_passage:.2f} | {share} | {value:.4f} | '
+                md.append(f'| {family} | {written:,} | {kept:,} | {per_passage:.2f} | {share} | {value:.4f} | '
                           f'{mean:+.4f} [{low:+.4f}, {high:+.4f}] | {spent if spent else "cached"} |')
             if xs:
                 ax.errorbar(xs, ys, yerr=[np.subtract(ys, lows), np.subtract(highs, ys)], marker='o', capsize=3,
@@ -148,7 +155,7 @@ def main(*groups):
         md.append(f'\nReferences: start {rows.loc[START, "nDCG@10"]:.4f}, '
                   + ', '.join(f'{n} {rows.loc[n, "nDCG@10"]:.4f}' for n in REFERENCES if n in rows.index) + '.\n')
         ax.set_xscale('log')
-        ax.set_xlabel('training queries a passage (written / passages)')
+        ax.set_xlabel('training queries a passage (kept / passages)')
         ax.set_ylabel('nDCG@10')
         ax.set_title(collection + (' (choices read here)' if collection.endswith('train') else ''), fontsize=10)
     axes[0][0].legend(fontsize=8, loc='lower left')

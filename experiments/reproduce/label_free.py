@@ -35,7 +35,7 @@ import numpy as np
 
 from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.collections import Collection
-from pyterrier_selfsup.data.queries import MAX_PER_PASSAGE
+from pyterrier_selfsup.data.queries import MAX_PER_PASSAGE, spreads
 from pyterrier_selfsup.harness import trained
 from pyterrier_selfsup.harness.experiment import copy_training_curves, run_experiment, write_results
 from pyterrier_selfsup.harness.pipelines import get_pipeline
@@ -257,7 +257,12 @@ def query_stats(pipelines, collection: str) -> list:
             typed = trained.typed_settings('distill', spec.settings)
             topics = trained.distillation_topics(corpus, typed, generator=typed.generator)
             distinct = len(topics)
-            line += (f'; {distinct} distinct of {written} written (distinct fraction {distinct / written:.3f}), '
+            if settings['queries'] == 'sampled' and spreads(corpus, n, per):
+                # more written than asked for, n of the distinct ones kept over all the passages
+                kept = f'{distinct} kept of {written} written (n_queries, spread over the passages)'
+            else:
+                kept = f'{distinct} distinct of {written} written (distinct fraction {distinct / written:.3f})'
+            line += (f'; {kept}, '
                      f'{np.mean([len(q.split()) for q in topics["query"]]):.1f} words on average, covering '
                      f'{topics["source_docno"].nunique()} of {corpus.docs_count} passages '
                      f'({topics["source_docno"].nunique() / corpus.docs_count:.3f}); specificity: the teacher ranks a '
