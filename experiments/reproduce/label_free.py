@@ -26,7 +26,6 @@ curves and logs go to experiments/results/distill_curves/.
     python experiments/reproduce/label_free.py [group ...]
 """
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -35,7 +34,7 @@ import numpy as np
 
 from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.collections import Collection
-from pyterrier_selfsup.data.queries import MAX_PER_PASSAGE, spreads
+from pyterrier_selfsup.data.queries import SampledPlan, sampled_plan
 from pyterrier_selfsup.harness import trained
 from pyterrier_selfsup.harness.experiment import copy_training_curves, run_experiment, write_results
 from pyterrier_selfsup.harness.pipelines import get_pipeline
@@ -134,10 +133,9 @@ GROUPS = {
     # does the writer above the default on scifact train (SmolLM2's chat shown cranfield's pairs, 3 seeds) hold on
     # the other local collections? Cranfield is shown CISI's pairs instead (never its own qrels), and scifact is
     # shown CISI's too, to say whether the collection the pairs come from matters
-    'writer_pairs_collections': (['classic/adi', 'classic/cisi', 'vaswani'], [
-        'bm25', 'dual', 'teacher', 'distill', 'distill:query_style=chat,example_pairs=cranfield']),
-    'writer_pairs_cisi': (SCIFACT + ['cranfield'], [
-        'bm25', 'dual', 'teacher', 'distill', 'distill:query_style=chat,example_pairs=classic/cisi']),
+    'writer_pairs_collections': (['classic/adi', 'classic/cisi', 'vaswani'],
+                                 ['bm25', 'dual', 'teacher', 'distill', PAIRS_CRANFIELD]),
+    'writer_pairs_cisi': (SCIFACT + ['cranfield'], ['bm25', 'dual', 'teacher', 'distill', PAIRS_CISI]),
     'writer_pairs_qwen': (SCIFACT, ['bm25', 'dual', 'teacher', 'distill',
                                     'distill:generator=qwen,query_style=chat,example_pairs=cranfield']),
     # issue 50 items 4 and 5: which corpus-only settings generalise, with generated queries on every
@@ -245,19 +243,15 @@ def query_stats(pipelines, collection: str) -> list:
                 f'{trained_rounds} round(s), {len(steps)} steps, {seconds:.0f} s of steps')
         settings = trained.training_settings('distill', spec.settings)
         if settings['queries'] in ('sampled', 'titles'):
-            n, per = settings['n_queries'], settings['per_passage']  # as sampled_queries decides them
-            passages = math.ceil(n / per)
-            if settings['queries'] == 'sampled' and (corpus.docs_count or 0) < 2 * passages:
-                passages = min(passages, sum(bool(doc['text'].strip()) for doc in corpus.corpus_iter()))
-            else:
-                passages = min(passages, corpus.docs_count or passages)
-            # sampled: written per_passage a passage, repeats dropped; titles: one a document, repeats dropped
-            written = (passages * min(max(per, math.ceil(n / passages)), max(per, MAX_PER_PASSAGE))
-                       if settings['queries'] == 'sampled' else min(n, corpus.docs_count or n))
+            n = settings['n_queries']
+            # sampled: as sampled_queries writes them, repeats dropped; titles: one a document, repeats dropped
+            plan = (sampled_plan(corpus, n, settings['per_passage']) if settings['queries'] == 'sampled'
+                    else SampledPlan(min(n, corpus.docs_count or n), 1, False))
+            written = plan.written
             typed = trained.typed_settings('distill', spec.settings)
             topics = trained.distillation_topics(corpus, typed, generator=typed.generator)
             distinct = len(topics)
-            if settings['queries'] == 'sampled' and spreads(corpus, n, per):
+            if plan.spread:
                 # more written than asked for, n of the distinct ones kept over all the passages
                 kept = f'{distinct} kept of {written} written (n_queries, spread over the passages)'
             else:

@@ -11,7 +11,7 @@ import math
 import random
 import re
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import pandas as pd
 
@@ -322,7 +322,7 @@ def sampled_queries(collection: Collection, generator, n: int, *,
     if not docs:
         return _frame('gen', [])
     asked = per_passage
-    per_passage = min(max(per_passage, math.ceil(n / len(docs))), max(per_passage, MAX_PER_PASSAGE))
+    per_passage = _queries_each(n, per_passage, len(docs))
     writer = generator.writer(style=style, examples=examples, pairs=pairs, seed=seed)
     texts = writer.write([text for _, text in docs], per_passage, max_new_tokens=max_new_tokens,
                          do_sample=True, temperature=temperature, top_p=top_p,
@@ -342,23 +342,51 @@ def sampled_queries(collection: Collection, generator, n: int, *,
     return _frame('gen', kept[:n])
 
 
-def spreads(collection: Collection, n: int, per_passage: int) -> bool:
-    """Whether :func:`sampled_queries` writes more than ``per_passage`` a passage on
-    ``collection``, and more than ``n`` in all, so that it keeps ``n`` spread over the passages:
-    the corpus holds fewer passages with text than ``n / per_passage``. The passages are counted
-    only where the corpus holds fewer than twice as many documents (a larger one would need
+class SampledPlan(NamedTuple):
+    """How many queries :func:`sampled_queries` writes: ``each`` for each of ``passages``
+    passages, and whether it keeps ``n`` of them ``spread`` over the passages (it wrote more
+    than asked a passage, and more than ``n`` in all)."""
+    passages: int
+    each: int
+    spread: bool
+
+    @property
+    def written(self) -> int:
+        return self.passages * self.each
+
+
+def _queries_each(n: int, per_passage: int, passages: int) -> int:
+    """Queries written for each of ``passages`` when ``n`` are asked, ``per_passage`` a passage:
+    more where the corpus holds fewer passages than ``n / per_passage``, up to
+    :data:`MAX_PER_PASSAGE`."""
+    return min(max(per_passage, math.ceil(n / passages)), max(per_passage, MAX_PER_PASSAGE))
+
+
+def sampled_plan(collection: Collection, n: int, per_passage: int) -> SampledPlan:
+    """What :func:`sampled_queries` writes on ``collection`` for ``n`` queries, ``per_passage``
+    a passage, without writing them. The passages with text are counted only where the corpus
+    holds fewer than twice the ``n / per_passage`` passages asked for (a larger one would need
     over half of its documents empty to fall short).
+
+        sampled_plan(Collection('cranfield'), 1400, 1)   # 1,398 passages, 2 each, spread
+    """
+    wanted = math.ceil(n / per_passage)
+    passages = wanted
+    if collection.docs_count is None or collection.docs_count < 2 * wanted:
+        passages = min(wanted, sum(_text_if_any(doc) is not None
+                                   for doc in collection.corpus_iter()))
+    each = _queries_each(n, per_passage, passages) if passages else per_passage
+    return SampledPlan(passages, each, each > per_passage and passages * each > n)
+
+
+def spreads(collection: Collection, n: int, per_passage: int) -> bool:
+    """Whether :func:`sampled_queries` keeps the ``n`` queries it writes on ``collection`` spread
+    over the passages (:func:`sampled_plan`): the corpus holds fewer passages with text than
+    ``n / per_passage``, so each one writes more.
 
         spreads(Collection('cranfield'), 1400, 1)   # True: 2 of its 1,400 documents are empty
     """
-    wanted = math.ceil(n / per_passage)
-    if collection.docs_count is not None and collection.docs_count >= 2 * wanted:
-        return False
-    passages = sum(_text_if_any(doc) is not None for doc in collection.corpus_iter())
-    if passages >= wanted or not passages:
-        return False
-    raised = min(max(per_passage, math.ceil(n / passages)), max(per_passage, MAX_PER_PASSAGE))
-    return raised > per_passage and passages * raised > n
+    return sampled_plan(collection, n, per_passage).spread
 
 
 def spread(pairs: List[Tuple[str, str]], n: int) -> List[Tuple[str, str]]:
