@@ -303,6 +303,11 @@ def test_exported_model_loads_in_sentence_transformers(tmp_path, cache_dir):
     assert np.abs(model.encode_query(queries) - model.encode_document(queries)).max() > 1e-3
     assert DualEncoder.from_pretrained(str(final)).passage_fingerprint() == \
         DualEncoder.from_pretrained(MINILM).passage_fingerprint()
+    # the sentence-transformers towers are the model's own weight files, not copies of them
+    assert os.path.samefile(final / 'query_0_Transformer' / 'model.safetensors',
+                            final / 'model.safetensors')
+    assert os.path.samefile(final / 'document_0_Transformer' / 'model.safetensors',
+                            final / 'passage_encoder' / 'model.safetensors')
 
 
 def test_teacher_with_the_generator_scores_only_its_fused_top_and_caches(tiny_generator, cache_dir,

@@ -32,15 +32,26 @@ def compute_dtype(precision: str, device: torch.device) -> torch.dtype:
     return {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}[precision]
 
 
+def _cpu_flags() -> set:
+    """The CPU's feature flags (empty off Linux)."""
+    try:
+        with open('/proc/cpuinfo') as fh:
+            return set(next((line for line in fh if line.startswith('flags')), '').split())
+    except OSError:
+        return set()
+
+
 def cpu_has_native_bf16() -> bool:
     """Whether the CPU has AVX512-BF16 or AMX, where bf16 matrix products run faster than fp32
     (experiments/results/encoding_benchmark.md); without them bf16 is emulated and slower."""
-    try:
-        with open('/proc/cpuinfo') as fh:
-            flags = next((line for line in fh if line.startswith('flags')), '').split()
-    except OSError:
-        return False
-    return 'avx512_bf16' in flags or 'amx_bf16' in flags
+    return bool(_cpu_flags() & {'avx512_bf16', 'amx_bf16'})
+
+
+def cpu_has_native_int8() -> bool:
+    """Whether the CPU multiplies int8 into 32-bit sums in one instruction (VNNI or AMX).
+    Without them, oneDNN's int8 products add pairs in 16 bits, which can saturate ("Nuances of
+    int8 computations" in its guide), and are slower than fp32 here."""
+    return bool(_cpu_flags() & {'avx512_vnni', 'avx_vnni', 'amx_int8'})
 
 
 def resolve_device(device: Optional[str]) -> torch.device:

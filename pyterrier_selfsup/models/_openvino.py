@@ -21,7 +21,8 @@ change: for an index, the corpus's first documents. Queries stay at the encoder'
 precision: they are few and short, and unlike the corpus they are not known in advance.
 It pays where the CPU has VNNI or AMX, and is slower than fp32 on an AVX2 CPU without VNNI,
 where it is not the setting to use (``experiments/results/encoding_benchmark_vnni.md``,
-``encoding_benchmark_avx2.md`` and ``encoder_int8_quality.md`` give the speeds and the nDCG).
+``encoding_benchmark_avx2.md`` and ``encoder_int8_quality.md`` give the speeds and the nDCG);
+there its int8 products can saturate, and the backend says so when it quantises.
 
 A compiled side is kept per (side, precision) and rebuilt when the weights change (their
 fingerprint, as indexes are keyed), so a trainer that refreshes its index after updating
@@ -33,6 +34,10 @@ from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 import torch
+
+from pyterrier_selfsup.models._base import cpu_has_native_int8
+
+logger = logging.getLogger(__name__)
 
 OPENVINO_PRECISIONS = {torch.float32: 'f32', torch.bfloat16: 'bf16', torch.float16: 'f16'}
 # texts whose activations set the int8 ranges (NNCF's default subset is 300 samples)
@@ -55,6 +60,7 @@ class OpenVinoSides:
 
     def __init__(self, int8: bool = False):
         self.int8 = int8
+        self._warned = False
         self._compiled: Dict[Tuple[str, str], Tuple[str, object]] = {}
 
     def get(self, encoder, side: str, sample: Dict[str, torch.Tensor],
@@ -76,6 +82,13 @@ class OpenVinoSides:
             finally:
                 encoder.model.train(was_training)
             if self.int8 and side == 'passage':
+                if not cpu_has_native_int8() and not self._warned:
+                    self._warned = True
+                    logger.warning(
+                        "backend='openvino-int8' on a CPU without VNNI or AMX: int8 products "
+                        'there are slower than fp32 and can saturate, so the ranking can move '
+                        "further from fp32's than where the CPU has them; backend='openvino' "
+                        "keeps fp32's")
                 converted = _int8(converted, calibration())
             compiled = ov.Core().compile_model(converted, 'CPU',
                                                {'INFERENCE_PRECISION_HINT': hint,

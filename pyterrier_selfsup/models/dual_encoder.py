@@ -12,8 +12,10 @@ retrievers and ``.scorer()`` re-ranking; :meth:`DualEncoder.encode` keeps gradie
 for training.
 """
 import copy
+import filecmp
 import json
 import math
+import os
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -280,6 +282,11 @@ class DualEncoder(BiEncoder, TrainableModel):
                                                  document_modules=tower(path / PASSAGE_ENCODER_DIR,
                                                                         self.max_length))]
         SentenceTransformer(modules=modules, device='cpu').save(str(path))
+        if not self.model.tied:  # (the towers' weights once on disk, not twice)
+            for tower_dir, weights_dir in (('query_0_Transformer', path),
+                                           ('document_0_Transformer', path / PASSAGE_ENCODER_DIR)):
+                for name in ('model.safetensors', 'pytorch_model.bin'):
+                    _linked_if_equal(path / tower_dir / name, weights_dir / name)
         return path
 
     def fingerprint(self) -> str:
@@ -478,3 +485,18 @@ def _sentence_transformers_config(name_or_path: str) -> Optional[dict]:
     st = read_saved_config(name_or_path, 'sentence_bert_config.json') or {}
     return {'pooling': pooling, 'normalize': 'Normalize' in types,
             'max_length': st.get('max_seq_length', 512)}
+
+
+def _linked_if_equal(copy: Path, original: Path) -> None:
+    """Makes ``copy`` a hard link to ``original`` where both exist with the same bytes, so that
+    the file is held once on disk; keeps the copy where the filesystem has no hard links."""
+    if not (copy.is_file() and original.is_file()) or os.path.samefile(copy, original):
+        return
+    if not filecmp.cmp(copy, original, shallow=False):
+        return
+    linked = copy.with_name(copy.name + '.link')
+    try:
+        os.link(original, linked)
+        os.replace(linked, copy)
+    except OSError:
+        linked.unlink(missing_ok=True)
