@@ -82,6 +82,40 @@ def test_the_shared_prompt_cache_writes_what_the_dynamic_cache_writes(tiny_gener
     assert len({len(writer.tokenizer(q)['input_ids']) for q in sampled}) > 2
 
 
+def test_a_shared_prefix_writes_what_whole_prompts_write(tiny_generator, monkeypatch):
+    """Example pairs make a long head that every prompt begins with: prefilled once a call, and
+    each prompt from its passage on (in parts: prefill_tokens=1), it writes in fp32 the queries
+    that whole prompts write, sampled and greedy; the prefill forwards run fewer tokens."""
+    from pyterrier_selfsup.models import writing
+    gen = tiny_generator('llama')
+    pairs = [('rockets and their flight through the upper atmosphere', 'how do rockets fly'),
+             ('the cultivation of rice in flooded fields', 'rice farming')]
+    widths = []
+    prefill = writing.QueryWriter._prefill
+
+    def watched(self, prompts, cache):
+        out = prefill(self, prompts, cache)
+        widths.append(out[2].shape[1] - (cache.prefix.length if cache and cache.prefix else 0))
+        return out
+    monkeypatch.setattr(writing.QueryWriter, '_prefill', watched)
+    written, ran = {}, {}
+    for share in (True, False):
+        writer = QueryWriter(gen, style='plain', pairs=pairs, batch_size=2, prefill_tokens=1,
+                             share_prefix=share)
+        assert len(writer.head_ids) >= writing.MIN_SHARED_PREFIX
+        assert ('prefix' in writer.config()) == share  # (it keys the queries written)
+        widths.clear()
+        written[share] = (writer.write(PASSAGES, 3, do_sample=True, top_p=0.9,
+                                       generator=torch.Generator().manual_seed(7)),
+                          writer.write(PASSAGES, 2))
+        ran[share] = sum(widths)
+    assert written[True] == written[False]
+    assert len({q for qs in written[True][0] for q in qs}) > 4
+    # the head prefilled once a call (2 calls), not once a prompt (3 passages a call)
+    head = len(QueryWriter(gen, style='plain', pairs=pairs).head_ids)
+    assert ran[False] - ran[True] > 3 * head, ran
+
+
 def _prompts(rows, length, dtype, padded):
     """A prefill's keys (fp32, as rotary leaves them) and values, and its left-padded mask."""
     keys, values = torch.randn(rows, 2, length, 8), torch.randn(rows, 2, length, 8).to(dtype)

@@ -9,6 +9,10 @@ and tokenizer. What it does that ``model.generate(num_return_sequences=n)`` does
   samples at every step (:func:`shared_prompt_attention`: the samples of a prompt attend to it
   as one block of queries, cascade attention); ``generate`` copies the prompt ``n`` times before
   its first forward, so it prefills it ``n`` times and its samples read ``n`` copies;
+- **one prefill of what every prompt begins with**: the system prompt, the instruction and any
+  example pairs come before the passage in every prompt; they are prefilled once a call
+  (:class:`SharedPrefix`), and each prompt's prefill runs only on its passage and what follows
+  it, attending to the shared keys and values;
 - **prefills sized by tokens, decoding in large batches**: prompts are prefilled in forwards
   of ``prefill_tokens`` tokens (faster on a CPU than one large forward: measured in
   ``writer_backends.md``), and a whole batch of ``batch_size`` passages is then decoded together;
@@ -30,6 +34,7 @@ applies it) and ``top_p`` (nucleus: the smallest set of tokens whose probability
 import logging
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import List, Optional, Sequence, Tuple
 
@@ -58,6 +63,11 @@ WRITER_VERSION = 2
 # the top k transformers' generate samples from where a model's config sets none
 GENERATE_TOP_K = 50
 NUCLEUS_CANDIDATES = 256  # tokens sorted for nucleus sampling (more where a row's nucleus is wider)
+# tokens every prompt begins with (the system prompt, the instruction, example pairs) from which
+# they are prefilled once a call, not once a passage. Shorter heads save little prefill, and
+# are prefilled with each passage as before: the project's default completion prompt (a 4-token
+# head) writes the queries it wrote before this was added
+MIN_SHARED_PREFIX = 32
 # new tokens' room a sample's keys and values are given at a time. Room for the longest query
 # (32 tokens) was 0.7 GB for SmolLM2's 64 passages x 10 samples on ADI (640 x 33 positions x 30
 # layers x 1,152 bytes), while a sample whose query has ended leaves the batch, so most of that
@@ -97,13 +107,21 @@ class QueryWriter:
             them); under bf16 autocast they differ in rounding (the scores from the fp32 queries
             and keys rotary leaves, where SDPA reads them rounded to bf16), so the draws differ;
             False: the dynamic cache.
+        share_prefix: with the writer's cache, prefill the tokens that every prompt begins with
+            once a call (where there are at least :data:`MIN_SHARED_PREFIX` of them), and each
+            prompt from its passage on. In fp32 the same queries (a test compares them).
+
+    Example::
+
+        writer = QueryWriter(load_generator('smollm2'), style='chat')
+        writer.write(['Scurvy is caused by a lack of vitamin C.'], n=3, do_sample=True)
     """
 
     def __init__(self, generator, *, style: str = 'chat', examples: Sequence[str] = (),
                  pairs: Sequence[Tuple[str, str]] = (),
                  max_examples: int = 8, max_passage_length: Optional[int] = None,
                  batch_size: int = 64, prefill_tokens: int = 4096, seed: int = 0,
-                 preallocated_cache: bool = True):
+                 preallocated_cache: bool = True, share_prefix: bool = True):
         if generator.is_seq2seq:
             raise ValueError('QueryWriter writes with decoder-only generators')
         if style not in STYLES:
@@ -121,6 +139,7 @@ class QueryWriter:
         self.max_passage_length = max_passage_length or generator.max_passage_length
         self.batch_size, self.prefill_tokens = batch_size, prefill_tokens
         self.preallocated_cache = preallocated_cache
+        self.share_prefix = share_prefix
 
     def config(self) -> dict:
         """What the queries depend on besides the model (keys cached queries): their
@@ -134,6 +153,7 @@ class QueryWriter:
                 'batch_size': self.batch_size, 'cache': 'shared prompt' if shared else 'dynamic',
                 'version': WRITER_VERSION,
                 **({'examples_intro': EXAMPLES_INTRO} if self.examples else {}),
+                **({'prefix': 'shared'} if self._prefix_shared() else {}),
                 **({'pairs': [list(pair) for pair in self.pairs]} if self.pairs else {})}
 
     def _shared_layers(self) -> Optional[int]:
@@ -141,6 +161,11 @@ class QueryWriter:
         None."""
         return (full_attention_layers(self.generator.model.config) if self.preallocated_cache
                 else None)
+
+    def _prefix_shared(self) -> bool:
+        """Whether the prompts' common head is prefilled once a call (:class:`SharedPrefix`)."""
+        return (self.share_prefix and bool(self._shared_layers())
+                and len(self.head_ids) >= MIN_SHARED_PREFIX)
 
     # -- prompts ----------------------------------------------------------------------
 
@@ -169,6 +194,16 @@ class QueryWriter:
                for text, offsets in zip(passages, enc['offset_mapping'])]
         ids = self.tokenizer([self.prompt(p) for p in cut], add_special_tokens=False)['input_ids']
         return [self.generator.bos_ids + x if self.style == 'plain' else x for x in ids]
+
+    @cached_property
+    def head_ids(self) -> List[int]:
+        """The token ids of the prompt before its passage. Every prompt begins with them, but
+        perhaps the last, which the passage's first word can merge with (:meth:`write` shares
+        the prefix that all of its prompts have in common with these)."""
+        marker = '\x00passage\x00'
+        head = self.prompt(marker).split(marker)[0]
+        ids = self.tokenizer(head, add_special_tokens=False)['input_ids']
+        return self.generator.bos_ids + ids if self.style == 'plain' else ids
 
     @cached_property
     def token_kinds(self) -> torch.Tensor:
@@ -212,6 +247,7 @@ class QueryWriter:
                            count=lambda start: len(order[start:start + self.batch_size]),
                            enabled=self.generator.verbose and len(order) > self.batch_size)
         with self.generator.inference(), casts_kept(self.generator.model):
+            prefix = self.shared_prefix(ids) if shared and self._prefix_shared() else None
             for start in batches:
                 idx = order[start:start + self.batch_size]
                 prompts = [ids[i] for i in idx]
@@ -219,30 +255,50 @@ class QueryWriter:
                     prompts = [p for p in prompts for _ in range(n)]
                 tokens = self._sample(prompts, 1 if not shared else n, do_sample=do_sample,
                                       temperature=temperature, top_p=top_p, top_k=top_k,
-                                      max_new_tokens=max_new_tokens, generator=generator)
+                                      max_new_tokens=max_new_tokens, generator=generator,
+                                      prefix=prefix)
                 texts = self.tokenizer.batch_decode(tokens, skip_special_tokens=True)
                 for j, i in enumerate(idx):
                     out[i] = [t.strip().split('\n')[0].strip() for t in texts[j * n:(j + 1) * n]]
         return out
 
-    def prefill(self, prompts: List[List[int]], max_new_tokens: int):
+    def shared_prefix(self, prompts: List[List[int]]) -> Optional['SharedPrefix']:
+        """The keys and values of the longest head (within :attr:`head_ids`) that all
+        ``prompts`` begin with, each keeping one token of its own; None where it is shorter than
+        :data:`MIN_SHARED_PREFIX`."""
+        head = self.head_ids
+        length = min(len(head), min(len(p) for p in prompts) - 1)
+        for p in prompts:
+            while length and p[:length] != head[:length]:
+                length -= 1
+        if length < MIN_SHARED_PREFIX:
+            return None
+        cache, _, _ = self._prefill([head[:length]], WriterCache(self._shared_layers(), 1))
+        return SharedPrefix(length, [(layer.keys, layer.values) for layer in cache.layers])
+
+    def prefill(self, prompts: List[List[int]], max_new_tokens: int,
+                prefix: Optional['SharedPrefix'] = None):
         """The prompts' forward passes (left-padded): their key/value cache, with room for
         ``max_new_tokens`` more, the next token's logits (fp32) and the attention mask. Into a
         :class:`WriterCache`, in forwards of at most ``prefill_tokens`` tokens (padding
         included; prompts given longest first), each copied into one as it is prefilled; into a
-        ``DynamicCache``, in one."""
+        ``DynamicCache``, in one. With a ``prefix`` (that all ``prompts`` begin with), only what
+        follows it is run, attending to its keys and values (the mask: the prefix's positions,
+        then each prompt's rest, left-padded)."""
         layers = self._shared_layers()
         if not layers:
             return self._prefill(prompts, None)
         # each part's keys and values are copied into the joined cache as soon as it is prefilled
         # (not held until the end and concatenated: that held the batch's prompts twice)
+        skip = prefix.length if prefix is not None else 0
         width = max(len(p) for p in prompts)
         joined, logits, masks, start = None, [], [], 0
         while start < len(prompts):
-            size = max(1, self.prefill_tokens // max(1, len(prompts[start])))
+            size = max(1, self.prefill_tokens // max(1, len(prompts[start]) - skip))
             cache, part_logits, mask = self._prefill(prompts[start:start + size],
                                                      WriterCache(layers, min(max_new_tokens,
-                                                                             NEW_TOKENS_RESERVED)))
+                                                                             NEW_TOKENS_RESERVED),
+                                                                 prefix=prefix))
             if start == 0 and size >= len(prompts):
                 return cache, part_logits, mask
             if joined is None:
@@ -255,9 +311,12 @@ class QueryWriter:
         return joined, torch.cat(logits), torch.cat(masks)
 
     def _prefill(self, prompts: List[List[int]], cache: Optional['WriterCache']):
-        input_ids, mask = pad(prompts, self.tokenizer.pad_token_id, left=True,
+        skip = cache.prefix.length if cache is not None and cache.prefix is not None else 0
+        input_ids, mask = pad([p[skip:] for p in prompts], self.tokenizer.pad_token_id, left=True,
                               device=self.generator.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        if skip:  # (the prefix's positions come first, then each prompt's rest, left-padded)
+            mask = torch.cat([torch.ones_like(mask[:, :1]).expand(-1, skip), mask], dim=1)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, skip:]
         given = {} if cache is None else {self.generator._cache_argument: cache}
         # (the output layer on the last position only: the next token's)
         with self.generator.autocast(), writer_attention(self.generator.model, cache, prefill=True):
@@ -268,11 +327,12 @@ class QueryWriter:
 
     def _sample(self, prompts: List[List[int]], n: int, *, do_sample: bool, temperature: float,
                 top_p: float, top_k: int, max_new_tokens: int,
-                generator: Optional[torch.Generator]) -> List[List[int]]:
+                generator: Optional[torch.Generator],
+                prefix: Optional['SharedPrefix'] = None) -> List[List[int]]:
         """The new tokens of ``n`` continuations of each prompt (rows: prompt-major), each up
         to and with the token that ended it."""
         model, device = self.generator.model, self.generator.device
-        cache, logits, mask = self.prefill(prompts, max_new_tokens)
+        cache, logits, mask = self.prefill(prompts, max_new_tokens, prefix)
         own_cache = isinstance(cache, WriterCache)
         if own_cache:  # one prefill a prompt, read by each of its samples
             cache.fork(n, mask.bool())
@@ -339,6 +399,14 @@ class QueryWriter:
         return top_idx.gather(-1, drawn).squeeze(1)
 
 
+@dataclass
+class SharedPrefix:
+    """The tokens that every prompt of a call begins with, prefilled once: their number and
+    each layer's keys and values, (1, heads, length, dim)."""
+    length: int
+    layers: List[Tuple[torch.Tensor, torch.Tensor]]
+
+
 class WriterLayer(DynamicLayer):
     """One layer's keys and values in two parts: the prompts' (one row a prompt, from the
     prefill: never copied to the samples) and the new tokens' (one row a sample, in a buffer
@@ -348,9 +416,11 @@ class WriterLayer(DynamicLayer):
     projection's dtype. :func:`shared_prompt_attention` reads both parts; ``update`` returns
     the part it wrote to (the prompts' at the prefill, the new tokens' after it)."""
 
-    def __init__(self, reserve: int):
+    def __init__(self, reserve: int, prefix: Optional[Tuple[torch.Tensor, torch.Tensor]] = None):
         super().__init__()
         self.reserve = reserve
+        # the keys and values every prompt begins with, (1, heads, length, dim): prefilled once
+        self.prefix = prefix
         self.prompt_keys = None  # (prompts, heads, dim, prompt length): transposed
         self.prompt_values = None  # (prompts, heads, prompt length, dim)
         self._keys = self._values = None  # (samples, heads, reserve, dim)
@@ -364,6 +434,11 @@ class WriterLayer(DynamicLayer):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         if self.prompt_keys is None:  # the prefill: held as every step reads them (keys transposed)
+            if self.prefix is not None:  # (the prompts' rest: after the prefix, for each prompt)
+                rows = key_states.shape[0]
+                keys, values = self.prefix
+                key_states = torch.cat([keys.expand(rows, -1, -1, -1), key_states], dim=-2)
+                value_states = torch.cat([values.expand(rows, -1, -1, -1), value_states], dim=-2)
             self.prompt_keys = key_states.transpose(-1, -2).contiguous()
             self.prompt_values = value_states.contiguous()
             self.keys, self.values = key_states, value_states
@@ -385,7 +460,9 @@ class WriterLayer(DynamicLayer):
         return self.keys, self.values
 
     def get_seq_length(self) -> int:
-        return (0 if self.prompt_keys is None else self.prompt_keys.shape[-1]) + self.new
+        if self.prompt_keys is None:  # (before the prefill: the prefix, if any)
+            return 0 if self.prefix is None else self.prefix[0].shape[-2]
+        return self.prompt_keys.shape[-1] + self.new
 
     def select_samples(self, indices: torch.Tensor) -> None:
         if self._keys is not None:
@@ -404,7 +481,7 @@ class WriterLayer(DynamicLayer):
         raise NotImplementedError('the query writer\'s cache selects samples through WriterCache')
 
     def reset(self) -> None:
-        self.prompt_keys = self.prompt_values = self._keys = self._values = None
+        self.prefix = self.prompt_keys = self.prompt_values = self._keys = self._values = None
         self.new = 0
         super().reset()
 
@@ -422,8 +499,10 @@ class WriterCache(DynamicCache):
     drops finished samples (their new tokens), and the prompts none of whose samples is
     still writing once they are a quarter of those held (each drop copies the prompts kept)."""
 
-    def __init__(self, layers: int, reserve: int):
-        Cache.__init__(self, layers=[WriterLayer(reserve) for _ in range(layers)])
+    def __init__(self, layers: int, reserve: int, prefix: Optional['SharedPrefix'] = None):
+        prefixes = prefix.layers if prefix is not None else [None] * layers
+        Cache.__init__(self, layers=[WriterLayer(reserve, kv) for kv in prefixes])
+        self.prefix = prefix
         self.samples, self.slots, self.prompt_bias = 1, None, None
 
     @classmethod
