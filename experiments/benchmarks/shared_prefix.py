@@ -6,9 +6,9 @@ writer shown example pairs, three passages with their queries. ``QueryWriter(sha
 prefills them once and each prompt from its passage on; ``share_prefix=False`` prefills each
 prompt whole, as the writer did before. Both write the same passages (drawn with seed 0 from the
 corpus, as ``sampled_queries`` draws them) with the same random stream, 3 a passage, at the
-shipped sampling settings, each way twice (the faster kept). Where the generator runs in fp32 the two write the same queries; under
-bf16 their rounding differs, and so may their draws: the table says how many passages were
-given the same queries.
+shipped sampling settings, each way twice (the faster kept). Where the generator runs in fp32
+the two write the same queries; under bf16 their rounding differs, and so may their draws: the
+table says how many passages were given the same queries.
 
     python experiments/benchmarks/shared_prefix.py [--passages 64] [--collection vaswani]
 
