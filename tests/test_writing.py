@@ -88,8 +88,10 @@ def test_a_shared_prefix_writes_what_whole_prompts_write(tiny_generator, monkeyp
     that whole prompts write, sampled and greedy; the prefill forwards run fewer tokens."""
     from pyterrier_selfsup.models import writing
     gen = tiny_generator('llama')
-    pairs = [('rockets and their flight through the upper atmosphere', 'how do rockets fly'),
-             ('the cultivation of rice in flooded fields', 'rice farming')]
+    pairs = [('rockets and their flight through the upper atmosphere, their fuel, their stages '
+              'and the heat of their return ' * 3, 'how do rockets fly'),
+             ('the cultivation of rice in flooded fields, its seasons, its yields and the water '
+              'it needs ' * 3, 'rice farming')]
     widths = []
     prefill = writing.QueryWriter._prefill
 
