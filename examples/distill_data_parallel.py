@@ -1,9 +1,9 @@
 """Label-free distillation on several processes: torchrun starts them,
 the loop sums their gradients.
 
-    torchrun --nproc_per_node 2 examples/distill_data_parallel.py [collection] [output_dir]
-    python examples/distill_data_parallel.py [collection] [output_dir]
-        (one process: the same result)
+    torchrun --nproc_per_node 2 examples/distill_data_parallel.py [collection] [output_dir] [N]
+    python examples/distill_data_parallel.py [collection] [output_dir] [N]
+        (one process: the same result; N corpus sentences to train on, default 256)
 
 Every process walks the same global batches of corpus sentences; the teacher's rankings are
 split over the processes and gathered; each computes the loss of its share of each batch's
@@ -25,6 +25,7 @@ from pyterrier_selfsup.training.distill import Distillation
 
 collection = selfsup.Collection(sys.argv[1] if len(sys.argv) > 1 else 'classic/adi')
 output_dir = sys.argv[2] if len(sys.argv) > 2 else 'runs/distill-data-parallel'
+sentences = int(sys.argv[3]) if len(sys.argv) > 3 else 256
 world_size = int(os.environ.get('WORLD_SIZE', 1))
 selfsup.join_process_group()  # under torchrun: nccl with a GPU a process, gloo on CPUs (None alone)
 
@@ -36,7 +37,7 @@ trainer = Distillation(selfsup.DualEncoder.from_pretrained(selfsup.MINILM), coll
                        queries='sentences', rounds=2, output_dir=output_dir,
                        checkpoint_every='epoch', verbose=False)
 started = time.time()
-trainer.fit(corpus_sentences(collection, 256, seed=0))  # no labels are read
+trainer.fit(corpus_sentences(collection, sentences, seed=0))  # no labels are read
 if trainer.process_rank == 0:
     steps = [r for r in trainer.log if 'loss' in r]
     print(f'{world_size} process(es): {len(steps)} steps in {time.time() - started:.0f} s; '

@@ -1,7 +1,7 @@
 """Re-rank BM25 by the generator's likelihood of the query given each passage,
 log p(query | passage).
 
-    python examples/rerank_with_generator.py [collection] [--depth K]
+    python examples/rerank_with_generator.py [collection] [--depth K] [--queries N]
 
 SmolLM2-135M-Instruct reads each of BM25's top K passages and scores the query's tokens
 (mean log-probability a token). Scores are cached on disk, keyed by the corpus and the
@@ -19,6 +19,7 @@ from pyterrier_selfsup.models.score_cache import score_cache_dir
 parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
 parser.add_argument('collection', nargs='?', default='classic/adi')
 parser.add_argument('--depth', type=int, default=100, help='BM25 results re-ranked a query')
+parser.add_argument('--queries', type=int, help='the first N queries only (default: all)')
 args = parser.parse_args()
 
 collection = selfsup.Collection(args.collection)
@@ -28,7 +29,7 @@ generator = selfsup.Generator.from_pretrained(selfsup.SMOLLM2, gguf_file=selfsup
 scorer = generator.scorer(cache=score_cache_dir(collection.corpus_id, generator))
 
 table = pt.Experiment([bm25 % args.depth, bm25 % args.depth >> collection.text_loader() >> scorer],
-                      collection.topics(), collection.qrels(), [nDCG @ 10, RR @ 10, 'mrt'],
+                      collection.topics().head(args.queries), collection.qrels(), [nDCG @ 10, RR @ 10, 'mrt'],
                       names=['BM25', f'BM25 top {args.depth} >> SmolLM2 log p(q|d)'],
                       baseline=0, round=4)
 print(table.to_string())

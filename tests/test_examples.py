@@ -59,11 +59,11 @@ def test_rerank_from_stored_vectors_scores_as_reencoding_does(run_example):
 @pytest.mark.slow
 def test_distant_supervision_then_the_saved_model_loads_back_to_the_same_numbers(run_example,
                                                                                  tmp_path):
-    trained = run_example('distant_supervision.py', ADI, '--queries', 64, '--output-dir',
+    trained = run_example('distant_supervision.py', ADI, '--queries', 16, '--output-dir',
                           tmp_path / 'ds')
-    assert trained['queries']['query'].nunique() == len(trained['queries']) <= 64
+    assert trained['queries']['query'].nunique() == len(trained['queries']) <= 16
     adapted = nDCG10(trained['table'], 'MiniLM adapted')
-    assert adapted != nDCG10(trained['table'], 'MiniLM')  # two steps moved it
+    assert adapted != nDCG10(trained['table'], 'MiniLM')  # one step moved it
     loaded = run_example('load_trained_model.py', tmp_path / 'ds' / 'final', ADI, '--query',
                          'computer indexing')
     assert nDCG10(loaded['table'], str(tmp_path / 'ds' / 'final')) == adapted
@@ -92,14 +92,14 @@ def test_rerank_with_generator(run_example):
     import sqlite3
 
     from pyterrier_selfsup.models.score_cache import SCORE_DB
-    ran = run_example('rerank_with_generator.py', ADI, '--depth', 5)
+    ran = run_example('rerank_with_generator.py', ADI, '--depth', 5, '--queries', 10)
     # the same five documents a query, reordered
     assert nDCG10(ran['table'], 'BM25') != nDCG10(ran['table'], 'BM25 top 5 >> SmolLM2 log p(q|d)')
     assert ran['table'].set_index('name')['RR@10'].nunique() == 2
     # every pair scored once, kept for next time
     with sqlite3.connect(ran['scorer'].cache_path / SCORE_DB) as db:
         assert db.execute('SELECT COUNT(*) FROM cache').fetchone()[0] == len(
-            ran['bm25'](ran['collection'].topics()).query('rank < 5'))
+            ran['bm25'](ran['collection'].topics().head(10)).query('rank < 5'))
 
 
 def test_reatt_token_index(run_example):
@@ -117,16 +117,16 @@ def test_reatt_token_index(run_example):
 @pytest.mark.slow
 @pytest.mark.parametrize('method', ['rumbart', 'acrobart'])
 def test_retrieve_and_reconstruct(run_example, tmp_path, method):
-    ran = run_example('reconstruction.py', ADI, '--method', method, '--queries', 16, '--k', 2,
-                      '--output-dir', tmp_path / method)
-    assert ran['adapted'].state['step'] == 1  # 16 queries, one batch
+    ran = run_example('reconstruction.py', ADI, '--method', method, '--queries', 4, '--k', 2,
+                      '--passage-tokens', 64, '--output-dir', tmp_path / method)
+    assert ran['adapted'].state['step'] == 1  # 4 queries, one batch
     assert nDCG10(ran['table'], f'MiniLM + {method}') != nDCG10(ran['table'], 'MiniLM')
     assert ((tmp_path / method / 'training_log.jsonl').exists() and
             (tmp_path / method / 'final' / 'config.json').exists())
 
 
 def test_cross_document_adjustment(run_example, tmp_path):
-    table = run_example('cross_document_adjustment.py', ADI, '--queries', 8, '--epochs', 1,
+    table = run_example('cross_document_adjustment.py', ADI, '--queries', 4, '--epochs', 1,
                         '--output-dir', tmp_path / 'reatt')['table']
     # the head's keys moved
     assert nDCG10(table, 'ReAtt adjusted') != nDCG10(table, 'ReAtt zero-shot')
@@ -175,5 +175,5 @@ def test_your_own_corpus_without_queries_from_a_csv(run_example, tmp_path):
 
 
 def test_distill_data_parallel_on_one_process(run_example, tmp_path):
-    ran = run_example('distill_data_parallel.py', ADI, tmp_path / 'dp')
+    ran = run_example('distill_data_parallel.py', ADI, tmp_path / 'dp', 32)  # a step a round
     assert ran['world_size'] == 1 and len([r for r in ran['trainer'].log if 'loss' in r]) > 1
