@@ -28,8 +28,9 @@ generator = selfsup.Generator.from_pretrained(selfsup.SMOLLM2, gguf_file=selfsup
 # mean log p a query token
 scorer = generator.scorer(cache=score_cache_dir(collection.corpus_id, generator))
 
+topics = collection.topics().head(args.queries)  # (None: all of them)
 table = pt.Experiment([bm25 % args.depth, bm25 % args.depth >> collection.text_loader() >> scorer],
-                      collection.topics().head(args.queries), collection.qrels(), [nDCG @ 10, RR @ 10, 'mrt'],
+                      topics, collection.qrels(), [nDCG @ 10, RR @ 10, 'mrt'],
                       names=['BM25', f'BM25 top {args.depth} >> SmolLM2 log p(q|d)'],
                       baseline=0, round=4)
 print(table.to_string())
