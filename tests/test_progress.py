@@ -266,7 +266,7 @@ def test_rates_are_learnt_per_machine_from_stages_of_a_second_or_more(tmp_path):
 
 @pytest.fixture(scope='module')
 def background_train(cache_dir, tmp_path_factory):
-    """``selfsup train ds`` on 40 ADI sentences in a process whose output is a pipe (as
+    """``selfsup train ds`` on 20 ADI sentences (5 steps of 4) in a process whose output is a pipe (as
     ``nohup ... > log`` makes it), a line at most every half second: each line and when it came."""
     from pyterrier_selfsup import BM25
     # built once a session: the test is of what follows
@@ -275,7 +275,7 @@ def background_train(cache_dir, tmp_path_factory):
     (cache / 'pisa').symlink_to(cache_dir / 'pisa')
     env = {**os.environ, 'SELFSUP_PROGRESS_SECONDS': '0.5'}
     proc = subprocess.Popen([sys.executable, '-m', 'pyterrier_selfsup', 'train',
-                             'ds:n_queries=40,batch_size=8', '-c', 'classic/adi',
+                             'ds:n_queries=20,batch_size=4', '-c', 'classic/adi',
                              '--cache-dir', str(cache)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env)
     came = [(time.monotonic(), line.rstrip('\n')) for line in proc.stdout]
@@ -327,7 +327,7 @@ def test_selfsup_train_says_its_plan_first_and_each_stages_time_at_the_end(backg
     assert [p['desc'] for p in log[-3]['plan']] == ['BM25 index', 'distant supervision']
     assert log[-2]['stage'] == 'distant supervision' and log[-2]['done'] == 5
     assert log[-1]['stage'] == 'in all' and log[-1]['seconds'] >= log[-2]['seconds']
-    assert (plan.known_rates(cache)['distant supervision (batch 8x1, 1 process(es))']['unit']
+    assert (plan.known_rates(cache)['distant supervision (batch 4x1, 1 process(es))']['unit']
             == 'step')
 
 
@@ -344,7 +344,7 @@ def test_a_stopped_training_plans_and_trains_only_the_steps_left_and_ends_as_one
     from pyterrier_selfsup.harness import trained
     from pyterrier_selfsup.training.distant import DistantSupervision
     BM25.from_collection('classic/adi', cache_dir=cache_dir)
-    settings = {'n_queries': 40, 'batch_size': 8}  # 5 steps
+    settings = {'n_queries': 20, 'batch_size': 4}  # 5 steps
     caches = {name: tmp_path / name for name in ('whole', 'checkpointed', 'stopped')}
     for cache in caches.values():
         cache.mkdir()

@@ -21,14 +21,14 @@ from pyterrier_selfsup import Collection
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / 'README.md'
 PAGES = [README, *sorted((ROOT / 'docs').glob('*.md'))]
-# distillation small enough for the suite: 120 corpus sentences, 2 rounds
-SMALL_DISTILL = 'queries=sentences,n_queries=120,rounds=2,verdict_share=0'
+# distillation small enough for the suite: 32 corpus sentences, 2 rounds of one step each
+SMALL_DISTILL = 'queries=sentences,n_queries=32,rounds=2,verdict_share=0'
 SUBSTITUTIONS = {
     "'beir/scifact/test'": "'classic/adi'",  # a small collection: the test suite's minutes
     # the classic collections here
     "'/data/glasgow'": repr(os.environ.get('SELFSUP_CLASSIC_DATA', '')),
-    # two training steps of 32 queries (ADI's 250-odd sentences would take eight)
-    'corpus_sentences(scifact, 5000)': 'corpus_sentences(scifact, 64)',
+    # one training step of 16 queries (ADI's 250-odd sentences would take eight of 32)
+    'corpus_sentences(scifact, 5000)': 'corpus_sentences(scifact, 16)',
     "get_pipeline('distill')": f"get_pipeline('distill:{SMALL_DISTILL}')",
     "get_pipeline('hybrid')": f"get_pipeline('hybrid:{SMALL_DISTILL}')",
 }
