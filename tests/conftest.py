@@ -29,8 +29,17 @@ def pytest_configure(config):
 
 @pytest.fixture(scope='session')
 def cache_dir(tmp_path_factory):
-    """One index cache for the whole session, so that each index is built once."""
-    return tmp_path_factory.mktemp('selfsup-cache')
+    """One index cache for the whole session, so that each index is built once. Under
+    pytest-xdist the workers also share its ``generators`` directory: SmolLM2's fp32 conversion
+    (half a minute on a slow CPU) is made once for the whole run, the others waiting on the
+    build's lock."""
+    path = tmp_path_factory.mktemp('selfsup-cache')
+    if os.environ.get('PYTEST_XDIST_WORKER'):
+        # (the run's base directory, shared by the workers and removed with the run)
+        shared = tmp_path_factory.getbasetemp().parent / 'shared-generators'
+        shared.mkdir(exist_ok=True)
+        (path / 'generators').symlink_to(shared, target_is_directory=True)
+    return path
 
 
 

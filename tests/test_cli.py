@@ -163,8 +163,8 @@ def test_adaptation_runs_from_the_command_line(tmp_path, cache_dir):
 @pytest.mark.slow
 def test_rumbart_and_acrobart_run_from_the_command_line(tmp_path, cache_dir):
     """The acceptance path with the real models: MiniLM adapted on ADI with SmolLM2 frozen
-    as the teacher, on 10 corpus spans (2 steps each), then evaluated beside BM25."""
-    small = 'queries=spans,n_queries=10,k=2,batch_size=5,refresh_every=1,max_passage_length=64'
+    as the teacher, on 6 corpus spans (2 steps each), then evaluated beside BM25."""
+    small = 'queries=spans,n_queries=6,k=2,batch_size=3,refresh_every=1,max_passage_length=64'
     rumbart, acrobart = f'rumbart:{small}', f'acrobart:{small}'
     proc = selfsup('run', '-c', 'classic/adi', '-p', 'bm25', 'dual', rumbart, acrobart,
                    '--save', 'rr',
@@ -276,10 +276,11 @@ def test_distillation_runs_from_the_command_line(tmp_path, cache_dir):
     filtered."""
     # (verdict_share=0: the last round is kept, whatever a held-out slice would say;
     # the verdict: tests/test_offsets.py)
-    sentences = 'distill:queries=sentences,n_queries=120,rounds=2,verdict_share=0'
+    # (32 sentences: a step a round)
+    sentences = 'distill:queries=sentences,n_queries=32,rounds=2,verdict_share=0'
     sampled = 'distill:queries=sampled,n_queries=12,rounds=1,filter_depth=10'
     proc = selfsup('run', '-c', 'classic/adi', '-p', 'bm25', 'dual', 'teacher', sentences,
-                   'hybrid:queries=sentences,n_queries=120,rounds=2,verdict_share=0', sampled,
+                   'hybrid:queries=sentences,n_queries=32,rounds=2,verdict_share=0', sampled,
                    '--save', 'distill',
                    '--results-dir', str(tmp_path), '--cache-dir', str(cache_dir), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -318,7 +319,7 @@ def test_a_file_of_ones_own_documents_is_a_collection_on_the_command_line(tmp_pa
     assert ran.returncode == 0 and 'nothing to evaluate' in ran.stdout, ran
     assert f'selfsup train distill -c {docs} --output DIR' in ran.stdout
 
-    ran = selfsup('train', 'distill:queries=sentences,n_queries=48,rounds=1,verdict_share=0', '-c',
+    ran = selfsup('train', 'distill:queries=sentences,n_queries=32,rounds=1,verdict_share=0', '-c',
                   docs, '--output', tmp_path / 'adapted', '--cache-dir', cache_dir, cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert f'the trained model, copied: {tmp_path / "adapted"}' in ran.stdout
