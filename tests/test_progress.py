@@ -266,8 +266,9 @@ def test_rates_are_learnt_per_machine_from_stages_of_a_second_or_more(tmp_path):
 
 @pytest.fixture(scope='module')
 def background_train(cache_dir, tmp_path_factory):
-    """``selfsup train ds`` on 20 ADI sentences (5 steps of 4) in a process whose output is a pipe (as
-    ``nohup ... > log`` makes it), a line at most every half second: each line and when it came."""
+    """``selfsup train ds`` on 20 ADI sentences (5 steps of 4) in a process whose output is a
+    pipe (as ``nohup ... > log`` makes it), a line at most every half second: each line and when
+    it came."""
     from pyterrier_selfsup import BM25
     # built once a session: the test is of what follows
     BM25.from_collection('classic/adi', cache_dir=cache_dir)
