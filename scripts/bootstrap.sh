@@ -18,8 +18,11 @@ fi
 want="$(cat "$root/setup.py" "$root/constraints.txt" | sha1sum | cut -c1-40)-$extra"
 if [ "$(cat "$venv/.selfsup-installed" 2>/dev/null)" != "$want" ]; then
   echo "installing pyterrier-selfsup[$extra,test] into $venv (log: $venv/install.log)" >&2
+  # --no-compile: pip would write bytecode for every file of a 2 GB environment, most of the
+  # install's time on a slow CPU; Python writes it on first import for the modules a run uses.
   if ! { "$venv/bin/python" -m pip install --upgrade pip &&
-         "$venv/bin/python" -m pip install -c "$root/constraints.txt" -e "$root[$extra,test]"; } \
+         "$venv/bin/python" -m pip install --no-compile -c "$root/constraints.txt" \
+           -e "$root[$extra,test]"; } \
        > "$venv/install.log" 2>&1; then
     tail -n 40 "$venv/install.log" >&2
     return 1 2>/dev/null || exit 1

@@ -91,3 +91,12 @@ class OperationCount(TorchDispatchMode):
         with counter:
             call()
         return counter.count
+
+
+def start_ranks(fn, args, nprocs: int = 2):
+    """``fn(rank, *args)`` in ``nprocs`` processes forked from this one, as ``mp.spawn`` runs it
+    in fresh ones: a forked rank starts with the modules this process has imported, where a
+    spawned one imports torch and the package again (seconds a process on a slow CPU). Each
+    rank must join its own process group, as a spawned one does."""
+    import torch.multiprocessing as mp
+    return mp.start_processes(fn, args=args, nprocs=nprocs, start_method='fork')

@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from pyterrier_selfsup import Collection, DualEncoder, Generator, ReAtt
 from pyterrier_selfsup.retrieval.token_index import ReAttIndex
 from pyterrier_selfsup.training.loop import Trainer
+from tests.helpers import start_ranks
 
 
 def _trainer(method: str, tiny_dir: str, generator_dir: str, cache_dir: str, output_dir: str):
@@ -66,9 +66,8 @@ def two_process_runs(tiny_dir, tiny_generator_dir, tmp_path_factory):
     """Where each method's run on two processes put its cache (``cache-two-<method>``) and its
     model and log (``two-<method>``)."""
     base = tmp_path_factory.mktemp('two-processes')
-    mp.spawn(_spawned_runs,
-             args=(str(tiny_dir), str(tiny_generator_dir['llama']), str(base), str(base / 'store')),
-             nprocs=2)
+    start_ranks(_spawned_runs,
+                (str(tiny_dir), str(tiny_generator_dir['llama']), str(base), str(base / 'store')))
     return base
 
 
@@ -132,8 +131,8 @@ def test_a_token_index_encoded_in_shards_is_the_one_encoded_whole(tiny_dir, tmp_
                              ivf=False)
     # ADI's 82 documents in chunks of 16: rank 0 encodes chunks 0, 2, 4,
     # rank 1 chunks 1, 3, 5 (of 2)
-    mp.spawn(_token_index_rank,
-             args=(str(tiny_dir), str(tmp_path / 'sharded'), str(tmp_path / 'store')), nprocs=2)
+    start_ranks(_token_index_rank,
+                (str(tiny_dir), str(tmp_path / 'sharded'), str(tmp_path / 'store')))
     sharded = ReAttIndex(tmp_path / 'sharded')
     assert sharded.docnos.tolist() == whole.docnos.tolist()
     np.testing.assert_array_equal(sharded.offsets, whole.offsets)

@@ -9,7 +9,7 @@ from sentence_transformers import SentenceTransformer
 
 from pyterrier_selfsup import MINILM, Collection, DenseRetriever
 
-from tests.helpers import tiny_dual_encoder
+from tests.helpers import start_ranks, tiny_dual_encoder
 
 
 @pytest.fixture(scope='module')
@@ -172,15 +172,13 @@ def _encode_rank(rank: int, world_size: int, store: str, path: str, chunk: int, 
 
 def test_sharded_encoding_equals_one_process(tmp_path, tiny_dir):
     """(The tiny BERT: what is checked is where each vector goes, not what it says.)"""
-    import torch.multiprocessing as mp
     from pyterrier_dr import FlexIndex
 
     from pyterrier_selfsup.retrieval.dense import encode_into
     # 82 passages in chunks of 16: rank 0 encodes chunks 0, 2, 4 (48 passages),
     # rank 1 chunks 1, 3, 5 (34)
-    mp.spawn(_encode_rank,
-             args=(2, str(tmp_path / 'store'), str(tmp_path / 'sharded.flex'), 16, str(tiny_dir)),
-             nprocs=2)
+    start_ranks(_encode_rank,
+                (2, str(tmp_path / 'store'), str(tmp_path / 'sharded.flex'), 16, str(tiny_dir)))
     encoder = tiny_dual_encoder(tiny_dir)
     one = encode_into(tmp_path / 'one.flex', Collection('classic/adi'), encoder, chunk=16)
     sharded_docnos, sharded, _ = FlexIndex(str(tmp_path / 'sharded.flex')).payload()

@@ -24,7 +24,8 @@ from pyterrier_selfsup.training.distill import Distillation
 from pyterrier_selfsup.training.losses import (candidate_table, distillation_loss, listwise_kl,
                                                margin_mse, top1_agreement, top_overlap)
 
-from tests.helpers import central_difference, free_port, stopped_at_step, tiny_dual_encoder
+from tests.helpers import (central_difference, free_port, start_ranks, stopped_at_step,
+                           tiny_dual_encoder)
 
 # these tests pin the trainer as it was before passage offsets and the verdict became its
 # defaults (the shipped settings, pyterrier_selfsup.training.settings): their numbers were
@@ -419,11 +420,9 @@ def _spawned_runs(rank, tiny_dir, cache_dir, base, store):
 @pytest.fixture(scope='module')
 def two_process_runs(tiny_dir, cache_dir, tmp_path_factory):
     """Where each of TWO_PROCESS_RUNS trained on two processes put its model and log."""
-    import torch.multiprocessing as mp
     base = tmp_path_factory.mktemp('two-processes')
     # 35 queries in batches of 7: rank 0 computes rows 0, 2, 4, 6 of each batch, rank 1 rows 1, 3, 5
-    mp.spawn(_spawned_runs, args=(str(tiny_dir), str(cache_dir), str(base), str(base / 'store')),
-             nprocs=2)
+    start_ranks(_spawned_runs, (str(tiny_dir), str(cache_dir), str(base), str(base / 'store')))
     return base
 
 

@@ -30,6 +30,7 @@ from pyterrier_selfsup._cache import (CacheFull, CacheNotWritable, CacheWriteFai
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.retrieval.bm25 import ENGINE_LOG
 from pyterrier_selfsup.retrieval.dense import DenseRetriever, flex_index
+from tests.helpers import start_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -173,16 +174,16 @@ def test_flex_index_on_a_full_disk_names_the_index_and_the_cause(tmp_path, adi_f
 
 SHARDED_REFRESH_CHILD = textwrap.dedent('''
     import os, subprocess, sys
+    from datetime import timedelta
+
+    import numpy as np
+    import torch, torch.distributed as dist
     import torch.multiprocessing as mp
+    from pyterrier_selfsup import MINILM, Collection, _cache
+    from pyterrier_selfsup.models.dual_encoder import DualEncoder
+    from pyterrier_selfsup.retrieval import dense
 
     def rank_main(rank, store, mount, out):
-        # (the package is imported by the ranks only: the parent's import would cost seconds)
-        import numpy as np
-        import torch, torch.distributed as dist
-        from datetime import timedelta
-        from pyterrier_selfsup import MINILM, Collection, _cache
-        from pyterrier_selfsup.models.dual_encoder import DualEncoder
-        from pyterrier_selfsup.retrieval import dense
         torch.set_num_threads(1)
         # a rank left at a barrier would time out rather than hang the test
         dist.init_process_group('gloo', init_method=f'file://{store}', rank=rank, world_size=2,
@@ -214,8 +215,9 @@ SHARDED_REFRESH_CHILD = textwrap.dedent('''
 
     if __name__ == '__main__':
         scratch, mount = sys.argv[1], sys.argv[2]
-        mp.spawn(rank_main, args=(f'{scratch}/store', mount, f'{scratch}/vectors.npy'),
-                 nprocs=2)
+        # (forked: the ranks start with the modules imported above, as tests.helpers.start_ranks)
+        mp.start_processes(rank_main, args=(f'{scratch}/store', mount, f'{scratch}/vectors.npy'),
+                           nprocs=2, start_method='fork')
 ''')
 
 
@@ -250,12 +252,10 @@ def test_a_sharded_refresh_on_a_full_tmpdir_fails_every_rank_naming_tmpdir(tmp_p
 
 @pytest.mark.slow
 def test_a_collective_build_that_fails_on_one_rank_fails_on_every_rank(tmp_path):
-    import torch.multiprocessing as mp
-
     from tests.collective_build import collective_rank
     cache, out = tmp_path / 'cache', str(tmp_path / 'out')
     cache.mkdir()
-    mp.spawn(collective_rank, args=(str(tmp_path / 'store-1'), str(cache), True, out), nprocs=2)
+    start_ranks(collective_rank, (str(tmp_path / 'store-1'), str(cache), True, out))
     for rank in (0, 1):  # rank 1's full disk reached rank 0, which was not left at a barrier
         assert Path(f'{out}-{rank}').read_text().startswith(
             f'CacheWriteFailed: the test model: writing {cache}/model.partial/rank-1 failed, the '
@@ -263,7 +263,7 @@ def test_a_collective_build_that_fails_on_one_rank_fails_on_every_rank(tmp_path)
         assert 'is kept in' in Path(f'{out}-{rank}').read_text()
     # kept to resume
     assert sorted(p.name for p in (cache / 'model.partial').iterdir()) == ['rank-0', 'rank-1']
-    mp.spawn(collective_rank, args=(str(tmp_path / 'store-2'), str(cache), False, out), nprocs=2)
+    start_ranks(collective_rank, (str(tmp_path / 'store-2'), str(cache), False, out))
     for rank in (0, 1):
         assert Path(f'{out}-{rank}').read_text() == 'built .selfsup-complete rank-0 rank-1'
 
