@@ -268,27 +268,29 @@ def test_a_collective_build_that_fails_on_one_rank_fails_on_every_rank(tmp_path)
         assert Path(f'{out}-{rank}').read_text() == 'built .selfsup-complete rank-0 rank-1'
 
 
-KILLED_FLEX_BUILD = textwrap.dedent('''
-    import os, signal, sys
-    from pyterrier_selfsup import MINILM
-    from pyterrier_selfsup.models.dual_encoder import DualEncoder
+def _killed_flex_build(cache: str):
+    """A forked child's MiniLM index of ADI, killed (SIGKILL) once every vector is written,
+    before the marker."""
+    import signal
     from pyterrier_selfsup.retrieval import dense
     encode_into = dense.encode_into
 
-    def killed(staging, *args, **kwargs):  # dies once every vector is written, before the marker
+    def killed(staging, *args, **kwargs):
         encode_into(staging, *args, **kwargs)
         os.kill(os.getpid(), signal.SIGKILL)
-    dense.encode_into = killed
+    dense.encode_into = killed  # (in the child only)
     dense.flex_index('classic/adi', DualEncoder.from_pretrained(MINILM, precision='fp32'),
-                     cache_dir=sys.argv[1])
-''')
+                     cache_dir=cache)
 
 
 def test_a_flex_build_killed_before_its_marker_is_rebuilt(tmp_path, adi_flex, caplog):
+    import multiprocessing
     import signal
-    proc = subprocess.run([sys.executable, '-c', KILLED_FLEX_BUILD, str(tmp_path)],
-                          capture_output=True, env={**os.environ, 'PYTHONPATH': str(ROOT)})
-    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    child = multiprocessing.get_context('fork').Process(target=_killed_flex_build,
+                                                        args=(str(tmp_path),))
+    child.start()
+    child.join()
+    assert child.exitcode == -signal.SIGKILL
     [staging] = (tmp_path / 'flex').glob('*.partial')
     # whole vectors, yet not a finished index
     assert (staging / 'vecs.f4').stat().st_size == 82 * 384 * 4
@@ -506,13 +508,13 @@ def test_results_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
 
 @pytest.fixture(scope='module')
 def scoring(tiny_generator_dir, cache_dir):
-    """A tiny generator, BM25's top 30 for ADI's 35 queries with their text (a cache of some
-    40 pages), and the scores an undisturbed cache gives them."""
+    """A tiny generator, BM25's top 12 for ADI's 35 queries with their text (a cache of some
+    30 pages), and the scores an undisturbed cache gives them."""
     from pyterrier_selfsup.models.generator import Generator
     coll = Collection('classic/adi')
     gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu',
                                     precision='fp32', max_passage_length=32)
-    pairs = ((BM25.from_collection(coll, cache_dir=cache_dir) % 30)
+    pairs = ((BM25.from_collection(coll, cache_dir=cache_dir) % 12)
              >> coll.text_loader())(coll.topics())
     return gen, pairs, gen.scorer()(pairs)
 
@@ -542,8 +544,11 @@ def test_a_damaged_score_cache_is_set_aside_and_only_its_damaged_part_scored_aga
             fh.write(b'\xff' * 100)
         elif damage == 'truncated':
             fh.truncate(size // 2 + 100)
-        else:  # the last page overwritten: SQLite opens the file, and finds the damage in its check
-            fh.seek(size - 4096)
+        else:  # the last page of the table's rows (a table leaf: its first byte is 13)
+            # overwritten: SQLite opens the file, and finds the damage in its check
+            pages = fh.read()
+            leaf = max(i for i in range(1, size // 4096) if pages[i * 4096] == 13)
+            fh.seek(leaf * 4096)
             fh.write(b'\xa5' * 4096)
     seen = counted(gen, monkeypatch)
     with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
