@@ -1,5 +1,5 @@
 """examples/walkthrough.ipynb, executed here by nbclient as Jupyter would run it, with the
-small settings it reads from the environment (16 queries, one round), so that it cannot
+small settings it reads from the environment (8 queries, one round), so that it cannot
 rot; and the copy in the repository must hold the outputs of a complete run."""
 import json
 from pathlib import Path
@@ -26,7 +26,7 @@ def test_the_committed_notebook_holds_the_outputs_of_a_complete_run():
 def test_the_walkthrough_runs(cache_dir, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(NOTEBOOK.parents[1] / 'scripts'))
     from execute_notebook import execute
-    for name, value in {'WALKTHROUGH_QUERIES': '16', 'WALKTHROUGH_ROUNDS': '1',
+    for name, value in {'WALKTHROUGH_QUERIES': '8', 'WALKTHROUGH_ROUNDS': '1',
                         'SELFSUP_CACHE': str(cache_dir),
                         'WALKTHROUGH_OUTPUT': str(tmp_path / 'run')}.items():
         monkeypatch.setenv(name, value)
@@ -34,7 +34,7 @@ def test_the_walkthrough_runs(cache_dir, tmp_path, monkeypatch):
     text = ''.join(o.get('text', '') for cell in notebook.cells if cell.cell_type == 'code'
                    for o in cell.outputs)
     assert 'classic/adi: 82 documents; 35 test queries, 170 judgements' in text
-    assert '16 queries from' in text and 'with QUERIES=16 ROUNDS=1' in text
+    assert '8 queries from' in text and 'with QUERIES=8 ROUNDS=1' in text
     assert (tmp_path / 'run' / 'comparison.png').stat().st_size > 10_000
     assert (tmp_path / 'run' / 'final').is_dir()
     log = [json.loads(line)
