@@ -46,9 +46,9 @@ def test_every_example_has_a_test():
 
 @pytest.mark.slow
 def test_rerank_from_stored_vectors_scores_as_reencoding_does(run_example):
-    # 10 of ADI's 35 queries: re-encoding every candidate of each query is most of the cost (the
+    # 5 of ADI's 35 queries: re-encoding every candidate of each query is most of the cost (the
     # whole collection's numbers: tests/test_bm25.py, tests/test_dense.py, tests/test_readme.py)
-    table = run_example('rerank_bm25_with_minilm.py', ADI, '--queries', 10)['table']
+    table = run_example('rerank_bm25_with_minilm.py', ADI, '--queries', 5)['table']
     assert nDCG10(table, 'BM25') != nDCG10(table, 'MiniLM')
     stored, text = (table.set_index('name').loc[f'BM25 >> MiniLM ({how})']
                     for how in ('stored vectors', 're-encoded'))
@@ -92,14 +92,14 @@ def test_rerank_with_generator(run_example):
     import sqlite3
 
     from pyterrier_selfsup.models.score_cache import SCORE_DB
-    ran = run_example('rerank_with_generator.py', ADI, '--depth', 5, '--queries', 10)
+    ran = run_example('rerank_with_generator.py', ADI, '--depth', 5, '--queries', 6)
     # the same five documents a query, reordered
     assert nDCG10(ran['table'], 'BM25') != nDCG10(ran['table'], 'BM25 top 5 >> SmolLM2 log p(q|d)')
     assert ran['table'].set_index('name')['RR@10'].nunique() == 2
     # every pair scored once, kept for next time
     with sqlite3.connect(ran['scorer'].cache_path / SCORE_DB) as db:
         assert db.execute('SELECT COUNT(*) FROM cache').fetchone()[0] == len(
-            ran['bm25'](ran['collection'].topics().head(10)).query('rank < 5'))
+            ran['bm25'](ran['collection'].topics().head(6)).query('rank < 5'))
 
 
 def test_reatt_token_index(run_example):
