@@ -178,10 +178,10 @@ SHARDED_REFRESH_CHILD = textwrap.dedent('''
 
     import numpy as np
     import torch, torch.distributed as dist
-    import torch.multiprocessing as mp
     from pyterrier_selfsup import MINILM, Collection, _cache
     from pyterrier_selfsup.models.dual_encoder import DualEncoder
     from pyterrier_selfsup.retrieval import dense
+    from tests.helpers import start_ranks
 
     def rank_main(rank, store, mount, out):
         torch.set_num_threads(1)
@@ -215,9 +215,8 @@ SHARDED_REFRESH_CHILD = textwrap.dedent('''
 
     if __name__ == '__main__':
         scratch, mount = sys.argv[1], sys.argv[2]
-        # (forked: the ranks start with the modules imported above, as tests.helpers.start_ranks)
-        mp.start_processes(rank_main, args=(f'{scratch}/store', mount, f'{scratch}/vectors.npy'),
-                           nprocs=2, start_method='fork')
+        # (forked: the ranks start with the modules imported above)
+        start_ranks(rank_main, (f'{scratch}/store', mount, f'{scratch}/vectors.npy'))
 ''')
 
 
