@@ -236,3 +236,45 @@ def test_sampled_queries_cover_as_many_passages_as_per_passage_asks(tiny_generat
     # each is written once and kept under its own key
     assert len([p for p in (tmp_path / 'queries').glob('classic_adi.sampled-*')
                 if p.suffix != '.lock']) == 2
+
+
+def test_a_stopped_writing_of_training_queries_resumes_after_its_last_batch(tiny_generator_dir,
+                                                                           tmp_path, monkeypatch):
+    """Sampled training queries are written with a checkpoint in the build's staging directory:
+    a run stopped after its first batch writes only the two batches left, and the same queries
+    as a run never stopped."""
+    import pandas as pd
+
+    from pyterrier_selfsup.harness.trained import training_topics
+    from pyterrier_selfsup.models.generator import Generator
+    from pyterrier_selfsup.models.writing import QueryWriter
+    monkeypatch.setitem(QueryWriter.__init__.__kwdefaults__, 'batch_size', 4)
+    coll = Collection('classic/adi')
+    gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu',
+                                    precision='fp32', max_passage_length=32)
+
+    def topics(cache):
+        return training_topics(coll, 'sampled', 12, generator=gen, per_passage=1,
+                               run=RunContext(cache_dir=tmp_path / cache))
+
+    whole = topics('whole')
+    batches, sample = [], QueryWriter._sample
+
+    def stopped_at_the_second(self, prompts, *args, **kwargs):
+        batches.append(len(prompts))
+        if batches == [4, 4]:
+            raise KeyboardInterrupt
+        return sample(self, prompts, *args, **kwargs)
+    monkeypatch.setattr(QueryWriter, '_sample', stopped_at_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        topics('stopped')
+    staging, = (tmp_path / 'stopped' / 'queries').glob('*.partial')
+    assert (staging / 'writing.pt').exists()
+    batches.clear()
+    batches.append('resumed')
+    pd.testing.assert_frame_equal(topics('stopped'), whole)
+    assert batches == ['resumed', 4, 4]
+    built, = [p for p in (tmp_path / 'stopped' / 'queries').iterdir()
+              if p.is_dir() and not p.name.endswith('.partial')]
+    assert (built / 'topics.jsonl').exists() and not (built / 'writing.pt').exists()
+    assert not staging.exists()

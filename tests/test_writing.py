@@ -270,6 +270,35 @@ def test_nucleus_sampling_draws_from_the_renormalised_top():
     assert np.bincount(hot.numpy(), minlength=4) / len(hot) == pytest.approx(expected, abs=0.015)
 
 
+def test_a_stopped_write_resumes_from_its_checkpoint_to_the_same_queries(tiny_generator,
+                                                                         tmp_path, monkeypatch,
+                                                                         caplog):
+    writer = QueryWriter(tiny_generator('llama'), batch_size=1)
+
+    def sampled(seed=5):
+        return dict(do_sample=True, top_p=0.9, generator=torch.Generator().manual_seed(seed))
+    whole = writer.write(PASSAGES, 2, **sampled())
+    checkpoint, calls, sample = tmp_path / 'writing.pt', [], QueryWriter._sample
+
+    def stopped_at_the_third(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return sample(self, *args, **kwargs)
+    monkeypatch.setattr(QueryWriter, '_sample', stopped_at_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        writer.write(PASSAGES, 2, checkpoint=checkpoint, **sampled())
+    calls.append('resumed')
+    assert writer.write(PASSAGES, 2, checkpoint=checkpoint, **sampled()) == whole
+    assert calls.count(1) == 4  # two batches, then only the one left
+    # a write with another seed does not take the checkpoint of this one
+    other = writer.write(PASSAGES, 2, checkpoint=checkpoint, **sampled(6))
+    assert calls.count(1) == 7 and other != whole
+    assert 'holds queries of another write' in caplog.text
+    with pytest.raises(ValueError, match='generator of its own'):
+        writer.write(PASSAGES, 2, do_sample=True, checkpoint=checkpoint)
+
+
 @pytest.mark.slow
 def test_greedy_writing_agrees_with_generate_and_stops_at_the_first_line(cache_dir):
     """Real SmolLM2, the project's former completion prompt: the first line that transformers'

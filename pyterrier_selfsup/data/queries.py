@@ -11,6 +11,7 @@ import math
 import random
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import pandas as pd
@@ -302,7 +303,8 @@ def sampled_queries(collection: Collection, generator, n: int, *,
                     max_new_tokens: int = 32, temperature: float = SAMPLING['temperature'],
                     top_p: float = SAMPLING['top_p'], style: str = 'plain',
                     examples: Sequence[str] = (),
-                    pairs: Sequence[Tuple[str, str]] = ()) -> pd.DataFrame:
+                    pairs: Sequence[Tuple[str, str]] = (),
+                    checkpoint: Optional[Path] = None) -> pd.DataFrame:
     """About ``n`` queries written by ``generator`` with nucleus sampling, ``per_passage`` for
     each of ⌈n / per_passage⌉ passages drawn uniformly at random (GPL writes 3 a passage);
     empty ones and repeats (case and spacing ignored, over the whole set) are dropped, so
@@ -314,7 +316,9 @@ def sampled_queries(collection: Collection, generator, n: int, *,
     shared by its samples, each stopped at the end of its first line; ``style``: the prompt
     (``plain`` completion, or the instruct model's ``chat`` template), ``examples``: query texts
     shown as the style to write in (a query log's), ``pairs``: (passage, query) examples shown
-    before the passage (another collection's judged pairs)."""
+    before the passage (another collection's judged pairs), ``checkpoint``: a file that keeps
+    the queries written so far, from which a call that was stopped resumes
+    (:meth:`~pyterrier_selfsup.models.writing.QueryWriter.write`)."""
     import torch  # the generator's sampling is seeded through torch
 
     rng = random.Random(seed)
@@ -326,7 +330,7 @@ def sampled_queries(collection: Collection, generator, n: int, *,
     writer = generator.writer(style=style, examples=examples, pairs=pairs, seed=seed)
     texts = writer.write([text for _, text in docs], per_passage, max_new_tokens=max_new_tokens,
                          do_sample=True, temperature=temperature, top_p=top_p,
-                         generator=torch.Generator().manual_seed(seed))
+                         generator=torch.Generator().manual_seed(seed), checkpoint=checkpoint)
     kept, seen = [], set()
     for (docno, _), queries in zip(docs, texts):
         for query in queries:

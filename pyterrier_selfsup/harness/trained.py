@@ -284,21 +284,26 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
             cache_key(f'{collection.corpus_id}.{queries}', settings))
 
     def write(staging: Path):
-        staging.mkdir(parents=True)
+        # (resumable: sampled queries are written with a checkpoint in the staging directory,
+        # so that a stopped run resumes after the last batch it wrote)
+        staging.mkdir(parents=True, exist_ok=True)
+        checkpoint = staging / 'writing.pt'
         if queries == 'generated':
             topics = generated_queries(collection, generator, n_queries, seed=seed)
         elif queries == 'sampled':
             topics = sampled_queries(collection, generator, n_queries, seed=seed, style=style,
-                                     examples=shown, pairs=shown_pairs, **sampling)
+                                     examples=shown, pairs=shown_pairs, checkpoint=checkpoint,
+                                     **sampling)
         else:
             bm25 = BM25.from_collection(collection, cache_dir=run.cache_dir) % ROUND_TRIP_DEPTH
             topics = round_trip_queries(collection, generator, n_queries, bm25,
                                         depth=ROUND_TRIP_DEPTH, seed=seed)
         topics.to_json(staging / 'topics.jsonl', orient='records', lines=True)
+        checkpoint.unlink(missing_ok=True)
 
     built = build_once(path, write, what=f'the {queries} training queries of {collection.name}',
                        check=lambda built: _topics_damage(built / 'topics.jsonl'),
-                       on_damage='set aside')
+                       on_damage='set aside', resumable=True)
     return _read_topics(built / 'topics.jsonl')
 
 

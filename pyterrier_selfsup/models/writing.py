@@ -31,11 +31,15 @@ and the per-sequence stop are explicit; it samples as ``generate`` does with ``d
 applies it) and ``top_p`` (nucleus: the smallest set of tokens whose probability reaches
 ``top_p``, within the top k), or greedily. A test checks both against the unshared path.
 """
+import hashlib
+import json
 import logging
+import os
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -230,12 +234,24 @@ class QueryWriter:
     def write(self, passages: Sequence[str], n: int = 1, *, do_sample: bool = False,
               temperature: float = 1.0, top_p: float = 1.0, top_k: Optional[int] = None,
               max_new_tokens: int = 32, shared: bool = True,
-              generator: Optional[torch.Generator] = None) -> List[List[str]]:
+              generator: Optional[torch.Generator] = None,
+              checkpoint: Optional[Path] = None) -> List[List[str]]:
         """``n`` queries for each passage (greedy: ``n`` copies of one), the first line of each
         generation, stripped. ``shared=False``: each sample prefilled on its own (the
         reference the shared path is tested against). Sampling draws from ``generator``
         (a ``torch.Generator``; default: torch's global one); ``top_k`` None: the model's
-        generation config's (what ``generate`` would apply), 0: none."""
+        generation config's (what ``generate`` would apply), 0: none.
+
+        ``checkpoint``: a file that holds, after each batch, the queries written so far and
+        the state of ``generator`` (which sampling then needs). A call with the same file,
+        passages and settings resumes after the last batch it holds and returns what one
+        uninterrupted call returns; the file is left for the caller to remove.
+
+        Example::
+
+            writer.write(passages, 3, do_sample=True, checkpoint=Path('writing.pt'),
+                         generator=torch.Generator().manual_seed(0))
+        """
         if top_k is None:  # the model's, else what generate falls back on (transformers' 50)
             top_k = getattr(self.generator.model.generation_config, 'top_k', None)
             top_k = GENERATE_TOP_K if top_k is None else top_k
@@ -243,8 +259,17 @@ class QueryWriter:
         # by length: little padding in a batch
         order = np.argsort([-len(x) for x in ids], kind='stable')
         out: List[Optional[List[str]]] = [None] * len(ids)
-        batches = progress(range(0, len(order), self.batch_size), total=len(order),
-                           desc='writing queries', unit='passage',
+        begin = 0
+        if checkpoint is not None:
+            if do_sample and generator is None:
+                raise ValueError('a checkpointed write samples from a generator of its own '
+                                 '(generator=torch.Generator().manual_seed(...))')
+            key = _checkpoint_key(ids, n, self.config(), generator, do_sample=do_sample,
+                                  temperature=temperature, top_p=top_p, top_k=top_k,
+                                  max_new_tokens=max_new_tokens, shared=shared)
+            begin = _resume(Path(checkpoint), key, out, generator)
+        batches = progress(range(begin, len(order), self.batch_size), total=len(order),
+                           desc='writing queries', unit='passage', initial=begin,
                            count=lambda start: len(order[start:start + self.batch_size]),
                            enabled=self.generator.verbose and len(order) > self.batch_size)
         with self.generator.inference(), casts_kept(self.generator.model):
@@ -261,6 +286,8 @@ class QueryWriter:
                 texts = self.tokenizer.batch_decode(tokens, skip_special_tokens=True)
                 for j, i in enumerate(idx):
                     out[i] = [t.strip().split('\n')[0].strip() for t in texts[j * n:(j + 1) * n]]
+                if checkpoint is not None:
+                    _save_checkpoint(Path(checkpoint), key, start + len(idx), out, generator)
         return out
 
     def shared_prefix(self, prompts: List[List[int]]) -> Optional['SharedPrefix']:
@@ -398,6 +425,48 @@ class QueryWriter:
         outside = top_probs.cumsum(-1) - top_probs >= top_p
         drawn = _draw(top_probs.masked_fill(outside, 0.0), generator)
         return top_idx.gather(-1, drawn).squeeze(1)
+
+
+def _checkpoint_key(ids: List[List[int]], n: int, config: dict,
+                    generator: Optional[torch.Generator], **settings) -> str:
+    """What a checkpoint of :meth:`QueryWriter.write` is valid for: the prompts, the number
+    of queries, the writer's settings and the random stream's seed."""
+    seed = generator.initial_seed() if generator is not None else None
+    text = json.dumps([ids, n, config, seed, settings], sort_keys=True, default=str)
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def _resume(path: Path, key: str, out: List[Optional[List[str]]],
+            generator: Optional[torch.Generator]) -> int:
+    """The passages (in writing order) that the checkpoint at ``path`` holds queries for,
+    their queries put into ``out`` and ``generator`` put back in its state; 0 where there is
+    no checkpoint, or one of another write (reported)."""
+    if not path.exists():
+        return 0
+    try:
+        held = torch.load(path, weights_only=True)
+        valid = held['key'] == key and len(held['out']) == len(out)
+    except Exception as error:  # (a file cut short by a full disk, say: written again)
+        logger.warning('%s does not load (%s); writing the queries from the start', path,
+                       str(error).splitlines()[0][:200])
+        return 0
+    if not valid:
+        logger.warning('%s holds queries of another write; writing from the start', path)
+        return 0
+    out[:] = held['out']
+    if generator is not None:
+        generator.set_state(held['rng'])
+    logger.info('%s: resuming after %d of %d passages', path, held['done'], len(out))
+    return held['done']
+
+
+def _save_checkpoint(path: Path, key: str, done: int, out: List[Optional[List[str]]],
+                     generator: Optional[torch.Generator]) -> None:
+    """The write's state after ``done`` passages (in writing order), replaced at once."""
+    staged = path.with_name(path.name + '.new')
+    torch.save({'key': key, 'done': done, 'out': out,
+                'rng': generator.get_state() if generator is not None else None}, staged)
+    os.replace(staged, path)
 
 
 @dataclass
