@@ -10,12 +10,15 @@ SHELL := /bin/bash
 .PHONY: run test quick
 
 run:
-	@source scripts/bootstrap.sh && selfsup run $(ARGS)
+	@source scripts/bootstrap.sh && $(BYTECODE) && selfsup run $(ARGS)
 
 WORKERS := OMP_NUM_THREADS=1 python -m pytest -n 2 --dist loadfile
+# Python writes bytecode as modules are first imported, even where the environment says not to:
+# the install compiles none, and each process the tests start would otherwise compile torch.
+BYTECODE := unset PYTHONDONTWRITEBYTECODE
 
 test:
-	@source scripts/bootstrap.sh && $(WORKERS) $(PYTEST_ARGS)
+	@source scripts/bootstrap.sh && $(BYTECODE) && $(WORKERS) $(PYTEST_ARGS)
 
 quick:
-	@source scripts/bootstrap.sh && $(WORKERS) -m "not slow" $(PYTEST_ARGS)
+	@source scripts/bootstrap.sh && $(BYTECODE) && $(WORKERS) -m "not slow" $(PYTEST_ARGS)

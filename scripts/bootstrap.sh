@@ -18,9 +18,9 @@ fi
 want="$(cat "$root/setup.py" "$root/constraints.txt" | sha1sum | cut -c1-40)-$extra"
 if [ "$(cat "$venv/.selfsup-installed" 2>/dev/null)" != "$want" ]; then
   echo "installing pyterrier-selfsup[$extra,test] into $venv (log: $venv/install.log)" >&2
-  # The bytecode is compiled by compileall on every core, not by pip one file at a time: most of
-  # the install's time on 2 cores. (Compiled here because an environment with
-  # PYTHONDONTWRITEBYTECODE set would otherwise compile each module again in every process.)
+  # No bytecode is compiled at install (pip compiles every file, one at a time: most of the
+  # install's time on 2 cores); Python writes it for the modules that are imported, as they
+  # are first imported (the Makefile's targets clear PYTHONDONTWRITEBYTECODE for that).
   if ! { "$venv/bin/python" -m pip install --upgrade pip &&
          "$venv/bin/python" -m pip install --no-compile -c "$root/constraints.txt" \
            -e "$root[$extra,test]"; } \
@@ -28,10 +28,6 @@ if [ "$(cat "$venv/.selfsup-installed" 2>/dev/null)" != "$want" ]; then
     tail -n 40 "$venv/install.log" >&2
     return 1 2>/dev/null || exit 1
   fi
-  # (a file that does not compile, as some packages ship, is left to fail only if imported)
-  "$venv/bin/python" -m compileall -q -j 0 \
-    "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
-    >> "$venv/install.log" 2>&1 || true
   echo "$want" > "$venv/.selfsup-installed"
 fi
 export PATH="$venv/bin:$PATH"
