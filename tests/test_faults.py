@@ -302,8 +302,18 @@ def test_a_flex_build_killed_before_its_marker_is_rebuilt(tmp_path, adi_flex, ca
         DenseRetriever(encoder, rebuilt)(Collection('classic/adi').topics()), reference)
 
 
+def copied_index(adi_flex, cache: Path) -> Path:
+    """The session's finished MiniLM index of ADI copied into ``cache`` where a build there
+    would put it (the same files, marker included, without encoding the collection again)."""
+    index = Path(adi_flex[1].index_path)
+    copy = cache / index.relative_to(index.parents[1])
+    shutil.copytree(index, copy)
+    return copy
+
+
 def test_a_truncated_flex_index_is_rebuilt_with_a_warning_naming_it(tmp_path, adi_flex, caplog):
     encoder, index, reference = adi_flex
+    copied_index(adi_flex, tmp_path)
     path = flex_index('classic/adi', encoder, cache_dir=tmp_path).index_path
     os.truncate(Path(path) / 'vecs.f4', 1000)
     with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
@@ -318,7 +328,8 @@ def test_an_index_built_before_sizes_were_recorded_is_still_checked(tmp_path, ad
     """An old completion marker (empty) has no sizes: the format's own check (vectors
     against pt_meta.json) finds the truncation."""
     encoder, _, reference = adi_flex
-    path = Path(flex_index('classic/adi', encoder, cache_dir=tmp_path).index_path)
+    path = copied_index(adi_flex, tmp_path)
+    assert Path(flex_index('classic/adi', encoder, cache_dir=tmp_path).index_path) == path
     (path / '.selfsup-complete').write_text('')
     # intact: reused
     assert Path(flex_index('classic/adi', encoder, cache_dir=tmp_path).index_path) == path
@@ -332,7 +343,7 @@ def test_an_index_built_before_sizes_were_recorded_is_still_checked(tmp_path, ad
 
 def test_a_garbled_marker_is_a_damaged_build(tmp_path, adi_flex, caplog):
     encoder = adi_flex[0]
-    path = Path(flex_index('classic/adi', encoder, cache_dir=tmp_path).index_path)
+    path = copied_index(adi_flex, tmp_path)
     (path / '.selfsup-complete').write_bytes(b'\x00\xff{garbled')
     with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
         flex_index('classic/adi', encoder, cache_dir=tmp_path)

@@ -130,12 +130,13 @@ def test_openvino_follows_the_weights():
 
 
 @pytest.mark.slow
-def test_backend_flows_through_pipelines_and_keys(tmp_path):
+def test_backend_flows_through_pipelines_and_keys(cache_dir):
     collection = Collection('classic/adi')
-    run = RunContext(cache_dir=tmp_path)
+    # (the session's cache: torch's index of ADI is often there already)
+    run = RunContext(cache_dir=cache_dir)
     dual = get_pipeline('dual:backend=openvino').build(collection, run)
     assert dual.encoder.backend == 'openvino'
-    torch_index = flex_index(collection, DualEncoder.from_pretrained(MINILM), cache_dir=tmp_path)
+    torch_index = flex_index(collection, DualEncoder.from_pretrained(MINILM), cache_dir=cache_dir)
     assert dual.index.index_path != torch_index.index_path  # its own index: other numbers
     assert len(dual(collection.topics().head(3))) > 0
     # the backend reads no training setting: a trained pipeline's model stays the same model

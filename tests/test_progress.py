@@ -333,19 +333,19 @@ def test_selfsup_train_says_its_plan_first_and_each_stages_time_at_the_end(backg
 
 
 def test_a_stopped_training_plans_and_trains_only_the_steps_left_and_ends_as_one_never_stopped(
-        cache_dir, tmp_path, monkeypatch, caplog):
+        cache_dir, tiny_dir, tmp_path, monkeypatch, caplog):
     """Distant supervision checkpoints every ``CHECKPOINT_EVERY`` steps (its one epoch is the whole
     run: it had no checkpoint before its end). ``selfsup train``'s run stopped after one plans the
     steps left, trains them, and ends with the weights of a run that was never stopped, with its
-    checkpoints or with none before its end (as before). (On the CPU; tests/test_cuda.py resumes on
-    a GPU, whose dropout draws from the CUDA generators.)"""
+    checkpoints or with none before its end (as before). (The tiny BERT, on the CPU;
+    tests/test_cuda.py resumes on a GPU, whose dropout draws from the CUDA generators.)"""
     import torch
     from safetensors.torch import load_file
     from pyterrier_selfsup import BM25
     from pyterrier_selfsup.harness import trained
     from pyterrier_selfsup.training.distant import DistantSupervision
     BM25.from_collection('classic/adi', cache_dir=cache_dir)
-    settings = {'n_queries': 12, 'batch_size': 4}  # 3 steps
+    settings = {'n_queries': 12, 'batch_size': 4, 'model_name': str(tiny_dir)}  # 3 steps
     caches = {name: tmp_path / name for name in ('whole', 'checkpointed', 'stopped')}
     for cache in caches.values():
         cache.mkdir()
