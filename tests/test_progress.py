@@ -202,6 +202,13 @@ def test_a_distillation_training_its_passages_plans_an_encoding_a_round_and_its_
                     'distillation (batch 32x1, both towers, 1 process(es))'}
     assert (plan.rate_key('encoding documents', 'doc', both)
             == 'encoding documents (1 process(es))')  # (as fast)
+    # another student, or another writer, is another rate
+    other = plan.run_context(typed_settings('distill', {'model_name': 'tiny-bert',
+                                                        'generator': 'qwen'}))
+    assert (plan.rate_key('distillation', 'step', other)
+            == 'distillation (batch 32x1, tiny-bert, qwen, 1 process(es))')
+    assert (plan.rate_key('encoding documents', 'doc', other)
+            == 'encoding documents (tiny-bert, qwen, 1 process(es))')
     planned = plan.estimate([plan.Planned('distillation', 115, 'step')],
                             {plan.rate_key('distillation', 'step', query_tower):
                              {'rate': 13.1, 'unit': 'step'}}, both)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from pyterrier_selfsup._cache import cache_root, written_whole
+from pyterrier_selfsup.retrieval.dense import MINILM
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.harness.provenance import machine
 from pyterrier_selfsup.progress import Stage, counted, rate_text
@@ -129,23 +130,34 @@ def known_rates(cache_dir=None) -> Dict[str, dict]:
         return {}
 
 
+# the models a rate is kept for without naming them (every method's defaults)
+DEFAULT_MODELS = (MINILM, 'minilm', 'ds', 'smollm2')
+
+
 def run_context(s: MethodSettings, world_size: int = 1) -> dict:
     """What a stage's rate depends on besides the machine: a training step's on the batch
     (queries at once, batches a step, passages a query) and on whether both towers train
-    (against the query tower alone), every stage's on the processes."""
+    (against the query tower alone), every stage's on the processes and on the models, where
+    they are not the defaults (the encoder or the start, and the generator)."""
     both = getattr(s, 'passages', None) == 'trained' or getattr(s, 'train_passages', False)
+    models = [m for m in (getattr(s, name, None) for name in ('model_name', 'start', 'generator'))
+              if m and m not in DEFAULT_MODELS]
     return {'batch': f"{s.batch_size}x{s.accumulation}", 'k': getattr(s, 'k', None),
-            'trains': 'both towers' if both else None, 'processes': world_size}
+            'trains': 'both towers' if both else None, 'processes': world_size,
+            'models': ', '.join(models) or None}
 
 
 def rate_key(desc: str, unit: str, context: dict) -> str:
     """The name a stage's rate is kept under: a training step's names its batch, and every
-    stage the number of processes (a rate measured at batch 8 says little of batch 64)."""
+    stage the models other than the defaults and the number of processes (a rate measured at
+    batch 8, or with a tiny model, says little of batch 64 or of MiniLM)."""
+    models = f"{context['models']}, " if context.get('models') else ''
     if unit == 'step':
         k = f", k {context['k']}" if context.get('k') else ''
         trains = f", {context['trains']}" if context.get('trains') else ''
-        return f"{desc} (batch {context['batch']}{k}{trains}, {context['processes']} process(es))"
-    return f"{desc} ({context['processes']} process(es))"
+        return (f"{desc} (batch {context['batch']}{k}{trains}, {models}"
+                f"{context['processes']} process(es))")
+    return f"{desc} ({models}{context['processes']} process(es))"
 
 
 def estimate(planned: List[Planned], rates: Dict[str, dict], context: dict) -> List[Planned]:
