@@ -313,8 +313,8 @@ def copied_index(adi_flex, cache: Path) -> Path:
 
 def test_a_truncated_flex_index_is_rebuilt_with_a_warning_naming_it(tmp_path, adi_flex, caplog):
     encoder, index, reference = adi_flex
-    copied_index(adi_flex, tmp_path)
-    path = flex_index('classic/adi', encoder, cache_dir=tmp_path).index_path
+    path = copied_index(adi_flex, tmp_path)
+    assert Path(flex_index('classic/adi', encoder, cache_dir=tmp_path).index_path) == path
     os.truncate(Path(path) / 'vecs.f4', 1000)
     with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
         rebuilt = flex_index('classic/adi', encoder, cache_dir=tmp_path)

@@ -206,9 +206,9 @@ def test_a_distillation_training_its_passages_plans_an_encoding_a_round_and_its_
     other = plan.run_context(typed_settings('distill', {'model_name': 'tiny-bert',
                                                         'generator': 'qwen'}))
     assert (plan.rate_key('distillation', 'step', other)
-            == 'distillation (batch 32x1, tiny-bert, qwen, 1 process(es))')
+            == 'distillation (batch 32x1, qwen, tiny-bert, 1 process(es))')
     assert (plan.rate_key('encoding documents', 'doc', other)
-            == 'encoding documents (tiny-bert, qwen, 1 process(es))')
+            == 'encoding documents (qwen, tiny-bert, 1 process(es))')
     planned = plan.estimate([plan.Planned('distillation', 115, 'step')],
                             {plan.rate_key('distillation', 'step', query_tower):
                              {'rate': 13.1, 'unit': 'step'}}, both)

@@ -291,9 +291,14 @@ def test_a_stopped_write_resumes_from_its_checkpoint_to_the_same_queries(tiny_ge
     calls.append('resumed')
     assert writer.write(PASSAGES, 2, checkpoint=checkpoint, **sampled()) == whole
     assert calls.count(1) == 4  # two batches, then only the one left
-    # a write with another seed does not take the checkpoint of this one
+    # a write whose generator has drawn since it was seeded does not take the finished
+    # checkpoint of this one, nor does a write with another seed
+    drawn = sampled()
+    torch.rand(1, generator=drawn['generator'])
+    assert writer.write(PASSAGES, 2, checkpoint=checkpoint, **drawn) != whole
+    assert calls.count(1) == 7
     other = writer.write(PASSAGES, 2, checkpoint=checkpoint, **sampled(6))
-    assert calls.count(1) == 7 and other != whole
+    assert calls.count(1) == 10 and other != whole
     assert 'holds queries of another write' in caplog.text
     with pytest.raises(ValueError, match='generator of its own'):
         writer.write(PASSAGES, 2, do_sample=True, checkpoint=checkpoint)

@@ -13,12 +13,11 @@ import json
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Dict, List, Optional
 
 from pyterrier_selfsup._cache import cache_root, written_whole
-from pyterrier_selfsup.retrieval.dense import MINILM
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.harness.provenance import machine
 from pyterrier_selfsup.progress import Stage, counted, rate_text
@@ -130,18 +129,15 @@ def known_rates(cache_dir=None) -> Dict[str, dict]:
         return {}
 
 
-# the models a rate is kept for without naming them (every method's defaults)
-DEFAULT_MODELS = (MINILM, 'minilm', 'ds', 'smollm2')
-
-
 def run_context(s: MethodSettings, world_size: int = 1) -> dict:
     """What a stage's rate depends on besides the machine: a training step's on the batch
     (queries at once, batches a step, passages a query) and on whether both towers train
     (against the query tower alone), every stage's on the processes and on the models, where
     they are not the defaults (the encoder or the start, and the generator)."""
     both = getattr(s, 'passages', None) == 'trained' or getattr(s, 'train_passages', False)
-    models = [m for m in (getattr(s, name, None) for name in ('model_name', 'start', 'generator'))
-              if m and m not in DEFAULT_MODELS]
+    # (a rate measured with a method's default models is kept without naming them)
+    models = [getattr(s, f.name) for f in fields(s)
+              if f.name in ('model_name', 'start', 'generator') and getattr(s, f.name) != f.default]
     return {'batch': f"{s.batch_size}x{s.accumulation}", 'k': getattr(s, 'k', None),
             'trains': 'both towers' if both else None, 'processes': world_size,
             'models': ', '.join(models) or None}

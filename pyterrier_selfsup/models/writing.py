@@ -264,9 +264,10 @@ class QueryWriter:
             if do_sample and generator is None:
                 raise ValueError('a checkpointed write samples from a generator of its own '
                                  '(generator=torch.Generator().manual_seed(...))')
-            key = _checkpoint_key(ids, n, self.config(), generator, do_sample=do_sample,
-                                  temperature=temperature, top_p=top_p, top_k=top_k,
-                                  max_new_tokens=max_new_tokens, shared=shared)
+            key = _checkpoint_key(ids, n, self.config(), self.generator.fingerprint(),
+                                  generator, do_sample=do_sample, temperature=temperature,
+                                  top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
+                                  shared=shared)
             begin = _resume(Path(checkpoint), key, out, generator)
         batches = progress(range(begin, len(order), self.batch_size), total=len(order),
                            desc='writing queries', unit='passage', initial=begin,
@@ -427,13 +428,17 @@ class QueryWriter:
         return top_idx.gather(-1, drawn).squeeze(1)
 
 
-def _checkpoint_key(ids: List[List[int]], n: int, config: dict,
+def _checkpoint_key(ids: List[List[int]], n: int, config: dict, model: str,
                     generator: Optional[torch.Generator], **settings) -> str:
     """What a checkpoint of :meth:`QueryWriter.write` is valid for: the prompts, the number
-    of queries, the writer's settings and the random stream's seed."""
-    seed = generator.initial_seed() if generator is not None else None
-    text = json.dumps([ids, n, config, seed, settings], sort_keys=True, default=str)
-    return hashlib.sha1(text.encode()).hexdigest()
+    of queries, the writer's settings, the model's fingerprint, and the random stream's state
+    when the call began."""
+    digest = hashlib.sha1()
+    if generator is not None:
+        digest.update(generator.get_state().numpy().tobytes())
+    digest.update(json.dumps([ids, n, config, model, settings], sort_keys=True,
+                             default=str).encode())
+    return digest.hexdigest()
 
 
 def _resume(path: Path, key: str, out: List[Optional[List[str]]],
@@ -447,8 +452,8 @@ def _resume(path: Path, key: str, out: List[Optional[List[str]]],
         held = torch.load(path, weights_only=True)
         valid = held['key'] == key and len(held['out']) == len(out)
     except Exception as error:  # (a file cut short by a full disk, say: written again)
-        logger.warning('%s does not load (%s); writing the queries from the start', path,
-                       str(error).splitlines()[0][:200])
+        said = (str(error) or type(error).__name__).splitlines()[0][:200]
+        logger.warning('%s does not load (%s); writing the queries from the start', path, said)
         return 0
     if not valid:
         logger.warning('%s holds queries of another write; writing from the start', path)
