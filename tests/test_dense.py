@@ -187,3 +187,15 @@ def test_sharded_encoding_equals_one_process(tmp_path, tiny_dir):
             == [d['docno'] for d in Collection('classic/adi').corpus_iter()])
     np.testing.assert_allclose(sharded, reference, atol=1e-6)
     assert not (tmp_path / 'sharded.flex.shards').exists()  # the shard files are gone
+
+
+def test_without_faiss_an_automatic_search_is_exact_and_says_so_once(monkeypatch, caplog):
+    import logging
+
+    from pyterrier_selfsup.retrieval import dense
+    monkeypatch.setattr(dense, '_said_no_faiss', False)
+    monkeypatch.setattr(dense.importlib.util, 'find_spec', lambda name: None)
+    large = range(dense.APPROXIMATE_FROM)  # (the search asks an index only for its length)
+    with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
+        assert [dense.resolve_search('auto', large) for _ in range(2)] == ['exact', 'exact']
+    assert caplog.text.count('FAISS is not installed') == 1

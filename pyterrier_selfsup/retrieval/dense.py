@@ -232,15 +232,16 @@ def resolve_search(search: str, index: FlexIndex) -> str:
     if len(index) < APPROXIMATE_FROM:
         return 'exact'
     if importlib.util.find_spec('faiss') is None:
+        global _said_no_faiss
         if not _said_no_faiss:
-            _said_no_faiss.append(True)
+            _said_no_faiss = True
             logger.warning('FAISS is not installed: %d passages are searched exactly, which is '
                            'slower than IVF (pip install faiss-cpu)', len(index))
         return 'exact'
     return 'ivf'
 
 
-_said_no_faiss: list = []  # (the warning above, once a process)
+_said_no_faiss = False  # (the warning above, once a process)
 
 
 def ivf_n_list(doc_count: int) -> int:
