@@ -182,7 +182,8 @@ GROUPS = {
     'coverage_pairs_cisi_3': (['classic/cisi'], ['bm25', 'dual', 'teacher', 'distill', PAIRS_CRANFIELD,
                                                  f'{PAIRS_CRANFIELD},n_queries=4380,per_passage=3']),
     # vaswani, the largest local collection (11,429 passages), at 1 a passage with the same writer (its prompts'
-    # common head prefilled once since d16595a); not yet run: its writing alone takes hours on 2 cores
+    # common head prefilled once since d16595a); its writing alone takes hours on 2 cores, and a stopped run
+    # resumes it after the last batch written (since ee4f7c0)
     'coverage_pairs_vaswani_1': (['vaswani'], ['bm25', 'dual', 'teacher', 'distill', PAIRS_CRANFIELD,
                                                f'{PAIRS_CRANFIELD},n_queries=11429,per_passage=1']),
     # is the best corpus-only lever of corpus_only_levers (SmolLM2 chat, 1,000 queries: +.0145 over the start on
