@@ -315,7 +315,7 @@ def test_a_truncated_flex_index_is_rebuilt_with_a_warning_naming_it(tmp_path, ad
     encoder, index, reference = adi_flex
     path = copied_index(adi_flex, tmp_path)
     assert Path(flex_index('classic/adi', encoder, cache_dir=tmp_path).index_path) == path
-    os.truncate(Path(path) / 'vecs.f4', 1000)
+    os.truncate(path / 'vecs.f4', 1000)
     with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
         rebuilt = flex_index('classic/adi', encoder, cache_dir=tmp_path)
     assert (f'{path} is damaged (vecs.f4 is 1,000 bytes where 125,952 were written)' in caplog.text

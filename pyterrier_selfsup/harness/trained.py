@@ -299,8 +299,7 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
             topics = round_trip_queries(collection, generator, n_queries, bm25,
                                         depth=ROUND_TRIP_DEPTH, seed=seed)
         topics.to_json(staging / 'topics.jsonl', orient='records', lines=True)
-        for kept in (checkpoint, checkpoint.with_name(checkpoint.name + '.new')):
-            kept.unlink(missing_ok=True)
+        checkpoint.unlink(missing_ok=True)
 
     built = build_once(path, write, what=f'the {queries} training queries of {collection.name}',
                        check=lambda built: _topics_damage(built / 'topics.jsonl'),

@@ -34,7 +34,6 @@ applies it) and ``top_p`` (nucleus: the smallest set of tokens whose probability
 import hashlib
 import json
 import logging
-import os
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ import numpy as np
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
+from pyterrier_selfsup._cache import written_whole
 from pyterrier_selfsup.models._base import clean_texts, full_attention_layers, pad
 from pyterrier_selfsup.models._token_ids import cut_at_word
 from pyterrier_selfsup.progress import progress
@@ -268,7 +268,8 @@ class QueryWriter:
                                   generator, do_sample=do_sample, temperature=temperature,
                                   top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
                                   shared=shared)
-            begin = _resume(Path(checkpoint), key, out, generator)
+            checkpoint = Path(checkpoint)
+            begin = _resume(checkpoint, key, out, generator)
         batches = progress(range(begin, len(order), self.batch_size), total=len(order),
                            desc='writing queries', unit='passage', initial=begin,
                            count=lambda start: len(order[start:start + self.batch_size]),
@@ -288,7 +289,7 @@ class QueryWriter:
                 for j, i in enumerate(idx):
                     out[i] = [t.strip().split('\n')[0].strip() for t in texts[j * n:(j + 1) * n]]
                 if checkpoint is not None:
-                    _save_checkpoint(Path(checkpoint), key, start + len(idx), out, generator)
+                    _save_checkpoint(checkpoint, key, start + len(idx), out, generator)
         return out
 
     def shared_prefix(self, prompts: List[List[int]]) -> Optional['SharedPrefix']:
@@ -467,11 +468,11 @@ def _resume(path: Path, key: str, out: List[Optional[List[str]]],
 
 def _save_checkpoint(path: Path, key: str, done: int, out: List[Optional[List[str]]],
                      generator: Optional[torch.Generator]) -> None:
-    """The write's state after ``done`` passages (in writing order), replaced at once."""
-    staged = path.with_name(path.name + '.new')
-    torch.save({'key': key, 'done': done, 'out': out,
-                'rng': generator.get_state() if generator is not None else None}, staged)
-    os.replace(staged, path)
+    """The write's state after ``done`` passages (in writing order), replaced at once (a
+    stop while it is saved leaves the one before; the next save replaces its partial file)."""
+    with written_whole(path, "the query writer's checkpoint") as partial:
+        torch.save({'key': key, 'done': done, 'out': out,
+                    'rng': generator.get_state() if generator is not None else None}, partial)
 
 
 @dataclass
