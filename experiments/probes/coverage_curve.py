@@ -47,19 +47,21 @@ FAMILIES = {
     'SmolLM2 chat, 3 a passage': {'distill:query_style=chat,n_queries=1000': 1000,
                                   'distill:query_style=chat': 2000,
                                   'distill:query_style=chat,n_queries=5183': 5183},
-    # shown another collection's (passage, query) pairs: cranfield's, and CISI's on cranfield itself
-    'SmolLM2 chat shown pairs': {f'distill:query_style=chat,example_pairs={pairs}{size}': None
-                                 for pairs in ('cranfield', 'classic/cisi')
-                                 for size in (',n_queries=82,per_passage=1', ',n_queries=246,per_passage=3',
-                                              ',n_queries=1400,per_passage=1', ',n_queries=1460,per_passage=1', '',
-                                              ',n_queries=4200,per_passage=3', ',n_queries=4380,per_passage=3',
-                                              ',n_queries=5183,per_passage=1')},
+    # shown another collection's (passage, query) pairs: cranfield's, and CISI's on cranfield itself,
+    # at any size (a pattern: every size that a group trained)
+    'SmolLM2 chat shown pairs': re.compile(r'distill:query_style=chat,example_pairs=(cranfield|classic/cisi)'
+                                           r'(,n_queries=\d+,per_passage=\d+)?'),
     'titles, 1 a document': {'distill:queries=titles': 2000, 'distill:queries=titles,n_queries=5183': 5183},
 }
 # (distill is the default of the group's day: pass groups of one training at a time)
 COVERAGE = ['coverage_scifact_1', 'coverage_scifact_3', 'coverage_adi', 'coverage_cranfield',
             'coverage_pairs_scifact_1', 'coverage_pairs_adi', 'coverage_pairs_cranfield_1',
-            'coverage_pairs_cranfield_3', 'coverage_pairs_cisi_1', 'coverage_pairs_cisi_3']
+            'coverage_pairs_cranfield_3', 'coverage_pairs_cisi_1', 'coverage_pairs_cisi_3',
+            'coverage_pairs_vaswani_1']
+# points whose queries were written by more than one process (a write stopped and resumed from its
+# checkpoint): their group's Wall time line counts the last process only
+RESUMED = {('vaswani', 'distill:query_style=chat,example_pairs=cranfield,n_queries=11429,per_passage=1'):
+           'the last of 3 processes: the write was stopped twice and resumed'}
 
 
 def change_interval(model: np.ndarray, start: np.ndarray, seed: int = 0):
@@ -111,6 +113,9 @@ def main(*groups):
            'machine, code and settings that trained its models); nothing trained or measured here',
            '- writing and training: the seconds a group spent writing the queries and training the model (from its '
            'Wall time lines; cached: every group read here found the model trained before)',
+           '- rise from the point before: nDCG@10 minus that of the same family\'s point with the next fewer '
+           'queries a passage, with the same paired bootstrap (the issue\'s rule stops a curve at the first point '
+           'that does not rise beyond its noise)',
            '- kept: the distinct queries written, at most n_queries (where a short corpus wrote more, n_queries '
            'spread over its passages; a tenth of them held out for the verdict); queries a passage: queries kept / '
            'passages of the corpus; change: '
@@ -123,10 +128,12 @@ def main(*groups):
         start = scores[START].to_numpy()
         passages = None
         md += [f'## {collection}', '', '| queries | written | kept | queries a passage | passages covered | '
-               'nDCG@10 | change from the start [95% CI] | writing and training (s) |',
-               '|---|---|---|---|---|---|---|---|']
+               'nDCG@10 | change from the start [95% CI] | rise from the point before [95% CI] | '
+               'writing and training (s) |', '|---|---|---|---|---|---|---|---|---|']
         for family, members in FAMILIES.items():
-            xs, ys, lows, highs = [], [], [], []
+            if isinstance(members, re.Pattern):
+                members = {name: None for name in rows.index if members.fullmatch(name)}
+            points = []
             for name, written in members.items():
                 if name not in rows.index:
                     continue
@@ -137,12 +144,19 @@ def main(*groups):
                 per_passage = kept / passages if passages else float('nan')
                 mean, low, high = change_interval(scores[name].to_numpy(), start)
                 value = rows.loc[name, 'nDCG@10']
-                xs.append(per_passage), ys.append(value)
-                lows.append(value - mean + low), highs.append(value - mean + high)
                 share = f'{cover[0]:,} ({cover[0] / cover[1]:.2f})' if cover else '-'
                 spent = seconds_of(md_text, name, Collection(collection).corpus_id)
-                md.append(f'| {family} | {written:,} | {kept:,} | {per_passage:.2f} | {share} | {value:.4f} | '
-                          f'{mean:+.4f} [{low:+.4f}, {high:+.4f}] | {spent if spent else "cached"} |')
+                spent = f'{spent} ({RESUMED[collection, name]})' if (collection, name) in RESUMED else spent
+                points.append((per_passage, value, value - mean + low, value - mean + high,
+                               f'| {family} | {written:,} | {kept:,} | {per_passage:.2f} | {share} | {value:.4f} | '
+                               f'{mean:+.4f} [{low:+.4f}, {high:+.4f}] |',
+                               f' {spent if spent else "cached"} |', scores[name].to_numpy()))
+            points.sort(key=lambda point: point[0])  # by queries a passage
+            for before, point in zip([None] + points[:-1], points):
+                rise = '-' if before is None else '{:+.4f} [{:+.4f}, {:+.4f}]'.format(
+                    *change_interval(point[-1], before[-1]))
+                md.append(f'{point[4]} {rise} |{point[5]}')
+            xs, ys, lows, highs = (list(c) for c in zip(*[p[:4] for p in points])) if points else ([],) * 4
             if xs:
                 ax.errorbar(xs, ys, yerr=[np.subtract(ys, lows), np.subtract(highs, ys)], marker='o', capsize=3,
                             label=family)
