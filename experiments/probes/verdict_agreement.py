@@ -9,10 +9,10 @@ A two-fold run's real change is its own fold's queries' (each fold's model answe
 
 Everything but the topics (for the folds, from ir_datasets) can be read from committed files,
 so that a fresh clone reruns it without training:
-the verdict from the model cache's training log, or where the model is not cached, from the copy
-`label_free.py` committed under `results/distill_curves/<corpus>/<pipeline>/` (``fold-<k>/`` for
-a two-fold run: the newest training of that pipeline on that corpus; logs hold a verdict only
-since issue 30's settings were fixed), and the real change from the group's per-query nDCG@10
+the verdict from the training log's copy that `label_free.py` committed under
+`results/distill_curves/<corpus>/<pipeline>/` (``fold-<k>/`` for a two-fold run: the newest
+training of that pipeline on that corpus; logs hold a verdict only since issue 30's settings
+were fixed), or where there is none, from the model cache's log, and the real change from the group's per-query nDCG@10
 (`<group>.perquery.csv`) for a fold, its summary table otherwise.
 
 A model trained once and read by several groups (the same pipeline and settings on the same
@@ -36,6 +36,7 @@ from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.harness.experiment import as_written, curves_folder, read_training_log, results_code
 from pyterrier_selfsup.harness.pipelines import UnknownPipelineError, get_pipeline
 
+NOT_CACHED = Path('not cached')  # (a pipeline whose setting was removed since)
 RESULTS = Path(__file__).resolve().parents[1] / 'results'
 CURVES = RESULTS / 'distill_curves'
 GROUPS = ['label_free_log', 'label_free_log_scifact', 'query_log_shipped', 'corpus_only_qwen', 'corpus_only_levers',
@@ -44,7 +45,7 @@ GROUPS = ['label_free_log', 'label_free_log_scifact', 'query_log_shipped', 'corp
           'corpus_only_training', 'writer_pairs', 'writer_pairs_seeds', 'writer_pairs_qwen', 'coverage_adi',
           'coverage_cranfield', 'coverage_scifact_1', 'coverage_scifact_3', 'writer_pairs_collections',
           'writer_pairs_cisi', 'coverage_pairs_scifact_1', 'coverage_pairs_adi', 'coverage_pairs_cranfield_1',
-          'coverage_pairs_cranfield_3', 'coverage_pairs_cisi_1', 'coverage_pairs_cisi_3']
+          'coverage_pairs_cranfield_3', 'coverage_pairs_cisi_1', 'coverage_pairs_cisi_3', 'coverage_pairs_vaswani_1']
 
 
 def table(group: str) -> pd.DataFrame:
@@ -73,7 +74,7 @@ def rows_of(group: str) -> list:
                 spec = get_pipeline(written)
                 dirs = spec.model_dirs(coll)
             except UnknownPipelineError:  # (a setting removed since: its committed log alone)
-                dirs = [Path('not cached')] * (2 if 'crossfold' in name else 1)
+                dirs = [NOT_CACHED] * (2 if 'crossfold' in name else 1)
             for fold, directory in enumerate(dirs):
                 log = training_log(coll, name, written, fold, len(dirs), directory)
                 said = next((r for r in log if 'verdict' in r), None)
@@ -82,7 +83,9 @@ def rows_of(group: str) -> list:
                 real = float(results.loc[results['name'] == name, 'nDCG@10'].iloc[0]) - start_ndcg
                 if len(dirs) > 1:  # a fold's own queries: its model against the start, with labels
                     real = fold_change(coll, per_query, name, start['name'].iloc[0], fold, len(dirs))
-                model = directory.name if directory.exists() else written
+                # (the model's cache key, whether or not this machine holds it, so that one model read by
+                # several groups is one row on every machine)
+                model = written if directory == NOT_CACHED else directory.name
                 out.append({'group': group, 'collection': collection, 'pipeline': name, 'model': model,
                             'fold': fold if len(dirs) > 1 else '', 'verdict change': said['verdict best'] -
                             said['verdict start'], 'verdict low': said['verdict low'],
@@ -92,13 +95,15 @@ def rows_of(group: str) -> list:
 
 
 def training_log(coll: Collection, name: str, written: str, fold: int, n: int, directory: Path) -> list:
-    """The training log of pipeline ``name``'s model (fold ``fold`` of ``n``): the model cache's
-    where the model is cached here, else the copy committed under ``distill_curves/`` (or none).
+    """The training log of pipeline ``name``'s model (fold ``fold`` of ``n``): the copy committed under
+    ``distill_curves/`` by the run that measured it, else the model cache's where this machine holds the
+    model (or none). The committed copy comes first so that every machine reads the same logs: a model
+    trained again elsewhere (another CPU writes other queries) holds another verdict.
     ``written`` is the name as its results file meant it (``as_written``): a copy made before
     distill's defaults moved was moved to that name's folder where a later run's copy took the
     folder of ``name``."""
     copies = [curves_folder(CURVES / coll.corpus_id.replace('/', '-'), each, fold, n) for each in (written, name)]
-    return read_training_log(directory) or next((log for c in copies if (log := read_training_log(c))), [])
+    return next((log for c in copies if (log := read_training_log(c))), []) or read_training_log(directory)
 
 
 def fold_change(coll: Collection, per_query: pd.DataFrame, name: str, start: str, fold: int, n: int) -> float:
