@@ -1,6 +1,6 @@
 """examples/walkthrough.ipynb, executed here by nbclient as Jupyter would run it, with the
-small settings it reads from the environment (8 queries, one round), so that it cannot
-rot; and the copy in the repository must hold the outputs of a complete run."""
+small setting it reads from the environment (8 queries; the shipped single round), so that it
+cannot rot; and the copy in the repository must hold the outputs of a complete run."""
 import json
 from pathlib import Path
 
@@ -19,22 +19,21 @@ def test_the_committed_notebook_holds_the_outputs_of_a_complete_run():
     images = [o for cell in code for o in cell.outputs if 'image/png' in o.get('data', {})]
     assert len(images) == 2  # the training curve and the comparison
     text = ''.join(o.get('text', '') for cell in code for o in cell.outputs)
-    assert 'with QUERIES=2000 ROUNDS=5' in text  # the shipped settings, not the test's
+    assert 'with QUERIES=2000 rounds=1' in text  # the shipped settings, not the test's
 
 
 @pytest.mark.slow
 def test_the_walkthrough_runs(cache_dir, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(NOTEBOOK.parents[1] / 'scripts'))
     from execute_notebook import execute
-    for name, value in {'WALKTHROUGH_QUERIES': '8', 'WALKTHROUGH_ROUNDS': '1',
-                        'SELFSUP_CACHE': str(cache_dir),
+    for name, value in {'WALKTHROUGH_QUERIES': '8', 'SELFSUP_CACHE': str(cache_dir),
                         'WALKTHROUGH_OUTPUT': str(tmp_path / 'run')}.items():
         monkeypatch.setenv(name, value)
     notebook = execute(NOTEBOOK, timeout=600, cwd=tmp_path)
     text = ''.join(o.get('text', '') for cell in notebook.cells if cell.cell_type == 'code'
                    for o in cell.outputs)
     assert 'classic/adi: 82 documents; 35 test queries, 170 judgements' in text
-    assert '8 queries from' in text and 'with QUERIES=8 ROUNDS=1' in text
+    assert '8 queries from' in text and 'with QUERIES=8 rounds=1' in text
     assert (tmp_path / 'run' / 'comparison.png').stat().st_size > 10_000
     assert (tmp_path / 'run' / 'final').is_dir()
     log = [json.loads(line)
