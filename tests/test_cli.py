@@ -124,6 +124,27 @@ def test_list():
     assert 'pipeline bm25' in proc.stdout and 'collection classic/cisi' in proc.stdout
 
 
+def test_help_and_settings_import_no_model_library():
+    """`selfsup --help`, `selfsup run --help` and `selfsup settings` answer without importing
+    PyTerrier, pyterrier-dr, torch or transformers (seconds of imports a process)."""
+    code = '\n'.join([
+        'import contextlib, io, sys',
+        'from pyterrier_selfsup.harness import cli',
+        'with contextlib.redirect_stdout(io.StringIO()) as out:',
+        '    assert cli.main(["settings", "distill"]) == 0',
+        '    for argv in (["--help"], ["run", "--help"]):',
+        '        try:',
+        '            cli.main(argv)',
+        '        except SystemExit as stop:',
+        '            assert stop.code == 0',
+        'assert "n_queries" in out.getvalue() and "selfsup list" in out.getvalue()',
+        'heavy = ("pyterrier", "pyterrier_dr", "torch", "transformers", "sentence_transformers")',
+        'print(sorted(name for name in heavy if name in sys.modules))'])
+    proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == '[]'
+
+
 def test_pipeline_settings_from_the_command_line():
     from pyterrier_selfsup.harness.pipelines import UnknownPipelineError, get_pipeline
     spec = get_pipeline('ds:negatives=bm25,epochs=2,dim=128,lr=1e-4')

