@@ -266,8 +266,10 @@ class Progress:
         elif self.lines and (self.said or
                              seconds >= _settings['interval']):  # (a short stage: no line)
             rate = self._rate(self.done - self.initial, seconds - self.inner_seconds)
-            self._say(f'{self.desc}: {counted(self.done, self.unit)} in {_duration(seconds)}' +
-                      (f' ({rate})' if rate else '')
+            # (a resumed stage: what this process did in its time, then where it began)
+            self._say(f'{self.desc}: {counted(self.done - self.initial, self.unit)} in '
+                      f'{_duration(seconds)}' + (f' ({rate})' if rate else '')
+                      + (f', resumed after {_amount(self.initial)}' if self.initial else '')
                       + (f', {self.postfix}' if self.postfix else ''))
         if self in _open:
             _open.remove(self)

@@ -76,6 +76,17 @@ def test_lines_go_to_the_progress_logger_where_logging_shows_them(lines_every, c
         'training: 3 steps in 0:06 (2.0 s/step), loss 0.5000']
 
 
+def test_a_resumed_stage_ends_with_what_it_did_itself_and_where_it_began(lines_every, capsys):
+    clock = lines_every(2.5)
+    # (a write stopped after 24 of 40 passages, resumed: 16 more in 4 s)
+    for _ in P.progress(range(24, 40, 4), total=40, initial=24, desc='writing queries',
+                        unit='passage', count=lambda s: 4):
+        clock.tick(1)
+    assert capsys.readouterr().err.splitlines() == [
+        'writing queries: 36/40 passages (90%), 4.0 passages/s, 0:03 elapsed, 0:01 left',
+        'writing queries: 16 passages in 0:04 (4.0 passages/s), resumed after 24']
+
+
 def test_a_stage_shorter_than_the_interval_says_nothing(lines_every, capsys):
     clock = lines_every(30)
     for _ in P.progress(range(3), desc='quick', unit='batch'):
