@@ -29,6 +29,7 @@ def test_the_walkthrough_runs(cache_dir, tmp_path, monkeypatch):
     for name, value in {'WALKTHROUGH_QUERIES': '8', 'SELFSUP_CACHE': str(cache_dir),
                         'WALKTHROUGH_OUTPUT': str(tmp_path / 'run')}.items():
         monkeypatch.setenv(name, value)
+    monkeypatch.delenv('WALKTHROUGH_ROUNDS', raising=False)  # (the shipped rounds)
     notebook = execute(NOTEBOOK, timeout=600, cwd=tmp_path)
     text = ''.join(o.get('text', '') for cell in notebook.cells if cell.cell_type == 'code'
                    for o in cell.outputs)

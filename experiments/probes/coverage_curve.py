@@ -61,7 +61,7 @@ COVERAGE = ['coverage_scifact_1', 'coverage_scifact_3', 'coverage_adi', 'coverag
 # points whose queries were written by more than one process (a write stopped and resumed from its
 # checkpoint): their group's Wall time line counts the last process only
 RESUMED = {('vaswani', 'distill:query_style=chat,example_pairs=cranfield,n_queries=11429,per_passage=1'):
-           'the last of 3 processes: the write was stopped twice and resumed'}
+           'the last of 3 processes: the third resumed the second\'s write'}
 
 
 def change_interval(model: np.ndarray, start: np.ndarray, seed: int = 0):
@@ -115,7 +115,8 @@ def main(*groups):
            'Wall time lines; cached: every group read here found the model trained before)',
            '- rise from the point before: nDCG@10 minus that of the same family\'s point with the next fewer '
            'queries a passage, with the same paired bootstrap (the issue\'s rule stops a curve at the first point '
-           'that does not rise beyond its noise)',
+           'that does not rise beyond its noise; on CISI and cranfield the 2,000-query point covers about half the '
+           'passages, so the rise there also compares coverage)',
            '- kept: the distinct queries written, at most n_queries (where a short corpus wrote more, n_queries '
            'spread over its passages; a tenth of them held out for the verdict); queries a passage: queries kept / '
            'passages of the corpus; change: '

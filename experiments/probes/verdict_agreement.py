@@ -15,9 +15,9 @@ training of that pipeline on that corpus; logs hold a verdict only since issue 3
 were fixed), or where there is none, from the model cache's log, and the real change from the group's per-query nDCG@10
 (`<group>.perquery.csv`) for a fold, its summary table otherwise.
 
-A model trained once and read by several groups (the same pipeline and settings on the same
-collection: the cache key) is one row, its first group's. Reported: each row, how often the
-verdict's sign (helped, or kept the start / not clear of 0) agrees with the sign of the real
+A model read by several groups (the same pipeline and settings on the same collection: one
+cache key, even where two machines trained it) is one row, its first group's. Reported: each
+row, how often the verdict's sign (helped, or kept the start / not clear of 0) agrees with the sign of the real
 change, and the Spearman correlation of the verdict's change with the real one; the same for
 the models trained on a query log's texts and for those trained on queries from the corpus.
 

@@ -45,7 +45,7 @@ from pyterrier_selfsup._cache import (CacheFull, build_once, cache_key, cache_ro
 from pyterrier_selfsup.models._base import (TorchModel, clean_texts, compute_dtype,
                                             full_attention_layers, pad, resolve_device)
 from pyterrier_selfsup.models.names import (GENERATORS, MAX_PASSAGE_LENGTH,  # noqa: F401
-                                          QWEN, QWEN_GGUF, SMOLLM2, SMOLLM2_GGUF)
+                                            QWEN, QWEN_GGUF, SMOLLM2, SMOLLM2_GGUF)
 from pyterrier_selfsup.progress import Progress, progress
 
 if TYPE_CHECKING:

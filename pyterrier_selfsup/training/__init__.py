@@ -10,3 +10,7 @@ def __getattr__(name):
         from pyterrier_selfsup.training.loop import Trainer
         return Trainer
     raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
+
+def __dir__():
+    return sorted(__all__)
