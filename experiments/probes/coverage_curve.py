@@ -20,6 +20,7 @@ writes experiments/results/coverage_curve.{md,png}.
 import re
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import matplotlib
 import numpy as np
@@ -62,6 +63,18 @@ COVERAGE = ['coverage_scifact_1', 'coverage_scifact_3', 'coverage_adi', 'coverag
 # checkpoint): their group's Wall time line counts the last process only
 RESUMED = {('vaswani', 'distill:query_style=chat,example_pairs=cranfield,n_queries=11429,per_passage=1'):
            'the last of 3 processes: the third resumed the second\'s write'}
+
+
+class Point(NamedTuple):
+    """One point of a family's curve: queries a passage, nDCG@10 and its interval, its table row
+    before and after the rise column, and its per-query nDCG@10 (for the rise's bootstrap)."""
+    x: float
+    y: float
+    low: float
+    high: float
+    head: str
+    tail: str
+    scores: np.ndarray
 
 
 def change_interval(model: np.ndarray, start: np.ndarray, seed: int = 0):
@@ -148,19 +161,19 @@ def main(*groups):
                 share = f'{cover[0]:,} ({cover[0] / cover[1]:.2f})' if cover else '-'
                 spent = seconds_of(md_text, name, Collection(collection).corpus_id)
                 spent = f'{spent} ({RESUMED[collection, name]})' if (collection, name) in RESUMED else spent
-                points.append((per_passage, value, value - mean + low, value - mean + high,
-                               f'| {family} | {written:,} | {kept:,} | {per_passage:.2f} | {share} | {value:.4f} | '
-                               f'{mean:+.4f} [{low:+.4f}, {high:+.4f}] |',
-                               f' {spent if spent else "cached"} |', scores[name].to_numpy()))
-            points.sort(key=lambda point: point[0])  # by queries a passage
+                points.append(Point(per_passage, value, value - mean + low, value - mean + high,
+                                    f'| {family} | {written:,} | {kept:,} | {per_passage:.2f} | {share} | '
+                                    f'{value:.4f} | {mean:+.4f} [{low:+.4f}, {high:+.4f}] |',
+                                    f' {spent if spent else "cached"} |', scores[name].to_numpy()))
+            points.sort(key=lambda point: point.x)  # by queries a passage
             for before, point in zip([None] + points[:-1], points):
                 rise = '-' if before is None else '{:+.4f} [{:+.4f}, {:+.4f}]'.format(
-                    *change_interval(point[-1], before[-1]))
-                md.append(f'{point[4]} {rise} |{point[5]}')
-            xs, ys, lows, highs = (list(c) for c in zip(*[p[:4] for p in points])) if points else ([],) * 4
-            if xs:
-                ax.errorbar(xs, ys, yerr=[np.subtract(ys, lows), np.subtract(highs, ys)], marker='o', capsize=3,
-                            label=family)
+                    *change_interval(point.scores, before.scores))
+                md.append(f'{point.head} {rise} |{point.tail}')
+            if points:
+                ys = np.array([p.y for p in points])
+                ax.errorbar([p.x for p in points], ys, marker='o', capsize=3, label=family,
+                            yerr=[ys - [p.low for p in points], [p.high for p in points] - ys])
         for name, style in zip((START,) + REFERENCES, (':', '--', '-.')):
             if name in rows.index:
                 ax.axhline(rows.loc[name, 'nDCG@10'], color='grey', linestyle=style, linewidth=1)

@@ -12,14 +12,15 @@ so that a fresh clone reruns it without training:
 the verdict from the training log's copy that `label_free.py` committed under
 `results/distill_curves/<corpus>/<pipeline>/` (``fold-<k>/`` for a two-fold run: the newest
 training of that pipeline on that corpus; logs hold a verdict only since issue 30's settings
-were fixed), or where there is none, from the model cache's log, and the real change from the group's per-query nDCG@10
-(`<group>.perquery.csv`) for a fold, its summary table otherwise.
+were fixed), or where there is none, from the model cache's log, and the real change from the
+group's per-query nDCG@10 (`<group>.perquery.csv`) for a fold, its summary table otherwise.
 
 A model read by several groups (the same pipeline and settings on the same collection: one
 cache key, even where two machines trained it) is one row, its first group's. Reported: each
-row, how often the verdict's sign (helped, or kept the start / not clear of 0) agrees with the sign of the real
-change, and the Spearman correlation of the verdict's change with the real one; the same for
-the models trained on a query log's texts and for those trained on queries from the corpus.
+row, how often the verdict's sign (helped, or kept the start / not clear of 0) agrees with the
+sign of the real change, and the Spearman correlation of the verdict's change with the real
+one; the same for the models trained on a query log's texts and for those trained on queries
+from the corpus.
 
     python experiments/probes/verdict_agreement.py [results group ...]   (default: the label_free groups of issue 30)
 writes experiments/results/verdict_agreement.{md,csv}.
