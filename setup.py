@@ -4,7 +4,8 @@ from setuptools import find_packages, setup
 setup(
     name='pyterrier-selfsup',
     version='0.1.0',
-    description='Self-supervised neural retrieval for PyTerrier: adapt retrievers to a corpus without relevance labels',
+    description=('Self-supervised neural retrieval for PyTerrier: adapt retrievers to a corpus '
+                 'without relevance labels'),
     long_description=Path(__file__).with_name('README.md').read_text(encoding='utf8'),
     long_description_content_type='text/markdown',
     packages=find_packages(include=['pyterrier_selfsup', 'pyterrier_selfsup.*']),
@@ -12,7 +13,8 @@ setup(
     install_requires=[
         'torch>=2.6,<3',  # pad_sequence(padding_side=...)
         'transformers>=5.23',  # the attention and mask interfaces ACROBArT plugs into
-        'sentence-transformers>=5.0',  # Router: an untied dual encoder exported as a query and a document route
+        # Router: an untied dual encoder exported as a query and a document route
+        'sentence-transformers>=5.0',
         'pyterrier>=1.0',
         'python-terrier>=1.0',
         'pyterrier-pisa>=0.4.9',
@@ -21,7 +23,8 @@ setup(
         'ir-datasets>=0.5.9',
         'ir-measures>=0.3.7',
         'gguf>=0.10',
-        'accelerate>=1.0',  # transformers needs it to load a GGUF checkpoint (the SmolLM2 generator)
+        # transformers needs it to load a GGUF checkpoint (the SmolLM2 generator)
+        'accelerate>=1.0',
         'matplotlib>=3.7',
         'pandas>=2.0',
         'numpy>=1.24',
@@ -35,12 +38,16 @@ setup(
     extras_require={
         'cpu': ['faiss-cpu>=1.8', 'openvino>=2024.0', 'nncf>=2.12'],
         'gpu': ['faiss-gpu-cu12>=1.8'],
-        # (nbclient: the walkthrough notebook; pytest-xdist: `make test` runs two workers)
-        'test': ['pytest>=7', 'pytest-xdist>=3', 'nbclient>=0.10', 'nbformat>=5.9', 'ipykernel>=6'],
+        # (nbclient: the walkthrough notebook; pytest-xdist: `make test` runs two workers; ruff:
+        # the linter `make test` runs first)
+        'test': ['pytest>=7', 'pytest-xdist>=3', 'nbclient>=0.10', 'nbformat>=5.9', 'ipykernel>=6',
+                 'ruff>=0.6'],
     },
     entry_points={
         'console_scripts': ['selfsup = pyterrier_selfsup.harness.cli:main'],
-        # so that pt.Artifact.load(path) reopens a token index, as pyterrier-dr registers its FlexIndex
-        'pyterrier.artifact': ['token_index.reatt = pyterrier_selfsup.retrieval.token_index:ReAttIndex'],
+        # so that pt.Artifact.load(path) reopens a token index, as pyterrier-dr registers its
+        # FlexIndex
+        'pyterrier.artifact': [
+            'token_index.reatt = pyterrier_selfsup.retrieval.token_index:ReAttIndex'],
     },
 )

@@ -41,7 +41,8 @@ def execute(path: Path, *, timeout: int = 3600, cwd: Path = None) -> nbformat.No
                 del os.environ['JUPYTER_PATH']
             else:
                 os.environ['JUPYTER_PATH'] = previous
-    notebook.metadata['kernelspec'] = {'name': 'python3', 'display_name': 'Python 3', 'language': 'python'}
+    notebook.metadata['kernelspec'] = {'name': 'python3', 'display_name': 'Python 3',
+                                       'language': 'python'}
     return notebook
 
 

@@ -20,8 +20,8 @@ def test_adjustment_loss_is_the_kl_divergence_with_zero_target_terms_left_out():
     expected = []
     for row_l, row_t in zip(logits.tolist(), target.tolist()):
         z = sum(math.exp(v) for v in row_l)
-        expected.append(sum(t * (math.log(t) - (l - math.log(z)))
-                            for l, t in zip(row_l, row_t) if t > 0))
+        expected.append(sum(t * (math.log(t) - (logit - math.log(z)))
+                            for logit, t in zip(row_l, row_t) if t > 0))
     assert adjustment_loss(logits, target).item() == pytest.approx(np.mean(expected), rel=1e-12)
     assert (adjustment_loss(torch.log(target + 1e-300), target).item()
             == pytest.approx(0.0, abs=1e-9))

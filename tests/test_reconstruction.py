@@ -28,8 +28,8 @@ from tests.helpers import central_difference, stopped_at_step
 def test_marginal_nll_equals_the_brute_force_formula():
     logits = torch.tensor([[2.0, 0.5, -1.0], [0.0, 0.0, 3.0]], dtype=torch.float64)
     teacher = torch.tensor([[-20.0, -18.0, -25.0], [-7.0, -9.0, -30.0]], dtype=torch.float64)
-    expected = np.mean([-math.log(sum(math.exp(l) / sum(math.exp(m) for m in row_l) * math.exp(t)
-                                      for l, t in zip(row_l, row_t)))
+    expected = np.mean([-math.log(sum(math.exp(x) / sum(math.exp(m) for m in row_l) * math.exp(t)
+                                      for x, t in zip(row_l, row_t)))
                         for row_l, row_t in zip(logits.tolist(), teacher.tolist())])
     assert marginal_nll(logits, teacher).item() == pytest.approx(expected, rel=1e-12)
 

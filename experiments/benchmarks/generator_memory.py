@@ -39,7 +39,8 @@ def child(precision: str, budget: str, out: str):
     gen = selfsup.Generator.from_pretrained(selfsup.SMOLLM2, gguf_file=selfsup.SMOLLM2_GGUF, max_passage_length=256,
                                          precision=precision)
     gen.log_likelihoods(['warm up'], [text[pairs['docno'].iloc[0]]])
-    peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20  # GiB (ru_maxrss is KiB)
+    def peak():  # GiB (ru_maxrss is KiB)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
     before, started = peak(), time.perf_counter()
     scores = gen.log_likelihoods(pairs['query'].tolist(), [text[d] for d in pairs['docno']])
     seconds = time.perf_counter() - started

