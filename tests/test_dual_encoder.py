@@ -189,6 +189,32 @@ def test_save_load_round_trip(tiny_dir, tmp_path):
                                       enc._encode_fast(TEXTS, side, 2))
 
 
+@pytest.mark.parametrize('dim, tied, normalize', [(None, True, True), (None, False, True),
+                                                   (16, True, False), (16, False, True)])
+def test_every_trained_dual_encoder_exports_to_sentence_transformers(tiny_dir, tmp_path, dim,
+                                                                     tied, normalize):
+    enc = DualEncoder.from_pretrained(str(tiny_dir), dim=dim, pooling='mean', normalize=normalize,
+                                      device='cpu', precision='fp32', max_length=48)
+    if not tied:  # a query tower trained against a frozen passage tower
+        enc.model.freeze_passage_tower()
+    with torch.no_grad():  # move the query side, as training would
+        for p in enc.model.encoder.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+        if dim is not None:
+            enc.model.query_proj.weight.add_(0.1)
+    enc.save_pretrained(tmp_path / 'out')
+    enc.save_sentence_transformers(tmp_path / 'out')
+    model = SentenceTransformer(str(tmp_path / 'out'), device='cpu')
+    queries, docs = TEXTS[:2], TEXTS[2:]
+    ours_q, ours_d = enc.encode_queries(queries), enc.encode_docs(docs)
+    assert ours_q.shape[1] == (dim or enc.model.encoder.config.hidden_size)
+    np.testing.assert_allclose(model.encode_query(queries), ours_q, atol=1e-5)
+    np.testing.assert_allclose(model.encode_document(docs), ours_d, atol=1e-5)
+    # where the two sides differ, the test above would catch one side exported for the other
+    apart = np.abs(model.encode_query(docs) - model.encode_document(docs)).max()
+    assert apart > 1e-3 if (dim or not tied) else apart == 0
+
+
 def test_awkward_texts(minilm):
     texts = ['', '   \n\t', float('nan'), None, 'x ' * 50_000, 'ordinary text']
     vecs = minilm.encode_docs(texts)

@@ -52,7 +52,8 @@ def test_apply_moves_only_passages_with_an_offset_and_renormalises():
 
 def _trainer(encoder, coll, cache_dir, **kwargs):
     bm25 = Fusion({'bm25': BM25.from_collection(coll, num_results=100, cache_dir=cache_dir)})
-    settings = dict(depth=10, batch_size=8, lr=3e-4, epochs=3, passage_offsets=0.1, offset_lr=1e-2,
+    settings = dict(depth=10, batch_size=8, lr=3e-4, rounds=3, passages='offsets', offset_weight=0.1,
+                    offset_lr=1e-2,
                     verdict_share=0.0, seed=0, cache_dir=cache_dir, verbose=False)
     return Distillation(encoder, coll, bm25, **{**settings, **kwargs})
 
@@ -133,25 +134,24 @@ def test_verdict_parts_by_hand():
     assert held_out([str(i) for i in range(59)], 0.1) == []
     assert (ndcg_at({'q': ['a', 'b', 'c'], 'r': ['x']}, {'q': 'b', 'r': 'y'}).tolist()
             == pytest.approx([1 / math.log2(3), 0]))
-    v = verdict({0: np.array([0.0, 0.5, 1.0, 0.0] * 2), 1: np.array([1.0, 0.5, 1.0, 1.0] * 2),
-                 2: np.array([0.5] * 8)})
-    assert (v.best_round, v.start, v.best) == (1, 0.375, 0.875) and v.low == 0.125 and v.helped
-    assert 'round 1 kept' in v.sentence() and 'interval clear of 0' in v.sentence()
-    none = verdict({0: np.array([1.0, 1.0]), 1: np.array([0.0, 1.0])})
-    assert none.best_round == 0 and not none.helped and 'start model is kept' in none.sentence()
-    # keep='last': the verdict compares the last round, whichever way it moved
+    # the verdict compares the last round with the start, whichever way it moved
+    rose = verdict({0: np.array([0.0, 0.5, 1.0, 0.0] * 2), 1: np.array([0.5] * 8),
+                    2: np.array([1.0, 0.5, 1.0, 1.0] * 2)})
+    assert (rose.kept_round, rose.start, rose.kept) == (2, 0.375, 0.875) and rose.low == 0.125
+    assert rose.helped and 'round 2 kept' in rose.sentence()
+    assert 'interval clear of 0' in rose.sentence()
     last = verdict({0: np.array([0.0, 0.5, 1.0, 0.0] * 2), 1: np.array([1.0, 0.5, 1.0, 1.0] * 2),
-                    2: np.array([0.5] * 8)}, kept=2)
-    assert (last.best_round, last.best) == (2, 0.5) and 'rose within its noise' in last.sentence()
-    fell = verdict({0: np.array([1.0, 1.0, 1.0]), 1: np.array([0.0, 0.0, 0.0])}, kept=1)
-    assert 'fell, its interval clear of 0: round 1 kept' in fell.sentence()
+                    2: np.array([0.5] * 8)})
+    assert (last.kept_round, last.kept) == (2, 0.5) and 'rose within its noise' in last.sentence()
+    fell = verdict({0: np.array([1.0, 1.0, 1.0]), 1: np.array([0.0, 0.0, 0.0])})
+    assert 'fell, its interval clear of 0: round 1 kept' in fell.sentence() and not fell.helped
     # what the user reads: what was measured, and that it is a proxy; never that adaptation helped
-    for said in (v.sentence(), none.sentence(), last.sentence(), fell.sentence()):
+    for said in (rose.sentence(), last.sentence(), fell.sentence()):
         assert 'not known to predict' in said and 'helped' not in said
 
 
-def test_held_out_queries_never_train_and_the_best_round_is_kept(tiny_encoder, cache_dir, tmp_path,
-                                                                 monkeypatch):
+def test_held_out_queries_never_train_and_the_last_round_ships_with_its_verdict(
+        tiny_encoder, cache_dir, tmp_path, monkeypatch):
     coll = Collection('classic/adi')
     topics = coll.topics()
     seen = []
@@ -163,7 +163,7 @@ def test_held_out_queries_never_train_and_the_best_round_is_kept(tiny_encoder, c
 
     monkeypatch.setattr(Distillation, 'loss', spy)
     trainer = _trainer(tiny_encoder(max_length=64), coll, cache_dir, output_dir=tmp_path / 'run',
-                       verdict_share=0.2, checkpoint_every='epoch', keep='verdict')
+                       verdict_share=0.2, checkpoint_every='epoch')
     trainer.verdict.fewest = 1  # (ADI's 35 queries: a verdict from 7)
     trainer.fit(topics)
     held = {q.qid for q in trainer.verdict.held}
@@ -172,39 +172,17 @@ def test_held_out_queries_never_train_and_the_best_round_is_kept(tiny_encoder, c
     assert ([r['verdict round'] for r in rounds] == [0, 1, 2, 3] and
             all(len(r['verdict scores']) == 7 for r in rounds))
     v = trainer.verdict.result
-    assert v.queries == 7 and v.best == max(r['verdict nDCG@10'] for r in rounds)
-    assert trainer.log[-1]['verdict kept round'] == v.best_round
-    # the model left in place is the kept round's: scoring it again gives the kept round's score
+    assert v.queries == 7 and v.kept_round == 3 == trainer.log[-1]['verdict kept round']
+    assert v.kept == rounds[-1]['verdict nDCG@10'] and v.start == rounds[0]['verdict nDCG@10']
+    # the model left in place is the last round's: scoring it again gives its score
     ranked = trainer.rank(trainer.student(fresh=False), trainer.verdict.held, depth=10)
     again = ndcg_at({q: d for q, (d, _) in ranked.items()}, trainer.verdict.pseudo)
-    assert again.mean() == pytest.approx(v.best, abs=1e-9)
-    # and with lr 0 nothing moves: no round beats the start, and the start is what is kept
+    assert again.mean() == pytest.approx(v.kept, abs=1e-9)
+    # with lr 0 every round ties with the start: the last round ships, and the verdict says that
+    # the signal did not move
     frozen = _trainer(tiny_encoder(max_length=64), coll, cache_dir, lr=0.0, offset_lr=0.0,
-                      verdict_share=0.2, epochs=2, keep='verdict')
-    frozen.verdict.fewest = 1
-    frozen.fit(topics)
-    assert frozen.verdict.result.best_round == 0 and not frozen.verdict.result.helped
-
-
-def test_keep_last_ships_the_last_round_and_reports_the_signal_beside_it(tiny_encoder, cache_dir):
-    coll = Collection('classic/adi')
-    trainer = _trainer(tiny_encoder(max_length=64), coll, cache_dir, verdict_share=0.2,
-                       keep='last')
-    trainer.verdict.fewest = 1
-    trainer.fit(coll.topics())
-    rounds = [r for r in trainer.log if 'verdict round' in r]
-    assert [r['verdict round'] for r in rounds] == [0, 1, 2, 3]
-    v = trainer.verdict.result
-    assert v.best_round == 3 == trainer.log[-1]['verdict kept round']
-    assert v.best == rounds[-1]['verdict nDCG@10'] and v.start == rounds[0]['verdict nDCG@10']
-    ranked = trainer.rank(trainer.student(fresh=False), trainer.verdict.held, depth=10)
-    again = ndcg_at({q: d for q, (d, _) in ranked.items()}, trainer.verdict.pseudo)
-    assert again.mean() == pytest.approx(v.best, abs=1e-9)
-    # with lr 0 every round ties with the start: the verdict would keep the start, keep=last
-    # keeps the last round and says that the signal did not move
-    frozen = _trainer(tiny_encoder(max_length=64), coll, cache_dir, lr=0.0, offset_lr=0.0,
-                      verdict_share=0.2, epochs=2, keep='last')
+                      verdict_share=0.2, rounds=2)
     frozen.verdict.fewest = 1
     frozen.fit(coll.topics())
-    assert frozen.verdict.result.best_round == 2
+    assert frozen.verdict.result.kept_round == 2 and not frozen.verdict.result.helped
     assert 'did not move: round 2 kept' in frozen.verdict.result.sentence()

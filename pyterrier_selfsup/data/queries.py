@@ -304,7 +304,7 @@ def sampled_queries(collection: Collection, generator, n: int, *,
                     top_p: float = SAMPLING['top_p'], style: str = 'plain',
                     examples: Sequence[str] = (),
                     pairs: Sequence[Tuple[str, str]] = (),
-                    checkpoint: Optional[Path] = None) -> pd.DataFrame:
+                    checkpoint: Optional[Path] = None, writer=None) -> pd.DataFrame:
     """About ``n`` queries written by ``generator`` with nucleus sampling, ``per_passage`` for
     each of ⌈n / per_passage⌉ passages drawn uniformly at random (GPL writes 3 a passage);
     empty ones and repeats (case and spacing ignored, over the whole set) are dropped, so
@@ -318,7 +318,8 @@ def sampled_queries(collection: Collection, generator, n: int, *,
     shown as the style to write in (a query log's), ``pairs``: (passage, query) examples shown
     before the passage (another collection's judged pairs), ``checkpoint``: a file that keeps
     the queries written so far, from which a call that was stopped resumes
-    (:meth:`~pyterrier_selfsup.models.writing.QueryWriter.write`)."""
+    (:meth:`~pyterrier_selfsup.models.writing.QueryWriter.write`). ``writer``: a writer already
+    made (then ``style``, ``examples`` and ``pairs`` are its own)."""
     import torch  # the generator's sampling is seeded through torch
 
     rng = random.Random(seed)
@@ -327,7 +328,8 @@ def sampled_queries(collection: Collection, generator, n: int, *,
         return _frame('gen', [])
     asked = per_passage
     per_passage = _queries_each(n, per_passage, len(docs))
-    writer = generator.writer(style=style, examples=examples, pairs=pairs, seed=seed)
+    if writer is None:
+        writer = generator.writer(style=style, examples=examples, pairs=pairs, seed=seed)
     texts = writer.write([text for _, text in docs], per_passage, max_new_tokens=max_new_tokens,
                          do_sample=True, temperature=temperature, top_p=top_p,
                          generator=torch.Generator().manual_seed(seed), checkpoint=checkpoint)
@@ -381,16 +383,6 @@ def sampled_plan(collection: Collection, n: int, per_passage: int) -> SampledPla
                                    for doc in collection.corpus_iter()))
     each = _queries_each(n, per_passage, passages) if passages else per_passage
     return SampledPlan(passages, each, each > per_passage and passages * each > n)
-
-
-def spreads(collection: Collection, n: int, per_passage: int) -> bool:
-    """Whether :func:`sampled_queries` keeps the ``n`` queries it writes on ``collection`` spread
-    over the passages (:func:`sampled_plan`): the corpus holds fewer passages with text than
-    ``n / per_passage``, so each one writes more.
-
-        spreads(Collection('cranfield'), 1400, 1)   # True: 2 of its 1,400 documents are empty
-    """
-    return sampled_plan(collection, n, per_passage).spread
 
 
 def spread(pairs: List[Tuple[str, str]], n: int) -> List[Tuple[str, str]]:

@@ -224,12 +224,10 @@ class DualEncoder(BiEncoder, TrainableModel):
         return encoder
 
     def config(self) -> Dict:
-        config = {'name': self.name, 'pooling': self.model.pooling, 'dim': self.model.dim,
-                  'normalize': self.model.normalize, 'max_length': self.max_length,
-                  'query_max_length': self.query_max_length, 'temperature': self.temperature}
-        if not self.model.tied:  # only then: the fingerprints of tied models stay as they were
-            config['tied'] = False
-        return config
+        return {'name': self.name, 'pooling': self.model.pooling, 'dim': self.model.dim,
+                'normalize': self.model.normalize, 'max_length': self.max_length,
+                'query_max_length': self.query_max_length, 'temperature': self.temperature,
+                'tied': self.model.tied}
 
     def save_pretrained(self, path: Union[str, Path]) -> Path:
         """Writes encoder, tokenizer, projections and settings; :meth:`from_pretrained` reads them
@@ -252,39 +250,46 @@ class DualEncoder(BiEncoder, TrainableModel):
     def save_sentence_transformers(self, path: Union[str, Path]) -> Path:
         """Writes the sentence-transformers layout of this model into ``path`` (where
         :meth:`save_pretrained` has written its encoder), so that ``SentenceTransformer(path)``
-        gives the same embeddings: its pooling and normalisation; an untied model (a query tower
-        trained against a frozen passage tower) becomes a ``Router`` whose ``encode_query`` and
-        ``encode_document`` take the two towers. Projections have no counterpart there (a ``Dense``
-        module would add a bias and an activation): a model with ``dim`` set is refused. Nor have
-        passage offsets (:mod:`~pyterrier_selfsup.models.offsets`): sentence-transformers encodes
-        passages as the start encoder did."""
-        from sentence_transformers import SentenceTransformer
-        from sentence_transformers.sentence_transformer.modules import (Normalize, Pooling, Router,
-                                                                        Transformer)
+        gives the same embeddings: its pooling, projections and normalisation. A tied model
+        without projections is one stack of modules; an untied model (a query tower trained
+        against a frozen passage tower), or one with projections (``dim``: a query and a passage
+        matrix), becomes a ``Router`` whose ``encode_query`` and ``encode_document`` take each
+        side's modules, each projection a ``Dense`` without bias or activation. Passage offsets
+        (:mod:`~pyterrier_selfsup.models.offsets`) have no counterpart there:
+        sentence-transformers encodes passages as the start encoder did.
 
-        if self.model.dim is not None:
-            raise ValueError('a DualEncoder with projections (dim set) has no '
-                             'sentence-transformers layout')
+            encoder.save_pretrained('out'); encoder.save_sentence_transformers('out')
+            SentenceTransformer('out').encode_query(['scurvy'])   # encoder.encode_queries'
+        """
+        from sentence_transformers import SentenceTransformer
+        from sentence_transformers.sentence_transformer.modules import (Dense, Normalize, Pooling,
+                                                                        Router, Transformer)
+
         path = Path(path)
 
-        def tower(directory: Path, max_length: int) -> list:
+        def tower(directory: Path, max_length: int, proj: Optional[torch.nn.Linear]) -> list:
             # the tokenizer is saved once, beside the (query) encoder
             transformer = Transformer(str(directory), max_seq_length=max_length,
                                       tokenizer_name_or_path=str(path))
             modules = [transformer, Pooling(transformer.get_embedding_dimension(),
                                             pooling_mode=self.model.pooling)]
+            if proj is not None:
+                modules.append(Dense(proj.in_features, proj.out_features, bias=False,
+                                     activation_function=torch.nn.Identity(),
+                                     init_weight=proj.weight.detach().float().cpu().clone()))
             return modules + ([Normalize()] if self.model.normalize else [])
 
-        if self.model.tied:
-            modules = tower(path, self.max_length)
+        passages = path if self.model.tied else path / PASSAGE_ENCODER_DIR
+        if self.model.tied and self.model.dim is None:
+            modules = tower(path, self.max_length, None)
         else:
-            modules = [Router.for_query_document(query_modules=tower(path, self.query_max_length),
-                                                 document_modules=tower(path / PASSAGE_ENCODER_DIR,
-                                                                        self.max_length))]
+            modules = [Router.for_query_document(
+                query_modules=tower(path, self.query_max_length, self.model.query_proj),
+                document_modules=tower(passages, self.max_length, self.model.passage_proj))]
         SentenceTransformer(modules=modules, device='cpu').save(str(path))
-        if not self.model.tied:  # (the towers' weights once on disk, not twice)
+        if isinstance(modules[0], Router):  # (the towers' weights once on disk, not twice)
             for tower_dir, weights_dir in (('query_0_Transformer', path),
-                                           ('document_0_Transformer', path / PASSAGE_ENCODER_DIR)):
+                                           ('document_0_Transformer', passages)):
                 for name in ('model.safetensors', 'pytorch_model.bin'):
                     _linked_if_equal(path / tower_dir / name, weights_dir / name)
         return path
@@ -301,7 +306,7 @@ class DualEncoder(BiEncoder, TrainableModel):
         query tower keeps the start's index."""
         if self.model.tied:
             return self.fingerprint()
-        config = {k: v for k, v in self.config().items() if k != 'tied'}
+        config = dict(self.config(), tied=True)
         state = {f'encoder.{k}': v for k, v in self.model.passage_encoder.state_dict().items()}
         if self.model.dim is not None:
             state['query_proj.weight'] = state['passage_proj.weight'] = (

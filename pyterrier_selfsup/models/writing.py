@@ -61,9 +61,6 @@ EXAMPLES_INTRO = ('Queries that users of a search engine wrote '
 PLAIN_PROMPT = 'Passage: {passage}\nA question this passage answers:'
 # characters of an example pair's passage shown (cut at a word's end: about 120 tokens)
 PAIR_PASSAGE_CHARS = 600
-# What the writer's draws come from, in the keys of the query sets and models made from them.
-# Raise it whenever a seed would write other queries (CHANGELOG.md says when it last rose).
-WRITER_VERSION = 2
 # the top k transformers' generate samples from where a model's config sets none
 GENERATE_TOP_K = 50
 NUCLEUS_CANDIDATES = 256  # tokens sorted for nucleus sampling (more where a row's nucleus is wider)
@@ -148,18 +145,17 @@ class QueryWriter:
 
     def config(self) -> dict:
         """What the queries depend on besides the model (keys cached queries): their
-        distribution, and what their draws depend on (the batch; the cache, whose arithmetic
-        rounds differently under bf16)."""
+        distribution (the prompt's every part), and what their draws depend on (the batch; the
+        cache and the shared prefix, whose arithmetic rounds differently under bf16)."""
         shared = bool(self._shared_layers())
         return {'style': self.style, 'examples': self.examples,
                 'max_passage_length': self.max_passage_length,
                 'system': SYSTEM_PROMPT if self.style == 'chat' else None,
                 'instruction': INSTRUCTION if self.style == 'chat' else PLAIN_PROMPT,
+                'examples_intro': EXAMPLES_INTRO,
+                'pairs': [list(pair) for pair in self.pairs],
                 'batch_size': self.batch_size, 'cache': 'shared prompt' if shared else 'dynamic',
-                'version': WRITER_VERSION,
-                **({'examples_intro': EXAMPLES_INTRO} if self.examples else {}),
-                **({'prefix': 'shared'} if self._prefix_shared() else {}),
-                **({'pairs': [list(pair) for pair in self.pairs]} if self.pairs else {})}
+                'prefix': 'shared' if self._prefix_shared() else 'each prompt'}
 
     def _shared_layers(self) -> Optional[int]:
         """The decoder's number of layers if the writer writes into a :class:`WriterCache`, else

@@ -5,8 +5,8 @@ The teacher is a PyTerrier retriever, or a function of the student's retriever t
 candidates for a query, through softmax(score / ``teacher_temperature``), are the distribution
 the student learns (:mod:`~pyterrier_selfsup.training.losses`). The passage side is a strategy
 of :mod:`~pyterrier_selfsup.training.passages`; a held-out slice of the queries gives the
-label-free verdict (:mod:`~pyterrier_selfsup.training.verdict`), which keeps the best round by its
-signal (``keep='verdict'``) or reports that signal for the last round (``keep='last'``).
+label-free verdict (:mod:`~pyterrier_selfsup.training.verdict`), which reports how its signal
+moved from the start to the last round.
 
     bm25 = BM25.from_collection(adi, num_results=100)
     trainer = Distillation(DualEncoder.from_pretrained(MINILM), adi,
@@ -64,8 +64,7 @@ class Distillation(DualEncoderTrainer):
         super().__init__(encoder, collection, settings, run, **changes)
         self.teacher = teacher
         self.passages = passage_side(self.settings)
-        self.verdict = HeldOutVerdict(self.settings.verdict_share, self.settings.seed,
-                                      keep=self.settings.keep)
+        self.verdict = HeldOutVerdict(self.settings.verdict_share, self.settings.seed)
         self.query_stats: Dict[str, float] = {}  # the round-trip filter's counts
         self._round0: Optional[Ranked] = None  # round 0's targets, if the filter ranked them
 
@@ -191,8 +190,8 @@ class Distillation(DualEncoderTrainer):
 
     def save_extra(self, path):
         """Saves the passage side's state, and the final model in the sentence-transformers
-        layout as well (without projections or passage offsets)."""
-        if path.name == 'final' and self.encoder.model.dim is None:
+        layout as well (its projections included; passage offsets have no counterpart there)."""
+        if path.name == 'final':
             self.encoder.save_sentence_transformers(path)
         self.passages.save(path)
 

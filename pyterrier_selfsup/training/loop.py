@@ -125,8 +125,6 @@ def keep_final_only(output_dir: Union[str, Path]):
     ``training_log.jsonl``). For the cached pipelines, whose models are finished products."""
     for checkpoint in checkpoints(output_dir):
         shutil.rmtree(checkpoint)
-    # (a kept round is in final/ by now)
-    shutil.rmtree(Path(output_dir) / 'best-round', ignore_errors=True)
     (Path(output_dir) / 'final' / STATE_FILE).unlink(missing_ok=True)
 
 

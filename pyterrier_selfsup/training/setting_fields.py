@@ -1,0 +1,194 @@
+"""How a method's settings are declared and read: the :func:`setting` field, the
+:class:`MethodSettings` base class and the typing of values typed on a command line.
+
+A field carries its default and its help text. A trainer takes its settings object whole
+(``Distillation(encoder, collection, teacher, DistillationSettings(rounds=3))``), and the
+command line, ``selfsup list``, the settings reference (``docs/settings.md``) and the record of a
+trained model all read names, defaults and help from the same fields. Where one setting depends
+on another, the dependency is a documented property of the class (for example
+:attr:`~pyterrier_selfsup.training.settings.DistillationSettings.excludes_sources`), never a
+rewrite made elsewhere.
+
+Changing a setting gives a new object::
+
+    settings = DistillationSettings(rounds=3)
+    settings.replace(lr=2e-5)         # a copy with lr changed; unknown names are refused
+    DistillationSettings.parse('lr', '2e-5')   # a value typed from the command line
+
+Each field says whether the weights depend on it (its ``trains`` metadata). Those that do are a
+trained model's identity (:meth:`MethodSettings.identity`): a model trained with any other value
+is another model. Those that do not (how often checkpoints are saved) are recorded beside it.
+
+A field whose default depends on other settings is declared with the default None and takes its
+value when the object is made (:meth:`MethodSettings.chosen_defaults`). The object, the model's
+record and the logs hold the value chosen, so a model trained with the default is the model
+trained with that value named.
+"""
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+# The groups a settings reference lists fields under, in this order.
+GROUPS = ('queries', 'model', 'teacher', 'method', 'training', 'checkpoints')
+
+
+def setting(default: Any, help: str, *, group: str = 'method', trains: bool = True,
+            choices: Optional[Tuple] = None):
+    """A settings field: its default, its help text (one sentence or two), the group the
+    settings reference lists it under (:data:`GROUPS`), whether the trained weights depend on it
+    (``trains``; False for how a run is carried out, such as its checkpoints) and, for a field
+    that takes one of a few values, those values."""
+    if group not in GROUPS:
+        raise ValueError(f'group must be one of {", ".join(GROUPS)}, not {group!r}')
+    return field(default=default,
+                 metadata={'help': help, 'group': group, 'trains': trains, 'choices': choices})
+
+
+@dataclass(frozen=True)
+class MethodSettings:
+    """The settings of one training method; each method has a subclass."""
+
+    seed: int = setting(0, 'Seeds the model\'s initialisation, the batches and the query sampling.',
+                        group='training')
+    warmup: float = setting(0.1, 'The share of the steps over which the learning rate rises '
+                                 'linearly to lr; it then decays linearly to zero.',
+                            group='training')
+    weight_decay: float = setting(0.01, 'AdamW\'s weight decay.', group='training')
+    accumulation: int = setting(1, 'Batches whose gradients are summed into one optimiser step.',
+                                group='training')
+    gradient_checkpointing: Optional[bool] = setting(
+        None, 'Recompute each layer\'s activations in the backward pass, holding only its input: '
+              'less memory for a second forward pass, the same weights. None: the method\'s '
+              'default (on where a step encodes passages with gradients).',
+        group='checkpoints', trains=False)
+
+    def __post_init__(self):
+        chosen = {name: value for name, value in self.chosen_defaults().items()
+                  if getattr(self, name) is None}
+        for name, value in chosen.items():  # (frozen: set once, here)
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, '_chosen', frozenset(chosen))
+        for f in dataclasses.fields(self):
+            choices = f.metadata.get('choices')
+            if choices and getattr(self, f.name) not in choices:
+                raise ValueError(f'{f.name} must be one of {", ".join(map(str, choices))}, '
+                                 f'not {getattr(self, f.name)!r}')
+        self.validate()
+
+    def chosen_defaults(self) -> Dict[str, Any]:
+        """The fields whose default depends on other settings (declared with the default None),
+        each with the value it takes here where it is left at None. None in the base class; a
+        subclass documents its rule."""
+        return {}
+
+    def validate(self):
+        """Refuses values that cannot train (a subclass adds its own rules)."""
+        for name in ('batch_size', 'accumulation', 'epochs', 'per_passage'):
+            if getattr(self, name, 1) < 1:
+                raise ValueError(f'{name} must be at least 1, not {getattr(self, name)}')
+        if not 0.0 <= self.warmup <= 1.0:
+            raise ValueError(f'warmup is a share of the steps, in [0, 1], not {self.warmup}')
+        every = getattr(self, 'checkpoint_every', None)
+        if not (every is None or every == 'epoch'
+                or (isinstance(every, int) and not isinstance(every, bool) and every > 0)):
+            raise ValueError(f'checkpoint_every is a number of steps, epoch or None, not {every!r}')
+
+    @property
+    def checkpoint_interval(self) -> Union[int, str, None]:
+        """When this run saves checkpoints: every this many steps, ``'epoch'`` (at each epoch's
+        end) or None (the final model only). A method with a rule of its own says so."""
+        return getattr(self, 'checkpoint_every', None)
+
+    # -- reading the fields ---------------------------------------------------------
+
+    @classmethod
+    def fields(cls) -> List[dataclasses.Field]:
+        """The fields, grouped as :data:`GROUPS` orders them (in declaration order within a
+        group)."""
+        declared = dataclasses.fields(cls)
+        return sorted(declared, key=lambda f: GROUPS.index(f.metadata['group']))
+
+    @classmethod
+    def help(cls, name: str) -> str:
+        return {f.name: f for f in dataclasses.fields(cls)}[name].metadata['help']
+
+    @classmethod
+    def defaults(cls) -> dict:
+        """Every setting at its default, in :meth:`fields` order."""
+        return {f.name: f.default for f in cls.fields()}
+
+    @classmethod
+    def names(cls) -> List[str]:
+        return [f.name for f in cls.fields()]
+
+    def asdict(self) -> dict:
+        """Every setting with its value, in :meth:`fields` order: what a model's record holds,
+        and what :meth:`of` reads back into an equal object.
+
+            DistillationSettings.of(**DistillationSettings(rounds=3).asdict())
+        """
+        return {f.name: getattr(self, f.name) for f in self.fields()}
+
+    def identity(self) -> dict:
+        """The settings the trained weights depend on (every field but those of how the run is
+        carried out, such as its checkpoints): a trained model's identity."""
+        return {f.name: getattr(self, f.name) for f in self.fields() if f.metadata['trains']}
+
+    # -- changing them --------------------------------------------------------------
+
+    @classmethod
+    def check_names(cls, changes: Dict[str, Any]) -> Dict[str, Any]:
+        """``changes``, where every name is a setting of the class; an unknown name is refused,
+        with the names it does know."""
+        unknown = [name for name in changes if name not in cls.names()]
+        if unknown:
+            raise ValueError(f'{cls.__name__} has no setting {unknown[0]!r}; its settings: '
+                             f'{", ".join(cls.names())}')
+        return dict(changes)
+
+    @classmethod
+    def of(cls, **changes) -> 'MethodSettings':
+        """The defaults with ``changes`` (unknown names are refused, with the known ones)."""
+        return cls(**cls.check_names(changes))
+
+    def replace(self, **changes) -> 'MethodSettings':
+        """A copy with ``changes``, validated again. A field that took its value from
+        :meth:`chosen_defaults` chooses it again, from the changed settings (which
+        ``dataclasses.replace`` would not do: use this)."""
+        if not changes:
+            return self
+        changes = self.check_names(changes)
+        again = {name: None for name in self._chosen if name not in changes}
+        return dataclasses.replace(self, **again, **changes)
+
+    @classmethod
+    def parse(cls, name: str, text: str) -> Any:
+        """``text`` (as typed on the command line) as a value of setting ``name``, by its type:
+        ``none`` for None, ``true``/``false`` for a flag, a number, or the text itself."""
+        hints = typing.get_type_hints(cls)
+        if name not in cls.names():
+            raise ValueError(f'{cls.__name__} has no setting {name!r}; its settings: '
+                             f'{", ".join(cls.names())}')
+        return parse_value(text, hints[name])
+
+
+def parse_value(text: str, kind) -> Any:
+    """``text`` as a value of type ``kind`` (a type hint: Optional, Union, bool, int, float,
+    str)."""
+    options = typing.get_args(kind) if typing.get_origin(kind) is Union else (kind,)
+    if text.lower() == 'none' and type(None) in options:
+        return None
+    for option in options:
+        if option is bool:
+            if text.lower() in ('1', 'true', 'yes', 'on', '0', 'false', 'no', 'off'):
+                return text.lower() in ('1', 'true', 'yes', 'on')
+        elif option in (int, float):
+            try:
+                return option(text)
+            except ValueError:
+                continue
+        elif option is str:
+            return text
+    kinds = [getattr(o, '__name__', str(o)) for o in options if o is not type(None)]
+    raise ValueError(f'{text!r} is not a {" or ".join(kinds)}')
