@@ -32,6 +32,16 @@ if [ "$(cat "$venv/.selfsup-installed" 2>/dev/null)" != "$want" ]; then
 fi
 export PATH="$venv/bin:$PATH"
 
+# The commit the results headers name (pyterrier_selfsup.harness.provenance reads it; the package
+# itself never runs git), unless a copy was told its commit already (scripts/gpu/stage.sh).
+if [ -z "${SELFSUP_CODE_REVISION:-}" ] &&
+   rev="$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null)"; then
+  if [ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+    rev="$rev+uncommitted"
+  fi
+  export SELFSUP_CODE_REVISION="$rev"
+fi
+
 # Our own machines have no model hub: ../shared/bin/offline-assets seeds the
 # standard caches there. Elsewhere the models and data download as usual.
 if [ -x "$root/../shared/bin/offline-assets" ]; then

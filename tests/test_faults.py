@@ -458,7 +458,7 @@ def test_unwritable_directory_probe_uses_a_real_write(tmp_path):
 # -- generated queries, the ReAtt token index, results files ---------------------------
 
 def test_garbled_generated_queries_are_set_aside_and_rebuilt(tmp_path, tiny_generator_dir, caplog):
-    from pyterrier_selfsup.harness.trained import training_topics
+    from pyterrier_selfsup.harness.topics import training_topics
     from pyterrier_selfsup.models.generator import Generator
     coll = Collection('classic/adi')
     gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu',

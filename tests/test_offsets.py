@@ -52,8 +52,8 @@ def test_apply_moves_only_passages_with_an_offset_and_renormalises():
 
 def _trainer(encoder, coll, cache_dir, **kwargs):
     bm25 = Fusion({'bm25': BM25.from_collection(coll, num_results=100, cache_dir=cache_dir)})
-    settings = dict(depth=10, batch_size=8, lr=3e-4, rounds=3, passages='offsets', offset_weight=0.1,
-                    offset_lr=1e-2,
+    settings = dict(depth=10, batch_size=8, lr=3e-4, rounds=3, passages='offsets',
+                    offset_weight=0.1, offset_lr=1e-2,
                     verdict_share=0.0, seed=0, cache_dir=cache_dir, verbose=False)
     return Distillation(encoder, coll, bm25, **{**settings, **kwargs})
 

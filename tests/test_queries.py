@@ -38,8 +38,8 @@ def test_cropped_spans():
 
 
 def test_document_titles_are_each_documents_own_title_once():
-    from pyterrier_selfsup.harness.trained import training_topics
-    from pyterrier_selfsup.training.settings import CUT_FROM_CORPUS
+    from pyterrier_selfsup.harness.topics import training_topics
+    from pyterrier_selfsup.data.sources import CUT_FROM_CORPUS
     coll = Collection('classic/adi')
     titles = {d.doc_id: ' '.join(d.title.split()) for d in coll.irds.docs_iter()}
     some = document_titles(coll, 30, seed=0)
@@ -80,7 +80,7 @@ def test_generated_training_topics_are_written_once_and_shared_by_every_trainer(
         tiny_dir, tiny_generator_dir, tmp_path, monkeypatch):
     from pyterrier_selfsup.data.queries import generated_queries
     from pyterrier_selfsup.harness import trained
-    from pyterrier_selfsup.harness.trained import training_topics
+    from pyterrier_selfsup.harness.topics import training_topics
     from pyterrier_selfsup.models.generator import Generator
     from pyterrier_selfsup.training.distant import DistantSupervision
     coll = Collection('classic/adi')
@@ -132,7 +132,7 @@ class EchoOrGeneric:
 def test_round_trip_queries_keep_only_queries_that_find_their_passage(tmp_path):
     from pyterrier_selfsup import BM25
     from pyterrier_selfsup.data.queries import generated_queries
-    from pyterrier_selfsup.harness.trained import training_topics
+    from pyterrier_selfsup.harness.topics import training_topics
     coll = Collection('classic/adi')
     bm25 = BM25.from_collection(coll, cache_dir=tmp_path) % 10
     plain = generated_queries(coll, EchoOrGeneric(), 20, seed=0)
@@ -201,7 +201,8 @@ def test_queries_kept_from_a_short_corpus_are_spread_over_its_passages(tiny_gene
     import json
     from pyterrier_selfsup.data.queries import spread, spreads
     from pyterrier_selfsup.harness import trained
-    from pyterrier_selfsup.harness.trained import model_dir, training_topics
+    from pyterrier_selfsup.harness.topics import training_topics
+    from pyterrier_selfsup.harness.trained import model_dir
     from pyterrier_selfsup.models.generator import Generator
     docs = [{'_id': f'd{i}', 'title': '', 'text': '' if i == 3 else f'passage {i} about topic {i}'}
             for i in range(7)]
@@ -223,7 +224,7 @@ def test_queries_kept_from_a_short_corpus_are_spread_over_its_passages(tiny_gene
 
 
 def test_sampled_queries_cover_as_many_passages_as_per_passage_asks(tiny_generator_dir, tmp_path):
-    from pyterrier_selfsup.harness.trained import training_topics
+    from pyterrier_selfsup.harness.topics import training_topics
     from pyterrier_selfsup.models.generator import Generator
     coll = Collection('classic/adi')
     gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu',
@@ -245,7 +246,7 @@ def test_a_stopped_writing_of_training_queries_resumes_after_its_last_batch(tiny
     as a run never stopped."""
     import pandas as pd
 
-    from pyterrier_selfsup.harness.trained import training_topics
+    from pyterrier_selfsup.harness.topics import training_topics
     from pyterrier_selfsup.models.generator import Generator
     from pyterrier_selfsup.models.writing import QueryWriter
     monkeypatch.setitem(QueryWriter.__init__.__kwdefaults__, 'batch_size', 4)

@@ -10,6 +10,7 @@ from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup import Collection
 from pyterrier_selfsup.data.queries import folds, other_folds, query_log
 from pyterrier_selfsup.harness import trained
+from pyterrier_selfsup.harness.topics import training_topics
 from pyterrier_selfsup.harness.pipelines import CrossFold, get_pipeline
 
 
@@ -54,7 +55,7 @@ def test_a_malformed_query_log_names_its_line(tmp_path, name, content, message):
         query_log(path)
     # and the pipelines say it the same way, before anything trains
     with pytest.raises(ValueError, match=message):
-        trained.training_topics(Collection('classic/adi'), str(path), 10)
+        training_topics(Collection('classic/adi'), str(path), 10)
 
 
 def test_folds_split_the_topics_evenly_and_the_same_way_every_time():
@@ -81,7 +82,7 @@ def test_a_query_log_file_keys_the_model_by_its_contents(tmp_path):
     (tmp_path / 'a' / 'log.txt').write_text('automatic indexing\n')
     assert trained.model_dir(coll, 'distill', {'queries': str(tmp_path / 'a' / 'log.txt')}) != here
     with pytest.raises(ValueError, match='neither a source .* nor a collection'):
-        trained.training_topics(coll, str(tmp_path / 'missing.txt'), 10)
+        training_topics(coll, str(tmp_path / 'missing.txt'), 10)
 
 
 def test_crossfold_answers_each_query_with_the_model_that_never_saw_its_text(tiny_dir, cache_dir):
@@ -99,7 +100,7 @@ def test_crossfold_answers_each_query_with_the_model_that_never_saw_its_text(tin
                for line in (directory / 'training_log.jsonl').read_text().splitlines()]
         steps = [r for r in log if 'loss' in r]
         assert steps and len(steps) == -(-sum(f != fold for f in assigned.values()) // 32)
-        trained_on = trained.training_topics(coll, 'crossfold', 0, fold=fold)
+        trained_on = training_topics(coll, 'crossfold', 0, fold=fold)
         assert not set(trained_on['qid']) & {q for q, f in assigned.items() if f == fold}
     topics = coll.topics()
     results = pipeline(topics)

@@ -404,7 +404,7 @@ def test_an_interrupted_cached_run_resumes_from_its_last_checkpoint(tiny_dir, ti
 def test_generated_queries_do_not_depend_on_the_trainers_passage_length(
         tiny_dir, tiny_generator_dir, tmp_path, monkeypatch):
     from pyterrier_selfsup.harness import trained
-    from pyterrier_selfsup.harness.trained import training_topics
+    from pyterrier_selfsup.harness.topics import training_topics
     coll = Collection('classic/adi')
 
     class Trained(Exception):

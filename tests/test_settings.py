@@ -10,7 +10,10 @@ from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup import Collection
 from pyterrier_selfsup.harness import cli, reference, trained
 from pyterrier_selfsup.harness.pipelines import get_pipeline
-from pyterrier_selfsup.harness.trained import METHODS, model_dir
+from pyterrier_selfsup.harness.methods import METHODS
+from pyterrier_selfsup.harness.store import (MODEL_FORMAT, collection_digest, read_record,
+                                             read_settings)
+from pyterrier_selfsup.harness.trained import model_dir
 from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment
 from pyterrier_selfsup.training.distant import DistantSupervision
 from pyterrier_selfsup.training.distill import Distillation
@@ -55,12 +58,30 @@ def test_a_field_added_to_a_settings_class_reaches_the_trainer_the_list_the_key_
             in reference.markdown())
 
 
-def test_a_default_that_moves_keeps_the_keys_of_the_models_cached_before():
-    # keep's default moved from verdict to last: the models cached before keep existed trained
-    # as keep=verdict and keep their key, and the new default's models get a key of their own
-    assert 'keep' not in DistillationSettings(keep='verdict').key()
-    assert DistillationSettings().key()['keep'] == 'last'
-    assert {f.name: f for f in DistillationSettings.fields()}['keep'].metadata['was'] == 'verdict'
+def test_a_changed_default_trains_a_new_model_and_each_record_reads_back_its_settings(
+        tiny_dir, monkeypatch, tmp_path):
+    adi = Collection('classic/adi')
+    run = RunContext(cache_dir=tmp_path)
+    small = {'model_name': str(tiny_dir), 'n_queries': 24, 'batch_size': 8}
+    first = trained.train(adi, 'ds', small, run)
+    assert read_settings(first) == DistantSupervisionSettings(**small)
+    record = read_record(first)
+    assert record['format'] == MODEL_FORMAT and record['method'] == 'ds'
+    assert record['collection'] == {'id': 'classic/adi', 'digest': collection_digest(adi, run)}
+    assert record['queries'] == {'source': 'sentences', 'n': 24, 'seed': 0}
+    assert record['run'] == {'gradient_checkpointing': None, 'checkpoint_every': 25}
+
+    # the package moves lr's default: the same pipeline names another model, trained afresh
+    @dataclasses.dataclass(frozen=True)
+    class Moved(DistantSupervisionSettings):
+        lr: float = setting(3e-5, 'AdamW\'s peak learning rate.', group='training')
+
+    monkeypatch.setitem(SETTINGS, 'ds', Moved)
+    again = trained.train(adi, 'ds', small, run)
+    assert again.parent != first.parent and (again.parent / 'model.json').is_file()
+    assert read_settings(again).lr == 3e-5 and read_settings(first).lr == 2e-5
+    # the model trained before is where it was, as it was
+    assert read_settings(first).asdict() == DistantSupervisionSettings(**small).asdict()
     with pytest.raises(ValueError, match='per_passage must be at least 1'):
         DistillationSettings(per_passage=0)
 
@@ -114,12 +135,9 @@ def test_a_dependent_value_is_a_documented_rule_of_the_settings():
             DistillationSettings().replace(queries='crossfold').rounds) == ('offsets', 5)
     named = DistillationSettings(rounds=3, passages='trained').replace(queries='crossfold')
     assert (named.rounds, named.passages) == (3, 'trained')
-    assert DistillationSettings.of(train_passages=False, queries='crossfold').passages == 'offsets'
-    assert DistillationSettings.of(train_passages=False).passages == 'frozen'
-    # an old spelling combines with the side that the changed queries choose, made or copied
-    assert (DistillationSettings().replace(queries='crossfold', train_passages=False).passages
-            == DistillationSettings.of(queries='crossfold', train_passages=False).passages
-            == 'offsets')
+    # a copy made with other queries chooses as an object made with them does
+    assert (DistillationSettings().replace(queries='crossfold', lr=1e-5).passages
+            == DistillationSettings.of(queries='crossfold', lr=1e-5).passages == 'offsets')
     # RUMBArt checkpoints at its refreshes, or every 25 steps where its index never changes
     assert (RumbartSettings().checkpoint_interval == 25 and
             RumbartSettings(refresh_every=10).checkpoint_interval == 10)
@@ -128,52 +146,50 @@ def test_a_dependent_value_is_a_documented_rule_of_the_settings():
     assert RumbartSettings(checkpoint_every=3).checkpoint_interval == 3
 
 
-def test_old_names_still_work():
-    assert DistillationSettings.of(epochs=3).rounds == 3
-    assert DistillationSettings.of(passage_offsets=None, queries='crossfold').passages == 'frozen'
-    assert (DistillationSettings.of(passage_offsets=0.5)
-            == DistillationSettings(passages='offsets', offset_weight=0.5))
-    assert DistillationSettings.of(train_passages=True, passage_offsets=None).passages == 'trained'
-    assert RumbartSettings.of(checkpointing=False).gradient_checkpointing is False
-    assert get_pipeline('distill:passage_offsets=none').settings['passages'] == 'frozen'
+def test_old_names_are_refused_with_the_names_there_are():
+    for old in ({'epochs': 3}, {'passage_offsets': None}, {'keep': 'verdict'},
+                {'checkpointing': False}):
+        with pytest.raises(ValueError, match='has no setting'):
+            DistillationSettings.of(**old)
+    for gone in ('dual', 'recon'):  # (the former names of dual_encoder and query_likelihood)
+        with pytest.raises(ValueError, match='unknown pipeline'):
+            get_pipeline(gone)
 
 
-# the model directories of the shipped settings on ADI, as they have been since each method's
-# settings first had one source: a change to a default, or a setting added to the key at its
-# default, moves them, and every model trained before is no longer found
-SHIPPED_KEYS = {'distill': 'classic_adi.distill-2190d6e4da', 'ds': 'classic_adi.ds-3f870b5fa0',
-                'rumbart': 'classic_adi.rumbart-0bfcf7f96a',
-                'acrobart': 'classic_adi.acrobart-9580c04ce8',
-                'reatt': 'classic_adi.reatt-2cc8a89d9f'}
-
-
-def test_the_shipped_settings_keep_their_model_keys(tmp_path):
+def test_a_model_key_covers_what_trains_and_nothing_else(tmp_path):
     adi = Collection('classic/adi')
     run = RunContext(cache_dir=tmp_path)
-    assert {method: model_dir(adi, method, {}, run).name for method in METHODS} == SHIPPED_KEYS
-    # a setting that changes only the run, or one added later at its default, leaves the key
-    # as it is
-    for unchanged in ({'checkpoint_every': 5}, {'gradient_checkpointing': True}, {'warmup': 0.1},
-                      {'passage_offsets': None}, {'passages': 'frozen'}, {'rounds': 1},
-                      {'keep': 'last'}):
-        assert (model_dir(adi, 'distill', unchanged, run).name
-                == SHIPPED_KEYS['distill']), unchanged
-    for changed in ({'warmup': 0.2}, {'weight_decay': 0.0}, {'passages': 'offsets'},
-                    {'passages': 'offsets', 'offset_weight': 0.5}, {'keep': 'verdict'},
-                    {'per_passage': 1},
-                    {'example_pairs': 'cranfield'}, {'rounds': 5}):
-        assert model_dir(adi, 'distill', changed, run).name != SHIPPED_KEYS['distill'], changed
-    # the default before the passage side and the rounds followed the queries, and the verdict
-    # stopped choosing the round, still finds its models under their names
-    assert model_dir(adi, 'distill', {'passages': 'offsets', 'rounds': 5, 'keep': 'verdict'},
-                     run).name == 'classic_adi.distill-1073349500'
+    shipped = model_dir(adi, 'distill', {}, run)
+    # a setting of how the run is carried out leaves the key; a default named leaves it
+    for same in ({'checkpoint_every': 5}, {'gradient_checkpointing': True}, {'warmup': 0.1},
+                 {'passages': 'frozen'}, {'rounds': 1}):
+        assert model_dir(adi, 'distill', same, run) == shipped, same
+    for other in ({'warmup': 0.2}, {'weight_decay': 0.0}, {'passages': 'offsets'},
+                  {'passages': 'offsets', 'offset_weight': 0.5}, {'per_passage': 1},
+                  {'example_pairs': 'cranfield'}, {'rounds': 5}, {'seed': 1}):
+        assert model_dir(adi, 'distill', other, run) != shipped, other
     # a query log's defaults are the settings they name
     log = {'queries': 'crossfold', 'fold': 0}
     assert model_dir(adi, 'distill', log, run) == \
-        model_dir(adi, 'distill', dict(log, passages='offsets', rounds=5, keep='last'), run)
-    # the passage side keys as its two former settings did
-    assert model_dir(adi, 'distill', {'passages': 'offsets'}, run) == \
-        model_dir(adi, 'distill', {'passage_offsets': 1.0}, run)
+        model_dir(adi, 'distill', dict(log, passages='offsets', rounds=5), run)
+    assert model_dir(adi, 'distill', log, run) != model_dir(adi, 'distill', dict(log, fold=1), run)
+    # the two splits of one corpus share it, and their own topics are other queries
+    scifact = [Collection(f'beir/scifact/{split}') for split in ('train', 'test')]
+    assert scifact[0].corpus_id == scifact[1].corpus_id
+    assert (model_dir(scifact[0], 'distill', log, run) !=
+            model_dir(scifact[1], 'distill', log, run))
+
+
+def test_a_query_log_keys_its_models_by_its_texts_wherever_it_lies(tmp_path):
+    adi = Collection('classic/adi')
+    run = RunContext(cache_dir=tmp_path / 'cache')
+    texts = '\n'.join(adi.topics()['query'].head(12)) + '\n'
+    for name in ('a.txt', 'b.txt'):
+        (tmp_path / name).write_text(texts)
+    (tmp_path / 'c.txt').write_text(texts + 'one more query\n')
+    keyed = {name: model_dir(adi, 'distill', {'queries': str(tmp_path / name)}, run)
+             for name in ('a.txt', 'b.txt', 'c.txt')}
+    assert keyed['a.txt'] == keyed['b.txt'] != keyed['c.txt']
 
 
 def test_a_trainer_takes_its_settings_whole_and_its_run_context_apart(tiny_encoder, tmp_path):
@@ -199,61 +215,7 @@ def test_every_environment_variable_the_package_reads_is_listed_in_one_place():
     assert all(f'| `{name}` |' in reference.markdown() for name in ENVIRONMENT)
 
 
-def test_the_passage_sides_old_spellings_combine_as_they_did_and_contradictions_are_refused():
-    trained = DistillationSettings(passages='trained')
-    frozen = DistillationSettings(passages='frozen')
-    assert trained.replace(passage_offsets=None).passages == 'trained'
-    assert frozen.replace(train_passages=False).passages == 'frozen'
-    for contradictory in (dict(train_passages=True, passage_offsets=0.5),
-                          dict(train_passages=True, queries='crossfold'),
-                          dict(passages='frozen', passage_offsets=0.5)):
-        with pytest.raises(ValueError):
-            DistillationSettings.of(**contradictory)
-
-
-def test_removed_settings_are_accepted_only_at_what_they_did_and_checkpoints_are_checked():
-    assert DistillationSettings.of(stop_overlap=None, min_round_steps=0) == DistillationSettings()
-    assert get_pipeline('distill:stop_overlap=none,source_share=0').settings == \
-        get_pipeline('distill').settings
-    with pytest.raises(ValueError, match='source_share has been removed'):
-        DistillationSettings.of(source_share=0.5)
+def test_checkpoint_intervals_are_checked():
     with pytest.raises(ValueError, match='checkpoint_every'):
         RumbartSettings(checkpoint_every='round')
     assert RumbartSettings(checkpoint_every='epoch').checkpoint_interval == 'epoch'
-
-
-def test_a_verdict_resumed_from_a_checkpoint_that_kept_its_scores_in_the_log_goes_on():
-    from types import SimpleNamespace
-    from pyterrier_selfsup.training.verdict import HeldOutVerdict
-    verdict = HeldOutVerdict(0.1)
-    verdict.held = ['q']  # (a slice; judge() is not reached for the rounds the log has)
-    log = [{'verdict round': r, 'verdict scores': [s], 'verdict nDCG@10': s}
-           for r, s in ((0, 0.5), (1, 0.7))]
-    trainer = SimpleNamespace(state={'epoch': 1}, log=list(log))
-    verdict.judge(trainer, 1)  # round 1 is in the log: nothing is scored again
-    assert trainer.state['verdict scores'] == {0: [0.5], 1: [0.7]}
-    assert trainer.state['verdict means'] == {0: 0.5, 1: 0.7} and trainer.log == log
-
-
-def test_a_results_file_from_before_distills_defaults_moved_finds_the_models_it_meant(tmp_path):
-    import subprocess
-    from pyterrier_selfsup.harness.experiment import LAST_FORMER, as_written
-    from pyterrier_selfsup.harness.provenance import code_revision
-    early = 'ae1edd5'  # (label_free's first table, before the settings had a module of their own)
-    found = subprocess.run(['git', 'cat-file', '-e', f'{early}^{{commit}}'],
-                           cwd=Path(__file__).parent, capture_output=True).returncode == 0
-    if not found:
-        pytest.skip('the checkout has no git history to read the commits from')
-    run = RunContext(cache_dir=tmp_path)
-    for before in (LAST_FORMER, early):
-        assert as_written('distill', before) == 'distill:passages=offsets,rounds=5,keep=verdict'
-    adi = Collection('classic/adi')
-    assert (get_pipeline(as_written('hybrid', LAST_FORMER)).model_dir(adi, run).name
-            == 'classic_adi.distill-1073349500')
-    # what a name spells is left as it is; the passage side's old spellings name it
-    assert as_written('distill:keep=last,epochs=2,passage_offsets=none', LAST_FORMER) == \
-        'distill:keep=last,epochs=2,passage_offsets=none'
-    assert as_written('bm25', LAST_FORMER) == 'bm25'
-    # a later file, or one that names no commit, meant what the names mean now
-    assert as_written('distill', '') == 'distill'
-    assert as_written('distill', code_revision().split('+')[0]) == 'distill'

@@ -348,7 +348,7 @@ def test_the_prompt_shows_example_queries_and_passages_with_their_queries(tiny_g
 
 
 def test_example_pairs_are_another_collections_judged_topics():
-    from pyterrier_selfsup.harness.trained import example_pairs
+    from pyterrier_selfsup.data.sources import example_pairs
     cranfield = Collection('cranfield')
     pairs = example_pairs('cranfield', seed=0)
     assert len(pairs) == 3 and pairs == example_pairs('cranfield', seed=0) != example_pairs(

@@ -46,6 +46,7 @@ def fit(method: str, collection_name: str, output_dir: str, out: str, rank: int 
     from pyterrier_selfsup.context import RunContext
     from pyterrier_selfsup.data.collections import Collection
     from pyterrier_selfsup.harness import trained
+    from pyterrier_selfsup.harness.methods import METHODS
     if world_size > 1:
         torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world_size))
         dist.init_process_group('gloo', init_method=f'file://{store}', rank=rank, world_size=world_size)
@@ -57,7 +58,7 @@ def fit(method: str, collection_name: str, output_dir: str, out: str, rank: int 
             typed = typed.replace(gradient_checkpointing=checkpointing)
         if changes:
             typed = typed.replace(**changes)
-        trainer, topics = trained.METHODS[method](collection, typed, RunContext(output_dir=Path(output_dir)))
+        trainer, topics = METHODS[method](collection, typed, RunContext(output_dir=Path(output_dir)))
         if method == 'rumbart':  # a score cache of the run's own: every pair is scored in this run
             trainer._teacher = trainer.generator.scorer(normalise='sum',
                                                         cache=Path(scores or Path(output_dir) / 'scores'))

@@ -29,6 +29,7 @@ import torch
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.harness import provenance, trained
+from pyterrier_selfsup.harness.methods import METHODS
 
 RESULTS = Path(__file__).resolve().parents[1] / 'results'
 
@@ -38,7 +39,7 @@ def time_steps(collection: Collection, settings: dict, steps: int) -> dict:
     trainer with ``settings``, and the passages a step encodes."""
     s = trained.training_settings('distill', settings)
     with tempfile.TemporaryDirectory() as tmp:
-        trainer, topics = trained.METHODS['distill'](collection, trained.typed_settings('distill', s),
+        trainer, topics = METHODS['distill'](collection, trained.typed_settings('distill', s),
                                                      RunContext(output_dir=Path(tmp)))
         examples = trainer.examples(topics)
         trainer.on_fit_start()

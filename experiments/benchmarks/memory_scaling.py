@@ -107,7 +107,7 @@ def heaviest_queries(collection: str, n: int, cache: Path) -> dict:
     import numpy as np
     from pyterrier_selfsup import Collection
     from pyterrier_selfsup.data.queries import Query
-    from pyterrier_selfsup.harness.trained import training_topics
+    from pyterrier_selfsup.harness.topics import training_topics
     from pyterrier_selfsup.models.dual_encoder import DualEncoder
     from pyterrier_selfsup.models.generator import load_generator
     from pyterrier_selfsup.models.reading import _truncated_ids

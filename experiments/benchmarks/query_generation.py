@@ -35,7 +35,8 @@ import torch
 
 from pyterrier_selfsup import BM25, Collection
 from pyterrier_selfsup.data.queries import _sample, _text_if_any
-from pyterrier_selfsup.harness import provenance, trained
+from pyterrier_selfsup.harness import provenance
+from pyterrier_selfsup.harness.methods import teacher_pipeline
 from pyterrier_selfsup.models.generator import load_generator
 from pyterrier_selfsup.models.writing import QueryWriter
 
@@ -85,7 +86,7 @@ def main():
     if args.batch_sizes:
         return batch_sweep(args.batch_sizes, passages, header)
     bm25 = BM25.from_collection(coll, num_results=100)
-    teacher = trained.teacher_pipeline(coll, 'bm25+minilm', depth=100)
+    teacher = teacher_pipeline(coll, 'bm25+minilm', depth=100)
     log = coll.topics()['query'].tolist()
     rows = []
     # the reference: the train split's real queries and their judged passages (first judged one)

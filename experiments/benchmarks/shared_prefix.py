@@ -25,7 +25,7 @@ import torch
 from pyterrier_selfsup import Collection
 from pyterrier_selfsup.data.queries import SAMPLING, _sample, _text_if_any
 from pyterrier_selfsup.harness import provenance
-from pyterrier_selfsup.harness.trained import example_pairs
+from pyterrier_selfsup.data.sources import example_pairs
 from pyterrier_selfsup.models.generator import load_generator
 from pyterrier_selfsup.models.writing import QueryWriter
 

@@ -45,7 +45,8 @@ import torch
 
 from pyterrier_selfsup import BM25, Collection
 from pyterrier_selfsup.data.queries import _sample, _text_if_any
-from pyterrier_selfsup.harness import provenance, trained
+from pyterrier_selfsup.harness import provenance
+from pyterrier_selfsup.harness.methods import teacher_pipeline
 from pyterrier_selfsup.models.generator import GENERATORS, load_generator
 from pyterrier_selfsup.models import writing
 from pyterrier_selfsup.models.writing import QueryWriter, casts_kept
@@ -112,7 +113,7 @@ def main():
     docs = _sample(coll.corpus_iter(), args.passages, random.Random(0), _text_if_any)
     docnos, passages = [d for d, _ in docs], [t for _, t in docs]
     bm25 = BM25.from_collection(coll, num_results=100)
-    teacher = trained.teacher_pipeline(coll, 'bm25+minilm', depth=100)
+    teacher = teacher_pipeline(coll, 'bm25+minilm', depth=100)
     gen = load_generator('smollm2')
     dtype = str(gen.compute_dtype()).split('.')[1]
     non_embedding = sum(p.numel() for n, p in gen.model.named_parameters() if 'embed' not in n and 'lm_head' not in n)

@@ -8,7 +8,8 @@ query sets from this machine's cache (the same settings give the same key); writ
     python experiments/probes/copied_examples.py
 """
 from pyterrier_selfsup import Collection
-from pyterrier_selfsup.harness.trained import example_texts, training_topics
+from pyterrier_selfsup.data.sources import example_texts
+from pyterrier_selfsup.harness.topics import training_topics
 
 SETS = [(generator, examples) for examples in ('cranfield', 'classic/cisi') for generator in ('qwen', 'smollm2')]
 

@@ -34,6 +34,9 @@ from pathlib import Path
 
 from pyterrier_selfsup.harness import provenance
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'tools'))
+from measured import run_measured  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / 'experiments' / 'results'
 
@@ -86,9 +89,9 @@ RUNS = [  # (name, example and its arguments, trainer changes, environment, the 
 
 def peak(command, env=None, cwd=None):
     """(peak resident GiB, seconds, output) of ``command`` run as a child (its own peak:
-    provenance.run_measured)."""
+    experiments/tools/measured.py)."""
     with tempfile.TemporaryFile('w+') as log:
-        run = provenance.run_measured(command, env={**os.environ, **(env or {})}, cwd=cwd, log=log)
+        run = run_measured(command, env={**os.environ, **(env or {})}, cwd=cwd, log=log)
         log.seek(0)
         output = log.read()
     if run.rc:

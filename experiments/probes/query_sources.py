@@ -1,6 +1,6 @@
 """What the training queries of `rumbart_queries` look like: the 809 scifact train-query
 texts, 809 corpus sentences and 809 queries SmolLM2 wrote (the same files the trainers
-read: `harness.trained.training_topics`, generated queries from the cache, written on first use).
+read: `harness.topics.training_topics`, generated queries from the cache, written on first use).
 
 Per source: how many queries, how many distinct, their mean length in words, the share of
 the most frequent text, and the five most frequent texts. For the corpus-derived sources,
@@ -19,7 +19,7 @@ import numpy as np
 from pyterrier_selfsup import BM25, Collection
 from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.models.generator import SMOLLM2, SMOLLM2_GGUF, load_generator
-from pyterrier_selfsup.harness.trained import training_topics
+from pyterrier_selfsup.harness.topics import training_topics
 
 RESULTS = Path(__file__).resolve().parents[1] / 'results'
 N = 809  # as many as scifact has train queries

@@ -34,8 +34,11 @@ from scipy.stats import spearmanr
 from pyterrier_selfsup import Collection
 from pyterrier_selfsup.data.queries import folds
 from pyterrier_selfsup.harness import provenance
-from pyterrier_selfsup.harness.experiment import as_written, curves_folder, read_training_log, results_code
+from pyterrier_selfsup.harness.experiment import curves_folder, read_training_log
 from pyterrier_selfsup.harness.pipelines import UnknownPipelineError, get_pipeline
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'tools'))
+from results_names import as_written, results_code  # noqa: E402
 
 NOT_CACHED = Path('not cached')  # (a pipeline whose setting was removed since)
 RESULTS = Path(__file__).resolve().parents[1] / 'results'
@@ -88,7 +91,7 @@ def rows_of(group: str) -> list:
                 # several groups is one row on every machine)
                 model = written if directory == NOT_CACHED else directory.name
                 out.append({'group': group, 'collection': collection, 'pipeline': name, 'model': model,
-                            'fold': fold if len(dirs) > 1 else '', 'verdict change': said['verdict best'] -
+                            'fold': fold if len(dirs) > 1 else '', 'verdict change': said.get('verdict kept', said.get('verdict best')) -
                             said['verdict start'], 'verdict low': said['verdict low'],
                             'verdict helped': said['verdict helped'], 'kept round': said['verdict kept round'],
                             'real change': real})

@@ -34,9 +34,12 @@ from scipy.stats import spearmanr
 from pyterrier_selfsup import Collection
 from pyterrier_selfsup.data.queries import corpus_sentences, document_titles
 from pyterrier_selfsup.harness import provenance
-from pyterrier_selfsup.harness.experiment import as_written, read_training_log, results_code
+from pyterrier_selfsup.harness.experiment import read_training_log
 from pyterrier_selfsup.harness.pipelines import get_pipeline
 from pyterrier_selfsup.training.verdict import ndcg_at
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'tools'))
+from results_names import as_written, results_code  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / 'results'
 N, SEED = 500, 1234
@@ -107,7 +110,7 @@ def rows_of(group: str) -> list:
             model = specs[p].build(coll)
             row = {'group': group, 'collection': name, 'pipeline': p,
                    'real change': float(real[p] - real[START]),
-                   'verdict change': (said['verdict best'] - said['verdict start']) if said else None,
+                   'verdict change': (said.get('verdict kept', said.get('verdict best')) - said['verdict start']) if said else None,
                    'verdict kept round': said['verdict kept round'] if said else None}
             for s, (t, rel) in queries.items():
                 row[f'{s} change'] = pseudo_ndcg(model, t, rel) - base[s]

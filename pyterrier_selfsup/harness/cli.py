@@ -62,7 +62,9 @@ def main(argv=None) -> int:
                           'changes settings (default: '
                           f'{" ".join(DEFAULT_PIPELINES)}; `selfsup list` names them all)')
     run.add_argument('--save', metavar='NAME', help='write <results-dir>/NAME.md, .csv and .png')
-    run.add_argument('--results-dir', default='experiments/results', help='default: %(default)s')
+    run.add_argument('--results-dir', default='selfsup-results',
+                     help='where --save writes, under the current directory unless absolute '
+                          '(default: %(default)s)')
 
     train = sub.add_parser('train', parents=[common],
                            help='train a pipeline\'s model on a collection (or resume it), '
@@ -87,12 +89,10 @@ def main(argv=None) -> int:
 
     args = parser.parse_args(argv)
     if args.command == 'list':
-        from pyterrier_selfsup.harness.pipelines import PIPELINE_ALIASES, PIPELINES
-        formerly = {new: old for old, new in PIPELINE_ALIASES.items()}
+        from pyterrier_selfsup.harness.pipelines import PIPELINES
         for name, spec in PIPELINES.items():
             print(f'pipeline {name}: {spec.description}'
-                  + (' (trains a model)' if spec.method else '')
-                  + (f' (formerly {formerly[name]})' if name in formerly else ''))
+                  + (' (trains a model)' if spec.method else ''))
             print(f'    settings: {", ".join(f"{k}={v}" for k, v in spec.settings.items())}')
         for name in COLLECTIONS_HERE + [f'classic/{n}' for n in _classic_here()
                                         if n not in BUILTIN]:

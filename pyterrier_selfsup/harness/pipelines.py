@@ -17,6 +17,7 @@ import pyterrier as pt
 from pyterrier_selfsup.context import SILENT, RunContext
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.harness import trained
+from pyterrier_selfsup.harness.methods import teacher_pipeline
 from pyterrier_selfsup.harness.trained import DEFAULTS
 from pyterrier_selfsup.models.generator import SMOLLM2, SMOLLM2_GGUF, Generator
 from pyterrier_selfsup.models.score_cache import score_cache_dir
@@ -25,7 +26,7 @@ from pyterrier_selfsup.retrieval.bm25 import BM25
 from pyterrier_selfsup.retrieval.dense import MINILM, DenseRetriever
 from pyterrier_selfsup.retrieval.fusion import Fusion
 from pyterrier_selfsup.retrieval.token_index import reatt_index, reatt_retriever
-from pyterrier_selfsup.training.settings import REATT_HEAD, SETTINGS, parse_value
+from pyterrier_selfsup.training.settings import REATT_HEAD, SETTINGS, parse_teacher, parse_value
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class PipelineSpec:
     description: str
     factory: Callable[..., pt.Transformer]  # factory(collection, run, **settings)
     settings: Dict[str, Any] = field(default_factory=dict)
-    # for a pipeline that trains a model on first use: its training method (harness.trained.METHODS)
+    # for a pipeline that trains a model on first use: its training method (harness.methods.METHODS)
     method: Optional[str] = None
 
     def build(self, collection: Collection, run: RunContext = SILENT) -> pt.Transformer:
@@ -74,10 +75,9 @@ class PipelineSpec:
 
 
 PIPELINES: Dict[str, PipelineSpec] = {}
-# the names pipelines had before they were renamed, still accepted (results files and
-# commands use them)
-PIPELINE_ALIASES = {'ds': 'distant_supervision', 'dual': 'dual_encoder',
-                    'recon': 'query_likelihood'}
+# a training method's name, where its pipeline's name is another (selfsup train ds, and the
+# settings reference's sections, name the method)
+METHOD_NAMES = {'ds': 'distant_supervision'}
 
 
 class UnknownPipelineError(ValueError):
@@ -92,17 +92,17 @@ def register(spec: PipelineSpec) -> PipelineSpec:
 def get_pipeline(spec: str) -> PipelineSpec:
     """A registered pipeline by ``name``, or ``name:key=value,...`` to change its settings
     (``ds:negatives=bm25,epochs=2``). A training method's setting is typed and checked by its
-    settings class (old names accepted); another setting takes the type of its default."""
+    settings class; another setting takes the type of its default."""
     name, _, overrides = spec.partition(':')
-    if PIPELINE_ALIASES.get(name, name) not in PIPELINES:
+    if METHOD_NAMES.get(name, name) not in PIPELINES:
         raise UnknownPipelineError(f'unknown pipeline {name!r}; known: '
                                    f'{", ".join(sorted(PIPELINES))}')
-    base = PIPELINES[PIPELINE_ALIASES.get(name, name)]
+    base = PIPELINES[METHOD_NAMES.get(name, name)]
     if not overrides:
         return base if name == base.name else replace(base, name=name)
     settings = dict(base.settings)
     method = SETTINGS.get(base.method)
-    changes = {}  # a method's settings, made canonical together (an old name may stand for two)
+    changes = {}  # a method's settings, checked together
     try:
         for item in overrides.split(','):
             key, sep, value = item.partition('=')
@@ -114,7 +114,7 @@ def get_pipeline(spec: str) -> PipelineSpec:
                 raise ValueError(f'{name} has no setting {key!r}; its settings: '
                                  f'{", ".join(f"{k}={v}" for k, v in base.settings.items())}')
         if method is not None:  # (refused here, not when the model first trains)
-            settings.update(method.canonical(changes))
+            settings.update(method.check_names(changes))
             method.of(**{k: v for k, v in settings.items() if k in method.names()})
     except ValueError as error:
         raise UnknownPipelineError(f'{spec!r}: {error}') from None
@@ -279,8 +279,8 @@ def fused_teacher(collection: Collection, run: RunContext = SILENT, *, teacher: 
     """The distillation teacher as a retriever, with the zero-shot ``model_name`` as its student."""
     student = (DenseRetriever.from_dual_encoder(collection, model_name, cache_dir=run.cache_dir,
                                                 verbose=run.verbose)
-               if 'student' in trained.parse_teacher(teacher) else None)
-    return trained.teacher_pipeline(collection, teacher, student=student, depth=fusion_depth,
+               if 'student' in parse_teacher(teacher) else None)
+    return teacher_pipeline(collection, teacher, student=student, depth=fusion_depth,
                                     generator=generator, run=run.replace(verbose=False)
                                     ) % num_results
 

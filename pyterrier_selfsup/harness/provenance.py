@@ -4,14 +4,10 @@ import datetime
 import os
 import platform
 import shlex
-import subprocess
 import sys
-import tempfile
-import time
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional
 
 PACKAGES = ('pyterrier-selfsup', 'torch', 'transformers', 'sentence-transformers', 'pyterrier',
             'python-terrier', 'pyterrier-pisa', 'pyterrier-dr', 'faiss-cpu', 'faiss-gpu-cu12',
@@ -70,23 +66,17 @@ def packages() -> str:
 
 
 def code_revision() -> str:
-    """The git commit of this package's checkout (with ``+uncommitted`` if dirty), if it is one;
-    ``$SELFSUP_CODE_REVISION`` where set: a copy that says which commit it is (a lent GPU
-    machine's, scripts/gpu/stage.sh, whose ``.git`` may be of an older commit than its tree)."""
+    """Which code this is: ``$SELFSUP_CODE_REVISION`` where it is set (the repository's
+    ``scripts/bootstrap.sh`` sets it to the checkout's commit, with ``+uncommitted`` where the
+    tree differs from it; ``scripts/gpu/stage.sh`` to the commit a lent GPU machine's copy is
+    of), else the installed package's version. The package never asks git."""
     told = os.environ.get('SELFSUP_CODE_REVISION')
     if told:
         return told
-    here = Path(__file__).resolve().parent
     try:
-        commit = subprocess.run(['git', 'rev-parse', '--short=12', 'HEAD'], cwd=here,
-                                capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no'], cwd=here,
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return 'not a git checkout'
-    return commit + ('+uncommitted' if dirty else '')
-
-
+        return f'{metadata.version("pyterrier-selfsup")} (no commit named)'
+    except metadata.PackageNotFoundError:
+        return 'not installed (no commit named)'
 
 
 # Taken when the harness is first imported (not by `import pyterrier_selfsup`): the code this
@@ -126,61 +116,3 @@ def load() -> str:
     one, five, _ = os.getloadavg()
     return (f'{one:.1f} (1-minute average), {five:.1f} (5-minute), '
             f'on {len(os.sched_getaffinity(0))} cores')
-
-
-@dataclass(frozen=True)
-class Measured:
-    """A child process's exit code, its own peak resident memory and its wall time."""
-    rc: int
-    # wait4's ru_maxrss: the child's own peak, or a descendant's it waited for where larger
-    peak_gib: float
-    seconds: float
-
-
-# Run between this process and the measured command (python -S: no site packages, a few MiB):
-# Linux counts in a child's ru_maxrss the memory of the process it was started from (at exec, the
-# replaced image's high-water mark: under vfork, which Python's subprocess uses, the parent's whole
-# peak), so a command started straight from a process holding torch would never measure below it.
-_MEASURING = """
-import os, signal, subprocess, sys
-try:
-    proc = subprocess.Popen(sys.argv[2:])
-except OSError as error:  # (as a shell says it: the reason, exit 127)
-    print(f'cannot run {sys.argv[2:]}: {error}', file=sys.stderr)
-    rc, kib = 127, 0
-else:
-    for sig in (signal.SIGTERM, signal.SIGINT):  # (a stop is the command's, passed on)
-        signal.signal(sig, lambda number, frame: proc.send_signal(number))
-    _, status, usage = os.wait4(proc.pid, 0)
-    rc, kib = os.waitstatus_to_exitcode(status), usage.ru_maxrss  # (KiB on Linux)
-with open(sys.argv[1], 'w') as out:
-    out.write(f'{rc} {kib}')
-"""
-
-
-def run_measured(command: Sequence[str], *, env: Optional[Dict[str, str]] = None, cwd=None,
-                 log=None) -> Measured:
-    """``command`` run as a child process (both output streams to the file object ``log``, or
-    inherited) and measured: the memory experiments' one way of taking a run's peak resident
-    memory, its own (``wait4``'s ``ru_maxrss``, taken by a small process that starts it, so that
-    this process's memory is not counted in it) and its wall time. A command that cannot be
-    started exits 127 (the reason in ``log``); an interrupt stops the command too."""
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory() as work:
-        said = Path(work) / 'measured'
-        # (-I: nothing in ``cwd`` or the environment shadows the standard modules it imports;
-        # -S: no site packages)
-        proc = subprocess.Popen([sys.executable, '-I', '-S', '-c', _MEASURING, str(said), *command],
-                                env=env, cwd=cwd, stdout=log,
-                                stderr=subprocess.STDOUT if log is not None else None)
-        try:
-            proc.wait()
-        except BaseException:
-            proc.terminate()  # (passed on to the command)
-            proc.wait()
-            raise
-        seconds = round(time.monotonic() - started, 1)
-        if not said.exists():  # (the measuring process itself failed)
-            raise RuntimeError(f'could not measure {command}: exit {proc.returncode}')
-        rc, kib = said.read_text().split()
-    return Measured(int(rc), round(int(kib) / 2 ** 20, 2), seconds)

@@ -9,8 +9,8 @@ from typing import List, Optional
 from pyterrier_selfsup.context import ENVIRONMENT
 from pyterrier_selfsup.training.settings import GROUPS, SETTINGS
 
-KEY_NOTE = {'yes': '', 'changed': ' (in the model key only where changed)',
-            'no': ' (not in the model key)'}
+# (a setting of how a run is carried out: the model's record keeps it, its identity does not)
+RUN_NOTE = {True: '', False: ' (not in the model\'s identity)'}
 
 
 def shown(value) -> str:
@@ -38,15 +38,8 @@ def method_section(method: str, cls: type) -> List[str]:
             choices = f.metadata.get('choices')
             more = f' One of: {", ".join(map(str, choices))}.' if choices else ''
             lines.append(f'| `{f.name}` | `{shown(f.default)}` | {f.metadata["help"]}{more}'
-                         f'{KEY_NOTE[f.metadata["key"]]} |')
+                         f'{RUN_NOTE[f.metadata["trains"]]} |')
         lines.append('')
-    if cls.aliases or cls.former:
-        old = ([f'`{a}` (now `{b}`)' for a, b in cls.aliases.items()] +
-               [f'`{a}`' for a in cls.former if a not in cls.removed])
-        lines += [f'Old names still accepted: {", ".join(old)}.', '']
-    if cls.removed:
-        gone = [f'`{name}={shown(value)}`' for name, value in cls.removed.items()]
-        lines += [f'Removed settings, accepted only at these values: {", ".join(gone)}.', '']
     return lines
 
 

@@ -1,0 +1,127 @@
+"""The training methods, each a function from its settings to a ready trainer and its training
+queries, and the teachers that distillation names by their parts.
+
+A method's function takes the collection, its settings object, the run context and, for a
+model of a cross-fold pipeline, the fold it answers; RUMBArt and ACROBArT take the path of the
+model they start from as well (:func:`~pyterrier_selfsup.harness.trained.start_model`). The
+trainers themselves know nothing of caches or pipelines.
+"""
+from typing import Callable, Dict, Optional, Tuple, Union
+
+import pandas as pd
+import torch
+
+from pyterrier_selfsup._distributed import distributed
+from pyterrier_selfsup.context import SILENT, RunContext
+from pyterrier_selfsup.data.collections import Collection
+from pyterrier_selfsup.data.sources import GENERATED, QuerySource
+from pyterrier_selfsup.harness.topics import distillation_topics, source_topics
+from pyterrier_selfsup.models.dual_encoder import DualEncoder
+from pyterrier_selfsup.models.generator import MAX_PASSAGE_LENGTH, Generator, load_generator
+from pyterrier_selfsup.models.reatt import ReAtt
+from pyterrier_selfsup.retrieval.bm25 import BM25
+from pyterrier_selfsup.retrieval.dense import MINILM, DenseRetriever
+from pyterrier_selfsup.retrieval.fusion import Fusion
+from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment, mask_token
+from pyterrier_selfsup.training.distant import DistantSupervision
+from pyterrier_selfsup.training.distill import Distillation
+from pyterrier_selfsup.training.loop import Trainer
+from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart
+from pyterrier_selfsup.training.settings import (CrossDocumentAdjustmentSettings,
+                                                 DistantSupervisionSettings, DistillationSettings,
+                                                 ReconstructionSettings, parse_teacher)
+
+Setup = Callable[..., Tuple[Trainer, pd.DataFrame]]
+
+
+def _distant_supervision(collection: Collection, s: DistantSupervisionSettings, run: RunContext, *,
+                         fold: Optional[int] = None) -> Tuple[Trainer, pd.DataFrame]:
+    topics = source_topics(collection, QuerySource.of(s, fold), run=run)
+    torch.manual_seed(s.seed)
+    encoder = DualEncoder.from_pretrained(s.model_name, dim=s.dim)
+    return DistantSupervision(encoder, collection, s, run), topics
+
+
+def _retrieve_and_reconstruct(trainer_class) -> Setup:
+    def setup(collection: Collection, s: ReconstructionSettings, run: RunContext, *,
+              fold: Optional[int] = None, start: str = MINILM) -> Tuple[Trainer, pd.DataFrame]:
+        gen = load_generator(s.generator, cache_dir=run.cache_dir,
+                             max_passage_length=s.max_passage_length, verbose=run.verbose)
+        torch.manual_seed(s.seed)
+        trainer = trainer_class(DualEncoder.from_pretrained(start), gen, collection, s, run)
+        # generated queries are written by the generator at its default settings, whatever this
+        # run's passage length, so that every trainer given that source trains on the same queries
+        writer = gen if s.max_passage_length == MAX_PASSAGE_LENGTH else None
+        return trainer, source_topics(collection, QuerySource.of(s, fold), generator=writer,
+                                      run=run)
+    return setup
+
+
+def _cross_document_adjustment(collection: Collection, s: CrossDocumentAdjustmentSettings,
+                               run: RunContext, *,
+                               fold: Optional[int] = None) -> Tuple[Trainer, pd.DataFrame]:
+    gen = load_generator(s.generator, cache_dir=run.cache_dir, verbose=run.verbose)
+    torch.manual_seed(s.seed)
+    reatt = ReAtt.from_pretrained(s.model_name, **s.retrieval_head)
+    topics = source_topics(collection, QuerySource.of(s, fold, mask=mask_token(reatt)),
+                           generator=gen, run=run)
+    return CrossDocumentAdjustment(reatt, gen, collection, s, run), topics
+
+
+def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: int = 100,
+                     rerank_depth: int = 10, generator: Union[None, str, Generator] = None,
+                     run: RunContext = SILENT) -> Fusion:
+    """The teacher ``spec`` names (:func:`parse_teacher`) over ``collection``, as a PyTerrier
+    retriever: its parts' top ``depth`` fused by weighted per-query z-scores, their indexes in
+    ``run``'s cache."""
+    from pyterrier_selfsup.models.score_cache import score_cache_dir
+    cache_dir, shows = run.cache_dir, run.verbose and distributed()[0] == 0
+    weights = parse_teacher(spec)
+    stages, rerankers = {}, {}
+    for part in weights:
+        if part == 'bm25':
+            stages[part] = BM25.from_collection(collection, num_results=depth, cache_dir=cache_dir,
+                                                verbose=shows)
+        elif part == 'minilm':
+            stages[part] = DenseRetriever.from_collection(
+                collection, MINILM, num_results=depth, cache_dir=cache_dir, verbose=shows)
+        elif part == 'student':
+            if student is None:
+                raise ValueError(f'teacher {spec!r} names the student, and no student is given')
+            stages[part] = student
+        else:
+            gen = (load_generator(generator or 'smollm2', cache_dir=cache_dir)
+                   if not isinstance(generator, Generator) else generator)
+            rerankers[part] = collection.text_loader() >> gen.scorer(
+                normalise='mean', cache=score_cache_dir(collection.corpus_id, gen, cache_dir))
+    if not stages:
+        raise ValueError(f'teacher {spec!r} has no first stage (bm25, student or minilm)')
+    return Fusion(stages, weights=weights, depth=depth, rerankers=rerankers,
+                  rerank_depth=rerank_depth)
+
+
+def _distillation(collection: Collection, s: DistillationSettings, run: RunContext, *,
+                  fold: Optional[int] = None) -> Tuple[Trainer, pd.DataFrame]:
+    needs_gen = 'gen' in parse_teacher(s.teacher) or s.queries in GENERATED
+    gen = (load_generator(s.generator, cache_dir=run.cache_dir, verbose=run.verbose)
+           if needs_gen else None)
+    topics = distillation_topics(collection, s, generator=gen, run=run, fold=fold)
+    torch.manual_seed(s.seed)
+    encoder = DualEncoder.from_pretrained(s.model_name, precision=s.precision)
+
+    def teacher(student):
+        return teacher_pipeline(collection, s.teacher, student=student, depth=s.fusion_depth,
+                                generator=gen, run=run)
+
+    if 'student' not in parse_teacher(s.teacher):  # one pipeline for every round, ranked once
+        teacher = teacher(None)
+    return Distillation(encoder, collection, teacher, s, run), topics
+
+
+METHODS: Dict[str, Setup] = {
+    'distill': _distillation,
+    'ds': _distant_supervision,
+    'rumbart': _retrieve_and_reconstruct(Rumbart),
+    'acrobart': _retrieve_and_reconstruct(Acrobart),
+    'reatt': _cross_document_adjustment,
+}

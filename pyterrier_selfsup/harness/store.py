@@ -1,0 +1,112 @@
+"""The model store: trained models that describe themselves.
+
+Each trained model lives in ``<cache>/models/<corpus>.<method>-<key>/`` beside a record,
+``model.json``, that says what it is:
+
+- ``format``: the package's model format (:data:`MODEL_FORMAT`);
+- ``method`` and ``settings``: the method and every setting its weights depend on, as resolved
+  (a default that other settings choose, as chosen);
+- ``collection``: the corpus it adapted to, by its id and a digest of its contents;
+- ``queries``: what it trained on (:meth:`~pyterrier_selfsup.data.sources.QuerySource.identity`);
+- ``run``: how the run was carried out (its checkpoints), which the weights do not depend on.
+
+The key is a digest of the record but ``run``. A default that changes, a corpus whose contents
+change, or another set of queries gives another key, and so another model, trained on first use;
+nothing is reinterpreted. :func:`read_settings` reads a record back into the settings object it
+came from.
+
+    path = model_dir(Collection('classic/adi'), 'distill', {})
+    read_settings(path)   # DistillationSettings(...), equal to the one that trained it
+"""
+import hashlib
+import json
+from pathlib import Path
+from typing import Optional, Union
+
+from pyterrier_selfsup._cache import cache_key, cache_root, written_whole
+from pyterrier_selfsup.context import SILENT, RunContext
+from pyterrier_selfsup.data.collections import Collection
+from pyterrier_selfsup.data.sources import QuerySource, query_file
+from pyterrier_selfsup.training.settings import SETTINGS, MethodSettings
+
+# The layout of a trained model's directory and record. Raise it when a model directory written
+# before could not be read by the package as it is: those models are then trained again.
+MODEL_FORMAT = 1
+RECORD = 'model.json'
+
+
+def collection_digest(collection: Collection, run: RunContext = SILENT) -> str:
+    """A digest of ``collection``'s documents (each docno and text, in order), computed once a
+    cache and kept in ``<cache>/digests/``."""
+    memo = cache_root(run.cache_dir) / 'digests' / cache_key(collection.corpus_id, {})
+    if memo.is_file():
+        return memo.read_text().strip()
+    digest = hashlib.sha256()
+    for doc in collection.corpus_iter():
+        digest.update(f'{doc["docno"]}\t{doc["text"]}\n'.encode())
+    value = digest.hexdigest()[:16]
+    memo.parent.mkdir(parents=True, exist_ok=True)
+    with written_whole(memo, f'the digest of {collection.name}', 'choose another --cache-dir') \
+            as out:
+        out.write_text(value + '\n')
+    return value
+
+
+def model_record(collection: Collection, method: str, settings: MethodSettings,
+                 fold: Optional[int] = None, run: RunContext = SILENT) -> dict:
+    """What the model of ``method`` trained on ``collection`` with ``settings`` is: the record
+    its directory holds, and whose digest (``run`` left out) names it."""
+    every = settings.asdict()
+    trains = settings.identity()
+    return {'format': MODEL_FORMAT, 'method': method, 'settings': trains,
+            'collection': {'id': collection.corpus_id,
+                           'digest': collection_digest(collection, run)},
+            'queries': QuerySource.of(settings, fold).identity(collection),
+            'run': {name: value for name, value in every.items() if name not in trains}}
+
+
+def model_key(record: dict) -> str:
+    """The directory name of the model ``record`` describes: ``<corpus>.<method>-<digest>``. A
+    query log named by a file is keyed by its texts (in ``queries``), not by where it lies."""
+    identity = {name: value for name, value in record.items() if name != 'run'}
+    identity['settings'] = {name: 'a file, keyed by its texts' if query_file(value) else value
+                            for name, value in record['settings'].items()}
+    return cache_key(f'{record["collection"]["id"]}.{record["method"]}', identity)
+
+
+def model_dir(collection: Collection, method: str, settings: MethodSettings,
+              fold: Optional[int] = None, run: RunContext = SILENT) -> Path:
+    """Where the model of ``method`` trained with ``settings`` lives (``final/``, ``model.json``,
+    ``training_log.jsonl``, ``training_curve.png``; while it trains, ``<dir>.partial``)."""
+    return record_dir(model_record(collection, method, settings, fold, run), run)
+
+
+def record_dir(record: dict, run: RunContext = SILENT) -> Path:
+    """The directory of the model ``record`` describes, in ``run``'s cache."""
+    return cache_root(run.cache_dir) / 'models' / model_key(record)
+
+
+def write_record(directory: Path, record: dict) -> Path:
+    """Writes ``record`` as ``model.json`` in ``directory``."""
+    path = Path(directory) / RECORD
+    with written_whole(path, 'the model record', 'choose another --cache-dir') as out:
+        out.write_text(json.dumps(record, indent=2, sort_keys=True) + '\n')
+    return path
+
+
+def read_record(directory: Union[str, Path]) -> dict:
+    """The record in a model's directory (or in the directory above its ``final/``)."""
+    directory = Path(directory)
+    path = directory / RECORD if (directory / RECORD).is_file() else directory.parent / RECORD
+    record = json.loads(path.read_text())
+    if record.get('format') != MODEL_FORMAT:
+        raise ValueError(f'{path} is of model format {record.get("format")}, and this package '
+                         f'reads format {MODEL_FORMAT}: train the model again')
+    return record
+
+
+def read_settings(directory: Union[str, Path]) -> MethodSettings:
+    """The settings object that trained the model in ``directory``, read back from its record:
+    equal to the one that trained it."""
+    record = read_record(directory)
+    return SETTINGS[record['method']].of(**record['settings'], **record['run'])
