@@ -208,7 +208,7 @@ def test_a_single_t5_teaches_its_own_retrieval_from_masked_sentences(tiny_genera
 
 def test_adjusted_retriever_trains_once_then_retrieves_from_its_token_index(
         tiny_dir, tiny_generator_dir, tmp_path, monkeypatch):
-    from pyterrier_selfsup.harness import trained
+    from pyterrier_selfsup.harness import methods
     from pyterrier_selfsup.harness.pipelines import adjusted_reatt_retriever as adjusted_retriever
     settings = dict(model_name=str(tiny_dir), retrieval_layer=1, head=0, queries='classic/adi',
                     n_queries=10, k=2, epochs=1, batch_size=8,
@@ -222,7 +222,7 @@ def test_adjusted_retriever_trains_once_then_retrieves_from_its_token_index(
     model_dirs = [d for d in (tmp_path / 'models').glob('classic_adi.reatt-*') if d.is_dir()]
     assert len(model_dirs) == 1 and (model_dirs[0] / 'final' / 'reatt.json').is_file()
     assert not (model_dirs[0] / 'final' / 'trainer_state.pt').exists()
-    monkeypatch.setattr(trained, 'CrossDocumentAdjustment', None)  # a second call must not train
+    monkeypatch.setattr(methods, 'CrossDocumentAdjustment', None)  # a second call must not train
     again = adjusted_retriever('classic/adi', run, **settings)(topics)
     np.testing.assert_allclose(again['score'], results['score'])
 

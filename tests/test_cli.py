@@ -161,15 +161,16 @@ def test_pipeline_settings_from_the_command_line():
 
 def test_adaptation_runs_from_the_command_line(tmp_path, cache_dir):
     ds = 'ds:queries=classic/adi,batch_size=16,seed=1'
-    proc = selfsup('run', '-c', 'classic/adi', '-p', 'minilm', 'dual', ds, '--save', 'ds',
+    proc = selfsup('run', '-c', 'classic/adi', '-p', 'minilm', 'dual_encoder', ds, '--save', 'ds',
                    '--results-dir', str(tmp_path), '--cache-dir', str(cache_dir), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(tmp_path / 'ds.csv', comment='#').set_index('name')
     # the DualEncoder reproduces the sentence-transformers start
     # (bf16 where native: ranks barely move)
-    assert table.loc['dual', 'nDCG@10'] == pytest.approx(table.loc['minilm', 'nDCG@10'], abs=5e-3)
+    assert (table.loc['dual_encoder', 'nDCG@10']
+            == pytest.approx(table.loc['minilm', 'nDCG@10'], abs=5e-3))
     # 3 steps of training changed the model
-    assert table.loc[ds, 'nDCG@10'] != table.loc['dual', 'nDCG@10']
+    assert table.loc[ds, 'nDCG@10'] != table.loc['dual_encoder', 'nDCG@10']
     models = [p for p in (cache_dir / 'models').glob('classic_adi.ds-*') if p.is_dir()]
     assert len(models) == 1 and (models[0] / 'final' / 'dual_encoder.json').exists()
     assert (models[0] / 'training_curve.png').exists()
@@ -187,7 +188,7 @@ def test_rumbart_and_acrobart_run_from_the_command_line(tmp_path, cache_dir):
     as the teacher, on corpus spans (RUMBArt 2 steps, ACROBArT 1), then evaluated beside BM25."""
     small = 'queries=spans,k=2,batch_size=3,refresh_every=1,max_passage_length=64'
     rumbart, acrobart = f'rumbart:{small},n_queries=6', f'acrobart:{small},n_queries=3'
-    proc = selfsup('run', '-c', 'classic/adi', '-p', 'bm25', 'dual', rumbart, acrobart,
+    proc = selfsup('run', '-c', 'classic/adi', '-p', 'bm25', 'dual_encoder', rumbart, acrobart,
                    '--save', 'rr',
                    '--results-dir', str(tmp_path), '--cache-dir', str(cache_dir), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -195,7 +196,7 @@ def test_rumbart_and_acrobart_run_from_the_command_line(tmp_path, cache_dir):
     for name in (rumbart, acrobart):
         assert 0.3 < table.loc[name, 'nDCG@10'] < 0.7
         # training changed the model
-        assert table.loc[name, 'nDCG@10'] != table.loc['dual', 'nDCG@10']
+        assert table.loc[name, 'nDCG@10'] != table.loc['dual_encoder', 'nDCG@10']
     model, = [p for p in (cache_dir / 'models').glob('classic_adi.rumbart-*') if p.is_dir()]
     log = model / 'training_log.jsonl'
     records = [json.loads(line) for line in log.read_text().splitlines()]
@@ -301,7 +302,7 @@ def test_distillation_runs_from_the_command_line(tmp_path, cache_dir):
     # (32 sentences: a step a round)
     sentences = 'distill:queries=sentences,n_queries=32,rounds=2,verdict_share=0'
     sampled = 'distill:queries=sampled,n_queries=8,rounds=1,filter_depth=10'
-    proc = selfsup('run', '-c', 'classic/adi', '-p', 'bm25', 'dual', 'teacher', sentences,
+    proc = selfsup('run', '-c', 'classic/adi', '-p', 'bm25', 'dual_encoder', 'teacher', sentences,
                    'hybrid:queries=sentences,n_queries=32,rounds=2,verdict_share=0', sampled,
                    '--save', 'distill',
                    '--results-dir', str(tmp_path), '--cache-dir', str(cache_dir), cwd=tmp_path)
@@ -311,7 +312,7 @@ def test_distillation_runs_from_the_command_line(tmp_path, cache_dir):
     assert table.loc['teacher', 'nDCG@10'] == pytest.approx(0.548, abs=0.01)
     for name in (sentences, sampled):
         assert (0.4 < table.loc[name, 'nDCG@10'] < 0.7 and
-                table.loc[name, 'nDCG@10'] != table.loc['dual', 'nDCG@10'])
+                table.loc[name, 'nDCG@10'] != table.loc['dual_encoder', 'nDCG@10'])
     models = {p.name: p for p in (cache_dir / 'models').glob('classic_adi.distill-*') if p.is_dir()}
     assert len(models) == 2  # hybrid found the model its distill pipeline trained
     logs = {name: [json.loads(line) for line in (p / 'training_log.jsonl').read_text().splitlines()]

@@ -30,7 +30,12 @@ from tests.helpers import (central_difference, free_port, start_ranks, stopped_a
 # these tests pin the trainer as it was before passage offsets and the verdict became its
 # defaults (the shipped settings, pyterrier_selfsup.training.settings): their numbers were
 # measured without them
-BEFORE_OFFSETS = dict(passage_offsets=None, verdict_share=0.0)
+BEFORE_OFFSETS = dict(passages='frozen', verdict_share=0.0)
+
+
+def side(train_passages: bool) -> str:
+    """The passage side of a distillation whose passage tower trains or not."""
+    return 'trained' if train_passages else 'frozen'
 
 
 class Frame(pt.Transformer):
@@ -197,7 +202,7 @@ def test_round_trip_filter_keeps_and_drops_planted_queries(tiny_encoder, cache_d
 
 
 def _distill(encoder, coll, cache_dir, **kwargs):
-    settings = dict(depth=10, batch_size=8, lr=3e-4, epochs=3, seed=0, **BEFORE_OFFSETS,
+    settings = dict(depth=10, batch_size=8, lr=3e-4, rounds=3, seed=0, **BEFORE_OFFSETS,
                     cache_dir=cache_dir, verbose=False)
     return Distillation(encoder, coll, _teacher(coll, cache_dir), **{**settings, **kwargs})
 
@@ -236,7 +241,8 @@ def test_the_student_learns_a_fixed_teacher(tiny_encoder, cache_dir, loss, train
     coll = Collection('classic/adi')
     bm25 = Fusion({'bm25': BM25.from_collection(coll, num_results=100, cache_dir=cache_dir)})
     trainer = Distillation(tiny_encoder(max_length=64), coll, bm25, depth=10, batch_size=7, lr=1e-2,
-                           epochs=6, loss=loss, train_passages=train_passages, **BEFORE_OFFSETS,
+                           rounds=6, loss=loss,
+                           **dict(BEFORE_OFFSETS, passages=side(train_passages)),
                            cache_dir=cache_dir, verbose=False)
     start = tiny_encoder(max_length=64)
     trainer.fit(coll.topics())
@@ -253,7 +259,7 @@ def test_the_student_learns_a_fixed_teacher(tiny_encoder, cache_dir, loss, train
 def test_a_batch_without_negatives_takes_no_step(tiny_encoder, cache_dir):
     coll = Collection('classic/adi')
     trainer = _distill(tiny_encoder(max_length=64), coll, cache_dir, depth=1, in_batch=False,
-                       epochs=1)
+                       rounds=1)
     q = Query('x', 'automatic indexing', frozenset())
     trainer.state['targets'] = {'x': (['1'], np.array([1.0]))}
     assert trainer.loss([q], np.random.default_rng(0)) is None
@@ -267,7 +273,7 @@ def test_a_batch_without_negatives_takes_no_step(tiny_encoder, cache_dir):
 
 def test_the_last_batch_is_never_a_single_query(tiny_encoder, cache_dir):
     coll = Collection('classic/adi')
-    trainer = _distill(tiny_encoder(max_length=64), coll, cache_dir, batch_size=17, epochs=1)
+    trainer = _distill(tiny_encoder(max_length=64), coll, cache_dir, batch_size=17, rounds=1)
     assert [len(b) for b in trainer.batches(35, 0)] == [17, 18]
     assert sorted(np.concatenate(trainer.batches(35, 0)).tolist()) == list(range(35))
     assert [len(b) for b in trainer.batches(36, 0)] == [17, 17, 2]
@@ -291,7 +297,7 @@ def test_exported_model_loads_in_sentence_transformers(tmp_path, cache_dir):
     coll = Collection('classic/adi')
     encoder = DualEncoder.from_pretrained(MINILM, precision='fp32')
     trainer = Distillation(encoder, coll, _teacher(coll, cache_dir), depth=10, batch_size=16,
-                           lr=1e-4, epochs=1, **BEFORE_OFFSETS, output_dir=tmp_path / 'run',
+                           lr=1e-4, rounds=1, **BEFORE_OFFSETS, output_dir=tmp_path / 'run',
                            cache_dir=cache_dir, verbose=False)
     trainer.fit(coll.topics())
     final = tmp_path / 'run' / 'final'
@@ -365,7 +371,7 @@ def _distil_fixed_teacher(tiny_dir: str, cache_dir: str, output_dir: str, loss: 
     from pyterrier_selfsup.training.loop import fit_resumably
     encoder = tiny_dual_encoder(tiny_dir, max_length=64)
     coll = Collection('classic/adi')
-    common = dict(batch_size=7, lr=1e-2, epochs=2, output_dir=output_dir, checkpoint_every='epoch',
+    common = dict(batch_size=7, lr=1e-2, rounds=2, output_dir=output_dir, checkpoint_every='epoch',
                   cache_dir=cache_dir, verbose=False)
     if loss == 'ds':  # distant supervision: BM25's top 1 the positive, the batch's the negatives
         from pyterrier_selfsup.training.distant import DistantSupervision
@@ -373,7 +379,7 @@ def _distil_fixed_teacher(tiny_dir: str, cache_dir: str, output_dir: str, loss: 
     else:
         bm25 = Fusion({'bm25': BM25.from_collection(coll, num_results=100, cache_dir=cache_dir)})
         trainer = Distillation(encoder, coll, bm25, depth=10, loss=loss,
-                               train_passages=train_passages, **BEFORE_OFFSETS, **common)
+                               **dict(BEFORE_OFFSETS, passages=side(train_passages)), **common)
     # no dropout: the masks differ with the split
     trainer.train_mode = lambda on: encoder.train_mode(False)
     if kill_at and distributed()[0] == 1:

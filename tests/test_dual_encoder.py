@@ -158,7 +158,8 @@ def test_plain_encoder_defaults_to_thesis_settings(tiny_dir):
     enc = DualEncoder.from_pretrained(str(tiny_dir), device='cpu', precision='fp32')
     assert enc.config() | {'name': None} == {'name': None, 'pooling': 'cls', 'dim': None,
                                              'normalize': False, 'max_length': 128,
-                                             'query_max_length': 128, 'temperature': 1.0}
+                                             'query_max_length': 128, 'temperature': 1.0,
+                                             'tied': True}
     batch = enc.tokenize(TEXTS, 'passage')
     with torch.no_grad():
         cls = enc.model.encoder(**batch).last_hidden_state[:, 0]

@@ -134,7 +134,7 @@ def test_backend_flows_through_pipelines_and_keys(cache_dir):
     collection = Collection('classic/adi')
     # (the session's cache: torch's index of ADI is often there already)
     run = RunContext(cache_dir=cache_dir)
-    dual = get_pipeline('dual:backend=openvino').build(collection, run)
+    dual = get_pipeline('dual_encoder:backend=openvino').build(collection, run)
     assert dual.encoder.backend == 'openvino'
     torch_index = flex_index(collection, DualEncoder.from_pretrained(MINILM), cache_dir=cache_dir)
     assert dual.index.index_path != torch_index.index_path  # its own index: other numbers

@@ -201,7 +201,7 @@ def test_a_distillation_training_its_passages_plans_an_encoding_a_round_and_its_
     # the start index was in the cache, and the run encoded 5 x 5,183)
     for settings, encoded in [
             ({}, 82), ({'passages': 'trained'}, 82 * 6),
-            ({'train_passages': True, 'passage_offsets': None, 'verdict_share': 0.0}, 82 * 5),
+            ({'passages': 'trained', 'verdict_share': 0.0}, 82 * 5),
             ({'passages': 'trained', 'verdict_share': 0.0, 'teacher': 'bm25'}, 82)]:
         five_rounds = typed_settings('distill', dict(settings, rounds=5))
         planned = {p.desc: p for p in plan.stages(adi, 'distill', five_rounds, False)}

@@ -79,6 +79,8 @@ def test_generated_queries_come_from_the_generator_with_their_source(tiny_genera
 def test_generated_training_topics_are_written_once_and_shared_by_every_trainer(
         tiny_dir, tiny_generator_dir, tmp_path, monkeypatch):
     from pyterrier_selfsup.data.queries import generated_queries
+    from pyterrier_selfsup.data.sources import QuerySource
+    from pyterrier_selfsup.harness import topics as topics_module
     from pyterrier_selfsup.harness import trained
     from pyterrier_selfsup.harness.topics import training_topics
     from pyterrier_selfsup.models.generator import Generator
@@ -98,7 +100,7 @@ def test_generated_training_topics_are_written_once_and_shared_by_every_trainer(
                            run=RunContext(cache_dir=tmp_path)).equals(first)
     # the distant-supervision pipeline reads the same file
     # (its generator is SmolLM2's; here the tiny one)
-    monkeypatch.setattr(trained, 'load_generator', lambda *args, **kwargs: gen)
+    monkeypatch.setattr(topics_module, 'load_generator', lambda *args, **kwargs: gen)
     class Trained(Exception):
         pass
 
@@ -111,7 +113,7 @@ def test_generated_training_topics_are_written_once_and_shared_by_every_trainer(
                       run=RunContext(cache_dir=tmp_path))
     assert raised.value.args[0].equals(first)
     with pytest.raises(ValueError, match='needs a generator'):
-        training_topics(coll, 'generated', 8)
+        QuerySource('generated', 8).topics(coll)
     assert list(training_topics(coll, 'classic/adi', 0).columns) == ['qid', 'query']
 
 
@@ -199,16 +201,15 @@ def test_queries_kept_from_a_short_corpus_are_spread_over_its_passages(tiny_gene
     # 7 queries, 1 a passage, asked of 6 passages with text (and 1 empty document): each writes
     # 2, and the 7 kept cover all 6, where the first 7 written would cover 4
     import json
-    from pyterrier_selfsup.data.queries import spread, spreads
-    from pyterrier_selfsup.harness import trained
+    from pyterrier_selfsup.data.queries import sampled_plan, spread
     from pyterrier_selfsup.harness.topics import training_topics
-    from pyterrier_selfsup.harness.trained import model_dir
     from pyterrier_selfsup.models.generator import Generator
     docs = [{'_id': f'd{i}', 'title': '', 'text': '' if i == 3 else f'passage {i} about topic {i}'}
             for i in range(7)]
     (tmp_path / 'docs.jsonl').write_text(''.join(json.dumps(d) + '\n' for d in docs))
     coll = Collection.from_files(tmp_path / 'docs.jsonl')
-    assert spreads(coll, 7, 1) and not spreads(coll, 6, 1) and not spreads(coll, 7, 2)
+    assert (sampled_plan(coll, 7, 1).spread and not sampled_plan(coll, 6, 1).spread
+            and not sampled_plan(coll, 7, 2).spread)
     gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu',
                                     precision='fp32', max_passage_length=32)
     topics = training_topics(coll, 'sampled', 7, generator=gen, per_passage=1,
@@ -216,11 +217,6 @@ def test_queries_kept_from_a_short_corpus_are_spread_over_its_passages(tiny_gene
     assert len(topics) == 7 and topics['source_docno'].nunique() == 6
     assert spread([('a', 1), ('a', 2), ('b', 3), ('c', 4), ('c', 5)], 4) == [
         ('a', 1), ('a', 2), ('b', 3), ('c', 4)]
-    # a model trained on spread queries is not the one trained on the first 7 before
-    seven = {'queries': 'sampled', 'n_queries': 7, 'per_passage': 1}
-    spread_key = model_dir(coll, 'distill', seven)
-    monkeypatch.setattr(trained, 'spreads', lambda *args: False)
-    assert model_dir(coll, 'distill', seven) != spread_key
 
 
 def test_sampled_queries_cover_as_many_passages_as_per_passage_asks(tiny_generator_dir, tmp_path):

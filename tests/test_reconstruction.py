@@ -350,7 +350,7 @@ def test_frozen_passages_train_the_query_tower_only_and_never_re_encode(
     torch.testing.assert_close(logits, torch.einsum('bd,bkd->bk', q, p) / enc.temperature,
                                rtol=1e-4, atol=1e-5)
 
-    # saved untied, reloaded untied; a tied encoder's fingerprint does not mention tying
+    # saved untied, reloaded untied
     loaded = DualEncoder.from_pretrained(str(tmp_path / 'out' / 'final'), device='cpu',
                                          precision='fp32')
     assert not loaded.model.tied and loaded.fingerprint() == enc.fingerprint() != start_fingerprint
@@ -362,7 +362,7 @@ def test_frozen_passages_train_the_query_tower_only_and_never_re_encode(
     with torch.no_grad():
         loaded.model.passage_proj.weight.mul_(2)
     assert loaded.passage_fingerprint() != start_fingerprint
-    assert 'tied' not in tiny_encoder().config()
+    assert tiny_encoder().config()['tied'] and not loaded.config()['tied']
 
     # resuming (on a refresh boundary) from a fresh, tied start gives the same model
     resumed_enc = tiny_encoder()
@@ -442,7 +442,7 @@ def test_gradient_checkpointing_trains_the_same_weights_and_is_off_after(method,
     weights, passes = {}, {True: {}, False: {}}
     for on in (True, False):
         enc, seen = tiny_encoder(), []
-        settings = dict(batch_size=7, epochs=1, lr=1e-2, checkpointing=on,
+        settings = dict(batch_size=7, epochs=1, lr=1e-2, gradient_checkpointing=on,
                         cache_dir=tmp_path / str(on), verbose=False)
         if method == 'ds':
             trainer, generator = DistantSupervision(enc, coll, **settings), None

@@ -105,7 +105,7 @@ def test_a_shared_prefix_writes_what_whole_prompts_write(tiny_generator, monkeyp
         writer = QueryWriter(gen, style='plain', pairs=pairs, batch_size=2, prefill_tokens=1,
                              share_prefix=share)
         assert len(writer.head_ids) >= writing.MIN_SHARED_PREFIX
-        assert ('prefix' in writer.config()) == share  # (it keys the queries written)
+        assert (writer.config()['prefix'] == 'shared') == share  # (it keys the queries written)
         widths.clear()
         written[share] = (writer.write(PASSAGES, 3, do_sample=True, top_p=0.9,
                                        generator=torch.Generator().manual_seed(7)),
@@ -344,7 +344,7 @@ def test_the_prompt_shows_example_queries_and_passages_with_their_queries(tiny_g
     assert turns[3].endswith('Passage: the passage')
     # what the queries depend on keys them
     assert chat.config()['pairs'] == [['rockets and their flight.', 'how do rockets fly']]
-    assert 'pairs' not in QueryWriter(gen, style='chat').config()
+    assert QueryWriter(gen, style='chat').config()['pairs'] == []
 
 
 def test_example_pairs_are_another_collections_judged_topics():

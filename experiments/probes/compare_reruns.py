@@ -4,7 +4,7 @@ Reads pairs of committed results files, the first run and its rerun, and writes
 experiments/results/redesign_reruns.md: every (collection, pipeline) in both, its measures
 in each, and the difference. The reruns come from
 
-    bash experiments/reproduce/baseline.sh --save baseline_rerun
+    bash experiments/reproduce/baseline.sh --save baseline_rerun   # (its later --save wins)
     python experiments/reproduce/reconstruction_training.py rumbart_frozen_rerun
 
 and this script from

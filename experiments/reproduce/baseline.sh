@@ -6,4 +6,5 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/bootstrap.sh
-selfsup run -c beir/scifact/test cranfield vaswani classic/cisi classic/adi -p bm25 minilm --save baseline "$@"
+selfsup run -c beir/scifact/test cranfield vaswani classic/cisi classic/adi -p bm25 minilm --save baseline \
+  --results-dir experiments/results "$@"

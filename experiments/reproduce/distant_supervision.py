@@ -24,9 +24,9 @@ RESULTS = Path(__file__).resolve().parents[1] / 'results'
 COLLECTIONS = ['beir/scifact/train', 'beir/scifact/test']
 TRAIN = 'ds:queries=beir/scifact/train'
 GROUPS = {
-    'ds_main': ['bm25', 'dual', TRAIN, f'{TRAIN},epochs=3', 'ds:queries=sentences,n_queries=5000'],
+    'ds_main': ['bm25', 'dual_encoder', TRAIN, f'{TRAIN},epochs=3', 'ds:queries=sentences,n_queries=5000'],
     'ds_negatives': ['bm25', TRAIN] + [f'{TRAIN},negatives={n}' for n in ('random', 'bm25', 'retriever')],
-    'ds_dims': ['bm25', 'dual'] + [f'{TRAIN},dim={d}' for d in (64, 128, 256, 768)] + [TRAIN],
+    'ds_dims': ['bm25', 'dual_encoder'] + [f'{TRAIN},dim={d}' for d in (64, 128, 256, 768)] + [TRAIN],
 }
 
 

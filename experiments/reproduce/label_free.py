@@ -51,63 +51,66 @@ import tsdae  # noqa: E402
 TSDAE = tsdae.default_out('beir/scifact/train', 8000, 1000, 0)
 # (named in full: the defaults they were measured against moved; corpus_only_generalise ran them as distill,
 # distill:keep=last and distill:passages=frozen,keep=last at 0614091)
-GENERALISE = ['bm25', 'dual', 'teacher'] + [f'distill:{side},rounds=5,keep={keep}' for side, keep in (
+GENERALISE = ['bm25', 'dual_encoder', 'teacher'] + [f'distill:{side},rounds=5,keep={keep}' for side, keep in (
     ('passages=offsets', 'verdict'), ('passages=offsets', 'last'), ('passages=frozen', 'last'))]
 # SmolLM2's chat prompt shown 3 (passage, query) pairs of another collection than the one adapted to
 PAIRS_CRANFIELD = 'distill:query_style=chat,example_pairs=cranfield'
 PAIRS_CISI = 'distill:query_style=chat,example_pairs=classic/cisi'
+# Each group as it ran. The groups that name settings removed since (keep, stop_overlap,
+# passage_offsets, min_round_steps, source_share) no longer run: get_pipeline refuses the name and
+# says which setting. Their results files stay, each naming the commit that wrote it.
 GROUPS = {
     # (the last: DESIGN.md's probe, a fixed teacher over the union of BM25's and MiniLM's top 30, 3 epochs)
-    'distill_choices': (SCIFACT, ['bm25', 'dual', 'teacher', TRAIN, f'{TRAIN},in_batch=false',
+    'distill_choices': (SCIFACT, ['bm25', 'dual_encoder', 'teacher', TRAIN, f'{TRAIN},in_batch=false',
                                   f'{TRAIN},loss=margin_mse', f'{TRAIN},teacher_temperature=0.5',
                                   f'{TRAIN},teacher_temperature=2.0',
                                   f'{TRAIN},teacher=bm25+minilm,fusion_depth=30,depth=60,rounds=3']),
     # 2,000 queries a source (the shipped default is 5,000): what fitted one 2-core session
-    'distill_sources': (SCIFACT, ['bm25', 'dual', 'distill:queries=sampled,n_queries=2000',
+    'distill_sources': (SCIFACT, ['bm25', 'dual_encoder', 'distill:queries=sampled,n_queries=2000',
                                   'distill:queries=sentences,n_queries=2000', 'distill:queries=spans,n_queries=2000']),
     # round trip: keep a sampled query if its passage is in the teacher's top 1, 3 or 10, or keep all
-    'distill_filter': (SCIFACT, ['bm25', 'dual'] + [f'distill:queries=sampled,n_queries=2000,filter_depth={d}'
+    'distill_filter': (SCIFACT, ['bm25', 'dual_encoder'] + [f'distill:queries=sampled,n_queries=2000,filter_depth={d}'
                                                     for d in (1, 3, 10, 'none')]),
     # is the corpus-only student short of training? ten rounds without the stop rule; a higher lr
-    'distill_longer': (SCIFACT, ['bm25', 'dual', 'distill', 'distill:rounds=10,stop_overlap=none',
+    'distill_longer': (SCIFACT, ['bm25', 'dual_encoder', 'distill', 'distill:rounds=10,stop_overlap=none',
                                  'distill:lr=5e-5']),
     'label_free': (FIVE, ['bm25', 'minilm', 'teacher', 'distill', 'hybrid']),
-    'label_free_seeds': (['beir/scifact/test'], ['bm25', 'dual', 'distill', 'distill:seed=1', 'distill:seed=2']),
+    'label_free_seeds': (['beir/scifact/test'], ['bm25', 'dual_encoder', 'distill', 'distill:seed=1', 'distill:seed=2']),
     # the unlabeled train-query texts; and, as a diagnostic only (transductive: the test queries'
     # texts, never their labels), how far the student gets when its queries are the test queries
-    'label_free_queries': (SCIFACT, ['bm25', 'dual', 'teacher', TRAIN, 'distill:queries=beir/scifact/test']),
+    'label_free_queries': (SCIFACT, ['bm25', 'dual_encoder', 'teacher', TRAIN, 'distill:queries=beir/scifact/test']),
     # issue 30, the query-log setting, chosen on scifact train without its test split: each train query
     # answered by a model trained on the other half of the train split's texts (queries=crossfold)
-    'query_log_choices': (['beir/scifact/train'], ['bm25', 'dual', 'teacher'] + [
+    'query_log_choices': (['beir/scifact/train'], ['bm25', 'dual_encoder', 'teacher'] + [
         f'distill:queries=crossfold{extra}' for extra in (
             '', ',precision=fp32', ',precision=fp32,passage_offsets=1', ',precision=fp32,teacher=bm25+minilm',
             ',precision=fp32,teacher=bm25+minilm,passage_offsets=1')]),
     # the second round of choices (with the verdict's held-out tenth): longer, faster, the offsets' pull and rate
-    'query_log_choices_2': (['beir/scifact/train'], ['bm25', 'dual', 'teacher'] + [
+    'query_log_choices_2': (['beir/scifact/train'], ['bm25', 'dual_encoder', 'teacher'] + [
         f'distill:queries=crossfold,precision=fp32,passage_offsets=1{extra}' for extra in (
             '', ',stop_overlap=none', ',stop_overlap=none,lr=5e-5', ',passage_offsets=0.3', ',offset_lr=3e-3',
             ',stop_overlap=none,rounds=10,lr=5e-5')]),
     # what the verdict's held-out tenth costs the query-log student (on scifact test it kept round 3, 3 and 2 of 5 for
     # seeds 0-2): the shipped setting against every query training and the last round kept, three seeds each
-    'query_log_verdict': (['beir/scifact/train'], ['bm25', 'dual', 'teacher'] + [
+    'query_log_verdict': (['beir/scifact/train'], ['bm25', 'dual_encoder', 'teacher'] + [
         f'distill:queries=crossfold{extra}{seed}' for extra in ('', ',verdict_share=0')
         for seed in ('', ',seed=1', ',seed=2')]),
     # a small query log (the four other collections give 17-112 texts a fold): scifact train two-fold, each fold's
     # model trained on 100 of the other fold's texts; a round passing over them once, or as often as 20 steps take
-    'query_log_small': (['beir/scifact/train'], ['bm25', 'dual', 'teacher'] + [
+    'query_log_small': (['beir/scifact/train'], ['bm25', 'dual_encoder', 'teacher'] + [
         f'distill:queries=crossfold,n_queries=100{extra}' for extra in ('', ',min_round_steps=20')]),
     # the shipped settings on scifact train, two-fold, with its whole query sample and with 100 texts a fold
     # (more points for the verdict's agreement with the truth: experiments/probes/verdict_agreement.py)
-    'query_log_shipped': (['beir/scifact/train'], ['bm25', 'dual', 'teacher', 'distill:queries=crossfold',
+    'query_log_shipped': (['beir/scifact/train'], ['bm25', 'dual_encoder', 'teacher', 'distill:queries=crossfold',
                                                    'distill:queries=crossfold,n_queries=100']),
     # corpus only, at the shipped training settings: 2,000 queries from Qwen2.5-Coder-0.5B through the chat template
     # (query_generation.md: 10.5 words, 96% distinct, the source passage at teacher MRR@10 .86; real: 12.0, .64)
-    'corpus_only_qwen': (SCIFACT, ['bm25', 'dual', 'teacher', 'distill:generator=qwen,query_style=chat']),
+    'corpus_only_qwen': (SCIFACT, ['bm25', 'dual_encoder', 'teacher', 'distill:generator=qwen,query_style=chat']),
     # corpus only at the shipped training settings (issue 30 items 3 and 5): SmolLM2's plain completion (the
     # default) against its chat template (query_generation.md: 17 words, the source at teacher MRR@10 .58, the
     # nearest of the generators to real queries' .64), and the chat queries' coverage: 1,000, 2,000 and 5,183
     # (3 a passage: 0.06, 0.13 and 0.33 of the passages; .19, .39, 1.0 queries a passage); and
-    'corpus_only_levers': (SCIFACT, ['bm25', 'dual', 'teacher', 'distill', 'distill:query_style=chat'] + [
+    'corpus_only_levers': (SCIFACT, ['bm25', 'dual_encoder', 'teacher', 'distill', 'distill:query_style=chat'] + [
         f'distill:query_style=chat,n_queries={n}' for n in (1000, 5183)] + [
         # titles as pseudo-queries (no generator; the document excluded from its title's candidates): 2,000, and all
         'distill:queries=titles', 'distill:queries=titles,n_queries=5183',
@@ -117,7 +120,7 @@ GROUPS = {
     # queries of another collection (8 of its topic texts; no label of scifact read) shown as the style to
     # write, with SmolLM2 and with Qwen2.5-Coder-0.5B (offline-assets --with qwen2.5-coder-0.5b); then both
     # writers' chat prompt without examples. Chosen on scifact train; test is reported beside it.
-    'writer_realism': (SCIFACT, ['bm25', 'dual', 'teacher', 'distill'] + [
+    'writer_realism': (SCIFACT, ['bm25', 'dual_encoder', 'teacher', 'distill'] + [
         f'distill:{writer}query_style=chat{examples}'
         for examples in (',query_examples=cranfield', ',query_examples=classic/cisi', '')
         for writer in ('generator=qwen,', '')]),
@@ -126,19 +129,19 @@ GROUPS = {
     # relevant to it (cranfield's qrels are read; scifact's never), as chat turns or InPars' completion prompt.
     # At the shipped training (one round, the passage side frozen), beside the default writer and Qwen's chat.
     # Qwen shown pairs is a group of its own: its longer prompt writes at 2.7 s a passage here (30 minutes)
-    'writer_pairs': (SCIFACT, ['bm25', 'dual', 'teacher', 'distill', 'distill:generator=qwen,query_style=chat',
+    'writer_pairs': (SCIFACT, ['bm25', 'dual_encoder', 'teacher', 'distill', 'distill:generator=qwen,query_style=chat',
                                'distill:query_style=chat,example_pairs=cranfield', 'distill:example_pairs=cranfield']),
     # the one writer whose change from the start was clear of 0 on scifact train (SmolLM2's chat shown pairs):
     # a setting, or one training's luck? Three seeds of it beside three of the default
-    'writer_pairs_seeds': (SCIFACT, ['bm25', 'dual', 'teacher', 'distill', 'distill:seed=1', 'distill:seed=2'] + [
+    'writer_pairs_seeds': (SCIFACT, ['bm25', 'dual_encoder', 'teacher', 'distill', 'distill:seed=1', 'distill:seed=2'] + [
         f'distill:query_style=chat,example_pairs=cranfield{seed}' for seed in ('', ',seed=1', ',seed=2')]),
     # does the writer above the default on scifact train (SmolLM2's chat shown cranfield's pairs, 3 seeds) hold on
     # the other local collections? Cranfield is shown CISI's pairs instead (never its own qrels), and scifact is
     # shown CISI's too, to say whether the collection the pairs come from matters
     'writer_pairs_collections': (['classic/adi', 'classic/cisi', 'vaswani'],
-                                 ['bm25', 'dual', 'teacher', 'distill', PAIRS_CRANFIELD]),
-    'writer_pairs_cisi': (SCIFACT + ['cranfield'], ['bm25', 'dual', 'teacher', 'distill', PAIRS_CISI]),
-    'writer_pairs_qwen': (SCIFACT, ['bm25', 'dual', 'teacher', 'distill',
+                                 ['bm25', 'dual_encoder', 'teacher', 'distill', PAIRS_CRANFIELD]),
+    'writer_pairs_cisi': (SCIFACT + ['cranfield'], ['bm25', 'dual_encoder', 'teacher', 'distill', PAIRS_CISI]),
+    'writer_pairs_qwen': (SCIFACT, ['bm25', 'dual_encoder', 'teacher', 'distill',
                                     'distill:generator=qwen,query_style=chat,example_pairs=cranfield']),
     # issue 50 items 4 and 5: which corpus-only settings generalise, with generated queries on every
     # local collection: the shipped setting (passage offsets, the verdict's best round), the last round
@@ -151,53 +154,53 @@ GROUPS = {
     # the rule that ships a round without the verdict, chosen on scifact train: the last of 5 rounds lost to the
     # verdict's choice (round 1) there, so one round alone (its own schedule: warm-up and decay within it)
     'corpus_only_one_round': (['beir/scifact/train', 'beir/scifact/test', 'classic/adi', 'classic/cisi', 'cranfield'],
-                              ['bm25', 'dual', 'teacher', 'distill:rounds=1,keep=last',
+                              ['bm25', 'dual_encoder', 'teacher', 'distill:rounds=1,keep=last',
                                'distill:rounds=1,passages=frozen,keep=last']),
     # issue 50 item 2: the training levers on scifact, each against the shipped corpus-only training (one
     # round, the passage side frozen): GPL's Margin-MSE over the teacher's candidates, the teacher's depth (10,
     # 30 shipped, 100), in-batch negatives off (false negatives on a small corpus), and TSDAE on the corpus
     # before distillation (the TSDAE model alone beside it)
-    'corpus_only_training': (SCIFACT, ['bm25', 'dual', 'teacher', 'distill', 'distill:loss=margin_mse',
+    'corpus_only_training': (SCIFACT, ['bm25', 'dual_encoder', 'teacher', 'distill', 'distill:loss=margin_mse',
                                        'distill:depth=10', 'distill:depth=100', 'distill:in_batch=false',
                                        f'dual_encoder:model_name={TSDAE}', f'distill:model_name={TSDAE}']),
     # issue 50 item 1, coverage: every passage given 1, then 3 SmolLM2 queries (n_queries = passages x per_passage),
     # against the default's 2,000 (3 a passage for 667 of scifact's 5,183), at the shipped training; each point a
     # group of its own, so that it is written when it ends. On ADI (82 passages) the default writes 10 a passage
-    'coverage_scifact_1': (SCIFACT, ['bm25', 'dual', 'teacher', 'distill', 'distill:n_queries=5183,per_passage=1']),
-    'coverage_scifact_3': (SCIFACT, ['bm25', 'dual', 'teacher', 'distill', 'distill:n_queries=15549,per_passage=3']),
-    'coverage_adi': (['classic/adi'], ['bm25', 'dual', 'teacher', 'distill:n_queries=82,per_passage=1',
+    'coverage_scifact_1': (SCIFACT, ['bm25', 'dual_encoder', 'teacher', 'distill', 'distill:n_queries=5183,per_passage=1']),
+    'coverage_scifact_3': (SCIFACT, ['bm25', 'dual_encoder', 'teacher', 'distill', 'distill:n_queries=15549,per_passage=3']),
+    'coverage_adi': (['classic/adi'], ['bm25', 'dual_encoder', 'teacher', 'distill:n_queries=82,per_passage=1',
                                        'distill:n_queries=246,per_passage=3', 'distill']),
-    'coverage_cranfield': (['cranfield'], ['bm25', 'dual', 'teacher', 'distill', 'distill:n_queries=1400,per_passage=1',
+    'coverage_cranfield': (['cranfield'], ['bm25', 'dual_encoder', 'teacher', 'distill', 'distill:n_queries=1400,per_passage=1',
                                            'distill:n_queries=4200,per_passage=3']),
     # the coverage curve with SmolLM2's chat shown another collection's pairs (writer_pairs_collections): every
     # passage given 1, then 3 queries, against the 2,000 of its default size; ADI, 82 passages, also at 10
-    'coverage_pairs_scifact_1': (SCIFACT, ['bm25', 'dual', 'teacher', 'distill', PAIRS_CRANFIELD,
+    'coverage_pairs_scifact_1': (SCIFACT, ['bm25', 'dual_encoder', 'teacher', 'distill', PAIRS_CRANFIELD,
                                            f'{PAIRS_CRANFIELD},n_queries=5183,per_passage=1']),
-    'coverage_pairs_adi': (['classic/adi'], ['bm25', 'dual', 'teacher', 'distill'] + [
+    'coverage_pairs_adi': (['classic/adi'], ['bm25', 'dual_encoder', 'teacher', 'distill'] + [
         f'{PAIRS_CRANFIELD}{size}' for size in (',n_queries=82,per_passage=1', ',n_queries=246,per_passage=3', '')]),
-    'coverage_pairs_cranfield_1': (['cranfield'], ['bm25', 'dual', 'teacher', 'distill', PAIRS_CISI,
+    'coverage_pairs_cranfield_1': (['cranfield'], ['bm25', 'dual_encoder', 'teacher', 'distill', PAIRS_CISI,
                                                    f'{PAIRS_CISI},n_queries=1400,per_passage=1']),
-    'coverage_pairs_cranfield_3': (['cranfield'], ['bm25', 'dual', 'teacher', 'distill', PAIRS_CISI,
+    'coverage_pairs_cranfield_3': (['cranfield'], ['bm25', 'dual_encoder', 'teacher', 'distill', PAIRS_CISI,
                                                    f'{PAIRS_CISI},n_queries=4200,per_passage=3']),
-    'coverage_pairs_cisi_1': (['classic/cisi'], ['bm25', 'dual', 'teacher', 'distill', PAIRS_CRANFIELD,
+    'coverage_pairs_cisi_1': (['classic/cisi'], ['bm25', 'dual_encoder', 'teacher', 'distill', PAIRS_CRANFIELD,
                                                  f'{PAIRS_CRANFIELD},n_queries=1460,per_passage=1']),
-    'coverage_pairs_cisi_3': (['classic/cisi'], ['bm25', 'dual', 'teacher', 'distill', PAIRS_CRANFIELD,
+    'coverage_pairs_cisi_3': (['classic/cisi'], ['bm25', 'dual_encoder', 'teacher', 'distill', PAIRS_CRANFIELD,
                                                  f'{PAIRS_CRANFIELD},n_queries=4380,per_passage=3']),
     # vaswani, the largest local collection (11,429 passages), at 1 a passage with the same writer (its prompts'
     # common head prefilled once since d16595a); its writing alone takes hours on 2 cores, and a stopped run
     # resumes it after the last batch written (since ee4f7c0)
-    'coverage_pairs_vaswani_1': (['vaswani'], ['bm25', 'dual', 'teacher', 'distill', PAIRS_CRANFIELD,
+    'coverage_pairs_vaswani_1': (['vaswani'], ['bm25', 'dual_encoder', 'teacher', 'distill', PAIRS_CRANFIELD,
                                                f'{PAIRS_CRANFIELD},n_queries=11429,per_passage=1']),
     # is the best corpus-only lever of corpus_only_levers (SmolLM2 chat, 1,000 queries: +.0145 over the start on
     # scifact train, while 2,000 and 5,183 of the same kind gave -.003 and -.002) a setting or one training's luck?
     # Three seeds of it beside three of the default (each seed draws its own passages and queries; the default's
     # models are label_free_seeds')
-    'corpus_only_seeds': (SCIFACT, ['bm25', 'dual', 'distill', 'distill:seed=1', 'distill:seed=2'] + [
+    'corpus_only_seeds': (SCIFACT, ['bm25', 'dual_encoder', 'distill', 'distill:seed=1', 'distill:seed=2'] + [
         f'distill:query_style=chat,n_queries=1000{seed}' for seed in ('', ',seed=1', ',seed=2')]),
     # the corpus-only half of item 8: the shipped training settings were chosen for query logs; with SmolLM2's
     # queries on scifact train, which of them help? (the same 2,000 queries, cached: passage offsets off, then the
     # rate of issue 16's corpus-only setting too, and every query training with the last round kept)
-    'corpus_only_settings': (SCIFACT, ['bm25', 'dual', 'distill', 'distill:passage_offsets=none',
+    'corpus_only_settings': (SCIFACT, ['bm25', 'dual_encoder', 'distill', 'distill:passage_offsets=none',
                                        'distill:passage_offsets=none,lr=2e-5', 'distill:verdict_share=0']),
     # the passage side that moves (issue 30 item 1), from scifact train's query texts: passage offsets (shipped)
     # against the passage tower's top layer trained over cached lower-layer states. Not yet run: on 2 cores a

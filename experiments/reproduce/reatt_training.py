@@ -36,7 +36,7 @@ ADJUSTED = 'reatt_adjusted:queries=beir/scifact/train'
 MASKED = 'reatt_adjusted:queries=masked,n_queries=256,epochs=1'
 
 GROUPS = {
-    'reatt_zero_shot': (FIVE, ['bm25', 'minilm', 'recon', 'reatt']),
+    'reatt_zero_shot': (FIVE, ['bm25', 'minilm', 'query_likelihood', 'reatt']),
     'reatt_adjusted': (SCIFACT, ['bm25', 'minilm', 'reatt', ADJUSTED]),
     'reatt_masked': (SCIFACT, ['bm25', 'minilm', 'reatt', ADJUSTED, MASKED]),
     'reatt_masked_others': (FIVE[1:], ['bm25', 'minilm', 'reatt', MASKED]),

@@ -13,4 +13,5 @@ collections=("$@")
 if [ ${#collections[@]} -eq 0 ]; then
     collections=(beir/scifact/test cranfield vaswani classic/cisi classic/adi)
 fi
-selfsup run -c "${collections[@]}" -p bm25 minilm recon --save reconstruction_scorer -v
+selfsup run -c "${collections[@]}" -p bm25 minilm query_likelihood \
+  --save reconstruction_scorer --results-dir experiments/results -v

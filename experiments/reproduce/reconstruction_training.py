@@ -66,32 +66,32 @@ def frozen_on(source: str) -> str:
 
 
 GROUPS = {
-    'rumbart_main': ['bm25', 'dual', f'rumbart:{TRAIN}'],
+    'rumbart_main': ['bm25', 'dual_encoder', f'rumbart:{TRAIN}'],
     # ACROBArT reads all k passages in one sequence, fwd and bwd through SmolLM2: k=3 and
     # 128 passage tokens keep a step under a minute on 2 cores
-    'acrobart_main': ['bm25', 'dual', f'acrobart:{TRAIN},k=3,max_passage_length=128'],
-    'rumbart_teacher': ['bm25', 'dual', f'rumbart:{TRAIN}', f'rumbart:{TRAIN},teacher_temperature=4'],
-    'rumbart_frozen': ['bm25', 'dual', f'rumbart:{TRAIN},teacher_temperature=4',
+    'acrobart_main': ['bm25', 'dual_encoder', f'acrobart:{TRAIN},k=3,max_passage_length=128'],
+    'rumbart_teacher': ['bm25', 'dual_encoder', f'rumbart:{TRAIN}', f'rumbart:{TRAIN},teacher_temperature=4'],
+    'rumbart_frozen': ['bm25', 'dual_encoder', f'rumbart:{TRAIN},teacher_temperature=4',
                        f'rumbart:{TRAIN},teacher_temperature=4,train_passages=false',
                        f'rumbart:{TRAIN},teacher_temperature=4,train_passages=false,epochs=10,lr=1e-4'],
-    'rumbart_k': ['bm25', 'dual'] + [f'rumbart:{TRAIN},teacher_temperature=4,train_passages=false,k={k}'
+    'rumbart_k': ['bm25', 'dual_encoder'] + [f'rumbart:{TRAIN},teacher_temperature=4,train_passages=false,k={k}'
                                      for k in (3, 5, 10)],
-    'rumbart_seeds': ['bm25', 'dual'] + [f'{FROZEN},seed={seed}' if seed else FROZEN for seed in (0, 1, 2)],
-    'rumbart_queries': ['bm25', 'dual', FROZEN, frozen_on('sentences'), frozen_on('generated')],
+    'rumbart_seeds': ['bm25', 'dual_encoder'] + [f'{FROZEN},seed={seed}' if seed else FROZEN for seed in (0, 1, 2)],
+    'rumbart_queries': ['bm25', 'dual_encoder', FROZEN, frozen_on('sentences'), frozen_on('generated')],
     'rumbart_start': ['bm25', f'ds:{TRAIN}', f'{FROZEN},start=ds', f'rumbart:{TRAIN},teacher_temperature=4,start=ds'],
-    'rumbart_refresh': ['bm25', 'dual'] + [f'rumbart:{TRAIN},teacher_temperature=4,refresh_every={r}'
+    'rumbart_refresh': ['bm25', 'dual_encoder'] + [f'rumbart:{TRAIN},teacher_temperature=4,refresh_every={r}'
                                            for r in (10, 25, 0)],
-    'rumbart_roundtrip': ['bm25', 'dual', FROZEN, frozen_on('generated'), frozen_on('roundtrip')],
-    'rumbart_null': ['bm25', 'dual', FROZEN, f'{FROZEN},null_document=true'],
+    'rumbart_roundtrip': ['bm25', 'dual_encoder', FROZEN, frozen_on('generated'), frozen_on('roundtrip')],
+    'rumbart_null': ['bm25', 'dual_encoder', FROZEN, f'{FROZEN},null_document=true'],
     # the thesis' marginal likelihood against ART's KL target, at the shipped teacher
     # temperature, with the passage tower frozen (minutes a model here, not hours)
-    'rumbart_target': ['bm25', 'dual', f'rumbart:{TRAIN},train_passages=false',
+    'rumbart_target': ['bm25', 'dual_encoder', f'rumbart:{TRAIN},train_passages=false',
                        f'rumbart:{TRAIN},train_passages=false,target=art'],
     'rumbart_start_seeds': ['bm25'] + [f'{FROZEN},start=ds,seed={seed}' if seed else f'{FROZEN},start=ds'
                                        for seed in (0, 1, 2)],
-    'acrobart_sources': ['bm25', 'dual', f'{ACROBART},{TRAIN}', f'{ACROBART},{TRAIN},start=ds'] + [
+    'acrobart_sources': ['bm25', 'dual_encoder', f'{ACROBART},{TRAIN}', f'{ACROBART},{TRAIN},start=ds'] + [
         f'{ACROBART},queries={source},n_queries=809' for source in ('sentences', 'generated')],
-    'rumbart_frozen_rerun': ['bm25', 'dual', FROZEN],
+    'rumbart_frozen_rerun': ['bm25', 'dual_encoder', FROZEN],
 }
 CURVES = {'rumbart_frozen_rerun': 'reconstruction_curves/rerun'}  # beside the first run's, not over them
 

@@ -35,14 +35,9 @@ from pyterrier_selfsup.data.queries import (MASK, SAMPLING, corpus_sentences, cr
                                             document_titles, generated_queries, given_topics,
                                             masked_spans, other_folds, query_log,
                                             round_trip_queries, sampled_queries)
+from pyterrier_selfsup.data.source_names import (CROSS_FOLDS, CROSSFOLD, CUT_FROM_CORPUS,
+                                                 GENERATED, QUERY_SOURCES)
 
-CUT_FROM_CORPUS = ('sentences', 'spans', 'masked', 'titles')  # cut from the passage they name
-GENERATED = ('generated', 'roundtrip', 'sampled')  # written by a generator for a passage
-CROSSFOLD = 'crossfold'
-QUERY_SOURCES = CUT_FROM_CORPUS + (CROSSFOLD,) + GENERATED
-# queries=crossfold: the collection's own topic texts, in this many folds; the model that answers
-# a fold's queries is trained on the other folds' texts
-CROSS_FOLDS = 2
 ROUND_TRIP_DEPTH = 10
 # the (passage, query) pairs a writer is shown with example_pairs=COLLECTION (InPars shows 3)
 EXAMPLE_PAIRS = 3

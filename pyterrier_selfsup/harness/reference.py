@@ -52,8 +52,10 @@ def markdown(methods: Optional[List[str]] = None) -> str:
              'Change one on the command line as `PIPELINE:name=value` '
              '(`selfsup train "distill:rounds=3" -c classic/adi`), or in Python as '
              '`DistillationSettings(rounds=3)`.', '',
-             'A setting enters the cache key of a trained model unless its row says otherwise, '
-             'so a model is trained again whenever such a setting changes.', '']
+             'A trained model is stored with every setting its weights depend on (each setting '
+             'but those whose row says otherwise), the corpus and its training queries '
+             '(`model.json` in its directory): a model asked for with any of these changed is '
+             'another model, trained on first use.', '']
     for method in methods or list(SETTINGS):
         lines += method_section(method, SETTINGS[method])
     if not methods:

@@ -24,7 +24,7 @@ def source_topics(collection: Collection, source: QuerySource, *,
     :class:`Generator`, or a name for :func:`load_generator` (loaded at its default settings,
     and only for a source that writes; None: the source's own). ``run``: the cache the written
     queries and the round-trip check's BM25 index are kept in."""
-    if source.written and not isinstance(generator, Generator):
+    if source.written and (generator is None or isinstance(generator, str)):
         generator = load_generator(generator or source.generator, cache_dir=run.cache_dir)
 
     def round_trip():

@@ -100,8 +100,8 @@ class Fusion(Retriever):
         if self.rerankers:
             fused = self._rerank(topics, fused)
         fused = fused.merge(topics, on='qid', how='left')
-        fused = _by_score(fused)
-        fused['rank'] = fused.groupby('qid', sort=False).cumcount().astype('int64')
+        # (ranked in the order _by_score sorts: ties by docno, as add_ranks keeps the row order)
+        fused = pt.model.add_ranks(_by_score(fused))
         return fused[fused['rank'] < self.num_results].reset_index(drop=True)
 
     def _rerank(self, topics: pd.DataFrame, fused: pd.DataFrame) -> pd.DataFrame:

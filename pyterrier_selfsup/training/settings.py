@@ -9,7 +9,7 @@ depend on are the model's identity in the model store
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Type, Union
 
-from pyterrier_selfsup.data.sources import CUT_FROM_CORPUS, GENERATED
+from pyterrier_selfsup.data.source_names import CUT_FROM_CORPUS, GENERATED
 from pyterrier_selfsup.models.names import MAX_PASSAGE_LENGTH, MINILM
 from pyterrier_selfsup.training.setting_fields import (GROUPS, MethodSettings, parse_value,
                                                        setting)
