@@ -371,14 +371,14 @@ def _distil_fixed_teacher(tiny_dir: str, cache_dir: str, output_dir: str, loss: 
     from pyterrier_selfsup.training.loop import fit_resumably
     encoder = tiny_dual_encoder(tiny_dir, max_length=64)
     coll = Collection('classic/adi')
-    common = dict(batch_size=7, lr=1e-2, rounds=2, output_dir=output_dir, checkpoint_every='epoch',
+    common = dict(batch_size=7, lr=1e-2, output_dir=output_dir, checkpoint_every='epoch',
                   cache_dir=cache_dir, verbose=False)
     if loss == 'ds':  # distant supervision: BM25's top 1 the positive, the batch's the negatives
         from pyterrier_selfsup.training.distant import DistantSupervision
-        trainer = DistantSupervision(encoder, coll, **common)
+        trainer = DistantSupervision(encoder, coll, epochs=2, **common)
     else:
         bm25 = Fusion({'bm25': BM25.from_collection(coll, num_results=100, cache_dir=cache_dir)})
-        trainer = Distillation(encoder, coll, bm25, depth=10, loss=loss,
+        trainer = Distillation(encoder, coll, bm25, depth=10, loss=loss, rounds=2,
                                **dict(BEFORE_OFFSETS, passages=side(train_passages)), **common)
     # no dropout: the masks differ with the split
     trainer.train_mode = lambda on: encoder.train_mode(False)
