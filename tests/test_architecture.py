@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / 'pyterrier_selfsup'
-LAYERS = ['_kernel_caches', 'progress', '_distributed', '_cache', 'context', 'data', 'models',
-          'retrieval', 'training', 'harness']
+LAYERS = ['machine', '_kernel_caches', 'progress', '_distributed', '_cache', 'context', 'data',
+          'models', 'retrieval', 'training', 'harness']
 TRAINERS = {'training.distant', 'training.reconstruction', 'training.adjustment',
             'training.distill'}
 

@@ -7,7 +7,7 @@ import torch
 from scipy.stats import spearmanr
 
 from pyterrier_selfsup import MINILM, Collection, DualEncoder
-from pyterrier_selfsup.models._base import to_device
+from pyterrier_selfsup.models.batching import to_device
 from tests.helpers import stopped_at_step
 
 pytestmark = pytest.mark.cuda

@@ -8,7 +8,7 @@ from huggingface_hub import snapshot_download
 from sentence_transformers import SentenceTransformer
 
 from pyterrier_selfsup import MINILM, Collection, DenseRetriever, DualEncoder, flex_index
-from pyterrier_selfsup.models import _base
+from pyterrier_selfsup.models import batching
 from tests.helpers import OperationCount
 
 TEXTS = ['Dense retrieval with a dual encoder.', 'BM25 is a strong baseline', 'short',
@@ -35,7 +35,7 @@ def test_sentence_transformers_model_reproduced(source):
 def test_fast_path_equals_gradient_path(minilm, monkeypatch, slice_size):
     # length-sorted, dynamically padded batches come back in input order, equal to one batch;
     # with slices of 3 texts, all but the first are tokenized on threads
-    monkeypatch.setattr(_base, 'TOKENIZE_SLICE', slice_size)
+    monkeypatch.setattr(batching, 'TOKENIZE_SLICE', slice_size)
     fast = minilm.encode_docs(TEXTS * 5, batch_size=1)
     batches = sum(1 for _ in minilm._batches(TEXTS * 5, 'passage', 1))
     assert batches == (2 if slice_size > 20 else 7)
@@ -52,11 +52,11 @@ def test_padding_in_numpy_matches_the_tokenizer(minilm):
             expected = minilm.tokenizer.pad({'input_ids': ids}, return_tensors='pt')
         finally:
             minilm.tokenizer.padding_side = 'right'
-        input_ids, mask = _base.pad(ids, minilm.tokenizer.pad_token_id, left=side == 'left')
+        input_ids, mask = batching.pad(ids, minilm.tokenizer.pad_token_id, left=side == 'left')
         assert torch.equal(input_ids, expected['input_ids'])
         assert torch.equal(mask, expected['attention_mask'])
-    assert [(s.start, s.stop) for s in _base.budget_batches(np.array([9, 4, 4, 2, 2, 2, 1]), 8)] \
-        == [(0, 1), (1, 3), (3, 7)]
+    cut = batching.budget_batches(np.array([9, 4, 4, 2, 2, 2, 1]), 8)
+    assert [(s.start, s.stop) for s in cut] == [(0, 1), (1, 3), (3, 7)]
 
 
 # operations an inference batch of MiniLM dispatches, as counted here (in bf16, 24 casts of

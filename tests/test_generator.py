@@ -91,7 +91,7 @@ def test_only_models_whose_layers_attend_to_every_position_read_prefixes_from_a_
     """A PrefixLayer is a full-attention layer: a model with sliding-window layers keeps
     DynamicCache's kinds."""
     from transformers import LlamaConfig, MistralConfig, Qwen2Config
-    from pyterrier_selfsup.models._base import full_attention_layers
+    from pyterrier_selfsup.models.kv_cache import full_attention_layers
     small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                  vocab_size=100)
     assert full_attention_layers(LlamaConfig(**small)) == 2
@@ -136,7 +136,7 @@ def test_a_frozen_generator_keeps_its_matrices_in_its_compute_dtype_and_scores_t
     and its gradient towards the bias, and the writer's queries equal, bit for bit, those of the
     same model held in fp32; a tied output layer stays with its fp32 embedding."""
     import shutil
-    from pyterrier_selfsup.models.generator import matrices_in_compute_dtype
+    from pyterrier_selfsup.models.precision import matrices_in_compute_dtype
     from pyterrier_selfsup.models.reading import biased_log_likelihood
     # (a copy no other test maps)
     path = str(shutil.copytree(tiny_generator_dir[kind], tmp_path / kind))

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from pyterrier_selfsup.models._base import HUB_LOGGER, OfflineHubFilter
+from pyterrier_selfsup.models.hub import HUB_LOGGER, OfflineHubFilter
 
 OFFLINE = ("Could not reach the Hub (Cannot reach https://huggingface.co/api/models/x: offline "
            "mode is enabled. To disable it, please unset the `HF_HUB_OFFLINE` environment "

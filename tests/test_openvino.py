@@ -12,7 +12,7 @@ from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup import MINILM, Collection
 from pyterrier_selfsup.harness import trained
 from pyterrier_selfsup.harness.pipelines import get_pipeline
-from pyterrier_selfsup.models._base import cpu_has_native_int8
+from pyterrier_selfsup.machine import cpu_has_native_int8
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.retrieval.dense import flex_index
 

@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from pyterrier_selfsup import Collection
-from pyterrier_selfsup.models.generator import CAUSAL_PROMPT, load_generator
-from pyterrier_selfsup.models.writing import PLAIN_PROMPT, QueryWriter, WriterCache, WriterLayer
+from pyterrier_selfsup.models.generator import load_generator
+from pyterrier_selfsup.models.prompts import PASSAGE_QUESTION
+from pyterrier_selfsup.models.writer_cache import WriterCache, WriterLayer
+from pyterrier_selfsup.models.writing import QueryWriter
 
 PASSAGES = ['automatic indexing of scientific documents by their citations',
             'the retrieval of legal text',
@@ -42,12 +44,13 @@ def test_the_shared_prompt_cache_writes_what_the_dynamic_cache_writes(tiny_gener
     pass their room) against transformers' DynamicCache (each
     prompt copied to its samples, attention in one call): in fp32 the same queries, sampled and
     greedy, with rows leaving the batch as their queries end."""
-    from pyterrier_selfsup.models import writing
-    monkeypatch.setattr(writing, 'PREFILL_CHUNK', 4)
+    from pyterrier_selfsup.models import writer_cache, writing
+    monkeypatch.setattr(writer_cache, 'PREFILL_CHUNK', 4)
     # the new tokens' buffers: room for 3, then grown
     monkeypatch.setattr(writing, 'NEW_TOKENS_RESERVED', 3)
     gen = tiny_generator('llama')
-    assert min(len(x) for x in QueryWriter(gen).prompt_ids(PASSAGES)) > 3 * writing.PREFILL_CHUNK
+    shortest = min(len(x) for x in QueryWriter(gen).prompt_ids(PASSAGES))
+    assert shortest > 3 * writer_cache.PREFILL_CHUNK
     # every 7th token ends a query (a random tiny model seldom writes its real end tokens): rows
     # leave at different steps, and their prompts with them
     kinds = QueryWriter(gen).token_kinds.clone()
@@ -309,7 +312,7 @@ def test_greedy_writing_agrees_with_generate_and_stops_at_the_first_line(cache_d
     """Real SmolLM2, the project's former completion prompt: the first line that transformers'
     generate writes (32 tokens, cut afterwards) is the query the writer stops at."""
     gen = load_generator('smollm2', cache_dir=cache_dir, precision='fp32')
-    assert PLAIN_PROMPT == CAUSAL_PROMPT
+    assert gen.prompt == PASSAGE_QUESTION  # (the scorer's prompt is the plain writer's)
     docs = [d['text'] for _, d in zip(range(2), Collection('classic/adi').corpus_iter())]
     writer = QueryWriter(gen, style='plain', max_passage_length=gen.max_passage_length)
     written = [qs[0] for qs in writer.write(docs, 1)]
@@ -322,14 +325,15 @@ def test_greedy_writing_agrees_with_generate_and_stops_at_the_first_line(cache_d
 
 
 def test_the_prompt_shows_example_queries_and_passages_with_their_queries(tiny_generator):
-    from pyterrier_selfsup.models.writing import EXAMPLES_INTRO, PAIR_PASSAGE_CHARS
+    from pyterrier_selfsup.models.prompts import EXAMPLES_INTRO, PAIR_PASSAGE_CHARS
     gen = tiny_generator('llama')
     pairs = [('rockets   and their\nflight.', 'how do rockets fly'), ('word ' * 200, 'words')]
     plain = QueryWriter(gen, style='plain', pairs=pairs)  # (no chat template: InPars' prompt)
-    shot = (PLAIN_PROMPT.replace('{passage}', 'rockets and their flight.')
+    shot = (PASSAGE_QUESTION.replace('{passage}', 'rockets and their flight.')
             + ' how do rockets fly\n\n')
     assert plain.prompt('the passage').startswith(shot)
-    assert plain.prompt('the passage').endswith(PLAIN_PROMPT.replace('{passage}', 'the passage'))
+    assert plain.prompt('the passage').endswith(
+        PASSAGE_QUESTION.replace('{passage}', 'the passage'))
     assert len(plain.pairs[1][0]) <= PAIR_PASSAGE_CHARS < len(pairs[1][0])  # cut at a word's end
     gen.tokenizer.chat_template = (
         "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}|{% endfor %}"

@@ -238,8 +238,8 @@ def openvino_scorer(gen, targets, passages, int8: bool):
     import logging
     import nncf
     import openvino as ov
-    from pyterrier_selfsup.models._base import pad
-    from pyterrier_selfsup.models.generator import _gather_logp
+    from pyterrier_selfsup.models.batching import pad
+    from pyterrier_selfsup.models.generator import gather_logp as _gather_logp
 
     class Decoder(torch.nn.Module):
         def __init__(self, model):

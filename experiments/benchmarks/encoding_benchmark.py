@@ -51,7 +51,7 @@ from sentence_transformers import SentenceTransformer
 from pyterrier_selfsup import MINILM, Collection, sbert_encoder
 from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.retrieval.dense import INDEX_CHUNK
-from pyterrier_selfsup.models._base import cpu_has_native_bf16
+from pyterrier_selfsup.machine import cpu_has_native_bf16
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 
 RESULTS = Path(__file__).resolve().parents[1] / 'results'

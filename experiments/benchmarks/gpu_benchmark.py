@@ -105,7 +105,7 @@ def plain_scoring(gen, targets, passages, batch_size: int = 16):
     """The peer of `Generator.log_likelihoods`: one forward per pair over the passage's prompt
     and the target together, ``batch_size`` pairs at a time, padded on the right, the logits
     kept whole; the same token ids, model and precision. Returns (seconds, scores)."""
-    from pyterrier_selfsup.models._base import pad
+    from pyterrier_selfsup.models.batching import pad
     p_ids, t_ids = gen.passage_ids(passages), gen.target_ids(targets)
     out = np.zeros(len(targets))
     synchronise()

@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / 'experiments' / 'results' / 'gguf_conversion.md'
 
 CONVERT = ('import sys\n'
-           'from pyterrier_selfsup.models.generator import SMOLLM2, SMOLLM2_GGUF, _dequantised\n'
+           'from pyterrier_selfsup.models.generator import SMOLLM2, SMOLLM2_GGUF\n'
+           'from pyterrier_selfsup.models.gguf_conversion import dequantised as _dequantised\n'
            'print(_dequantised(SMOLLM2, SMOLLM2_GGUF, sys.argv[1]))\n')
 
 

@@ -1,5 +1,5 @@
-"""What produced a result: machine, package versions, models, code revision, command; and a
-command run as a child process with its own peak memory and wall time (:func:`run_measured`)."""
+"""What produced a result: machine, package versions, models, code revision and command, for the
+header of every results file."""
 import datetime
 import os
 import platform
@@ -9,36 +9,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import Dict, Optional
 
+from pyterrier_selfsup.machine import cpu_model, speed_flags
+
 PACKAGES = ('pyterrier-selfsup', 'torch', 'transformers', 'sentence-transformers', 'pyterrier',
             'python-terrier', 'pyterrier-pisa', 'pyterrier-dr', 'faiss-cpu', 'faiss-gpu-cu12',
             'ir-datasets', 'ir-measures', 'numpy', 'pandas')
 
 
-# the instruction sets that decide CPU speed here: bf16 is fast with AVX512-BF16/AMX and
-# hundreds of times slower than fp32 with AVX2 only, so a timing means little without them
-CPU_FLAGS = ('avx2', 'avx512f', 'avx512_bf16', 'amx_bf16', 'amx_tile')
-
-
-def cpu_flags() -> str:
-    """Which of :data:`CPU_FLAGS` the CPU has ('unknown' off Linux)."""
-    try:
-        with open('/proc/cpuinfo') as fh:
-            flags = set(next(line.split(':', 1)[1].split() for line in fh
-                             if line.startswith('flags')))
-    except (OSError, StopIteration):
-        return 'unknown'
-    return ' '.join(f for f in CPU_FLAGS if f in flags) or 'none of ' + ' '.join(CPU_FLAGS)
-
-
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open('/proc/cpuinfo') as fh:
-            cpu = next(line.split(':', 1)[1].strip() for line in fh
-                       if line.startswith('model name'))
-    except (OSError, StopIteration):
-        pass
-    cpu += f' ({cpu_flags()})'
+    cpu = f'{cpu_model()} ({speed_flags()})'
     cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
     memory = ''
     try:

@@ -35,7 +35,7 @@ from typing import Callable, Dict, List, Tuple
 import numpy as np
 import torch
 
-from pyterrier_selfsup.models._base import cpu_has_native_int8
+from pyterrier_selfsup.machine import cpu_has_native_int8
 
 logger = logging.getLogger(__name__)
 

@@ -26,9 +26,11 @@ from tokenizers import Tokenizer
 from transformers import AutoModel, AutoTokenizer
 
 from pyterrier_selfsup._cache import weights_fingerprint
-from pyterrier_selfsup.models._base import (TrainableModel, budget_batches, clean_texts,
-                                            linears_held_in, pad, read_saved_config,
-                                            resolve_device, to_device, tokenized_in_slices)
+from pyterrier_selfsup.models.batching import (budget_batches, clean_texts, pad, to_device,
+                                               tokenized_in_slices)
+from pyterrier_selfsup.models.hub import read_saved_config
+from pyterrier_selfsup.models.precision import linears_held_in, resolve_device
+from pyterrier_selfsup.models.trainable import TrainableModel
 from pyterrier_selfsup.models._openvino import CALIBRATION_TEXTS, OpenVinoSides
 from pyterrier_selfsup.models._token_ids import KeptTokenIds, splits_at_spaces, tokenize_cut
 from pyterrier_selfsup.models.offsets import PassageOffsets

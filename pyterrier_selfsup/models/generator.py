@@ -2,7 +2,7 @@
 
 One interface over seq2seq models (``AutoModelForSeq2SeqLM``: BART as in the thesis, T5)
 and decoder-only models (``AutoModelForCausalLM``: here SmolLM2-135M-Instruct, prompted
-with ``"Passage: {passage}\\nA question this passage answers:"``, the target following).
+with :data:`~pyterrier_selfsup.models.prompts.PASSAGE_QUESTION`, the target following).
 
     gen = Generator.from_pretrained(SMOLLM2, gguf_file=SMOLLM2_GGUF)
     gen.log_likelihoods(['what causes scurvy'], ['Scurvy is caused by a lack of vitamin C.'])
@@ -17,19 +17,15 @@ it, and only the target positions reach the output layer.
 (``experiments/benchmarks/generator_benchmark.py`` measures it against the one-pair-per-forward
 loop.)
 transformers has no call for scoring many continuations of one prefix, so the sharing is
-written here, on its cache classes (:class:`PrefixCache`: each chunk of targets reads its
-prefixes a layer at a time, without a copy of them held through the forward).
+written here, on its cache classes (:class:`~pyterrier_selfsup.models.kv_cache.PrefixCache`:
+each chunk of targets reads its prefixes a layer at a time, without a copy of them held through
+the forward).
 
 :meth:`Generator.log_likelihood` is the differentiable version (one sequence per pair,
 gradients to the generator when it is trainable), for training.
 """
-import inspect
-import re
-import subprocess
-import sys
 from collections import defaultdict
-from contextlib import contextmanager
-from functools import cached_property, lru_cache
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -37,23 +33,25 @@ import numpy as np
 import torch
 from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer,
                           DynamicCache)
-from transformers.cache_utils import Cache, DynamicLayer
 from transformers.modeling_outputs import BaseModelOutput
 
-from pyterrier_selfsup._cache import (CacheFull, build_once, cache_key, cache_root, check_space,
-                                      weights_fingerprint)
-from pyterrier_selfsup.models._base import (TorchModel, clean_texts, compute_dtype,
-                                            full_attention_layers, pad, resolve_device)
+from pyterrier_selfsup._cache import weights_fingerprint
+from pyterrier_selfsup.models.batching import clean_texts, pad
+from pyterrier_selfsup.models.gguf_conversion import dequantised
+from pyterrier_selfsup.models.kv_cache import (PrefixCache, cache_argument, cache_of,
+                                               full_attention_layers)
 from pyterrier_selfsup.models.names import (GENERATORS, MAX_PASSAGE_LENGTH,  # noqa: F401
                                             QWEN, QWEN_GGUF, SMOLLM2, SMOLLM2_GGUF)
+from pyterrier_selfsup.models.precision import (TorchModel, compute_dtype,
+                                                matrices_in_compute_dtype, resolve_device)
+from pyterrier_selfsup.models.prompts import (PASSAGE_QUESTION, SEQ2SEQ_PROMPT, cut_to_tokens,
+                                              first_line)
 from pyterrier_selfsup.progress import Progress, progress
 
 if TYPE_CHECKING:
     from pyterrier_selfsup.models.reranker import ReconstructionScorer
     from pyterrier_selfsup.models.writing import QueryWriter
 
-CAUSAL_PROMPT = 'Passage: {passage}\nA question this passage answers:'
-SEQ2SEQ_PROMPT = '{passage}'
 # bytes of fp32 logits one chunk of targets may produce on a CPU: the log-softmax over them
 # peaks at a few times this. 64 MiB scored RUMBArt's ADI pairs in half the memory and less
 # time than chunks of 4 * batch_size alone (experiments/results/generator_memory.md). On a GPU
@@ -83,7 +81,7 @@ class Generator(TorchModel):
                  batch_size: int = 16, trainable: bool = False, device: Optional[str] = None,
                  precision: str = 'auto', verbose: bool = False):
         self.is_seq2seq = bool(model.config.is_encoder_decoder)
-        self.prompt = prompt or (SEQ2SEQ_PROMPT if self.is_seq2seq else CAUSAL_PROMPT)
+        self.prompt = prompt or (SEQ2SEQ_PROMPT if self.is_seq2seq else PASSAGE_QUESTION)
         if '{passage}' not in self.prompt:
             raise ValueError(f'prompt must contain {{passage}}: {self.prompt!r}')
         self.device = resolve_device(device)
@@ -127,7 +125,7 @@ class Generator(TorchModel):
         once into ``<cache>/generators/`` (about 30 s for SmolLM2) and loaded from there."""
         path = name_or_path
         if gguf_file is not None:
-            path = str(_dequantised(name_or_path, gguf_file, cache_dir))
+            path = str(dequantised(name_or_path, gguf_file, cache_dir))
         config = AutoConfig.from_pretrained(path)
         model_cls = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
         name = f'{name_or_path}/{gguf_file}' if gguf_file else str(name_or_path)
@@ -159,13 +157,9 @@ class Generator(TorchModel):
     def passage_ids(self, passages: Sequence[str]) -> List[List[int]]:
         """Token ids of the prompt around each passage, the passage cut at
         ``max_passage_length`` tokens (cut in the text, so the prompt is tokenised whole)."""
-        passages = clean_texts(list(passages))
-        if not passages:
+        cut = cut_to_tokens(self.tokenizer, passages, self.max_passage_length)
+        if not cut:
             return []
-        enc = self.tokenizer(passages, add_special_tokens=False, return_offsets_mapping=True)
-        cut = [text[:offsets[self.max_passage_length - 1][1]]
-               if len(offsets) > self.max_passage_length else text
-               for text, offsets in zip(passages, enc['offset_mapping'])]
         prompts = [self.prompt.replace('{passage}', p) for p in cut]
         if self.is_seq2seq:
             return self.tokenizer(prompts)['input_ids']
@@ -251,7 +245,7 @@ class Generator(TorchModel):
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                          logits_to_keep=1)
         first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
-        cache = out['cache'] if 'cache' in out else out.past_key_values
+        cache = cache_of(out)
         lengths = mask.sum(-1)
         for start, end in self._target_chunks(items):
             part = items[start:end]
@@ -269,8 +263,8 @@ class Generator(TorchModel):
                                                               t_mask[:, :-1]], 1),
                                     position_ids=lengths.index_select(0, idx)[:, None]
                                     + torch.arange(targets.shape[1] - 1, device=self.device),
-                                    use_cache=False, **{self._cache_argument: expanded}).logits
-                values = values + _gather_logp(logits, targets[:, 1:], t_mask[:, 1:])
+                                    use_cache=False, **{self.cache_argument: expanded}).logits
+                values = values + gather_logp(logits, targets[:, 1:], t_mask[:, 1:])
             yield [rows[start + i][0] for i in range(len(part))], values
 
     @cached_property
@@ -280,12 +274,11 @@ class Generator(TorchModel):
         return full_attention_layers(self.model.config) is not None
 
     @cached_property
-    def _cache_argument(self) -> str:
-        """The name under which the model's forward takes a key/value cache: ``cache`` since
-        transformers 5.24 (``past_key_values`` warns there, and goes in 5.40), before it
-        ``past_key_values``. (Read once: the scoring loop passes a cache every chunk.)"""
-        return ('cache' if 'cache' in inspect.signature(self.model.forward).parameters
-                else 'past_key_values')
+    def cache_argument(self) -> str:
+        """The name under which the model's forward takes a key/value cache
+        (:func:`~pyterrier_selfsup.models.kv_cache.cache_argument`, read once: the scoring and
+        writing loops pass a cache every forward)."""
+        return cache_argument(self.model)
 
     def _target_chunks(self, items: List[Tuple[int, List[int]]]) -> Iterator[Tuple[int, int]]:
         """(start, end) of consecutive chunks of ``items``: at most ``4 * batch_size`` targets,
@@ -329,7 +322,7 @@ class Generator(TorchModel):
             logits = self.model(encoder_outputs=BaseModelOutput(last_hidden_state=encoded),
                                 attention_mask=encoder_mask, decoder_input_ids=decoder_input,
                                 decoder_attention_mask=t_mask, use_cache=False).logits
-        return _gather_logp(logits, labels, t_mask)
+        return gather_logp(logits, labels, t_mask)
 
     def log_likelihood(self, targets: Sequence[str], passages: Sequence[str]) -> torch.Tensor:
         """Σ_j log p(target_j | passage, target_<j) per pair as a tensor that carries
@@ -365,7 +358,7 @@ class Generator(TorchModel):
                                 use_cache=False, logits_to_keep=width + 1).logits[:, :-1]
         # right-aligned, like the sequences
         targets, t_mask = pad(t_ids, 0, left=True, device=self.device, min_width=width)
-        return _gather_logp(logits, targets, t_mask)
+        return gather_logp(logits, targets, t_mask)
 
     # -- generation -------------------------------------------------------------------
 
@@ -389,7 +382,7 @@ class Generator(TorchModel):
                 if not self.is_seq2seq:
                     generated = generated[:, ids.shape[1]:]
                 texts = self.tokenizer.batch_decode(generated, skip_special_tokens=True)
-                out.extend(t.strip().split('\n')[0].strip() for t in texts)
+                out.extend(first_line(t) for t in texts)
         return out
 
     def writer(self, **kwargs) -> 'QueryWriter':
@@ -409,178 +402,13 @@ class Generator(TorchModel):
         return f'Generator({self.name!r})'
 
 
-class PrefixLayer(DynamicLayer):
-    """One layer's keys and values of the prefixes, read by a chunk of targets: at the layer's
-    turn, each target's prefix is selected (``rows``) and joined to the target's own keys and
-    values, and not stored. A ``DynamicCache`` built from the selected prefixes held every
-    layer's copies for the whole forward, twice while it was built (its ``update``
-    concatenates onto an empty tensor), where this holds one layer's; attention reads the same
-    tensors either way (experiments/results/memory_fixes.md: the same scores, less memory)."""
-
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, rows: torch.Tensor):
-        super().__init__()
-        self.lazy_initialization(keys, values)
-        # (prefixes, heads, length, dim): not copied
-        self.keys, self.values, self.rows = keys, values, rows
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        return (torch.cat([self.keys.index_select(0, self.rows), key_states], dim=-2),
-                torch.cat([self.values.index_select(0, self.rows), value_states], dim=-2))
-
-    def _read_only(self, *args, **kwargs):
-        raise NotImplementedError('a PrefixCache is read by one forward of its targets, '
-                                  'not changed')
-
-    crop = batch_select_indices = batch_repeat_interleave = reset = _read_only
-
-
-class PrefixCache(DynamicCache):
-    """The prefixes' cache (``cache``, one row a prefix) as read by targets whose prefixes are
-    ``rows``: a :class:`PrefixLayer` a layer, for models whose layers all attend to every
-    position. Read once, by one forward of the targets (``update`` stores nothing)."""
-
-    def __init__(self, cache: DynamicCache, rows: torch.Tensor):
-        Cache.__init__(self, layers=[PrefixLayer(layer.keys, layer.values, rows)
-                                     for layer in cache.layers])
-
-
-def matrices_in_compute_dtype(model: torch.nn.Module, dtype: torch.dtype) -> int:
-    """A frozen model's matrices kept in the dtype its products run in: each ``nn.Linear``
-    whose weight no other kind of module shares (a tied output layer stays with its
-    embedding) is converted to ``dtype``; embeddings and norms stay as loaded. Under autocast
-    a Linear's weight is cast to ``dtype`` at every forward (autocast keeps no cast of a frozen
-    weight), and the conversion here is that same cast, done once: the same products, bit
-    for bit, without an fp32 copy held beside them. Every forward must then run under the
-    generator's autocast, as all of this package's do.
-
-    The tensors left as loaded are copied into memory of their own: transformers maps a
-    safetensors checkpoint into memory and the weights are views of that mapping, whose pages,
-    once read, stay resident as long as any weight holds it (the converted matrices' fp32 pages
-    with them). The output is the same bit for bit, in less memory
-    (``experiments/probes/memory_fixes.py`` measures it).
-    Returns the number of weights converted (0 for fp32: nothing is done)."""
-    if dtype == torch.float32:
-        return 0
-    others = {id(p) for m in model.modules() if not isinstance(m, torch.nn.Linear)
-              for p in m.parameters(recurse=False)}
-    converted = 0
-    for module in model.modules():
-        if (isinstance(module, torch.nn.Linear) and id(module.weight) not in others and
-                module.weight.dtype != dtype):
-            converted += sum(p.numel() for p in module.parameters(recurse=False))
-            module.to(dtype)
-    # (each once: both skip a tied tensor's repeats)
-    for tensor in [*model.parameters(), *model.buffers()]:
-        if tensor.dtype != dtype:
-            tensor.data = tensor.data.clone()
-    return converted
-
-
-def _gather_logp(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def gather_logp(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Σ over unmasked positions of log softmax(logits)[target], per row, in fp32: the
     target's logit minus the logsumexp (no vocabulary-sized log-softmax is written)."""
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()
     logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
     return (logp * mask).sum(-1)
-
-
-def _dequantised(repo: str, gguf_file: str, cache_dir=None) -> Path:
-    """A GGUF checkpoint converted once to a Hugging Face directory (fp32 safetensors), in a
-    process of its own: reading the GGUF and dequantising it holds about twice the model's fp32
-    weights at once, which the allocator would keep in this process for the rest of a long job
-    (``experiments/results/memory_timeline.md``); a child gives it back when it exits, at the
-    cost of starting a process once."""
-    path = cache_root(cache_dir) / 'generators' / cache_key(f'{repo}.{gguf_file}',
-                                                            {'format': 'hf-fp32'})
-    what = f'the fp32 conversion of {repo}/{gguf_file}'
-
-    def convert(staging: Path):
-        child = subprocess.run([sys.executable, '-c', _CONVERT_IN_A_CHILD, repo, gguf_file,
-                                str(staging), what],
-                               capture_output=True, text=True, errors='replace')
-        said = child.stderr.strip()
-        marked = [line[len(_CHILD_SAYS):] for line in said.splitlines()
-                  if line.startswith(_CHILD_SAYS)]
-        if child.returncode == _CHILD_CACHE_FULL and marked:
-            raise CacheFull(marked[-1])
-        # (a full disk mid-write: build_once names it)
-        if child.returncode == _CHILD_OS_ERROR and marked:
-            code, message = marked[-1].split(' ', 1)
-            raise OSError(int(code), message)
-        if child.returncode:
-            lines = said.splitlines() or ['(nothing said)']
-            errors = [line for line in lines
-                      if re.match(r'[A-Za-z_][\w.]*(Error|Exception)\b', line)]
-            raise RuntimeError(f'{what} failed in its own process (exit {child.returncode}): '
-                               f'{(errors or lines)[-1]}\n' + '\n'.join(lines[-20:]))
-
-    return build_once(path, convert, what=what)
-
-
-_CHILD_CACHE_FULL, _CHILD_OS_ERROR, _CHILD_SAYS = 3, 4, 'selfsup-conversion: '
-_CONVERT_IN_A_CHILD = ('import sys; from pyterrier_selfsup.models.generator import _child; '
-                       '_child(*sys.argv[1:])')
-
-
-def _child(repo: str, gguf_file: str, staging: str, what: str):
-    """The child process of :func:`_dequantised`: :func:`convert_gguf`, a full cache or a
-    failed write said (marked) for the parent to raise again."""
-    try:
-        convert_gguf(repo, gguf_file, Path(staging), what)
-    except CacheFull as error:
-        print(_CHILD_SAYS + str(error), file=sys.stderr)
-        sys.exit(_CHILD_CACHE_FULL)
-    except OSError as error:
-        if error.errno is None:
-            raise
-        print(f'{_CHILD_SAYS}{error.errno} {error.strerror}', file=sys.stderr)
-        sys.exit(_CHILD_OS_ERROR)
-
-
-def convert_gguf(repo: str, gguf_file: str, staging: Path, what: str):
-    """``repo``'s ``gguf_file`` dequantised into ``staging`` as a Hugging Face directory (fp32
-    safetensors and the tokenizer's files); :func:`_dequantised` runs it in a child process.
-
-    The file's metadata is parsed once (:func:`_gguf_parsed_once`), and the space the fp32
-    weights need is counted from the loaded model."""
-    with _gguf_parsed_once():
-        tokenizer = AutoTokenizer.from_pretrained(repo, gguf_file=gguf_file)
-        config = AutoConfig.from_pretrained(repo, gguf_file=gguf_file)
-        model_cls = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
-        loaded = model_cls.from_pretrained(repo, gguf_file=gguf_file, config=config)
-    # fp32 weights (4 bytes a weight) and the tokenizer's files, checked before anything is written
-    check_space(staging.parent,
-                4 * sum(p.numel() for p in loaded.state_dict().values()) + (16 << 20), what)
-    tokenizer.save_pretrained(staging)
-    # transformers refuses to save a model loaded from GGUF; its weights are already
-    # plain tensors, so they go into a fresh model of the same configuration
-    config = loaded.config
-    for attr in ('quantization_config', '_pre_quantization_dtype'):
-        if hasattr(config, attr):
-            delattr(config, attr)
-    model = model_cls.from_config(config)
-    model.load_state_dict(loaded.state_dict())
-    model.save_pretrained(staging)
-
-
-@contextmanager
-def _gguf_parsed_once():
-    """Within the block, one ``gguf.GGUFReader`` a file and one tensor-name table an
-    architecture. transformers reads a GGUF file afresh for its tokenizer, its configuration
-    and its weights (each read parses the whole vocabulary), and builds gguf's tensor-name table
-    again for each of the model's modules; both objects are only read, so the first one built
-    serves every later call. This patches the ``gguf`` module on purpose, and only in the
-    conversion's own process (:func:`_dequantised`): neither library offers a way to pass a
-    parsed file along."""
-    import gguf
-    saved = gguf.GGUFReader, gguf.get_tensor_name_map
-    gguf.GGUFReader = lru_cache(maxsize=None)(saved[0])
-    gguf.get_tensor_name_map = lru_cache(maxsize=None)(saved[1])
-    try:
-        yield
-    finally:
-        gguf.GGUFReader, gguf.get_tensor_name_map = saved
 
 
 def load_generator(name: str = 'smollm2', **kwargs) -> Generator:

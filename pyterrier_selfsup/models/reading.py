@@ -25,7 +25,7 @@ import torch
 import torch.utils.checkpoint
 from transformers.modeling_outputs import BaseModelOutput
 
-from pyterrier_selfsup.models._base import pad
+from pyterrier_selfsup.models.batching import pad
 from pyterrier_selfsup.models.generator import Generator
 
 # The additive attention bias of the forward pass under way: (b, 1, rows, columns), rows

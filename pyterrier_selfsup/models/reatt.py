@@ -34,8 +34,10 @@ from torch.nn.utils.rnn import pad_sequence
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from pyterrier_selfsup._cache import weights_fingerprint
-from pyterrier_selfsup.models._base import (TrainableModel, clean_texts, read_saved_config,
-                                            resolve_device, to_device)
+from pyterrier_selfsup.models.batching import clean_texts, to_device
+from pyterrier_selfsup.models.hub import read_saved_config
+from pyterrier_selfsup.models.precision import resolve_device
+from pyterrier_selfsup.models.trainable import TrainableModel
 from pyterrier_selfsup.progress import progress
 
 CONFIG_FILE = 'reatt.json'

@@ -24,7 +24,8 @@ import torch
 from transformers import AutoTokenizer, T5ForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 
-from pyterrier_selfsup.models._base import TrainableModel, read_saved_config
+from pyterrier_selfsup.models.hub import read_saved_config
+from pyterrier_selfsup.models.trainable import TrainableModel
 from pyterrier_selfsup.models.reading import first_position_shares
 from pyterrier_selfsup.models.reatt import CONFIG_FILE, HEAD_WEIGHTS_FILE, ReAtt, ReAttModel
 

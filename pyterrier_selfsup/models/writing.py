@@ -31,36 +31,28 @@ and the per-sequence stop are explicit; it samples as ``generate`` does with ``d
 applies it) and ``top_p`` (nucleus: the smallest set of tokens whose probability reaches
 ``top_p``, within the top k), or greedily. A test checks both against the unshared path.
 """
-import hashlib
-import json
 import logging
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
-from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
-from pyterrier_selfsup._cache import written_whole
-from pyterrier_selfsup.models._base import clean_texts, full_attention_layers, pad
 from pyterrier_selfsup.models._token_ids import cut_at_word
+from pyterrier_selfsup.models.batching import pad
+from pyterrier_selfsup.models.kv_cache import cache_of, full_attention_layers
+from pyterrier_selfsup.models.precision import casts_kept
+from pyterrier_selfsup.models.prompts import (EXAMPLES_INTRO, INSTRUCTION, PAIR_PASSAGE_CHARS,
+                                              PASSAGE_QUESTION, STYLES, SYSTEM_PROMPT,
+                                              cut_to_tokens, first_line, writer_prompt)
+from pyterrier_selfsup.models.writer_cache import (NEW_TOKENS_RESERVED, SharedPrefix,
+                                                   WriterCache, writer_attention)
+from pyterrier_selfsup.models.writer_checkpoint import checkpoint_key, resume, save_checkpoint
 from pyterrier_selfsup.progress import progress
 
 logger = logging.getLogger(__name__)
 
-STYLES = ('chat', 'plain')
-SYSTEM_PROMPT = 'You write search queries that a user of a search engine would type.'
-INSTRUCTION = ('Write one search query that the passage below answers. '
-               'Reply with the query only, on one line.')
-EXAMPLES_INTRO = ('Queries that users of a search engine wrote '
-                  '(write in their style, about the passage):')
-PLAIN_PROMPT = 'Passage: {passage}\nA question this passage answers:'
-# characters of an example pair's passage shown (cut at a word's end: about 120 tokens)
-PAIR_PASSAGE_CHARS = 600
 # the top k transformers' generate samples from where a model's config sets none
 GENERATE_TOP_K = 50
 NUCLEUS_CANDIDATES = 256  # tokens sorted for nucleus sampling (more where a row's nucleus is wider)
@@ -70,12 +62,6 @@ NUCLEUS_CANDIDATES = 256  # tokens sorted for nucleus sampling (more where a row
 # decoding there (shared_prefix.md: shared, the chat prompt's 49-token head wrote no faster;
 # the 567-token head of three example pairs, 2.25 times as fast)
 MIN_SHARED_PREFIX = 128
-# new tokens' room a sample's keys and values are given at a time. Room for the longest query
-# (32 tokens) was 0.7 GB for SmolLM2's 64 passages x 10 samples on ADI (640 x 33 positions x 30
-# layers x 1,152 bytes), while a sample whose query has ended leaves the batch, so most of that
-# room went unused; the buffer grows by copying the rows still writing
-# (experiments/results/memory_fixes.md: the same queries, in less memory)
-NEW_TOKENS_RESERVED = 8
 
 
 class QueryWriter:
@@ -85,13 +71,14 @@ class QueryWriter:
     Args:
         style: ``chat`` (the tokenizer's chat template, :data:`SYSTEM_PROMPT` and
             :data:`INSTRUCTION`; models without a template fall back to ``plain``) or
-            ``plain`` (:data:`PLAIN_PROMPT`, completed as text).
+            ``plain`` (:data:`~pyterrier_selfsup.models.prompts.PASSAGE_QUESTION`, completed as
+            text).
         examples: query texts shown in every prompt as the style to write in (a query log's;
             at most ``max_examples`` of them, chosen once by ``seed``).
         pairs: (passage, query) examples shown before the passage, each passage cut to
             :data:`PAIR_PASSAGE_CHARS` characters: with ``chat``, as earlier turns (the
             instruction and the passage, then the query as the model's reply); with ``plain``,
-            as :data:`PLAIN_PROMPT` completed by the query (InPars' few-shot prompt).
+            as that prompt completed by the query (InPars' few-shot prompt).
         max_passage_length: tokens of a passage shown (cut in the text).
         batch_size: passages written together (each sampled ``n`` times); a step costs about as
             much at 8 rows as at 64 on a CPU (the weights are read once a step), so larger
@@ -151,7 +138,7 @@ class QueryWriter:
         return {'style': self.style, 'examples': self.examples,
                 'max_passage_length': self.max_passage_length,
                 'system': SYSTEM_PROMPT if self.style == 'chat' else None,
-                'instruction': INSTRUCTION if self.style == 'chat' else PLAIN_PROMPT,
+                'instruction': INSTRUCTION if self.style == 'chat' else PASSAGE_QUESTION,
                 'examples_intro': EXAMPLES_INTRO,
                 'pairs': [list(pair) for pair in self.pairs],
                 'batch_size': self.batch_size, 'cache': 'shared prompt' if shared else 'dynamic',
@@ -171,28 +158,13 @@ class QueryWriter:
     # -- prompts ----------------------------------------------------------------------
 
     def prompt(self, passage: str) -> str:
-        """The text the model continues for ``passage`` (already cut)."""
-        shown = ''
-        if self.examples:
-            shown = EXAMPLES_INTRO + '\n' + ''.join(f'- {e}\n' for e in self.examples) + '\n'
-        if self.style == 'plain':
-            shots = ''.join(PLAIN_PROMPT.replace('{passage}', p) + f' {q}\n\n'
-                            for p, q in self.pairs)
-            return shown + shots + PLAIN_PROMPT.replace('{passage}', passage)
-        turns = [turn for p, q in self.pairs
-                 for turn in ({'role': 'user', 'content': f'{INSTRUCTION}\n\nPassage: {p}'},
-                              {'role': 'assistant', 'content': q})]
-        messages = [{'role': 'system', 'content': SYSTEM_PROMPT}, *turns,
-                    {'role': 'user', 'content': f'{shown}{INSTRUCTION}\n\nPassage: {passage}'}]
-        return self.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                  add_generation_prompt=True)
+        """The text the model continues for ``passage`` (already cut):
+        :func:`~pyterrier_selfsup.models.prompts.writer_prompt`."""
+        return writer_prompt(self.tokenizer, passage, style=self.style, examples=self.examples,
+                             pairs=self.pairs)
 
     def prompt_ids(self, passages: Sequence[str]) -> List[List[int]]:
-        passages = clean_texts(list(passages))
-        enc = self.tokenizer(passages, add_special_tokens=False, return_offsets_mapping=True)
-        cut = [text[:offsets[self.max_passage_length - 1][1]]
-               if len(offsets) > self.max_passage_length else text
-               for text, offsets in zip(passages, enc['offset_mapping'])]
+        cut = cut_to_tokens(self.tokenizer, passages, self.max_passage_length)
         ids = self.tokenizer([self.prompt(p) for p in cut], add_special_tokens=False)['input_ids']
         return [self.generator.bos_ids + x if self.style == 'plain' else x for x in ids]
 
@@ -260,12 +232,12 @@ class QueryWriter:
             if do_sample and generator is None:
                 raise ValueError('a checkpointed write samples from a generator of its own '
                                  '(generator=torch.Generator().manual_seed(...))')
-            key = _checkpoint_key(ids, n, self.config(), self.generator.fingerprint(),
+            key = checkpoint_key(ids, n, self.config(), self.generator.fingerprint(),
                                   generator, do_sample=do_sample, temperature=temperature,
                                   top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
                                   shared=shared)
             checkpoint = Path(checkpoint)
-            begin = _resume(checkpoint, key, out, generator)
+            begin = resume(checkpoint, key, out, generator)
         batches = progress(range(begin, len(order), self.batch_size), total=len(order),
                            desc='writing queries', unit='passage', initial=begin,
                            count=lambda start: len(order[start:start + self.batch_size]),
@@ -283,9 +255,9 @@ class QueryWriter:
                                       prefix=prefix)
                 texts = self.tokenizer.batch_decode(tokens, skip_special_tokens=True)
                 for j, i in enumerate(idx):
-                    out[i] = [t.strip().split('\n')[0].strip() for t in texts[j * n:(j + 1) * n]]
+                    out[i] = [first_line(t) for t in texts[j * n:(j + 1) * n]]
                 if checkpoint is not None:
-                    _save_checkpoint(checkpoint, key, start + len(idx), out, generator)
+                    save_checkpoint(checkpoint, key, start + len(idx), out, generator)
         return out
 
     def shared_prefix(self, prompts: List[List[int]]) -> Optional['SharedPrefix']:
@@ -343,13 +315,13 @@ class QueryWriter:
         if skip:  # (the prefix's positions come first, then each prompt's rest, left-padded)
             mask = torch.cat([torch.ones_like(mask[:, :1]).expand(-1, skip), mask], dim=1)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, skip:]
-        given = {} if cache is None else {self.generator._cache_argument: cache}
+        given = {} if cache is None else {self.generator.cache_argument: cache}
         # (the output layer on the last position only: the next token's)
         with self.generator.autocast(), writer_attention(self.generator.model, cache, prefill=True):
             output = self.generator.model(input_ids=input_ids, attention_mask=mask,
                                           position_ids=positions, use_cache=True,
                                           logits_to_keep=1, **given)
-        return _cache_of(output), output.logits[:, -1].float(), mask
+        return cache_of(output), output.logits[:, -1].float(), mask
 
     def _sample(self, prompts: List[List[int]], n: int, *, do_sample: bool, temperature: float,
                 top_p: float, top_k: int, max_new_tokens: int,
@@ -393,8 +365,8 @@ class QueryWriter:
             with self.generator.autocast(), writer_attention(model, cache, prefill=False):
                 output = model(input_ids=token[:, None], attention_mask=None if own_cache else mask,
                                position_ids=mask.sum(-1, keepdim=True) - 1, use_cache=True,
-                               **{self.generator._cache_argument: cache})
-            cache, logits = _cache_of(output), output.logits[:, -1].float()
+                               **{self.generator.cache_argument: cache})
+            cache, logits = cache_of(output), output.logits[:, -1].float()
         return written
 
     @staticmethod
@@ -425,350 +397,6 @@ class QueryWriter:
         return top_idx.gather(-1, drawn).squeeze(1)
 
 
-def _checkpoint_key(ids: List[List[int]], n: int, config: dict, model: str,
-                    generator: Optional[torch.Generator], **settings) -> str:
-    """What a checkpoint of :meth:`QueryWriter.write` is valid for: the prompts, the number
-    of queries, the writer's settings, the model's fingerprint, and the random stream's state
-    when the call began."""
-    digest = hashlib.sha1()
-    if generator is not None:
-        digest.update(generator.get_state().numpy().tobytes())
-    digest.update(json.dumps([ids, n, config, model, settings], sort_keys=True,
-                             default=str).encode())
-    return digest.hexdigest()
-
-
-def _resume(path: Path, key: str, out: List[Optional[List[str]]],
-            generator: Optional[torch.Generator]) -> int:
-    """The passages (in writing order) that the checkpoint at ``path`` holds queries for,
-    their queries put into ``out`` and ``generator`` put back in its state; 0 where there is
-    no checkpoint, or one of another write (reported)."""
-    if not path.exists():
-        return 0
-    try:
-        held = torch.load(path, weights_only=True)
-        valid = held['key'] == key and len(held['out']) == len(out)
-    except Exception as error:  # (a file cut short by a full disk, say: written again)
-        said = (str(error) or type(error).__name__).splitlines()[0][:200]
-        logger.warning('%s does not load (%s); writing the queries from the start', path, said)
-        return 0
-    if not valid:
-        logger.warning('%s holds queries of another write; writing from the start', path)
-        return 0
-    out[:] = held['out']
-    if generator is not None:
-        generator.set_state(held['rng'])
-    logger.info('%s: resuming after %d of %d passages', path, held['done'], len(out))
-    return held['done']
-
-
-def _save_checkpoint(path: Path, key: str, done: int, out: List[Optional[List[str]]],
-                     generator: Optional[torch.Generator]) -> None:
-    """The write's state after ``done`` passages (in writing order), replaced at once (a
-    stop while it is saved leaves the one before; the next save replaces its partial file)."""
-    with written_whole(path, "the query writer's checkpoint") as partial:
-        torch.save({'key': key, 'done': done, 'out': out,
-                    'rng': generator.get_state() if generator is not None else None}, partial)
-
-
-@dataclass
-class SharedPrefix:
-    """The tokens that every prompt of a call begins with, prefilled once: their number and
-    each layer's keys and values, (1, heads, length, dim)."""
-    length: int
-    layers: List[Tuple[torch.Tensor, torch.Tensor]]
-
-
-class WriterLayer(DynamicLayer):
-    """One layer's keys and values in two parts: the prompts' (one row a prompt, from the
-    prefill: never copied to the samples) and the new tokens' (one row a sample, in a buffer
-    with room for ``reserve`` positions, written in place: ``DynamicLayer`` concatenates, so
-    every step copied the whole cache). Keys are held as the rotary embedding leaves them (fp32
-    under bf16 autocast: attention's scores are computed from them in fp32), values in their
-    projection's dtype. :func:`shared_prompt_attention` reads both parts; ``update`` returns
-    the part it wrote to (the prompts' at the prefill, the new tokens' after it)."""
-
-    def __init__(self, reserve: int, prefix: Optional[Tuple[torch.Tensor, torch.Tensor]] = None):
-        super().__init__()
-        self.reserve = reserve
-        # the keys and values every prompt begins with, (1, heads, length, dim): prefilled once
-        self.prefix = prefix
-        self.prompt_keys = None  # (prompts, heads, dim, prompt length): transposed
-        self.prompt_values = None  # (prompts, heads, prompt length, dim)
-        self._keys = self._values = None  # (samples, heads, reserve, dim)
-        self.new = 0  # new tokens held
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.device = key_states.device
-        self.is_initialized = True
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        if self.prompt_keys is None:  # the prefill: held as every step reads them (keys transposed)
-            if self.prefix is not None:  # (the prompts' rest: after the prefix, for each prompt)
-                rows = key_states.shape[0]
-                keys, values = self.prefix
-                key_states = torch.cat([keys.expand(rows, -1, -1, -1), key_states], dim=-2)
-                value_states = torch.cat([values.expand(rows, -1, -1, -1), value_states], dim=-2)
-            self.prompt_keys = key_states.transpose(-1, -2).contiguous()
-            self.prompt_values = value_states.contiguous()
-            self.keys, self.values = key_states, value_states
-            return key_states, value_states
-        step = key_states.shape[-2]
-        # (room: the reserve, then more)
-        if self._keys is None or self.new + step > self._keys.shape[-2]:
-            size = self.new + step + self.reserve
-            keys = key_states.new_empty((*key_states.shape[:2], size, key_states.shape[-1]))
-            values = value_states.new_empty((*value_states.shape[:2], size, value_states.shape[-1]))
-            if self.new:
-                keys[:, :, :self.new] = self._keys[:, :, :self.new]
-                values[:, :, :self.new] = self._values[:, :, :self.new]
-            self._keys, self._values = keys, values
-        self._keys[:, :, self.new:self.new + step] = key_states
-        self._values[:, :, self.new:self.new + step] = value_states
-        self.new += step
-        self.keys, self.values = self._keys[:, :, :self.new], self._values[:, :, :self.new]
-        return self.keys, self.values
-
-    def get_seq_length(self) -> int:
-        if self.prompt_keys is None:  # (before the prefill: the prefix, if any)
-            return 0 if self.prefix is None else self.prefix[0].shape[-2]
-        return self.prompt_keys.shape[-1] + self.new
-
-    def select_samples(self, indices: torch.Tensor) -> None:
-        if self._keys is not None:
-            self._keys, self._values = self._keys[indices], self._values[indices]
-            self.keys, self.values = self._keys[:, :, :self.new], self._values[:, :, :self.new]
-
-    def select_prompts(self, indices: torch.Tensor) -> None:
-        self.prompt_keys, self.prompt_values = (self.prompt_keys[indices],
-                                                self.prompt_values[indices])
-
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        raise NotImplementedError('the query writer\'s cache shares a prompt across its samples: '
-                                  'WriterCache.fork')
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        raise NotImplementedError('the query writer\'s cache selects samples through WriterCache')
-
-    def reset(self) -> None:
-        self.prefix = self.prompt_keys = self.prompt_values = self._keys = self._values = None
-        self.new = 0
-        super().reset()
-
-    def crop(self, tokens_to_remove: int) -> None:
-        raise NotImplementedError('the query writer\'s cache is written forward only')
-
-
-class WriterCache(DynamicCache):
-    """The writer's key/value cache: a :class:`WriterLayer` a layer, for models whose layers all
-    attend to every position (others keep ``DynamicCache``, which knows their layer kinds).
-
-    After the prefill, :meth:`fork` makes ``n`` samples of each prompt without copying it:
-    sample ``i`` of prompt ``p`` is slot ``p * n + i``; ``slots`` lists the slots of the
-    samples still writing, in the order of the batch's rows. :meth:`batch_select_indices`
-    drops finished samples (their new tokens), and the prompts none of whose samples is
-    still writing once they are a quarter of those held (each drop copies the prompts kept)."""
-
-    def __init__(self, layers: int, reserve: int, prefix: Optional['SharedPrefix'] = None):
-        prefixes = prefix.layers if prefix is not None else [None] * layers
-        Cache.__init__(self, layers=[WriterLayer(reserve, kv) for kv in prefixes])
-        self.prefix = prefix
-        self.samples, self.slots, self.prompt_bias = 1, None, None
-
-    @classmethod
-    def empty_like(cls, part: 'WriterCache', prompts: int, width: int) -> 'WriterCache':
-        """A cache with room for ``prompts`` prompts of up to ``width`` positions, zeros (the
-        padding on the right of a shorter part), the dtypes and layout of ``part``'s; filled by
-        :meth:`place`."""
-        empty = cls(len(part.layers), part.layers[0].reserve)
-        for layer, given in zip(empty.layers, part.layers):
-            keys, values = given.prompt_keys, given.prompt_values
-            layer.lazy_initialization(keys, values)
-            layer.prompt_keys = keys.new_zeros((prompts, *keys.shape[1:-1], width))
-            layer.prompt_values = values.new_zeros((prompts, values.shape[1], width,
-                                                    values.shape[-1]))
-        return empty
-
-    def place(self, part: 'WriterCache', start: int) -> None:
-        """``part``'s prompts (prefilled on their own) as prompts ``start``, ``start + 1``, ...,
-        each padded on the right to this cache's width (what :meth:`fork` then reads with the
-        masks so padded)."""
-        for layer, given in zip(self.layers, part.layers):
-            rows, length = given.prompt_keys.shape[0], given.prompt_keys.shape[-1]
-            layer.prompt_keys[start:start + rows, ..., :length] = given.prompt_keys
-            layer.prompt_values[start:start + rows, :, :length] = given.prompt_values
-
-    def fork(self, n: int, prompt_mask: torch.Tensor) -> None:
-        """``n`` samples of each prefilled prompt; ``prompt_mask`` (prompts, length): its
-        real (not padding) positions."""
-        self.samples = n
-        self.slots = torch.arange(prompt_mask.shape[0] * n, device=prompt_mask.device)
-        self.prompt_bias = torch.zeros(prompt_mask.shape, dtype=torch.float32,
-                                       device=prompt_mask.device
-                                       ).masked_fill_(~prompt_mask, float('-inf'))[:, None, None, :]
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self.slots = self.slots[indices]
-        for layer in self.layers:
-            layer.select_samples(indices)
-        held = self.prompt_bias.shape[0]
-        live = torch.unique(self.slots // self.samples)  # (sorted)
-        if len(live) <= held * 3 // 4:
-            for layer in self.layers:
-                layer.select_prompts(live)
-            self.prompt_bias = self.prompt_bias[live]
-            self.slots = (torch.searchsorted(live, self.slots // self.samples) * self.samples
-                          + self.slots % self.samples)
-
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        raise NotImplementedError('the query writer\'s cache shares a prompt across its '
-                                  'samples: fork')
-
-    def attend(self, layer: WriterLayer, query: torch.Tensor, scale: float) -> torch.Tensor:
-        """One new token's attention (``query``: (samples, heads, 1, dim)) over its prompt and
-        the tokens its sample wrote: each prompt's keys and values read once for all its samples
-        (cascade attention: the two parts' softmaxes merged by their log-sum-exps). Scores and
-        softmax in fp32, weights times values in the values' dtype; returns
-        (samples, 1, heads, dim)."""
-        rows, heads, _, dim = query.shape
-        prompts, kv_heads = layer.prompt_keys.shape[:2]
-        group, n = heads // kv_heads, self.samples
-        # (query head h reads key/value head h // group)
-        q = query.reshape(rows, kv_heads, group, dim).to(layer.prompt_keys.dtype)
-        # the prompt part: the samples of a prompt as one block of queries (slots of finished
-        # samples: zeros)
-        slots = q.new_zeros((prompts * n, kv_heads, group, dim)).index_copy_(0, self.slots, q)
-        slots = (slots.view(prompts, n, kv_heads, group, dim).transpose(1, 2)
-                 .reshape(prompts, kv_heads, n * group, dim))
-        scores = torch.matmul(slots, layer.prompt_keys).float() * scale
-        scores += self.prompt_bias
-        head = scores.amax(-1, keepdim=True)
-        weights = torch.exp(scores - head)
-        total = weights.sum(-1, keepdim=True)
-        out = torch.matmul(weights.to(layer.prompt_values.dtype), layer.prompt_values).float()
-
-        # (prompts, kv heads, n * group, -1) -> the rows' (rows, kv heads, group, -1)
-        def of_rows(x):
-            x = (x.view(prompts, kv_heads, n, group, -1).transpose(1, 2)
-                 .reshape(prompts * n, kv_heads, group, -1))
-            return x.index_select(0, self.slots)
-        head, total, out = of_rows(head), of_rows(total), of_rows(out)
-        if layer.new:  # the part each sample wrote
-            scores = torch.matmul(q, layer.keys.transpose(-1, -2)).float() * scale
-            head2 = scores.amax(-1, keepdim=True)
-            weights = torch.exp(scores - head2)
-            top = torch.maximum(head, head2)
-            a, b = torch.exp(head - top), torch.exp(head2 - top)
-            out = a * out + b * torch.matmul(weights.to(layer.values.dtype), layer.values).float()
-            total = a * total + b * weights.sum(-1, keepdim=True)
-        return (out / total).to(layer.prompt_values.dtype).reshape(rows, 1, heads, dim)
-
-
-# The writer's cache during a decoding step (read by the attention function, which transformers
-# calls with the layer's new keys and values only).
-_WRITING: ContextVar[Optional[WriterCache]] = ContextVar('selfsup_writer_cache', default=None)
-SHARED_PROMPT = 'selfsup_shared_prompt'
-CHUNKED_PREFILL = 'selfsup_chunked_prefill'
-PREFILL_CHUNK = 32  # prompt positions a call of the prefill's attention attends from
-
-
-def shared_prompt_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
-    """The attention of a decoding step over a :class:`WriterCache` (registered with
-    transformers' attention interface as :data:`SHARED_PROMPT`, for the steps after the prefill
-    only: it makes no mask of its own, the cache holds where its prompts are padded)."""
-    cache = _WRITING.get()
-    if cache is None or query.shape[-2] != 1:
-        raise RuntimeError(f'{SHARED_PROMPT} attention runs one new token a row over a WriterCache')
-    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    with torch.autocast(query.device.type, enabled=False):  # (its products in the dtypes it names)
-        return cache.attend(cache.layers[module.layer_idx], query, scale), None
-
-
-def chunked_prefill_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
-    """The prompts' causal attention (registered as :data:`CHUNKED_PREFILL`), computed by SDPA
-    for :data:`PREFILL_CHUNK` query positions at a time over the keys up to the chunk's end.
-    The same attention as one call, with the same mask; on a CPU, SDPA's flash kernel computes
-    each block of the square a mask leaves in, so one call costs about the whole square, and
-    chunks skip most of the part above the diagonal (``writer_backends.md``: the prefill with
-    its attention in one call a layer, and in chunks). Queries and keys are cast once to the
-    values' dtype (what autocast gives SDPA), and the key/value heads are read by their groups
-    of query heads without copies."""
-    length = query.shape[-2]
-    # (a GPU's kernels skip masked blocks; a prefill into a cache already written is not this one)
-    if query.device.type != 'cpu' or key.shape[-2] != length or length <= PREFILL_CHUNK:
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
-        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling,
-                                      **kwargs)
-    query, key = query.to(value.dtype), key.to(value.dtype)
-    gqa = query.shape[1] != key.shape[1]
-    outs = []
-    for start in range(0, length, PREFILL_CHUNK):
-        end = min(length, start + PREFILL_CHUNK)
-        if attention_mask is None:  # (causal, no padding)
-            mask = torch.ones(end - start, end, dtype=torch.bool, device=query.device).tril(start)
-        else:
-            mask = attention_mask[..., start:end, :end]
-        outs.append(torch.nn.functional.scaled_dot_product_attention(
-            query[:, :, start:end], key[:, :, :end], value[:, :, :end], attn_mask=mask,
-            scale=scaling, enable_gqa=gqa))
-    return torch.cat(outs, 2).transpose(1, 2).contiguous(), None
-
-
-@lru_cache(maxsize=None)
-def _register_attention() -> None:
-    """The writer's attention functions, registered with transformers once (not at import)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-    AttentionInterface.register(SHARED_PROMPT, shared_prompt_attention)
-    AttentionInterface.register(CHUNKED_PREFILL, chunked_prefill_attention)
-    AttentionMaskInterface.register(CHUNKED_PREFILL, sdpa_mask)  # (the decoding step's makes none)
-
-
-@contextmanager
-def writer_attention(model: torch.nn.Module, cache, prefill: bool):
-    """Within it, ``model``'s attention is the writer's if ``cache`` is a :class:`WriterCache`:
-    :func:`chunked_prefill_attention` for the prefill, :func:`shared_prompt_attention` reading
-    ``cache`` for a decoding step (registered with transformers here, not at import)."""
-    if not isinstance(cache, WriterCache):
-        yield
-        return
-    _register_attention()
-    before, token = model.config._attn_implementation, _WRITING.set(cache)
-    model.config._attn_implementation = CHUNKED_PREFILL if prefill else SHARED_PROMPT
-    try:
-        yield
-    finally:
-        model.config._attn_implementation = before
-        _WRITING.reset(token)
-
-
-@contextmanager
-def casts_kept(model: torch.nn.Module):
-    """Within one autocast region, each weight is cast to the lower precision once, not at every
-    use. Autocast keeps its casts only of leaf tensors that require grad (`cached_cast` in
-    torch's autocast_mode.cpp), and under inference mode none at all (torch 2.13: every weight,
-    frozen or not, is cast again at every forward; a test counts the casts), so a frozen model's
-    weights were cast at every forward: for SmolLM2, 135M weights read and written at each of
-    the ~30 one-token steps of a batch. So for the region its floating-point
-    weights are marked as requiring grad, and it runs under ``no_grad`` (inference mode off: no
-    graph is recorded either way); the same casts, so the same numbers. Enter it inside the
-    autocast region (``Generator.inference``) whose end clears the cache; every weight marked
-    is unmarked, whatever ends the region."""
-    marked = []
-    try:
-        for p in model.parameters():
-            if p.is_floating_point() and not p.requires_grad:
-                p.requires_grad_(True)
-                marked.append(p)
-        with torch.inference_mode(False), torch.no_grad():
-            yield
-    finally:
-        for p in marked:
-            p.requires_grad_(False)
-
-
 def _draw(probs: torch.Tensor, generator: Optional[torch.Generator]) -> torch.Tensor:
     """One index a row, drawn where ``generator`` lives (a seeded CPU generator draws the
     same tokens whether the model runs on the CPU or a GPU; torch refuses a CPU generator
@@ -776,9 +404,3 @@ def _draw(probs: torch.Tensor, generator: Optional[torch.Generator]) -> torch.Te
     if generator is None or generator.device == probs.device:
         return torch.multinomial(probs, 1, generator=generator)
     return torch.multinomial(probs.to(generator.device), 1, generator=generator).to(probs.device)
-
-
-def _cache_of(output):
-    """A forward's key/value cache: ``cache`` since transformers 5.24 (``past_key_values``
-    warns there), ``past_key_values`` before."""
-    return output['cache'] if 'cache' in output else output.past_key_values

@@ -4,7 +4,7 @@ A :class:`Trainer` owns what depends neither on the method nor on the model: Ada
 linear warm-up and decay, gradient accumulation, checkpoints with exact resume (model,
 optimiser, scheduler, RNG), the training log (JSON lines) and its curve (PNG).
 
-The model is any :class:`~pyterrier_selfsup.models._base.TrainableModel` (a dual encoder,
+The model is any :class:`~pyterrier_selfsup.models.trainable.TrainableModel` (a dual encoder,
 a ReAtt retriever, a single-model ReAtt T5): the loop reaches it only through its
 parameters, train mode, ``save_pretrained`` and ``load_weights``. A method (a subclass)
 says what an example is (:meth:`Trainer.examples`), what a batch's loss is
@@ -48,7 +48,7 @@ from pyterrier_selfsup._cache import disk_faults, file_sizes, size_damage, writt
 from pyterrier_selfsup._distributed import distributed
 from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.collections import Collection
-from pyterrier_selfsup.models._base import TrainableModel
+from pyterrier_selfsup.models.trainable import TrainableModel
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.retrieval.base import ranked_excluding
 from pyterrier_selfsup.retrieval.dense import DenseRetriever, dense_retriever
@@ -147,7 +147,7 @@ class Trainer(pt.Estimator):
     """Trains ``model`` in place on ``collection``; after ``fit`` it retrieves with it.
 
     Args:
-        model: the model to train (a :class:`~pyterrier_selfsup.models._base.TrainableModel`).
+        model: the model to train (a :class:`~pyterrier_selfsup.models.trainable.TrainableModel`).
         collection: the corpus, a :class:`~pyterrier_selfsup.data.collections.Collection` or its
             name.
         settings: the method's settings object (:attr:`Settings`; None: its defaults). The loop

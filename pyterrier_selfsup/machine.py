@@ -1,0 +1,58 @@
+"""What this machine's CPU can do, read once from ``/proc/cpuinfo``: the one place the package
+probes the hardware it runs on (precision choices, the OpenVINO backend, results headers).
+
+    cpu_has_native_bf16()   # True on a CPU with AVX512-BF16 or AMX
+"""
+import platform
+from functools import lru_cache
+
+# the instruction sets that decide CPU speed here: bf16 is fast with AVX512-BF16/AMX and
+# hundreds of times slower than fp32 with AVX2 only, so a timing means little without them
+SPEED_FLAGS = ('avx2', 'avx512f', 'avx512_bf16', 'amx_bf16', 'amx_tile')
+
+
+@lru_cache(maxsize=None)
+def _cpuinfo() -> dict:
+    """The first processor's fields in ``/proc/cpuinfo`` (empty off Linux)."""
+    fields = {}
+    try:
+        with open('/proc/cpuinfo') as fh:
+            for line in fh:
+                if not line.strip():
+                    break
+                name, _, value = line.partition(':')
+                fields.setdefault(name.strip(), value.strip())
+    except OSError:
+        pass
+    return fields
+
+
+def cpu_flags() -> frozenset:
+    """The CPU's feature flags (empty off Linux)."""
+    return frozenset(_cpuinfo().get('flags', '').split())
+
+
+def cpu_model() -> str:
+    """The CPU's model name, or what the platform says where ``/proc/cpuinfo`` has none."""
+    return _cpuinfo().get('model name') or platform.processor() or platform.machine()
+
+
+def speed_flags() -> str:
+    """Which of :data:`SPEED_FLAGS` the CPU has ('unknown' off Linux), for results headers."""
+    flags = cpu_flags()
+    if not flags:
+        return 'unknown'
+    return ' '.join(f for f in SPEED_FLAGS if f in flags) or 'none of ' + ' '.join(SPEED_FLAGS)
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether the CPU has AVX512-BF16 or AMX, where bf16 matrix products run faster than fp32
+    (experiments/results/encoding_benchmark.md); without them bf16 is emulated and slower."""
+    return bool(cpu_flags() & {'avx512_bf16', 'amx_bf16'})
+
+
+def cpu_has_native_int8() -> bool:
+    """Whether the CPU multiplies int8 into 32-bit sums in one instruction (VNNI or AMX).
+    Without them, oneDNN's int8 products add pairs in 16 bits, which can saturate ("Nuances of
+    int8 computations" in its guide), and are slower than fp32 here."""
+    return bool(cpu_flags() & {'avx512_vnni', 'avx_vnni', 'amx_int8'})

@@ -1,0 +1,70 @@
+"""Key/value caches the package reads its own way, on transformers' public cache classes: a
+chunk of targets reading their prompts' prefixes (:class:`PrefixCache`), which layers a model's
+caches may be replaced in, and the name a model's forward takes its cache by.
+"""
+import inspect
+from typing import Optional
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import Cache, DynamicLayer
+
+def full_attention_layers(config) -> Optional[int]:
+    """A decoder-only model's number of layers if every one attends to every position (no
+    sliding window, no other kind), else None: where the package's own key/value caches
+    (the query writer's, the scorer's prefixes) stand in for transformers' per-kind layers."""
+    from transformers.cache_utils import get_layer_types_and_kwargs
+    if getattr(config, 'is_encoder_decoder', False):
+        return None
+    text = config.get_text_config(decoder=True)
+    kinds, _ = get_layer_types_and_kwargs(text)
+    return text.num_hidden_layers if all(kind == 'full_attention' for kind in kinds) else None
+
+
+def cache_argument(model: torch.nn.Module) -> str:
+    """The name under which ``model``'s forward takes a key/value cache: ``cache`` since
+    transformers 5.24 (``past_key_values`` warns there, and goes in 5.40), before it
+    ``past_key_values``."""
+    return ('cache' if 'cache' in inspect.signature(model.forward).parameters
+            else 'past_key_values')
+
+
+def cache_of(output) -> Cache:
+    """A forward's key/value cache: ``cache`` since transformers 5.24 (``past_key_values``
+    warns there), ``past_key_values`` before."""
+    return output['cache'] if 'cache' in output else output.past_key_values
+
+
+class PrefixLayer(DynamicLayer):
+    """One layer's keys and values of the prefixes, read by a chunk of targets: at the layer's
+    turn, each target's prefix is selected (``rows``) and joined to the target's own keys and
+    values, and not stored. A ``DynamicCache`` built from the selected prefixes held every
+    layer's copies for the whole forward, twice while it was built (its ``update``
+    concatenates onto an empty tensor), where this holds one layer's; attention reads the same
+    tensors either way (experiments/results/memory_fixes.md: the same scores, less memory)."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, rows: torch.Tensor):
+        super().__init__()
+        self.lazy_initialization(keys, values)
+        # (prefixes, heads, length, dim): not copied
+        self.keys, self.values, self.rows = keys, values, rows
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        return (torch.cat([self.keys.index_select(0, self.rows), key_states], dim=-2),
+                torch.cat([self.values.index_select(0, self.rows), value_states], dim=-2))
+
+    def _read_only(self, *args, **kwargs):
+        raise NotImplementedError('a PrefixCache is read by one forward of its targets, '
+                                  'not changed')
+
+    crop = batch_select_indices = batch_repeat_interleave = reset = _read_only
+
+
+class PrefixCache(DynamicCache):
+    """The prefixes' cache (``cache``, one row a prefix) as read by targets whose prefixes are
+    ``rows``: a :class:`PrefixLayer` a layer, for models whose layers all attend to every
+    position. Read once, by one forward of the targets (``update`` stores nothing)."""
+
+    def __init__(self, cache: DynamicCache, rows: torch.Tensor):
+        Cache.__init__(self, layers=[PrefixLayer(layer.keys, layer.values, rows)
+                                     for layer in cache.layers])

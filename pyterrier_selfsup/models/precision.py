@@ -1,0 +1,161 @@
+"""Where a model runs and in which precision: the device, the dtype its matrix products run in,
+the contexts its forward passes run in (:class:`TorchModel`), and the conversions that hold
+frozen weights in that dtype once rather than casting them at every forward.
+
+    compute_dtype('auto', torch.device('cpu'))   # bfloat16 where the CPU multiplies it natively
+"""
+from contextlib import contextmanager
+from typing import Iterator, List, Optional, Sequence
+
+import torch
+
+from pyterrier_selfsup.machine import cpu_has_native_bf16
+
+PRECISIONS = ('auto', 'fp32', 'bf16', 'fp16')
+
+
+def compute_dtype(precision: str, device: torch.device) -> torch.dtype:
+    """``'fp32'``, ``'bf16'``, ``'fp16'``, or ``'auto'``: bf16 where the hardware multiplies
+    bf16 natively (CUDA, or a CPU with AVX512-BF16/AMX; fp16 on older GPUs), fp32 elsewhere."""
+    if precision not in PRECISIONS:
+        raise ValueError(f'precision must be one of {PRECISIONS}, not {precision!r}')
+    if precision == 'auto':
+        if device.type == 'cuda':
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.bfloat16 if device.type == 'cpu' and cpu_has_native_bf16() else torch.float32
+    return {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}[precision]
+
+
+def resolve_device(device: Optional[str]) -> torch.device:
+    return torch.device(device or ('cuda' if torch.cuda.is_available() else 'cpu'))
+
+
+class TorchModel:
+    """Device and precision of a wrapper, and the contexts its forward passes run in.
+
+    Subclasses set ``self.device`` (:func:`resolve_device`) and ``self.precision`` and
+    list their modules in :meth:`torch_modules`."""
+    device: torch.device
+    precision: str
+
+    def torch_modules(self) -> List[torch.nn.Module]:
+        raise NotImplementedError
+
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype matrix products run in, as ``precision`` resolves on this device."""
+        return compute_dtype(self.precision, self.device)
+
+    def autocast(self):
+        dtype = self.compute_dtype()
+        return torch.autocast(self.device.type, dtype=dtype, enabled=dtype != torch.float32)
+
+    @contextmanager
+    def inference(self) -> Iterator[None]:
+        """Eval mode, no autograd, autocast; each module's mode restored afterwards
+        (a trainer may call this between steps)."""
+        modes = [(m, m.training) for m in self.torch_modules()]
+        for m, _ in modes:
+            m.eval()
+        try:
+            with torch.inference_mode(), self.autocast():
+                yield
+        finally:
+            for m, mode in modes:
+                m.train(mode)
+
+
+@contextmanager
+def linears_held_in(modules: Sequence[torch.nn.Module], dtype: torch.dtype) -> Iterator[None]:
+    """Holds every ``nn.Linear`` weight and bias of ``modules`` in ``dtype`` for the duration
+    and restores the originals after. Under inference mode, autocast keeps no cast cache, so
+    it would cast each weight again at every forward; a linear layer's weight and bias cast
+    once give the same products, as autocast casts them to the same dtype. BERT's pooler,
+    which an encoder computes and a dual encoder never reads, is switched off too.
+
+    Costs a copy of the linear weights in ``dtype`` while it lasts. Not for a model that is
+    training at the same time on another thread."""
+    saved_params, saved_poolers, cast = [], [], {}
+    for module in modules:
+        for m in module.modules():
+            if isinstance(getattr(m, 'pooler', None), torch.nn.Module):
+                saved_poolers.append((m, m.pooler))
+                m.pooler = None
+            if not isinstance(m, torch.nn.Linear) or dtype == torch.float32:
+                continue
+            for name in ('weight', 'bias'):
+                p = m._parameters.get(name)
+                if p is None or p.dtype == dtype:
+                    continue
+                if id(p) not in cast:
+                    cast[id(p)] = torch.nn.Parameter(p.detach().to(dtype), requires_grad=False)
+                saved_params.append((m, name, p))
+                m._parameters[name] = cast[id(p)]
+    try:
+        yield
+    finally:
+        for m, name, p in saved_params:
+            m._parameters[name] = p
+        for m, pooler in saved_poolers:
+            m.pooler = pooler
+
+
+def matrices_in_compute_dtype(model: torch.nn.Module, dtype: torch.dtype) -> int:
+    """A frozen model's matrices kept in the dtype its products run in: each ``nn.Linear``
+    whose weight no other kind of module shares (a tied output layer stays with its
+    embedding) is converted to ``dtype``; embeddings and norms stay as loaded. Under autocast
+    a Linear's weight is cast to ``dtype`` at every forward (autocast keeps no cast of a frozen
+    weight), and the conversion here is that same cast, done once: the same products, bit
+    for bit, without an fp32 copy held beside them. Every forward must then run under the
+    generator's autocast, as all of this package's do.
+
+    The tensors left as loaded are copied into memory of their own: transformers maps a
+    safetensors checkpoint into memory and the weights are views of that mapping, whose pages,
+    once read, stay resident as long as any weight holds it (the converted matrices' fp32 pages
+    with them). The output is the same bit for bit, in less memory
+    (``experiments/probes/memory_fixes.py`` measures it).
+    Returns the number of weights converted (0 for fp32: nothing is done)."""
+    if dtype == torch.float32:
+        return 0
+    others = {id(p) for m in model.modules() if not isinstance(m, torch.nn.Linear)
+              for p in m.parameters(recurse=False)}
+    converted = 0
+    for module in model.modules():
+        if (isinstance(module, torch.nn.Linear) and id(module.weight) not in others and
+                module.weight.dtype != dtype):
+            converted += sum(p.numel() for p in module.parameters(recurse=False))
+            module.to(dtype)
+    # (each once: both skip a tied tensor's repeats)
+    for tensor in [*model.parameters(), *model.buffers()]:
+        if tensor.dtype != dtype:
+            tensor.data = tensor.data.clone()
+    return converted
+
+
+@contextmanager
+def casts_kept(model: torch.nn.Module):
+    """Within one autocast region, each weight is cast to the lower precision once, not at every
+    use. Autocast keeps its casts only of leaf tensors that require grad (`cached_cast` in
+    torch's autocast_mode.cpp), and under inference mode none at all (torch 2.13: every weight,
+    frozen or not, is cast again at every forward; a test counts the casts), so a frozen model's
+    weights were cast at every forward: for SmolLM2, 135M weights read and written at each of
+    the ~30 one-token steps of a batch. So for the region its floating-point
+    weights are marked as requiring grad, and it runs under ``no_grad`` (inference mode off: no
+    graph is recorded either way); the same casts, so the same numbers. Enter it inside the
+    autocast region (``Generator.inference``) whose end clears the cache; every weight marked
+    is unmarked, whatever ends the region.
+
+    A workaround for torch's autocast weight cache, which holds casts of leaf tensors that
+    require grad only, and none in inference mode (pytorch/pytorch#113685 and #165068): while
+    torch keeps no cast of a frozen weight, this is the one place that marks weights to get
+    one."""
+    marked = []
+    try:
+        for p in model.parameters():
+            if p.is_floating_point() and not p.requires_grad:
+                p.requires_grad_(True)
+                marked.append(p)
+        with torch.inference_mode(False), torch.no_grad():
+            yield
+    finally:
+        for p in marked:
+            p.requires_grad_(False)

@@ -1,0 +1,60 @@
+"""What the training loop needs of a model: :class:`TrainableModel`, the contract every trainer
+trains through (a dual encoder, ReAtt, a generator's attention model), never asking which model
+it is. A wrapper subclasses it and lists its modules in ``torch_modules``; the loop reads its
+parameters, switches its train mode and its gradient checkpointing, and saves and reloads it.
+"""
+from pathlib import Path
+from typing import List, Union
+
+import torch
+
+from pyterrier_selfsup.models.precision import TorchModel
+
+class TrainableModel(TorchModel):
+    """What :class:`~pyterrier_selfsup.training.Trainer` needs of a model."""
+
+    def trainable_parameters(self) -> List[torch.nn.Parameter]:
+        """Each parameter that trains, once (modules may share weights)."""
+        seen, out = set(), []
+        for module in self.torch_modules():
+            for p in module.parameters():
+                if p.requires_grad and id(p) not in seen:
+                    seen.add(id(p))
+                    out.append(p)
+        return out
+
+    def train_mode(self, on: bool = True):
+        for m in self.torch_modules():
+            m.train(on)
+
+    def gradient_checkpointing(self, on: bool = True):
+        """Transformers' gradient checkpointing on (or off) in every pretrained transformer of
+        the model: a layer's activations are recomputed in the backward pass rather than kept
+        from the forward one (the RNG state kept: the same gradients, a second forward pass
+        of each layer). In training mode only; a model without such layers is left alone."""
+        from transformers import PreTrainedModel
+        for module in self.torch_modules():
+            for m in module.modules():
+                if not isinstance(m, PreTrainedModel) or not m.supports_gradient_checkpointing:
+                    continue
+                # (transformers 5.2x renamed it activation checkpointing; the old names warn)
+                if hasattr(m, 'activation_checkpointing_enable'):
+                    active, enable, disable = (m.is_activation_checkpointing,
+                                               m.activation_checkpointing_enable,
+                                               m.activation_checkpointing_disable)
+                else:
+                    active, enable, disable = (m.is_gradient_checkpointing,
+                                               m.gradient_checkpointing_enable,
+                                               m.gradient_checkpointing_disable)
+                if on and not active:
+                    enable({'use_reentrant': False})
+                elif not on and active:
+                    disable()
+
+    def save_pretrained(self, path: Union[str, Path]) -> Path:
+        raise NotImplementedError
+
+    def load_weights(self, path: Union[str, Path]):
+        """Loads the weights that :meth:`save_pretrained` wrote at ``path`` into this model,
+        in place (a trainer resuming from a checkpoint)."""
+        raise NotImplementedError

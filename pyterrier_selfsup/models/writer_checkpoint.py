@@ -1,0 +1,62 @@
+"""The query writer's checkpoint: after each batch, the queries written so far and the state of
+the random stream they are drawn from, so that a stopped write resumes where it stopped and
+returns what one uninterrupted write returns
+(:meth:`~pyterrier_selfsup.models.writing.QueryWriter.write`).
+"""
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import List, Optional
+
+import torch
+
+from pyterrier_selfsup._cache import written_whole
+
+logger = logging.getLogger(__name__)
+
+
+def checkpoint_key(ids: List[List[int]], n: int, config: dict, model: str,
+                    generator: Optional[torch.Generator], **settings) -> str:
+    """What a checkpoint of :meth:`QueryWriter.write` is valid for: the prompts, the number
+    of queries, the writer's settings, the model's fingerprint, and the random stream's state
+    when the call began."""
+    digest = hashlib.sha1()
+    if generator is not None:
+        digest.update(generator.get_state().numpy().tobytes())
+    digest.update(json.dumps([ids, n, config, model, settings], sort_keys=True,
+                             default=str).encode())
+    return digest.hexdigest()
+
+
+def resume(path: Path, key: str, out: List[Optional[List[str]]],
+            generator: Optional[torch.Generator]) -> int:
+    """The passages (in writing order) that the checkpoint at ``path`` holds queries for,
+    their queries put into ``out`` and ``generator`` put back in its state; 0 where there is
+    no checkpoint, or one of another write (reported)."""
+    if not path.exists():
+        return 0
+    try:
+        held = torch.load(path, weights_only=True)
+        valid = held['key'] == key and len(held['out']) == len(out)
+    except Exception as error:  # (a file cut short by a full disk, say: written again)
+        said = (str(error) or type(error).__name__).splitlines()[0][:200]
+        logger.warning('%s does not load (%s); writing the queries from the start', path, said)
+        return 0
+    if not valid:
+        logger.warning('%s holds queries of another write; writing from the start', path)
+        return 0
+    out[:] = held['out']
+    if generator is not None:
+        generator.set_state(held['rng'])
+    logger.info('%s: resuming after %d of %d passages', path, held['done'], len(out))
+    return held['done']
+
+
+def save_checkpoint(path: Path, key: str, done: int, out: List[Optional[List[str]]],
+                     generator: Optional[torch.Generator]) -> None:
+    """The write's state after ``done`` passages (in writing order), replaced at once (a
+    stop while it is saved leaves the one before; the next save replaces its partial file)."""
+    with written_whole(path, "the query writer's checkpoint") as partial:
+        torch.save({'key': key, 'done': done, 'out': out,
+                    'rng': generator.get_state() if generator is not None else None}, partial)
