@@ -63,6 +63,21 @@ class OpenVinoSides:
         self._warned = False
         self._compiled: Dict[Tuple[str, str], Tuple[str, object]] = {}
 
+    def encode(self, encoder, texts: List[str], side: str, batches,
+               calibration: Callable[[], List[Dict[str, np.ndarray]]]) -> np.ndarray:
+        """``encoder``'s vectors of ``texts`` through its compiled ``side``: ``batches`` as the
+        torch path runs them, (positions, input ids, mask); the side traced outside inference
+        mode and autocast on the first batch, int8 calibrated by ``calibration()``."""
+        out = np.empty((len(texts), encoder.model.out_dim), dtype=np.float32)
+        compiled = None
+        for positions, input_ids, mask in batches:
+            if compiled is None:
+                compiled = self.get(encoder, side,
+                                    {'input_ids': input_ids[:2], 'attention_mask': mask[:2]},
+                                    calibration=calibration)
+            out[positions] = self.run(compiled, input_ids, mask)
+        return out
+
     def get(self, encoder, side: str, sample: Dict[str, torch.Tensor],
             calibration: Callable[[], List[Dict[str, np.ndarray]]]):
         """The compiled ``side``; ``calibration()`` gives the batches of inputs that

@@ -12,10 +12,8 @@ retrievers and ``.scorer()`` re-ranking; :meth:`DualEncoder.encode` keeps gradie
 for training.
 """
 import copy
-import filecmp
 import json
 import math
-import os
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -34,12 +32,13 @@ from pyterrier_selfsup.models.trainable import TrainableModel
 from pyterrier_selfsup.models._openvino import CALIBRATION_TEXTS, OpenVinoSides
 from pyterrier_selfsup.models._token_ids import KeptTokenIds, splits_at_spaces, tokenize_cut
 from pyterrier_selfsup.models.offsets import PassageOffsets
+from pyterrier_selfsup.models.st_format import (PASSAGE_ENCODER_DIR, export_sentence_transformers,
+                                                sentence_transformers_config)
 from pyterrier_selfsup.progress import progress
 
 CONFIG_FILE = 'dual_encoder.json'
 BACKENDS = ('torch', 'openvino', 'openvino-int8')
 PROJECTIONS_FILE = 'projections.pt'
-PASSAGE_ENCODER_DIR = 'passage_encoder'
 POOLINGS = ('cls', 'mean')
 # texts an inference batch holds at full length, by device type (see DualEncoder)
 INFERENCE_BATCH = {'cpu': 32, 'cuda': 256}
@@ -196,7 +195,7 @@ class DualEncoder(BiEncoder, TrainableModel):
         1 for raw dot products (the thesis).
         """
         saved = read_saved_config(name_or_path, CONFIG_FILE)
-        st = {} if saved else _sentence_transformers_config(name_or_path)
+        st = {} if saved else sentence_transformers_config(name_or_path)
         base = saved or st or {'pooling': 'cls', 'normalize': False, 'max_length': 512}
         pooling = pooling or base['pooling']
         normalize = base['normalize'] if normalize is None else normalize
@@ -263,38 +262,7 @@ class DualEncoder(BiEncoder, TrainableModel):
             encoder.save_pretrained('out'); encoder.save_sentence_transformers('out')
             SentenceTransformer('out').encode_query(['scurvy'])   # encoder.encode_queries'
         """
-        from sentence_transformers import SentenceTransformer
-        from sentence_transformers.sentence_transformer.modules import (Dense, Normalize, Pooling,
-                                                                        Router, Transformer)
-
-        path = Path(path)
-
-        def tower(directory: Path, max_length: int, proj: Optional[torch.nn.Linear]) -> list:
-            # the tokenizer is saved once, beside the (query) encoder
-            transformer = Transformer(str(directory), max_seq_length=max_length,
-                                      tokenizer_name_or_path=str(path))
-            modules = [transformer, Pooling(transformer.get_embedding_dimension(),
-                                            pooling_mode=self.model.pooling)]
-            if proj is not None:
-                modules.append(Dense(proj.in_features, proj.out_features, bias=False,
-                                     activation_function=torch.nn.Identity(),
-                                     init_weight=proj.weight.detach().float().cpu().clone()))
-            return modules + ([Normalize()] if self.model.normalize else [])
-
-        passages = path if self.model.tied else path / PASSAGE_ENCODER_DIR
-        if self.model.tied and self.model.dim is None:
-            modules = tower(path, self.max_length, None)
-        else:
-            modules = [Router.for_query_document(
-                query_modules=tower(path, self.query_max_length, self.model.query_proj),
-                document_modules=tower(passages, self.max_length, self.model.passage_proj))]
-        SentenceTransformer(modules=modules, device='cpu').save(str(path))
-        if isinstance(modules[0], Router):  # (the towers' weights once on disk, not twice)
-            for tower_dir, weights_dir in (('query_0_Transformer', path),
-                                           ('document_0_Transformer', passages)):
-                for name in ('model.safetensors', 'pytorch_model.bin'):
-                    _linked_if_equal(path / tower_dir / name, weights_dir / name)
-        return path
+        return export_sentence_transformers(self, path)
 
     def fingerprint(self) -> str:
         """A digest of the weights and settings: two encoders with equal fingerprints
@@ -408,8 +376,10 @@ class DualEncoder(BiEncoder, TrainableModel):
                            total=len(texts), desc=f'encoding {side}s', unit=side,
                            count=lambda batch: len(batch[0]),
                            enabled=self.verbose and len(texts) > batch_size)
-        if self._openvino is not None:
-            return self._encode_openvino(texts, side, batch_size, batches)
+        if self._openvino is not None:  # (int8 calibrated on the first texts, batched alike)
+            return self._openvino.encode(self, texts, side, batches, calibration=lambda: [
+                OpenVinoSides.inputs(input_ids, mask) for _, input_ids, mask
+                in self._batches(texts[:CALIBRATION_TEXTS], side, batch_size)])
         out = torch.empty((len(texts), self.model.out_dim), dtype=torch.float32,
                           device=self.device)
         with self.inference(), linears_held_in([self.model], self.compute_dtype()):
@@ -440,27 +410,6 @@ class DualEncoder(BiEncoder, TrainableModel):
                                       left=left)
                 yield positions[rows], input_ids, mask
 
-    def _encode_openvino(self, texts: List[str], side: str, batch_size: int,
-                         batches) -> np.ndarray:
-        """:meth:`_encode_fast` through the compiled OpenVINO model (traced outside inference
-        mode and autocast, on the first batch; int8 calibrated on the first texts)."""
-        out = np.empty((len(texts), self.model.out_dim), dtype=np.float32)
-        compiled = None
-        for positions, input_ids, mask in batches:
-            if compiled is None:
-                compiled = self._openvino.get(
-                    self, side, {'input_ids': input_ids[:2], 'attention_mask': mask[:2]},
-                    calibration=lambda: self._calibration(texts[:CALIBRATION_TEXTS], side,
-                                                          batch_size))
-            out[positions] = self._openvino.run(compiled, input_ids, mask)
-        return out
-
-    def _calibration(self, texts: List[str], side: str,
-                     batch_size: int) -> List[Dict[str, np.ndarray]]:
-        """``texts`` as the batches :meth:`_encode_fast` would run them."""
-        return [OpenVinoSides.inputs(input_ids, mask)
-                for _, input_ids, mask in self._batches(texts, side, batch_size)]
-
     # (copies and pickles leave the compiled OpenVINO sides behind: rebuilt on use)
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -473,37 +422,3 @@ class DualEncoder(BiEncoder, TrainableModel):
         backend = f', backend={self.backend!r}' if self.backend != 'torch' else ''
         return (f'DualEncoder({self.name!r}, pooling={self.model.pooling!r}, '
                 f'dim={self.model.dim}{backend})')
-
-
-def _sentence_transformers_config(name_or_path: str) -> Optional[dict]:
-    modules = read_saved_config(name_or_path, 'modules.json')
-    if not modules:
-        return None
-    types = {m['type'].rsplit('.', 1)[-1]: m for m in modules}
-    pooling_cfg = (read_saved_config(name_or_path, f'{types["Pooling"]["path"]}/config.json')
-                   if 'Pooling' in types else {})
-    if pooling_cfg.get('pooling_mode_cls_token'):
-        pooling = 'cls'
-    elif pooling_cfg.get('pooling_mode_mean_tokens', True):
-        pooling = 'mean'
-    else:
-        raise ValueError(f'{name_or_path}: sentence-transformers pooling {pooling_cfg} is neither '
-                         'cls nor mean')
-    st = read_saved_config(name_or_path, 'sentence_bert_config.json') or {}
-    return {'pooling': pooling, 'normalize': 'Normalize' in types,
-            'max_length': st.get('max_seq_length', 512)}
-
-
-def _linked_if_equal(copy: Path, original: Path) -> None:
-    """Makes ``copy`` a hard link to ``original`` where both exist with the same bytes, so that
-    the file is held once on disk; keeps the copy where the filesystem has no hard links."""
-    if not (copy.is_file() and original.is_file()) or os.path.samefile(copy, original):
-        return
-    if not filecmp.cmp(copy, original, shallow=False):
-        return
-    linked = copy.with_name(copy.name + '.link')
-    try:
-        os.link(original, linked)
-        os.replace(linked, copy)
-    except OSError:
-        linked.unlink(missing_ok=True)
