@@ -331,3 +331,46 @@ def shared_temporary_directory(prefix: str) -> Tuple[str, Optional[tempfile.Temp
     shared = [tmp.name if tmp else None]
     dist.broadcast_object_list(shared, src=0)
     return shared[0], tmp
+
+
+def sum_step(params: list, window: List[float], metrics: dict,
+             world_size: int) -> Tuple[Optional[float], dict]:
+    """One optimiser step's reduction over the processes: each parameter's gradient summed, and
+    the recorded ``metrics`` (name -> (value x weight, weight) pairs) gathered. Returns the step's
+    loss (the mean over its batches of their summed shares; None when every batch was skipped,
+    decided alike on every process) and the gathered metrics.
+
+    Deliberately not DDP, nor accelerate's ``backward`` (which wraps it): DDP averages the
+    gradients, where the loop's contract is their sum (each process's loss is its share of the
+    whole batch's, so that one process and several train the same weights: the two-process tests
+    in tests/test_distill.py compare them); it needs every parameter reached on every process or
+    a search for unused ones at each step, where here a parameter no process reached keeps no
+    gradient (AdamW then leaves it alone, as one process would); and its hooks reduce once a
+    backward, where a method's loss may run several backwards a step (ACROBArT's generator, a
+    few queries at a time). One all-reduce a tensor, no buckets, no overlap with backward: speed
+    at many GPUs is for later."""
+    import torch
+    import torch.distributed as dist
+    device = params[0].device  # (nccl reduces on the GPU)
+    total = torch.tensor([sum(window)], dtype=torch.float64, device=device)
+    batches = torch.tensor([len(window)], dtype=torch.float64, device=device)
+    dist.all_reduce(total)
+    # (a process without rows in a batch has no share of it)
+    dist.all_reduce(batches, op=dist.ReduceOp.MAX)
+    if not batches.item():
+        return None, metrics
+    # a parameter no process's share reached keeps no gradient (AdamW then leaves it alone,
+    # weight decay included, as one process would); one that some share reached gets the sum
+    reached = torch.tensor([p.grad is not None for p in params],
+                           dtype=torch.int32, device=device)
+    dist.all_reduce(reached, op=dist.ReduceOp.MAX)
+    for p, any_grad in zip(params, reached.tolist()):
+        if any_grad:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            dist.all_reduce(p.grad)
+    every = [None] * world_size
+    dist.all_gather_object(every, metrics)
+    gathered = {k: [v for m in every for v in m.get(k, [])] for k in dict.fromkeys(
+        k for m in every for k in m)}
+    return float(total.item() / batches.item()), gathered

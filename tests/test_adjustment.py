@@ -231,7 +231,7 @@ def test_an_interrupted_adjustment_resumes_from_its_last_iteration(tiny_dir, tin
                                                                    tmp_path, monkeypatch):
     from pyterrier_selfsup.harness.pipelines import adjusted_reatt_retriever as adjusted_retriever
     from pyterrier_selfsup.models.reatt import ReAtt
-    from pyterrier_selfsup.training.loop import checkpoints
+    from pyterrier_selfsup.training.checkpoints import checkpoints
     settings = dict(model_name=str(tiny_dir), retrieval_layer=1, head=0, queries='classic/adi', k=2,
                     epochs=2, batch_size=4, lr=1e-2, generator=str(tiny_generator_dir['llama']),
                     candidate_tokens=None, num_results=5)

@@ -35,7 +35,8 @@ def test_minilm_in_bf16_on_the_gpu_encodes_as_fp32_on_the_cpu():
 
 
 def test_exact_search_on_the_gpu_ranks_as_numpy(cache_dir):
-    from pyterrier_selfsup.retrieval.dense import flex_index, search_stage
+    from pyterrier_selfsup.retrieval.ann import search_stage
+    from pyterrier_selfsup.retrieval.dense import flex_index
     coll = Collection('classic/adi')
     encoder = DualEncoder.from_pretrained(MINILM, device='cpu', precision='fp32')
     index = flex_index(coll, encoder, cache_dir=cache_dir)
@@ -120,7 +121,7 @@ def test_a_run_resumed_on_the_gpu_ends_as_one_never_stopped(tiny_dir, cache_dir,
     """A checkpoint keeps the CUDA generators' state: the tiny BERT's dropout draws its masks
     there, so a run resumed without it (the seed set again at its start) draws the first steps'
     masks again. (Close, not equal: CUDA's embedding backward adds in no fixed order.)"""
-    from pyterrier_selfsup.training import loop
+    from pyterrier_selfsup.training import checkpoints as loop
     from pyterrier_selfsup.training.distant import DistantSupervision
 
     def run(out):
@@ -150,7 +151,7 @@ def test_acrobart_a_few_queries_at_a_time_on_the_gpu_trains_as_the_whole_batch(
     batch does. On the CPU the two are equal bit for bit (test_reconstruction); CUDA may pick
     other kernels for 3 rows than for 7, so here they need only agree closely."""
     from pyterrier_selfsup import Generator
-    from pyterrier_selfsup.training.reconstruction import Acrobart
+    from pyterrier_selfsup.training.acrobart import Acrobart
     coll = Collection('classic/adi')
     runs = {}
     for generator_batch in (None, 3):

@@ -29,7 +29,8 @@ def _trainer(method: str, tiny_dir: str, generator_dir: str, cache_dir: str, out
         trainer = CrossDocumentAdjustment(
             model, generator, 'classic/adi', k=2, batch_size=5, **common)
     else:
-        from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart
+        from pyterrier_selfsup.training.acrobart import Acrobart
+        from pyterrier_selfsup.training.rumbart import Rumbart
         model = DualEncoder.from_pretrained(tiny_dir, dim=16, pooling='mean', device='cpu',
                                             precision='fp32', max_length=48)
         trainer = (Rumbart if method == 'rumbart' else Acrobart)(

@@ -100,24 +100,24 @@ def test_pyterriers_search_of_one_query_is_a_call_on_a_dense_retriever(adi_dense
 
 
 def test_search_auto_is_exact_below_the_threshold_and_ivf_from_it(adi_dense, monkeypatch):
-    from pyterrier_selfsup.retrieval import dense
+    from pyterrier_selfsup.retrieval import ann
     assert adi_dense.search_method == 'exact'  # 82 passages
-    monkeypatch.setattr(dense, 'APPROXIMATE_FROM', 82)
-    assert dense.resolve_search('auto', adi_dense.index) == 'ivf'
-    assert dense.resolve_search('hnsw', adi_dense.index) == 'hnsw'
+    monkeypatch.setattr(ann, 'APPROXIMATE_FROM', 82)
+    assert ann.resolve_search('auto', adi_dense.index) == 'ivf'
+    assert ann.resolve_search('hnsw', adi_dense.index) == 'hnsw'
     # without FAISS (a GPU image) the same size is searched exactly, with a warning
-    real = dense.importlib.util.find_spec
-    monkeypatch.setattr(dense.importlib.util, 'find_spec',
+    real = ann.importlib.util.find_spec
+    monkeypatch.setattr(ann.importlib.util, 'find_spec',
                         lambda name, *a: None if name == 'faiss' else real(name, *a))
-    assert dense.resolve_search('auto', adi_dense.index) == 'exact'
+    assert ann.resolve_search('auto', adi_dense.index) == 'exact'
     with pytest.raises(ValueError, match='search must be one of'):
-        dense.resolve_search('annoy', adi_dense.index)
-    assert ([dense.ivf_n_list(n) for n in (82, 10_000, 1_000_000, 8_841_823)]
+        ann.resolve_search('annoy', adi_dense.index)
+    assert ([ann.ivf_n_list(n) for n in (82, 10_000, 1_000_000, 8_841_823)]
             == [16, 128, 1024, 4096])
 
 
 def test_approximate_search_scores_as_exact_search_does(adi_dense, cache_dir):
-    from pyterrier_selfsup.retrieval import dense
+    from pyterrier_selfsup.retrieval import ann
     coll = Collection('classic/adi')
     topics = coll.topics()
     exact = adi_dense(topics)
@@ -145,10 +145,10 @@ def test_approximate_search_scores_as_exact_search_does(adi_dense, cache_dir):
     assert ivf(topics).groupby('qid').size().max() < 82 == exact.groupby('qid').size().min()
     assert ivf.fuse_rank_cutoff(5).search_method == 'ivf'  # a rank cut-off keeps the search
     assert hnsw.fuse_rank_cutoff(5) is None  # a narrower beam could change HNSW's top 5
-    # FlexIndex's retrievers read the structures built here (dense.prebuild_ann, which writes
+    # FlexIndex's retrievers read the structures built here (ann.prebuild_ann, which writes
     # them under FlexIndex's own file names): had pyterrier-dr renamed its files, it would have
     # built its own beside them
-    built = {dense.prebuild_ann(approximate.index, approximate.search_method).name
+    built = {ann.prebuild_ann(approximate.index, approximate.search_method).name
              for approximate in (hnsw, ivf)}
     assert {p.name for p in Path(ivf.index.index_path).glob('*.faiss')} == built
 
@@ -192,10 +192,10 @@ def test_sharded_encoding_equals_one_process(tmp_path, tiny_dir):
 def test_without_faiss_an_automatic_search_is_exact_and_says_so_once(monkeypatch, caplog):
     import logging
 
-    from pyterrier_selfsup.retrieval import dense
-    monkeypatch.setattr(dense, '_said_no_faiss', False)
-    monkeypatch.setattr(dense.importlib.util, 'find_spec', lambda name: None)
-    large = range(dense.APPROXIMATE_FROM)  # (the search asks an index only for its length)
+    from pyterrier_selfsup.retrieval import ann
+    monkeypatch.setattr(ann, '_said_no_faiss', False)
+    monkeypatch.setattr(ann.importlib.util, 'find_spec', lambda name: None)
+    large = range(ann.APPROXIMATE_FROM)  # (the search asks an index only for its length)
     with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
-        assert [dense.resolve_search('auto', large) for _ in range(2)] == ['exact', 'exact']
+        assert [ann.resolve_search('auto', large) for _ in range(2)] == ['exact', 'exact']
     assert caplog.text.count('FAISS is not installed') == 1

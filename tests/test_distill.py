@@ -368,7 +368,7 @@ def _distil_fixed_teacher(tiny_dir: str, cache_dir: str, output_dir: str, loss: 
     process is interrupted in its ``stop_at``-th loss (torchrun stops the whole group when
     one process fails). ``kill_at``: the process of rank 1 kills itself (SIGKILL) in its
     ``kill_at``-th loss, having written the time to the file ``killed``."""
-    from pyterrier_selfsup.training.loop import fit_resumably
+    from pyterrier_selfsup.training.checkpoints import fit_resumably
     encoder = tiny_dual_encoder(tiny_dir, max_length=64)
     coll = Collection('classic/adi')
     common = dict(batch_size=7, lr=1e-2, output_dir=output_dir, checkpoint_every='epoch',

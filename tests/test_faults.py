@@ -602,7 +602,7 @@ CHECKPOINTED = dict(negatives='bm25', batch_size=8, epochs=3, lr=3e-4, accumulat
 def test_a_damaged_checkpoint_is_set_aside_and_training_resumes_from_the_one_before(
         tiny_encoder, cache_dir, tmp_path, caplog):
     from pyterrier_selfsup.training.distant import DistantSupervision
-    from pyterrier_selfsup.training.loop import checkpoints, fit_resumably
+    from pyterrier_selfsup.training.checkpoints import checkpoints, fit_resumably
     coll = Collection('classic/adi')
     full = DistantSupervision(tiny_encoder(max_length=64), coll, output_dir=tmp_path / 'full',
                               cache_dir=cache_dir, **CHECKPOINTED).fit(coll.topics())
@@ -625,7 +625,7 @@ def test_a_damaged_checkpoint_is_set_aside_and_training_resumes_from_the_one_bef
 
 def test_a_checkpoint_that_meets_a_full_disk_is_removed_and_named(tiny_encoder, cache_dir, tmp_path,
                                                                   monkeypatch):
-    from pyterrier_selfsup.training import loop
+    from pyterrier_selfsup.training import checkpoints as loop
     from pyterrier_selfsup.training.distant import DistantSupervision
     coll = Collection('classic/adi')
     trainer = DistantSupervision(tiny_encoder(max_length=64), coll, output_dir=tmp_path / 'run',
@@ -644,3 +644,38 @@ def test_a_checkpoint_that_meets_a_full_disk_is_removed_and_named(tiny_encoder, 
         trainer.fit(coll.topics())
     assert [p.name for p in loop.checkpoints(tmp_path / 'run')] == ['checkpoint-3']
     assert not (tmp_path / 'run' / 'checkpoint-6').exists()
+
+
+def test_a_checkpoint_whose_random_state_does_not_load_is_an_error_where_accelerate_goes_on(
+        tiny_encoder, cache_dir, tmp_path, caplog):
+    """Why the loop keeps its own checkpoints (training/checkpoints.py): accelerate's
+    load_accelerator_state restores the optimiser and the scheduler, then goes on past random
+    states that do not load (a resumed run would draw other batches and masks, unsaid); the
+    package's resume refuses them."""
+    from accelerate.checkpointing import load_accelerator_state, save_accelerator_state
+    from pyterrier_selfsup.training.checkpoints import STATE_FILE, checkpoints
+    from pyterrier_selfsup.training.distant import DistantSupervision
+    coll = Collection('classic/adi')
+    trainer = DistantSupervision(tiny_encoder(max_length=64), coll, output_dir=tmp_path / 'run',
+                                 cache_dir=cache_dir, **CHECKPOINTED)
+    trainer.fit(coll.topics())
+    first = checkpoints(tmp_path / 'run')[0]
+    state = torch.load(first / STATE_FILE, weights_only=False)
+    state['torch_rng'] = torch.zeros(3, dtype=torch.uint8)  # (a state that does not load)
+    torch.save(state, first / STATE_FILE)
+    again = DistantSupervision(tiny_encoder(max_length=64), coll, output_dir=tmp_path / 'again',
+                               cache_dir=cache_dir, **CHECKPOINTED)
+    with pytest.raises(RuntimeError):
+        again.fit(coll.topics(), resume_from=first)
+    # accelerate's: the same random state, saved and loaded through its own files
+    param = torch.nn.Parameter(torch.zeros(2))
+    optimizer = torch.optim.AdamW([param])
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    (tmp_path / 'accelerate').mkdir()
+    save_accelerator_state(tmp_path / 'accelerate', [], [optimizer], [scheduler], [], 0, 0)
+    rng = tmp_path / 'accelerate' / 'random_states_0.pkl'
+    saved = torch.load(rng, weights_only=False)
+    torch.save(dict(saved, torch_manual_seed=torch.zeros(3, dtype=torch.uint8)), rng)
+    with caplog.at_level('INFO'):
+        load_accelerator_state(tmp_path / 'accelerate', [], [optimizer], [scheduler], [], 0)
+    assert 'Could not load random states' in caplog.text

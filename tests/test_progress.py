@@ -257,7 +257,8 @@ def test_a_resumed_run_plans_the_steps_it_has_left():
 def test_a_resumed_run_plans_from_the_checkpoint_fit_resumably_goes_on_from(tmp_path):
     """``selfsup train`` plans from ``resume_point``: the last whole checkpoint whose files are not
     damaged (a torn checkpoint-10 is passed over, as fit_resumably passes over it)."""
-    from pyterrier_selfsup.training.loop import (CHECKPOINT_MANIFEST, STATE_FILE, checkpoint_step,
+    from pyterrier_selfsup.training.checkpoints import (CHECKPOINT_MANIFEST, STATE_FILE,
+                                                         checkpoint_step,
                                                  resume_point)
     assert resume_point(tmp_path) is None
     for step in (5, 10):

@@ -15,9 +15,11 @@ from pyterrier_selfsup.models.generator import Generator
 from pyterrier_selfsup.data.queries import cropped_spans
 from pyterrier_selfsup.harness.pipelines import trained_dense_retriever
 from pyterrier_selfsup.models.reading import biased_log_likelihood
-from pyterrier_selfsup.training.loop import STATE_FILE, checkpoints
-from pyterrier_selfsup.training.reconstruction import (NULL_DOCNO, Acrobart, Rumbart, marginal_nll,
-                                                      reconstruction_kl)
+from pyterrier_selfsup.training.checkpoints import STATE_FILE, checkpoints
+from pyterrier_selfsup.training.acrobart import Acrobart
+from pyterrier_selfsup.training.losses import marginal_nll, reconstruction_kl
+from pyterrier_selfsup.training.reconstruction import NULL_DOCNO
+from pyterrier_selfsup.training.rumbart import Rumbart
 from tests.helpers import central_difference, stopped_at_step
 
 

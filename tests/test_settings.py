@@ -17,7 +17,8 @@ from pyterrier_selfsup.harness.trained import model_dir
 from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment
 from pyterrier_selfsup.training.distant import DistantSupervision
 from pyterrier_selfsup.training.distill import Distillation
-from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart
+from pyterrier_selfsup.training.acrobart import Acrobart
+from pyterrier_selfsup.training.rumbart import Rumbart
 from pyterrier_selfsup.training.settings import (SETTINGS, DistantSupervisionSettings,
                                                  DistillationSettings, RumbartSettings, setting)
 

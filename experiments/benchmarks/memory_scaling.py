@@ -110,9 +110,10 @@ def heaviest_queries(collection: str, n: int, cache: Path) -> dict:
     from pyterrier_selfsup.harness.topics import training_topics
     from pyterrier_selfsup.models.dual_encoder import DualEncoder
     from pyterrier_selfsup.models.generator import load_generator
-    from pyterrier_selfsup.models.reading import _truncated_ids
+    from pyterrier_selfsup.models.reading import truncated_ids
     from pyterrier_selfsup.retrieval.base import top_k_excluding
-    from pyterrier_selfsup.retrieval.dense import MINILM, flex_index, search_stage
+    from pyterrier_selfsup.retrieval.ann import search_stage
+    from pyterrier_selfsup.retrieval.dense import MINILM, flex_index
     from pyterrier_selfsup.training.settings import RumbartSettings
     shipped = RumbartSettings()
     c = Collection(collection)
@@ -124,7 +125,7 @@ def heaviest_queries(collection: str, n: int, cache: Path) -> dict:
     top = top_k_excluding(search_stage(index, 'auto', 1000), queries, shipped.k, query_vectors=vectors)
     generator = load_generator(shipped.generator, cache_dir=cache, max_passage_length=shipped.max_passage_length)
     docnos = sorted({d for q in queries for d in top[q.qid]})
-    passage_tokens = dict(zip(docnos, (len(_truncated_ids(generator, t)) for t in c.texts(docnos))))
+    passage_tokens = dict(zip(docnos, (len(truncated_ids(generator, t)) for t in c.texts(docnos))))
     target_tokens = [len(ids) for ids in generator.target_ids([q.query for q in queries])]
     rows = np.array([sum(passage_tokens[d] for d in top[q.qid]) + t for q, t in zip(queries, target_tokens)])
     chosen = np.argsort(-rows, kind='stable')[:n]
@@ -207,7 +208,7 @@ def in_pieces(before: dict, piece: dict) -> dict:
 
 def checkpoints(cache: Path, cell: str) -> list:
     """The whole checkpoints a stopped run of ``cell``'s trainer left in ``cache`` (its partial model)."""
-    from pyterrier_selfsup.training.loop import checkpoints as whole_checkpoints
+    from pyterrier_selfsup.training.checkpoints import checkpoints as whole_checkpoints
     return [c for partial in sorted((cache / 'models').glob(f'*.{cell}-*.partial')) for c in whole_checkpoints(partial)]
 
 
@@ -221,7 +222,7 @@ def resident_by_step(cache: Path, cell: str) -> dict:
         records = list(map(json.loads, logs[-1].read_text().splitlines()))
     elif stopped:
         import torch
-        from pyterrier_selfsup.training.loop import STATE_FILE
+        from pyterrier_selfsup.training.checkpoints import STATE_FILE
         records = torch.load(stopped[-1] / STATE_FILE, map_location='cpu', weights_only=False)['log']
     else:
         return {}

@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 
 from pyterrier_selfsup import BM25, Collection
-from pyterrier_selfsup.data.queries import _sample, _text_if_any
+from pyterrier_selfsup.data.queries import reservoir_sample, text_if_any
 from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.harness.methods import teacher_pipeline
 from pyterrier_selfsup.models.generator import load_generator
@@ -81,7 +81,7 @@ def main():
     args = parser.parse_args()
     coll = Collection('beir/scifact/train')
     header = provenance.header()
-    docs = _sample(coll.corpus_iter(), args.passages, __import__('random').Random(0), _text_if_any)
+    docs = reservoir_sample(coll.corpus_iter(), args.passages, __import__('random').Random(0), text_if_any)
     docnos, passages = [d for d, _ in docs], [t for _, t in docs]
     if args.batch_sizes:
         return batch_sweep(args.batch_sizes, passages, header)

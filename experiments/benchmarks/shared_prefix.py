@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from pyterrier_selfsup import Collection
-from pyterrier_selfsup.data.queries import SAMPLING, _sample, _text_if_any
+from pyterrier_selfsup.data.queries import SAMPLING, reservoir_sample, text_if_any
 from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.data.sources import example_pairs
 from pyterrier_selfsup.models.generator import load_generator
@@ -43,8 +43,8 @@ def main():
     parser.add_argument('--collection', default='vaswani')
     args = parser.parse_args()
     header = provenance.header()
-    docs = _sample(Collection(args.collection).corpus_iter(), args.passages, random.Random(0),
-                   _text_if_any)
+    docs = reservoir_sample(Collection(args.collection).corpus_iter(), args.passages, random.Random(0),
+                   text_if_any)
     passages = [text for _, text in docs]
     gen = load_generator('smollm2')
     sampling = dict(do_sample=True, temperature=SAMPLING['temperature'], top_p=SAMPLING['top_p'])

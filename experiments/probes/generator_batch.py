@@ -31,7 +31,7 @@ def step(generator_batch: str, out: str):
 
     import pyterrier_selfsup as selfsup
     from pyterrier_selfsup.models.generator import load_generator
-    from pyterrier_selfsup.training.reconstruction import Acrobart
+    from pyterrier_selfsup.training.acrobart import Acrobart
     collection = selfsup.Collection('classic/adi')
     encoder = selfsup.DualEncoder.from_pretrained(selfsup.MINILM)
     generator = load_generator('smollm2')

@@ -122,7 +122,7 @@ def corpus_sentences(collection: Collection, n: int, *, seed: int = 0, min_words
         found = fitting(doc)
         return rng.choice(found) if found else None
 
-    pairs = _sample(collection.corpus_iter(), n, rng, pick)
+    pairs = reservoir_sample(collection.corpus_iter(), n, rng, pick)
     if len(pairs) < n:
         pairs = _top_up(collection, pairs, n, rng, lambda doc, k: fitting(doc), 'sentences')
     return _frame('sent', pairs)
@@ -152,7 +152,7 @@ def document_titles(collection: Collection, n: int, *, seed: int = 0,
         seen_titles.add(title.lower())
         return title
 
-    pairs = _sample(titled(), n, rng, pick)
+    pairs = reservoir_sample(titled(), n, rng, pick)
     if not pairs:
         raise ValueError(f'queries=titles: no document of {collection.name} has a title of '
                          f'{min_words} words or more')
@@ -176,7 +176,7 @@ def cropped_spans(collection: Collection, n: int, *, seed: int = 0, min_words: i
         start = rng.randint(0, len(words) - length)
         return ' '.join(words[start:start + length])
 
-    pairs = _sample(collection.corpus_iter(), n, rng, pick)
+    pairs = reservoir_sample(collection.corpus_iter(), n, rng, pick)
     if len(pairs) < n:  # a small corpus: several spans of a document
         per_doc = math.ceil(n / max(1, len(pairs))) + 1
         pairs = _top_up(collection, pairs, n, rng,
@@ -223,16 +223,17 @@ def masked_spans(collection: Collection, n: int, *, seed: int = 0, mask: str = M
                 return sentence[:span[0]] + mask + sentence[span[1]:], sentence[span[0]:span[1]]
         return None
 
-    pairs = _sample(collection.corpus_iter(), n, rng, pick)
+    pairs = reservoir_sample(collection.corpus_iter(), n, rng, pick)
     return pd.DataFrame({'qid': [f'mask-{i}' for i in range(len(pairs))],
                          'query': [q for _, (q, _) in pairs],
                          'answer': [a for _, (_, a) in pairs],
                          'source_docno': [d for d, _ in pairs]})
 
 
-def _sample(docs: Iterable[dict], n: int, rng: random.Random, pick) -> List[Tuple[str, str]]:
+def reservoir_sample(docs: Iterable[dict], n: int, rng: random.Random,
+                     pick) -> List[Tuple[str, str]]:
     """Reservoir sampling of ``n`` (docno, text picked from the document) pairs over the
-    documents for which ``pick`` finds something."""
+    documents for which ``pick`` finds something, in one pass."""
     reservoir, seen = [], 0
     for doc in docs:
         query = pick(doc)
@@ -266,7 +267,8 @@ def _top_up(collection: Collection, pairs: List[Tuple[str, str]], n: int, rng: r
     return pairs
 
 
-def _text_if_any(doc: dict):
+def text_if_any(doc: dict):
+    """A document's text, or None where it has none (a ``pick`` for :func:`reservoir_sample`)."""
     return doc['text'] if doc['text'].strip() else None
 
 
@@ -283,7 +285,7 @@ def generated_queries(collection: Collection, generator, n: int, *, seed: int = 
     ``generate_kwargs`` say otherwise (``do_sample=True, top_p=0.92``); empty generations
     are dropped."""
     rng = random.Random(seed)
-    docs = _sample(collection.corpus_iter(), n, rng, _text_if_any)
+    docs = reservoir_sample(collection.corpus_iter(), n, rng, text_if_any)
     texts = generator.generate([text for _, text in docs], max_new_tokens=max_new_tokens,
                                **generate_kwargs)
     return _frame('gen', [(docno, q) for (docno, _), q in zip(docs, texts) if q.strip()])
@@ -323,7 +325,7 @@ def sampled_queries(collection: Collection, generator, n: int, *,
     import torch  # the generator's sampling is seeded through torch
 
     rng = random.Random(seed)
-    docs = _sample(collection.corpus_iter(), math.ceil(n / per_passage), rng, _text_if_any)
+    docs = reservoir_sample(collection.corpus_iter(), math.ceil(n / per_passage), rng, text_if_any)
     if not docs:
         return _frame('gen', [])
     asked = per_passage
@@ -379,7 +381,7 @@ def sampled_plan(collection: Collection, n: int, per_passage: int) -> SampledPla
     wanted = math.ceil(n / per_passage)
     passages = wanted
     if collection.docs_count is None or collection.docs_count < 2 * wanted:
-        passages = min(wanted, sum(_text_if_any(doc) is not None
+        passages = min(wanted, sum(text_if_any(doc) is not None
                                    for doc in collection.corpus_iter()))
     each = _queries_each(n, per_passage, passages) if passages else per_passage
     return SampledPlan(passages, each, each > per_passage and passages * each > n)
@@ -412,7 +414,7 @@ def round_trip_queries(collection: Collection, generator, n: int, retriever, *, 
     drawn at random, ``n`` a round, until ``n`` queries are kept or ``max_tries * n``
     passages have been tried."""
     rng = random.Random(seed)
-    docs = _sample(collection.corpus_iter(), max_tries * n, rng, _text_if_any)
+    docs = reservoir_sample(collection.corpus_iter(), max_tries * n, rng, text_if_any)
     rng.shuffle(docs)  # rounds of n from a uniform order (a reservoir's slots keep corpus order)
     kept, seen = [], set()
     for start in range(0, len(docs), n):

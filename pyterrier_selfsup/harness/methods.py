@@ -26,7 +26,8 @@ from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment, mask_
 from pyterrier_selfsup.training.distant import DistantSupervision
 from pyterrier_selfsup.training.distill import Distillation
 from pyterrier_selfsup.training.loop import Trainer
-from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart
+from pyterrier_selfsup.training.acrobart import Acrobart
+from pyterrier_selfsup.training.rumbart import Rumbart
 from pyterrier_selfsup.training.settings import (CrossDocumentAdjustmentSettings,
                                                  DistantSupervisionSettings, DistillationSettings,
                                                  ReconstructionSettings, parse_teacher)

@@ -24,7 +24,8 @@ from pyterrier_selfsup.progress import Stage, counted, rate_text
 from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment
 from pyterrier_selfsup.training.distant import DistantSupervision
 from pyterrier_selfsup.training.distill import Distillation
-from pyterrier_selfsup.training.reconstruction import Acrobart, Rumbart
+from pyterrier_selfsup.training.acrobart import Acrobart
+from pyterrier_selfsup.training.rumbart import Rumbart
 from pyterrier_selfsup.training.settings import MethodSettings, parse_teacher
 
 logger = logging.getLogger(__name__)

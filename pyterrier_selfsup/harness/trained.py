@@ -25,7 +25,8 @@ from pyterrier_selfsup.harness.methods import METHODS
 from pyterrier_selfsup.harness.plots import plot_training_curve
 from pyterrier_selfsup.progress import stage_times
 from pyterrier_selfsup.retrieval.dense import MINILM
-from pyterrier_selfsup.training.loop import checkpoint_step, fit_resumably, resume_point
+from pyterrier_selfsup.training.checkpoints import (checkpoint_step, fit_resumably,
+                                                     resume_point)
 from pyterrier_selfsup.training.settings import SETTINGS, MethodSettings
 
 # the settings a trained pipeline's search reads, and its training does not

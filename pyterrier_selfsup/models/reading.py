@@ -212,7 +212,7 @@ def concatenated_prompts(generator: Generator, passages: List[List[str]], t_ids:
     sep_ids = tok('\n\n', add_special_tokens=False)['input_ids']
     built = []
     for row, target in zip(passages, t_ids):
-        bodies = [_truncated_ids(generator, p) for p in row]
+        bodies = [truncated_ids(generator, p) for p in row]
         seq, own = list(head_ids), [-1] * len(head_ids)
         for j, body in enumerate(bodies):
             piece = body + (sep_ids if j < len(bodies) - 1 else [])
@@ -239,7 +239,7 @@ def _owner_bias(weights: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
                                         torch.full_like(owner, weights.shape[1])))
 
 
-def _truncated_ids(generator: Generator, passage: str) -> List[int]:
+def truncated_ids(generator: Generator, passage: str) -> List[int]:
     ids = generator.tokenizer(passage or '', add_special_tokens=False)['input_ids']
     return ids[:generator.max_passage_length]
 

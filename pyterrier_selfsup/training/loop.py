@@ -26,16 +26,12 @@ checkpoints and logs.
 Global batch, learning-rate schedule and result do not depend on the number of processes
 beyond floating-point noise, except through dropout, whose masks differ with the split.
 """
-import json
 import logging
 import math
-import os
-import random
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -44,88 +40,20 @@ import torch
 from ir_measures import nDCG
 from transformers import get_linear_schedule_with_warmup
 
-from pyterrier_selfsup._cache import disk_faults, file_sizes, size_damage, written_whole
-from pyterrier_selfsup._distributed import distributed
+from pyterrier_selfsup._distributed import distributed, sum_step
 from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models.trainable import TrainableModel
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
-from pyterrier_selfsup.retrieval.base import ranked_excluding
 from pyterrier_selfsup.retrieval.dense import DenseRetriever, dense_retriever
 from pyterrier_selfsup.progress import peak_resident_gib, progress, resident_gib
+from pyterrier_selfsup.training.hooks import TrainerHooks
+from pyterrier_selfsup.training.checkpoints import (restore_checkpoint, write_checkpoint,
+                                                     write_log)
 from pyterrier_selfsup.training.settings import MethodSettings, TrainingSettings
 
 logger = logging.getLogger(__name__)
 
-STATE_FILE = 'trainer_state.pt'
-RANKING_CHUNK = 1024  # queries a retriever ranks a call in Trainer.ranked
-
-
-def checkpoints(output_dir: Union[str, Path]) -> List[Path]:
-    """The whole step checkpoints a :class:`Trainer` wrote under ``output_dir``, oldest first
-    (the last one is what ``fit(resume_from=...)`` continues from)."""
-    found = [p for p in Path(output_dir).glob('checkpoint-*')
-             if p.name.split('-', 1)[1].isdigit() and (p / STATE_FILE).is_file()]
-    return sorted(found, key=checkpoint_step)
-
-
-def checkpoint_step(path: Union[str, Path]) -> int:
-    """The step a checkpoint was written after (``checkpoint-625``: 625)."""
-    return int(Path(path).name.split('-', 1)[1])
-
-
-def resume_point(output_dir: Union[str, Path]) -> Optional[Path]:
-    """The checkpoint :func:`fit_resumably` goes on from: the last whole one whose files are not
-    damaged (None: it starts over)."""
-    return next((c for c in reversed(checkpoints(output_dir))
-                 if checkpoint_damage(c) is None), None)
-
-
-CHECKPOINT_MANIFEST = 'checkpoint.json'  # every file's size, written last
-
-
-def checkpoint_damage(path: Path) -> Optional[str]:
-    """A checkpoint's files against the sizes recorded when it was written, or None
-    (checkpoints written before sizes were recorded are taken as whole)."""
-    try:
-        sizes = json.loads((path / CHECKPOINT_MANIFEST).read_text())['files']
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        return f'{CHECKPOINT_MANIFEST} cannot be read ({error})'
-    return size_damage(path, sizes)
-
-
-def fit_resumably(trainer: 'Trainer', topics: pd.DataFrame) -> 'Trainer':
-    """``trainer.fit(topics)``, continuing from the last checkpoint in ``trainer.output_dir``
-    if an interrupted run left one there; then :func:`keep_final_only`. (Exact where the
-    trainer's checkpoints are: see its ``resume_from``.)"""
-    done = checkpoints(trainer.output_dir)
-    while done and (problem := checkpoint_damage(done[-1])) is not None:
-        # a damaged checkpoint (a file truncated or lost since) is set aside, and training
-        # resumes from the one before, or from the start: either way to the same weights
-        aside = done[-1].with_name(done[-1].name + '.damaged')
-        logger.warning('checkpoint %s is damaged (%s); %s; resuming from %s', done[-1], problem,
-                       f'setting it aside as {aside}', done[-2] if len(done) > 1 else 'the start')
-        if trainer.process_rank == 0:
-            shutil.rmtree(aside, ignore_errors=True)
-            os.replace(done[-1], aside)
-        done = done[:-1]
-    if done:
-        logger.info('resuming from %s', done[-1])
-    trainer.fit(topics, resume_from=done[-1] if done else None)
-    if trainer.process_rank == 0:  # (under torch.distributed, rank 0 alone writes)
-        keep_final_only(trainer.output_dir)
-    return trainer
-
-
-def keep_final_only(output_dir: Union[str, Path]):
-    """Removes what only a resumed run needs once training is over: the step checkpoints
-    and the final model's optimiser state (twice the model's size; the log is kept in
-    ``training_log.jsonl``). For the cached pipelines, whose models are finished products."""
-    for checkpoint in checkpoints(output_dir):
-        shutil.rmtree(checkpoint)
-    (Path(output_dir) / 'final' / STATE_FILE).unlink(missing_ok=True)
 
 
 @dataclass
@@ -143,7 +71,7 @@ class _Run:
     skipped: int = 0  # batches of the step the method could not learn from
 
 
-class Trainer(pt.Estimator):
+class Trainer(TrainerHooks, pt.Estimator):
     """Trains ``model`` in place on ``collection``; after ``fit`` it retrieves with it.
 
     Args:
@@ -189,130 +117,6 @@ class Trainer(pt.Estimator):
         self.state: Dict = {}
         self._stop_reason: Optional[str] = None
         self._metrics: Dict[str, List[Tuple[float, float]]] = {}  # name -> (value · weight, weight)
-
-    @property
-    def output_dir(self) -> Optional[Path]:
-        return self.run.output_dir
-
-    @property
-    def cache_dir(self):
-        return self.run.cache_dir
-
-    @property
-    def seed(self) -> int:
-        return self.settings.seed
-
-    @property
-    def batch_size(self) -> int:
-        return self.settings.batch_size
-
-    @property
-    def uses_gradient_checkpointing(self) -> bool:
-        """Whether this run recomputes activations in the backward pass (the setting
-        ``gradient_checkpointing``, or the method's default)."""
-        chosen = self.settings.gradient_checkpointing
-        return self.gradient_checkpointing_by_default() if chosen is None else chosen
-
-    def gradient_checkpointing_by_default(self) -> bool:
-        """Gradient checkpointing's default: on (a method whose steps encode little with
-        gradients says otherwise)."""
-        return True
-
-    @property
-    def shows(self) -> bool:
-        """Whether this process shows the progress of what the method builds (one process speaks
-        for the group)."""
-        return self.run.verbose and self.process_rank == 0
-
-    def record(self, name: str, value: float, weight: float = 1.0):
-        """A quantity a loss wants logged besides itself, averaged over the step's batches
-        (and processes) with ``weight``: a mean over a batch's rows weighs as many rows."""
-        self._metrics.setdefault(name, []).append((float(value) * weight, float(weight)))
-
-    # -- what a method defines --------------------------------------------------------
-
-    def examples(self, topics: pd.DataFrame) -> list:
-        raise NotImplementedError
-
-    def loss(self, batch: list, rng: np.random.Generator) -> Optional[torch.Tensor]:
-        """The batch's loss, or None for a batch the method cannot learn from (no negative
-        in it): the loop then takes no step on it and counts it as ``skipped batches``."""
-        raise NotImplementedError
-
-    def retriever(self, fresh: bool = False) -> pt.Transformer:
-        """Retrieval over the collection with the model as it is now; ``fresh``: over an
-        index that is built for this call only (validation during training)."""
-        raise NotImplementedError
-
-    def parameters(self) -> Iterable[torch.nn.Parameter]:
-        """What the optimiser trains: the model's trainable parameters, and the method's own."""
-        return self.model.trainable_parameters()
-
-    def local_rows(self, n: int) -> range:
-        """Which of a global batch's ``n`` examples this process computes the loss of."""
-        return range(self.process_rank, n, self.world_size)
-
-    def local_batch(self, batch: list) -> list:
-        """This process's examples of ``batch`` (:meth:`local_rows`)."""
-        return [batch[i] for i in self.local_rows(len(batch))]
-
-    def gather(self, part: Dict) -> Dict:
-        """Every process's ``part`` merged (in rank order) on every process; ``part`` itself in
-        one process. For work a method splits over the processes (the teacher's rankings)."""
-        if self.world_size == 1:
-            return part
-        import torch.distributed as dist
-        parts = [None] * self.world_size
-        dist.all_gather_object(parts, part)
-        return {k: v for p in parts for k, v in p.items()}
-
-    def ranked(self, retriever: pt.Transformer, queries: list, depth: int, *,
-               desc: str = 'rankings') -> Dict[str, Tuple[List[str], np.ndarray]]:
-        """``retriever``'s top ``depth`` (docnos, scores) for each query, less its excluded
-        passages, ranked :data:`RANKING_CHUNK` queries a call (bounded memory on any query set);
-        on several processes each ranks its share and every process gets them all."""
-        mine = self.local_batch(queries)
-        ranked = {}
-        chunks = progress(range(0, len(mine), RANKING_CHUNK), total=len(mine), desc=desc,
-                          unit='query', count=lambda start: len(mine[start:start + RANKING_CHUNK]),
-                          enabled=self.shows)
-        for start in chunks:
-            ranked.update(ranked_excluding(retriever, mine[start:start + RANKING_CHUNK], depth))
-        self.train_mode(True)
-        return self.gather(ranked)
-
-    def on_epoch_start(self, examples: list, epoch: int, resumed: bool):
-        """Before the first batch of ``epoch`` (``resumed``: or of what is left of it)."""
-
-    def on_fit_end(self):
-        """After the last step, before the final checkpoint (a method that keeps an earlier
-        round's weights puts them back here)."""
-
-    def on_optimizer_step(self):
-        """Right after each optimiser step, gradients still in place: for what the method
-        updates outside the optimiser (learned passage offsets)."""
-
-    def on_step_end(self, examples: list):
-        """After each optimiser step (``self.state['step']`` is the step just taken)."""
-
-    def stop(self, reason: str):
-        """Ends training after the current step (or before the epoch's first batch, when
-        called from :meth:`on_epoch_start`) by a rule of the method's own; logged."""
-        self._stop_reason = reason
-        self.log.append({'step': self.state.get('step', 0), 'stopped': reason})
-        logger.info('training stops: %s', reason)
-
-    def on_fit_start(self):
-        """Before the optimiser is made (a method that freezes part of the model does it here)."""
-
-    def save_extra(self, path: Path):
-        """Whatever else a checkpoint needs besides the model (a trainable generator)."""
-
-    def load_extra(self, path: Path):
-        pass
-
-    def train_mode(self, on: bool):
-        self.model.train_mode(on)
 
     # -- the PyTerrier face -----------------------------------------------------------
 
@@ -367,7 +171,7 @@ class Trainer(pt.Estimator):
                                                     total_steps)
         self.state = {'epoch': 0, 'batch': 0, 'step': 0}
         if resume_from is not None:
-            self.state = self._restore(Path(resume_from), optimizer, scheduler)
+            self.state = restore_checkpoint(self, Path(resume_from), optimizer, scheduler)
         self.train_mode(True)
         steps = progress(total=total_steps, initial=self.state['step'], desc=self.description,
                          unit='step', enabled=self.shows)
@@ -411,7 +215,8 @@ class Trainer(pt.Estimator):
         a checkpoint when one is due; whether the epoch ends here (the last step, or a stop)."""
         run.micro = 0
         if self.world_size > 1:  # the ranks' gradients and loss shares sum to the batch's
-            step_loss = self._all_reduce(run.params, run.window)
+            step_loss, self._metrics = sum_step(run.params, run.window, self._metrics,
+                                                self.world_size)
         else:
             step_loss = float(np.mean(run.window)) if run.window else None
         if step_loss is None:  # every batch of this step was skipped: no step
@@ -456,7 +261,7 @@ class Trainer(pt.Estimator):
         if self.output_dir is not None:
             self._checkpoint(run.optimizer, run.scheduler, final=True)
             if self.process_rank == 0:
-                self._write_log()
+                write_log(self)
 
     def batches(self, n: int, epoch: int) -> List[np.ndarray]:
         """The epoch's batches of example indices: a seeded permutation cut every
@@ -482,102 +287,16 @@ class Trainer(pt.Estimator):
 
     # -- checkpoints and logs ---------------------------------------------------------
 
-    def _all_reduce(self, params: List[torch.nn.Parameter], window: List[float]) -> Optional[float]:
-        """The step's loss over all processes (the mean over its batches of their summed
-        shares; None when every batch was skipped, decided alike on every process), after
-        summing the parameters' gradients over the processes and averaging the recorded
-        metrics. Deliberately plain (one all-reduce a tensor, no buckets, no overlap with
-        backward, as DDP does): the loop's contract is the sum; speed at many GPUs is for later."""
-        import torch.distributed as dist
-        device = params[0].device  # (nccl reduces on the GPU)
-        total = torch.tensor([sum(window)], dtype=torch.float64, device=device)
-        batches = torch.tensor([len(window)], dtype=torch.float64, device=device)
-        dist.all_reduce(total)
-        # (a process without rows in a batch has no share of it)
-        dist.all_reduce(batches, op=dist.ReduceOp.MAX)
-        if not batches.item():
-            return None
-        # a parameter no process's share reached keeps no gradient (AdamW then leaves it alone,
-        # weight decay included, as one process would); one that some share reached gets the sum
-        reached = torch.tensor([p.grad is not None for p in params],
-                               dtype=torch.int32, device=device)
-        dist.all_reduce(reached, op=dist.ReduceOp.MAX)
-        for p, any_grad in zip(params, reached.tolist()):
-            if any_grad:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                dist.all_reduce(p.grad)
-        metrics = [None] * self.world_size
-        dist.all_gather_object(metrics, self._metrics)
-        self._metrics = {k: [v for m in metrics for v in m.get(k, [])] for k in dict.fromkeys(
-            k for m in metrics for k in m)}
-        return float(total.item() / batches.item())
-
     def _checkpoint(self, optimizer, scheduler, final: bool = False):
         if self.output_dir is None:
             return
         if self.world_size > 1:  # rank 0 writes; the others wait until the checkpoint is whole
             import torch.distributed as dist
             if self.process_rank == 0:
-                self._write_checkpoint(optimizer, scheduler, final)
+                write_checkpoint(self, optimizer, scheduler, final)
             dist.barrier()
             return
-        self._write_checkpoint(optimizer, scheduler, final)
-
-    def _write_checkpoint(self, optimizer, scheduler, final: bool = False):
-        path = self.output_dir / ('final' if final else f'checkpoint-{self.state["step"]}')
-
-        def fate() -> str:  # (asked only when the write failed)
-            earlier = [p for p in checkpoints(self.output_dir) if p != path]
-            return ('it was removed; the next run '
-                    f'{f"resumes from {earlier[-1]}" if earlier else "starts over"}')
-
-        # never half a checkpoint to resume from: a failed write removes it
-        with disk_faults(f'the checkpoint at step {self.state["step"]}', path, fate=fate,
-                         undo=lambda: shutil.rmtree(path, ignore_errors=True)):
-            self.model.save_pretrained(path)
-            self.save_extra(path)
-            # written last and renamed into place: a checkpoint with a state file is whole
-            torch.save({'state': self.state, 'optimizer': optimizer.state_dict(),
-                        'scheduler': scheduler.state_dict(), 'log': self.log,
-                        'torch_rng': torch.get_rng_state(), 'python_rng': random.getstate(),
-                        # (dropout on a GPU draws from the CUDA generators: without them, a resumed
-                        # run there drew other masks than one never stopped)
-                        **({'cuda_rng': torch.cuda.get_rng_state_all()}
-                           if torch.cuda.is_initialized() else {})},
-                       path / (STATE_FILE + '.tmp'))
-            os.replace(path / (STATE_FILE + '.tmp'), path / STATE_FILE)
-            with written_whole(path / CHECKPOINT_MANIFEST, 'a checkpoint') as partial:
-                partial.write_text(json.dumps({'files': file_sizes(path, CHECKPOINT_MANIFEST)}))
-        logger.info('checkpoint %s', path)
-        if not final and self.run.keep_checkpoints is not None:
-            written = checkpoints(self.output_dir)
-            for old in written[:max(0, len(written) - self.run.keep_checkpoints)]:
-                shutil.rmtree(old)
-
-    def _restore(self, path: Path, optimizer, scheduler) -> Dict:
-        saved = torch.load(path / STATE_FILE, map_location='cpu', weights_only=False)
-        self.model.load_weights(path)
-        self.load_extra(path)
-        optimizer.load_state_dict(saved['optimizer'])
-        scheduler.load_state_dict(saved['scheduler'])
-        torch.set_rng_state(saved['torch_rng'])
-        random.setstate(saved['python_rng'])
-        if ('cuda_rng' in saved and torch.cuda.is_available() and
-                torch.cuda.device_count() == len(saved['cuda_rng'])):
-            torch.cuda.set_rng_state_all(saved['cuda_rng'])
-        self.log = list(saved['log'])
-        return dict(saved['state'])
-
-    def _write_log(self):
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        with written_whole(self.output_dir / 'training_log.jsonl', 'the training log') as partial:
-            partial.write_text(''.join(json.dumps(r) + '\n' for r in self.log))
-        if self.run.draw_curve is not None:
-            with written_whole(self.output_dir / 'training_curve.png',
-                               'the training curve') as partial:
-                self.run.draw_curve(self.log, partial, title=self.title(), key=self.curve,
-                                    ylabel=self.curve_label, marker=self.marker)
+        write_checkpoint(self, optimizer, scheduler, final)
 
     def title(self) -> str:
         return f'{self.description} on {self.collection.corpus_id}'

@@ -113,3 +113,30 @@ def top_overlap(a: Dict[str, List[str]], b: Dict[str, List[str]], k: int = 10) -
               / max(1, min(k, len(docnos), len(b.get(qid, [])[:k])))
               for qid, docnos in a.items() if docnos]
     return float(np.mean(shares)) if shares else 0.0
+
+
+def marginal_nll(retriever_logits: torch.Tensor, teacher_logp: torch.Tensor,
+                 per_row: bool = False) -> torch.Tensor:
+    """Mean over queries of -log Σ_z softmax(retriever_logits)_z · exp(teacher_logp_z):
+    RUMBArt's loss (thesis Eq. 4.8-4.9) in log space, as RAG's ``get_nll`` computes it.
+    ``per_row``: each query's term instead of their mean."""
+    rows = -torch.logsumexp(torch.log_softmax(retriever_logits, dim=-1) + teacher_logp, dim=-1)
+    return rows if per_row else rows.mean()
+
+
+def reconstruction_kl(retriever_logits: torch.Tensor, teacher_logp: torch.Tensor,
+                      per_row: bool = False) -> torch.Tensor:
+    """Mean over queries of KL(q ‖ p_η), where q = softmax(teacher_logp) is the generator's
+    reconstruction distribution over the candidates (a uniform prior, no gradient into the
+    teacher) and p_η = softmax(retriever_logits) the retriever's: ART's loss (Sachan et al.,
+    "Questions Are All You Need to Train a Dense Passage Retriever"). Unlike
+    :func:`marginal_nll`, its target does not carry the retriever's own prior.
+    ``per_row``: each query's term instead of their mean.
+
+        reconstruction_kl(torch.zeros(1, 3), torch.zeros(1, 3))   # tensor(0.): the same
+    """
+    # (distillation's listwise_kl computes the same divergence; it is not called here because
+    # its float rounding differs, and the committed rumbart_target runs were made with this one)
+    target = torch.log_softmax(teacher_logp.detach(), dim=-1)
+    rows = (target.exp() * (target - torch.log_softmax(retriever_logits, dim=-1))).sum(dim=-1)
+    return rows if per_row else rows.mean()

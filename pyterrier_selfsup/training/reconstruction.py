@@ -4,14 +4,17 @@ For each training query x, the k passages z_1..z_k that a MIPS index built with 
 passage encoder returns (the index is stale between refreshes, REALM's trick) are
 re-scored with the current encoder: p_η(z|x) = softmax over the k of q·p / temperature.
 
-- :class:`Rumbart` (Algorithms 1-2) marginalises over them,
-  loss = -log Σ_k p_η(z_k|x) p_θ(x|z_k), computed in log space (logsumexp). With a
+- :class:`~pyterrier_selfsup.training.rumbart.Rumbart` (Algorithms 1-2) marginalises over
+  them, loss = -log Σ_k p_η(z_k|x) p_θ(x|z_k), computed in log space (logsumexp). With a
   frozen generator p_θ(x|z) of a pair never changes: it is computed once, kept in an
   on-disk score cache, and reused across steps, refreshes and runs.
-- :class:`Acrobart` (Algorithm 3) gives the generator all k passages at once and adds
-  β·p_η(z_j|x) (β trainable) to the attention logits from the target's positions
-  towards passage j's tokens (decoder cross-attention for seq2seq generators,
-  self-attention for decoder-only ones); loss = -log p_θ(x | z_1..z_k, p_η).
+- :class:`~pyterrier_selfsup.training.acrobart.Acrobart` (Algorithm 3) gives the generator
+  all k passages at once and adds β·p_η(z_j|x) (β trainable) to the attention logits from the
+  target's positions towards passage j's tokens (decoder cross-attention for seq2seq
+  generators, self-attention for decoder-only ones); loss = -log p_θ(x | z_1..z_k, p_η).
+
+This module holds what they share: :class:`RetrieveAndReconstruct`, the stale index, its
+refreshes and the candidates it retrieves.
 
 Options from REALM: a null document (the empty passage, always a candidate) and, for
 queries cut from the corpus, never retrieving the passage they came from. From RAG
@@ -32,7 +35,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from functools import cached_property
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -42,45 +45,16 @@ from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.queries import Query, training_queries
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.models.generator import Generator
-from pyterrier_selfsup.models.score_cache import score_cache_dir
-from pyterrier_selfsup.models.reading import biased_log_likelihood, checkpointed_layers
 from pyterrier_selfsup.retrieval.base import top_k_excluding
-from pyterrier_selfsup.retrieval.dense import flex_index, fresh_index, search_stage
+from pyterrier_selfsup.retrieval.ann import search_stage
+from pyterrier_selfsup.retrieval.dense import flex_index, fresh_index
 from pyterrier_selfsup.training.loop import DualEncoderTrainer
 from pyterrier_selfsup.context import RunContext
-from pyterrier_selfsup.training.settings import (AcrobartSettings, ReconstructionSettings,
-                                                 RumbartSettings)
+from pyterrier_selfsup.training.settings import ReconstructionSettings
 
 logger = logging.getLogger(__name__)
 
 NULL_DOCNO = '__null__'
-
-
-def marginal_nll(retriever_logits: torch.Tensor, teacher_logp: torch.Tensor,
-                 per_row: bool = False) -> torch.Tensor:
-    """Mean over queries of -log Σ_z softmax(retriever_logits)_z · exp(teacher_logp_z):
-    RUMBArt's loss (thesis Eq. 4.8-4.9) in log space, as RAG's ``get_nll`` computes it.
-    ``per_row``: each query's term instead of their mean."""
-    rows = -torch.logsumexp(torch.log_softmax(retriever_logits, dim=-1) + teacher_logp, dim=-1)
-    return rows if per_row else rows.mean()
-
-
-def reconstruction_kl(retriever_logits: torch.Tensor, teacher_logp: torch.Tensor,
-                      per_row: bool = False) -> torch.Tensor:
-    """Mean over queries of KL(q ‖ p_η), where q = softmax(teacher_logp) is the generator's
-    reconstruction distribution over the candidates (a uniform prior, no gradient into the
-    teacher) and p_η = softmax(retriever_logits) the retriever's: ART's loss (Sachan et al.,
-    "Questions Are All You Need to Train a Dense Passage Retriever"). Unlike
-    :func:`marginal_nll`, its target does not carry the retriever's own prior.
-    ``per_row``: each query's term instead of their mean.
-
-        reconstruction_kl(torch.zeros(1, 3), torch.zeros(1, 3))   # tensor(0.): the same
-    """
-    # (distillation's listwise_kl computes the same divergence; it is not called here because
-    # its float rounding differs, and the committed rumbart_target runs were made with this one)
-    target = torch.log_softmax(teacher_logp.detach(), dim=-1)
-    rows = (target.exp() * (target - torch.log_softmax(retriever_logits, dim=-1))).sum(dim=-1)
-    return rows if per_row else rows.mean()
 
 
 class RetrieveAndReconstruct(DualEncoderTrainer):
@@ -300,193 +274,3 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
         flat = [d for row in docnos for d in row if d != NULL_DOCNO]
         lookup = dict(zip(flat, self.collection.texts(flat))) if flat else {}
         return [[lookup.get(d, '') for d in row] for row in docnos]
-
-
-class Rumbart(RetrieveAndReconstruct):
-    """RUMBArt: marginalisation over the k retrieved passages (thesis §4.3.1).
-
-    A frozen generator's log p_θ(x|z) goes through an on-disk cache keyed by the
-    generator's fingerprint and the corpus: after each refresh the pairs of all training
-    queries are scored in one pass (passages shared across queries are encoded once),
-    and a batch only looks them up. A trainable generator is scored with gradients.
-    ``teacher_temperature`` divides log p_θ before marginalising (1: the thesis). With
-    ``target='art'`` the loss is ART's KL divergence (:func:`reconstruction_kl`) instead of the
-    thesis' marginal likelihood (:func:`marginal_nll`)."""
-    description = 'RUMBArt'
-    # its loss moves with the teacher's log p(x|z) of the batch: the curve plots its excess
-    # over the batch's lower bound instead
-    curve, curve_label = 'excess loss', 'loss above its lower bound'
-
-    Settings = RumbartSettings
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._teacher = None
-        # the teacher's scores of the pairs of the last fill and of the steps since, by (query,
-        # passage): a step looks its pairs up here, not in the score cache's database
-        self._scores: Dict[Tuple[str, str], float] = {}
-        if not self.generator.trainable:
-            self._teacher = self.generator.scorer(normalise='sum', cache=score_cache_dir(
-                self.collection.corpus_id, self.generator, self.cache_dir))
-
-    def after_refresh(self, examples: List[Query]):
-        if self._teacher is None:
-            return
-        t0 = time.time()
-        mine = self.local_batch(examples)  # (all of them in one process)
-        vectors = self.encoder.encode_queries([q.query for q in mine])
-        self.train_mode(True)
-        retrieved = {}
-        for start in range(0, len(mine), 1024):
-            part = mine[start:start + 1024]
-            retrieved.update(zip([q.qid for q in part],
-                                 self.retrieve(vectors[start:start + 1024], part)))
-        retrieved = self.gather(retrieved)
-        docnos = [retrieved[q.qid] for q in examples]
-        # one call for all pairs: the scorer goes by passage (each passage's prompt encoded
-        # once for all its queries), commits to the cache as it goes, and splits the
-        # passages between the processes of a data-parallel run
-        pairs = self._pairs(examples, docnos, self.texts(docnos))
-        self._teacher.fill(pairs)
-        self._scores = {}
-        self._remember(pairs)  # (every process: the cache holds all of them now)
-        self.log.append({'step': self.state.get('step', 0), 'teacher seconds': time.time() - t0})
-
-    def _remember(self, pairs: pd.DataFrame):
-        """The teacher's scores of ``pairs``, through the score cache (which scores those it
-        does not hold), kept in memory for the steps' look-ups."""
-        scored = self._teacher(pairs)
-        self._scores.update(zip(zip(scored['query'], scored['docno']), scored['score']))
-
-    @staticmethod
-    def _pairs(batch: List[Query], docnos: List[List[str]], texts: List[List[str]]) -> pd.DataFrame:
-        return pd.DataFrame({'qid': [q.qid for q, row in zip(batch, docnos) for _ in row],
-                             'query': [q.query for q, row in zip(batch, docnos) for _ in row],
-                             'docno': [d for row in docnos for d in row],
-                             'text': [t for row in texts for t in row]})
-
-    def teacher_logp(self, batch: List[Query], docnos: List[List[str]],
-                     texts: List[List[str]]) -> torch.Tensor:
-        """log p_θ(x | z) for each query's candidates, (b, k)."""
-        if self._teacher is not None:
-            keys = [(q.query, d) for q, row in zip(batch, docnos) for d in row]
-            if any(key not in self._scores for key in keys):
-                # candidates the query encoder found since the last fill: the batch's pairs go
-                # through the score cache, which scores those it lacks (in the batches it
-                # would have scored them in before this look-up existed)
-                self._remember(self._pairs(batch, docnos, texts))
-            values = torch.tensor(np.array([self._scores[key] for key in keys], dtype=np.float32))
-        else:
-            frame = self._pairs(batch, docnos, texts)
-            values = self.generator.log_likelihood(frame['query'].tolist(), frame['text'].tolist())
-        return values.view(len(batch), -1).to(self.encoder.device)
-
-    def loss(self, batch: List[Query], rng: np.random.Generator) -> torch.Tensor:
-        mine = self.local_batch(batch)
-        docnos, texts, logits = self.candidates(mine)
-        teacher = self.teacher_logp(mine, docnos, texts) / self.settings.teacher_temperature
-        art = self.settings.target == 'art'
-        rows = (reconstruction_kl if art else marginal_nll)(logits, teacher, per_row=True)
-        # the posterior's share on it: how often it explains the query best
-        if self.settings.null_document:
-            posterior = torch.softmax(torch.log_softmax(logits.detach(), dim=-1) + teacher, dim=-1)
-            self.record('null posterior', posterior[:, -1].mean().item(), len(mine))
-        # the marginal loss cannot go below -mean(max_z log p(x|z)) (all of p(z|x) on the
-        # teacher's best), the KL not below 0: the excess is what the retriever can still gain,
-        # comparable across batches
-        floor = 0.0 if art else teacher.max(dim=1).values
-        self.record('excess loss', (rows.detach() + floor).mean().item(), len(mine))
-        return rows.sum() / len(batch)  # this process's share of the batch's mean
-
-
-# -- ACROBArT ---------------------------------------------------------------------------
-
-# ACROBArT's queries whose k passages go through the generator at once (Acrobart's generator_batch)
-GENERATOR_BATCH = 4
-
-
-class _Computed(torch.autograd.Function):
-    """A loss whose gradient towards ``inputs`` was computed already: its value, and in the
-    backward pass that gradient times the one that reaches the loss (ACROBArT's generator
-    taken a few queries at a time)."""
-
-    @staticmethod
-    def forward(ctx, inputs, value, gradient):
-        ctx.save_for_backward(gradient)
-        return value.clone()
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        gradient, = ctx.saved_tensors
-        return gradient * grad_output, None, None
-
-
-class Acrobart(RetrieveAndReconstruct):
-    """ACROBArT: the k passages go to the generator together, the retrieval scores bias
-    its attention (thesis §4.3.2). β is trainable (initial value ``beta``); the
-    reconstruction loss reaches the retriever through the bias.
-
-    ``generator_batch``: the batch's queries go through the generator this many at a time, each
-    group's backward pass run at once, so a step holds the generator's activations of that many
-    queries × k passages, not of the whole batch (None: the whole batch at once). Not a setting:
-    each row is padded as the whole batch pads it, and the loss and the gradients are those of the
-    whole batch's pass, bit for bit on a CPU where ``accumulation`` is 1 (shipped) or a power of 2
-    (tests/test_reconstruction.py; experiments/results/generator_batch.md). Otherwise equal up to
-    rounding: 1/accumulation meets the gradient after the generator's backward pass rather than
-    before, and on a GPU, kernels chosen by shape may sum in another order. A generator that trains
-    (``trainable``) takes the whole batch at once."""
-    description = 'ACROBArT'
-
-    Settings = AcrobartSettings
-
-    def __init__(self, *args, generator_batch: Optional[int] = GENERATOR_BATCH, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.generator_batch = generator_batch
-        self.beta = torch.nn.Parameter(torch.tensor(float(self.settings.beta),
-                                                    device=self.encoder.device))
-
-    def parameters(self):
-        yield from super().parameters()
-        yield self.beta
-
-    def on_fit_start(self):
-        super().on_fit_start()
-        # the generator's activations (k passages a row, with gradients) are most of a step's
-        checkpointed_layers(self.generator, self.uses_gradient_checkpointing)
-
-    def on_fit_end(self):
-        super().on_fit_end()
-        checkpointed_layers(self.generator, False)
-
-    def save_extra(self, path: Path):
-        super().save_extra(path)
-        torch.save({'beta': self.beta.detach().cpu()}, path / 'acrobart.pt')
-
-    def load_extra(self, path: Path):
-        super().load_extra(path)
-        with torch.no_grad():
-            self.beta.copy_(torch.load(path / 'acrobart.pt')['beta'])
-
-    def loss(self, batch: List[Query], rng: np.random.Generator) -> torch.Tensor:
-        mine = self.local_batch(batch)
-        docnos, texts, logits = self.candidates(mine)
-        self.record('beta', self.beta.item())  # the value this step uses, before its update
-        weights = self.beta * torch.softmax(logits, dim=-1)
-        queries = [q.query for q in mine]
-        # (a generator that trains takes the whole batch: its own gradients must come from the
-        # step's backward)
-        chunk = len(mine) if self.generator.trainable else self.generator_batch or len(mine)
-        if chunk >= len(mine):  # this process's share of the batch's mean
-            return (-biased_log_likelihood(self.generator, queries, texts, weights).sum()
-                    / len(batch))
-        # a few rows at a time through the generator, each backward at once: the gradients
-        # reach the weights, which carry them to β and the retriever in the step's backward
-        held, rows_logp = weights.detach().requires_grad_(), []
-        for start in range(0, len(mine), chunk):
-            rows = slice(start, start + chunk)
-            logp = biased_log_likelihood(self.generator, queries, texts, held[rows], rows=rows)
-            (-logp.sum() / len(batch)).backward()
-            rows_logp.append(logp.detach())
-        # (summed as the whole batch's pass sums it)
-        value = -torch.cat(rows_logp).sum() / len(batch)
-        return _Computed.apply(weights, value, held.grad)

@@ -1,0 +1,156 @@
+"""What a training method defines, and the hooks the training loop calls it at.
+
+:class:`~pyterrier_selfsup.training.loop.Trainer` runs the loop; a method subclasses it and
+fills in what this class leaves open: what an example is (:meth:`TrainerHooks.examples`), what a
+batch's loss is (:meth:`TrainerHooks.loss`), how the model retrieves
+(:meth:`TrainerHooks.retriever`), and what to do at an epoch's start, after a step or at the
+end. Under ``torch.distributed`` a method that supports data parallelism computes the rows
+:meth:`TrainerHooks.local_rows` gives it and merges what it split with
+:meth:`TrainerHooks.gather`.
+"""
+import logging
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Tuple
+
+import numpy as np
+import pandas as pd
+import pyterrier as pt
+import torch
+
+from pyterrier_selfsup.progress import progress
+from pyterrier_selfsup.retrieval.base import ranked_excluding
+
+logger = logging.getLogger(__name__)
+
+RANKING_CHUNK = 1024  # queries a retriever ranks a call in TrainerHooks.ranked
+
+
+class TrainerHooks:
+    """The method's side of a :class:`~pyterrier_selfsup.training.loop.Trainer`: its settings'
+    readings, the hooks the loop calls, and the helpers a method's hooks use. The loop sets
+    ``model``, ``collection``, ``settings``, ``run``, ``log``, ``state``, ``process_rank`` and
+    ``world_size``."""
+
+    @property
+    def output_dir(self) -> Optional[Path]:
+        return self.run.output_dir
+
+    @property
+    def cache_dir(self):
+        return self.run.cache_dir
+
+    @property
+    def seed(self) -> int:
+        return self.settings.seed
+
+    @property
+    def batch_size(self) -> int:
+        return self.settings.batch_size
+
+    @property
+    def uses_gradient_checkpointing(self) -> bool:
+        """Whether this run recomputes activations in the backward pass (the setting
+        ``gradient_checkpointing``, or the method's default)."""
+        chosen = self.settings.gradient_checkpointing
+        return self.gradient_checkpointing_by_default() if chosen is None else chosen
+
+    def gradient_checkpointing_by_default(self) -> bool:
+        """Gradient checkpointing's default: on (a method whose steps encode little with
+        gradients says otherwise)."""
+        return True
+
+    @property
+    def shows(self) -> bool:
+        """Whether this process shows the progress of what the method builds (one process speaks
+        for the group)."""
+        return self.run.verbose and self.process_rank == 0
+
+    def record(self, name: str, value: float, weight: float = 1.0):
+        """A quantity a loss wants logged besides itself, averaged over the step's batches
+        (and processes) with ``weight``: a mean over a batch's rows weighs as many rows."""
+        self._metrics.setdefault(name, []).append((float(value) * weight, float(weight)))
+
+    # -- what a method defines --------------------------------------------------------
+
+    def examples(self, topics: pd.DataFrame) -> list:
+        raise NotImplementedError
+
+    def loss(self, batch: list, rng: np.random.Generator) -> Optional[torch.Tensor]:
+        """The batch's loss, or None for a batch the method cannot learn from (no negative
+        in it): the loop then takes no step on it and counts it as ``skipped batches``."""
+        raise NotImplementedError
+
+    def retriever(self, fresh: bool = False) -> pt.Transformer:
+        """Retrieval over the collection with the model as it is now; ``fresh``: over an
+        index that is built for this call only (validation during training)."""
+        raise NotImplementedError
+
+    def parameters(self) -> Iterable[torch.nn.Parameter]:
+        """What the optimiser trains: the model's trainable parameters, and the method's own."""
+        return self.model.trainable_parameters()
+
+    def local_rows(self, n: int) -> range:
+        """Which of a global batch's ``n`` examples this process computes the loss of."""
+        return range(self.process_rank, n, self.world_size)
+
+    def local_batch(self, batch: list) -> list:
+        """This process's examples of ``batch`` (:meth:`local_rows`)."""
+        return [batch[i] for i in self.local_rows(len(batch))]
+
+    def gather(self, part: Dict) -> Dict:
+        """Every process's ``part`` merged (in rank order) on every process; ``part`` itself in
+        one process. For work a method splits over the processes (the teacher's rankings)."""
+        if self.world_size == 1:
+            return part
+        import torch.distributed as dist
+        parts = [None] * self.world_size
+        dist.all_gather_object(parts, part)
+        return {k: v for p in parts for k, v in p.items()}
+
+    def ranked(self, retriever: pt.Transformer, queries: list, depth: int, *,
+               desc: str = 'rankings') -> Dict[str, Tuple[List[str], np.ndarray]]:
+        """``retriever``'s top ``depth`` (docnos, scores) for each query, less its excluded
+        passages, ranked :data:`RANKING_CHUNK` queries a call (bounded memory on any query set);
+        on several processes each ranks its share and every process gets them all."""
+        mine = self.local_batch(queries)
+        ranked = {}
+        chunks = progress(range(0, len(mine), RANKING_CHUNK), total=len(mine), desc=desc,
+                          unit='query', count=lambda start: len(mine[start:start + RANKING_CHUNK]),
+                          enabled=self.shows)
+        for start in chunks:
+            ranked.update(ranked_excluding(retriever, mine[start:start + RANKING_CHUNK], depth))
+        self.train_mode(True)
+        return self.gather(ranked)
+
+    def on_epoch_start(self, examples: list, epoch: int, resumed: bool):
+        """Before the first batch of ``epoch`` (``resumed``: or of what is left of it)."""
+
+    def on_fit_end(self):
+        """After the last step, before the final checkpoint (a method that keeps an earlier
+        round's weights puts them back here)."""
+
+    def on_optimizer_step(self):
+        """Right after each optimiser step, gradients still in place: for what the method
+        updates outside the optimiser (learned passage offsets)."""
+
+    def on_step_end(self, examples: list):
+        """After each optimiser step (``self.state['step']`` is the step just taken)."""
+
+    def stop(self, reason: str):
+        """Ends training after the current step (or before the epoch's first batch, when
+        called from :meth:`on_epoch_start`) by a rule of the method's own; logged."""
+        self._stop_reason = reason
+        self.log.append({'step': self.state.get('step', 0), 'stopped': reason})
+        logger.info('training stops: %s', reason)
+
+    def on_fit_start(self):
+        """Before the optimiser is made (a method that freezes part of the model does it here)."""
+
+    def save_extra(self, path: Path):
+        """Whatever else a checkpoint needs besides the model (a trainable generator)."""
+
+    def load_extra(self, path: Path):
+        pass
+
+    def train_mode(self, on: bool):
+        self.model.train_mode(on)

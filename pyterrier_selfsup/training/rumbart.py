@@ -1,0 +1,124 @@
+"""RUMBArt (thesis §4.3.1, Algorithms 1-2): the retriever marginalises over its k retrieved
+passages, loss = -log Σ_k p_η(z_k|x) p_θ(x|z_k), computed in log space; the shared retrieval
+and refreshes are :class:`~pyterrier_selfsup.training.reconstruction.RetrieveAndReconstruct`'s.
+
+    trainer = Rumbart(DualEncoder.from_pretrained(MINILM),
+                      Generator.from_pretrained(SMOLLM2, gguf_file=SMOLLM2_GGUF), 'classic/adi')
+"""
+import logging
+import time
+from typing import Dict, List, Tuple
+
+import numpy as np
+import pandas as pd
+import torch
+
+from pyterrier_selfsup.data.queries import Query
+from pyterrier_selfsup.models.score_cache import score_cache_dir
+from pyterrier_selfsup.training.losses import marginal_nll, reconstruction_kl
+from pyterrier_selfsup.training.reconstruction import RetrieveAndReconstruct
+from pyterrier_selfsup.training.settings import RumbartSettings
+
+logger = logging.getLogger(__name__)
+
+
+class Rumbart(RetrieveAndReconstruct):
+    """RUMBArt: marginalisation over the k retrieved passages (thesis §4.3.1).
+
+    A frozen generator's log p_θ(x|z) goes through an on-disk cache keyed by the
+    generator's fingerprint and the corpus: after each refresh the pairs of all training
+    queries are scored in one pass (passages shared across queries are encoded once),
+    and a batch only looks them up. A trainable generator is scored with gradients.
+    ``teacher_temperature`` divides log p_θ before marginalising (1: the thesis). With
+    ``target='art'`` the loss is ART's KL divergence (:func:`reconstruction_kl`) instead of the
+    thesis' marginal likelihood (:func:`marginal_nll`)."""
+    description = 'RUMBArt'
+    # its loss moves with the teacher's log p(x|z) of the batch: the curve plots its excess
+    # over the batch's lower bound instead
+    curve, curve_label = 'excess loss', 'loss above its lower bound'
+
+    Settings = RumbartSettings
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._teacher = None
+        # the teacher's scores of the pairs of the last fill and of the steps since, by (query,
+        # passage): a step looks its pairs up here, not in the score cache's database
+        self._scores: Dict[Tuple[str, str], float] = {}
+        if not self.generator.trainable:
+            self._teacher = self.generator.scorer(normalise='sum', cache=score_cache_dir(
+                self.collection.corpus_id, self.generator, self.cache_dir))
+
+    def after_refresh(self, examples: List[Query]):
+        if self._teacher is None:
+            return
+        t0 = time.time()
+        mine = self.local_batch(examples)  # (all of them in one process)
+        vectors = self.encoder.encode_queries([q.query for q in mine])
+        self.train_mode(True)
+        retrieved = {}
+        for start in range(0, len(mine), 1024):
+            part = mine[start:start + 1024]
+            retrieved.update(zip([q.qid for q in part],
+                                 self.retrieve(vectors[start:start + 1024], part)))
+        retrieved = self.gather(retrieved)
+        docnos = [retrieved[q.qid] for q in examples]
+        # one call for all pairs: the scorer goes by passage (each passage's prompt encoded
+        # once for all its queries), commits to the cache as it goes, and splits the
+        # passages between the processes of a data-parallel run
+        pairs = self._pairs(examples, docnos, self.texts(docnos))
+        self._teacher.fill(pairs)
+        self._scores = {}
+        self._remember(pairs)  # (every process: the cache holds all of them now)
+        self.log.append({'step': self.state.get('step', 0), 'teacher seconds': time.time() - t0})
+
+    def _remember(self, pairs: pd.DataFrame):
+        """The teacher's scores of ``pairs``, through the score cache (which scores those it
+        does not hold), kept in memory for the steps' look-ups."""
+        scored = self._teacher(pairs)
+        self._scores.update(zip(zip(scored['query'], scored['docno']), scored['score']))
+
+    @staticmethod
+    def _pairs(batch: List[Query], docnos: List[List[str]], texts: List[List[str]]) -> pd.DataFrame:
+        return pd.DataFrame({'qid': [q.qid for q, row in zip(batch, docnos) for _ in row],
+                             'query': [q.query for q, row in zip(batch, docnos) for _ in row],
+                             'docno': [d for row in docnos for d in row],
+                             'text': [t for row in texts for t in row]})
+
+    def teacher_logp(self, batch: List[Query], docnos: List[List[str]],
+                     texts: List[List[str]]) -> torch.Tensor:
+        """log p_θ(x | z) for each query's candidates, (b, k)."""
+        if self._teacher is not None:
+            keys = [(q.query, d) for q, row in zip(batch, docnos) for d in row]
+            if any(key not in self._scores for key in keys):
+                # candidates the query encoder found since the last fill: the batch's pairs go
+                # through the score cache, which scores those it lacks (in the batches it
+                # would have scored them in before this look-up existed)
+                self._remember(self._pairs(batch, docnos, texts))
+            values = torch.tensor(np.array([self._scores[key] for key in keys], dtype=np.float32))
+        else:
+            frame = self._pairs(batch, docnos, texts)
+            values = self.generator.log_likelihood(frame['query'].tolist(), frame['text'].tolist())
+        return values.view(len(batch), -1).to(self.encoder.device)
+
+    def loss(self, batch: List[Query], rng: np.random.Generator) -> torch.Tensor:
+        mine = self.local_batch(batch)
+        docnos, texts, logits = self.candidates(mine)
+        teacher = self.teacher_logp(mine, docnos, texts) / self.settings.teacher_temperature
+        art = self.settings.target == 'art'
+        rows = (reconstruction_kl if art else marginal_nll)(logits, teacher, per_row=True)
+        # the posterior's share on it: how often it explains the query best
+        if self.settings.null_document:
+            posterior = torch.softmax(torch.log_softmax(logits.detach(), dim=-1) + teacher, dim=-1)
+            self.record('null posterior', posterior[:, -1].mean().item(), len(mine))
+        # the marginal loss cannot go below -mean(max_z log p(x|z)) (all of p(z|x) on the
+        # teacher's best), the KL not below 0: the excess is what the retriever can still gain,
+        # comparable across batches
+        floor = 0.0 if art else teacher.max(dim=1).values
+        self.record('excess loss', (rows.detach() + floor).mean().item(), len(mine))
+        return rows.sum() / len(batch)  # this process's share of the batch's mean
+
+
+# -- ACROBArT ---------------------------------------------------------------------------
+
+# ACROBArT's queries whose k passages go through the generator at once (Acrobart's generator_batch)
