@@ -68,13 +68,13 @@ def test_targets_read_their_prefixes_a_layer_at_a_time_and_score_what_copies_sco
     joined at its turn, nothing stored) rather than a DynamicCache built from copies of them
     (every layer's held through the forward): the same tensors reach attention, so the same
     scores, bit for bit."""
-    from pyterrier_selfsup.models import generator
+    from pyterrier_selfsup.models import kv_cache
     gen = tiny_generator('llama', batch_size=2)
     targets = [t for t in TARGETS for _ in PASSAGES]
     passages = [p for _ in TARGETS for p in PASSAGES]
     reads = []
-    update = generator.PrefixLayer.update
-    monkeypatch.setattr(generator.PrefixLayer, 'update',
+    update = kv_cache.PrefixLayer.update
+    monkeypatch.setattr(kv_cache.PrefixLayer, 'update',
                         lambda self, *a, **k: reads.append(len(self.rows)) or update(self, *a, **k))
     assert gen._prefix_cache_fits
     shared = gen.log_likelihoods(targets, passages)
@@ -116,12 +116,12 @@ def test_prefix_cache_scores_equal_uncached_ones_on_real_smollm2(cache_dir):
 
 def test_a_gguf_conversion_runs_in_a_process_of_its_own_and_says_why_it_failed(tmp_path):
     import resource
-    from pyterrier_selfsup.models import generator
+    from pyterrier_selfsup.models.gguf_conversion import dequantised
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     with pytest.raises(RuntimeError,
                        match=r'(?s)conversion of .*no-such\.gguf failed in its own process \(exit '
                              r'1\): OSError: '):
-        generator._dequantised(SMOLLM2, 'no-such.gguf', cache_dir=tmp_path)
+        dequantised(SMOLLM2, 'no-such.gguf', cache_dir=tmp_path)
     # (a child did the work)
     assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime > children.ru_utime
     # nothing left as if converted

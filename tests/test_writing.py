@@ -11,7 +11,7 @@ from pyterrier_selfsup import Collection
 from pyterrier_selfsup.models.generator import load_generator
 from pyterrier_selfsup.models.prompts import PASSAGE_QUESTION
 from pyterrier_selfsup.models.writer_cache import WriterCache, WriterLayer
-from pyterrier_selfsup.models.writing import QueryWriter
+from pyterrier_selfsup.models.writing import QueryWriter, next_tokens
 
 PASSAGES = ['automatic indexing of scientific documents by their citations',
             'the retrieval of legal text',
@@ -257,18 +257,18 @@ def test_the_writer_samples_from_the_top_k_that_generate_falls_back_on():
 
 def test_nucleus_sampling_draws_from_the_renormalised_top():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).repeat(20000, 1)
-    drawn = QueryWriter._next(logits, True, 1.0, 0.8, torch.Generator().manual_seed(0))
+    drawn = next_tokens(logits, True, 1.0, 0.8, torch.Generator().manual_seed(0))
     counts = np.bincount(drawn.numpy(), minlength=4) / len(drawn)
     # the smallest set whose mass reaches 0.8 is {0, 1}: renormalised 0.625 / 0.375, never 2 or 3
     assert counts[2] == counts[3] == 0
     assert counts[:2] == pytest.approx([0.625, 0.375], abs=0.015)
     # top k (as generate applies it before the nucleus): the top 3 renormalised, then their nucleus
-    top3 = QueryWriter._next(logits, True, 1.0, 0.9, torch.Generator().manual_seed(0), top_k=3)
+    top3 = next_tokens(logits, True, 1.0, 0.9, torch.Generator().manual_seed(0), top_k=3)
     counts = np.bincount(top3.numpy(), minlength=4) / len(top3)
     # top 3 renormalised: .526, .316, .158; nucleus 0.9 keeps all three (.842 < .9)
     assert (counts[3] == 0
             and counts[:3] == pytest.approx([0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95], abs=0.015))
-    hot = QueryWriter._next(logits, True, 2.0, 1.0, torch.Generator().manual_seed(0))
+    hot = next_tokens(logits, True, 2.0, 1.0, torch.Generator().manual_seed(0))
     expected = torch.softmax(logits[0] / 2.0, -1).numpy()
     assert np.bincount(hot.numpy(), minlength=4) / len(hot) == pytest.approx(expected, abs=0.015)
 

@@ -42,15 +42,14 @@ from pyterrier_selfsup.models.kv_cache import (PrefixCache, cache_argument, cach
                                                full_attention_layers)
 from pyterrier_selfsup.models.names import (GENERATORS, MAX_PASSAGE_LENGTH,  # noqa: F401
                                             QWEN, QWEN_GGUF, SMOLLM2, SMOLLM2_GGUF)
-from pyterrier_selfsup.models.precision import (TorchModel, compute_dtype,
-                                                matrices_in_compute_dtype, resolve_device)
-from pyterrier_selfsup.models.prompts import (PASSAGE_QUESTION, SEQ2SEQ_PROMPT, cut_to_tokens,
-                                              first_line)
+from pyterrier_selfsup.models.precision import (TorchModel, matrices_in_compute_dtype,
+                                                resolve_device)
+from pyterrier_selfsup.models.prompts import PASSAGE_QUESTION, SEQ2SEQ_PROMPT, cut_to_tokens
+from pyterrier_selfsup.models.writing import QueryWriter, generated
 from pyterrier_selfsup.progress import Progress, progress
 
 if TYPE_CHECKING:
     from pyterrier_selfsup.models.reranker import ReconstructionScorer
-    from pyterrier_selfsup.models.writing import QueryWriter
 
 # bytes of fp32 logits one chunk of targets may produce on a CPU: the log-softmax over them
 # peaks at a few times this. 64 MiB scored RUMBArt's ADI pairs in half the memory and less
@@ -103,20 +102,6 @@ class Generator(TorchModel):
         dtype = self.compute_dtype()
         if not trainable and matrices_in_compute_dtype(self.model, dtype):
             self._held_in = dtype
-
-    @property
-    def precision(self) -> str:
-        return self._precision
-
-    @precision.setter
-    def precision(self, value: str):
-        """Another precision, where it resolves to the dtype the matrices are held in (a frozen
-        generator's, converted at construction: no longer the fp32 weights it was loaded with)."""
-        held = getattr(self, '_held_in', None)
-        if held is not None and compute_dtype(value, self.device) != held:
-            raise ValueError(f'this frozen generator holds its matrices in {held} (its precision '
-                             f'when built): build it with precision={value!r} instead')
-        self._precision = value
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, gguf_file: Optional[str] = None,
@@ -281,22 +266,11 @@ class Generator(TorchModel):
         return cache_argument(self.model)
 
     def _target_chunks(self, items: List[Tuple[int, List[int]]]) -> Iterator[Tuple[int, int]]:
-        """(start, end) of consecutive chunks of ``items``: at most ``4 * batch_size`` targets,
-        and, on a CPU, no more fp32 logits (targets × longest target × vocabulary) than
-        :data:`LOGITS_BUDGET` bytes (a vocabulary of 49k and 64 targets of 64 tokens would hold
-        four times 49k × 64 × 64 bytes)."""
+        """:func:`target_chunks` for this generator: ``4 * batch_size`` targets a chunk, and on
+        a CPU no more logits than :data:`LOGITS_BUDGET` bytes."""
         budget = LOGITS_BUDGET if self.device.type == 'cpu' else float('inf')
         row_bytes = 4 * self.model.get_output_embeddings().weight.shape[0]
-        start = 0
-        while start < len(items):
-            end, longest = start + 1, len(items[start][1])
-            while end < len(items) and end - start < 4 * self.batch_size:
-                wider = max(longest, len(items[end][1]))
-                if (end + 1 - start) * wider * row_bytes > budget:
-                    break
-                end, longest = end + 1, wider
-            yield start, end
-            start = end
+        return target_chunks([len(t) for _, t in items], 4 * self.batch_size, row_bytes, budget)
 
     def _seq2seq_logp(self, passages, items, rows):
         """Each passage through the encoder once; its output is shared by its targets."""
@@ -363,32 +337,14 @@ class Generator(TorchModel):
     # -- generation -------------------------------------------------------------------
 
     def generate(self, passages: Sequence[str], *, max_new_tokens: int = 32, **kwargs) -> List[str]:
-        """Text generated from each passage's prompt (greedy unless ``kwargs`` say otherwise,
-        e.g. ``do_sample=True, top_p=0.92``); decoder-only output stops at the first line."""
-        p_ids = self.passage_ids(passages)
-        out = []
-        pad_id = self.tokenizer.pad_token_id
-        batches = progress(range(0, len(p_ids), self.batch_size), total=len(p_ids),
-                           desc='generating', unit='passage',
-                           count=lambda start: len(p_ids[start:start + self.batch_size]),
-                           enabled=self.verbose and len(p_ids) > self.batch_size)
-        with self.inference():
-            for start in batches:
-                ids, mask = pad(p_ids[start:start + self.batch_size], pad_id,
-                                left=not self.is_seq2seq, device=self.device)
-                generated = self.model.generate(input_ids=ids, attention_mask=mask,
-                                                max_new_tokens=max_new_tokens,
-                                                pad_token_id=pad_id, **kwargs)
-                if not self.is_seq2seq:
-                    generated = generated[:, ids.shape[1]:]
-                texts = self.tokenizer.batch_decode(generated, skip_special_tokens=True)
-                out.extend(first_line(t) for t in texts)
-        return out
+        """Text generated from each passage's prompt by transformers' ``generate`` (greedy
+        unless ``kwargs`` say otherwise, e.g. ``do_sample=True, top_p=0.92``); decoder-only
+        output stops at the first line (:func:`~pyterrier_selfsup.models.writing.generated`)."""
+        return generated(self, passages, max_new_tokens=max_new_tokens, **kwargs)
 
-    def writer(self, **kwargs) -> 'QueryWriter':
+    def writer(self, **kwargs) -> QueryWriter:
         """A :class:`~pyterrier_selfsup.models.writing.QueryWriter` of queries for passages
         with this (decoder-only) generator: one prefill a passage shared by its samples."""
-        from pyterrier_selfsup.models.writing import QueryWriter
         return QueryWriter(self, **kwargs)
 
     def scorer(self, normalise: str = 'mean', text_field: str = 'text',
@@ -400,6 +356,24 @@ class Generator(TorchModel):
 
     def __repr__(self):
         return f'Generator({self.name!r})'
+
+
+def target_chunks(lengths: List[int], most: int, row_bytes: int,
+                  budget: float) -> Iterator[Tuple[int, int]]:
+    """(start, end) of consecutive chunks of targets of ``lengths`` tokens: at most ``most``
+    targets, and no more fp32 logits (targets x longest target x ``row_bytes``, a vocabulary's
+    4 bytes a token) than ``budget`` bytes (a vocabulary of 49k and 64 targets of 64 tokens
+    would hold four times 49k x 64 x 64 bytes)."""
+    start = 0
+    while start < len(lengths):
+        end, longest = start + 1, lengths[start]
+        while end < len(lengths) and end - start < most:
+            wider = max(longest, lengths[end])
+            if (end + 1 - start) * wider * row_bytes > budget:
+                break
+            end, longest = end + 1, wider
+        yield start, end
+        start = end
 
 
 def gather_logp(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -34,9 +34,23 @@ class TorchModel:
     """Device and precision of a wrapper, and the contexts its forward passes run in.
 
     Subclasses set ``self.device`` (:func:`resolve_device`) and ``self.precision`` and
-    list their modules in :meth:`torch_modules`."""
+    list their modules in :meth:`torch_modules`. A frozen model whose matrices were converted
+    to its compute dtype (:func:`matrices_in_compute_dtype`) sets ``_held_in`` to that dtype,
+    and refuses a precision that resolves to another."""
     device: torch.device
-    precision: str
+    _held_in: Optional[torch.dtype] = None
+
+    @property
+    def precision(self) -> str:
+        return self._precision
+
+    @precision.setter
+    def precision(self, value: str):
+        held = self._held_in
+        if held is not None and compute_dtype(value, self.device) != held:
+            raise ValueError(f'this frozen model holds its matrices in {held} (its precision '
+                             f'when built): build it with precision={value!r} instead')
+        self._precision = value
 
     def torch_modules(self) -> List[torch.nn.Module]:
         raise NotImplementedError

@@ -180,22 +180,8 @@ class QueryWriter:
 
     @cached_property
     def token_kinds(self) -> torch.Tensor:
-        """A code per vocabulary entry: 1 ends the sequence (end of text or of the assistant's
-        turn), 2 holds a line break, 4 holds text that is not white space (bits, combined)."""
-        vocab = len(self.tokenizer)
-        size = max(vocab, self.generator.model.config.vocab_size)
-        kinds = torch.zeros(size, dtype=torch.uint8)
-        for i in range(vocab):
-            text = self.tokenizer.decode([i])
-            kinds[i] = (2 if '\n' in text else 0) | (4 if text.strip() else 0)
-        ends = self.generator.model.generation_config.eos_token_id
-        specials = [self.tokenizer.convert_tokens_to_ids(s)
-                    for s in ('<|im_end|>', '<|endoftext|>', '<|eot_id|>')]
-        for i in (([ends] if isinstance(ends, int) else list(ends or []))
-                  + [self.tokenizer.eos_token_id] + specials):
-            if isinstance(i, int) and i != self.tokenizer.unk_token_id and 0 <= i < size:
-                kinds[i] = 1
-        return kinds
+        """:func:`token_kinds` of this writer's tokenizer and model."""
+        return token_kinds(self.tokenizer, self.generator.model)
 
     # -- writing ----------------------------------------------------------------------
 
@@ -344,7 +330,7 @@ class QueryWriter:
         started = torch.zeros(rows, dtype=torch.bool, device=device)
         kinds = self.token_kinds.to(device)
         for step in range(max_new_tokens):
-            token = self._next(logits, do_sample, temperature, top_p, generator, top_k)
+            token = next_tokens(logits, do_sample, temperature, top_p, generator, top_k)
             kind = kinds[token]
             # the end of the text, or a line break after some text (the first line is the query:
             # a line break before any text is skipped, as the decoded text is stripped)
@@ -369,34 +355,6 @@ class QueryWriter:
             cache, logits = cache_of(output), output.logits[:, -1].float()
         return written
 
-    @staticmethod
-    def _next(logits: torch.Tensor, do_sample: bool, temperature: float, top_p: float,
-              generator: Optional[torch.Generator], top_k: int = 0) -> torch.Tensor:
-        """The next token of each row: greedy, or drawn as ``generate`` draws (temperature,
-        then the top k, then the nucleus of their renormalised distribution)."""
-        if not do_sample:
-            return logits.argmax(-1)
-        # (x / 1 is x: no copy of the rows' logits)
-        scaled = logits / temperature if temperature != 1.0 else logits
-        if 0 < top_k < scaled.shape[-1]:  # the top k alone, renormalised
-            values, idx = scaled.topk(top_k, dim=-1)
-            top_probs, top_idx = torch.softmax(values, dim=-1), idx
-        else:
-            probs = torch.softmax(scaled, dim=-1)
-            if top_p >= 1.0:
-                return _draw(probs, generator).squeeze(1)
-            # Rather than sorting the whole vocabulary at every step, the top NUCLEUS_CANDIDATES are
-            # sorted, and the whole only for a row whose nucleus is not inside them (the same set
-            # either way); the draw is among the candidates
-            top_probs, top_idx = probs.topk(min(NUCLEUS_CANDIDATES, probs.shape[-1]), dim=-1)
-            if bool((top_probs.sum(-1) < top_p).any()):
-                top_probs, top_idx = probs.sort(dim=-1, descending=True)
-        # nucleus: the most probable tokens until their mass reaches top_p
-        outside = top_probs.cumsum(-1) - top_probs >= top_p
-        drawn = _draw(top_probs.masked_fill(outside, 0.0), generator)
-        return top_idx.gather(-1, drawn).squeeze(1)
-
-
 def _draw(probs: torch.Tensor, generator: Optional[torch.Generator]) -> torch.Tensor:
     """One index a row, drawn where ``generator`` lives (a seeded CPU generator draws the
     same tokens whether the model runs on the CPU or a GPU; torch refuses a CPU generator
@@ -404,3 +362,75 @@ def _draw(probs: torch.Tensor, generator: Optional[torch.Generator]) -> torch.Te
     if generator is None or generator.device == probs.device:
         return torch.multinomial(probs, 1, generator=generator)
     return torch.multinomial(probs.to(generator.device), 1, generator=generator).to(probs.device)
+
+
+def generated(generator, passages: Sequence[str], *, max_new_tokens: int = 32,
+              **kwargs) -> List[str]:
+    """Text generated from each passage's prompt (greedy unless ``kwargs`` say otherwise,
+    e.g. ``do_sample=True, top_p=0.92``); decoder-only output stops at the first line."""
+    p_ids = generator.passage_ids(passages)
+    out = []
+    pad_id = generator.tokenizer.pad_token_id
+    batches = progress(range(0, len(p_ids), generator.batch_size), total=len(p_ids),
+                       desc='generating', unit='passage',
+                       count=lambda start: len(p_ids[start:start + generator.batch_size]),
+                       enabled=generator.verbose and len(p_ids) > generator.batch_size)
+    with generator.inference():
+        for start in batches:
+            ids, mask = pad(p_ids[start:start + generator.batch_size], pad_id,
+                            left=not generator.is_seq2seq, device=generator.device)
+            generated = generator.model.generate(input_ids=ids, attention_mask=mask,
+                                            max_new_tokens=max_new_tokens,
+                                            pad_token_id=pad_id, **kwargs)
+            if not generator.is_seq2seq:
+                generated = generated[:, ids.shape[1]:]
+            texts = generator.tokenizer.batch_decode(generated, skip_special_tokens=True)
+            out.extend(first_line(t) for t in texts)
+    return out
+
+
+def token_kinds(tokenizer, model) -> torch.Tensor:
+    """A code per entry of ``model``'s vocabulary: 1 ends the sequence (end of text or of the
+    assistant's turn), 2 holds a line break, 4 holds text that is not white space (bits,
+    combined). The writer stops a sample at the first 1, or at a 2 after some text."""
+    vocab = len(tokenizer)
+    size = max(vocab, model.config.vocab_size)
+    kinds = torch.zeros(size, dtype=torch.uint8)
+    for i in range(vocab):
+        text = tokenizer.decode([i])
+        kinds[i] = (2 if '\n' in text else 0) | (4 if text.strip() else 0)
+    ends = model.generation_config.eos_token_id
+    specials = [tokenizer.convert_tokens_to_ids(s)
+                for s in ('<|im_end|>', '<|endoftext|>', '<|eot_id|>')]
+    for i in (([ends] if isinstance(ends, int) else list(ends or []))
+              + [tokenizer.eos_token_id] + specials):
+        if isinstance(i, int) and i != tokenizer.unk_token_id and 0 <= i < size:
+            kinds[i] = 1
+    return kinds
+
+
+def next_tokens(logits: torch.Tensor, do_sample: bool, temperature: float, top_p: float,
+          generator: Optional[torch.Generator], top_k: int = 0) -> torch.Tensor:
+    """The next token of each row: greedy, or drawn as ``generate`` draws (temperature,
+    then the top k, then the nucleus of their renormalised distribution)."""
+    if not do_sample:
+        return logits.argmax(-1)
+    # (x / 1 is x: no copy of the rows' logits)
+    scaled = logits / temperature if temperature != 1.0 else logits
+    if 0 < top_k < scaled.shape[-1]:  # the top k alone, renormalised
+        values, idx = scaled.topk(top_k, dim=-1)
+        top_probs, top_idx = torch.softmax(values, dim=-1), idx
+    else:
+        probs = torch.softmax(scaled, dim=-1)
+        if top_p >= 1.0:
+            return _draw(probs, generator).squeeze(1)
+        # Rather than sorting the whole vocabulary at every step, the top NUCLEUS_CANDIDATES are
+        # sorted, and the whole only for a row whose nucleus is not inside them (the same set
+        # either way); the draw is among the candidates
+        top_probs, top_idx = probs.topk(min(NUCLEUS_CANDIDATES, probs.shape[-1]), dim=-1)
+        if bool((top_probs.sum(-1) < top_p).any()):
+            top_probs, top_idx = probs.sort(dim=-1, descending=True)
+    # nucleus: the most probable tokens until their mass reaches top_p
+    outside = top_probs.cumsum(-1) - top_probs >= top_p
+    drawn = _draw(top_probs.masked_fill(outside, 0.0), generator)
+    return top_idx.gather(-1, drawn).squeeze(1)
