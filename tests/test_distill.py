@@ -1,5 +1,5 @@
 """Distillation of a fused teacher (issue 16): the teacher's distribution, the losses, the
-round-trip filter, the rounds and their stopping rule, exact resume, and the exported model."""
+rounds, exact resume, and the exported model."""
 import math
 import re
 import os
@@ -179,26 +179,6 @@ def test_top_overlap():
 def _teacher(coll, cache_dir):
     bm25 = BM25.from_collection(coll, num_results=100, cache_dir=cache_dir)
     return lambda student: Fusion({'bm25': bm25, 'student': student}, depth=100)
-
-
-def test_round_trip_filter_keeps_and_drops_planted_queries(tiny_encoder, cache_dir):
-    coll = Collection('classic/adi')
-    docs = {d['docno']: d['text'] for d in coll.corpus_iter()}
-    docnos = sorted(docs)[:4]
-    words = [' '.join(docs[d].split()[:12]) for d in docnos]
-    topics = pd.DataFrame({
-        'qid': ['own-0', 'own-1', 'off-0', 'off-1'],
-        # the first words of a document, planted on it (kept), or on another document (dropped)
-        'query': [words[0], words[1], words[2], words[3]],
-        'source_docno': [docnos[0], docnos[1], docnos[3], docnos[2]]})
-    # (queries written for a passage: filtered, and each may retrieve its own passage)
-    trainer = Distillation(tiny_encoder(max_length=64), coll, _teacher(coll, cache_dir),
-                           queries='generated', filter_depth=1, **BEFORE_OFFSETS,
-                           cache_dir=cache_dir, verbose=False)
-    kept = trainer.examples(topics)
-    assert [q.qid for q in kept] == ['own-0', 'own-1']
-    assert all(not q.excluded for q in kept)  # a query written for its passage may retrieve it
-    assert trainer.query_stats == {'queries': 4, 'kept': 2, 'survival': 0.5}
 
 
 def _distill(encoder, coll, cache_dir, **kwargs):

@@ -102,8 +102,8 @@ def test_selfsup_list_prints_every_setting_of_every_method_with_its_help(capsys)
 
 
 def test_values_are_typed_and_checked_by_their_settings_class():
-    assert DistillationSettings.parse('filter_depth', 'none') is None
-    assert DistillationSettings.parse('filter_depth', '10') == 10
+    assert DistillationSettings.parse('example_pairs', 'none') is None
+    assert DistillationSettings.parse('depth', '10') == 10
     assert DistillationSettings.parse('in_batch', 'false') is False
     assert RumbartSettings.parse('checkpoint_every', 'epoch') == 'epoch'
     assert RumbartSettings.parse('checkpoint_every', '5') == 5
@@ -121,9 +121,6 @@ def test_a_dependent_value_is_a_documented_rule_of_the_settings():
     # queries cut from a passage may not retrieve it; queries written for one may
     assert DistillationSettings(queries='sentences').excludes_sources
     assert not DistillationSettings(queries='sampled').excludes_sources
-    # round-trip filtering applies to queries written for a passage only
-    assert DistillationSettings(queries='sampled', filter_depth=3).round_trip_depth == 3
-    assert DistillationSettings(queries='sentences', filter_depth=3).round_trip_depth is None
     # the passage side and the rounds follow the queries where they are left at None: frozen and
     # one round with queries from the corpus, offsets and five rounds with a query log
     for queries in ('sampled', 'sentences', 'titles'):

@@ -65,8 +65,6 @@ class Distillation(DualEncoderTrainer):
         self.teacher = teacher
         self.passages = passage_side(self.settings)
         self.verdict = HeldOutVerdict(self.settings.verdict_share, self.settings.seed)
-        self.query_stats: Dict[str, float] = {}  # the round-trip filter's counts
-        self._round0: Optional[Ranked] = None  # round 0's targets, if the filter ranked them
 
     def gradient_checkpointing_by_default(self) -> bool:
         """On only where the passage tower trains (a query step gains little from it)."""
@@ -106,29 +104,12 @@ class Distillation(DualEncoderTrainer):
         return student
 
     def examples(self, topics: pd.DataFrame) -> List[Query]:
-        """The training queries, round-trip filtered where the settings say so (the start
-        teacher ranks them, once: it is round 0's teacher too), less the verdict's slice."""
+        """The training queries, less the verdict's slice."""
         sources = query_sources(topics, self.collection, excluded=self.settings.excludes_sources)
         queries = training_queries(topics)
         if not self.settings.excludes_sources:
             queries = [Query(q.qid, q.query, frozenset(), q.answer) for q in queries]
-        queries = self._filtered(queries, sources)
         return self.verdict.split(self, queries, sources)
-
-    def _filtered(self, queries: List[Query], sources: Dict[str, str]) -> List[Query]:
-        depth = self.settings.round_trip_depth
-        if depth is None or not sources:
-            return queries
-        ranked = self.rank(self.round_teacher(), queries, depth=max(self.settings.depth, depth))
-        kept = [q for q in queries if sources.get(q.qid) in ranked[q.qid][0][:depth]]
-        self.query_stats = {'queries': len(queries), 'kept': len(kept),
-                            'survival': len(kept) / max(1, len(queries))}
-        logger.info('round-trip filter (teacher top %d): %d of %d queries kept',
-                    depth, len(kept), len(queries))
-        self.log.append({'step': 0, **{f'round-trip {k}': v for k, v in self.query_stats.items()}})
-        cut = self.settings.depth  # round 0's candidates: the same ranking (nothing excluded), cut
-        self._round0 = {q.qid: (ranked[q.qid][0][:cut], ranked[q.qid][1][:cut]) for q in kept}
-        return kept
 
     def on_epoch_start(self, examples: List[Query], epoch: int, resumed: bool):
         made = []
@@ -141,14 +122,11 @@ class Distillation(DualEncoderTrainer):
         if resumed and self.state.get('targets round') == epoch:
             return  # the round's targets came back with the checkpoint
         started = time.time()
-        if epoch == 0 and self._round0 is not None:
-            targets = self._round0
-        elif self.state.get('targets') is not None and self.fixed_teacher:
+        if self.state.get('targets') is not None and self.fixed_teacher:
             return  # a teacher that does not read the student ranks as it did in round 0
         else:  # (a query passed over twice is ranked once)
             teacher = self.round_teacher(None if self.fixed_teacher else student())
             targets = self.rank(teacher, list({q.qid: q for q in examples}.values()))
-        self._round0 = None
         record = {'step': self.state.get('step', 0), 'round': epoch,
                   'teacher seconds': time.time() - started}
         if self.state.get('targets') is not None:

@@ -236,10 +236,6 @@ class DistillationSettings(MethodSettings):
     offset_weight: float = setting(1.0, 'With passages=offsets, the weight of the L2 term that '
                                         'pulls each offset towards zero.')
     offset_lr: float = setting(1e-3, 'The learning rate of the passage offsets\' Adam.')
-    filter_depth: Optional[int] = setting(
-        None, 'Round-trip filtering: keep a query written for a passage only if the start teacher '
-              'ranks that passage in its top this many (None: keep all; queries cut from the '
-              'corpus are never filtered).')
     verdict_share: float = setting(0.1, 'The share of the training queries held out for the '
                                         'label-free verdict (0: none; the last round is kept).')
     rounds: Optional[int] = setting(
@@ -272,12 +268,6 @@ class DistillationSettings(MethodSettings):
         from a passage (a trivial match, as REALM prohibits), no for queries written for one (a
         genuine answer) or for a query log."""
         return self.queries in CUT_FROM_CORPUS
-
-    @property
-    def round_trip_depth(self) -> Optional[int]:
-        """``filter_depth`` where the queries were written for a passage; None for other queries,
-        which the round-trip filter keeps whole."""
-        return self.filter_depth if self.queries in GENERATED else None
 
 
 SETTINGS: Dict[str, Type[MethodSettings]] = {
