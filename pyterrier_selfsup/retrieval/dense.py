@@ -19,7 +19,7 @@ import pyterrier as pt
 from more_itertools import chunked
 from pyterrier_dr import BiEncoder, FlexIndex, SBertBiEncoder
 
-from pyterrier_selfsup._cache import (build_once, cache_key, cache_root, temporary_build)
+from pyterrier_selfsup._cache import build_once, cache_key, cache_root, temporary_build
 from pyterrier_selfsup._distributed import (SHARD_CHUNK, all_or_none, build_sharded, chunk_order,
                                             distributed)
 from pyterrier_selfsup.data.collections import Collection
