@@ -159,7 +159,8 @@ def test_plain_encoder_defaults_to_thesis_settings(tiny_dir):
     assert enc.config() | {'name': None} == {'name': None, 'pooling': 'cls', 'dim': None,
                                              'normalize': False, 'max_length': 128,
                                              'query_max_length': 128, 'temperature': 1.0,
-                                             'tied': True}
+                                             'tied': True,
+                                             'prompts': {'query': '', 'passage': ''}}
     batch = enc.tokenize(TEXTS, 'passage')
     with torch.no_grad():
         cls = enc.model.encoder(**batch).last_hidden_state[:, 0]
@@ -214,6 +215,76 @@ def test_every_trained_dual_encoder_exports_to_sentence_transformers(tiny_dir, t
     # where the two sides differ, the test above would catch one side exported for the other
     apart = np.abs(model.encode_query(docs) - model.encode_document(docs)).max()
     assert apart > 1e-3 if (dim or not tied) else apart == 0
+
+
+def _tiny_sentence_transformer(tiny_dir, path, pooling: str, prompts: dict,
+                               normalize: bool = True):
+    """The tiny BERT saved in the sentence-transformers format, with ``pooling`` and
+    ``prompts``."""
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+    transformer = Transformer(str(tiny_dir), max_seq_length=40)
+    modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=pooling)]
+    SentenceTransformer(modules=modules + ([Normalize()] if normalize else []), device='cpu',
+                        prompts=prompts).save(str(path))
+    return SentenceTransformer(str(path), device='cpu')
+
+
+# e5's two prompts; bge's query instruction alone; none; a default prompt, which the sides'
+# own (empty) prompts override, as they do in sentence-transformers
+PROMPTED = [('mean', {'query': 'query: ', 'document': 'passage: '}, ('query: ', 'passage: ')),
+            ('cls', {'query': 'Represent this sentence for searching relevant passages: '},
+             ('Represent this sentence for searching relevant passages: ', '')),
+            ('lasttoken', {}, ('', '')),
+            ('mean', {'classification': 'topic: '}, ('', ''))]
+
+
+@pytest.mark.parametrize('pooling, prompts, sides', PROMPTED)
+def test_a_sentence_transformers_start_encodes_as_it_does_with_its_prompts_and_exports_them(
+        tiny_dir, tmp_path, pooling, prompts, sides):
+    default = 'classification' if 'classification' in prompts else None
+    st = _tiny_sentence_transformer(tiny_dir, tmp_path / 'start', pooling, prompts)
+    if default:  # (a default prompt: what both sides read where they have none of their own)
+        st.default_prompt_name = default
+        st.save(str(tmp_path / 'start'))
+    enc = DualEncoder.from_pretrained(str(tmp_path / 'start'), device='cpu', precision='fp32')
+    expected = dict(zip(('query', 'passage'), sides))
+    assert enc.prompts == expected
+    assert enc.model.pooling == {'lasttoken': 'last'}.get(pooling, pooling)
+    queries, docs = TEXTS[:2], TEXTS[2:]
+    np.testing.assert_allclose(enc.encode_queries(queries), st.encode_query(queries), atol=1e-5)
+    np.testing.assert_allclose(enc.encode_docs(docs), st.encode_document(docs), atol=1e-5)
+    # the training path reads the same prompts
+    with torch.no_grad():
+        torch.testing.assert_close(enc.encode(queries, 'query').numpy(),
+                                   st.encode_query(queries), atol=1e-5, rtol=0)
+    # trained (the query tower moved), saved and exported: sentence-transformers reads the
+    # prompts back and gives the package's vectors, which the prompts change
+    enc.model.freeze_passage_tower()
+    with torch.no_grad():
+        for p in enc.model.encoder.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    enc.save_pretrained(tmp_path / 'out')
+    enc.save_sentence_transformers(tmp_path / 'out')
+    again = SentenceTransformer(str(tmp_path / 'out'), device='cpu')
+    np.testing.assert_allclose(again.encode_query(queries), enc.encode_queries(queries), atol=1e-5)
+    np.testing.assert_allclose(again.encode_document(docs), enc.encode_docs(docs), atol=1e-5)
+    assert DualEncoder.from_pretrained(str(tmp_path / 'out')).prompts == expected
+    if expected['query']:
+        unprompted = DualEncoder.from_pretrained(str(tmp_path / 'out'), device='cpu',
+                                                 precision='fp32')
+        unprompted.prompts = {'query': '', 'passage': ''}
+        assert np.abs(unprompted.encode_queries(queries)
+                      - enc.encode_queries(queries)).max() > 1e-3
+
+
+def test_a_sentence_transformer_the_dual_encoder_cannot_reproduce_is_refused(tiny_dir, tmp_path):
+    from sentence_transformers.sentence_transformer.modules import Dense, Pooling, Transformer
+    transformer = Transformer(str(tiny_dir), max_seq_length=40)
+    width = transformer.get_embedding_dimension()
+    SentenceTransformer(modules=[transformer, Pooling(width), Dense(width, 8)],
+                        device='cpu').save(str(tmp_path / 'dense'))
+    with pytest.raises(ValueError, match='not a Transformer, a Pooling and an optional Normalize'):
+        DualEncoder.from_pretrained(str(tmp_path / 'dense'))
 
 
 def test_awkward_texts(minilm):

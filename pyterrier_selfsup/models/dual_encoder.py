@@ -33,13 +33,15 @@ from pyterrier_selfsup.models._openvino import CALIBRATION_TEXTS, OpenVinoSides
 from pyterrier_selfsup.models._token_ids import KeptTokenIds, splits_at_spaces, tokenize_cut
 from pyterrier_selfsup.models.offsets import PassageOffsets
 from pyterrier_selfsup.models.st_format import (PASSAGE_ENCODER_DIR, export_sentence_transformers,
-                                                sentence_transformers_config)
+                                                is_sentence_transformer,
+                                                read_sentence_transformer)
 from pyterrier_selfsup.progress import progress
 
 CONFIG_FILE = 'dual_encoder.json'
 BACKENDS = ('torch', 'openvino', 'openvino-int8')
 PROJECTIONS_FILE = 'projections.pt'
-POOLINGS = ('cls', 'mean')
+POOLINGS = ('cls', 'mean', 'last')
+NO_PROMPTS = {'query': '', 'passage': ''}
 # texts an inference batch holds at full length, by device type (see DualEncoder)
 INFERENCE_BATCH = {'cpu': 32, 'cuda': 256}
 # token ids a trainer keeps between refreshes of its index: 256 MB of ids, and about 200 bytes
@@ -114,6 +116,9 @@ class DualEncoderModel(torch.nn.Module):
         """A side's vectors from its last hidden states: pooling, projection, normalisation."""
         if self.pooling == 'cls':
             pooled = hidden[:, 0]
+        elif self.pooling == 'last':  # each row's last token, on whichever side it is padded
+            last = attention_mask.shape[1] - 1 - attention_mask.flip(1).argmax(1)
+            pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
         else:  # as sentence-transformers computes it
             mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
@@ -134,8 +139,8 @@ class DualEncoder(BiEncoder, TrainableModel):
 
     def __init__(self, model: DualEncoderModel, tokenizer, *, name: str = 'dual-encoder',
                  max_length: int = 256, query_max_length: Optional[int] = None,
-                 temperature: float = 1.0, batch_size: Optional[int] = None,
-                 device: Optional[str] = None,
+                 temperature: float = 1.0, prompts: Optional[Dict[str, str]] = None,
+                 batch_size: Optional[int] = None, device: Optional[str] = None,
                  precision: str = 'auto', backend: str = 'torch', verbose: bool = False):
         """``precision``: ``'fp32'``, ``'bf16'``, ``'fp16'`` (autocast), or ``'auto'``: bf16 where
         the hardware multiplies bf16 natively (CUDA, or a CPU with AVX512-BF16/AMX; fp16 on
@@ -168,6 +173,9 @@ class DualEncoder(BiEncoder, TrainableModel):
         self.max_length = max_length
         self.query_max_length = query_max_length or max_length
         self.temperature = temperature
+        # what each side's texts begin with (a sentence-transformers model's query and document
+        # prompts: e5's 'query: ' and 'passage: ', bge's query instruction)
+        self.prompts = dict(NO_PROMPTS, **(prompts or {}))
         self.precision = precision
         # learned offsets of passage vectors (a query-tower-only training's moving passage side):
         # applied where the index is built, never by encode_docs (see models/offsets.py)
@@ -186,23 +194,32 @@ class DualEncoder(BiEncoder, TrainableModel):
         """Loads a model by hub name or path; arguments left as None come from the model:
 
         - a directory from :meth:`save_pretrained`: everything as saved;
-        - a sentence-transformers model: its pooling, normalisation and max length, so
-          that its embeddings are reproduced; no projection unless ``dim`` is given;
+        - a sentence-transformers model, loaded by sentence-transformers: its pooling (``cls``,
+          ``mean`` or ``last``), normalisation, each side's max length and each side's prompt
+          (:func:`~pyterrier_selfsup.models.st_format.read_sentence_transformer`), so that
+          its ``encode_query`` and ``encode_document`` are reproduced; no projection unless
+          ``dim`` is given;
         - any other encoder: ``cls`` pooling and no normalisation (the thesis).
+
+            DualEncoder.from_pretrained('intfloat/e5-small-v2').prompts   # 'query: ', 'passage: '
 
         ``temperature`` defaults to 0.05 for normalised embeddings (cosines need sharpening
         to make a useful softmax; sentence-transformers' in-batch loss uses the same) and
         1 for raw dot products (the thesis).
         """
         saved = read_saved_config(name_or_path, CONFIG_FILE)
-        st = {} if saved else sentence_transformers_config(name_or_path)
+        st = ({} if saved or not is_sentence_transformer(name_or_path)
+              else read_sentence_transformer(name_or_path))
         base = saved or st or {'pooling': 'cls', 'normalize': False, 'max_length': 512}
         pooling = pooling or base['pooling']
         normalize = base['normalize'] if normalize is None else normalize
         if dim is None and saved:
             dim = saved['dim']
-        encoder = AutoModel.from_pretrained(name_or_path)
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+        if st:
+            encoder, tokenizer = st['encoder'], st['tokenizer']
+        else:
+            encoder = AutoModel.from_pretrained(name_or_path)
+            tokenizer = AutoTokenizer.from_pretrained(name_or_path)
         model = DualEncoderModel(encoder, pooling=pooling, dim=dim, normalize=normalize)
         if saved and not saved.get('tied', True):
             model.passage_encoder = AutoModel.from_pretrained(
@@ -218,8 +235,8 @@ class DualEncoder(BiEncoder, TrainableModel):
         encoder = cls(model, tokenizer,
                       name=saved.get('name', str(name_or_path)) if saved else str(name_or_path),
                       max_length=max_length,
-                      query_max_length=query_max_length or (saved or {}).get('query_max_length'),
-                      temperature=temperature, **kwargs)
+                      query_max_length=query_max_length or base.get('query_max_length'),
+                      temperature=temperature, prompts=base.get('prompts'), **kwargs)
         if saved:
             encoder.passage_offsets = PassageOffsets.load(name_or_path)
         return encoder
@@ -228,7 +245,7 @@ class DualEncoder(BiEncoder, TrainableModel):
         return {'name': self.name, 'pooling': self.model.pooling, 'dim': self.model.dim,
                 'normalize': self.model.normalize, 'max_length': self.max_length,
                 'query_max_length': self.query_max_length, 'temperature': self.temperature,
-                'tied': self.model.tied}
+                'tied': self.model.tied, 'prompts': self.prompts}
 
     def save_pretrained(self, path: Union[str, Path]) -> Path:
         """Writes encoder, tokenizer, projections and settings; :meth:`from_pretrained` reads them
@@ -301,8 +318,19 @@ class DualEncoder(BiEncoder, TrainableModel):
         """The tokens a text of ``side`` (``'query'`` or ``'passage'``) is cut to."""
         return self.query_max_length if side == 'query' else self.max_length
 
+    def prompted(self, texts: Sequence, side: str) -> List[str]:
+        """``texts`` (cleaned) as ``side`` reads them: each after the side's prompt."""
+        prompt = self.prompts[side]
+        texts = clean_texts(list(texts))
+        return [prompt + t for t in texts] if prompt else texts
+
     def tokenize(self, texts: List[str], side: str, padding: Union[bool, str] = True):
-        return self.tokenizer(clean_texts(texts), padding=padding, truncation=True,
+        """The tokenizer's batch of ``texts`` as ``side`` reads them (its prompt, its max
+        length)."""
+        return self._tokenized(self.prompted(texts, side), side, padding)
+
+    def _tokenized(self, texts: List[str], side: str, padding: Union[bool, str] = True):
+        return self.tokenizer(texts, padding=padding, truncation=True,
                               max_length=self.side_max_length(side),
                               return_tensors='pt' if padding else None)
 
@@ -315,7 +343,7 @@ class DualEncoder(BiEncoder, TrainableModel):
         the ids kept is cut at a word's end before tokenization (:func:`tokenize_cut`, the
         same ids), and passages' ids are kept between calls where
         :meth:`keep_passage_token_ids` says so."""
-        texts = clean_texts(texts)
+        texts = self.prompted(texts, side)
         # (read once: another thread may let the kept ids go meanwhile)
         kept = self._kept_ids if side == 'passage' else None
         if kept is not None:
@@ -325,7 +353,7 @@ class DualEncoder(BiEncoder, TrainableModel):
     def _token_ids(self, texts: List[str], side: str) -> List[List[int]]:
         max_length = self.side_max_length(side)
         if not getattr(self.tokenizer, 'is_fast', False):
-            return self.tokenize(texts, side, padding=False)['input_ids']
+            return self._tokenized(texts, side, padding=False)['input_ids']
         if max_length not in self._rust_tokenizers:
             backend = Tokenizer.from_str(self.tokenizer.backend_tokenizer.to_str())
             backend.no_padding()

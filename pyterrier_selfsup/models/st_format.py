@@ -8,7 +8,7 @@ gives the package's vectors.
 import filecmp
 import os
 from pathlib import Path
-from typing import Optional, Union
+from typing import Dict, Optional, Union
 
 import torch
 
@@ -33,8 +33,8 @@ def export_sentence_transformers(encoder, path: Union[str, Path]) -> Path:
         # the tokenizer is saved once, beside the (query) encoder
         transformer = Transformer(str(directory), max_seq_length=max_length,
                                   tokenizer_name_or_path=str(path))
-        modules = [transformer, Pooling(transformer.get_embedding_dimension(),
-                                        pooling_mode=encoder.model.pooling)]
+        mode = {name: mode for mode, name in POOLING_MODES.items()}[encoder.model.pooling]
+        modules = [transformer, Pooling(transformer.get_embedding_dimension(), pooling_mode=mode)]
         if proj is not None:
             modules.append(Dense(proj.in_features, proj.out_features, bias=False,
                                  activation_function=torch.nn.Identity(),
@@ -48,7 +48,8 @@ def export_sentence_transformers(encoder, path: Union[str, Path]) -> Path:
         modules = [Router.for_query_document(
             query_modules=tower(path, encoder.query_max_length, encoder.model.query_proj),
             document_modules=tower(passages, encoder.max_length, encoder.model.passage_proj))]
-    SentenceTransformer(modules=modules, device='cpu').save(str(path))
+    prompts = {'query': encoder.prompts['query'], 'document': encoder.prompts['passage']}
+    SentenceTransformer(modules=modules, device='cpu', prompts=prompts).save(str(path))
     if isinstance(modules[0], Router):  # (the towers' weights once on disk, not twice)
         for tower_dir, weights_dir in (('query_0_Transformer', path),
                                        ('document_0_Transformer', passages)):
@@ -57,25 +58,67 @@ def export_sentence_transformers(encoder, path: Union[str, Path]) -> Path:
     return path
 
 
-def sentence_transformers_config(name_or_path: str) -> Optional[dict]:
-    """A sentence-transformers model's pooling, normalisation and max length, read from its
-    module files (a directory or the hub's cache); None where it is not one."""
-    modules = read_saved_config(name_or_path, 'modules.json')
-    if not modules:
-        return None
-    types = {m['type'].rsplit('.', 1)[-1]: m for m in modules}
-    pooling_cfg = (read_saved_config(name_or_path, f'{types["Pooling"]["path"]}/config.json')
-                   if 'Pooling' in types else {})
-    if pooling_cfg.get('pooling_mode_cls_token'):
-        pooling = 'cls'
-    elif pooling_cfg.get('pooling_mode_mean_tokens', True):
-        pooling = 'mean'
-    else:
-        raise ValueError(f'{name_or_path}: sentence-transformers pooling {pooling_cfg} is neither '
-                         'cls nor mean')
-    st = read_saved_config(name_or_path, 'sentence_bert_config.json') or {}
-    return {'pooling': pooling, 'normalize': 'Normalize' in types,
-            'max_length': st.get('max_seq_length', 512)}
+# sentence-transformers' pooling modes and the package's names for them
+POOLING_MODES = {'cls': 'cls', 'mean': 'mean', 'lasttoken': 'last'}
+# the prompt names encode_document tries, in its order
+DOCUMENT_PROMPTS = ('document', 'passage', 'corpus')
+
+
+def is_sentence_transformer(name_or_path: str) -> bool:
+    """Whether ``name_or_path`` (a directory or a hub name in the local cache) is a
+    sentence-transformers model (it has ``modules.json``)."""
+    return read_saved_config(name_or_path, 'modules.json') is not None
+
+
+def side_prompts(prompts: Dict[str, str], default_prompt_name: Optional[str]) -> Dict[str, str]:
+    """The prompt each side's texts begin with, as sentence-transformers' ``encode_query`` and
+    ``encode_document`` choose them: ``query`` for queries; the first of ``document``,
+    ``passage`` and ``corpus`` for passages; else the default prompt; else none. (Since
+    sentence-transformers 6 a model has ``query`` and ``document`` prompts, empty where it
+    declares none, so a prompt named ``passage`` alone is not what ``encode_document`` reads.)"""
+    default = (prompts.get(default_prompt_name) if default_prompt_name else None) or ''
+    # (a name present with an empty prompt is chosen, and the side reads no prompt: as there)
+    passage = next((prompts[n] or '' for n in DOCUMENT_PROMPTS if n in prompts), default)
+    return {'query': (prompts['query'] or '') if 'query' in prompts else default,
+            'passage': passage}
+
+
+def read_sentence_transformer(name_or_path: str) -> dict:
+    """A sentence-transformers model as sentence-transformers loads it: its transformer and
+    tokenizer, pooling (``cls``, ``mean`` or ``last``), normalisation, each side's max length,
+    and each side's prompt (:func:`side_prompts`). A model whose modules the package cannot
+    reproduce (a Dense layer, combined poolings, pooling that leaves the prompt out) is refused
+    with what it has.
+
+        read_sentence_transformer('intfloat/e5-small-v2')['prompts']   # where it declares them
+    """
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import (Normalize, Pooling,
+                                                                    Transformer)
+    model = SentenceTransformer(str(name_or_path), device='cpu')
+    modules = list(model)
+    kinds = [type(m).__name__ for m in modules]
+    if (len(modules) not in (2, 3) or not isinstance(modules[0], Transformer)
+            or not isinstance(modules[1], Pooling)
+            or (len(modules) == 3 and not isinstance(modules[2], Normalize))):
+        raise ValueError(f'{name_or_path}: its modules ({", ".join(kinds)}) are not a '
+                         'Transformer, a Pooling and an optional Normalize, which is what a '
+                         'DualEncoder reproduces')
+    pooling = modules[1]
+    if pooling.pooling_mode not in POOLING_MODES:
+        raise ValueError(f'{name_or_path}: sentence-transformers pooling {pooling.pooling_mode!r} '
+                         f'is not one of {", ".join(POOLING_MODES)}')
+    if not pooling.include_prompt:
+        raise ValueError(f'{name_or_path}: its pooling leaves the prompt\'s tokens out '
+                         '(include_prompt=False), which a DualEncoder does not reproduce')
+    transformer = modules[0]
+    max_length = transformer.max_seq_length or 512
+    return {'encoder': transformer.auto_model, 'tokenizer': transformer.tokenizer,
+            'pooling': POOLING_MODES[pooling.pooling_mode], 'normalize': len(modules) == 3,
+            # (sentence-transformers 6 may give each side a length of its own)
+            'max_length': getattr(transformer, 'document_length', None) or max_length,
+            'query_max_length': getattr(transformer, 'query_length', None) or max_length,
+            'prompts': side_prompts(dict(model.prompts), model.default_prompt_name)}
 
 
 def _linked_if_equal(copy: Path, original: Path) -> None:
