@@ -490,3 +490,27 @@ def test_a_lost_process_stops_the_other_naming_it_and_a_relaunch_resumes_to_the_
     assert [r['time'] < restarted for r in logged if 'loss' in r] == [True] * 5 + [False] * 5
     np.testing.assert_allclose([r['loss'] for r in logged if 'loss' in r],
                                [r['loss'] for r in one.log if 'loss' in r], rtol=1e-4)
+
+
+def test_the_frame_given_to_fit_says_what_the_queries_are(tiny_encoder, cache_dir):
+    """Distillation(encoder, collection, teacher).fit(queries), the README's call: a query log
+    (no source_docno) trains the query-log setting behind the README's query-log figures
+    (distill:queries=beir/scifact/train), and corpus queries the corpus-only one."""
+    from pyterrier_selfsup.harness.trained import typed_settings
+    from pyterrier_selfsup.training.settings import DistillationSettings
+    readme = typed_settings('distill', {'queries': 'beir/scifact/train'})
+    shipped = DistillationSettings()
+    log = shipped.given(35, 0)
+    assert (log.passages, log.rounds) == (readme.passages, readme.rounds) == ('offsets', 5)
+    assert shipped.given(35, 35) == shipped and (shipped.passages, shipped.rounds) == ('frozen', 1)
+    assert DistillationSettings(rounds=2).given(35, 0).rounds == 2  # (named: kept)
+    with pytest.raises(ValueError, match='3 of 35 training queries name the passage'):
+        shipped.given(35, 3)
+    with pytest.raises(ValueError, match="pass queries='sampled'"):
+        DistillationSettings(queries='crossfold').given(35, 35)
+    coll = Collection('classic/adi')
+    trainer = Distillation(tiny_encoder(max_length=64), coll, _teacher(coll, cache_dir), depth=10,
+                           batch_size=16, verdict_share=0.0, cache_dir=cache_dir, verbose=False)
+    trainer.fit(coll.topics())
+    assert (trainer.settings.passages, trainer.settings.rounds) == ('offsets', 5)
+    assert trainer.encoder.passage_offsets is not None and trainer.state['epoch'] == 5

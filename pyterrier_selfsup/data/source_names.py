@@ -6,6 +6,9 @@ CUT_FROM_CORPUS = ('sentences', 'spans', 'masked', 'titles')  # cut from the pas
 GENERATED = ('generated', 'roundtrip', 'sampled')  # written by a generator for a passage
 CROSSFOLD = 'crossfold'
 QUERY_SOURCES = CUT_FROM_CORPUS + (CROSSFOLD,) + GENERATED
+# training queries given to a trainer's fit directly, without the passages they came from: a
+# query log (a pipeline names its query log by a file or a collection)
+GIVEN_LOG = 'given'
 # queries=crossfold: the collection's own topic texts, in this many folds; the model that answers
 # a fold's queries is trained on the other folds' texts
 CROSS_FOLDS = 2

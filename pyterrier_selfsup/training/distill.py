@@ -66,6 +66,18 @@ class Distillation(DualEncoderTrainer):
         self.passages = passage_side(self.settings)
         self.verdict = HeldOutVerdict(self.settings.verdict_share, self.settings.seed)
 
+    def fit(self, tr_topics: pd.DataFrame, *args, **kwargs) -> 'Distillation':
+        """As :meth:`Trainer.fit`; the frame says what its queries are: without ``source_docno``
+        a query log, with the defaults that follow one (:meth:`DistillationSettings.given`)."""
+        named = (int(tr_topics['source_docno'].notna().sum())
+                 if 'source_docno' in tr_topics.columns else 0)
+        given = self.settings.given(len(tr_topics), named)
+        if given != self.settings:
+            logger.info('the training queries name no source passage: a query log (passages=%s, '
+                        'rounds=%d)', given.passages, given.rounds)
+            self.settings, self.passages = given, passage_side(given)
+        return super().fit(tr_topics, *args, **kwargs)
+
     def gradient_checkpointing_by_default(self) -> bool:
         """On only where the passage tower trains (a query step gains little from it)."""
         return self.passages.moves

@@ -9,7 +9,7 @@ depend on are the model's identity in the model store
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Type, Union
 
-from pyterrier_selfsup.data.source_names import CUT_FROM_CORPUS, GENERATED
+from pyterrier_selfsup.data.source_names import CUT_FROM_CORPUS, GENERATED, GIVEN_LOG
 from pyterrier_selfsup.models.names import MAX_PASSAGE_LENGTH, MINILM
 from pyterrier_selfsup.training.setting_fields import (GROUPS, MethodSettings, parse_value,
                                                        setting)
@@ -261,6 +261,29 @@ class DistillationSettings(MethodSettings):
         corpus_only = self.queries in CUT_FROM_CORPUS + GENERATED
         return {'passages': 'frozen' if corpus_only else 'offsets',
                 'rounds': 1 if corpus_only else 5}
+
+    def given(self, rows: int, with_sources: int) -> 'DistillationSettings':
+        """These settings for training queries given to ``Distillation.fit`` directly: ``rows``
+        queries, ``with_sources`` of them naming the passage they came from
+        (``source_docno``). Queries that name none are a query log, whatever ``queries`` says,
+        and the defaults that follow the queries follow it (five rounds with passage offsets,
+        unless named). Queries that all name one are the corpus-only source ``queries`` names
+        (``sampled`` by default: written for their passage; ``sentences`` for queries cut from
+        it, which may not retrieve it). A frame with some of each is refused.
+
+            DistillationSettings().given(35, 0).rounds   # 5: a query log
+        """
+        if 0 < with_sources < rows:
+            raise ValueError(f'{with_sources} of {rows} training queries name the passage they '
+                             f'came from (source_docno) and the others do not: give a query log '
+                             f'with no source_docno, or corpus queries with one on every row')
+        from_corpus = self.queries in CUT_FROM_CORPUS + GENERATED
+        if with_sources and not from_corpus:
+            raise ValueError(f'these training queries name the passage each came from '
+                             f'(source_docno), and queries={self.queries!r} says a query log: '
+                             f'pass queries=\'sampled\' (written for their passages) or '
+                             f'queries=\'sentences\' (cut from them)')
+        return self.replace(queries=GIVEN_LOG) if from_corpus and not with_sources else self
 
     @property
     def excludes_sources(self) -> bool:
