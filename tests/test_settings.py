@@ -70,7 +70,9 @@ def test_a_changed_default_trains_a_new_model_and_each_record_reads_back_its_set
     assert record['format'] == MODEL_FORMAT and record['method'] == 'ds'
     assert record['collection'] == {'id': 'classic/adi', 'digest': collection_digest(adi, run)}
     assert record['queries'] == {'source': 'sentences', 'n': 24, 'seed': 0}
-    assert record['run'] == {'gradient_checkpointing': None, 'checkpoint_every': 25}
+    assert record['run'] == {'gradient_checkpointing': None, 'checkpoint_every': 25,
+                             'chosen': []}
+    assert record['arithmetic'] in ('float32', 'bfloat16')
 
     # the package moves lr's default: the same pipeline names another model, trained afresh
     @dataclasses.dataclass(frozen=True)
@@ -217,3 +219,41 @@ def test_checkpoint_intervals_are_checked():
     with pytest.raises(ValueError, match='checkpoint_every'):
         RumbartSettings(checkpoint_every='round')
     assert RumbartSettings(checkpoint_every='epoch').checkpoint_interval == 'epoch'
+
+
+def test_equal_settings_key_alike_and_a_record_reads_back_to_choose_again(tmp_path):
+    adi = Collection('classic/adi')
+    run = RunContext(cache_dir=tmp_path)
+    # 1 and 1.0 are one setting, and one model
+    assert model_dir(adi, 'distill', {'lr': 1}, run) == model_dir(adi, 'distill', {'lr': 1.0}, run)
+    assert DistillationSettings(teacher_temperature=1).teacher_temperature == 1.0
+    # a default chosen from the other settings is chosen again from a read-back record
+    from pyterrier_selfsup.harness import store
+    shipped = DistillationSettings()
+    directory = tmp_path / 'model'
+    directory.mkdir()
+    store.write_record(directory, store.model_record(adi, 'distill', shipped, run=run))
+    back = store.read_settings(directory)
+    assert back == shipped and back.chosen == shipped.chosen == {'passages', 'rounds'}
+    assert back.replace(queries='crossfold').rounds == 5
+
+
+def test_a_start_is_keyed_by_what_it_is(tmp_path, tiny_dir, monkeypatch):
+    adi = Collection('classic/adi')
+    run = RunContext(cache_dir=tmp_path)
+    # start=ds: the ds model's own settings are part of the key
+    from_ds = model_dir(adi, 'rumbart', {'start': 'ds'}, run)
+
+    @dataclasses.dataclass(frozen=True)
+    class Moved(DistantSupervisionSettings):
+        lr: float = setting(3e-5, 'AdamW\'s peak learning rate.', group='training')
+
+    monkeypatch.setitem(SETTINGS, 'ds', Moved)
+    assert model_dir(adi, 'rumbart', {'start': 'ds'}, run) != from_ds
+    monkeypatch.undo()
+    # a start by path: its files, not the path's name
+    import shutil
+    shutil.copytree(tiny_dir, tmp_path / 'start')
+    by_path = model_dir(adi, 'ds', {'model_name': str(tmp_path / 'start')}, run)
+    (tmp_path / 'start' / 'extra.txt').write_text('another model')
+    assert model_dir(adi, 'ds', {'model_name': str(tmp_path / 'start')}, run) != by_path

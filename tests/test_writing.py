@@ -362,3 +362,18 @@ def test_example_pairs_are_another_collections_judged_topics():
     for passage, query in pairs:
         judged = qrels[(qrels['qid'] == topics[query]) & (qrels['label'] > 0)]['docno']
         assert passage in cranfield.texts(sorted(judged))
+
+
+def test_a_change_to_the_writers_prompts_raises_the_writer_version():
+    """The written queries' and the models' keys name the writer by WRITER_VERSION (the data
+    layer cannot read the prompts): a prompt changed without raising it would find the models
+    trained on the former prompt's queries."""
+    import hashlib
+    import json
+    from pyterrier_selfsup.data.sources import WRITER_VERSION
+    from pyterrier_selfsup.models import prompts
+    text = json.dumps([prompts.PASSAGE_QUESTION, prompts.SYSTEM_PROMPT, prompts.INSTRUCTION,
+                       prompts.EXAMPLES_INTRO, prompts.PAIR_PASSAGE_CHARS])
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    assert {2: '08a9175e7cbd'}.get(WRITER_VERSION) == digest, \
+        "the writer's prompts changed: raise WRITER_VERSION and record the new digest here"

@@ -57,7 +57,7 @@ GENERALISE = ['bm25', 'dual_encoder', 'teacher'] + [f'distill:{side},rounds=5,ke
 PAIRS_CRANFIELD = 'distill:query_style=chat,example_pairs=cranfield'
 PAIRS_CISI = 'distill:query_style=chat,example_pairs=classic/cisi'
 # Each group as it ran. The groups that name settings removed since (keep, stop_overlap,
-# passage_offsets, min_round_steps, source_share) no longer run: get_pipeline refuses the name and
+# passage_offsets, min_round_steps, source_share, filter_depth) no longer run: get_pipeline refuses the name and
 # says which setting. Their results files stay, each naming the commit that wrote it.
 GROUPS = {
     # (the last: DESIGN.md's probe, a fixed teacher over the union of BM25's and MiniLM's top 30, 3 epochs)

@@ -45,7 +45,13 @@ def _distant_supervision(collection: Collection, s: DistantSupervisionSettings, 
 
 def _retrieve_and_reconstruct(trainer_class) -> Setup:
     def setup(collection: Collection, s: ReconstructionSettings, run: RunContext, *,
-              fold: Optional[int] = None, start: str = MINILM) -> Tuple[Trainer, pd.DataFrame]:
+              fold: Optional[int] = None,
+              start: Optional[str] = None) -> Tuple[Trainer, pd.DataFrame]:
+        if start is None:  # (a start by another method is trained first: harness.trained does)
+            if s.start == 'ds':
+                raise ValueError("start='ds' starts from a trained model: give its path as "
+                                 "start=, or train through harness.trained.train")
+            start = MINILM if s.start == 'minilm' else s.start
         gen = load_generator(s.generator, cache_dir=run.cache_dir,
                              max_passage_length=s.max_passage_length, verbose=run.verbose)
         torch.manual_seed(s.seed)

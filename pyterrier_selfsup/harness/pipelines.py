@@ -310,12 +310,13 @@ register(PipelineSpec(
     'corpus only: one round against the start\'s passage vectors; with a query log: passage '
     'offsets and 5 rounds, the student re-entering the teacher each round '
     '(passages=frozen|offsets|trained, rounds=N); the last round kept, a held-out label-free '
-    'signal reported beside it (verdict_share, keep=last|verdict); queries: a '
+    'signal reported beside it (verdict_share); queries: a '
     'query log (queries=FILE: one query a line, or JSONL/CSV/TSV with qid and query; or '
     'queries=COLLECTION: its topic texts; or queries=crossfold: the evaluated collection\'s own '
     'topic texts, two-fold), or corpus only: written by a generator (sampled: '
-    'generator=smollm2|qwen, query_style=plain|chat, query_examples=FILE|COLLECTION shown as the '
-    'style to write), corpus sentences/spans, document titles',
+    'generator=smollm2|qwen|a hub name or path, query_style=plain|chat, '
+    'query_examples=FILE|COLLECTION shown as the style to write), corpus sentences/spans, '
+    'document titles',
     functools.partial(trained_dense_retriever, method='distill'),
     dict(DEFAULTS['distill'], **_INFERENCE), method='distill'))
 

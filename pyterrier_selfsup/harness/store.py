@@ -8,14 +8,19 @@ Each trained model lives in ``<cache>/models/<corpus>.<method>-<key>/`` beside a
   (a default that other settings choose, as chosen);
 - ``collection``: the corpus it adapted to, by its id and a digest of its contents;
 - ``queries``: what it trained on (:meth:`~pyterrier_selfsup.data.sources.QuerySource.identity`);
-- ``run``: how the run was carried out (its checkpoints), which the weights do not depend on.
+- ``starts``: what a start named by a path or another method is (a stored model's key, or a
+  local directory's files by name and size), so that another start is another model;
+- ``arithmetic``: the dtype matrix products run in where a setting leaves it to the hardware
+  (bf16 where it is native, fp32 elsewhere: the weights differ between the two);
+- ``run``: how the run was carried out (its checkpoints), which the weights do not depend on,
+  and which settings took a value chosen from the others (``chosen``).
 
 The key is a digest of the record but ``run``. A default that changes, a corpus whose contents
 change, or another set of queries gives another key, and so another model, trained on first use;
 nothing is reinterpreted. :func:`read_settings` reads a record back into the settings object it
 came from.
 
-    path = model_dir(Collection('classic/adi'), 'distill', {})
+    path = model_dir(Collection('classic/adi'), 'distill', DistillationSettings())
     read_settings(path)   # DistillationSettings(...), equal to the one that trained it
 """
 import hashlib
@@ -27,6 +32,7 @@ from pyterrier_selfsup._cache import cache_key, cache_root, written_whole
 from pyterrier_selfsup.context import SILENT, RunContext
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.sources import QuerySource, query_file
+from pyterrier_selfsup.models.precision import compute_dtype, resolve_device
 from pyterrier_selfsup.training.settings import SETTINGS, MethodSettings
 
 # The layout of a trained model's directory and record. Raise it when a model directory written
@@ -58,11 +64,44 @@ def model_record(collection: Collection, method: str, settings: MethodSettings,
     its directory holds, and whose digest (``run`` left out) names it."""
     every = settings.asdict()
     trains = settings.identity()
+    # (ReAtt's masked sentences read the model's own mask token, which its model_name names)
+    mask = {'mask': 'the mask token of model_name'} if method == 'reatt' else {}
     return {'format': MODEL_FORMAT, 'method': method, 'settings': trains,
             'collection': {'id': collection.corpus_id,
                            'digest': collection_digest(collection, run)},
-            'queries': QuerySource.of(settings, fold).identity(collection),
-            'run': {name: value for name, value in every.items() if name not in trains}}
+            'queries': QuerySource.of(settings, fold, **mask).identity(collection),
+            'starts': _starts(collection, settings, fold, run),
+            'arithmetic': str(compute_dtype('auto', resolve_device(None))).replace('torch.', ''),
+            'run': {**{name: value for name, value in every.items() if name not in trains},
+                    'chosen': sorted(settings.chosen)}}
+
+
+def _starts(collection: Collection, settings: MethodSettings, fold: Optional[int],
+            run: RunContext) -> dict:
+    """What each start named by another method or a local path is: the distant-supervision
+    model's key (``start='ds'``), or a directory's files by name and size (a stored model's
+    record where it has one)."""
+    out = {}
+    if getattr(settings, 'start', None) == 'ds':
+        ds = SETTINGS['ds'].of(**settings.start_settings)
+        out['start'] = model_key(model_record(collection, 'ds', ds, fold, run))
+    for name in ('start', 'model_name'):
+        value = getattr(settings, name, None)
+        if isinstance(value, str) and Path(value).is_dir():
+            out[name] = _directory_identity(Path(value))
+    return out
+
+
+def _directory_identity(path: Path) -> str:
+    """A stored model's key (its record's digest), or else a digest of a directory's files by
+    name and size: another model saved there is another start."""
+    for record in (path / RECORD, path.parent / RECORD):
+        if record.is_file():
+            return model_key(json.loads(record.read_text()))
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob('*') if p.is_file()):
+        digest.update(f'{file.relative_to(path)}\t{file.stat().st_size}\n'.encode())
+    return digest.hexdigest()[:16]
 
 
 def model_key(record: dict) -> str:
@@ -109,4 +148,9 @@ def read_settings(directory: Union[str, Path]) -> MethodSettings:
     """The settings object that trained the model in ``directory``, read back from its record:
     equal to the one that trained it."""
     record = read_record(directory)
-    return SETTINGS[record['method']].of(**record['settings'], **record['run'])
+    run = dict(record['run'])
+    chosen = set(run.pop('chosen', []))
+    # (a value chosen from the other settings is left to be chosen again, as it was)
+    settings = {name: None if name in chosen else value
+                for name, value in record['settings'].items()}
+    return SETTINGS[record['method']].of(**settings, **run)

@@ -12,7 +12,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Dict, Union
+from typing import Dict, Optional, Union
 
 from pyterrier_selfsup._cache import build_once
 from pyterrier_selfsup._distributed import distributed
@@ -76,13 +76,15 @@ def model_dir(collection: Collection, method: str, settings: dict,
                            _fold(method, settings), run)
 
 
-def start_model(collection: Collection, settings, run: RunContext = SILENT) -> str:
+def start_model(collection: Collection, settings, run: RunContext = SILENT,
+                fold: Optional[int] = None) -> str:
     """What a RUMBArt or ACROBArT run starts from: all-MiniLM-L6-v2 (``start='minilm'``),
     the ds pipeline's model trained on the same queries (``start='ds'``, trained first if
-    it is not yet), or a path."""
+    it is not yet; with ``queries=crossfold``, on the same fold's), or a path."""
     start = settings.start
     if start == 'ds':
-        return str(train(collection, 'ds', settings.start_settings, run))
+        fold_of = {'fold': fold} if fold is not None else {}
+        return str(train(collection, 'ds', dict(settings.start_settings, **fold_of), run))
     return MINILM if start == 'minilm' else start
 
 
@@ -116,7 +118,7 @@ def train(collection: Union[str, Collection], method: str, settings: dict,
             for line in plan.plan_lines(f'{method} on {collection.name}' +
                                         (f' ({docs:,} documents)' if docs else ''), planned):
                 logger.info(line)
-        start = {'start': start_model(collection, s, run)} if hasattr(s, 'start') else {}
+        start = {'start': start_model(collection, s, run, fold)} if hasattr(s, 'start') else {}
         trainer, topics = METHODS[method](collection, s, run.replace(
             output_dir=staging, keep_checkpoints=1, draw_curve=plot_training_curve), fold=fold,
             **start)

@@ -232,10 +232,12 @@ class DualEncoder(BiEncoder, TrainableModel):
         # the tokenizer's limit is often a placeholder (1e30): the position table is the real one
         max_length = max_length or min(base['max_length'], tokenizer.model_max_length,
                                        getattr(encoder.config, 'max_position_embeddings', math.inf))
+        # queries: as given, else as the model says, within the passages' length
+        query_max_length = query_max_length or min(base.get('query_max_length') or max_length,
+                                                   max_length)
         encoder = cls(model, tokenizer,
                       name=saved.get('name', str(name_or_path)) if saved else str(name_or_path),
-                      max_length=max_length,
-                      query_max_length=query_max_length or base.get('query_max_length'),
+                      max_length=max_length, query_max_length=query_max_length,
                       temperature=temperature, prompts=base.get('prompts'), **kwargs)
         if saved:
             encoder.passage_offsets = PassageOffsets.load(name_or_path)

@@ -111,7 +111,8 @@ def write_checkpoint(trainer, optimizer, scheduler, final: bool = False):
                      undo=lambda: shutil.rmtree(path, ignore_errors=True)):
         trainer.model.save_pretrained(path)
         trainer.save_extra(path)
-        # written last and renamed into place: a checkpoint with a state file is whole
+        # renamed into place, then the manifest of every file's size, written last: a checkpoint
+        # with its manifest is whole
         torch.save({'state': trainer.state, 'optimizer': optimizer.state_dict(),
                     'scheduler': scheduler.state_dict(), 'log': trainer.log,
                     'torch_rng': torch.get_rng_state(), 'python_rng': random.getstate(),

@@ -126,8 +126,8 @@ class TrainerHooks:
         """Before the first batch of ``epoch`` (``resumed``: or of what is left of it)."""
 
     def on_fit_end(self):
-        """After the last step, before the final checkpoint (a method that keeps an earlier
-        round's weights puts them back here)."""
+        """After the last step, before the final checkpoint (a method that holds part of the
+        model outside its weights, such as a trainable generator's mode, sets it back here)."""
 
     def on_optimizer_step(self):
         """Right after each optimiser step, gradients still in place: for what the method

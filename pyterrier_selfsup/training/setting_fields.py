@@ -64,6 +64,12 @@ class MethodSettings:
         group='checkpoints', trains=False)
 
     def __post_init__(self):
+        for name, kind in typing.get_type_hints(type(self)).items():
+            value = getattr(self, name, None)
+            floats = typing.get_args(kind) if typing.get_origin(kind) is Union else (kind,)
+            if (float in floats and isinstance(value, int) and not isinstance(value, bool)
+                    and int not in floats):  # (1 and 1.0 are one setting: one model)
+                object.__setattr__(self, name, float(value))
         chosen = {name: value for name, value in self.chosen_defaults().items()
                   if getattr(self, name) is None}
         for name, value in chosen.items():  # (frozen: set once, here)
@@ -129,6 +135,11 @@ class MethodSettings:
             DistillationSettings.of(**DistillationSettings(rounds=3).asdict())
         """
         return {f.name: getattr(self, f.name) for f in self.fields()}
+
+    @property
+    def chosen(self) -> frozenset:
+        """The fields whose value :meth:`chosen_defaults` chose here (left at None)."""
+        return self._chosen
 
     def identity(self) -> dict:
         """The settings the trained weights depend on (every field but those of how the run is
