@@ -4,7 +4,7 @@
 # from a cold cache ('wall time' in the results header), nearly all of it encoding the
 # corpora with MiniLM; indexes are cached, so a second run takes seconds.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."  # (the repository root)
 source scripts/bootstrap.sh
 selfsup run -c beir/scifact/test cranfield vaswani classic/cisi classic/adi -p bm25 minilm --save baseline \
   --results-dir experiments/results "$@"

@@ -7,7 +7,7 @@
 # about half an hour for the other four together. Its scores are cached on disk, so a second
 # run takes seconds.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."  # (the repository root)
 source scripts/bootstrap.sh
 collections=("$@")
 if [ ${#collections[@]} -eq 0 ]; then
