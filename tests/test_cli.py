@@ -325,6 +325,24 @@ def test_distillation_runs_from_the_command_line(tmp_path, cache_dir):
         assert model.encode_query(['automatic indexing']).shape == (1, 384)
 
 
+def test_any_writer_by_path_trains_from_selfsup_train(tmp_path, cache_dir, tiny_dir,
+                                                      tiny_generator_dir):
+    """A writer named by its path, as a user names GPL's doc2query model by its hub name: a tiny
+    random T5 (passage in, query out) and a tiny random Llama (a prompt completed) each write the
+    queries that `selfsup train distill` trains on, and the model's record names the writer."""
+    for kind in ('t5', 'llama'):
+        spec = (f'distill:generator={tiny_generator_dir[kind]},model_name={tiny_dir},'
+                f'queries=sampled,n_queries=6,teacher=bm25,depth=10,verdict_share=0')
+        ran = selfsup('train', spec, '-c', 'classic/adi', '--cache-dir', str(cache_dir),
+                      cwd=tmp_path)
+        assert ran.returncode == 0, ran.stderr
+        final = Path(re.search(r'trained .* on classic/adi: (\S+)', ran.stdout).group(1))
+        record = json.loads((final.parent / 'model.json').read_text())
+        assert record['queries']['generator'] == str(tiny_generator_dir[kind])
+        written = [p for p in (cache_dir / 'queries').glob('classic_adi.sampled-*') if p.is_dir()]
+        assert written, 'the queries were written and kept'
+
+
 def test_a_file_of_ones_own_documents_is_a_collection_on_the_command_line(tmp_path, cache_dir):
     """What a user with a JSON lines file of documents does: `selfsup run` says there is nothing
     to evaluate (no judgements); `selfsup train distill -c FILE --output DIR` adapts MiniLM to

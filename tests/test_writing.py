@@ -377,3 +377,48 @@ def test_a_change_to_the_writers_prompts_raises_the_writer_version():
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     assert {2: '08a9175e7cbd'}.get(WRITER_VERSION) == digest, \
         "the writer's prompts changed: raise WRITER_VERSION and record the new digest here"
+
+
+def test_a_doc2query_model_writes_sampled_queries_reading_the_passage_alone(tiny_generator,
+                                                                             tmp_path, monkeypatch):
+    """GPL's kind of writer (a seq2seq model, passage in, query out), as a tiny random T5: the
+    pipelines' sampled source writes through it, the same queries from the same seed, and a
+    stopped write resumes to them."""
+    from pyterrier_selfsup import Collection
+    from pyterrier_selfsup.context import RunContext
+    from pyterrier_selfsup.harness.topics import training_topics
+    from pyterrier_selfsup.models.doc2query import Doc2QueryWriter
+    gen = tiny_generator('t5', max_passage_length=32)
+    writer = gen.writer()
+    assert isinstance(writer, Doc2QueryWriter) and writer.config()['kind'] == 'doc2query'
+    with pytest.raises(ValueError, match='reads the passage alone'):
+        gen.writer(style='chat')
+    coll = Collection('classic/adi')
+    topics = training_topics(coll, 'sampled', 12, generator=gen,
+                             run=RunContext(cache_dir=tmp_path / 'a'))
+    again = training_topics(coll, 'sampled', 12, generator=gen,
+                            run=RunContext(cache_dir=tmp_path / 'b'))
+    assert 0 < len(topics) <= 12 and topics.equals(again)
+    docnos = {d['docno'] for d in coll.corpus_iter()}
+    assert set(topics['source_docno']) <= docnos
+    # three samples a passage, drawn per batch from the writer's stream: a write stopped after
+    # its first batch resumes to what one never stopped writes
+    from pyterrier_selfsup.models import doc2query
+    passages = coll.texts(sorted(docnos)[:5])
+    writer.batch_size = 2
+    whole = writer.write(passages, 3, do_sample=True, top_p=0.9,
+                         generator=torch.Generator().manual_seed(1))
+    assert all(len(q) == 3 for q in whole)
+    checkpoint, save = tmp_path / 'writing.pt', doc2query.save_checkpoint
+
+    def stopped(*args, **kwargs):
+        save(*args, **kwargs)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(doc2query, 'save_checkpoint', stopped)
+    with pytest.raises(KeyboardInterrupt):
+        writer.write(passages, 3, do_sample=True, top_p=0.9,
+                     generator=torch.Generator().manual_seed(1), checkpoint=checkpoint)
+    monkeypatch.setattr(doc2query, 'save_checkpoint', save)
+    assert writer.write(passages, 3, do_sample=True, top_p=0.9,
+                        generator=torch.Generator().manual_seed(1),
+                        checkpoint=checkpoint) == whole

@@ -37,6 +37,7 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from pyterrier_selfsup._cache import weights_fingerprint
 from pyterrier_selfsup.models.batching import clean_texts, pad
+from pyterrier_selfsup.models.doc2query import Doc2QueryWriter
 from pyterrier_selfsup.models.gguf_conversion import dequantised
 from pyterrier_selfsup.models.kv_cache import (PrefixCache, cache_argument, cache_of,
                                                full_attention_layers)
@@ -342,10 +343,12 @@ class Generator(TorchModel):
         output stops at the first line (:func:`~pyterrier_selfsup.models.writing.generated`)."""
         return generated(self, passages, max_new_tokens=max_new_tokens, **kwargs)
 
-    def writer(self, **kwargs) -> QueryWriter:
-        """A :class:`~pyterrier_selfsup.models.writing.QueryWriter` of queries for passages
-        with this (decoder-only) generator: one prefill a passage shared by its samples."""
-        return QueryWriter(self, **kwargs)
+    def writer(self, **kwargs) -> Union[QueryWriter, Doc2QueryWriter]:
+        """A writer of queries for passages with this generator: a decoder-only model's
+        :class:`~pyterrier_selfsup.models.writing.QueryWriter` (one prefill a passage shared by
+        its samples), or a seq2seq doc2query model's
+        :class:`~pyterrier_selfsup.models.doc2query.Doc2QueryWriter` (the passage alone)."""
+        return (Doc2QueryWriter if self.is_seq2seq else QueryWriter)(self, **kwargs)
 
     def scorer(self, normalise: str = 'mean', text_field: str = 'text',
                cache: Optional[Union[str, Path]] = None) -> 'ReconstructionScorer':

@@ -196,7 +196,12 @@ class DistillationSettings(MethodSettings):
     """Distillation of a fused teacher (BM25 and the student itself) into the student, in rounds."""
     queries: str = setting('sampled', QUERIES_HELP, group='queries')
     n_queries: int = setting(2000, N_QUERIES_HELP, group='queries')
-    generator: str = setting('smollm2', 'The generator that writes queries (smollm2 or qwen).',
+    generator: str = setting('smollm2', 'The generator that writes queries: smollm2, qwen, or '
+                                        'any hub name or path (an instruct model through its '
+                                        'chat template with query_style=chat; a seq2seq '
+                                        'doc2query model, such as GPL\'s '
+                                        'BeIR/query-gen-msmarco-t5-base-v1, the passage '
+                                        'alone).',
                              group='queries')
     query_style: str = setting('plain', 'The writer\'s prompt: plain or chat.', group='queries',
                                choices=('plain', 'chat'))
