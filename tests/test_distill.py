@@ -514,3 +514,48 @@ def test_the_frame_given_to_fit_says_what_the_queries_are(tiny_encoder, cache_di
     trainer.fit(coll.topics())
     assert (trainer.settings.passages, trainer.settings.rounds) == ('offsets', 5)
     assert trainer.encoder.passage_offsets is not None and trainer.state['epoch'] == 5
+
+
+@pytest.fixture(scope='module')
+def tiny_cross_encoder(tiny_dir, tmp_path_factory):
+    """A tiny random cross-encoder (the tiny BERT with a one-label head), saved as
+    sentence-transformers' CrossEncoder loads it."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+    config = AutoConfig.from_pretrained(tiny_dir)
+    config.num_labels = 1
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp('tiny-cross-encoder')
+    AutoModelForSequenceClassification.from_config(config).save_pretrained(out)
+    AutoTokenizer.from_pretrained(tiny_dir).save_pretrained(out)
+    return out
+
+
+def test_a_cross_encoder_scores_the_teachers_candidates(tiny_cross_encoder, tiny_dir, cache_dir,
+                                                        tmp_path):
+    from sentence_transformers import CrossEncoder
+
+    from pyterrier_selfsup.context import RunContext
+    from pyterrier_selfsup.harness import store, trained
+    from pyterrier_selfsup.harness.methods import teacher_pipeline
+    from pyterrier_selfsup.models.cross_encoder import CrossEncoderScorer
+    coll = Collection('classic/adi')
+    topics = coll.topics().head(2)
+    bm25 = BM25.from_collection(coll, num_results=5, cache_dir=cache_dir)
+    scored = (bm25 >> coll.text_loader() >> CrossEncoderScorer(str(tiny_cross_encoder)))(topics)
+    expected = CrossEncoder(str(tiny_cross_encoder), device='cpu').predict(
+        list(zip(scored['query'], scored['text'])))
+    np.testing.assert_allclose(scored['score'], expected, rtol=1e-5)
+    for _, ranked in scored.groupby('qid'):  # (ranked by the new score)
+        assert ranked.sort_values('rank')['score'].is_monotonic_decreasing
+    # as a part of the teacher: every fused candidate it ranks (the top depth) gets its score
+    teacher = teacher_pipeline(coll, 'bm25+ce', depth=20, rerank_depth=20,
+                               cross_encoder=str(tiny_cross_encoder),
+                               run=RunContext(cache_dir=cache_dir))
+    ranked = teacher(topics)
+    assert ranked['z_ce'].notna().all() and len(ranked) == 40
+    # and distillation trains from it, its record naming the cross-encoder
+    settings = {'teacher': 'bm25+ce', 'cross_encoder': str(tiny_cross_encoder), 'depth': 10,
+                'model_name': str(tiny_dir), 'queries': 'sentences', 'n_queries': 16,
+                'verdict_share': 0.0}
+    final = trained.train(coll, 'distill', settings, RunContext(cache_dir=tmp_path))
+    assert store.read_settings(final).cross_encoder == str(tiny_cross_encoder)

@@ -16,6 +16,7 @@ from pyterrier_selfsup.context import SILENT, RunContext
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.sources import GENERATED, QuerySource
 from pyterrier_selfsup.harness.topics import distillation_topics, source_topics
+from pyterrier_selfsup.models.cross_encoder import GPL_CROSS_ENCODER, CrossEncoderScorer
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.models.generator import MAX_PASSAGE_LENGTH, Generator, load_generator
 from pyterrier_selfsup.models.reatt import ReAtt
@@ -77,10 +78,11 @@ def _cross_document_adjustment(collection: Collection, s: CrossDocumentAdjustmen
 
 def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: int = 100,
                      rerank_depth: int = 10, generator: Union[None, str, Generator] = None,
-                     run: RunContext = SILENT) -> Fusion:
+                     cross_encoder: Optional[str] = None, run: RunContext = SILENT) -> Fusion:
     """The teacher ``spec`` names (:func:`parse_teacher`) over ``collection``, as a PyTerrier
     retriever: its parts' top ``depth`` fused by weighted per-query z-scores, their indexes in
-    ``run``'s cache."""
+    ``run``'s cache. Re-rankers (``gen``, ``ce``) score the fused top ``rerank_depth``; ``ce``
+    with ``cross_encoder`` (GPL's by default)."""
     from pyterrier_selfsup.models.score_cache import score_cache_dir
     cache_dir, shows = run.cache_dir, run.verbose and distributed()[0] == 0
     weights = parse_teacher(spec)
@@ -96,6 +98,9 @@ def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: 
             if student is None:
                 raise ValueError(f'teacher {spec!r} names the student, and no student is given')
             stages[part] = student
+        elif part == 'ce':
+            rerankers[part] = collection.text_loader() >> CrossEncoderScorer(
+                cross_encoder or GPL_CROSS_ENCODER)
         else:
             gen = (load_generator(generator or 'smollm2', cache_dir=cache_dir)
                    if not isinstance(generator, Generator) else generator)
@@ -117,8 +122,11 @@ def _distillation(collection: Collection, s: DistillationSettings, run: RunConte
     encoder = DualEncoder.from_pretrained(s.model_name, precision=s.precision)
 
     def teacher(student):
+        # (a cross-encoder scores every candidate the student learns from)
+        rerank = s.depth if 'ce' in parse_teacher(s.teacher) else 10
         return teacher_pipeline(collection, s.teacher, student=student, depth=s.fusion_depth,
-                                generator=gen, run=run)
+                                rerank_depth=rerank, generator=gen,
+                                cross_encoder=s.cross_encoder, run=run)
 
     if 'student' not in parse_teacher(s.teacher):  # one pipeline for every round, ranked once
         teacher = teacher(None)

@@ -275,14 +275,17 @@ register(PipelineSpec(
 
 def fused_teacher(collection: Collection, run: RunContext = SILENT, *, teacher: str,
                   fusion_depth: int, model_name: str = MINILM, generator: str = 'smollm2',
-                  num_results: int = 1000):
-    """The distillation teacher as a retriever, with the zero-shot ``model_name`` as its student."""
+                  cross_encoder: Optional[str] = None, depth: int = 30, num_results: int = 1000):
+    """The distillation teacher as a retriever, with the zero-shot ``model_name`` as its student
+    (a cross-encoder part scores its top ``depth``, the candidates a student learns from)."""
     student = (DenseRetriever.from_dual_encoder(collection, model_name, cache_dir=run.cache_dir,
                                                 verbose=run.verbose)
                if 'student' in parse_teacher(teacher) else None)
+    rerank = depth if 'ce' in parse_teacher(teacher) else 10
     return teacher_pipeline(collection, teacher, student=student, depth=fusion_depth,
-                                    generator=generator, run=run.replace(verbose=False)
-                                    ) % num_results
+                            rerank_depth=rerank, generator=generator,
+                            cross_encoder=cross_encoder, run=run.replace(verbose=False)
+                            ) % num_results
 
 
 def hybrid_retriever(collection: Collection, run: RunContext = SILENT, *, bm25_weight: float = 1.0,
@@ -298,10 +301,13 @@ register(PipelineSpec(
     'teacher',
     'the distillation teacher as a retriever: BM25 and the zero-shot student (all-MiniLM-L6-v2), '
     'each one\'s top fusion_depth fused by per-query z-scores (teacher=2*bm25+student weights '
-    'them; +gen adds SmolLM2\'s query likelihood on the fused top 10)',
+    'them; +gen adds SmolLM2\'s query likelihood on the fused top 10; +ce a cross-encoder\'s '
+    'scores on the fused top depth, cross_encoder=NAME)',
     fused_teacher,
     dict(teacher=DEFAULTS['distill']['teacher'], fusion_depth=DEFAULTS['distill']['fusion_depth'],
-         model_name=MINILM, generator='smollm2', num_results=1000)))
+         model_name=MINILM, generator='smollm2',
+         cross_encoder=DEFAULTS['distill']['cross_encoder'], depth=DEFAULTS['distill']['depth'],
+         num_results=1000)))
 
 register(PipelineSpec(
     'distill',

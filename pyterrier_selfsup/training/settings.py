@@ -219,8 +219,12 @@ class DistillationSettings(MethodSettings):
     precision: str = setting('fp32', 'The student\'s precision while it trains: fp32, bf16 or '
                                      'auto.', group='model', choices=('fp32', 'bf16', 'auto'))
     teacher: str = setting('bm25+student', 'The teacher\'s parts and weights: bm25, student, '
-                                           'minilm, gen, joined by +, each with an optional weight '
-                                           '(2*bm25).', group='teacher')
+                                           'minilm, gen, ce (a cross-encoder), joined by +, each '
+                                           'with an optional weight (2*bm25).', group='teacher')
+    cross_encoder: str = setting(
+        'cross-encoder/ms-marco-MiniLM-L-6-v2', 'The cross-encoder that the teacher\'s ce part '
+        'scores the fused candidates with (GPL\'s, by default), by hub name or path; read only '
+        'where the teacher names ce.', group='teacher')
     fusion_depth: int = setting(100, 'How deep each part of the teacher ranks before fusion.',
                                 group='teacher')
     depth: int = setting(30, 'The teacher\'s top this many are each query\'s candidates.',
@@ -309,7 +313,8 @@ SETTINGS: Dict[str, Type[MethodSettings]] = {
 
 def parse_teacher(spec: str) -> Dict[str, float]:
     """A teacher named by its parts and their weights: ``bm25+student`` (1:1),
-    ``2*bm25+student``, ``bm25+student+gen``. The parts are :data:`TEACHER_PARTS`."""
+    ``2*bm25+student``, ``bm25+student+gen``, ``bm25+student+ce``. The parts are
+    :data:`TEACHER_PARTS`."""
     weights = {}
     for term in spec.split('+'):
         weight, _, part = term.strip().rpartition('*')
@@ -321,5 +326,6 @@ def parse_teacher(spec: str) -> Dict[str, float]:
 
 
 # bm25: BM25; student: the student as it is at each round; minilm: the start model, frozen;
-# gen: the generator's query likelihood on the fused top ``rerank_depth`` (its scores cached)
-TEACHER_PARTS = ('bm25', 'student', 'minilm', 'gen')
+# gen: the generator's query likelihood on the fused top ``rerank_depth`` (its scores cached);
+# ce: a cross-encoder's scores (the setting cross_encoder) on the fused candidates
+TEACHER_PARTS = ('bm25', 'student', 'minilm', 'gen', 'ce')
