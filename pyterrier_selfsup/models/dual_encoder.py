@@ -15,7 +15,7 @@ import copy
 import json
 import math
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -30,7 +30,7 @@ from pyterrier_selfsup.models.hub import read_saved_config
 from pyterrier_selfsup.models.precision import linears_held_in, resolve_device
 from pyterrier_selfsup.models.trainable import TrainableModel
 from pyterrier_selfsup.models._openvino import CALIBRATION_TEXTS, OpenVinoSides
-from pyterrier_selfsup.models._token_ids import KeptTokenIds, splits_at_spaces, tokenize_cut
+from pyterrier_selfsup.models.side_tokenizer import SideTokenizer
 from pyterrier_selfsup.models.offsets import PassageOffsets
 from pyterrier_selfsup.models.st_format import (PASSAGE_ENCODER_DIR, export_sentence_transformers,
                                                 is_sentence_transformer,
@@ -44,9 +44,6 @@ POOLINGS = ('cls', 'mean', 'last')
 NO_PROMPTS = {'query': '', 'passage': ''}
 # texts an inference batch holds at full length, by device type (see DualEncoder)
 INFERENCE_BATCH = {'cpu': 32, 'cuda': 256}
-# token ids a trainer keeps between refreshes of its index: 256 MB of ids, and about 200 bytes
-# a passage besides (MS MARCO's 8.8M passages need about 600M ids)
-KEPT_TOKENS = 2 ** 26
 
 
 class DualEncoderModel(torch.nn.Module):
@@ -130,7 +127,7 @@ class DualEncoderModel(torch.nn.Module):
         return pooled
 
 
-class DualEncoder(BiEncoder, TrainableModel):
+class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
     """A dense retriever with a trainable shared encoder and query/passage projections.
 
     Build one with :meth:`from_pretrained` (any Hugging Face encoder, a
@@ -180,9 +177,10 @@ class DualEncoder(BiEncoder, TrainableModel):
         # learned offsets of passage vectors (a query-tower-only training's moving passage side):
         # applied where the index is built, never by encode_docs (see models/offsets.py)
         self.passage_offsets: Optional[PassageOffsets] = None
-        # (see token_ids) by max_length: the Rust tokenizer, and whether a long text may be cut
+        # (SideTokenizer's) by max_length: the Rust tokenizer, and whether a long text may be cut;
+        # and the passages' kept token ids (see keep_passage_token_ids)
         self._rust_tokenizers: Dict[int, Tuple[Tokenizer, bool]] = {}
-        self._kept_ids: Optional[KeptTokenIds] = None  # (see keep_passage_token_ids)
+        self._kept_ids = None
 
     # -- construction and persistence -------------------------------------------------
 
@@ -315,65 +313,6 @@ class DualEncoder(BiEncoder, TrainableModel):
         self.passage_offsets = PassageOffsets.load(path)
 
     # -- encoding ---------------------------------------------------------------------
-
-    def side_max_length(self, side: str) -> int:
-        """The tokens a text of ``side`` (``'query'`` or ``'passage'``) is cut to."""
-        return self.query_max_length if side == 'query' else self.max_length
-
-    def prompted(self, texts: Sequence, side: str) -> List[str]:
-        """``texts`` (cleaned) as ``side`` reads them: each after the side's prompt."""
-        prompt = self.prompts[side]
-        texts = clean_texts(list(texts))
-        return [prompt + t for t in texts] if prompt else texts
-
-    def tokenize(self, texts: List[str], side: str, padding: Union[bool, str] = True):
-        """The tokenizer's batch of ``texts`` as ``side`` reads them (its prompt, its max
-        length)."""
-        return self._tokenized(self.prompted(texts, side), side, padding)
-
-    def _tokenized(self, texts: List[str], side: str, padding: Union[bool, str] = True):
-        return self.tokenizer(texts, padding=padding, truncation=True,
-                              max_length=self.side_max_length(side),
-                              return_tensors='pt' if padding else None)
-
-    def token_ids(self, texts: List[str], side: str) -> List[Sequence[int]]:
-        """The ids :meth:`tokenize` gives ``texts`` (truncated, unpadded), from the fast
-        tokenizer's Rust code directly where there is one: Hugging Face's wrapper around it
-        builds Python lists of masks and type ids that inference never reads, which costs as
-        much as the tokenization itself on a many-core machine. The Rust tokenizer is a copy
-        of the wrapper's, so that its truncation setting is its own. A text far longer than
-        the ids kept is cut at a word's end before tokenization (:func:`tokenize_cut`, the
-        same ids), and passages' ids are kept between calls where
-        :meth:`keep_passage_token_ids` says so."""
-        texts = self.prompted(texts, side)
-        # (read once: another thread may let the kept ids go meanwhile)
-        kept = self._kept_ids if side == 'passage' else None
-        if kept is not None:
-            return kept.ids(texts, lambda missing: self._token_ids(missing, side))
-        return self._token_ids(texts, side)
-
-    def _token_ids(self, texts: List[str], side: str) -> List[List[int]]:
-        max_length = self.side_max_length(side)
-        if not getattr(self.tokenizer, 'is_fast', False):
-            return self._tokenized(texts, side, padding=False)['input_ids']
-        if max_length not in self._rust_tokenizers:
-            backend = Tokenizer.from_str(self.tokenizer.backend_tokenizer.to_str())
-            backend.no_padding()
-            backend.enable_truncation(max_length, direction=self.tokenizer.truncation_side)
-            cuts = self.tokenizer.truncation_side == 'right' and splits_at_spaces(backend)
-            self._rust_tokenizers[max_length] = backend, cuts
-        backend, cuts = self._rust_tokenizers[max_length]
-        encode = getattr(backend, 'encode_batch_fast', backend.encode_batch)  # (no offsets)
-
-        def ids(some: List[str]) -> List[List[int]]:
-            return [e.ids for e in encode(some)]
-        return tokenize_cut(ids, texts, max_length) if cuts else ids(texts)
-
-    def keep_passage_token_ids(self, max_tokens: Optional[int] = KEPT_TOKENS):
-        """Keeps the token ids of the passages it encodes, up to ``max_tokens`` ids in all
-        (4 bytes each), so that encoding the same corpus again (a trainer's index refresh)
-        skips their tokenization; None lets them go. Copies of the encoder share them."""
-        self._kept_ids = KeptTokenIds(max_tokens) if max_tokens else None
 
     def encode(self, texts: List[str], side: str) -> torch.Tensor:
         """Embeddings of ``texts`` with gradients, in one batch (for training)."""
