@@ -57,6 +57,9 @@ class DistantSupervisionSettings(MethodSettings):
     passage."""
     queries: str = setting('sentences', QUERIES_HELP, group='queries')
     n_queries: int = setting(5000, N_QUERIES_HELP, group='queries')
+    generator: str = setting('smollm2', 'The generator that writes queries=generated, sampled or '
+                                        'roundtrip (a name, a hub name or a path).',
+                             group='queries')
     model_name: str = setting(MINILM, 'The encoder that starts training (a Hugging Face name or a '
                                       'path).', group='model')
     dim: Optional[int] = setting(None, 'The dimension of the query and passage projections; None: '
