@@ -254,6 +254,14 @@ def test_train_trains_once_without_evaluating_and_run_picks_the_model_up(tmp_pat
     final = Path(re.search(r'trained .* on classic/adi: (\S+)', proc.stdout).group(1))
     assert final.name == 'final' and (final / 'dual_encoder.json').is_file()
     assert (final.parent / 'training_log.jsonl').is_file() and 'nDCG' not in proc.stdout
+    # every trained dual encoder loads in sentence-transformers, to the package's vectors
+    from sentence_transformers import SentenceTransformer
+
+    from pyterrier_selfsup import DualEncoder
+    texts = ['automatic indexing', 'the retrieval of documents']
+    ours = DualEncoder.from_pretrained(str(final), device='cpu', precision='fp32')
+    theirs = SentenceTransformer(str(final), device='cpu')
+    np.testing.assert_allclose(theirs.encode_query(texts), ours.encode_queries(texts), atol=1e-5)
     trained = os.stat(final / 'dual_encoder.json').st_mtime_ns
     again = selfsup('train', ds, '-c', 'classic/adi', '--cache-dir', str(cache_dir), cwd=tmp_path)
     assert again.returncode == 0 and str(final) in again.stdout

@@ -179,10 +179,9 @@ class Distillation(DualEncoderTrainer):
         return self.passages.with_pull(self, loss, pull)
 
     def save_extra(self, path):
-        """Saves the passage side's state, and the final model in the sentence-transformers
-        layout as well (its projections included; passage offsets have no counterpart there)."""
-        if path.name == 'final':
-            self.encoder.save_sentence_transformers(path)
+        """Saves the passage side's state beside the model, and the final model in the
+        sentence-transformers layout (passage offsets have no counterpart there)."""
+        super().save_extra(path)
         self.passages.save(path)
 
     def load_extra(self, path):

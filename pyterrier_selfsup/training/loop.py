@@ -314,3 +314,10 @@ class DualEncoderTrainer(Trainer):
     def retriever(self, fresh: bool = False) -> DenseRetriever:
         return dense_retriever(self.collection, self.encoder, fresh=fresh, cache_dir=self.cache_dir,
                                verbose=self.shows)
+
+    def save_extra(self, path: Path):
+        """The final model in the sentence-transformers layout as well, beside the package's
+        own, so that ``SentenceTransformer(path)`` gives its vectors (a method that saves more
+        calls this too)."""
+        if path.name == 'final':
+            self.encoder.save_sentence_transformers(path)

@@ -139,6 +139,7 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
             self.generator.model.train(on)
 
     def save_extra(self, path: Path):
+        super().save_extra(path)
         if self.generator.trainable:
             self.generator.save_pretrained(path / 'generator')
 
