@@ -19,22 +19,7 @@ git clone -q . "$clone"
 cd "$clone"
 export SELFSUP_CACHE="$clone/.trial-cache"  # empty: every index and model is built here
 
-step() {  # step TITLE COMMAND...: runs the command, and writes its time and output to OUT
-  local title="$1"; shift
-  local started log rc
-  started=$(date +%s); log="$(mktemp)"
-  "$@" > "$log" 2>&1; rc=$?
-  {
-    echo "## $title"
-    echo
-    echo "\$ $*"
-    echo "exit status $rc, $(( $(date +%s) - started )) s"
-    echo
-    grep -v -e 'it/s]' -e '^Loading weights' -e 'Writing model shards' "$log" | tail -n 40
-    echo
-  } >> "$out"
-  return $rc
-}
+source scripts/trial_step.sh  # step TITLE COMMAND... (the clone's copy)
 
 {
   echo "# A new user's first steps on a fresh clone at $rev"

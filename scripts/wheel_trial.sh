@@ -19,23 +19,8 @@ out="$root/${1:-experiments/results/wheel_trial-$rev.txt}"
 work="$(mktemp -d)"
 eval "$(../shared/bin/offline-assets 2>/dev/null)"  # (MiniLM's tokenizer and ADI, offline)
 
-step() {  # step TITLE COMMAND...: runs the command, and writes its time and output to OUT
-  local title="$1"; shift
-  local started log rc
-  started=$(date +%s); log="$(mktemp)"
-  "$@" > "$log" 2>&1; rc=$?
-  {
-    echo "## $title"
-    echo
-    echo "\$ $*"
-    echo "exit status $rc, $(( $(date +%s) - started )) s"
-    echo
-    grep -v -e 'it/s]' -e '^Loading weights' -e 'Writing model shards' -e '^WARNING: Location' \
-      "$log" | tail -n 30
-    echo
-  } >> "$out"
-  return $rc
-}
+STEP_LINES=30
+source "$root/scripts/trial_step.sh"  # step TITLE COMMAND...
 
 {
   echo "# Your own models, from a wheel installed outside the repository, at $rev"

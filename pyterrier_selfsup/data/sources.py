@@ -87,10 +87,11 @@ def example_pairs(name: Optional[str], n: int = EXAMPLE_PAIRS, seed: int = 0) ->
     return list(zip(texts, picked['query']))
 
 
-def _texts_digest(topics: pd.DataFrame) -> str:
+def _lines_digest(lines) -> str:
+    """A digest of ``lines`` (strings), in order."""
     digest = hashlib.sha256()
-    for qid, query in zip(topics['qid'], topics['query']):
-        digest.update(f'{qid}\t{query}\n'.encode())
+    for line in lines:
+        digest.update(f'{line}\n'.encode())
     return digest.hexdigest()[:16]
 
 
@@ -175,7 +176,7 @@ class QuerySource:
             if self.queries == 'sampled':
                 out['writer'] = {
                     'style': self.style, 'per_passage': self.per_passage, 'sampling': SAMPLING,
-                    'examples': (_texts_digest(pd.DataFrame({'qid': '', 'query': texts}))
+                    'examples': (_lines_digest(texts)
                                  if (texts := example_texts(self.examples)) else None),
                     'pairs': self.pairs}
             if self.queries == 'roundtrip':
@@ -183,7 +184,8 @@ class QuerySource:
         else:
             out['source'] = ('crossfold' if self.queries == CROSSFOLD else
                              'file' if query_file(self.queries) else 'topics')
-            out['texts'] = _texts_digest(self.log(collection))
+            log = self.log(collection)
+            out['texts'] = _lines_digest(f'{q}\t{t}' for q, t in zip(log['qid'], log['query']))
             if self.queries == CROSSFOLD:
                 out.update(collection=collection.name, fold=self.fold, folds=CROSS_FOLDS)
         return out

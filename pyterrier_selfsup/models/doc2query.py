@@ -15,7 +15,7 @@ import torch
 
 from pyterrier_selfsup.models.batching import pad
 from pyterrier_selfsup.models.prompts import first_line
-from pyterrier_selfsup.models.writer_checkpoint import checkpoint_key, resume, save_checkpoint
+from pyterrier_selfsup.models.writer_checkpoint import resume_write, save_checkpoint
 from pyterrier_selfsup.progress import progress
 
 
@@ -60,15 +60,10 @@ class Doc2QueryWriter:
         ids = self.generator.passage_ids(passages)
         order = np.argsort([-len(x) for x in ids], kind='stable')  # (little padding a batch)
         out: List[Optional[List[str]]] = [None] * len(ids)
-        begin, key = 0, None
-        if checkpoint is not None:
-            if do_sample and generator is None:
-                raise ValueError('a checkpointed write samples from a generator of its own '
-                                 '(generator=torch.Generator().manual_seed(...))')
-            key = checkpoint_key(ids, n, self.config(), self.generator.fingerprint(), generator,
-                                 do_sample=do_sample, temperature=temperature, top_p=top_p,
-                                 top_k=top_k, max_new_tokens=max_new_tokens)
-            begin = resume(Path(checkpoint), key, out, generator)
+        begin, key = resume_write(checkpoint, out, ids, n, self.config(),
+                                  self.generator.fingerprint(), generator, do_sample=do_sample,
+                                  temperature=temperature, top_p=top_p, top_k=top_k,
+                                  max_new_tokens=max_new_tokens)
         sampling = dict(do_sample=True, temperature=temperature, top_p=top_p,
                         **({'top_k': top_k} if top_k is not None else {})) if do_sample else {}
         pad_id = self.generator.tokenizer.pad_token_id

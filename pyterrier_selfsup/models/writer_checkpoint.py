@@ -7,7 +7,7 @@ import hashlib
 import json
 import logging
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -60,3 +60,18 @@ def save_checkpoint(path: Path, key: str, done: int, out: List[Optional[List[str
     with written_whole(path, "the query writer's checkpoint") as partial:
         torch.save({'key': key, 'done': done, 'out': out,
                     'rng': generator.get_state() if generator is not None else None}, partial)
+
+
+def resume_write(checkpoint: Optional[Path], out: List[Optional[List[str]]], ids: List[List[int]],
+                 n: int, config: dict, model: str, generator: Optional[torch.Generator], *,
+                 do_sample: bool, **settings) -> Tuple[int, Optional[str]]:
+    """Where a write with ``checkpoint`` begins: the passages (in writing order) the file holds
+    queries for, put into ``out``, and the checkpoint's key (:func:`checkpoint_key`); 0 and None
+    without a checkpoint. A sampled write checkpoints only with a random stream of its own."""
+    if checkpoint is None:
+        return 0, None
+    if do_sample and generator is None:
+        raise ValueError('a checkpointed write samples from a generator of its own '
+                         '(generator=torch.Generator().manual_seed(...))')
+    key = checkpoint_key(ids, n, config, model, generator, do_sample=do_sample, **settings)
+    return resume(Path(checkpoint), key, out, generator), key

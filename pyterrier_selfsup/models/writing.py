@@ -48,7 +48,7 @@ from pyterrier_selfsup.models.prompts import (EXAMPLES_INTRO, INSTRUCTION, PAIR_
                                               cut_to_tokens, first_line, writer_prompt)
 from pyterrier_selfsup.models.writer_cache import (NEW_TOKENS_RESERVED, SharedPrefix,
                                                    WriterCache, writer_attention)
-from pyterrier_selfsup.models.writer_checkpoint import checkpoint_key, resume, save_checkpoint
+from pyterrier_selfsup.models.writer_checkpoint import resume_write, save_checkpoint
 from pyterrier_selfsup.progress import progress
 
 logger = logging.getLogger(__name__)
@@ -213,17 +213,10 @@ class QueryWriter:
         # by length: little padding in a batch
         order = np.argsort([-len(x) for x in ids], kind='stable')
         out: List[Optional[List[str]]] = [None] * len(ids)
-        begin = 0
-        if checkpoint is not None:
-            if do_sample and generator is None:
-                raise ValueError('a checkpointed write samples from a generator of its own '
-                                 '(generator=torch.Generator().manual_seed(...))')
-            key = checkpoint_key(ids, n, self.config(), self.generator.fingerprint(),
-                                  generator, do_sample=do_sample, temperature=temperature,
-                                  top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
-                                  shared=shared)
-            checkpoint = Path(checkpoint)
-            begin = resume(checkpoint, key, out, generator)
+        begin, key = resume_write(checkpoint, out, ids, n, self.config(),
+                                  self.generator.fingerprint(), generator, do_sample=do_sample,
+                                  temperature=temperature, top_p=top_p, top_k=top_k,
+                                  max_new_tokens=max_new_tokens, shared=shared)
         batches = progress(range(begin, len(order), self.batch_size), total=len(order),
                            desc='writing queries', unit='passage', initial=begin,
                            count=lambda start: len(order[start:start + self.batch_size]),
@@ -243,7 +236,7 @@ class QueryWriter:
                 for j, i in enumerate(idx):
                     out[i] = [first_line(t) for t in texts[j * n:(j + 1) * n]]
                 if checkpoint is not None:
-                    save_checkpoint(checkpoint, key, start + len(idx), out, generator)
+                    save_checkpoint(Path(checkpoint), key, start + len(idx), out, generator)
         return out
 
     def shared_prefix(self, prompts: List[List[int]]) -> Optional['SharedPrefix']:
