@@ -19,7 +19,8 @@ from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup import BM25, Collection, DualEncoder, MINILM
 from pyterrier_selfsup._distributed import distributed
 from pyterrier_selfsup.data.queries import Query, corpus_sentences, cropped_spans
-from pyterrier_selfsup.retrieval.fusion import Fusion, fuse, softmax_by_query, zscores
+from pyterrier_selfsup.retrieval.fusion import (Fusion, FusedScores, fuse, softmax_by_query,
+                                               zscores)
 from pyterrier_selfsup.training.distill import Distillation
 from pyterrier_selfsup.training.losses import (candidate_table, distillation_loss, listwise_kl,
                                                margin_mse, top1_agreement, top_overlap)
@@ -90,6 +91,40 @@ def test_reranker_scores_only_the_fused_top(monkeypatch):
     assert fused['docno'].tolist()[:2] == ['b', 'a']
     assert fused.set_index('docno')['z_gen'].to_dict() == pytest.approx(
         {'a': -1, 'b': 1, 'c': -1, 'd': -1})
+
+
+def test_stages_weighted_zero_mine_the_candidates_that_the_rerankers_alone_score():
+    # the student's order is d, c, b, a; docno order would hand the re-ranker a and b
+    student = _run('q', ['d', 'c', 'b', 'a'], [4.0, 3.0, 2.0, 1.0])
+    seen = []
+
+    class Labeller(pt.Transformer):
+        def transform(self, inp):
+            seen.extend(inp['docno'])
+            return inp.assign(score=[{'c': 5.0, 'd': 1.0}[d] for d in inp['docno']])
+
+    fused = Fusion({'student': Frame(student)}, weights={'student': 0.0},
+                   rerankers={'ce': Labeller()}, rerank_depth=2)(
+        pd.DataFrame({'qid': ['q'], 'query': ['x']}))
+    assert sorted(seen) == ['c', 'd']
+    # the labeller's z-scores alone (the student's weight is 0), the rest at its lowest
+    assert fused['docno'].tolist()[0] == 'c'
+    assert fused.set_index('docno')['score'].to_dict() == pytest.approx(
+        {'c': 1, 'd': -1, 'b': -1, 'a': -1})
+
+
+def test_fused_scores_rescore_another_retrievers_candidates_lowest_where_unreturned():
+    bm25 = _run('q', ['a', 'b', 'c'], [30.0, 20.0, 10.0])       # z: 1.2247, 0, -1.2247
+    dense = _run('q', ['b', 'd'], [0.9, 0.5])                     # z: 1, -1
+    fusion = Fusion({'bm25': Frame(bm25), 'dense': Frame(dense)})
+    z = math.sqrt(1.5)
+    candidates = pd.DataFrame({'qid': 'q', 'query': 'x', 'docno': ['d', 'b', 'e'],
+                               'score': [3.0, 2.0, 1.0], 'rank': [0, 1, 2]})
+    scored = FusedScores(fusion)(candidates)
+    # b: 0 + 1; d: -z (bm25's lowest) - 1; e, returned by neither: the fusion's lowest
+    assert dict(zip(scored['docno'], scored['score'])) == pytest.approx(
+        {'b': 1, 'd': -z - 1, 'e': -z - 1})
+    assert scored['docno'].tolist() == ['b', 'd', 'e'] and scored['rank'].tolist() == [0, 1, 2]
 
 
 def test_listwise_kl_against_brute_force_with_gradients():
@@ -559,3 +594,30 @@ def test_a_cross_encoder_scores_the_teachers_candidates(tiny_cross_encoder, tiny
                 'verdict_share': 0.0}
     final = trained.train(coll, 'distill', settings, RunContext(cache_dir=tmp_path))
     assert store.read_settings(final).cross_encoder == str(tiny_cross_encoder)
+
+
+def test_gpl_trains_its_recipe_with_a_doc2query_writer_and_a_cross_encoder(
+        tiny_cross_encoder, tiny_dir, tiny_generator_dir, tmp_path):
+    """The gpl pipeline with a user's models: a tiny T5 writes 3 queries a passage, the student
+    mines each query's top 10 and the tiny cross-encoder scores them, Margin-MSE trains both
+    towers; what ran is read back from the model's record."""
+    from pyterrier_selfsup.harness import store
+    from pyterrier_selfsup.harness.pipelines import get_pipeline
+    from pyterrier_selfsup.training.settings import GPL
+    spec = get_pipeline(f'gpl:generator={tiny_generator_dir["t5"]},cross_encoder='
+                        f'{tiny_cross_encoder},model_name={tiny_dir},n_queries=12,verdict_share=0')
+    final = spec.train(Collection('classic/adi'), RunContext(cache_dir=tmp_path))
+    ran = store.read_settings(final)
+    assert {k: getattr(ran, k) for k in GPL if k not in ('generator', 'cross_encoder')} == {
+        k: v for k, v in GPL.items() if k not in ('generator', 'cross_encoder')}
+    assert (ran.generator, ran.cross_encoder) == (str(tiny_generator_dir['t5']),
+                                                   str(tiny_cross_encoder))
+    assert (ran.teacher, ran.loss, ran.passages, ran.rounds) == (
+        '0*student+ce', 'margin_mse', 'trained', 1)
+    written = pd.read_json(next((tmp_path / 'queries').glob('classic_adi.sampled-*/topics*')),
+                           lines=True)
+    assert written.groupby('source_docno').size().max() == 3  # 3 a passage
+    start = DualEncoder.from_pretrained(str(tiny_dir), precision='fp32', device='cpu')
+    adapted = DualEncoder.from_pretrained(str(final), precision='fp32', device='cpu')
+    text = Collection('classic/adi').texts(['1'])
+    assert not np.allclose(start.encode_docs(text), adapted.encode_docs(text), atol=1e-4)

@@ -56,6 +56,9 @@ GENERALISE = ['bm25', 'dual_encoder', 'teacher'] + [f'distill:{side},rounds=5,ke
 # SmolLM2's chat prompt shown 3 (passage, query) pairs of another collection than the one adapted to
 PAIRS_CRANFIELD = 'distill:query_style=chat,example_pairs=cranfield'
 PAIRS_CISI = 'distill:query_style=chat,example_pairs=classic/cisi'
+# GPL's writer and cross-encoder are not on these machines: SmolLM2 writes, and BM25 and MiniLM fused
+# score the student's candidates in the cross-encoder's place
+GPL_STAND_IN = 'gpl:generator=smollm2,teacher=0*student+fused'
 # Each group as it ran. The groups that name settings removed since (keep, stop_overlap,
 # passage_offsets, min_round_steps, source_share, filter_depth) no longer run: get_pipeline refuses the name and
 # says which setting. Their results files stay, each naming the commit that wrote it.
@@ -219,6 +222,12 @@ GROUPS = {
                                                        f'{TRAIN},seed=2', 'hybrid:queries=beir/scifact/train']),
     'label_free_log': (FIVE[1:], ['bm25', 'minilm', 'teacher', 'distill:queries=crossfold',
                                   'hybrid:queries=crossfold']),
+    # issue 63 item 4: GPL's recipe (the gpl pipeline) with the models these machines hold in its
+    # writer's and its cross-encoder's places, beside distill's shipped setting, on each of the five
+    # local collections (scifact on its train split); a group a collection, each written as it ends
+    **{f'gpl_{name}': ([collection], ['bm25', 'dual_encoder', 'teacher', 'distill', GPL_STAND_IN])
+       for name, collection in (('adi', 'classic/adi'), ('cranfield', 'cranfield'), ('cisi', 'classic/cisi'),
+                                ('scifact', 'beir/scifact/train'), ('vaswani', 'vaswani'))},
 }
 
 

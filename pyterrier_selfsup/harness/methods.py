@@ -22,7 +22,7 @@ from pyterrier_selfsup.models.generator import MAX_PASSAGE_LENGTH, Generator, lo
 from pyterrier_selfsup.models.reatt import ReAtt
 from pyterrier_selfsup.retrieval.bm25 import BM25
 from pyterrier_selfsup.retrieval.dense import MINILM, DenseRetriever
-from pyterrier_selfsup.retrieval.fusion import Fusion
+from pyterrier_selfsup.retrieval.fusion import Fusion, FusedScores
 from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment, mask_token
 from pyterrier_selfsup.training.distant import DistantSupervision
 from pyterrier_selfsup.training.distill import Distillation
@@ -31,7 +31,8 @@ from pyterrier_selfsup.training.acrobart import Acrobart
 from pyterrier_selfsup.training.rumbart import Rumbart
 from pyterrier_selfsup.training.settings import (CrossDocumentAdjustmentSettings,
                                                  DistantSupervisionSettings, DistillationSettings,
-                                                 ReconstructionSettings, parse_teacher)
+                                                 LABELLING_PARTS, ReconstructionSettings,
+                                                 parse_teacher)
 
 Setup = Callable[..., Tuple[Trainer, pd.DataFrame]]
 
@@ -81,8 +82,9 @@ def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: 
                      cross_encoder: Optional[str] = None, run: RunContext = SILENT) -> Fusion:
     """The teacher ``spec`` names (:func:`parse_teacher`) over ``collection``, as a PyTerrier
     retriever: its parts' top ``depth`` fused by weighted per-query z-scores, their indexes in
-    ``run``'s cache. Re-rankers (``gen``, ``ce``) score the fused top ``rerank_depth``; ``ce``
-    with ``cross_encoder`` (GPL's by default)."""
+    ``run``'s cache. Re-rankers (``gen``, ``ce``, ``fused``) score the fused top
+    ``rerank_depth``; ``ce`` with ``cross_encoder`` (GPL's by default), ``fused`` with BM25 and
+    MiniLM fused 1:1 (the cross-encoder's stand-in where none is at hand)."""
     from pyterrier_selfsup.models.score_cache import score_cache_dir
     cache_dir, shows = run.cache_dir, run.verbose and distributed()[0] == 0
     weights = parse_teacher(spec)
@@ -101,6 +103,9 @@ def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: 
         elif part == 'ce':
             rerankers[part] = collection.text_loader() >> CrossEncoderScorer(
                 cross_encoder or GPL_CROSS_ENCODER)
+        elif part == 'fused':
+            rerankers[part] = FusedScores(teacher_pipeline(collection, 'bm25+minilm', depth=depth,
+                                                           run=run))
         else:
             gen = (load_generator(generator or 'smollm2', cache_dir=cache_dir)
                    if not isinstance(generator, Generator) else generator)
@@ -110,6 +115,13 @@ def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: 
         raise ValueError(f'teacher {spec!r} has no first stage (bm25, student or minilm)')
     return Fusion(stages, weights=weights, depth=depth, rerankers=rerankers,
                   rerank_depth=rerank_depth)
+
+
+def rerank_depth(teacher: str, depth: int) -> int:
+    """How many of the fused candidates ``teacher``'s re-rankers score: every one a student
+    learns from (``depth``) where a labelling part (a cross-encoder, or its stand-in) is named,
+    the top 10 otherwise (the generator's query likelihood)."""
+    return depth if any(part in LABELLING_PARTS for part in parse_teacher(teacher)) else 10
 
 
 def _distillation(collection: Collection, s: DistillationSettings, run: RunContext, *,
@@ -122,10 +134,8 @@ def _distillation(collection: Collection, s: DistillationSettings, run: RunConte
     encoder = DualEncoder.from_pretrained(s.model_name, precision=s.precision)
 
     def teacher(student):
-        # (a cross-encoder scores every candidate the student learns from)
-        rerank = s.depth if 'ce' in parse_teacher(s.teacher) else 10
         return teacher_pipeline(collection, s.teacher, student=student, depth=s.fusion_depth,
-                                rerank_depth=rerank, generator=gen,
+                                rerank_depth=rerank_depth(s.teacher, s.depth), generator=gen,
                                 cross_encoder=s.cross_encoder, run=run)
 
     if 'student' not in parse_teacher(s.teacher):  # one pipeline for every round, ranked once

@@ -17,7 +17,7 @@ import pyterrier as pt
 from pyterrier_selfsup.context import SILENT, RunContext
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.harness import trained
-from pyterrier_selfsup.harness.methods import teacher_pipeline
+from pyterrier_selfsup.harness.methods import rerank_depth, teacher_pipeline
 from pyterrier_selfsup.harness.trained import DEFAULTS
 from pyterrier_selfsup.models.generator import SMOLLM2, SMOLLM2_GGUF, Generator
 from pyterrier_selfsup.models.score_cache import score_cache_dir
@@ -26,7 +26,8 @@ from pyterrier_selfsup.retrieval.bm25 import BM25
 from pyterrier_selfsup.retrieval.dense import MINILM, DenseRetriever
 from pyterrier_selfsup.retrieval.fusion import Fusion
 from pyterrier_selfsup.retrieval.token_index import reatt_index, reatt_retriever
-from pyterrier_selfsup.training.settings import REATT_HEAD, SETTINGS, parse_teacher, parse_value
+from pyterrier_selfsup.training.settings import (GPL, REATT_HEAD, SETTINGS, parse_teacher,
+                                                 parse_value)
 
 
 @dataclass(frozen=True)
@@ -281,9 +282,8 @@ def fused_teacher(collection: Collection, run: RunContext = SILENT, *, teacher: 
     student = (DenseRetriever.from_dual_encoder(collection, model_name, cache_dir=run.cache_dir,
                                                 verbose=run.verbose)
                if 'student' in parse_teacher(teacher) else None)
-    rerank = depth if 'ce' in parse_teacher(teacher) else 10
     return teacher_pipeline(collection, teacher, student=student, depth=fusion_depth,
-                            rerank_depth=rerank, generator=generator,
+                            rerank_depth=rerank_depth(teacher, depth), generator=generator,
                             cross_encoder=cross_encoder, run=run.replace(verbose=False)
                             ) % num_results
 
@@ -325,6 +325,17 @@ register(PipelineSpec(
     'document titles',
     functools.partial(trained_dense_retriever, method='distill'),
     dict(DEFAULTS['distill'], **_INFERENCE), method='distill'))
+
+register(PipelineSpec(
+    'gpl',
+    'GPL\'s recipe (Wang et al., 2022) as distillation settings: a T5 doc2query model writes 3 '
+    'queries a passage (generator=BeIR/query-gen-msmarco-t5-base-v1), the student mines each '
+    'query\'s top 10 and a cross-encoder scores them (teacher=0*student+ce, '
+    'cross_encoder=cross-encoder/ms-marco-MiniLM-L-6-v2), Margin-MSE over every pair of them, '
+    'both towers trained (passages=trained), lr 2e-5, mixed precision where the hardware has '
+    'it; with the models at hand: generator=smollm2,teacher=0*student+fused',
+    functools.partial(trained_dense_retriever, method='distill'),
+    dict(DEFAULTS['distill'], **GPL, **_INFERENCE), method='distill'))
 
 register(PipelineSpec(
     'hybrid',

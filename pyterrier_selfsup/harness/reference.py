@@ -7,7 +7,7 @@ read from the settings classes (:mod:`~pyterrier_selfsup.training.settings`).
 from typing import List, Optional
 
 from pyterrier_selfsup.context import ENVIRONMENT
-from pyterrier_selfsup.training.settings import GROUPS, SETTINGS
+from pyterrier_selfsup.training.settings import GPL, GROUPS, SETTINGS
 
 # (a setting of how a run is carried out: the model's record keeps it, its identity does not)
 RUN_NOTE = {True: '', False: ' (not in the model\'s identity)'}
@@ -58,6 +58,10 @@ def markdown(methods: Optional[List[str]] = None) -> str:
              'another model, trained on first use.', '']
     for method in methods or list(SETTINGS):
         lines += method_section(method, SETTINGS[method])
+        if method == 'distill':
+            lines += ['The `gpl` pipeline is `distill` with GPL\'s recipe (Wang et al., 2022): '
+                      + ', '.join(f'`{k}={v}`' for k, v in GPL.items())
+                      + '. Change any of them as for distill (`gpl:generator=smollm2`).', '']
     if not methods:
         lines += ['## Environment variables', '', 'They name paths and machine knobs only.', '',
                   '| variable | what it does |', '|---|---|']

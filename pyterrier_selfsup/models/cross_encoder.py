@@ -11,10 +11,8 @@ import pandas as pd
 import pyterrier as pt
 
 from pyterrier_selfsup.models.batching import clean_texts
+from pyterrier_selfsup.models.names import GPL_CROSS_ENCODER  # noqa: F401 (teacher=...+ce's)
 from pyterrier_selfsup.models.precision import resolve_device
-
-# GPL's cross-encoder (Wang et al., 2022): what teacher=...+ce scores with by default
-GPL_CROSS_ENCODER = 'cross-encoder/ms-marco-MiniLM-L-6-v2'
 
 
 class CrossEncoderScorer(pt.Transformer):

@@ -11,3 +11,6 @@ QWEN = 'Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF'
 QWEN_GGUF = 'qwen2.5-coder-0.5b-instruct-q4_k_m.gguf'
 GENERATORS = {'smollm2': (SMOLLM2, SMOLLM2_GGUF), 'qwen': (QWEN, QWEN_GGUF)}
 MAX_PASSAGE_LENGTH = 256  # tokens of a passage the generator reads, by default
+# GPL's writer and cross-encoder (Wang et al., 2022): the gpl pipeline's defaults
+GPL_WRITER = 'BeIR/query-gen-msmarco-t5-base-v1'
+GPL_CROSS_ENCODER = 'cross-encoder/ms-marco-MiniLM-L-6-v2'

@@ -7,8 +7,10 @@ return takes that stage's lowest z for the query; the fused score is the weighte
 the z-scores, over the union of the lists. Re-rankers (a generator's query likelihood)
 are optional: each scores only the fused top ``rerank_depth``, where it can still change
 the ranking, and joins the sum the same way (z over those documents, the rest at its
-lowest). Fusing BM25 and all-MiniLM-L6-v2 1:1 this way is above both of them on all five
-collections here (DESIGN.md; ``experiments/reproduce/label_free.py``).
+lowest). First stages weighted 0 only mine: where every stage's weight is 0 (GPL's labelling,
+``0*student+ce``), their unweighted sum chooses the documents the re-rankers score, and the
+re-rankers alone score them. Fusing BM25 and all-MiniLM-L6-v2 1:1 this way is above both of
+them on all five collections here (DESIGN.md; ``experiments/reproduce/label_free.py``).
 
     teacher = Fusion({'bm25': bm25, 'dense': minilm})                 # 1:1
     hybrid = Fusion({'bm25': bm25, 'dense': minilm}, weights={'dense': 2})
@@ -71,7 +73,8 @@ class Fusion(Retriever):
         weights: name -> weight (1 for a stage or re-ranker not named).
         depth: how many of each stage's results enter the fusion.
         rerankers: name -> a re-ranker of a result frame (e.g. ``text_loader() >> gen.scorer()``),
-            run on the fused top ``rerank_depth`` only and added like a stage.
+            run on the fused top ``rerank_depth`` only and added like a stage (where every
+            stage is weighted 0, on the top of the stages' unweighted sum).
         num_results: how many fused results come back per query.
     The result has ``score``, ``rank`` and each component's ``z_<name>``.
     """
@@ -105,7 +108,10 @@ class Fusion(Retriever):
         return fused[fused['rank'] < self.num_results].reset_index(drop=True)
 
     def _rerank(self, topics: pd.DataFrame, fused: pd.DataFrame) -> pd.DataFrame:
-        top = _by_score(fused).groupby('qid', sort=False).head(self.rerank_depth)
+        mined = fused
+        if not any(self.weights.get(name, 1.0) for name in self.stages):  # stages that only mine
+            mined = fused.assign(score=sum(fused[f'z_{name}'] for name in self.stages))
+        top = _by_score(mined).groupby('qid', sort=False).head(self.rerank_depth)
         frame = top[['qid', 'docno']].merge(topics[['qid', 'query']], on='qid', how='left')
         for name, reranker in self.rerankers.items():
             scored = reranker(frame)
@@ -125,6 +131,31 @@ class Fusion(Retriever):
         weights = ', '.join(f'{n}={self.weights.get(n, 1.0):g}'
                             for n in [*self.stages, *self.rerankers])
         return f'Fusion({", ".join(self.stages)}; {weights}; depth={self.depth})'
+
+
+class FusedScores(pt.Transformer):
+    """A fusion's scores as a re-ranker: each (query, document) row of a result frame gets the
+    ``fusion``'s score for it, or the fusion's lowest for the query where the fusion did not
+    return the document. It stands in for a cross-encoder that scores another retriever's
+    candidates (``teacher=0*student+fused``).
+
+        fused = FusedScores(Fusion({'bm25': bm25, 'minilm': minilm}))
+        (student % 30) >> fused   # the student's top 30, scored by BM25 and MiniLM fused
+    """
+
+    def __init__(self, fusion: 'Fusion'):
+        self.fusion = fusion
+
+    def transform(self, results: pd.DataFrame) -> pd.DataFrame:
+        if results.empty:
+            return results.assign(score=pd.Series(dtype=float))
+        queries = results[['qid', 'query']].drop_duplicates('qid')
+        scored = self.fusion(queries)[['qid', 'docno', 'score']]
+        frame = results.drop(columns=['score', 'rank'], errors='ignore').merge(
+            scored, on=['qid', 'docno'], how='left')
+        lowest = scored.groupby('qid', sort=False)['score'].min()
+        frame['score'] = frame['score'].fillna(frame['qid'].map(lowest)).fillna(0.0)
+        return pt.model.add_ranks(_by_score(frame))
 
 
 def softmax_by_query(results: pd.DataFrame, temperature: float = 1.0) -> np.ndarray:

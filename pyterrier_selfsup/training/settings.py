@@ -10,14 +10,15 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional, Type, Union
 
 from pyterrier_selfsup.data.source_names import CUT_FROM_CORPUS, GENERATED, GIVEN_LOG
-from pyterrier_selfsup.models.names import MAX_PASSAGE_LENGTH, MINILM
+from pyterrier_selfsup.models.names import (GPL_CROSS_ENCODER, GPL_WRITER,
+                                            MAX_PASSAGE_LENGTH, MINILM)
 from pyterrier_selfsup.training.setting_fields import (GROUPS, MethodSettings, parse_value,
                                                        setting)
 
 __all__ = ['GROUPS', 'MethodSettings', 'parse_value', 'setting', 'TrainingSettings',
            'DistantSupervisionSettings', 'ReconstructionSettings', 'RumbartSettings',
            'AcrobartSettings', 'CrossDocumentAdjustmentSettings', 'DistillationSettings',
-           'SETTINGS', 'TEACHER_PARTS', 'parse_teacher']
+           'GPL', 'SETTINGS', 'TEACHER_PARTS', 'parse_teacher']
 
 
 @dataclass(frozen=True)
@@ -222,10 +223,13 @@ class DistillationSettings(MethodSettings):
     precision: str = setting('fp32', 'The student\'s precision while it trains: fp32, bf16 or '
                                      'auto.', group='model', choices=('fp32', 'bf16', 'auto'))
     teacher: str = setting('bm25+student', 'The teacher\'s parts and weights: bm25, student, '
-                                           'minilm, gen, ce (a cross-encoder), joined by +, each '
-                                           'with an optional weight (2*bm25).', group='teacher')
+                                           'minilm, gen, ce (a cross-encoder), fused (BM25 and '
+                                           'MiniLM fused, as a re-ranker), joined by +, each '
+                                           'with an optional weight (2*bm25; 0*student+ce: the '
+                                           'student mines, the cross-encoder scores).',
+                           group='teacher')
     cross_encoder: str = setting(
-        'cross-encoder/ms-marco-MiniLM-L-6-v2', 'The cross-encoder that the teacher\'s ce part '
+        GPL_CROSS_ENCODER, 'The cross-encoder that the teacher\'s ce part '
         'scores the fused candidates with (GPL\'s, by default), by hub name or path; read only '
         'where the teacher names ce.', group='teacher')
     fusion_depth: int = setting(100, 'How deep each part of the teacher ranks before fusion.',
@@ -305,6 +309,18 @@ class DistillationSettings(MethodSettings):
         return self.queries in CUT_FROM_CORPUS
 
 
+# GPL's recipe (Wang et al., 2022, "GPL: Generative Pseudo Labeling for Unsupervised Domain
+# Adaptation of Dense Retrieval", NAACL; github.com/UKPLab/gpl) as distillation's settings: its
+# T5 doc2query writer, 3 queries a passage, candidates mined by the student and scored by its
+# cross-encoder, Margin-MSE, both towers trained (one shared encoder), its learning rate, batch
+# and mixed precision. Where the package differs: GPL trains on (query, the passage it was
+# written for, one mined negative) triples over 140,000 steps and about 250,000 queries; here
+# Margin-MSE spans every pair of the student's top 10, the teacher's margins, over one pass of
+# n_queries (2,000) queries, at a cost a CPU can pay.
+GPL: Dict[str, Any] = dict(generator=GPL_WRITER, per_passage=3, teacher='0*student+ce',
+                           cross_encoder=GPL_CROSS_ENCODER, loss='margin_mse', depth=10,
+                           passages='trained', lr=2e-5, batch_size=32, precision='auto')
+
 SETTINGS: Dict[str, Type[MethodSettings]] = {
     'distill': DistillationSettings,
     'ds': DistantSupervisionSettings,
@@ -316,7 +332,8 @@ SETTINGS: Dict[str, Type[MethodSettings]] = {
 
 def parse_teacher(spec: str) -> Dict[str, float]:
     """A teacher named by its parts and their weights: ``bm25+student`` (1:1),
-    ``2*bm25+student``, ``bm25+student+gen``, ``bm25+student+ce``. The parts are
+    ``2*bm25+student``, ``bm25+student+gen``, ``bm25+student+ce``, ``0*student+ce`` (first
+    stages weighted 0 only choose the candidates the re-rankers score). The parts are
     :data:`TEACHER_PARTS`."""
     weights = {}
     for term in spec.split('+'):
@@ -330,5 +347,8 @@ def parse_teacher(spec: str) -> Dict[str, float]:
 
 # bm25: BM25; student: the student as it is at each round; minilm: the start model, frozen;
 # gen: the generator's query likelihood on the fused top ``rerank_depth`` (its scores cached);
-# ce: a cross-encoder's scores (the setting cross_encoder) on the fused candidates
-TEACHER_PARTS = ('bm25', 'student', 'minilm', 'gen', 'ce')
+# ce: a cross-encoder's scores (the setting cross_encoder) on the fused candidates;
+# fused: BM25 and MiniLM fused, as a re-ranker of the candidates (the cross-encoder's stand-in)
+TEACHER_PARTS = ('bm25', 'student', 'minilm', 'gen', 'ce', 'fused')
+# the parts that score every candidate a student learns from (the others re-rank the top 10)
+LABELLING_PARTS = ('ce', 'fused')
