@@ -285,6 +285,14 @@ def test_a_sentence_transformer_the_dual_encoder_cannot_reproduce_is_refused(tin
                         device='cpu').save(str(tmp_path / 'dense'))
     with pytest.raises(ValueError, match='not a Transformer, a Pooling and an optional Normalize'):
         DualEncoder.from_pretrained(str(tmp_path / 'dense'))
+    # a zero-shot retriever of it is encoded by sentence-transformers instead
+    from pyterrier_dr import SBertBiEncoder
+
+    from pyterrier_selfsup.retrieval.dense import DenseRetriever
+    retriever = DenseRetriever.from_collection('classic/adi', str(tmp_path / 'dense'),
+                                               cache_dir=tmp_path / 'cache')
+    assert isinstance(retriever.encoder, SBertBiEncoder)
+    assert len(retriever.search('computer indexing')) > 0
 
 
 def test_awkward_texts(minilm):

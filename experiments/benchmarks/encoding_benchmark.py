@@ -240,6 +240,9 @@ def main():
                for name, v in vectors.items() if name != 'ours fp32'}
     quality['sentence-transformers fp32 vs ours fp32, max |diff|'] = float(
         np.abs(vectors['sentence-transformers fp32'] - reference).max())
+    if 'ours OpenVINO fp32' in vectors:  # (what backend='auto' gives on a CPU: the minilm pipeline's)
+        quality['sentence-transformers fp32 vs ours OpenVINO fp32, max |diff|'] = float(
+            np.abs(vectors['sentence-transformers fp32'] - vectors['ours OpenVINO fp32']).max())
     header = provenance.header()
     settings = {'model': provenance.model_revision(MINILM), 'data': f'first {len(docs)} documents of beir/scifact '
                 f'(title + text), {int(np.sum(lengths))} tokens after truncation to 256 (mean {np.mean(lengths):.0f})',

@@ -155,7 +155,7 @@ def reconstruction_reranker(collection: Collection, run: RunContext = SILENT, *,
 
 def trained_dense_retriever(collection: Collection, run: RunContext = SILENT, *, method: str,
                             num_results: int = 1000, search: str = 'auto',
-                            backend: str = 'torch', **settings) -> pt.Transformer:
+                            backend: str = 'auto', **settings) -> pt.Transformer:
     """The dual encoder that ``method`` trained with ``settings`` (on first use), over its index
     (``search``: see :class:`DenseRetriever`; ``backend``: what encodes the index and the
     queries, see :class:`DualEncoder`; neither changes the model). With ``queries=crossfold``:
@@ -220,7 +220,7 @@ def adjusted_reatt_retriever(collection: Collection, run: RunContext = SILENT, *
 
 
 # how a trained dual encoder searches and encodes (settings that leave the model as it is)
-_INFERENCE = dict(search='auto', backend='torch')
+_INFERENCE = dict(search='auto', backend='auto')
 
 register(PipelineSpec(
     'bm25',
@@ -231,16 +231,20 @@ register(PipelineSpec(
 register(PipelineSpec(
     'minilm',
     'all-MiniLM-L6-v2 zero-shot: mean pooling, L2-normalised, dot-product search (search=auto: '
-    'exact, FAISS IVF on corpora of a million passages or more; or exact, ivf, hnsw)',
+    'exact, FAISS IVF on corpora of a million passages or more; or exact, ivf, hnsw), encoded in '
+    'fp32 (backend=auto: through OpenVINO on a CPU where it is installed, the same vectors; or '
+    'torch)',
     building_block(DenseRetriever.from_collection),
-    dict(model_name=MINILM, max_length=256, batch_size=32, num_results=1000, search='auto')))
+    dict(model_name=MINILM, max_length=256, batch_size=32, num_results=1000, search='auto',
+         backend='auto')))
 
 register(PipelineSpec(
     'dual_encoder',
     'all-MiniLM-L6-v2 zero-shot through the trainable DualEncoder (precision auto: bf16 where the '
-    'hardware has it; backend torch, or openvino on a CPU), the trainers\' starting point',
+    'hardware has it; backend=auto: OpenVINO on a CPU in fp32 where it is installed, torch '
+    'elsewhere; or torch, openvino, openvino-int8), the trainers\' starting point',
     building_block(DenseRetriever.from_dual_encoder),
-    dict(model_name=MINILM, dim=None, search='auto', precision='auto', backend='torch')))
+    dict(model_name=MINILM, dim=None, search='auto', precision='auto', backend='auto')))
 
 register(PipelineSpec(
     'distant_supervision',

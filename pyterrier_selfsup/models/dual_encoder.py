@@ -12,6 +12,7 @@ retrievers and ``.scorer()`` re-ranking; :meth:`DualEncoder.encode` keeps gradie
 for training.
 """
 import copy
+import importlib.util
 import json
 import math
 from pathlib import Path
@@ -38,7 +39,12 @@ from pyterrier_selfsup.models.st_format import (PASSAGE_ENCODER_DIR, export_sent
 from pyterrier_selfsup.progress import progress
 
 CONFIG_FILE = 'dual_encoder.json'
-BACKENDS = ('torch', 'openvino', 'openvino-int8')
+BACKENDS = ('auto', 'torch', 'openvino', 'openvino-int8')
+
+
+def openvino_installed() -> bool:
+    """Whether OpenVINO can be imported (the ``cpu`` extra installs it)."""
+    return importlib.util.find_spec('openvino') is not None
 PROJECTIONS_FILE = 'projections.pt'
 POOLINGS = ('cls', 'mean', 'last')
 NO_PROMPTS = {'query': '', 'passage': ''}
@@ -148,7 +154,9 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
         the same model compiled by OpenVINO, at the same precision; ``pip install openvino``),
         or ``'openvino-int8'``: the passage side (indexing) quantised to int8 as well,
         calibrated on the first texts it encodes (faster where the CPU has VNNI or AMX, not
-        on plain AVX2). Training always runs in torch.
+        on plain AVX2; its vectors differ), or ``'auto'``: openvino where the model runs on a
+        CPU in fp32 and OpenVINO is installed (the same vectors as torch's, sooner), torch
+        elsewhere. Training always runs in torch; the trainers' encoders keep ``'torch'``.
 
         ``batch_size``: texts a batch when they are ``max_length`` tokens long; shorter texts
         run more to a batch, within the same number of tokens. None: 32 on a CPU, 256 on a
@@ -159,11 +167,10 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
         if backend not in BACKENDS:
             raise ValueError(f'backend must be one of {BACKENDS}, not {backend!r}')
         self.device = device
-        if backend != 'torch' and self.device.type != 'cpu':
+        if backend.startswith('openvino') and self.device.type != 'cpu':
             raise ValueError(f'the openvino backend runs on the CPU, not on {self.device}')
-        self.backend = backend
-        self._openvino = (OpenVinoSides(int8=backend == 'openvino-int8') if backend != 'torch'
-                          else None)
+        self._backend = backend
+        self._openvino: Optional[OpenVinoSides] = None  # (compiled on first use)
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.name = name
@@ -345,8 +352,9 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
                            total=len(texts), desc=f'encoding {side}s', unit=side,
                            count=lambda batch: len(batch[0]),
                            enabled=self.verbose and len(texts) > batch_size)
-        if self._openvino is not None:  # (int8 calibrated on the first texts, batched alike)
-            return self._openvino.encode(self, texts, side, batches, calibration=lambda: [
+        compiled = self._openvino_sides()
+        if compiled is not None:  # (int8 calibrated on the first texts, batched alike)
+            return compiled.encode(self, texts, side, batches, calibration=lambda: [
                 OpenVinoSides.inputs(input_ids, mask) for _, input_ids, mask
                 in self._batches(texts[:CALIBRATION_TEXTS], side, batch_size)])
         out = torch.empty((len(texts), self.model.out_dim), dtype=torch.float32,
@@ -379,11 +387,29 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
                                       left=left)
                 yield positions[rows], input_ids, mask
 
+    @property
+    def backend(self) -> str:
+        """What encodes without gradients, resolved: ``'auto'`` is ``'openvino'`` on a CPU in
+        fp32 where OpenVINO is installed, ``'torch'`` elsewhere."""
+        if self._backend != 'auto':
+            return self._backend
+        same_vectors = self.device.type == 'cpu' and self.compute_dtype() == torch.float32
+        return 'openvino' if same_vectors and openvino_installed() else 'torch'
+
+    def _openvino_sides(self) -> Optional[OpenVinoSides]:
+        """The compiled sides of the resolved backend (None for torch), made on first use."""
+        backend = self.backend
+        if backend == 'torch':
+            return None
+        int8 = backend == 'openvino-int8'
+        if self._openvino is None or self._openvino.int8 != int8:
+            self._openvino = OpenVinoSides(int8=int8)
+        return self._openvino
+
     # (copies and pickles leave the compiled OpenVINO sides behind: rebuilt on use)
     def __getstate__(self):
         state = dict(self.__dict__)
-        if state.get('_openvino') is not None:
-            state['_openvino'] = OpenVinoSides(int8=self._openvino.int8)
+        state['_openvino'] = None
         state['_rust_tokenizers'] = {}
         return state
 

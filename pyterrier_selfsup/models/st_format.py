@@ -60,6 +60,10 @@ def export_sentence_transformers(encoder, path: Union[str, Path]) -> Path:
 
 # sentence-transformers' pooling modes and the package's names for them
 POOLING_MODES = {'cls': 'cls', 'mean': 'mean', 'lasttoken': 'last'}
+
+
+class UnreproducibleModel(ValueError):
+    """A sentence-transformers model whose modules a DualEncoder does not reproduce."""
 # the prompt names encode_document tries, in its order
 DOCUMENT_PROMPTS = ('document', 'passage', 'corpus')
 
@@ -101,16 +105,18 @@ def read_sentence_transformer(name_or_path: str) -> dict:
     if (len(modules) not in (2, 3) or not isinstance(modules[0], Transformer)
             or not isinstance(modules[1], Pooling)
             or (len(modules) == 3 and not isinstance(modules[2], Normalize))):
-        raise ValueError(f'{name_or_path}: its modules ({", ".join(kinds)}) are not a '
-                         'Transformer, a Pooling and an optional Normalize, which is what a '
-                         'DualEncoder reproduces')
+        raise UnreproducibleModel(f'{name_or_path}: its modules ({", ".join(kinds)}) are not '
+                                  'a Transformer, a Pooling and an optional Normalize, which is '
+                                  'what a DualEncoder reproduces')
     pooling = modules[1]
     if pooling.pooling_mode not in POOLING_MODES:
-        raise ValueError(f'{name_or_path}: sentence-transformers pooling {pooling.pooling_mode!r} '
-                         f'is not one of {", ".join(POOLING_MODES)}')
+        raise UnreproducibleModel(f'{name_or_path}: sentence-transformers pooling '
+                                  f'{pooling.pooling_mode!r} is not one of '
+                                  f'{", ".join(POOLING_MODES)}')
     if not pooling.include_prompt:
-        raise ValueError(f'{name_or_path}: its pooling leaves the prompt\'s tokens out '
-                         '(include_prompt=False), which a DualEncoder does not reproduce')
+        raise UnreproducibleModel(f'{name_or_path}: its pooling leaves the prompt\'s tokens '
+                                  'out (include_prompt=False), which a DualEncoder does not '
+                                  'reproduce')
     transformer = modules[0]
     max_length = transformer.max_seq_length or 512
     return {'encoder': transformer.auto_model, 'tokenizer': transformer.tokenizer,

@@ -25,6 +25,7 @@ from pyterrier_selfsup._distributed import (SHARD_CHUNK, all_or_none, build_shar
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.models.names import MINILM
+from pyterrier_selfsup.models.st_format import UnreproducibleModel
 from pyterrier_selfsup.retrieval.ann import resolve_search, search_stage
 from pyterrier_selfsup.retrieval.base import Retriever
 from pyterrier_selfsup.progress import progress
@@ -229,17 +230,29 @@ class DenseRetriever(Retriever):
     @classmethod
     def from_collection(cls, collection: Union[str, Collection], model_name: str = MINILM, *,
                         max_length: Optional[int] = None, batch_size: int = 32,
-                        num_results: int = 1000, search: str = 'auto',
+                        num_results: int = 1000, search: str = 'auto', backend: str = 'auto',
                         cache_dir: Optional[Union[str, Path]] = None,
                         verbose: bool = False) -> 'DenseRetriever':
-        encoder = sbert_encoder(model_name, max_length=max_length, batch_size=batch_size)
+        """The sentence-transformers model ``model_name`` zero-shot over ``collection``, in
+        fp32: the package's :class:`DualEncoder` reading the model's own configuration (its
+        vectors are sentence-transformers' within float rounding), through OpenVINO on a CPU
+        where it is installed (``backend='auto'``; ``'torch'`` to choose torch). A model that
+        the DualEncoder cannot reproduce is encoded by sentence-transformers, through
+        pyterrier-dr."""
+        try:
+            encoder = DualEncoder.from_pretrained(model_name, max_length=max_length,
+                                                  batch_size=batch_size, precision='fp32',
+                                                  backend=backend, verbose=verbose)
+        except UnreproducibleModel as why:
+            logger.info('%s: encoded by sentence-transformers (%s)', model_name, why)
+            encoder = sbert_encoder(model_name, max_length=max_length, batch_size=batch_size)
         return cls(encoder, flex_index(collection, encoder, cache_dir=cache_dir, verbose=verbose),
                    num_results=num_results, search=search)
 
     @classmethod
     def from_dual_encoder(cls, collection: Union[str, Collection], model_name: str = MINILM, *,
                           dim: Optional[int] = None, num_results: int = 1000, search: str = 'auto',
-                          precision: str = 'auto', backend: str = 'torch',
+                          precision: str = 'auto', backend: str = 'auto',
                           cache_dir: Optional[Union[str, Path]] = None,
                           verbose: bool = False) -> 'DenseRetriever':
         """The project's own :class:`DualEncoder` loaded from ``model_name``, over ``collection``
