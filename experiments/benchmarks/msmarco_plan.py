@@ -5,7 +5,7 @@ number typed in but MS MARCO's size and the encoders' published shapes.
 Reads distill_step_cost.json (CPU encoding rate), data_parallel_rumbart.json (CPU RUMBArt
 step and refresh, 1 and 2 processes), search_scaling.json (exact and IVF search at 1M),
 token_index_scaling.json (the ReAtt token index up to 10M keys) and, where a GPU run has
-been committed, gpu/gpu_benchmark.json; writes msmarco_plan.md.
+been committed, the newest gpu/**/gpu_benchmark.json by its date; writes msmarco_plan.md.
 
     python experiments/benchmarks/msmarco_plan.py
 """
@@ -25,6 +25,20 @@ def load(name):
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def newest_gpu_benchmark():
+    """The newest committed GPU benchmark (by the date in its header) and its path under the
+    results, or (None, None) where no GPU run has been committed."""
+    runs = [(json.loads(path.read_text()), path) for path in RESULTS.glob('gpu/**/gpu_benchmark.json')]
+    if not runs:
+        return None, None
+    data, path = max(runs, key=lambda run: run[0]['header']['date'])
+    rumbart = path.with_name('gpu_benchmark_rumbart.json')  # (later runs time RUMBArt apart)
+    if 'rumbart' not in data['rows'] and rumbart.is_file():
+        rows = json.loads(rumbart.read_text())['rows']
+        data['rows']['rumbart'] = rows[max(rows)]  # the last run: warm
+    return data, path.relative_to(RESULTS)
+
+
 def per_token_cost(shape):
     layers, hidden, intermediate = shape
     return layers * (4 * hidden ** 2 + 2 * hidden * intermediate)
@@ -40,7 +54,7 @@ def main():
     rumbart = load('data_parallel_rumbart.json')
     search = load('search_scaling.json')
     tokens = load('token_index_scaling.json')
-    gpu = load('gpu/gpu_benchmark.json')
+    gpu, gpu_file = newest_gpu_benchmark()
     one_cpu = next(r for r in rumbart['rows'] if r['processes'] == 1)
     exact_1m = next(r for r in search['rows'] if r['size'] == 1_000_000 and r['search'] == 'exact')
     exact_100k = next(r for r in search['rows'] if r['size'] == 100_000 and r['search'] == 'exact')
@@ -62,7 +76,7 @@ def main():
     if gpu:
         rate = gpu['rows']['encoding']['passages / s']
         lines += [f'| MiniLM | 1 GPU ({gpu["header"]["machine"].split("GPU: ")[-1]}) | {rate:.0f} | '
-                  f'{hours(PASSAGES / rate)} | gpu/gpu_benchmark.json |',
+                  f'{hours(PASSAGES / rate)} | {gpu_file} |',
                   f'| MiniLM | 8 such GPUs (sharded, `fresh_index`) | {8 * rate:.0f} | {hours(PASSAGES / rate / 8)} '
                   '| the same, x8 (sharding measured on CPU: sharded_encoding.md) |',
                   f'| BERT-base | 8 such GPUs, by the FLOPs ratio | {8 * rate / bert_ratio:.0f} | '

@@ -26,8 +26,13 @@ def settings_lines(method: str) -> List[str]:
 
 
 def method_section(method: str, cls: type) -> List[str]:
+    from pyterrier_selfsup.harness.pipelines import PIPELINES
     summary = ' '.join((cls.__doc__ or '').strip().split('\n\n')[0].split())  # its first paragraph
-    lines = [f'## `{method}`: {cls.__name__}', '', summary, '']
+    trained_by = [name for name, spec in PIPELINES.items() if spec.method == method]
+    lines = [f'## `{method}`: {cls.__name__}', '', summary, '',
+             'The pipelines that train with these settings: '
+             + ', '.join(f'`{name}`' for name in trained_by)
+             + f' (`selfsup train {trained_by[0]} -c COLLECTION`).', '']
     for group in GROUPS:
         fields = [f for f in cls.fields() if f.metadata['group'] == group]
         if not fields:
