@@ -107,10 +107,9 @@ def test_stages_weighted_zero_mine_the_candidates_that_the_rerankers_alone_score
                    rerankers={'ce': Labeller()}, rerank_depth=2)(
         pd.DataFrame({'qid': ['q'], 'query': ['x']}))
     assert sorted(seen) == ['c', 'd']
-    # the labeller's z-scores alone (the student's weight is 0), the rest at its lowest
-    assert fused['docno'].tolist()[0] == 'c'
-    assert fused.set_index('docno')['score'].to_dict() == pytest.approx(
-        {'c': 1, 'd': -1, 'b': -1, 'a': -1})
+    # the labeller's z-scores alone (the student's weight is 0), over what it scored alone
+    assert fused['docno'].tolist() == ['c', 'd']
+    assert fused.set_index('docno')['score'].to_dict() == pytest.approx({'c': 1, 'd': -1})
 
 
 def test_fused_scores_rescore_another_retrievers_candidates_lowest_where_unreturned():
@@ -599,8 +598,9 @@ def test_a_cross_encoder_scores_the_teachers_candidates(tiny_cross_encoder, tiny
 def test_gpl_trains_its_recipe_with_a_doc2query_writer_and_a_cross_encoder(
         tiny_cross_encoder, tiny_dir, tiny_generator_dir, tmp_path):
     """The gpl pipeline with a user's models: a tiny T5 writes 3 queries a passage, the student
-    mines each query's top 10 and the tiny cross-encoder scores them, Margin-MSE trains both
-    towers; what ran is read back from the model's record."""
+    mines each query's top 50 and the tiny cross-encoder scores them and the query's own
+    passage, and Margin-MSE trains both towers on (query, own passage, drawn negative)
+    triples; what ran is read back from the model's record."""
     from pyterrier_selfsup.harness import store
     from pyterrier_selfsup.harness.pipelines import get_pipeline
     from pyterrier_selfsup.training.settings import GPL
@@ -612,8 +612,8 @@ def test_gpl_trains_its_recipe_with_a_doc2query_writer_and_a_cross_encoder(
         k: v for k, v in GPL.items() if k not in ('generator', 'cross_encoder')}
     assert (ran.generator, ran.cross_encoder) == (str(tiny_generator_dir['t5']),
                                                    str(tiny_cross_encoder))
-    assert (ran.teacher, ran.loss, ran.passages, ran.rounds) == (
-        '0*student+ce', 'margin_mse', 'trained', 1)
+    assert (ran.teacher, ran.loss, ran.passages, ran.rounds, ran.negatives, ran.depth) == (
+        '0*student+ce', 'margin_mse', 'trained', 1, 1, 50)
     written = pd.read_json(next((tmp_path / 'queries').glob('classic_adi.sampled-*/topics*')),
                            lines=True)
     assert written.groupby('source_docno').size().max() == 3  # 3 a passage
@@ -621,3 +621,35 @@ def test_gpl_trains_its_recipe_with_a_doc2query_writer_and_a_cross_encoder(
     adapted = DualEncoder.from_pretrained(str(final), precision='fp32', device='cpu')
     text = Collection('classic/adi').texts(['1'])
     assert not np.allclose(start.encode_docs(text), adapted.encode_docs(text), atol=1e-4)
+
+
+def test_a_mining_teacher_labels_each_querys_own_passage_and_nothing_it_did_not_score():
+    # the student mines a, b, c; the query was written for e, which the student did not return
+    student = _run('q', ['a', 'b', 'c'], [3.0, 2.0, 1.0])
+    seen = []
+
+    class Labeller(pt.Transformer):
+        def transform(self, inp):
+            seen.extend(inp['docno'])
+            return inp.assign(score=[{'a': 1.0, 'b': 2.0, 'e': 4.0}[d] for d in inp['docno']])
+
+    teacher = Fusion({'student': Frame(student)}, weights={'student': 0.0},
+                     rerankers={'ce': Labeller()}, rerank_depth=2)
+    ranked = teacher(pd.DataFrame({'qid': ['q'], 'query': ['x'], 'source_docno': ['e']}))
+    assert sorted(seen) == ['a', 'b', 'e']
+    # the labeller's order over what it scored; c, mined below the depth, is no candidate
+    assert ranked['docno'].tolist() == ['e', 'b', 'a']
+    assert 'source_docno' not in ranked.columns
+
+
+def test_gpls_triples_pair_each_querys_own_passage_with_drawn_negatives(tiny_encoder):
+    trainer = Distillation(tiny_encoder(), 'classic/adi', teacher=None, loss='margin_mse',
+                           negatives=2, depth=5, verbose=False)
+    ranked = (['1', '2', '3', '4', '5'], np.array([5.0, 4.0, 3.0, 2.0, 1.0]))
+    rng = np.random.default_rng(0)
+    for source, positive in (('3', '3'), ('9', '1'), (None, '1')):
+        docnos, scores = trainer.triple(Query('q', 'x', frozenset(), source=source), ranked, rng)
+        assert docnos[0] == positive and len(docnos) == 3 and len(set(docnos)) == 3
+        assert scores.tolist() == [6.0 - int(d) for d in docnos]  # each one's own score
+    with pytest.raises(ValueError, match='loss=margin_mse'):
+        Distillation(tiny_encoder(), 'classic/adi', teacher=None, negatives=1)

@@ -66,6 +66,7 @@ class Query:
     query: str
     excluded: FrozenSet[str]  # the passage a corpus query was cut from: a trivial retrieval
     answer: Optional[str] = None  # what a reader generates (queries=masked: the masked span)
+    source: Optional[str] = None  # the passage it was written for or cut from, if any
 
 
 def training_queries(topics: pd.DataFrame) -> List[Query]:
@@ -75,7 +76,7 @@ def training_queries(topics: pd.DataFrame) -> List[Query]:
     sources = topics['source_docno'] if 'source_docno' in topics.columns else [None] * len(topics)
     answers = topics['answer'] if 'answer' in topics.columns else [None] * len(topics)
     return [Query(qid, query, frozenset([s]) if isinstance(s, str) else frozenset(),
-                  a if isinstance(a, str) else None)
+                  a if isinstance(a, str) else None, s if isinstance(s, str) else None)
             for qid, query, s, a in zip(queries['qid'], queries['query'], sources, answers)]
 
 

@@ -334,10 +334,11 @@ register(PipelineSpec(
     'gpl',
     'GPL\'s recipe (Wang et al., 2022) as distillation settings: a T5 doc2query model writes 3 '
     'queries a passage (generator=BeIR/query-gen-msmarco-t5-base-v1), the student mines each '
-    'query\'s top 10 and a cross-encoder scores them (teacher=0*student+ce, '
-    'cross_encoder=cross-encoder/ms-marco-MiniLM-L-6-v2), Margin-MSE over every pair of them, '
-    'both towers trained (passages=trained), lr 2e-5, mixed precision where the hardware has '
-    'it; with the models at hand: generator=smollm2,teacher=0*student+fused',
+    'query\'s top 50 and a cross-encoder scores them and the query\'s own passage '
+    '(teacher=0*student+ce, cross_encoder=cross-encoder/ms-marco-MiniLM-L-6-v2), Margin-MSE on '
+    '(query, own passage, one drawn negative) triples (negatives=1), both towers trained '
+    '(passages=trained), lr 2e-5, mixed precision where the hardware has it; with the models '
+    'at hand: generator=smollm2,teacher=0*student+fused',
     functools.partial(trained_dense_retriever, method='distill'),
     dict(DEFAULTS['distill'], **GPL, **_INFERENCE), method='distill'))
 

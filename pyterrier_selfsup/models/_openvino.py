@@ -30,6 +30,8 @@ the encoder encodes with the weights it has. Conversion takes seconds, and int8 
 somewhat longer.
 """
 import logging
+import warnings
+from contextlib import contextmanager
 from typing import Callable, Dict, List, Tuple
 
 import numpy as np
@@ -42,6 +44,24 @@ logger = logging.getLogger(__name__)
 OPENVINO_PRECISIONS = {torch.float32: 'f32', torch.bfloat16: 'bf16', torch.float16: 'f16'}
 # texts whose activations set the int8 ranges (NNCF's default subset is 300 samples)
 CALIBRATION_TEXTS = 256
+
+
+@contextmanager
+def quiet_tracing():
+    """Tracing the model for OpenVINO without its warnings: the tracer's of the masks' Python
+    branches (which a fixed model takes alike for every shape), and transformers' of the
+    attributes tracing reads (a deprecated property, an unset loss type). They would reach
+    every user's first index build, and none of them concerns the vectors."""
+    from transformers.utils import logging as transformers_logging
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore', torch.jit.TracerWarning)
+            warnings.simplefilter('ignore', FutureWarning)
+            yield
+    finally:
+        transformers_logging.set_verbosity(verbosity)
 
 
 class _Side(torch.nn.Module):
@@ -90,7 +110,7 @@ class OpenVinoSides:
             was_training = encoder.model.training
             encoder.model.eval()
             try:
-                with torch.no_grad():
+                with torch.no_grad(), quiet_tracing():
                     converted = ov.convert_model(
                         _Side(encoder.model, side), example_input=dict(sample),
                         input=[(name, ov.PartialShape([-1, -1]), ov.Type.i64) for name in sample])

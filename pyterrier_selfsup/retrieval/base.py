@@ -72,6 +72,8 @@ def ranked_excluding(retriever: pt.Transformer, queries: Sequence[Query], k: int
         return {}
     extra = max(len(q.excluded) for q in queries) if exclude else 0
     topics = pd.DataFrame({'qid': [q.qid for q in queries], 'query': [q.query for q in queries]})
+    if any(getattr(q, 'source', None) for q in queries):  # (a labelling teacher scores it too)
+        topics['source_docno'] = [getattr(q, 'source', None) for q in queries]
     if query_vectors is not None:
         topics['query_vec'] = list(np.asarray(query_vectors, dtype=np.float32))
     results = (retriever % (k + extra)).compile()(topics)

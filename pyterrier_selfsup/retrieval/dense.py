@@ -242,7 +242,7 @@ class DenseRetriever(Retriever):
         try:
             encoder = DualEncoder.from_pretrained(model_name, max_length=max_length,
                                                   batch_size=batch_size, precision='fp32',
-                                                  backend=backend, verbose=verbose)
+                                                  backend=backend)
         except UnreproducibleModel as why:
             logger.info('%s: encoded by sentence-transformers (%s)', model_name, why)
             encoder = sbert_encoder(model_name, max_length=max_length, batch_size=batch_size)

@@ -8,8 +8,10 @@ the z-scores, over the union of the lists. Re-rankers (a generator's query likel
 are optional: each scores only the fused top ``rerank_depth``, where it can still change
 the ranking, and joins the sum the same way (z over those documents, the rest at its
 lowest). First stages weighted 0 only mine: where every stage's weight is 0 (GPL's labelling,
-``0*student+ce``), their unweighted sum chooses the documents the re-rankers score, and the
-re-rankers alone score them. Fusing BM25 and all-MiniLM-L6-v2 1:1 this way is above both of
+``0*student+ce``), their unweighted sum chooses the documents the re-rankers score, each
+query's own passage joins them where the query frame names it (``source_docno``: the passage a
+query was written for), and the re-rankers alone score them: the result holds those documents
+only. Fusing BM25 and all-MiniLM-L6-v2 1:1 this way is above both of
 them on all five collections here (DESIGN.md; ``experiments/reproduce/label_free.py``).
 
     teacher = Fusion({'bm25': bm25, 'dense': minilm})                 # 1:1
@@ -97,26 +99,46 @@ class Fusion(Retriever):
         self.num_results = num_results
         self._cut = {name: (stage % depth).compile() for name, stage in self.stages.items()}
 
+    @property
+    def mines_only(self) -> bool:
+        """Whether the first stages only choose the candidates (every one weighted 0), and the
+        re-rankers alone score them."""
+        return bool(self.rerankers) and not any(self.weights.get(name, 1.0)
+                                                for name in self.stages)
+
     def retrieve(self, topics: pd.DataFrame) -> pd.DataFrame:
-        runs = {name: stage(topics) for name, stage in self._cut.items()}
+        stage_topics = topics.drop(columns='source_docno', errors='ignore')
+        runs = {name: stage(stage_topics) for name, stage in self._cut.items()}
         fused = fuse(runs, self.weights)
         if self.rerankers:
             fused = self._rerank(topics, fused)
-        fused = fused.merge(topics, on='qid', how='left')
+        fused = fused.merge(stage_topics, on='qid', how='left')
         # (ranked in the order _by_score sorts: ties by docno, as add_ranks keeps the row order)
         fused = pt.model.add_ranks(_by_score(fused))
         return fused[fused['rank'] < self.num_results].reset_index(drop=True)
 
     def _rerank(self, topics: pd.DataFrame, fused: pd.DataFrame) -> pd.DataFrame:
         mined = fused
-        if not any(self.weights.get(name, 1.0) for name in self.stages):  # stages that only mine
+        if self.mines_only:
             mined = fused.assign(score=sum(fused[f'z_{name}'] for name in self.stages))
-        top = _by_score(mined).groupby('qid', sort=False).head(self.rerank_depth)
-        frame = top[['qid', 'docno']].merge(topics[['qid', 'query']], on='qid', how='left')
+        top = _by_score(mined).groupby('qid', sort=False).head(self.rerank_depth)[['qid', 'docno']]
+        if self.mines_only and 'source_docno' in topics.columns:  # each query's own passage too
+            own = (topics[['qid', 'source_docno']].dropna()
+                   .rename(columns={'source_docno': 'docno'}))
+            top = pd.concat([top, own]).drop_duplicates(['qid', 'docno'])
+            fused = pd.concat([fused, own.merge(fused[['qid', 'docno']], how='left',
+                                                indicator=True)
+                               .query('_merge == "left_only"').drop(columns='_merge')])
+            for name in self.stages:  # (its stages' lowest where they did not return it)
+                _lowest_where_missing(fused, f'z_{name}')
+            fused['score'] = fused['score'].fillna(0.0)
+        frame = top.merge(topics[['qid', 'query']], on='qid', how='left')
         for name, reranker in self.rerankers.items():
             scored = reranker(frame)
             part = scored[['qid', 'docno']].assign(**{f'z_{name}': zscores(scored).to_numpy()})
             fused = fused.merge(part, on=['qid', 'docno'], how='left')
+            if self.mines_only:  # (what no re-ranker scored is no candidate)
+                fused = fused[fused[f'z_{name}'].notna()].copy()
             _lowest_where_missing(fused, f'z_{name}')
             fused['score'] = fused['score'] + self.weights.get(name, 1.0) * fused[f'z_{name}']
         return fused

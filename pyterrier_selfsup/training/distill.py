@@ -98,8 +98,11 @@ class Distillation(DualEncoderTrainer):
 
     def rank(self, teacher: pt.Transformer, queries: List[Query], *,
              depth: Optional[int] = None) -> Ranked:
-        """The teacher's top ``depth`` (default: the setting) for each query (:meth:`ranked`)."""
-        return self.ranked(teacher, queries, depth or self.settings.depth, desc='teacher rankings')
+        """The teacher's top ``depth`` (default: the setting; one more with ``negatives``, where
+        a query's own passage joins the candidates a labelling teacher scores) for each query
+        (:meth:`ranked`)."""
+        default = self.settings.depth + (self.settings.negatives is not None)
+        return self.ranked(teacher, queries, depth or default, desc='teacher rankings')
 
     def round_teacher(self, student: Optional[pt.Transformer] = None) -> pt.Transformer:
         """The teacher of a round: the fixed one, or the teacher of ``student`` (default: the
@@ -120,7 +123,7 @@ class Distillation(DualEncoderTrainer):
         sources = query_sources(topics, self.collection, excluded=self.settings.excludes_sources)
         queries = training_queries(topics)
         if not self.settings.excludes_sources:
-            queries = [Query(q.qid, q.query, frozenset(), q.answer) for q in queries]
+            queries = [Query(q.qid, q.query, frozenset(), q.answer, q.source) for q in queries]
         return self.verdict.split(self, queries, sources)
 
     def on_epoch_start(self, examples: List[Query], epoch: int, resumed: bool):
@@ -153,12 +156,27 @@ class Distillation(DualEncoderTrainer):
 
     # -- the loss ---------------------------------------------------------------------
 
+    def triple(self, query: Query, ranked: Tuple[List[str], np.ndarray],
+               rng: np.random.Generator) -> Tuple[List[str], np.ndarray]:
+        """GPL's training example for ``query`` from the teacher's ``ranked`` candidates: its
+        positive (the passage it was written for, where the teacher scored it; else the
+        teacher's top candidate) and ``negatives`` others drawn at random, with their scores."""
+        docnos, scores = ranked
+        positive = docnos.index(query.source) if query.source in docnos else 0
+        others = [i for i in range(len(docnos)) if i != positive]
+        drawn = rng.choice(others, size=min(self.settings.negatives, len(others)), replace=False)
+        rows = [positive, *sorted(int(i) for i in drawn)]
+        return [docnos[i] for i in rows], scores[rows]
+
     def loss(self, batch: List[Query], rng: np.random.Generator) -> Optional[torch.Tensor]:
         s, targets = self.settings, self.state['targets']
         batch = [q for q in batch if len(targets.get(q.qid, ([],))[0]) > 0]
         if not batch:
             return None
-        table = candidate_table([targets[q.qid] for q in batch],
+        rankings = [targets[q.qid] for q in batch]
+        if s.negatives is not None:  # (GPL's triples: each query's positive and its negatives)
+            rankings = [self.triple(q, ranked, rng) for q, ranked in zip(batch, rankings)]
+        table = candidate_table(rankings,
                                 [q.excluded for q in batch], s.teacher_temperature,
                                 own_only=s.loss == 'margin_mse' or not s.in_batch)
         if int((~table.shut).sum(1).max()) < 2:  # one candidate a query and no other in the batch

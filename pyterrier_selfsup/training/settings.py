@@ -241,6 +241,12 @@ class DistillationSettings(MethodSettings):
     loss: str = setting('kl', 'kl: listwise KL from the teacher; margin_mse: GPL\'s Margin-MSE '
                               'over every pair of a query\'s candidates.',
                         choices=('kl', 'margin_mse'))
+    negatives: Optional[int] = setting(
+        None, 'With loss=margin_mse, GPL\'s triples: each time a query is met it trains on its '
+              'positive (the passage it was written for, or else the teacher\'s top candidate) '
+              'and this many negatives drawn at random from the teacher\'s other candidates, '
+              'the teacher\'s margins between them its target (GPL: 1). None: every pair of the '
+              'teacher\'s candidates.')
     in_batch: bool = setting(True, 'With kl, the student\'s softmax also spans the other queries\' '
                                    'candidates in the batch (in-batch negatives).')
     passages: Optional[str] = setting(
@@ -278,6 +284,16 @@ class DistillationSettings(MethodSettings):
         return {'passages': 'frozen' if corpus_only else 'offsets',
                 'rounds': 1 if corpus_only else 5}
 
+    def validate(self):
+        super().validate()
+        if self.negatives is not None:
+            if self.loss != 'margin_mse':
+                raise ValueError(f'negatives={self.negatives} draws the pairs of Margin-MSE: '
+                                 f'say loss=margin_mse with it, or leave negatives unset')
+            if not 1 <= self.negatives < self.depth:
+                raise ValueError(f'negatives must be at least 1 and below depth '
+                                 f'({self.depth}), not {self.negatives}')
+
     def given(self, rows: int, with_sources: int) -> 'DistillationSettings':
         """These settings for training queries given to ``Distillation.fit`` directly: ``rows``
         queries, ``with_sources`` of them naming the passage they came from
@@ -313,13 +329,15 @@ class DistillationSettings(MethodSettings):
 # Adaptation of Dense Retrieval", NAACL; github.com/UKPLab/gpl) as distillation's settings: its
 # T5 doc2query writer, 3 queries a passage, candidates mined by the student and scored by its
 # cross-encoder, Margin-MSE, both towers trained (one shared encoder), its learning rate, batch
-# and mixed precision. Where the package differs: GPL trains on (query, the passage it was
-# written for, one mined negative) triples over 140,000 steps and about 250,000 queries; here
-# Margin-MSE spans every pair of the student's top 10, the teacher's margins, over one pass of
-# n_queries (2,000) queries, at a cost a CPU can pay.
+# and mixed precision; each step trains (query, the passage it was written for, a negative drawn
+# from the student's top 50) triples on the cross-encoder's margin between the two. Where the
+# package differs: the margins are taken between the cross-encoder's per-query z-scores over the
+# query's candidates, not its raw logits; and one pass over n_queries (2,000 by default) queries
+# trains, where GPL takes 140,000 steps over about 250,000.
 GPL: Dict[str, Any] = dict(generator=GPL_WRITER, per_passage=3, teacher='0*student+ce',
-                           cross_encoder=GPL_CROSS_ENCODER, loss='margin_mse', depth=10,
-                           passages='trained', lr=2e-5, batch_size=32, precision='auto')
+                           cross_encoder=GPL_CROSS_ENCODER, loss='margin_mse', depth=50,
+                           negatives=1, passages='trained', lr=2e-5, batch_size=32,
+                           precision='auto')
 
 SETTINGS: Dict[str, Type[MethodSettings]] = {
     'distill': DistillationSettings,
