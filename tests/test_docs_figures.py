@@ -1,0 +1,168 @@
+"""The pages' figures against the results files they cite: every results file a page names
+exists, and a figure that a page calls shipped comes from a run whose settings are what the
+pipeline it names means today (`docs/` and the README; the research notes under
+`experiments/` name their settings and commits instead).
+
+A results file records each pipeline's settings in its header (``- pipeline NAME: ... (k=v,
+...)``). Today's meaning of NAME is `get_pipeline(NAME)`'s settings, typed as its method types
+them, with the defaults that follow other settings chosen. The search-time settings (``search``,
+``backend``) are left out: they choose how an index is searched and encoded, not what trained.
+A setting removed since is read as today's behaviour only at the value that did what the
+package does now (:data:`REMOVED_AS_TODAY`).
+"""
+import re
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+from pyterrier_selfsup.harness.pipelines import UnknownPipelineError, get_pipeline
+from pyterrier_selfsup.harness.trained import SEARCH_SETTINGS, typed_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / 'experiments' / 'results'
+PAGES = [ROOT / 'README.md', *sorted((ROOT / 'docs').glob('*.md'))]
+# settings removed since, at the value that did what the package does now
+REMOVED_AS_TODAY = {'keep': 'last', 'filter_depth': 'None', 'stop_overlap': 'None',
+                    'min_round_steps': '0', 'source_share': '0.0', 'passage_layers': 'None'}
+# files a run writes, which the pages name as a user meets them (not results of this repository)
+RUNTIME_FILES = {'model.json', 'pt_meta.json', 'stage-rates.json'}
+FIGURE = re.compile(r'(?<![\d.])0?(\.\d{4})\b')
+# a results file as the pages name one: a table, its data or its figure, or anything under results/
+CITED = re.compile(r'[\w./-]*results/[\w./-]+\.\w+|[\w./-]+\.(?:md|json|csv|png)\b')
+
+
+def resolve(name: str, page: Path) -> Optional[Path]:
+    """The file a page names by ``name``: from the page, from the repository's root, under the
+    results, or (a bare name) a file of that name in the repository."""
+    for base in (page.parent, ROOT, RESULTS):
+        if (base / name.lstrip('/')).is_file():
+            return (base / name.lstrip('/')).resolve()
+    if '/' not in name:
+        found = sorted(p for p in ROOT.rglob(name) if '.venv' not in p.parts)
+        return found[0] if found else None
+    return None
+
+
+def cited_results(text: str, page: Path) -> Dict[str, Optional[Path]]:
+    """Each file that ``text`` names, but the files a run writes (:data:`RUNTIME_FILES`), with
+    the file it resolves to (None: it exists nowhere in the repository)."""
+    out = {}
+    for name in CITED.findall(text):
+        name = name.rstrip('.')
+        if Path(name).name not in RUNTIME_FILES:
+            out[name] = resolve(name, page)
+    return out
+
+
+def recorded_settings(results: Path) -> Dict[str, Dict[str, str]]:
+    """Each pipeline's settings as its results file's header records them."""
+    out = {}
+    for line in results.read_text().splitlines():
+        head = re.match(r'^- pipeline (\S+?): .*\(([^()]*=[^()]*)\)\s*$', line)
+        if head:
+            out[head.group(1)] = dict(item.split('=', 1) for item in head.group(2).split(', '))
+    return out
+
+
+def todays_settings(pipeline: str) -> Optional[Dict[str, str]]:
+    """What ``pipeline`` means today, as strings (None: a name that no longer parses)."""
+    try:
+        spec = get_pipeline(pipeline)
+    except UnknownPipelineError:
+        return None
+    settings = dict(spec.settings)
+    if spec.method:
+        settings.update(typed_settings(spec.method, settings).asdict())
+    return {k: str(v) for k, v in settings.items()}
+
+
+def same(a: str, b: str) -> bool:
+    try:
+        return float(a) == float(b)
+    except ValueError:
+        return a == b
+
+
+def differences(recorded: Dict[str, str], today: Optional[Dict[str, str]]) -> List[str]:
+    """How a recorded run's settings differ from what its pipeline means today."""
+    if today is None:
+        return ['its pipeline name no longer parses']
+    out = []
+    for key, value in recorded.items():
+        if key in SEARCH_SETTINGS:
+            continue
+        if key in today:
+            if not same(value, today[key]):
+                out.append(f'{key}={value} where today it is {today[key]}')
+        elif not same(value, REMOVED_AS_TODAY.get(key, '\0')):
+            out.append(f'{key}={value}, a setting removed since')
+    return out
+
+
+def rows_with(results: Path, figure: str) -> List[str]:
+    """The pipelines whose table rows in ``results`` hold ``figure`` (``.6579`` or
+    ``0.6579``)."""
+    names = []
+    for line in results.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip('|').split('|')]
+        if line.startswith('|') and len(cells) > 1 and any(
+                re.match(rf'^0?{re.escape(figure)}\b', c) for c in cells[1:]):
+            names.append(cells[0])
+    return names
+
+
+def shipped_figures(page: Path, text: str) -> List[str]:
+    """Each figure that a paragraph of ``text`` calls shipped, checked against the results
+    files the paragraph cites: a problem a line."""
+    problems = []
+    for paragraph in re.split(r'\n\s*\n', text):
+        if 'shipped' not in paragraph:
+            continue
+        figures = {f for f in FIGURE.findall(paragraph)}
+        files = [p for p in cited_results(paragraph, page).values()
+                 if p and p.suffix == '.md' and RESULTS in p.parents]
+        for figure in sorted(figures):
+            for results in files:
+                recorded = recorded_settings(results)
+                for name in rows_with(results, figure):
+                    if name in recorded and recorded_method(name):
+                        for why in differences(recorded[name], todays_settings(name)):
+                            problems.append(f'{page.name}: {figure} is called shipped, but '
+                                            f'{results.relative_to(ROOT)} ran {name} with {why}')
+    return problems
+
+
+def recorded_method(name: str) -> bool:
+    """Whether the pipeline ``name`` trains a model (its figures depend on its settings)."""
+    try:
+        return get_pipeline(name).method is not None
+    except UnknownPipelineError:
+        return True
+
+
+def test_every_results_file_a_page_cites_exists():
+    missing = [f'{page.name} cites {name}' for page in PAGES
+               for name, path in cited_results(page.read_text(), page).items() if path is None]
+    assert not missing, '\n'.join(missing)
+
+
+def test_every_figure_a_page_calls_shipped_ran_at_todays_settings():
+    problems = [p for page in PAGES for p in shipped_figures(page, page.read_text())]
+    assert not problems, '\n'.join(problems)
+
+
+def test_a_five_round_figure_called_shipped_is_caught():
+    stale = ('Trained on the corpus only, the shipped setting reaches .6497, against the '
+             "start's .6451 (`gpu/gpu_scifact_distill.md`).")
+    problems = shipped_figures(ROOT / 'docs' / 'gpus-and-scaling.md', stale)
+    assert any('rounds=5 where today it is 1' in p for p in problems), problems
+
+
+@pytest.mark.parametrize('group', ['label_free', 'label_free_log', 'label_free_log_scifact'])
+def test_the_readmes_shipped_rows_ran_at_todays_settings(group):
+    recorded = recorded_settings(RESULTS / f'{group}.md')
+    adapted = [name for name in recorded if name.split(':')[0] in ('distill', 'hybrid')]
+    assert adapted
+    for name in adapted:
+        assert not differences(recorded[name], todays_settings(name)), (group, name)
