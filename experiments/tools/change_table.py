@@ -2,7 +2,7 @@
 
 Reads a group that `experiments/reproduce/label_free.py` wrote (`<group>.csv`,
 `<group>.perquery.csv` and `<group>.md`) and trains nothing. For each collection and each
-`distill` pipeline: nDCG@10, its change from the zero-shot start (`dual`) with a 95% paired
+`distill` or `gpl` pipeline: nDCG@10, its change from the zero-shot start (`dual`) with a 95% paired
 bootstrap interval over the queries (10,000 resamples, seed 0), its change from BM25 and from
 the teacher, and from the group's Training lines the label-free facts about its queries
 (distinct queries written, words a query, passages covered, how often the teacher ranks a query's
@@ -28,6 +28,8 @@ from pyterrier_selfsup.harness import provenance
 
 RESULTS = Path(__file__).resolve().parents[1] / 'results'
 RESAMPLES = 10_000
+# the pipelines whose rows the table holds: distillation's, GPL's recipe among them
+TRAINED = ('distill', 'gpl')
 
 
 def interval(diff: np.ndarray, seed: int = 0):
@@ -53,6 +55,37 @@ def training_facts(md: str, name: str, corpus: str) -> dict:
                     facts[key] = '/'.join(found.groups())
             return facts
     return {}
+
+
+def mean_over_collections(table: pd.DataFrame, per: pd.DataFrame, seed: int = 0) -> list:
+    """Where the table spans several collections: each pipeline's mean change from the start
+    over the collections that hold it and its start, each collection weighing the same, with a
+    95% bootstrap interval that resamples each collection's queries on its own (10,000 times)."""
+    collections = list(dict.fromkeys(table['collection']))
+    if len(collections) < 2:
+        return []
+    names = [n for n in dict.fromkeys(table['name']) if n.split(':')[0] in TRAINED]
+    lines = ['## Mean over the collections', '',
+             'Each collection weighs the same; the interval resamples each one\'s queries apart '
+             f'({RESAMPLES:,} resamples, seed {seed}); * where it is clear of 0.', '',
+             '| pipeline | collections | mean change from the start [95% CI] |', '|---|---|---|']
+    for name in names:
+        diffs = []
+        for collection in collections:
+            scores = per[per['collection'] == collection].pivot(index='qid', columns='name',
+                                                                values='nDCG@10')
+            if name in scores and 'dual' in scores:
+                diffs.append((scores[name] - scores['dual']).to_numpy())
+        if len(diffs) < 2:
+            continue
+        rng = np.random.default_rng(seed)
+        means = np.mean([d[rng.integers(0, len(d), (RESAMPLES, len(d)))].mean(1) for d in diffs],
+                        axis=0)
+        mean = float(np.mean([d.mean() for d in diffs]))
+        low, high = np.quantile(means, [.025, .975])
+        star = '*' if low > 0 or high < 0 else ''
+        lines.append(f'| {name} | {len(diffs)} | {mean:+.4f} [{low:+.4f}, {high:+.4f}]{star} |')
+    return lines + ['']
 
 
 def main(argv=None):
@@ -93,7 +126,7 @@ def main(argv=None):
                + 'queries | words | covered | specificity | kept |',
                '|---|---|---|---|---|' + ('---|' if versus else '') + '---|---|---|---|---|']
         for name in rows.index:
-            if not name.startswith('distill') or 'dual' not in scores:
+            if name.split(':')[0] not in TRAINED or 'dual' not in scores:
                 continue
             value = rows.loc[name, 'nDCG@10']
             mean, low, high = interval((scores[name] - scores['dual']).to_numpy())
@@ -117,6 +150,7 @@ def main(argv=None):
                       + ' | '.join(facts.get(k, '') for k in ('distinct', 'words', 'covered', 'specific', 'kept'))
                       + ' |')
         md.append('')
+    md += mean_over_collections(table, per)
     out = RESULTS / f'{out_name}_table.md'
     out.write_text('\n'.join(md))
     print('\n'.join(md))
