@@ -653,3 +653,28 @@ def test_gpls_triples_pair_each_querys_own_passage_with_drawn_negatives(tiny_enc
         assert scores.tolist() == [6.0 - int(d) for d in docnos]  # each one's own score
     with pytest.raises(ValueError, match='loss=margin_mse'):
         Distillation(tiny_encoder(), 'classic/adi', teacher=None, negatives=1)
+    # from the settings' teacher spec, the harness builds a teacher that labels the candidates
+    from pyterrier_selfsup.harness.methods import METHODS
+    from pyterrier_selfsup.training.settings import DistillationSettings
+    with pytest.raises(ValueError, match='teacher=0\\*student\\+ce'):
+        METHODS['distill'](Collection('classic/adi'), DistillationSettings(
+            loss='margin_mse', negatives=1, teacher='bm25+student+ce'), RunContext())
+
+
+def test_with_negatives_a_querys_own_passage_is_among_its_targets_below_the_depth(tiny_encoder):
+    # the student mines d, c, b, a; the query was written for a, fourth: below depth 2
+    student = _run('q', ['d', 'c', 'b', 'a'], [4.0, 3.0, 2.0, 1.0])
+
+    class Labeller(pt.Transformer):
+        def transform(self, inp):
+            return inp.assign(score=[{'a': 0.0, 'c': 1.0, 'd': 2.0}[d] for d in inp['docno']])
+
+    teacher = Fusion({'student': Frame(student)}, weights={'student': 0.0},
+                     rerankers={'ce': Labeller()}, rerank_depth=2)
+    trainer = Distillation(tiny_encoder(), 'classic/adi', teacher, loss='margin_mse',
+                           negatives=1, depth=2, verbose=False)
+    targets = trainer.rank(teacher, [Query('q', 'x', frozenset(), source='a')])
+    assert targets['q'][0] == ['d', 'c', 'a']  # the labeller's order, the own passage last
+    docnos, _ = trainer.triple(Query('q', 'x', frozenset(), source='a'), targets['q'],
+                               np.random.default_rng(0))
+    assert docnos[0] == 'a'

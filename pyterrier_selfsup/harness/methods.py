@@ -32,7 +32,7 @@ from pyterrier_selfsup.training.rumbart import Rumbart
 from pyterrier_selfsup.training.settings import (CrossDocumentAdjustmentSettings,
                                                  DistantSupervisionSettings, DistillationSettings,
                                                  LABELLING_PARTS, ReconstructionSettings,
-                                                 parse_teacher)
+                                                 mines_only, parse_teacher)
 
 Setup = Callable[..., Tuple[Trainer, pd.DataFrame]]
 
@@ -119,13 +119,19 @@ def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: 
 
 def rerank_depth(teacher: str, depth: int) -> int:
     """How many of the fused candidates ``teacher``'s re-rankers score: every one a student
-    learns from (``depth``) where a labelling part (a cross-encoder, or its stand-in) is named,
-    the top 10 otherwise (the generator's query likelihood)."""
-    return depth if any(part in LABELLING_PARTS for part in parse_teacher(teacher)) else 10
+    learns from (``depth``) where a labelling part (a cross-encoder, or its stand-in) is named
+    or the first stages only mine (every one weighted 0), the top 10 otherwise (the
+    generator's query likelihood, added to the stages' scores)."""
+    labels = any(part in LABELLING_PARTS for part in parse_teacher(teacher))
+    return depth if labels or mines_only(teacher) else 10
 
 
 def _distillation(collection: Collection, s: DistillationSettings, run: RunContext, *,
                   fold: Optional[int] = None) -> Tuple[Trainer, pd.DataFrame]:
+    if s.negatives is not None and not mines_only(s.teacher):
+        raise ValueError(f'negatives={s.negatives} trains GPL\'s triples, whose teacher labels the '
+                         f'student\'s candidates and each query\'s own passage: say '
+                         f'teacher=0*student+ce (or +fused), not {s.teacher!r}')
     needs_gen = 'gen' in parse_teacher(s.teacher) or s.queries in GENERATED
     gen = (load_generator(s.generator, cache_dir=run.cache_dir, verbose=run.verbose)
            if needs_gen else None)

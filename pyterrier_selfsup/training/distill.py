@@ -142,6 +142,8 @@ class Distillation(DualEncoderTrainer):
         else:  # (a query passed over twice is ranked once)
             teacher = self.round_teacher(None if self.fixed_teacher else student())
             targets = self.rank(teacher, list({q.qid: q for q in examples}.values()))
+            if self.settings.negatives is not None:
+                self.say_positives(examples, targets)
         record = {'step': self.state.get('step', 0), 'round': epoch,
                   'teacher seconds': time.time() - started}
         if self.state.get('targets') is not None:
@@ -155,6 +157,16 @@ class Distillation(DualEncoderTrainer):
         self.verdict.finish(self)
 
     # -- the loss ---------------------------------------------------------------------
+
+    def say_positives(self, examples: List[Query], targets: Ranked):
+        """Logs how many queries' own passages the teacher did not score (their positive is
+        then the teacher's top candidate)."""
+        named = {q.qid: q.source for q in examples if q.source}
+        missing = sum(source not in targets.get(qid, ([],))[0] for qid, source in named.items())
+        if missing:
+            logger.info('%d of %d queries\' own passages are not among the teacher\'s '
+                        'candidates: their positive is the teacher\'s top candidate',
+                        missing, len(named))
 
     def triple(self, query: Query, ranked: Tuple[List[str], np.ndarray],
                rng: np.random.Generator) -> Tuple[List[str], np.ndarray]:

@@ -370,3 +370,12 @@ def parse_teacher(spec: str) -> Dict[str, float]:
 TEACHER_PARTS = ('bm25', 'student', 'minilm', 'gen', 'ce', 'fused')
 # the parts that score every candidate a student learns from (the others re-rank the top 10)
 LABELLING_PARTS = ('ce', 'fused')
+RERANKING_PARTS = ('gen', 'ce', 'fused')
+
+
+def mines_only(spec: str) -> bool:
+    """Whether the teacher ``spec``'s first stages only choose the candidates: each weighted 0,
+    and a re-ranker named to score them (``0*student+ce``)."""
+    weights = parse_teacher(spec)
+    stages = [w for part, w in weights.items() if part not in RERANKING_PARTS]
+    return len(stages) < len(weights) and not any(stages)
