@@ -643,12 +643,11 @@ def test_a_mining_teacher_labels_each_querys_own_passage_and_nothing_it_did_not_
 
 
 def test_gpls_triples_pair_each_querys_own_passage_with_drawn_negatives(tiny_encoder):
-    trainer = Distillation(tiny_encoder(), 'classic/adi', teacher=None, loss='margin_mse',
-                           negatives=2, depth=5, verbose=False)
+    from pyterrier_selfsup.training.losses import triple
     ranked = (['1', '2', '3', '4', '5'], np.array([5.0, 4.0, 3.0, 2.0, 1.0]))
     rng = np.random.default_rng(0)
     for source, positive in (('3', '3'), ('9', '1'), (None, '1')):
-        docnos, scores = trainer.triple(Query('q', 'x', frozenset(), source=source), ranked, rng)
+        docnos, scores = triple(ranked, source, 2, rng)
         assert docnos[0] == positive and len(docnos) == 3 and len(set(docnos)) == 3
         assert scores.tolist() == [6.0 - int(d) for d in docnos]  # each one's own score
     with pytest.raises(ValueError, match='loss=margin_mse'):
@@ -675,6 +674,5 @@ def test_with_negatives_a_querys_own_passage_is_among_its_targets_below_the_dept
                            negatives=1, depth=2, verbose=False)
     targets = trainer.rank(teacher, [Query('q', 'x', frozenset(), source='a')])
     assert targets['q'][0] == ['d', 'c', 'a']  # the labeller's order, the own passage last
-    docnos, _ = trainer.triple(Query('q', 'x', frozenset(), source='a'), targets['q'],
-                               np.random.default_rng(0))
-    assert docnos[0] == 'a'
+    from pyterrier_selfsup.training.losses import triple
+    assert triple(targets['q'], 'a', 1, np.random.default_rng(0))[0][0] == 'a'

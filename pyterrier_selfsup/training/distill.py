@@ -30,7 +30,8 @@ from pyterrier_selfsup.data.queries import Query, query_sources, training_querie
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.training.loop import DualEncoderTrainer
 from pyterrier_selfsup.training.losses import (candidate_table, distillation_loss,  # noqa: F401
-                                               listwise_kl, margin_mse, top1_agreement, top_overlap)
+                                               listwise_kl, margin_mse, top1_agreement, top_overlap,
+                                               triple)
 from pyterrier_selfsup.training.passages import passage_side
 from pyterrier_selfsup.training.settings import DistillationSettings
 from pyterrier_selfsup.training.verdict import HeldOutVerdict
@@ -142,8 +143,10 @@ class Distillation(DualEncoderTrainer):
         else:  # (a query passed over twice is ranked once)
             teacher = self.round_teacher(None if self.fixed_teacher else student())
             targets = self.rank(teacher, list({q.qid: q for q in examples}.values()))
-            if self.settings.negatives is not None:
-                self.say_positives(examples, targets)
+            if self.settings.negatives is not None:  # (a triple's positive: else the top one)
+                logger.info('%d of the queries\' own passages are not among the teacher\'s '
+                            'candidates', sum(q.source not in targets.get(q.qid, ([],))[0]
+                                              for q in examples if q.source))
         record = {'step': self.state.get('step', 0), 'round': epoch,
                   'teacher seconds': time.time() - started}
         if self.state.get('targets') is not None:
@@ -158,28 +161,6 @@ class Distillation(DualEncoderTrainer):
 
     # -- the loss ---------------------------------------------------------------------
 
-    def say_positives(self, examples: List[Query], targets: Ranked):
-        """Logs how many queries' own passages the teacher did not score (their positive is
-        then the teacher's top candidate)."""
-        named = {q.qid: q.source for q in examples if q.source}
-        missing = sum(source not in targets.get(qid, ([],))[0] for qid, source in named.items())
-        if missing:
-            logger.info('%d of %d queries\' own passages are not among the teacher\'s '
-                        'candidates: their positive is the teacher\'s top candidate',
-                        missing, len(named))
-
-    def triple(self, query: Query, ranked: Tuple[List[str], np.ndarray],
-               rng: np.random.Generator) -> Tuple[List[str], np.ndarray]:
-        """GPL's training example for ``query`` from the teacher's ``ranked`` candidates: its
-        positive (the passage it was written for, where the teacher scored it; else the
-        teacher's top candidate) and ``negatives`` others drawn at random, with their scores."""
-        docnos, scores = ranked
-        positive = docnos.index(query.source) if query.source in docnos else 0
-        others = [i for i in range(len(docnos)) if i != positive]
-        drawn = rng.choice(others, size=min(self.settings.negatives, len(others)), replace=False)
-        rows = [positive, *sorted(int(i) for i in drawn)]
-        return [docnos[i] for i in rows], scores[rows]
-
     def loss(self, batch: List[Query], rng: np.random.Generator) -> Optional[torch.Tensor]:
         s, targets = self.settings, self.state['targets']
         batch = [q for q in batch if len(targets.get(q.qid, ([],))[0]) > 0]
@@ -187,7 +168,8 @@ class Distillation(DualEncoderTrainer):
             return None
         rankings = [targets[q.qid] for q in batch]
         if s.negatives is not None:  # (GPL's triples: each query's positive and its negatives)
-            rankings = [self.triple(q, ranked, rng) for q, ranked in zip(batch, rankings)]
+            rankings = [triple(ranked, q.source, s.negatives, rng)
+                        for q, ranked in zip(batch, rankings)]
         table = candidate_table(rankings,
                                 [q.excluded for q in batch], s.teacher_temperature,
                                 own_only=s.loss == 'margin_mse' or not s.in_batch)

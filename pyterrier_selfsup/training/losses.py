@@ -9,7 +9,7 @@
     loss = distillation_loss(student_logits, table.teacher, table.own, table.shut, 'kl', counted=1)
 """
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, List, Sequence, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -38,6 +38,24 @@ def margin_mse(student_scores: torch.Tensor, teacher_scores: torch.Tensor, valid
     counts = pairs.sum((1, 2))
     rows = (diff.pow(2) * pairs).sum((1, 2)) / counts.clamp(min=1)
     return rows if per_row else rows[counts > 0].mean()
+
+
+def triple(ranked: Tuple[List[str], np.ndarray], source: Optional[str], negatives: int,
+           rng: np.random.Generator) -> Tuple[List[str], np.ndarray]:
+    """GPL's training example from a query's ``ranked`` candidates (docnos, the teacher's
+    scores): its positive (``source``, the passage it was written for, where the teacher scored
+    it; else the teacher's top candidate) and ``negatives`` others drawn at random, with their
+    scores.
+
+        triple((['a', 'b', 'c'], np.array([3., 2., 1.])), 'b', 1, rng)   # (['b', 'a'], [2., 3.]) or
+                                                                          # (['b', 'c'], [2., 1.])
+    """
+    docnos, scores = ranked
+    positive = docnos.index(source) if source in docnos else 0
+    others = [i for i in range(len(docnos)) if i != positive]
+    drawn = rng.choice(others, size=min(negatives, len(others)), replace=False)
+    rows = [positive, *sorted(int(i) for i in drawn)]
+    return [docnos[i] for i in rows], scores[rows]
 
 
 @dataclass
