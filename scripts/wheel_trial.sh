@@ -8,7 +8,8 @@
 #      machines hold are too few to show the three kinds: the weights are random, the paths real);
 #   2. adapts the encoder to a JSON lines file of documents (ADI's) with `selfsup train`, its
 #      queries written by the T5 and its teacher BM25 fused with the cross-encoder;
-#   3. loads the result with `SentenceTransformer(dir)` and shows its prompts and vectors.
+#   3. loads the result with `SentenceTransformer(dir)` and shows its prompts and vectors;
+#   4. adapts it again with the gpl pipeline (GPL's recipe) and the same three models.
 # Writes OUT (default experiments/results/wheel_trial-REV.txt): each command, its wall time and
 # its output.
 set -uo pipefail
@@ -86,5 +87,15 @@ import json, pathlib
 record, = [json.loads(p.read_text()) for p in pathlib.Path('cache/models').glob('*/model.json')]
 print(json.dumps({k: record[k] for k in ('method', 'queries', 'starts')}, indent=1))
 print('teacher', record['settings']['teacher'], 'cross_encoder', record['settings']['cross_encoder'])"
+step 'GPL'"'"'s recipe with the same three models: the gpl pipeline' \
+  selfsup train "gpl:model_name=e5-like,generator=doc2query,cross_encoder=cross-encoder,n_queries=60" \
+  -c docs.jsonl --output my-gpl-model
+step 'What GPL'"'"'s record says it trained' python -c "
+import json, pathlib
+for p in sorted(pathlib.Path('cache/models').glob('*/model.json')):
+    s = json.loads(p.read_text())['settings']
+    if s.get('negatives'):
+        print({k: s[k] for k in ('generator', 'teacher', 'cross_encoder', 'loss', 'negatives',
+                                 'depth', 'passages', 'per_passage', 'lr', 'precision')})"
 rm -rf "$work"
 echo "wrote $out"
