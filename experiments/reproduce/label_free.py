@@ -224,7 +224,9 @@ GROUPS = {
                                   'hybrid:queries=crossfold']),
     # issue 63 item 4: GPL's recipe (the gpl pipeline) with the models these machines hold in its
     # writer's and its cross-encoder's places, beside distill's shipped setting, on each of the five
-    # local collections (scifact on its train split); a group a collection, each written as it ends
+    # local collections (scifact on its train split); a group a collection, each written as it ends.
+    # One table: python experiments/tools/change_table.py gpl_adi gpl_cranfield gpl_cisi gpl_scifact
+    # gpl_vaswani --versus distill --out gpl
     **{f'gpl_{name}': ([collection], ['bm25', 'dual_encoder', 'teacher', 'distill', GPL_STAND_IN])
        for name, collection in (('adi', 'classic/adi'), ('cranfield', 'cranfield'), ('cisi', 'classic/cisi'),
                                 ('scifact', 'beir/scifact/train'), ('vaswani', 'vaswani'))},

@@ -100,6 +100,9 @@ def main(argv=None):
     table = table.drop_duplicates(['collection', 'name'])
     per = pd.concat([pd.read_csv(RESULTS / f'{g}.perquery.csv', dtype={'qid': str}) for g in args.groups])
     per = per.drop_duplicates(['collection', 'name', 'qid'])
+    # the start: the zero-shot DualEncoder, named dual in the older groups, dual_encoder since
+    table['name'] = table['name'].replace('dual_encoder', 'dual')
+    per['name'] = per['name'].replace('dual_encoder', 'dual')
     md_text = '\n'.join((RESULTS / f'{g}.md').read_text() for g in args.groups)
     read_from = args.groups[0] if len(args.groups) == 1 else '{' + ', '.join(args.groups) + '}'
     versus = args.versus
