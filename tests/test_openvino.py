@@ -165,9 +165,17 @@ def test_the_minilm_pipeline_gives_sentence_transformers_vectors_through_openvin
     from sentence_transformers import SentenceTransformer
     collection = Collection('classic/adi')
     minilm = get_pipeline('minilm').build(collection, RunContext(cache_dir=cache_dir))
-    assert isinstance(minilm.encoder, DualEncoder) and minilm.encoder.backend == 'openvino'
+    encoder = minilm.encoder
+    assert isinstance(encoder, DualEncoder) and encoder.backend == 'openvino'
+    # an index of a thousand passages or more; ADI's 82 are encoded sooner than it compiles
+    assert (encoder.index_backend(5183), encoder.index_backend(82)) == ('openvino', 'torch')
+    torch_fp32 = DualEncoder.from_pretrained(MINILM, precision='fp32', device='cpu')
+    assert minilm.index.index_path == flex_index(collection, torch_fp32,
+                                                 cache_dir=cache_dir).index_path
     texts = [d['text'] for d in collection.corpus_iter()][:16]
     theirs = SentenceTransformer(MINILM, device='cpu').encode(texts)
-    np.testing.assert_allclose(minilm.encoder.encode_docs(texts), theirs, atol=1e-5)
+    with encoder.encoding_with('openvino'):
+        np.testing.assert_allclose(encoder.encode_docs(texts), theirs, atol=1e-5)
+    np.testing.assert_allclose(encoder.encode_docs(texts), theirs, atol=1e-5)
     assert get_pipeline('minilm:backend=torch').build(
         collection, RunContext(cache_dir=cache_dir)).encoder.backend == 'torch'

@@ -15,6 +15,7 @@ import copy
 import importlib.util
 import json
 import math
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple, Union
 
@@ -40,6 +41,13 @@ from pyterrier_selfsup.progress import progress
 
 CONFIG_FILE = 'dual_encoder.json'
 BACKENDS = ('auto', 'torch', 'openvino', 'openvino-int8')
+
+
+# passages: from here on, an index that backend='auto' encodes goes through OpenVINO. Compiling
+# the model takes about 3 s; OpenVINO fp32 saves 1.13x (an AMX CPU) to 2.35x (an AMD EPYC) of
+# torch's 36 passages/s at 256 tokens (encoding_benchmark*.md): it pays from about 1,000 passages
+# on the slower gain
+AUTO_OPENVINO_FROM = 1000
 
 
 def openvino_installed() -> bool:
@@ -154,9 +162,10 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
         the same model compiled by OpenVINO, at the same precision; ``pip install openvino``),
         or ``'openvino-int8'``: the passage side (indexing) quantised to int8 as well,
         calibrated on the first texts it encodes (faster where the CPU has VNNI or AMX, not
-        on plain AVX2; its vectors differ), or ``'auto'``: openvino where the model runs on a
-        CPU in fp32 and OpenVINO is installed (the same vectors as torch's, sooner), torch
-        elsewhere. Training always runs in torch; the trainers' encoders keep ``'torch'``.
+        on plain AVX2; its vectors differ), or ``'auto'``: openvino for the passages where the
+        model runs on a CPU in fp32 and OpenVINO is installed (the same vectors as torch's,
+        sooner), torch for queries and elsewhere. Training always runs in torch; the trainers'
+        encoders keep ``'torch'``.
 
         ``batch_size``: texts a batch when they are ``max_length`` tokens long; shorter texts
         run more to a batch, within the same number of tokens. None: 32 on a CPU, 256 on a
@@ -352,7 +361,7 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
                            total=len(texts), desc=f'encoding {side}s', unit=side,
                            count=lambda batch: len(batch[0]),
                            enabled=self.verbose and len(texts) > batch_size)
-        compiled = self._openvino_sides()
+        compiled = self._openvino_sides(side)
         if compiled is not None:  # (int8 calibrated on the first texts, batched alike)
             return compiled.encode(self, texts, side, batches, calibration=lambda: [
                 OpenVinoSides.inputs(input_ids, mask) for _, input_ids, mask
@@ -396,10 +405,30 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
         same_vectors = self.device.type == 'cpu' and self.compute_dtype() == torch.float32
         return 'openvino' if same_vectors and openvino_installed() else 'torch'
 
-    def _openvino_sides(self) -> Optional[OpenVinoSides]:
-        """The compiled sides of the resolved backend (None for torch), made on first use."""
+    def index_backend(self, passages: int) -> str:
+        """The backend that encodes an index of ``passages`` passages: as :attr:`backend`, but
+        ``'auto'`` keeps torch below :data:`AUTO_OPENVINO_FROM` passages, where compiling the
+        model takes longer than OpenVINO saves."""
+        if self._backend == 'auto' and passages < AUTO_OPENVINO_FROM:
+            return 'torch'
+        return self.backend
+
+    @contextmanager
+    def encoding_with(self, backend: str):
+        """Encodes with ``backend`` within the block (an index's build, its backend chosen
+        once for the whole corpus)."""
+        was, self._backend = self._backend, backend
+        try:
+            yield
+        finally:
+            self._backend = was
+
+    def _openvino_sides(self, side: str) -> Optional[OpenVinoSides]:
+        """The compiled sides of the resolved backend for ``side`` (None for torch), made on
+        first use. ``'auto'`` encodes queries in torch: they are few and short, and compiling
+        their side takes seconds that a search run never wins back."""
         backend = self.backend
-        if backend == 'torch':
+        if backend == 'torch' or (self._backend == 'auto' and side == 'query'):
             return None
         int8 = backend == 'openvino-int8'
         if self._openvino is None or self._openvino.int8 != int8:

@@ -71,11 +71,13 @@ def flex_index(collection: Union[str, Collection], encoder: BiEncoder, *,
                                         what=f'the index of {collection.name} with passage offsets',
                                         needs=lambda: flex_size(collection, encoder),
                                         check=flex_damage)), verbose=False)
+    backend = None
     if isinstance(encoder, DualEncoder):
         model = encoder.name
         settings = {'weights': encoder.passage_fingerprint(), 'dtype': str(encoder.compute_dtype())}
-        if encoder.backend != 'torch':  # (torch's indexes keep the keys they had)
-            settings['backend'] = encoder.backend
+        backend = encoder.index_backend(collection.docs_count or 0)
+        if backend != 'torch':  # (torch's indexes keep the keys they had)
+            settings['backend'] = backend
     else:
         model, settings = encoder.model_name, {'model': encoder.model_name,
                                                'max_length': encoder.model.max_seq_length}
@@ -84,7 +86,11 @@ def flex_index(collection: Union[str, Collection], encoder: BiEncoder, *,
     path = cache_root(cache_dir) / 'flex' / cache_key(name, settings)
 
     def build(staging: Path):
-        encode_into(staging, collection, encoder, verbose=verbose)
+        if backend is None:
+            encode_into(staging, collection, encoder, verbose=verbose)
+            return
+        with encoder.encoding_with(backend):  # (one backend for the whole corpus)
+            encode_into(staging, collection, encoder, verbose=verbose)
 
     return FlexIndex(str(build_once(path, build, what=f'the {model} index of {collection.name}',
                                     needs=lambda: flex_size(collection, encoder),
