@@ -49,6 +49,18 @@ class Frame(pt.Transformer):
         return self.results[self.results['qid'].isin(topics['qid'])].merge(topics, on='qid')
 
 
+class Scores(pt.Transformer):
+    """A re-ranker that gives each document its fixed score and notes the documents it was
+    asked to score (``seen``)."""
+
+    def __init__(self, scores: dict):
+        self.scores, self.seen = scores, []
+
+    def transform(self, inp):
+        self.seen.extend(inp['docno'])
+        return inp.assign(score=[self.scores[d] for d in inp['docno']])
+
+
 def _run(qid, docnos, scores):
     return pd.DataFrame({'qid': qid, 'docno': docnos, 'score': scores, 'rank': range(len(docnos))})
 
@@ -77,16 +89,10 @@ def test_zscores_are_per_query_and_constant_scores_give_zeros():
 
 def test_reranker_scores_only_the_fused_top(monkeypatch):
     bm25 = _run('q', ['a', 'b', 'c', 'd'], [4.0, 3.0, 2.0, 1.0])
-    seen = []
-
-    class Reranker(pt.Transformer):
-        def transform(self, inp):
-            seen.extend(inp['docno'])
-            return inp.assign(score=[{'a': 0.0, 'b': 10.0}[d] for d in inp['docno']])
-
-    fused = Fusion({'bm25': Frame(bm25)}, rerankers={'gen': Reranker()}, rerank_depth=2)(
+    reranker = Scores({'a': 0.0, 'b': 10.0})
+    fused = Fusion({'bm25': Frame(bm25)}, rerankers={'gen': reranker}, rerank_depth=2)(
         pd.DataFrame({'qid': ['q'], 'query': ['x']}))
-    assert sorted(seen) == ['a', 'b']
+    assert sorted(reranker.seen) == ['a', 'b']
     # the re-ranker's preference turned the top two
     assert fused['docno'].tolist()[:2] == ['b', 'a']
     assert fused.set_index('docno')['z_gen'].to_dict() == pytest.approx(
@@ -96,17 +102,11 @@ def test_reranker_scores_only_the_fused_top(monkeypatch):
 def test_stages_weighted_zero_mine_the_candidates_that_the_rerankers_alone_score():
     # the student's order is d, c, b, a; docno order would hand the re-ranker a and b
     student = _run('q', ['d', 'c', 'b', 'a'], [4.0, 3.0, 2.0, 1.0])
-    seen = []
-
-    class Labeller(pt.Transformer):
-        def transform(self, inp):
-            seen.extend(inp['docno'])
-            return inp.assign(score=[{'c': 5.0, 'd': 1.0}[d] for d in inp['docno']])
-
+    labeller = Scores({'c': 5.0, 'd': 1.0})
     fused = Fusion({'student': Frame(student)}, weights={'student': 0.0},
-                   rerankers={'ce': Labeller()}, rerank_depth=2)(
+                   rerankers={'ce': labeller}, rerank_depth=2)(
         pd.DataFrame({'qid': ['q'], 'query': ['x']}))
-    assert sorted(seen) == ['c', 'd']
+    assert sorted(labeller.seen) == ['c', 'd']
     # the labeller's z-scores alone (the student's weight is 0), over what it scored alone
     assert fused['docno'].tolist() == ['c', 'd']
     assert fused.set_index('docno')['score'].to_dict() == pytest.approx({'c': 1, 'd': -1})
@@ -626,17 +626,11 @@ def test_gpl_trains_its_recipe_with_a_doc2query_writer_and_a_cross_encoder(
 def test_a_mining_teacher_labels_each_querys_own_passage_and_nothing_it_did_not_score():
     # the student mines a, b, c; the query was written for e, which the student did not return
     student = _run('q', ['a', 'b', 'c'], [3.0, 2.0, 1.0])
-    seen = []
-
-    class Labeller(pt.Transformer):
-        def transform(self, inp):
-            seen.extend(inp['docno'])
-            return inp.assign(score=[{'a': 1.0, 'b': 2.0, 'e': 4.0}[d] for d in inp['docno']])
-
+    labeller = Scores({'a': 1.0, 'b': 2.0, 'e': 4.0})
     teacher = Fusion({'student': Frame(student)}, weights={'student': 0.0},
-                     rerankers={'ce': Labeller()}, rerank_depth=2)
+                     rerankers={'ce': labeller}, rerank_depth=2)
     ranked = teacher(pd.DataFrame({'qid': ['q'], 'query': ['x'], 'source_docno': ['e']}))
-    assert sorted(seen) == ['a', 'b', 'e']
+    assert sorted(labeller.seen) == ['a', 'b', 'e']
     # the labeller's order over what it scored; c, mined below the depth, is no candidate
     assert ranked['docno'].tolist() == ['e', 'b', 'a']
     assert 'source_docno' not in ranked.columns
@@ -663,13 +657,8 @@ def test_gpls_triples_pair_each_querys_own_passage_with_drawn_negatives(tiny_enc
 def test_with_negatives_a_querys_own_passage_is_among_its_targets_below_the_depth(tiny_encoder):
     # the student mines d, c, b, a; the query was written for a, fourth: below depth 2
     student = _run('q', ['d', 'c', 'b', 'a'], [4.0, 3.0, 2.0, 1.0])
-
-    class Labeller(pt.Transformer):
-        def transform(self, inp):
-            return inp.assign(score=[{'a': 0.0, 'c': 1.0, 'd': 2.0}[d] for d in inp['docno']])
-
     teacher = Fusion({'student': Frame(student)}, weights={'student': 0.0},
-                     rerankers={'ce': Labeller()}, rerank_depth=2)
+                     rerankers={'ce': Scores({'a': 0.0, 'c': 1.0, 'd': 2.0})}, rerank_depth=2)
     trainer = Distillation(tiny_encoder(), 'classic/adi', teacher, loss='margin_mse',
                            negatives=1, depth=2, verbose=False)
     targets = trainer.rank(teacher, [Query('q', 'x', frozenset(), source='a')])

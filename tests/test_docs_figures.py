@@ -126,14 +126,14 @@ def shipped_figures(page: Path, text: str) -> List[str]:
             for results in files:
                 recorded = recorded_settings(results)
                 for name in rows_with(results, figure):
-                    if name in recorded and recorded_method(name):
+                    if name in recorded and trains_a_model(name):
                         for why in differences(recorded[name], todays_settings(name)):
                             problems.append(f'{page.name}: {figure} is called shipped, but '
                                             f'{results.relative_to(ROOT)} ran {name} with {why}')
     return problems
 
 
-def recorded_method(name: str) -> bool:
+def trains_a_model(name: str) -> bool:
     """Whether the pipeline ``name`` trains a model (its figures depend on its settings)."""
     try:
         return get_pipeline(name).method is not None

@@ -241,8 +241,8 @@ def source_in_top(corpus: Collection, topics, k: int = 10) -> float:
 
 
 def query_stats(pipelines, collection: str) -> list:
-    """For each trained distill pipeline: its training queries, how many were distinct and
-    how many survived the round-trip filter (from its training log), its rounds and time."""
+    """For each trained distill pipeline: its training queries (how many were distinct, their
+    length, the passages they cover) and, from its training log, its rounds and time."""
     lines, seen = [], set()
     corpus = Collection(collection)
     for spec, fold, directory in [(spec, fold, directory) for spec in map(get_pipeline, pipelines)
@@ -254,7 +254,6 @@ def query_stats(pipelines, collection: str) -> list:
         if not log_path.exists():
             continue
         log = [json.loads(line) for line in log_path.read_text().splitlines()]
-        first = next((r for r in log if 'round-trip queries' in r), None)
         rounds = [r for r in log if 'round' in r]
         trained_rounds = len({r['epoch'] for r in log if 'loss' in r})  # a round that stopped training took no step
         steps = [r for r in log if 'loss' in r]
@@ -282,9 +281,6 @@ def query_stats(pipelines, collection: str) -> list:
                      f'{topics["source_docno"].nunique()} of {corpus.docs_count} passages '
                      f'({topics["source_docno"].nunique() / corpus.docs_count:.3f}); specificity: the teacher ranks a '
                      f'query\'s source passage in its top 10 for {source_in_top(corpus, topics):.3f} of them')
-        if first:
-            line += (f'; round trip kept {first["round-trip kept"]:.0f} of {first["round-trip queries"]:.0f} '
-                     f'distinct queries (survival {first["round-trip survival"]:.3f})')
         overlaps = [f'{r["teacher overlap"]:.3f}' for r in rounds if 'teacher overlap' in r]
         if overlaps:
             line += f'; teacher top-10 overlap with the previous round: {", ".join(overlaps)}'

@@ -41,23 +41,29 @@ from pyterrier_selfsup.progress import progress
 
 CONFIG_FILE = 'dual_encoder.json'
 BACKENDS = ('auto', 'torch', 'openvino', 'openvino-int8')
-
-
 # passages: from here on, an index that backend='auto' encodes goes through OpenVINO. Compiling
 # the model takes about 3 s; OpenVINO fp32 saves 1.13x (an AMX CPU) to 2.35x (an AMD EPYC) of
 # torch's 36 passages/s at 256 tokens (encoding_benchmark*.md): it pays from about 1,000 passages
 # on the slower gain
 AUTO_OPENVINO_FROM = 1000
-
-
-def openvino_installed() -> bool:
-    """Whether OpenVINO can be imported (the ``cpu`` extra installs it)."""
-    return importlib.util.find_spec('openvino') is not None
 PROJECTIONS_FILE = 'projections.pt'
 POOLINGS = ('cls', 'mean', 'last')
 NO_PROMPTS = {'query': '', 'passage': ''}
 # texts an inference batch holds at full length, by device type (see DualEncoder)
 INFERENCE_BATCH = {'cpu': 32, 'cuda': 256}
+
+
+def openvino_installed() -> bool:
+    """Whether OpenVINO can be imported (the ``cpu`` extra installs it)."""
+    return importlib.util.find_spec('openvino') is not None
+
+
+def reads_as_made(name_or_path: str) -> bool:
+    """Whether :meth:`DualEncoder.from_pretrained` reads ``name_or_path`` as it was made to be
+    read: a directory the package saved, or a sentence-transformers model. Any other encoder it
+    reads as the thesis does (``cls`` pooling, no normalisation)."""
+    return (read_saved_config(name_or_path, CONFIG_FILE) is not None
+            or is_sentence_transformer(name_or_path))
 
 
 class DualEncoderModel(torch.nn.Module):
@@ -398,8 +404,10 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
 
     @property
     def backend(self) -> str:
-        """What encodes without gradients, resolved: ``'auto'`` is ``'openvino'`` on a CPU in
-        fp32 where OpenVINO is installed, ``'torch'`` elsewhere."""
+        """What encodes passages without gradients, resolved: ``'auto'`` is ``'openvino'`` on
+        a CPU in fp32 where OpenVINO is installed, ``'torch'`` elsewhere. (Under ``'auto'``,
+        queries and an index of fewer than :data:`AUTO_OPENVINO_FROM` passages stay in torch:
+        :meth:`index_backend`.)"""
         if self._backend != 'auto':
             return self._backend
         same_vectors = self.device.type == 'cpu' and self.compute_dtype() == torch.float32

@@ -62,10 +62,12 @@ def export_sentence_transformers(encoder, path: Union[str, Path]) -> Path:
 POOLING_MODES = {'cls': 'cls', 'mean': 'mean', 'lasttoken': 'last'}
 
 
-class UnreproducibleModel(ValueError):
-    """A sentence-transformers model whose modules a DualEncoder does not reproduce."""
 # the prompt names encode_document tries, in its order
 DOCUMENT_PROMPTS = ('document', 'passage', 'corpus')
+
+
+class UnreproducibleModel(ValueError):
+    """A sentence-transformers model whose modules a DualEncoder does not reproduce."""
 
 
 def is_sentence_transformer(name_or_path: str) -> bool:

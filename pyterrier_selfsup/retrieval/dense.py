@@ -23,11 +23,9 @@ from pyterrier_selfsup._cache import build_once, cache_key, cache_root, temporar
 from pyterrier_selfsup._distributed import (SHARD_CHUNK, all_or_none, build_sharded, chunk_order,
                                             distributed)
 from pyterrier_selfsup.data.collections import Collection
-from pyterrier_selfsup.models.dual_encoder import CONFIG_FILE as DUAL_ENCODER_CONFIG
-from pyterrier_selfsup.models.dual_encoder import DualEncoder
-from pyterrier_selfsup.models.hub import read_saved_config
+from pyterrier_selfsup.models.dual_encoder import DualEncoder, reads_as_made
 from pyterrier_selfsup.models.names import MINILM
-from pyterrier_selfsup.models.st_format import UnreproducibleModel, is_sentence_transformer
+from pyterrier_selfsup.models.st_format import UnreproducibleModel
 from pyterrier_selfsup.retrieval.ann import resolve_search, search_stage
 from pyterrier_selfsup.retrieval.base import Retriever
 from pyterrier_selfsup.progress import progress
@@ -248,8 +246,7 @@ class DenseRetriever(Retriever):
         the DualEncoder cannot reproduce is encoded by sentence-transformers, through
         pyterrier-dr, as is a plain Hugging Face encoder (sentence-transformers' mean pooling)."""
         encoder = None
-        if (is_sentence_transformer(model_name)
-                or read_saved_config(model_name, DUAL_ENCODER_CONFIG) is not None):
+        if reads_as_made(model_name):
             try:
                 encoder = DualEncoder.from_pretrained(model_name, max_length=max_length,
                                                       batch_size=batch_size, precision='fp32',
