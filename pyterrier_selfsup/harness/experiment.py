@@ -45,6 +45,8 @@ class CollectionResult:
     setup_seconds: Dict[str, float]
     # name, qid and each measure, a row per pipeline and query
     per_query: Optional[pd.DataFrame] = None
+    # the collection's whole time: every pipeline's set-up, its run over the topics, evaluation
+    seconds: Optional[float] = None
 
 
 @dataclass
@@ -99,6 +101,7 @@ def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *,
     results = []
     for coll in colls:
         log(f'== {coll.name}')
+        collection_started = time.time()
         systems, setup_seconds = [], {}
         for spec in specs:
             t0 = time.time()
@@ -126,7 +129,8 @@ def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *,
         per_query = (per_query.sort_values(['name', 'qid']).astype({'name': str})
                      .reset_index(drop=True))
         results.append(CollectionResult(coll.name, coll.docs_count, len(topics), len(qrels), table,
-                                        setup_seconds, per_query))
+                                        setup_seconds, per_query,
+                                        seconds=time.time() - collection_started))
         log(format_table(table))
     header['wall time'] = f'{time.time() - started:.0f} s'
     return ExperimentResult(name, header, specs, results)
@@ -251,7 +255,9 @@ def write_results(result: ExperimentResult, results_dir: Union[str, Path]) -> Li
         setup = ', '.join(f'{k} {v:.0f} s' for k, v in r.setup_seconds.items())
         md += [f'## {r.collection}', '', format_table(r.table), '',
                f'{r.docs} documents, {r.topics} topics, {r.qrels} judgments. Set-up (building or '
-               f'reopening indexes, loading models): {setup}.', '']
+               f'reopening indexes, loading models): {setup}.'
+               + (f' In all, with retrieval and evaluation: {r.seconds:.0f} s.'
+                  if r.seconds is not None else ''), '']
     write(base.with_suffix('.md'), lambda path: path.write_text('\n'.join(md)))
 
     def csv(path: Path):
