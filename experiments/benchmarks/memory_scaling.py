@@ -7,9 +7,9 @@ Each cell is a process of its own, as a user runs it (``selfsup train METHOD -c 
 a build or a search), its peak resident memory the child's own ru_maxrss. A collection's cells
 share one cache, in this order: the BM25 and MiniLM index builds, their search over the
 collection's topics, then the trainers (so a trainer's peak is its own work: the indexes it
-needs are there; the queries a generator writes are written by the first trainer that needs
-them, and the GGUF conversion by the first that loads SmolLM2, as a user's later runs find
-them). Each cell's result is kept in ``experiments/results/memory_scaling/`` as soon as it ends,
+needs are there, built unmeasured first where a trainer's cell runs alone; the queries a
+generator writes are written by the first trainer that needs them, and the GGUF conversion by
+the first that loads SmolLM2, as a user's later runs find them). Each cell's result is kept in ``experiments/results/memory_scaling/`` as soon as it ends,
 and a cell found there is not run again: the whole grid takes many hours on 2 cores and may be
 run over several sessions. Every run writes ``memory_scaling.{md,png}`` from the cells there.
 
@@ -34,7 +34,9 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
+from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 from typing import Optional
@@ -158,6 +160,7 @@ def run_cell(collection: str, cell: str, cache: Path, queries: Optional[int] = N
     if cell in BUILD:
         command = [sys.executable, '-c', BUILD[cell].format(c=collection)]
     else:
+        indexes_built(collection, cache)
         if heaviest:  # (the label's settings after it, if any, are given as they are)
             settings = ','.join([f'queries={heaviest["file"]}'] + label_parts(settings)[1])
         given = ([f'n_queries={queries}'] if queries is not None else []) + ([settings] if settings else [])
@@ -189,6 +192,15 @@ def run_cell(collection: str, cell: str, cache: Path, queries: Optional[int] = N
     if rc:
         out['tail'] = said[-20:]
     return out
+
+
+def indexes_built(collection: str, cache: Path):
+    """Builds the BM25 and MiniLM indexes in ``cache`` where its build cells did not (a trainer
+    cell run on its own), unmeasured: a trainer's cell measures its own work, as a user's run
+    after the indexes are built does. Where they are there, it only reopens them."""
+    for cell in ('bm25 index', 'minilm index'):
+        subprocess.run([sys.executable, '-c', BUILD[cell].format(c=collection)], check=True,
+                       env={**os.environ, 'SELFSUP_CACHE': str(cache)}, capture_output=True)
 
 
 def in_pieces(before: dict, piece: dict) -> dict:
@@ -255,7 +267,17 @@ def beside(cell: dict) -> bool:
     return bool(end) and float(end.split()[0]) > int(end.rsplit(' on ', 1)[1].split()[0]) + 0.5
 
 
-def table(cells: list, columns: list, order: list, sizes: dict) -> list:
+def machine_of(cell: dict) -> str:
+    """The machine a cell ran on, as its header names it."""
+    return cell['header'].get('machine', '')
+
+
+def main_machine(cells: list) -> str:
+    """The machine most cells ran on: the summary marks each cell that ran on another (°)."""
+    return Counter(map(machine_of, cells)).most_common(1)[0][0]
+
+
+def table(cells: list, columns: list, order: list, sizes: dict, machine: str = '') -> list:
     lines = ['| collection | documents | ' + ' | '.join(columns) + ' |', '|---|---|' + '---|' * len(columns)]
     for c in order:
         row = {cell['cell']: cell for cell in cells if cell['collection'] == c}
@@ -266,6 +288,7 @@ def table(cells: list, columns: list, order: list, sizes: dict) -> list:
              + (f' (in {len(row[k]["pieces"])} pieces§)' if row[k].get('pieces') else '')
              + ((' (stopped‡)' if (c, k) in STOPPED else ' (failed)') if row[k]['rc'] else '')
              + ('*' if beside(row[k]) else '') + ('†' if (c, k) in TIME_NOT_OWN and whole_run(row[k]) else '')
+             + ('°' if machine and machine_of(row[k]) != machine else '')
              if k in row else '') for k in columns) + ' |')
     return lines + ['']
 
@@ -313,13 +336,16 @@ def write_summary():
     order = [c for c in COLLECTIONS if c in sizes] + sorted(set(sizes) - set(COLLECTIONS))
     # (a trainer reads passages, up to the generator's 256 tokens each: their length, not their number, sizes a step)
     words = {c: mean_words(c) for c in order}
+    machine = main_machine(cells)
+    others = sorted({machine_of(cell) for cell in cells} - {machine})
     md = ['# Peak memory and time against the corpus', '',
           '- command: memory_scaling.py (each cell a process of its own; its header in its JSON file under '
           'memory_scaling/)',
-          f'- machine: {cells[-1]["header"].get("machine", "")}', '',
+          f'- machine: {machine}' + (' (every cell but those marked °)' if others else ''),
+          *(f'- °: {other}' for other in others), '',
           '| collection | documents | words a document (mean) |', '|---|---|---|',
           *(f'| {c} | {sizes[c]:,} | {words[c]:.0f} |' for c in order), '',
-          *table([cell for cell in cells if whole_run(cell)], CELLS, order, sizes),
+          *table([cell for cell in cells if whole_run(cell)], CELLS, order, sizes, machine),
           'Each cell: peak resident memory, wall time (a cell that failed says so; its log tail is in its '
           'JSON file). *: another job ran beside it (the 1-minute load average at its end above the cores + 0.5), '
           'so its time is longer than alone; its memory is its own.', '',
@@ -369,7 +395,7 @@ def write_summary():
                      else f'{n or "all the"} queries' + ''.join(', ' + x for x in named))
             md += [title + ':', '',
                    *table([cell for cell in short if (cell.get('queries', 0), cell.get('settings', '')) == (n, given)],
-                          list(TRAINERS), order, sizes)]
+                          list(TRAINERS), order, sizes, machine)]
     heavy = [cell for cell in short if cell.get(HEAVIEST)]
     if heavy:
         md += ['## The heaviest batches', '',
