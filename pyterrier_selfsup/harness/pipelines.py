@@ -280,11 +280,14 @@ register(PipelineSpec(
 
 def fused_teacher(collection: Collection, run: RunContext = SILENT, *, teacher: str,
                   fusion_depth: int, model_name: str = MINILM, generator: str = 'smollm2',
-                  cross_encoder: Optional[str] = None, depth: int = 30, num_results: int = 1000):
+                  cross_encoder: Optional[str] = None, depth: int = 30, num_results: int = 1000,
+                  precision: str = 'fp32'):
     """The distillation teacher as a retriever, with the zero-shot ``model_name`` as its student
-    (a cross-encoder part scores its top ``depth``, the candidates a student learns from)."""
-    student = (DenseRetriever.from_dual_encoder(collection, model_name, cache_dir=run.cache_dir,
-                                                verbose=run.verbose)
+    (a cross-encoder part scores its top ``depth``, the candidates a student learns from). The
+    student encodes in ``precision``, distill's: the teacher a model starts from, and the
+    index ``minilm`` and ``distill`` read."""
+    student = (DenseRetriever.from_dual_encoder(collection, model_name, precision=precision,
+                                                cache_dir=run.cache_dir, verbose=run.verbose)
                if 'student' in parse_teacher(teacher) else None)
     return teacher_pipeline(collection, teacher, student=student, depth=fusion_depth,
                             rerank_depth=rerank_depth(teacher, depth), generator=generator,
@@ -311,7 +314,7 @@ register(PipelineSpec(
     dict(teacher=DEFAULTS['distill']['teacher'], fusion_depth=DEFAULTS['distill']['fusion_depth'],
          model_name=MINILM, generator='smollm2',
          cross_encoder=DEFAULTS['distill']['cross_encoder'], depth=DEFAULTS['distill']['depth'],
-         num_results=1000)))
+         precision=DEFAULTS['distill']['precision'], num_results=1000)))
 
 register(PipelineSpec(
     'distill',
