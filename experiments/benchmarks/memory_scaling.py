@@ -43,6 +43,9 @@ from typing import Optional
 
 from pyterrier_selfsup.harness import provenance
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'tools'))
+from measured import run_measured  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / 'experiments' / 'results'
 CELLS_DIR = RESULTS / 'memory_scaling'
@@ -174,7 +177,7 @@ def run_cell(collection: str, cell: str, cache: Path, queries: Optional[int] = N
     load = provenance.load()
     log_path = cache / f'{cell.replace(" ", "_")}.log'
     with open(log_path, 'w') as log:
-        run = provenance.run_measured(command, env={**os.environ, **(env or {}), 'SELFSUP_CACHE': str(cache)}, log=log)
+        run = run_measured(command, env={**os.environ, **(env or {}), 'SELFSUP_CACHE': str(cache)}, log=log)
     rc = run.rc
     out = {'collection': collection, 'cell': cell, **({'queries': queries} if queries is not None else {}),
            **({'settings': label} if label else {}), **({HEAVIEST: heaviest} if heaviest else {}),

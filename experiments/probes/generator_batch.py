@@ -68,11 +68,13 @@ def main(argv=None):
     if args.step:
         return step(args.step, args.out)
     from pyterrier_selfsup.harness import provenance
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'tools'))
+    from measured import run_measured
     header, rows = provenance.header(), {}
     with tempfile.TemporaryDirectory() as tmp:
         for batch in BATCHES:
             out = f'{tmp}/{batch}.json'
-            run = provenance.run_measured([sys.executable, __file__, '--step', batch, '--out', out])
+            run = run_measured([sys.executable, __file__, '--step', batch, '--out', out])
             if run.rc:
                 sys.exit(f'generator_batch {batch}: exit {run.rc}')
             rows[batch] = {**json.loads(Path(out).read_text()), 'peak GiB': run.peak_gib, 'seconds': run.seconds}
