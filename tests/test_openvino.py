@@ -14,7 +14,7 @@ from pyterrier_selfsup.harness import trained
 from pyterrier_selfsup.harness.pipelines import get_pipeline
 from pyterrier_selfsup.machine import cpu_has_native_int8
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
-from pyterrier_selfsup.retrieval.dense import flex_index
+from pyterrier_selfsup.retrieval.dense import flex_index, index_key
 
 pytest.importorskip('openvino')
 
@@ -136,14 +136,23 @@ def test_backend_flows_through_pipelines_and_keys(cache_dir):
     run = RunContext(cache_dir=cache_dir)
     dual = get_pipeline('dual_encoder:backend=openvino').build(collection, run)
     assert dual.encoder.backend == 'openvino'
-    torch_index = flex_index(collection, DualEncoder.from_pretrained(MINILM), cache_dir=cache_dir)
-    assert dual.index.index_path != torch_index.index_path  # its own index: other numbers
     assert len(dual(collection.topics().head(3))) > 0
     # the backend reads no training setting: a trained pipeline's model stays the same model
     assert trained.model_dir(collection, 'ds', {'backend': 'openvino'}, run) == \
         trained.model_dir(collection, 'ds', {}, run)
     with pytest.raises(ValueError, match='backend'):
         DualEncoder.from_pretrained(MINILM, backend='onnx')
+
+
+def test_openvino_in_fp32_shares_torchs_index_and_other_vectors_are_keyed_apart():
+    adi = Collection('classic/adi')
+    fp32 = DualEncoder.from_pretrained(MINILM, precision='fp32', device='cpu')
+    bf16 = DualEncoder.from_pretrained(MINILM, precision='bf16', device='cpu')
+    # the same vectors to float rounding: a trainer (torch) reads the index minilm built
+    assert index_key(adi, fp32, 'openvino') == index_key(adi, fp32, 'torch') == index_key(adi, fp32)
+    assert index_key(adi, fp32, 'openvino-int8') != index_key(adi, fp32)
+    assert len({index_key(adi, bf16, 'openvino'), index_key(adi, bf16, 'torch'),
+                index_key(adi, fp32)}) == 3
 
 
 def test_auto_is_openvino_on_a_cpu_in_fp32_and_torch_elsewhere(monkeypatch):

@@ -69,19 +69,10 @@ def flex_index(collection: Union[str, Collection], encoder: BiEncoder, *,
                                         what=f'the index of {collection.name} with passage offsets',
                                         needs=lambda: flex_size(collection, encoder),
                                         check=flex_damage)), verbose=False)
-    backend = None
-    if isinstance(encoder, DualEncoder):
-        model = encoder.name
-        settings = {'weights': encoder.passage_fingerprint(), 'dtype': str(encoder.compute_dtype())}
-        backend = encoder.index_backend(collection.docs_count or 0)
-        if backend != 'torch':  # (torch's indexes keep the keys they had)
-            settings['backend'] = backend
-    else:
-        model, settings = encoder.model_name, {'model': encoder.model_name,
-                                               'max_length': encoder.model.max_seq_length}
-    settings['text'] = 'default_text'
-    name = f'{collection.corpus_id}.{model.rstrip("/").rsplit("/", 1)[-1]}'
-    path = cache_root(cache_dir) / 'flex' / cache_key(name, settings)
+    backend = (encoder.index_backend(collection.docs_count or 0)
+               if isinstance(encoder, DualEncoder) else None)
+    path = cache_root(cache_dir) / 'flex' / index_key(collection, encoder, backend)
+    model = encoder.name if isinstance(encoder, DualEncoder) else encoder.model_name
 
     def build(staging: Path):
         if backend is None:
@@ -93,6 +84,26 @@ def flex_index(collection: Union[str, Collection], encoder: BiEncoder, *,
     return FlexIndex(str(build_once(path, build, what=f'the {model} index of {collection.name}',
                                     needs=lambda: flex_size(collection, encoder),
                                     check=flex_damage)), verbose=False)
+
+
+def index_key(collection: Collection, encoder: BiEncoder, backend: Optional[str] = None) -> str:
+    """The directory name of ``collection``'s index as ``encoder`` encodes it through
+    ``backend`` (a :class:`DualEncoder`'s; None for any other encoder): one key for the same
+    vectors. OpenVINO in fp32 gives torch's vectors to float rounding (max |diff| 2.4e-07,
+    `encoding_benchmark_amx.md`), so the two share an index: a trainer's encoder, which
+    encodes in torch, reads the index that ``minilm`` built through OpenVINO. Its bf16 and
+    int8 give other vectors, and are keyed apart."""
+    if isinstance(encoder, DualEncoder):
+        model = encoder.name
+        settings = {'weights': encoder.passage_fingerprint(), 'dtype': str(encoder.compute_dtype())}
+        if backend not in (None, 'torch') and not (
+                backend == 'openvino' and settings['dtype'] == 'torch.float32'):
+            settings['backend'] = backend
+    else:
+        model, settings = encoder.model_name, {'model': encoder.model_name,
+                                               'max_length': encoder.model.max_seq_length}
+    settings['text'] = 'default_text'
+    return cache_key(f'{collection.corpus_id}.{model.rstrip("/").rsplit("/", 1)[-1]}', settings)
 
 
 def offset_index(path: Union[str, Path], base: FlexIndex, offsets) -> FlexIndex:
