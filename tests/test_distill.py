@@ -87,7 +87,7 @@ def test_zscores_are_per_query_and_constant_scores_give_zeros():
     assert fuse({'x': frame}, {'x': 3.0})['score'].tolist() == pytest.approx([-3, 3, 0, 0])
 
 
-def test_reranker_scores_only_the_fused_top(monkeypatch):
+def test_reranker_scores_only_the_fused_top():
     bm25 = _run('q', ['a', 'b', 'c', 'd'], [4.0, 3.0, 2.0, 1.0])
     reranker = Scores({'a': 0.0, 'b': 10.0})
     fused = Fusion({'bm25': Frame(bm25)}, rerankers={'gen': reranker}, rerank_depth=2)(

@@ -159,6 +159,19 @@ def test_the_readmes_table_is_what_the_results_files_say():
         'run `python experiments/tools/what_to_expect.py --write`'
 
 
+def test_the_adapting_guide_is_short_and_opens_with_the_decisions():
+    guide = ROOT / 'docs' / 'adapting.md'
+    assert len(guide.read_bytes()) <= 12 * 1024, 'research belongs in experiments/'
+    assert re.findall(r'^## (.*)$', guide.read_text(), flags=re.M)[0] == 'Decide first'
+
+
+def test_the_adapting_guides_times_are_what_the_results_files_say():
+    what_to_expect = script('experiments/tools/what_to_expect.py')
+    text = what_to_expect.ADAPTING.read_text()
+    assert what_to_expect.how_long_written_into(text) == text, \
+        'run `python experiments/tools/what_to_expect.py --write`'
+
+
 def shell_lines():
     """Every line of every shell block of the README and the docs, split as a shell would."""
     import shlex
