@@ -7,7 +7,7 @@ import pytest
 from ir_measures import nDCG
 from sentence_transformers import SentenceTransformer
 
-from pyterrier_selfsup import MINILM, Collection, DenseRetriever
+from pyterrier_selfsup import MINILM, Collection, DenseRetriever, DualEncoder
 
 from tests.helpers import start_ranks, tiny_dual_encoder
 
@@ -199,3 +199,15 @@ def test_without_faiss_an_automatic_search_is_exact_and_says_so_once(monkeypatch
     with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
         assert [ann.resolve_search('auto', large) for _ in range(2)] == ['exact', 'exact']
     assert caplog.text.count('FAISS is not installed') == 1
+
+
+def test_openvino_in_fp32_shares_torchs_index_key_and_other_vectors_are_keyed_apart():
+    from pyterrier_selfsup.retrieval.dense import index_key
+    adi = Collection('classic/adi')
+    fp32 = DualEncoder.from_pretrained(MINILM, precision='fp32', device='cpu')
+    bf16 = DualEncoder.from_pretrained(MINILM, precision='bf16', device='cpu')
+    # the same vectors to float rounding: a trainer (torch) reads the index minilm built
+    assert index_key(adi, fp32, 'openvino') == index_key(adi, fp32, 'torch') == index_key(adi, fp32)
+    assert index_key(adi, fp32, 'openvino-int8') != index_key(adi, fp32)
+    assert len({index_key(adi, bf16, 'openvino'), index_key(adi, bf16, 'torch'),
+                index_key(adi, fp32)}) == 3

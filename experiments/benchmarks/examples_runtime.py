@@ -18,6 +18,9 @@ from pathlib import Path
 
 from pyterrier_selfsup.harness import provenance
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'tools'))
+from measured import run_measured  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / 'experiments' / 'results'
 # in the README's order; a trained model's directory feeds load_trained_model.py
@@ -50,7 +53,7 @@ def main():
         Path(f'{work}/queries.txt').write_text('\n'.join(adi.topics()['query']) + '\n')
         for script, *args in RUNS:
             with open(logs / log_name(script, args), 'w+') as log:
-                run = provenance.run_measured([sys.executable, str(ROOT / 'examples' / script), *args], cwd=work,
+                run = run_measured([sys.executable, str(ROOT / 'examples' / script), *args], cwd=work,
                                               env=env, log=log)
                 rc = run.rc
                 rows.append({'example': ' '.join([script, *args]), 'seconds': run.seconds, 'rc': rc,
@@ -62,7 +65,7 @@ def main():
     print(f'each example\'s output: {logs}', flush=True)
     settings = {'collection': 'classic/adi (82 documents, 35 queries), each example at its defaults',
                 'cache': 'empty at the start, shared by the examples in this order',
-                'memory': "each example's own peak resident memory (provenance.run_measured)"}
+                'memory': "each example's own peak resident memory (experiments/tools/measured.py)"}
     (RESULTS / 'examples_runtime.json').write_text(json.dumps({'header': header, 'settings': settings,
                                                                 'rows': rows}, indent=1))
     md = ['# The examples at their defaults: wall time', '',

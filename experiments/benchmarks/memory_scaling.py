@@ -6,10 +6,12 @@ settings, and the index builds and searches beside them, on ADI, CISI, scifact a
 Each cell is a process of its own, as a user runs it (``selfsup train METHOD -c COLLECTION``, or
 a build or a search), its peak resident memory the child's own ru_maxrss. A collection's cells
 share one cache, in this order: the BM25 and MiniLM index builds, their search over the
-collection's topics, then the trainers (so a trainer's peak is its own work: the indexes it
-needs are there, built unmeasured first where a trainer's cell runs alone; the queries a
-generator writes are written by the first trainer that needs them, and the GGUF conversion by
-the first that loads SmolLM2, as a user's later runs find them). Each cell's result is kept in ``experiments/results/memory_scaling/`` as soon as it ends,
+collection's topics, then the trainers (so a trainer's peak is its own work: the BM25 and
+MiniLM fp32 indexes are there, built unmeasured first where a trainer's cell runs alone, and a
+trainer that encodes in bf16 builds its start's index in its cell; the queries a generator
+writes are written by the first trainer that needs them, and the GGUF conversion by the first
+that loads SmolLM2, as a user's later runs find them). Each cell's result is kept in
+``experiments/results/memory_scaling/`` as soon as it ends,
 and a cell found there is not run again: the whole grid takes many hours on 2 cores and may be
 run over several sessions. Every run writes ``memory_scaling.{md,png}`` from the cells there.
 
@@ -63,7 +65,7 @@ BUILD = {
                       "s.DenseRetriever.from_collection(c)(c.topics())"),
 }
 CELLS = list(BUILD) + list(TRAINERS)
-# how a cell's peak was taken: since 2026-11-26 by provenance.run_measured, its own; cells without
+# how a cell's peak was taken: since 2026-11-26 by run_measured (measured.py), its own; cells without
 # this field were started straight from this script's process, whose memory (about 0.5 GiB: torch
 # imported) Linux counted in theirs, so a peak below that read as that (the build and search cells)
 MEASURED = 'own (run_measured)'
@@ -202,8 +204,12 @@ def indexes_built(collection: str, cache: Path):
     cell run on its own), unmeasured: a trainer's cell measures its own work, as a user's run
     after the indexes are built does. Where they are there, it only reopens them."""
     for cell in ('bm25 index', 'minilm index'):
-        subprocess.run([sys.executable, '-c', BUILD[cell].format(c=collection)], check=True,
-                       env={**os.environ, 'SELFSUP_CACHE': str(cache)}, capture_output=True)
+        built = subprocess.run([sys.executable, '-c', BUILD[cell].format(c=collection)],
+                               env={**os.environ, 'SELFSUP_CACHE': str(cache)},
+                               capture_output=True, text=True)
+        if built.returncode:  # (the trainer's cell then builds it, measured, and says so)
+            print(f'{collection}: building the {cell} before the trainers failed:\n'
+                  + '\n'.join(built.stderr.splitlines()[-10:]), flush=True)
 
 
 def in_pieces(before: dict, piece: dict) -> dict:
@@ -352,7 +358,7 @@ def write_summary():
           'Each cell: peak resident memory, wall time (a cell that failed says so; its log tail is in its '
           'JSON file). *: another job ran beside it (the 1-minute load average at its end above the cores + 0.5), '
           'so its time is longer than alone; its memory is its own.', '',
-          'A peak is the cell\'s own (`provenance.run_measured`), except in cells whose JSON file has no '
+          'A peak is the cell\'s own (`run_measured`, experiments/tools/measured.py), except in cells whose JSON file has no '
           '`measured` field: those were started straight from this script, whose memory (torch imported: about '
           '0.5 GiB) Linux counted in theirs. Such a peak is right where it is above that (every trainer\'s); a '
           'cell below it would have read as it, so the build and search cells were run again (ADI, CISI, scifact, '

@@ -38,6 +38,8 @@ COLLECTIONS = {'beir/scifact/test': 'scifact', 'cranfield': 'cranfield', 'vaswan
 # (on scifact, the query log is scifact's train split; elsewhere the collection's own topic
 # texts, two-fold)
 LOG = {'beir/scifact/test': 'queries=beir/scifact/train'}
+# every group a figure of the README or the guide is read from
+GROUPS = ['label_free', 'label_free_seeds', 'label_free_log_scifact', 'label_free_log']
 ROWS = [('BM25', 'label_free', 'bm25'),
         ('MiniLM, zero-shot (the start)', 'label_free', 'minilm'),
         ('teacher: BM25 + MiniLM fused', 'label_free', 'teacher'),
@@ -86,7 +88,8 @@ def wall_seconds(text: str) -> list:
     line in the text of `label_free.py` results files."""
     return [(collection, name, int(s))
             for collection, stages in re.findall(
-                r'^- (\S+): \d+ s set-up and training \((.*)\)(?:; \d+ s in all)?$', text, flags=re.M)
+                r'^- (\S+): \d+ s set-up and training \((.*)\)(?:; \d+ s in all)?$', text,
+                flags=re.M)
             for name, s in re.findall(r'(\S+) (\d+) s', stages)]
 
 
@@ -126,6 +129,11 @@ def minutes(seconds: float) -> str:
 def machine(group: str) -> str:
     line = re.search(r'^# machine: (.*)$', (RESULTS / f'{group}.csv').read_text(), flags=re.M)
     return line.group(1)
+
+
+def cpu(group: str) -> str:
+    """The CPU, its cores and memory, that ran ``group``."""
+    return machine(group).split(', ', 1)[1].split(', GPU')[0]
 
 
 def gpu_seconds() -> list:
@@ -170,19 +178,21 @@ def table() -> str:
     runs = gpu_seconds()
     seconds, gpus = sorted(s for _, s, _ in runs), ' and '.join(sorted({g for g, _, _ in runs}))
     commits = ', '.join(sorted({commit for _, _, commit in runs}))
-    cpus = {group: machine(group).split(', ', 1)[1].split(', GPU')[0]
-            for group in ('label_free', 'label_free_log')}
+    cpus = {group: cpu(group) for group in GROUPS}
     where = (f'Everything was measured on an {cpus["label_free"]}.'
              if len(set(cpus.values())) == 1 else
-             f'The query-log rows and their time were measured on an {cpus["label_free_log"]}, '
-             f'and the rest on an {cpus["label_free"]}.')
+             'Measured on ' + '; '.join(f'an {c} ({", ".join(g for g in cpus if cpus[g] == c)})'
+                                        for c in dict.fromkeys(cpus.values())) + '.')
     note = ('`*`: significantly different from BM25, and `†` from MiniLM, the start (paired '
             't-tests on the per-query nDCG@10, Holm correction, alpha 0.05). The query '
             "log is scifact's train split for scifact, and elsewhere the collection's own topic "
-            'texts, two-fold (`queries=crossfold`). Adapting corpus only includes writing 2,000 '
-            'queries. The first run starts from an empty cache: it builds the BM25 and MiniLM '
-            'indexes, writes the queries, trains `distill` and evaluates the first five rows (the '
-            f'models and collections were already downloaded). {where} On one GPU ({gpus}; {len(runs)} runs, at {commits}), '
+            'texts, two-fold (`queries=crossfold`). Adapting corpus only includes writing the '
+            'queries (2,000, fewer on a corpus of under 667 passages such as ADI). The first run '
+            'starts from an empty cache: it builds the BM25 and MiniLM indexes, writes the '
+            'queries, trains `distill` and evaluates the first five rows (the models and '
+            'collections were already downloaded; the collections ran in this order in one '
+            "cache, so SmolLM2's one-time conversion to GGUF falls in scifact's time). "
+            f'{where} On one GPU ({gpus}; {len(runs)} runs, at {commits}), '
             f'`distill` with the query log trained on scifact in {seconds[0]} to {seconds[-1]} s; '
             'those runs kept the round a label-free verdict chose, where today the last round '
             'is kept.')
@@ -195,9 +205,14 @@ def spent(seconds: float) -> str:
 
 
 def documents(group: str = 'label_free') -> dict:
+    """Each collection's number of documents, from its section of the group's results."""
     text = (RESULTS / f'{group}.md').read_text()
-    return {c: int(n) for c, n in re.findall(r'^## (\S+)\n.*?^(\d+) documents,', text,
-                                             flags=re.M | re.S)}
+    found = {}
+    for collection, body in re.findall(r'^## (\S+)\n(.*?)(?=^## |\Z)', text, flags=re.M | re.S):
+        said = re.search(r'^(\d+) documents,', body, flags=re.M)
+        if said:
+            found[collection] = int(said.group(1))
+    return found
 
 
 def how_long() -> str:
@@ -223,20 +238,21 @@ def how_long() -> str:
     gpu = re.search(r'GPU: NVIDIA (\S+)', benchmark['header']['machine']).group(1)
     encoding = benchmark['rows']['encoding']
     runs = gpu_seconds()
-    cpu = machine('label_free').split(', ', 1)[1].split(', GPU')[0]
     scifact, gpu_rate = sizes[SCIFACT] / first[SCIFACT]['minilm'], encoding['passages / s']
     from pyterrier_selfsup.harness.trained import DEFAULTS
     written, each = DEFAULTS['distill']['n_queries'], DEFAULTS['distill']['per_passage']
-    note = (f'Measured on an {cpu} from an empty cache (`label_free.md`). The MiniLM index '
+    note = (f"Measured on an {cpu('label_free')} from an empty cache (`label_free.md`). "
+            'The MiniLM index '
             f'grows with the corpus, in tokens more than in passages. `distill` writes {written:,} '
             f'queries, {each} for each of {-(-written // each)} passages, on any corpus larger '
             'than that, so its time '
             "follows the passages' length, not their number. At scifact's "
             f'{scifact:.0f} passages a second, an index of {ONE_HUNDRED_THOUSAND:,} such passages '
             f'would take about {ONE_HUNDRED_THOUSAND / scifact / 60:.0f} minutes on these 2 cores. '
-            f'On one {gpu}, MiniLM encodes {gpu_rate:,.0f} passages a second in '
-            f"{encoding['dtype']} (`{path}`), about {ONE_HUNDRED_THOUSAND / gpu_rate:.0f} s for "
-            f'as many, and `distill` with a query log trained on scifact in '
+            f"On one {gpu}, the package's encoder encodes MiniLM at {gpu_rate:,.0f} passages a "
+            f"second in {encoding['dtype']} (`{path}`), about "
+            f'{ONE_HUNDRED_THOUSAND / gpu_rate:.0f} s for as many; the pipelines encode in fp32, '
+            'which that benchmark does not time. `distill` with a query log trained on scifact in '
             f'{min(s for _, s, _ in runs)} to {max(s for _, s, _ in runs)} s at '
             f"{', '.join(sorted({commit for _, _, commit in runs}))}, which kept the round a "
             'label-free verdict chose where today the last round is kept '
