@@ -165,7 +165,6 @@ def run_cell(collection: str, cell: str, cache: Path, queries: Optional[int] = N
     if cell in BUILD:
         command = [sys.executable, '-c', BUILD[cell].format(c=collection)]
     else:
-        indexes_built(collection, cache)
         if heaviest:  # (the label's settings after it, if any, are given as they are)
             settings = ','.join([f'queries={heaviest["file"]}'] + label_parts(settings)[1])
         given = ([f'n_queries={queries}'] if queries is not None else []) + ([settings] if settings else [])
@@ -497,7 +496,7 @@ def main():
     for collection in args.collections:
         cache = root / collection.replace('/', '_')
         cache.mkdir(parents=True, exist_ok=True)
-        heaviest = None
+        heaviest, indexed = None, False
         for cell in [c for c in CELLS if c in args.cells
                      and not ((args.queries is not None or args.settings or env) and c in BUILD)]:
             path = cell_path(collection, cell, args.queries, cell_label(args.settings, env))
@@ -514,6 +513,9 @@ def main():
                     continue
             elif before is not None:
                 continue
+            if cell in TRAINERS and not indexed:  # (once a collection, before its first trainer)
+                indexes_built(collection, cache)
+                indexed = True
             if args.heaviest is not None and heaviest is None:
                 heaviest = heaviest_queries(collection, args.heaviest, cache)
             result = run_cell(collection, cell, cache, args.queries, args.settings, resume=args.resume,

@@ -112,7 +112,7 @@ def first_run(group: str = 'label_free') -> dict:
         raise ValueError(f'{group}.md did not run on an empty cache, so its times are not a first '
                          f"run's: run it again as its script's docstring says")
     found = {}
-    for collection, body in re.findall(r'^## (\S+)\n(.*?)(?=^## |\Z)', text, flags=re.M | re.S):
+    for collection, body in sections(text):
         said = re.search(r'Set-up \(building or reopening indexes, loading models\): (.*?)\. '
                          r'In all, with retrieval and evaluation: (\d+) s\.', body)
         if said:
@@ -120,6 +120,11 @@ def first_run(group: str = 'label_free') -> dict:
                                                                           said.group(1))},
                                  'in all': int(said.group(2))}
     return found
+
+
+def sections(text: str) -> list:
+    """(collection, the text of its section) for each collection of a results file's text."""
+    return re.findall(r'^## (\S+)\n(.*?)(?=^## |\Z)', text, flags=re.M | re.S)
 
 
 def minutes(seconds: float) -> str:
@@ -206,9 +211,8 @@ def spent(seconds: float) -> str:
 
 def documents(group: str = 'label_free') -> dict:
     """Each collection's number of documents, from its section of the group's results."""
-    text = (RESULTS / f'{group}.md').read_text()
     found = {}
-    for collection, body in re.findall(r'^## (\S+)\n(.*?)(?=^## |\Z)', text, flags=re.M | re.S):
+    for collection, body in sections((RESULTS / f'{group}.md').read_text()):
         said = re.search(r'^(\d+) documents,', body, flags=re.M)
         if said:
             found[collection] = int(said.group(1))

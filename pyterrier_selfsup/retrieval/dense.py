@@ -72,7 +72,6 @@ def flex_index(collection: Union[str, Collection], encoder: BiEncoder, *,
     backend = (encoder.index_backend(collection.docs_count or 0)
                if isinstance(encoder, DualEncoder) else None)
     path = cache_root(cache_dir) / 'flex' / index_key(collection, encoder, backend)
-    model = encoder.name if isinstance(encoder, DualEncoder) else encoder.model_name
 
     def build(staging: Path):
         if backend is None:
@@ -81,7 +80,8 @@ def flex_index(collection: Union[str, Collection], encoder: BiEncoder, *,
         with encoder.encoding_with(backend):  # (one backend for the whole corpus)
             encode_into(staging, collection, encoder, verbose=verbose)
 
-    return FlexIndex(str(build_once(path, build, what=f'the {model} index of {collection.name}',
+    return FlexIndex(str(build_once(path, build,
+                                    what=f'the {model_name(encoder)} index of {collection.name}',
                                     needs=lambda: flex_size(collection, encoder),
                                     check=flex_damage)), verbose=False)
 
@@ -94,16 +94,20 @@ def index_key(collection: Collection, encoder: BiEncoder, backend: Optional[str]
     encodes in torch, reads the index that ``minilm`` built through OpenVINO. Its bf16 and
     int8 give other vectors, and are keyed apart."""
     if isinstance(encoder, DualEncoder):
-        model = encoder.name
         settings = {'weights': encoder.passage_fingerprint(), 'dtype': str(encoder.compute_dtype())}
         if backend not in (None, 'torch') and not (
                 backend == 'openvino' and settings['dtype'] == 'torch.float32'):
             settings['backend'] = backend
     else:
-        model, settings = encoder.model_name, {'model': encoder.model_name,
-                                               'max_length': encoder.model.max_seq_length}
+        settings = {'model': encoder.model_name, 'max_length': encoder.model.max_seq_length}
     settings['text'] = 'default_text'
-    return cache_key(f'{collection.corpus_id}.{model.rstrip("/").rsplit("/", 1)[-1]}', settings)
+    short = model_name(encoder).rstrip('/').rsplit('/', 1)[-1]
+    return cache_key(f'{collection.corpus_id}.{short}', settings)
+
+
+def model_name(encoder: BiEncoder) -> str:
+    """The name or path of the model ``encoder`` encodes with."""
+    return encoder.name if isinstance(encoder, DualEncoder) else encoder.model_name
 
 
 def offset_index(path: Union[str, Path], base: FlexIndex, offsets) -> FlexIndex:
