@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -128,3 +129,24 @@ def tiny_reatt(tiny_dir):
         return ReAtt.from_pretrained(str(path or tiny_dir), retrieval_layer=layer, device='cpu',
                                      precision='fp32', **kwargs)
     return make
+
+
+@pytest.fixture(scope='session')
+def replica_hub(tmp_path_factory):
+    """A hub cache that holds replicas of ``intfloat/e5-small-v2`` and ``BAAI/bge-small-en-v1.5``
+    (:mod:`tests.hub_replicas`) beside the real cache's models."""
+    from huggingface_hub import constants
+
+    from tests.hub_replicas import REPLICAS, hub_cache_with
+    return hub_cache_with(REPLICAS, tmp_path_factory.mktemp('replica-hub'),
+                          Path(constants.HF_HUB_CACHE))
+
+
+@pytest.fixture
+def replicas_on_the_hub(replica_hub, monkeypatch):
+    """Loads by hub name from :func:`replica_hub` within the test (and in the processes it
+    starts)."""
+    from huggingface_hub import constants
+    monkeypatch.setattr(constants, 'HF_HUB_CACHE', str(replica_hub))
+    monkeypatch.setenv('HF_HUB_CACHE', str(replica_hub))
+    return replica_hub

@@ -156,10 +156,22 @@ class Collection:
 
 
 class TextLoader(pt.Transformer):
-    """Adds ``text``: the document text that the indexes saw, looked up by ``docno``."""
+    """Adds ``text``: the document text that the indexes saw, looked up by ``docno``; every
+    other column passes through.
+
+    It declares the frames a re-ranking pipeline hands it, a ranking (as PyTerrier's own
+    ``IRDSTextLoader`` is inspected) or query and document pairs, so that ``pt.inspect`` sees
+    the ``qid`` and ``query`` that what follows it needs. A frame of docnos alone is loaded too.
+
+        Collection('classic/adi').text_loader() >> generator.scorer()
+    """
+    transform_inputs = [['qid', 'query', 'docno', 'score', 'rank'], ['qid', 'query', 'docno']]
 
     def __init__(self, collection: Collection):
         self.collection = collection
+
+    def transform_outputs(self, input_columns: List[str]) -> List[str]:
+        return [c for c in input_columns if c != 'text'] + ['text']
 
     def transform(self, results: pd.DataFrame) -> pd.DataFrame:
         pt.validate.columns(results, includes=['docno'])

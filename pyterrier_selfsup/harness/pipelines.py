@@ -129,6 +129,26 @@ def _parse(value: str, default: Any) -> Any:
     return parse_value(value, Optional[kind])
 
 
+def prompts_of(query_prompt: Optional[str], passage_prompt: Optional[str]) -> Optional[dict]:
+    """A pipeline's flat prompt settings as the ``prompts`` a constructor takes (None where
+    neither is given: the model's own, else its model card's)."""
+    given = {side: str(text) for side, text in (('query', query_prompt),
+                                                ('passage', passage_prompt)) if text is not None}
+    return given or None
+
+
+def with_prompts(factory: Callable[..., pt.Transformer]) -> Callable[..., pt.Transformer]:
+    """A pipeline factory whose constructor takes ``prompts=``, called with the pipeline's
+    settings ``query_prompt`` and ``passage_prompt`` (typed on a command line one by one)."""
+    @functools.wraps(factory)
+    def build(collection: Collection, run: RunContext = SILENT, *,
+              query_prompt: Optional[str] = None, passage_prompt: Optional[str] = None,
+              **settings) -> pt.Transformer:
+        return factory(collection, run, prompts=prompts_of(query_prompt, passage_prompt),
+                       **settings)
+    return build
+
+
 def building_block(factory: Callable[..., pt.Transformer]) -> Callable[..., pt.Transformer]:
     """``factory`` (a library constructor that takes ``cache_dir=`` and ``verbose=``, such as
     :meth:`BM25.from_collection`) as a pipeline factory, called as
@@ -234,17 +254,18 @@ register(PipelineSpec(
     'exact, FAISS IVF on corpora of a million passages or more; or exact, ivf, hnsw), encoded in '
     'fp32 (backend=auto: through OpenVINO on a CPU where it is installed, the same vectors; or '
     'torch)',
-    building_block(DenseRetriever.from_collection),
-    dict(model_name=MINILM, max_length=256, batch_size=32, num_results=1000, search='auto',
-         backend='auto')))
+    with_prompts(building_block(DenseRetriever.from_collection)),
+    dict(model_name=MINILM, query_prompt=None, passage_prompt=None, max_length=256,
+         batch_size=32, num_results=1000, search='auto', backend='auto')))
 
 register(PipelineSpec(
     'dual_encoder',
     'all-MiniLM-L6-v2 zero-shot through the trainable DualEncoder (precision auto: bf16 where the '
     'hardware has it; backend=auto: OpenVINO on a CPU in fp32 where it is installed, torch '
     'elsewhere; or torch, openvino, openvino-int8), the trainers\' starting point',
-    building_block(DenseRetriever.from_dual_encoder),
-    dict(model_name=MINILM, dim=None, search='auto', precision='auto', backend='auto')))
+    with_prompts(building_block(DenseRetriever.from_dual_encoder)),
+    dict(model_name=MINILM, query_prompt=None, passage_prompt=None, dim=None, search='auto',
+         precision='auto', backend='auto')))
 
 register(PipelineSpec(
     'distant_supervision',
@@ -281,12 +302,14 @@ register(PipelineSpec(
 def fused_teacher(collection: Collection, run: RunContext = SILENT, *, teacher: str,
                   fusion_depth: int, model_name: str = MINILM, generator: str = 'smollm2',
                   cross_encoder: Optional[str] = None, depth: int = 30, num_results: int = 1000,
-                  precision: str = 'fp32'):
+                  precision: str = 'fp32', query_prompt: Optional[str] = None,
+                  passage_prompt: Optional[str] = None):
     """The distillation teacher as a retriever, with the zero-shot ``model_name`` as its student
     (a cross-encoder part scores its top ``depth``, the candidates a student learns from). The
     student encodes in ``precision``, distill's: the teacher a model starts from, and the
     index ``minilm`` and ``distill`` read."""
     student = (DenseRetriever.from_dual_encoder(collection, model_name, precision=precision,
+                                                prompts=prompts_of(query_prompt, passage_prompt),
                                                 cache_dir=run.cache_dir, verbose=run.verbose)
                if 'student' in parse_teacher(teacher) else None)
     return teacher_pipeline(collection, teacher, student=student, depth=fusion_depth,
@@ -312,7 +335,7 @@ register(PipelineSpec(
     'scores on the fused top depth, cross_encoder=NAME)',
     fused_teacher,
     dict(teacher=DEFAULTS['distill']['teacher'], fusion_depth=DEFAULTS['distill']['fusion_depth'],
-         model_name=MINILM, generator='smollm2',
+         model_name=MINILM, query_prompt=None, passage_prompt=None, generator='smollm2',
          cross_encoder=DEFAULTS['distill']['cross_encoder'], depth=DEFAULTS['distill']['depth'],
          precision=DEFAULTS['distill']['precision'], num_results=1000)))
 

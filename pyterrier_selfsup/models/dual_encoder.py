@@ -14,6 +14,7 @@ for training.
 import copy
 import importlib.util
 import json
+import logging
 import math
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,9 +36,11 @@ from pyterrier_selfsup.models._openvino import CALIBRATION_TEXTS, OpenVinoSides
 from pyterrier_selfsup.models.side_tokenizer import SideTokenizer
 from pyterrier_selfsup.models.offsets import PassageOffsets
 from pyterrier_selfsup.models.st_format import (PASSAGE_ENCODER_DIR, export_sentence_transformers,
-                                                is_sentence_transformer,
+                                                is_sentence_transformer, model_card_prompts,
                                                 read_sentence_transformer)
 from pyterrier_selfsup.progress import progress
+
+logger = logging.getLogger(__name__)
 
 CONFIG_FILE = 'dual_encoder.json'
 BACKENDS = ('auto', 'torch', 'openvino', 'openvino-int8')
@@ -49,6 +52,7 @@ AUTO_OPENVINO_FROM = 1000
 PROJECTIONS_FILE = 'projections.pt'
 POOLINGS = ('cls', 'mean', 'last')
 NO_PROMPTS = {'query': '', 'passage': ''}
+SIDES = {'query': 'queries', 'passage': 'passages'}
 # texts an inference batch holds at full length, by device type (see DualEncoder)
 INFERENCE_BATCH = {'cpu': 32, 'cuda': 256}
 
@@ -64,6 +68,37 @@ def reads_as_made(name_or_path: str) -> bool:
     reads as the thesis does (``cls`` pooling, no normalisation)."""
     return (read_saved_config(name_or_path, CONFIG_FILE) is not None
             or is_sentence_transformer(name_or_path))
+
+
+def resolve_prompts(name: str, declared: Optional[Dict[str, str]],
+                    given: Optional[Dict[str, str]] = None, *, saved: bool = False
+                    ) -> Dict[str, str]:
+    """Each side's prompt for the model ``name``: a side in ``given`` (the user's) wins; the
+    others are ``declared`` (the model's own). A model of the package's own (``saved``) keeps
+    what it was trained with. Any other that declares no prompt on either side takes its
+    family's model card's (:func:`~pyterrier_selfsup.models.st_format.model_card_prompts`), and
+    a log line says so.
+
+        resolve_prompts('intfloat/e5-small-v2', None)   # {'query': 'query: ', ...}
+    """
+    given = dict(given or {})
+    if 'document' in given:  # (sentence-transformers' name for the passage side)
+        given.setdefault('passage', given.pop('document'))
+    unknown = set(given) - set(NO_PROMPTS)
+    if unknown:
+        raise ValueError(f'prompts are given for the sides query and passage (or document), not '
+                         f'{", ".join(sorted(unknown))}')
+    own = dict(NO_PROMPTS, **(declared or {}))
+    card = None if saved or any(own.values()) else model_card_prompts(name)
+    if card is not None:
+        left = {side: card[side] for side in NO_PROMPTS if side not in given}
+        if left:
+            logger.info('%s declares no prompts: its model card\'s apply (%s); give prompts '
+                        '(query_prompt=, passage_prompt=) to change them', name,
+                        ', '.join(f'{SIDES[side]} begin with {text!r}' if text
+                                  else f'{SIDES[side]} with none' for side, text in left.items()))
+        own = card
+    return dict(own, **given)
 
 
 class DualEncoderModel(torch.nn.Module):
@@ -210,7 +245,8 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
     def from_pretrained(cls, name_or_path: str, *, pooling: Optional[str] = None,
                         dim: Optional[int] = None, normalize: Optional[bool] = None,
                         max_length: Optional[int] = None, query_max_length: Optional[int] = None,
-                        temperature: Optional[float] = None, **kwargs) -> 'DualEncoder':
+                        temperature: Optional[float] = None,
+                        prompts: Optional[Dict[str, str]] = None, **kwargs) -> 'DualEncoder':
         """Loads a model by hub name or path; arguments left as None come from the model:
 
         - a directory from :meth:`save_pretrained`: everything as saved;
@@ -221,7 +257,16 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
           ``dim`` is given;
         - any other encoder: ``cls`` pooling and no normalisation (the thesis).
 
+        ``prompts``: what each side's texts begin with, ``{'query': ..., 'passage': ...}``
+        (either side alone; ``'document'`` names the passage side too, as in
+        sentence-transformers). A side given wins; a side left out takes the model's own
+        prompt. Where the model declares none on either side, the prompts its family's model
+        card prescribes apply, and a log line says so
+        (:func:`~pyterrier_selfsup.models.st_format.model_card_prompts`: e5's ``query: `` and
+        ``passage: ``, bge-*-en-v1.5's query instruction).
+
             DualEncoder.from_pretrained('intfloat/e5-small-v2').prompts   # 'query: ', 'passage: '
+            DualEncoder.from_pretrained(MINILM, prompts={'query': 'query: '})
 
         ``temperature`` defaults to 0.05 for normalised embeddings (cosines need sharpening
         to make a useful softmax; sentence-transformers' in-batch loss uses the same) and
@@ -258,7 +303,9 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
         encoder = cls(model, tokenizer,
                       name=saved.get('name', str(name_or_path)) if saved else str(name_or_path),
                       max_length=max_length, query_max_length=query_max_length,
-                      temperature=temperature, prompts=base.get('prompts'), **kwargs)
+                      temperature=temperature,
+                      prompts=resolve_prompts(name_or_path, base.get('prompts'), prompts,
+                                              saved=bool(saved)), **kwargs)
         if saved:
             encoder.passage_offsets = PassageOffsets.load(name_or_path)
         return encoder

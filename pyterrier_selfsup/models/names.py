@@ -14,3 +14,13 @@ MAX_PASSAGE_LENGTH = 256  # tokens of a passage the generator reads, by default
 # GPL's writer and cross-encoder (Wang et al., 2022): the gpl pipeline's defaults
 GPL_WRITER = 'BeIR/query-gen-msmarco-t5-base-v1'
 GPL_CROSS_ENCODER = 'cross-encoder/ms-marco-MiniLM-L-6-v2'
+# The prompts each family's model card prescribes, for a model that declares none in its
+# sentence-transformers files (neither e5's nor bge-*-en-v1.5's do): by hub name, as
+# case-blind shell patterns, with each side's prompt. The -instruct variants are left out: they
+# take a task instruction of their own.
+E5_PROMPTS = {'query': 'query: ', 'passage': 'passage: '}
+BGE_QUERY_INSTRUCTION = 'Represent this sentence for searching relevant passages: '
+MODEL_CARD_PROMPTS = (
+    (('intfloat/e5-*', 'intfloat/multilingual-e5-*'), E5_PROMPTS),
+    (('BAAI/bge-*-en-v1.5',), {'query': BGE_QUERY_INSTRUCTION, 'passage': ''}),
+)

@@ -6,6 +6,7 @@ gives the package's vectors.
     export_sentence_transformers(encoder, 'out')   # after encoder.save_pretrained('out')
 """
 import filecmp
+import fnmatch
 import os
 from pathlib import Path
 from typing import Dict, Optional, Union
@@ -13,6 +14,7 @@ from typing import Dict, Optional, Union
 import torch
 
 from pyterrier_selfsup.models.hub import read_saved_config
+from pyterrier_selfsup.models.names import MODEL_CARD_PROMPTS
 
 # (the passage tower's directory beside the query encoder's weights, as save_pretrained writes it)
 PASSAGE_ENCODER_DIR = 'passage_encoder'
@@ -87,6 +89,22 @@ def side_prompts(prompts: Dict[str, str], default_prompt_name: Optional[str]) ->
     passage = next((prompts[n] or '' for n in DOCUMENT_PROMPTS if n in prompts), default)
     return {'query': (prompts['query'] or '') if 'query' in prompts else default,
             'passage': passage}
+
+
+def model_card_prompts(name: str) -> Optional[Dict[str, str]]:
+    """The prompts the model card of ``name``'s family prescribes
+    (:data:`~pyterrier_selfsup.models.names.MODEL_CARD_PROMPTS`), by hub name; None for a name
+    of no such family, a local path among them.
+
+        model_card_prompts('intfloat/e5-small-v2')   # {'query': 'query: ', 'passage': 'passage: '}
+    """
+    name = str(name).lower()
+    if name.endswith('-instruct'):
+        return None
+    for patterns, prompts in MODEL_CARD_PROMPTS:
+        if any(fnmatch.fnmatchcase(name, pattern.lower()) for pattern in patterns):
+            return dict(prompts)
+    return None
 
 
 def read_sentence_transformer(name_or_path: str) -> dict:

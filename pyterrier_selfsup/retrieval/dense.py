@@ -11,7 +11,7 @@ import logging
 import shutil
 import tempfile
 from pathlib import Path
-from typing import List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -252,6 +252,7 @@ class DenseRetriever(Retriever):
     def from_collection(cls, collection: Union[str, Collection], model_name: str = MINILM, *,
                         max_length: Optional[int] = None, batch_size: int = 32,
                         num_results: int = 1000, search: str = 'auto', backend: str = 'auto',
+                        prompts: Optional[Dict[str, str]] = None,
                         cache_dir: Optional[Union[str, Path]] = None,
                         verbose: bool = False) -> 'DenseRetriever':
         """The sentence-transformers model ``model_name`` zero-shot over ``collection``, in
@@ -259,16 +260,28 @@ class DenseRetriever(Retriever):
         vectors are sentence-transformers' within float rounding), through OpenVINO on a CPU
         where it is installed (``backend='auto'``; ``'torch'`` to choose torch). A model that
         the DualEncoder cannot reproduce is encoded by sentence-transformers, through
-        pyterrier-dr, as is a plain Hugging Face encoder (sentence-transformers' mean pooling)."""
+        pyterrier-dr, as is a plain Hugging Face encoder (sentence-transformers' mean pooling).
+        ``prompts``: each side's prompt, as :meth:`DualEncoder.from_pretrained` takes them (by
+        default the model's own, else its model card's).
+
+            DenseRetriever.from_collection('beir/scifact/test', 'intfloat/e5-small-v2')
+        """
         encoder = None
         if reads_as_made(model_name):
             try:
                 encoder = DualEncoder.from_pretrained(model_name, max_length=max_length,
                                                       batch_size=batch_size, precision='fp32',
-                                                      backend=backend)
+                                                      backend=backend, prompts=prompts)
             except UnreproducibleModel as why:
+                if prompts:
+                    raise ValueError(f'{model_name}: prompts are given, and the package cannot '
+                                     f'encode this model itself ({why})') from None
                 logger.info('%s: encoded by sentence-transformers (%s)', model_name, why)
         if encoder is None:
+            if prompts:
+                raise ValueError(f'{model_name} is not a sentence-transformers model, and '
+                                 f'prompts are given: load it with from_dual_encoder, which '
+                                 f'takes them')
             encoder = sbert_encoder(model_name, max_length=max_length, batch_size=batch_size)
         return cls(encoder, flex_index(collection, encoder, cache_dir=cache_dir, verbose=verbose),
                    num_results=num_results, search=search)
@@ -277,12 +290,14 @@ class DenseRetriever(Retriever):
     def from_dual_encoder(cls, collection: Union[str, Collection], model_name: str = MINILM, *,
                           dim: Optional[int] = None, num_results: int = 1000, search: str = 'auto',
                           precision: str = 'auto', backend: str = 'auto',
+                          prompts: Optional[Dict[str, str]] = None,
                           cache_dir: Optional[Union[str, Path]] = None,
                           verbose: bool = False) -> 'DenseRetriever':
         """The project's own :class:`DualEncoder` loaded from ``model_name``, over ``collection``
-        (``precision`` and ``backend``: how it encodes, see :class:`DualEncoder`)."""
+        (``precision`` and ``backend``: how it encodes, see :class:`DualEncoder`; ``prompts``:
+        each side's, as :meth:`DualEncoder.from_pretrained` takes them)."""
         encoder = DualEncoder.from_pretrained(model_name, dim=dim, precision=precision,
-                                              backend=backend)
+                                              backend=backend, prompts=prompts)
         return cls(encoder, flex_index(collection, encoder, cache_dir=cache_dir, verbose=verbose),
                    num_results=num_results, search=search)
 

@@ -18,7 +18,7 @@ from pyterrier_selfsup.training.setting_fields import (GROUPS, MethodSettings, p
 __all__ = ['GROUPS', 'MethodSettings', 'parse_value', 'setting', 'TrainingSettings',
            'DistantSupervisionSettings', 'ReconstructionSettings', 'RumbartSettings',
            'AcrobartSettings', 'CrossDocumentAdjustmentSettings', 'DistillationSettings',
-           'GPL', 'SETTINGS', 'TEACHER_PARTS', 'parse_teacher']
+           'GPL', 'SETTINGS', 'TEACHER_PARTS', 'given_prompts', 'parse_teacher']
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,25 @@ QUERIES_HELP = ('Where the training queries come from: corpus sentences, spans, 
                 'file of query texts, a collection whose topic texts are read (never its qrels), '
                 'or crossfold (the evaluated collection\'s own topic texts, one model a fold).')
 N_QUERIES_HELP = 'How many training queries: a longer query log is sampled down to this many.'
+
+
+PROMPT_HELP = ('What each {side} text begins with, for the encoder that starts training. None: '
+               'the model\'s own prompt; where it declares none, its model card\'s (e5: '
+               '{e5!r}{bge}); an empty value: none.')
+
+
+def prompt_setting(side: str):
+    """The ``query_prompt`` or ``passage_prompt`` field of a method that starts from an encoder
+    (:func:`given_prompts` reads them)."""
+    bge = '; bge-*-en-v1.5: its query instruction' if side == 'query' else ''
+    return setting(None, PROMPT_HELP.format(side=side, e5=f'{side}: ', bge=bge), group='model')
+
+
+def given_prompts(settings: MethodSettings) -> Dict[str, str]:
+    """The prompts ``settings`` give (``query_prompt``, ``passage_prompt``), by side, those left
+    at None left out: what ``DualEncoder.from_pretrained(..., prompts=)`` takes."""
+    return {side: getattr(settings, f'{side}_prompt') for side in ('query', 'passage')
+            if getattr(settings, f'{side}_prompt', None) is not None}
 
 
 # ds's steps between checkpoints, and RUMBArt's and ACROBArT's without refreshes
@@ -66,6 +85,8 @@ class DistantSupervisionSettings(MethodSettings):
     dim: Optional[int] = setting(None, 'The dimension of the query and passage projections; None: '
                                        'no projection, the encoder\'s pooled output.',
                                  group='model')
+    query_prompt: Optional[str] = prompt_setting('query')
+    passage_prompt: Optional[str] = prompt_setting('passage')
     negatives: str = setting('none', 'One extra hard negative a query, shared by the batch: none, '
                                      'random, from BM25\'s ranks 2 to bm25_depth + 1, or the '
                                      'retriever\'s own top.',
@@ -90,6 +111,8 @@ class ReconstructionSettings(MethodSettings):
     start: str = setting('minilm', 'What training starts from: minilm (all-MiniLM-L6-v2), ds (the '
                                    'ds pipeline\'s model on the same queries, trained first) or a '
                                    'path.', group='model')
+    query_prompt: Optional[str] = prompt_setting('query')
+    passage_prompt: Optional[str] = prompt_setting('passage')
     generator: str = setting('smollm2', 'The generator whose reconstruction teaches the retriever.',
                              group='teacher')
     max_passage_length: int = setting(MAX_PASSAGE_LENGTH, 'Generator tokens a passage is cut to.',
@@ -220,6 +243,8 @@ class DistillationSettings(MethodSettings):
                                   '(n_queries / per_passage passages are drawn).',
                                group='queries')
     model_name: str = setting(MINILM, 'The student that starts training.', group='model')
+    query_prompt: Optional[str] = prompt_setting('query')
+    passage_prompt: Optional[str] = prompt_setting('passage')
     precision: str = setting('fp32', 'The student\'s precision while it trains: fp32, bf16 or '
                                      'auto.', group='model', choices=('fp32', 'bf16', 'auto'))
     teacher: str = setting('bm25+student', 'The teacher\'s parts and weights: bm25, student, '
