@@ -36,7 +36,8 @@ VERSIONS = {'__version__': {'sentence_transformers': '2.2.2', 'transformers': '4
 
 
 def _modules(normalize: bool) -> list:
-    modules = [{'idx': 0, 'name': '0', 'path': '', 'type': 'sentence_transformers.models.Transformer'},
+    modules = [{'idx': 0, 'name': '0', 'path': '',
+                'type': 'sentence_transformers.models.Transformer'},
                {'idx': 1, 'name': '1', 'path': '1_Pooling',
                 'type': 'sentence_transformers.models.Pooling'}]
     if normalize:

@@ -134,7 +134,7 @@ def test_missing_directory_and_unset_variable(tmp_path, monkeypatch):
         list(ir_datasets.load('classic/adi').docs_iter())
 
 
-def test_docstore_is_parsed_once_per_directory(tmp_path, restore_registration):
+def test_docstore_is_parsed_once_per_version_of_its_documents(tmp_path, restore_registration):
     docs = ir_datasets.load('classic/adi').docs_store
     assert docs() is docs()
     with tarfile.open(Path(os.environ['SELFSUP_CLASSIC_DATA']) / 'adi.tar.gz') as tar:
@@ -142,3 +142,46 @@ def test_docstore_is_parsed_once_per_directory(tmp_path, restore_registration):
     (tmp_path / 'ADI.ALL').write_text('.I 1\n.T\nreplaced\n.W\ntext\n')
     register_classic(tmp_path, names=['adi'])
     assert docs().get('1').title == 'replaced'  # a new directory is read afresh
+    (tmp_path / 'ADI.ALL').write_text('.I 1\n.T\nrewritten\n.W\ntext\n')  # (same place)
+    assert docs().get('1').title == 'rewritten'
+
+
+def _adi_in(directory: Path, edit=None) -> Path:
+    """ADI's three files unpacked into ``directory``, its first document's title changed to
+    ``edit`` where one is given."""
+    with tarfile.open(Path(os.environ['SELFSUP_CLASSIC_DATA']) / 'adi.tar.gz') as tar:
+        tar.extractall(directory, filter='data')
+    if edit is not None:
+        path = directory / 'ADI.ALL'
+        text = path.read_text()
+        head, _, rest = text.partition('\n.T\n')
+        path.write_text(head + f'\n.T\n{edit} ' + rest)
+    return directory
+
+
+def test_a_repointed_classic_directory_trains_a_new_model_and_builds_new_indexes(
+        tmp_path, tiny_dir, monkeypatch):
+    """The caches key a classic collection by its documents' contents, checked at each use:
+    another directory with other documents under the same name trains a model and builds
+    indexes of its own; a copy of the same files elsewhere finds the first ones again."""
+    from pyterrier_selfsup import BM25, Collection
+    from pyterrier_selfsup.context import RunContext
+    from pyterrier_selfsup.harness import store
+    from pyterrier_selfsup.harness.pipelines import get_pipeline
+    first = _adi_in(tmp_path / 'first')
+    edited = _adi_in(tmp_path / 'edited', edit='zymurgical')
+    same = _adi_in(tmp_path / 'same')
+    run = RunContext(cache_dir=tmp_path / 'cache')
+    spec = get_pipeline(f'distill:model_name={tiny_dir},queries=sentences,n_queries=8,'
+                        f'batch_size=4,verdict_share=0')
+    trained, found = {}, {}
+    for name, directory in (('first', first), ('edited', edited), ('same', same)):
+        monkeypatch.setenv('SELFSUP_CLASSIC_DATA', str(directory))
+        adi = Collection('classic/adi')
+        trained[name] = spec.train(adi, run)
+        found[name] = BM25.from_collection(adi, cache_dir=run.cache_dir).search('zymurgical')
+    assert trained['edited'] != trained['first'] == trained['same']
+    assert store.read_record(trained['edited'])['collection']['digest'] != store.read_record(
+        trained['first'])['collection']['digest']
+    assert found['edited']['docno'].tolist()[:1] == ['1'] and found['first'].empty
+    assert len([p for p in (run.cache_dir / 'pisa').iterdir() if p.is_dir()]) == 2

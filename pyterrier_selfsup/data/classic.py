@@ -110,6 +110,10 @@ def parse_qrels(lines: Iterable[str]) -> List[TrecQrel]:
 # Locating the files
 
 
+# (tarball, size, modification time, part) -> the part's member in it, or None
+_MEMBERS: Dict[Tuple[str, int, int, str], Optional[str]] = {}
+
+
 class ClassicSource:
     """The three files of collection ``name`` (``cisi``) under a directory.
 
@@ -140,6 +144,25 @@ class ClassicSource:
         missing = self._missing(directory)
         if missing:
             raise self._missing_error(directory, missing)
+
+    def located(self, part: str) -> Tuple[Path, Optional[str]]:
+        """Where ``part`` (``ALL``, ``QRY``, ``REL``) is read from: its file, or the tarball and
+        the name of its member there."""
+        directory = self.resolve()
+        path = self._file(directory, part)
+        if path is not None:
+            return path, None
+        tarball = self._tarball(directory)
+        if tarball is not None:
+            stat = tarball.stat()
+            seen = (str(tarball.resolve()), stat.st_size, stat.st_mtime_ns, part)
+            if seen not in _MEMBERS:  # (a tarball is read whole to list it: once a version)
+                with tarfile.open(tarball) as tar:
+                    member = self._members(tar).get(f'{self.name.upper()}.{part}')
+                _MEMBERS[seen] = member.name if member is not None else None
+            if _MEMBERS[seen] is not None:
+                return tarball, _MEMBERS[seen]
+        raise self._missing_error(directory, self._missing(directory))
 
     def lines(self, part: str) -> List[str]:
         directory = self.resolve()
@@ -196,8 +219,8 @@ class ClassicSource:
 class ClassicDocs(BaseDocs):
     def __init__(self, source: ClassicSource):
         self._source = source
-        # (the directory it was read from, store)
-        self._store: Optional[Tuple[Path, '_MemoryDocstore']] = None
+        # (the digest of the documents it was read from, store)
+        self._store: Optional[Tuple[str, '_MemoryDocstore']] = None
 
     def docs_iter(self):
         return parse_docs(self._source.lines('ALL'))
@@ -207,13 +230,20 @@ class ClassicDocs(BaseDocs):
 
     def docs_store(self, field='doc_id'):
         # trainers look texts up every batch: parse once per directory, not per call
-        directory = self._source.resolve()
-        if self._store is None or self._store[0] != directory:
-            self._store = (directory, _MemoryDocstore(self.docs_iter()))
+        contents = self.contents_digest()
+        if self._store is None or self._store[0] != contents:
+            self._store = (contents, _MemoryDocstore(self.docs_iter()))
         return self._store[1]
 
     def docs_count(self):
         return sum(1 for _ in self.docs_iter())
+
+    def contents_digest(self) -> str:
+        """A digest of the documents' file (``NAME.ALL``, or its member of the tarball) in the
+        directory as it is now (:class:`~pyterrier_selfsup.data.collections.Collection`'s
+        ``contents``)."""
+        from pyterrier_selfsup._cache.digests import file_digest
+        return file_digest(*self._source.located('ALL'))
 
     def docs_namespace(self):
         return f'classic/{self._source.name}'

@@ -108,6 +108,27 @@ class Collection:
         except TypeError:  # ir_datasets' cranfield declares docs_namespace without self
             return self.name
 
+    @property
+    def contents(self) -> Optional[str]:
+        """A digest of the file the documents are read from, where a file under the same name
+        can hold other documents (a classic collection's directory, re-pointed or rewritten),
+        checked at each use (:func:`~pyterrier_selfsup._cache.digests.file_digest`); None where
+        the id already says what the documents are (ir_datasets checks its downloads against
+        their checksums; a user's own file is registered under a digest of its bytes)."""
+        digest = getattr(self.irds.docs_handler(), 'contents_digest', None)
+        return digest() if digest is not None else None
+
+    def cache_settings(self, settings: dict) -> dict:
+        """``settings`` as the caches key what is built from this corpus's documents (its
+        indexes, the queries written from it, the scores of its passages, the models trained
+        on it): with :attr:`contents` where there is a digest to add, so that other documents
+        under the same id are built again.
+
+            Collection('classic/adi').cache_settings({'k1': 0.9})   # {'k1': 0.9, 'contents': ...}
+        """
+        contents = self.contents
+        return settings if contents is None else dict(settings, contents=contents)
+
     @cached_property
     def docs_count(self) -> Optional[int]:
         return self.irds.docs_count()

@@ -18,7 +18,6 @@ corpora a user brings to a laptop (a million short passages: a few GB).
 """
 import csv
 import gzip
-import hashlib
 import json
 import logging
 from pathlib import Path
@@ -253,11 +252,10 @@ def read_queries(path: Union[str, Path]) -> List[GenericQuery]:
 
 
 def content_hash(path: Union[str, Path]) -> str:
-    digest = hashlib.sha256()
-    with open(path, 'rb') as f:
-        for block in iter(lambda: f.read(1 << 20), b''):
-            digest.update(block)
-    return digest.hexdigest()[:10]
+    """A digest of the file's bytes, hashed again only when its size or modification time moved
+    (:func:`~pyterrier_selfsup._cache.digests.file_digest`)."""
+    from pyterrier_selfsup._cache.digests import file_digest
+    return file_digest(path)
 
 
 class LocalDocs(BaseDocs):

@@ -226,7 +226,8 @@ class QuerySource:
             writer = generator.writer(style=self.style, examples=example_texts(self.examples),
                                       pairs=example_pairs(self.pairs, seed=seed), seed=seed)
             key['writer settings'] = writer.config()
-        path = cache_root(cache_dir) / 'queries' / cache_key(f'{collection.corpus_id}.{q}', key)
+        path = cache_root(cache_dir) / 'queries' / cache_key(f'{collection.corpus_id}.{q}',
+                                                             collection.cache_settings(key))
 
         def write(staging: Path):
             # (resumable: sampled queries are written with a checkpoint in the staging directory)

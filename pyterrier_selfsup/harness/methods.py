@@ -112,7 +112,7 @@ def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: 
             gen = (load_generator(generator or 'smollm2', cache_dir=cache_dir)
                    if not isinstance(generator, Generator) else generator)
             rerankers[part] = collection.text_loader() >> gen.scorer(
-                normalise='mean', cache=score_cache_dir(collection.corpus_id, gen, cache_dir))
+                normalise='mean', cache=score_cache_dir(collection, gen, cache_dir))
     if not stages:
         raise ValueError(f'teacher {spec!r} has no first stage (bm25, student or minilm)')
     return Fusion(stages, weights=weights, depth=depth, rerankers=rerankers,

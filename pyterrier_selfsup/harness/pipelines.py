@@ -170,7 +170,7 @@ def reconstruction_reranker(collection: Collection, run: RunContext = SILENT, *,
                                     precision=precision, verbose=run.verbose)
     bm25 = BM25.from_collection(collection, num_results=depth, cache_dir=run.cache_dir)
     return bm25 >> collection.text_loader() >> gen.scorer(
-        normalise=normalise, cache=score_cache_dir(collection.corpus_id, gen, run.cache_dir))
+        normalise=normalise, cache=score_cache_dir(collection, gen, run.cache_dir))
 
 
 def trained_dense_retriever(collection: Collection, run: RunContext = SILENT, *, method: str,

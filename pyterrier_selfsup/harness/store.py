@@ -43,8 +43,10 @@ RECORD = 'model.json'
 
 def collection_digest(collection: Collection, run: RunContext = SILENT) -> str:
     """A digest of ``collection``'s documents (each docno and text, in order), computed once a
-    cache and kept in ``<cache>/digests/``."""
-    memo = cache_root(run.cache_dir) / 'digests' / cache_key(collection.corpus_id, {})
+    cache for each contents of its files (``Collection.cache_settings``) and kept in
+    ``<cache>/digests/``."""
+    memo = (cache_root(run.cache_dir) / 'digests'
+            / cache_key(collection.corpus_id, collection.cache_settings({})))
     if memo.is_file():
         return memo.read_text().strip()
     digest = hashlib.sha256()

@@ -1,7 +1,7 @@
 """The generator as a re-ranker: log p(query | document), with its scores cached.
 
     bm25 % 100 >> collection.text_loader() >> gen.scorer()      # gen: a Generator
-    gen.scorer(cache=score_cache_dir(collection.corpus_id, gen)) # each pair scored once, ever
+    gen.scorer(cache=score_cache_dir(collection, gen)) # each pair scored once, ever
 """
 import sqlite3
 from pathlib import Path

@@ -98,12 +98,19 @@ def cached_count(cache, pairs: pd.DataFrame) -> int:
     return held
 
 
-def score_cache_dir(corpus_id: str, generator, cache_dir=None) -> Path:
-    """Where the summed log-likelihoods of ``generator`` on ``corpus_id``'s documents are
-    cached: keyed by the generator's fingerprint (weights and settings)."""
+def score_cache_dir(corpus, generator, cache_dir=None) -> Path:
+    """Where the summed log-likelihoods of ``generator`` on the documents of ``corpus`` are
+    cached: keyed by the generator's fingerprint (weights and settings). ``corpus``: a
+    :class:`~pyterrier_selfsup.data.collections.Collection`, whose documents' contents key it
+    too where they can change under the same id (``Collection.cache_settings``), or a corpus id.
+
+        score_cache_dir(Collection('classic/adi'), generator)
+    """
+    key = {'generator': generator.fingerprint()}
+    if not isinstance(corpus, str):
+        corpus, key = corpus.corpus_id, corpus.cache_settings(key)
     return cache_root(cache_dir) / 'generator-scores' / cache_key(
-        f'{corpus_id}.{generator.name.rstrip("/").rsplit("/", 1)[-1]}',
-        {'generator': generator.fingerprint()})
+        f'{corpus}.{generator.name.rstrip("/").rsplit("/", 1)[-1]}', key)
 
 
 def open_score_cache(path: Path, scorer: pt.Transformer, busy_seconds: int = 600):

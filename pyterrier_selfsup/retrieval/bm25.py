@@ -42,7 +42,8 @@ def pisa_index(collection: Union[str, Collection], *, stemmer: str = 'porter2',
     """
     collection = Collection.of(collection)
     settings = {'stemmer': stemmer, 'stops': stops, 'k1': k1, 'b': b, 'text': 'default_text'}
-    path = cache_root(cache_dir) / 'pisa' / cache_key(collection.corpus_id, settings)
+    path = cache_root(cache_dir) / 'pisa' / cache_key(collection.corpus_id,
+                                                      collection.cache_settings(settings))
     what = f'the BM25 index of {collection.name}'
 
     def build(staging: Path):

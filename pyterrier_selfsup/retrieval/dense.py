@@ -102,7 +102,7 @@ def index_key(collection: Collection, encoder: BiEncoder, backend: Optional[str]
         settings = {'model': encoder.model_name, 'max_length': encoder.model.max_seq_length}
     settings['text'] = 'default_text'
     short = model_name(encoder).rstrip('/').rsplit('/', 1)[-1]
-    return cache_key(f'{collection.corpus_id}.{short}', settings)
+    return cache_key(f'{collection.corpus_id}.{short}', collection.cache_settings(settings))
 
 
 def model_name(encoder: BiEncoder) -> str:

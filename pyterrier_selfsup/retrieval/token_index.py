@@ -354,7 +354,7 @@ def reatt_index(collection, reatt, *, nlist: Optional[int] = None, cache_dir=Non
     collection = Collection.of(collection)
     settings = {'model': reatt.fingerprint(), 'head': reatt.model.retrieval_head, 'nlist': nlist}
     name = f'{collection.corpus_id}.{reatt.name.rstrip("/").rsplit("/", 1)[-1]}'
-    path = cache_root(cache_dir) / 'reatt' / cache_key(name, settings)
+    path = cache_root(cache_dir) / 'reatt' / cache_key(name, collection.cache_settings(settings))
     built = build_once(path,
                        lambda staging: ReAttIndex.build(staging, reatt, collection.corpus_iter(),
                                                         nlist=nlist, verbose=verbose),

@@ -100,10 +100,10 @@ class LikelihoodTarget(_Target):
     scores go through its on-disk cache, so every pair is scored once per corpus."""
 
     def __init__(self, generator: Generator, temperature: float, cache_dir=None,
-                 corpus_id: str = ''):
+                 corpus=''):
         self.temperature = temperature
         self.scorer = generator.scorer(normalise='sum',
-                                       cache=score_cache_dir(corpus_id, generator, cache_dir))
+                                       cache=score_cache_dir(corpus, generator, cache_dir))
 
     def prepare(self, trainer, examples):
         # every pair of the iteration in one pass into the cache (split between the processes)
@@ -220,7 +220,7 @@ class CrossDocumentAdjustment(Trainer):
         self.reatt = model
         self.teacher = (AttentionTarget(generator) if self.settings.target == 'attention'
                         else LikelihoodTarget(generator, self.settings.teacher_temperature,
-                                              self.cache_dir, self.collection.corpus_id))
+                                              self.cache_dir, self.collection))
         self.needs_answers = False
 
     def retriever(self, fresh: bool = False) -> pt.Transformer:

@@ -47,7 +47,7 @@ class Rumbart(RetrieveAndReconstruct):
         self._scores: Dict[Tuple[str, str], float] = {}
         if not self.generator.trainable:
             self._teacher = self.generator.scorer(normalise='sum', cache=score_cache_dir(
-                self.collection.corpus_id, self.generator, self.cache_dir))
+                self.collection, self.generator, self.cache_dir))
 
     def after_refresh(self, examples: List[Query]):
         if self._teacher is None:
