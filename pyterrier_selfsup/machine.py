@@ -2,9 +2,17 @@
 probes the hardware it runs on (precision choices, the OpenVINO backend, results headers).
 
     cpu_has_native_bf16()   # True on a CPU with AVX512-BF16 or AMX
+
+``$SELFSUP_CPU_FLAGS`` (flags, space-separated) stands in for the CPU's own flags, so that the
+package chooses as it would on another kind of CPU: with ``SELFSUP_CPU_FLAGS=avx2``, and torch
+and oneDNN held to AVX2 too (``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2``), the suite runs
+as on an AVX2-only AMD EPYC (fp32 where it would choose bf16).
 """
+import os
 import platform
 from functools import lru_cache
+
+FLAGS_ENV = 'SELFSUP_CPU_FLAGS'
 
 # the instruction sets that decide CPU speed here: bf16 is fast with AVX512-BF16/AMX and
 # hundreds of times slower than fp32 with AVX2 only, so a timing means little without them
@@ -28,7 +36,9 @@ def _cpuinfo() -> dict:
 
 
 def cpu_flags() -> frozenset:
-    """The CPU's feature flags (empty off Linux)."""
+    """The CPU's feature flags (empty off Linux), or those ``$SELFSUP_CPU_FLAGS`` names."""
+    if os.environ.get(FLAGS_ENV) is not None:
+        return frozenset(os.environ[FLAGS_ENV].split())
     return frozenset(_cpuinfo().get('flags', '').split())
 
 
@@ -42,7 +52,8 @@ def speed_flags() -> str:
     flags = cpu_flags()
     if not flags:
         return 'unknown'
-    return ' '.join(f for f in SPEED_FLAGS if f in flags) or 'none of ' + ' '.join(SPEED_FLAGS)
+    named = ' '.join(f for f in SPEED_FLAGS if f in flags) or 'none of ' + ' '.join(SPEED_FLAGS)
+    return f'{named}, as ${FLAGS_ENV} says' if os.environ.get(FLAGS_ENV) is not None else named
 
 
 def cpu_has_native_bf16() -> bool:

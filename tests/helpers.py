@@ -100,3 +100,19 @@ def start_ranks(fn, args, nprocs: int = 2):
     rank must join its own process group, as a spawned one does."""
     import torch.multiprocessing as mp
     return mp.start_processes(fn, args=args, nprocs=nprocs, start_method='fork')
+
+
+def ranked_alike(order_scores, other_scores, atol: float) -> bool:
+    """Whether ``other_scores`` rank the items as ``order_scores`` do, but for pairs whose
+    ``other_scores`` are within ``atol``: two code paths whose scores agree to ``atol / 2`` may
+    order such near-ties either way, and a kernel of another CPU may too. Both are one score an
+    item (1-d), or one row of scores a query (2-d)."""
+    import numpy as np
+    first, second = np.atleast_2d(order_scores), np.atleast_2d(other_scores)
+    for a, b in zip(first, second):
+        by_first = b[np.argsort(-a, kind='stable')]
+        # each item's score may exceed those ranked above it by atol at most
+        floor = np.minimum.accumulate(by_first)[:-1]
+        if (by_first[1:] > floor + atol).any():
+            return False
+    return True

@@ -468,3 +468,17 @@ def test_the_time_left_counts_the_stages_that_recur_inside_but_not_what_came_bef
         'test training: 3/4 steps (75%), 2.0 s/step, 0:32 elapsed, 0:05 left',
         'test training: 4/4 steps (100%), 2.0 s/step, 0:34 elapsed, 0:00 left',
         'test training: 4 steps in 0:34 (2.0 s/step)']
+
+
+def test_the_plan_says_the_steps_a_source_of_fewer_queries_than_asked_will_run(
+        cache_dir, tiny_dir, tmp_path, caplog):
+    """ADI's 35 topic texts, where 5,000 queries are asked (ds's default): one plan, of the 2
+    steps of 32 that will run, not one sized for 5,000 and another after it."""
+    from pyterrier_selfsup.harness import trained
+    (tmp_path / 'pisa').symlink_to(cache_dir / 'pisa')
+    with caplog.at_level(logging.INFO, logger='pyterrier_selfsup'):
+        trained.train('classic/adi', 'ds', {'queries': 'classic/adi', 'model_name': str(tiny_dir)},
+                      RunContext(cache_dir=tmp_path))
+    said = [r.getMessage() for r in caplog.records]
+    assert sum(m.startswith('plan: ') for m in said) == 1, said
+    assert any(m.startswith('  distant supervision: 2 steps') for m in said), said

@@ -119,10 +119,13 @@ def test_acrobart_gradient_reaches_the_retriever_and_matches_finite_differences(
     value.backward()
     grad = weight.grad.clone()
     assert grad.abs().max() > 1e-6  # the reconstruction loss reaches the retriever
-    # the models' attention softmax runs in fp32 even in an fp64 model, so the loss is
-    # exact to ~1e-6 relative only: a step of 1e-2 keeps that noise under 1%
+    # the models' attention softmax runs in fp32 even in an fp64 model, so the loss (about
+    # 3e3 for T5) is exact to ~1e-7 relative only, and a difference quotient at a step of 1e-2
+    # carries ~1e-3 of noise, which each CPU's vectorised exp rounds its own way: the check is
+    # made at the three largest entries (0.1 to 0.6), where that noise is well under 1%
     eps = 1e-2
-    for i, j in [(0, 0), (3, 5), (15, 31)]:
+    for flat in grad.abs().flatten().topk(3).indices.tolist():
+        i, j = divmod(flat, grad.shape[1])
         assert grad[i, j].item() == pytest.approx(central_difference(loss, weight, (i, j), eps),
                                                   rel=2e-2, abs=1e-4)
 

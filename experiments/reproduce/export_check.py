@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-import numpy as np
 import pandas as pd
 import pyterrier as pt
 from ir_measures import nDCG

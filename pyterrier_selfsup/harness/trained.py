@@ -18,8 +18,7 @@ from pyterrier_selfsup._cache import build_once
 from pyterrier_selfsup._distributed import distributed
 from pyterrier_selfsup.context import SILENT, RunContext
 from pyterrier_selfsup.data.collections import Collection
-from pyterrier_selfsup.data.queries import query_log
-from pyterrier_selfsup.data.sources import CROSSFOLD, CROSS_FOLDS, GENERATED, query_file
+from pyterrier_selfsup.data.sources import CROSSFOLD, CROSS_FOLDS, GENERATED
 from pyterrier_selfsup.harness import plan, store
 from pyterrier_selfsup.harness.methods import METHODS
 from pyterrier_selfsup.harness.plots import plot_training_curve
@@ -107,29 +106,34 @@ def train(collection: Union[str, Collection], method: str, settings: dict,
         context = plan.run_context(s, distributed()[1])
         resumed = resume_point(staging)
         at = checkpoint_step(resumed) if resumed is not None else 0
-        # a query log's size is known before training: the plan says it, not n_queries
-        expected = (min(s.n_queries, len(query_log(s.queries))) if query_file(s.queries)
-                    else s.n_queries)
-        stages = plan.stages(collection, method, s.replace(n_queries=expected),
-                             s.queries in GENERATED)
-        planned = plan.estimate(plan.resuming(stages, at), plan.known_rates(run.cache_dir), context)
-        if said:
-            docs = collection.docs_count
-            for line in plan.plan_lines(f'{method} on {collection.name}' +
-                                        (f' ({docs:,} documents)' if docs else ''), planned):
+        writes = s.queries in GENERATED
+        docs = collection.docs_count
+        title = f'{method} on {collection.name}' + (f' ({docs:,} documents)' if docs else '')
+
+        def planned_for(queries: int, writing: bool) -> list:
+            return plan.estimate(plan.resuming(plan.stages(
+                collection, method, s.replace(n_queries=queries), writing), at),
+                plan.known_rates(run.cache_dir), context)
+
+        # Queries a generator writes are planned before they are written (their count at most:
+        # repeats are dropped); any other source's are counted first, so that the plan says the
+        # steps that will run
+        planned = planned_for(s.n_queries, True) if writes else None
+        if said and writes:
+            for line in plan.plan_lines(title, planned):
                 logger.info(line)
         start = {'start': start_model(collection, s, run, fold)} if hasattr(s, 'start') else {}
         trainer, topics = METHODS[method](collection, s, run.replace(
             output_dir=staging, keep_checkpoints=1, draw_curve=plot_training_curve), fold=fold,
             **start)
-        if said and len(topics) < expected:  # (a corpus with fewer sentences than asked for)
-            known = s.replace(n_queries=len(topics))
-            replanned = [p for p in plan.estimate(
-                plan.resuming(plan.stages(collection, method, known, False), at),
-                plan.known_rates(run.cache_dir), context) if p.desc != 'writing queries']
-            for line in plan.plan_lines(f'{len(topics):,} training queries, not {s.n_queries:,}',
-                                        replanned):
-                logger.info(line)
+        if not writes or len(topics) < s.n_queries:
+            planned = [p for p in planned_for(len(topics), False) if p.desc != 'writing queries']
+            if said:
+                for line in plan.plan_lines(
+                        title if not writes else
+                        f'{len(topics):,} training queries written, not {s.n_queries:,}',
+                        planned):
+                    logger.info(line)
         fit_resumably(trainer, topics)
         # the model's record; what each stage took, said, kept in the training log, and learnt
         # for the next plan
