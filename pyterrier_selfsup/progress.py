@@ -9,7 +9,9 @@ process, :func:`set_progress` (or the ``SELFSUP_PROGRESS`` environment variable)
 - ``'bars'``: PyTerrier's tqdm bars wherever stderr goes;
 - ``'lines'``: a plain line at most every ``interval`` seconds (30; ``SELFSUP_PROGRESS_SECONDS``)
   with done/total, the rate, the time spent and the time left, and one when the stage ends
-  (a stage shorter than ``interval`` says nothing);
+  (a stage shorter than ``interval`` says nothing). A stage that goes ``interval`` seconds
+  without a line (a long batch) still says one, from a timer thread, so that a log is never
+  silent for longer; a bar is redrawn by the same timer, its elapsed time moving;
 - ``'off'``: nothing.
 
 A stage's own ``verbose=False`` silences it whatever the mode. Lines go to the
@@ -25,6 +27,7 @@ estimates from (:mod:`~pyterrier_selfsup.harness.plan`).
 import logging
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, Iterator, Optional
@@ -231,6 +234,8 @@ class Progress:
         if mode == 'bars':
             import pyterrier as pt
             self.bar = pt.tqdm(total=total, initial=initial, desc=desc, unit=unit, file=file)
+        if mode != 'off':
+            _heartbeat()
 
     def update(self, n: float = 1):
         self.done += n
@@ -325,6 +330,16 @@ class Progress:
         at, done = self.first
         return (time.monotonic() - at) / (self.done - done) if self.done > done else own
 
+    def beat(self, now: float):
+        """From the timer thread: a line where ``interval`` seconds passed since the last one
+        (or since the start), or a bar redrawn."""
+        if self.closed:
+            return
+        if self.bar is not None:
+            self.bar.refresh()
+        elif self.lines and now - self.last_line >= _settings['interval']:
+            self._say(self._line())
+
     def _say(self, line: str):
         self.last_line = time.monotonic()
         self.said = True
@@ -332,3 +347,29 @@ class Progress:
             logger.info(line)
         else:
             print(line, file=self.file or sys.stderr, flush=True)
+
+
+_beating: list = []  # the timer thread, once started
+_sleep = time.sleep  # (the real one: a test may stand a clock of its own in for the module's)
+
+
+def _heartbeat():
+    """Starts the timer thread that keeps every shown stage saying where it is (once a
+    process): each second, the innermost stage shown is asked to :meth:`Progress.beat`."""
+    if _beating:
+        return
+    thread = threading.Thread(target=_beat, name='selfsup-progress', daemon=True)
+    _beating.append(thread)
+    thread.start()
+
+
+def _beat():
+    while True:
+        _sleep(1.0)
+        shown = [stage for stage in list(_open) if stage.shown and not stage.closed]
+        if shown and _settings.get('heartbeat', True):
+            try:
+                shown[-1].beat(time.monotonic())
+            except Exception:  # (a stream closed under it: the stage's own updates go on)
+                pass
+

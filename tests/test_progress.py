@@ -42,7 +42,9 @@ def lines_every(monkeypatch, caplog):
     caplog.set_level(logging.WARNING, logger='pyterrier_selfsup.progress')
 
     def set_to(interval):
-        monkeypatch.setattr(P, '_settings', {'mode': 'lines', 'interval': interval})
+        # (the timer thread's lines held: this clock moves only when the test moves it)
+        monkeypatch.setattr(P, '_settings', {'mode': 'lines', 'interval': interval,
+                                             'heartbeat': False})
         return clock
     return set_to
 
@@ -309,9 +311,10 @@ def test_a_background_training_says_where_it_is_at_a_bounded_rate(background_tra
     steps = [line for _, line in came
              if 'progress: distant supervision: ' in line and '/5 steps' in line]
     assert steps, '\n'.join(line for _, line in came)
-    for line in steps:
-        assert re.search(r'distant supervision: [1-5]/5 steps \(\d+%\), [\d.]+ (s/step|steps/s), '
-                         r'\d:\d\d elapsed, \d:\d\d left', line), line
+    for line in steps:  # (before the first step is done, the timer's line says the time alone)
+        assert re.search(r'distant supervision: ([1-5]/5 steps \(\d+%\), [\d.]+ '
+                         r'(s/step|steps/s), \d:\d\d elapsed, \d:\d\d left'
+                         r'|0/5 steps \(0%\), \d:\d\d elapsed)', line), line
     # from the first step on, each line says the process's resident memory, as the log keeps it
     # each step
     assert all(re.search(r', memory \d+\.\d\d GiB$', line)
@@ -482,3 +485,43 @@ def test_the_plan_says_the_steps_a_source_of_fewer_queries_than_asked_will_run(
     said = [r.getMessage() for r in caplog.records]
     assert sum(m.startswith('plan: ') for m in said) == 1, said
     assert any(m.startswith('  distant supervision: 2 steps') for m in said), said
+
+
+def test_a_stage_without_news_for_an_interval_still_says_where_it_is(monkeypatch):
+    """A long batch (no update for longer than the interval): the timer thread says a line."""
+    import io
+    monkeypatch.setattr(P, '_settings', {'mode': 'lines', 'interval': 0.5})
+    out = io.StringIO()
+    with P.progress(total=10, desc='encoding documents', unit='doc', file=out) as stage:
+        stage.update(3)
+        time.sleep(2.5)  # (the timer looks each second)
+        said = out.getvalue().splitlines()
+    assert said and said[0].startswith('encoding documents: 3/10 docs (30%)'), said
+
+
+def test_an_index_counts_its_passages_as_each_batch_is_encoded(tiny_encoder, tmp_path,
+                                                               monkeypatch):
+    """ADI's 82 passages are one chunk of pyterrier-dr's; the index's stage counts them as
+    each batch is encoded, never ahead of the encoding (taken all at once, they were counted
+    before the first was encoded: a long chunk was a silent one)."""
+    from pyterrier_selfsup import Collection
+    from pyterrier_selfsup.retrieval.dense import encode_into
+    monkeypatch.setattr(P, '_settings', {'mode': 'lines', 'interval': 1e9, 'heartbeat': False})
+    encoder = tiny_encoder(batch_size=8)
+    encoded, seen = [0], []
+    forward = type(encoder.model).forward
+
+    def counted_forward(self, input_ids, attention_mask, side):
+        encoded[0] += len(input_ids)
+        return forward(self, input_ids, attention_mask, side)
+    update = P.Progress.update
+
+    def watched(self, n=1):
+        update(self, n)
+        if self.desc == 'encoding documents':
+            seen.append((self.done, encoded[0]))
+    monkeypatch.setattr(type(encoder.model), 'forward', counted_forward)
+    monkeypatch.setattr(P.Progress, 'update', watched)
+    encode_into(tmp_path / 'index', Collection('classic/adi'), encoder, verbose=True)
+    assert seen[-1] == (82, 82) and len(seen) > 1
+    assert all(done <= encoded for done, encoded in seen), seen

@@ -238,6 +238,8 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
         # and the passages' kept token ids (see keep_passage_token_ids)
         self._rust_tokenizers: Dict[int, Tuple[Tokenizer, bool]] = {}
         self._kept_ids = None
+        # the stage that counts the passages encoded, batch by batch (see counting_into)
+        self._counted_into = None
 
     # -- construction and persistence -------------------------------------------------
 
@@ -414,6 +416,8 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
                            total=len(texts), desc=f'encoding {side}s', unit=side,
                            count=lambda batch: len(batch[0]),
                            enabled=self.verbose and len(texts) > batch_size)
+        if self._counted_into is not None and side == 'passage':  # (an index's stage)
+            batches = self._counted_into.counting(batches, count=lambda batch: len(batch[0]))
         compiled = self._openvino_sides(side)
         if compiled is not None:  # (int8 calibrated on the first texts, batched alike)
             return compiled.encode(self, texts, side, batches, calibration=lambda: [
@@ -469,6 +473,17 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
         return self.backend
 
     @contextmanager
+    def counting_into(self, stage):
+        """Within the block, each batch of passages encoded is counted into ``stage`` (a
+        :class:`~pyterrier_selfsup.progress.Progress`) as it is done: an index's progress,
+        where pyterrier-dr hands the encoder thousands of passages at a time."""
+        was, self._counted_into = self._counted_into, stage
+        try:
+            yield
+        finally:
+            self._counted_into = was
+
+    @contextmanager
     def encoding_with(self, backend: str):
         """Encodes with ``backend`` within the block (an index's build, its backend chosen
         once for the whole corpus)."""
@@ -495,6 +510,7 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
         state = dict(self.__dict__)
         state['_openvino'] = None
         state['_rust_tokenizers'] = {}
+        state['_counted_into'] = None
         return state
 
     def __repr__(self):

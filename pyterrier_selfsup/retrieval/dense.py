@@ -170,8 +170,13 @@ def encode_into(path: Union[str, Path], collection: Collection, encoder: BiEncod
     # (the stage ends when the last chunk is encoded, not when the last document is taken)
     with progress(total=collection.docs_count, desc='encoding documents', unit='doc',
                   enabled=verbose) as stage:
-        (encoder.doc_encoder(verbose=False) >> index).index(
-            stage.counting(collection.corpus_iter()), batch_size=chunk)
+        docs = collection.corpus_iter()
+        if isinstance(encoder, DualEncoder):  # each batch counted as it is encoded
+            with encoder.counting_into(stage):
+                (encoder.doc_encoder(verbose=False) >> index).index(docs, batch_size=chunk)
+        else:  # (sentence-transformers' batches are its own: each chunk counted as it is taken)
+            (encoder.doc_encoder(verbose=False) >> index).index(stage.counting(docs),
+                                                                batch_size=chunk)
     return index
 
 
