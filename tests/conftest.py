@@ -131,22 +131,44 @@ def tiny_reatt(tiny_dir):
     return make
 
 
+def _replica_hub(tmp_path_factory, replicas, name):
+    from huggingface_hub import constants
+
+    from tests.hub_replicas import hub_cache_with
+    return hub_cache_with(replicas, tmp_path_factory.mktemp(name), Path(constants.HF_HUB_CACHE))
+
+
 @pytest.fixture(scope='session')
 def replica_hub(tmp_path_factory):
     """A hub cache that holds replicas of ``intfloat/e5-small-v2`` and ``BAAI/bge-small-en-v1.5``
     (:mod:`tests.hub_replicas`) beside the real cache's models."""
-    from huggingface_hub import constants
+    from tests.hub_replicas import REPLICAS
+    return _replica_hub(tmp_path_factory, REPLICAS, 'replica-hub')
 
-    from tests.hub_replicas import REPLICAS, hub_cache_with
-    return hub_cache_with(REPLICAS, tmp_path_factory.mktemp('replica-hub'),
-                          Path(constants.HF_HUB_CACHE))
+
+@pytest.fixture(scope='session')
+def gpl_hub(tmp_path_factory):
+    """A hub cache that holds replicas of GPL's writer, cross-encoder and two miners
+    (:mod:`tests.hub_replicas`) beside the real cache's models."""
+    from tests.hub_replicas import GPL_REPLICAS
+    return _replica_hub(tmp_path_factory, GPL_REPLICAS, 'gpl-hub')
+
+
+def _on_the_hub(hub, monkeypatch):
+    from huggingface_hub import constants
+    monkeypatch.setattr(constants, 'HF_HUB_CACHE', str(hub))
+    monkeypatch.setenv('HF_HUB_CACHE', str(hub))
+    return hub
 
 
 @pytest.fixture
 def replicas_on_the_hub(replica_hub, monkeypatch):
     """Loads by hub name from :func:`replica_hub` within the test (and in the processes it
     starts)."""
-    from huggingface_hub import constants
-    monkeypatch.setattr(constants, 'HF_HUB_CACHE', str(replica_hub))
-    monkeypatch.setenv('HF_HUB_CACHE', str(replica_hub))
-    return replica_hub
+    return _on_the_hub(replica_hub, monkeypatch)
+
+
+@pytest.fixture
+def gpl_on_the_hub(gpl_hub, monkeypatch):
+    """Loads GPL's models by their hub names from :func:`gpl_hub` within the test."""
+    return _on_the_hub(gpl_hub, monkeypatch)

@@ -107,9 +107,11 @@ def test_stages_weighted_zero_mine_the_candidates_that_the_rerankers_alone_score
                    rerankers={'ce': labeller}, rerank_depth=2)(
         pd.DataFrame({'qid': ['q'], 'query': ['x']}))
     assert sorted(labeller.seen) == ['c', 'd']
-    # the labeller's z-scores alone (the student's weight is 0), over what it scored alone
+    # the labeller's own scores alone (the student's weight is 0; GPL's margins are of raw
+    # scores), over what it scored alone; its z-scores beside them
     assert fused['docno'].tolist() == ['c', 'd']
-    assert fused.set_index('docno')['score'].to_dict() == pytest.approx({'c': 1, 'd': -1})
+    assert fused.set_index('docno')['score'].to_dict() == {'c': 5.0, 'd': 1.0}
+    assert fused.set_index('docno')['z_ce'].to_dict() == pytest.approx({'c': 1, 'd': -1})
 
 
 def test_fused_scores_rescore_another_retrievers_candidates_lowest_where_unreturned():
@@ -596,35 +598,48 @@ def test_a_cross_encoder_scores_the_teachers_candidates(tiny_cross_encoder, tiny
 
 
 def test_gpl_trains_its_recipe_with_a_doc2query_writer_and_a_cross_encoder(
-        tiny_cross_encoder, tiny_dir, tiny_generator_dir, tmp_path, monkeypatch):
-    """The gpl pipeline with a user's models: a tiny T5 is asked for 3 queries a passage, the
-    student mines each query's top 50 and the tiny cross-encoder scores them and the query's
-    own passage, and Margin-MSE trains both towers on (query, own passage, drawn negative)
-    triples; what ran is read back from the model's record. (How many of the queries a random
-    T5 writes are distinct depends on the CPU's arithmetic: the test counts those asked for.)"""
+        tiny_cross_encoder, tiny_dir, tiny_generator_dir, tmp_path, monkeypatch, caplog):
+    """The gpl pipeline with a user's models, where GPL's miners are not on the machine: a tiny
+    T5 is asked for 3 queries a passage, all-MiniLM-L6-v2 mines each query's top 50 in the
+    miners' place (said, and named in the model's record), the tiny cross-encoder scores them
+    and the query's own passage, and Margin-MSE trains both towers on (query, own passage,
+    drawn negative) triples; what ran is read back from the model's record. (How many of the
+    queries a random T5 writes are distinct depends on the CPU's arithmetic: the test counts
+    those asked for.)"""
+    import logging
+
     from pyterrier_selfsup.harness import store
     from pyterrier_selfsup.harness.pipelines import get_pipeline
     from pyterrier_selfsup.models.doc2query import Doc2QueryWriter
+    from pyterrier_selfsup.models.names import GPL_MINERS
     from pyterrier_selfsup.training.settings import GPL
     asked, write = [], Doc2QueryWriter.write
 
     def counted(self, passages, n=1, **kwargs):
         written = write(self, passages, n, **kwargs)
-        asked.append((len(passages), n, [len(each) for each in written]))
+        asked.append((len(passages), n, kwargs['top_k'], kwargs['max_new_tokens'],
+                      [len(each) for each in written]))
         return written
 
     monkeypatch.setattr(Doc2QueryWriter, 'write', counted)
     spec = get_pipeline(f'gpl:generator={tiny_generator_dir["t5"]},cross_encoder='
                         f'{tiny_cross_encoder},model_name={tiny_dir},n_queries=12,verdict_share=0')
-    final = spec.train(Collection('classic/adi'), RunContext(cache_dir=tmp_path))
-    assert asked == [(4, 3, [3, 3, 3, 3])]  # ⌈12 / 3⌉ passages drawn, 3 queries asked of each
+    with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
+        final = spec.train(Collection('classic/adi'), RunContext(cache_dir=tmp_path))
+    # ⌈12 / 3⌉ passages drawn, 3 queries asked of each, sampled as BEIR's writer samples
+    assert asked == [(4, 3, 25, 64, [3, 3, 3, 3])]
     ran = store.read_settings(final)
     assert {k: getattr(ran, k) for k in GPL if k not in ('generator', 'cross_encoder')} == {
         k: v for k, v in GPL.items() if k not in ('generator', 'cross_encoder')}
     assert (ran.generator, ran.cross_encoder) == (str(tiny_generator_dir['t5']),
                                                    str(tiny_cross_encoder))
-    assert (ran.teacher, ran.loss, ran.passages, ran.rounds, ran.negatives, ran.depth) == (
-        '0*student+ce', 'margin_mse', 'trained', 1, 1, 50)
+    assert (ran.teacher, ran.loss, ran.passages, ran.rounds, ran.negatives, ran.depth,
+            ran.normalize, ran.max_length, ran.precision) == (
+        '0*miners+ce', 'margin_mse', 'trained', 1, 1, 50, False, 350, 'fp32')
+    assert store.read_record(final)['miners'] == [f'{MINILM} (in place of {", ".join(GPL_MINERS)})']
+    for miner in GPL_MINERS:
+        assert f'{miner} is not on this machine and the hub cannot be reached: {MINILM} stands in'\
+            in caplog.text
     written = pd.read_json(next((tmp_path / 'queries').glob('classic_adi.sampled-*/topics*')),
                            lines=True)
     # (repeats dropped: at most 3 a passage, from the passages drawn)
@@ -632,8 +647,40 @@ def test_gpl_trains_its_recipe_with_a_doc2query_writer_and_a_cross_encoder(
     assert written.groupby('source_docno').size().max() <= 3
     start = DualEncoder.from_pretrained(str(tiny_dir), precision='fp32', device='cpu')
     adapted = DualEncoder.from_pretrained(str(final), precision='fp32', device='cpu')
+    # (dot products; 350 tokens, or as many as the tiny BERT's 128 positions hold)
+    assert (adapted.model.normalize, adapted.max_length) == (False, 128)
     text = Collection('classic/adi').texts(['1'])
     assert not np.allclose(start.encode_docs(text), adapted.encode_docs(text), atol=1e-4)
+
+
+def test_selfsup_train_gpl_runs_with_replicas_of_gpls_own_models(gpl_on_the_hub, tiny_dir,
+                                                                 tmp_path, caplog):
+    """``selfsup train gpl`` with GPL's writer, cross-encoder and two miners by their hub
+    names (replicas of their published layouts, random weights: tests/hub_replicas.py): the
+    miners mine by cosine, the record names them, and the student trains and is exported."""
+    from pyterrier_selfsup.harness import store
+    from pyterrier_selfsup.models.names import GPL_MINERS
+    from tests.test_cli import selfsup
+    cache = tmp_path / 'cache'
+    # (6 queries of 16 tokens, each miner's top 10, not 2,000 of 64 and 50: the suite's time)
+    ran = selfsup('train', f'gpl:model_name={tiny_dir},n_queries=6,depth=10,query_tokens=16,'
+                  'verdict_share=0', '-c',
+                  'classic/adi', '--cache-dir', str(cache), '--output', str(tmp_path / 'out'),
+                  cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    final, = [p / 'final' for p in (cache / 'models').glob('classic_adi.distill-*') if p.is_dir()]
+    assert store.read_record(final)['miners'] == list(GPL_MINERS)
+    assert 'stands in' not in caplog.text
+    # each miner's index, of its vectors L2-normalised (a search by cosine), beside the student's
+    indexes = {p.name.split('.', 1)[1].rsplit('-', 1)[0] for p in (cache / 'flex').iterdir()
+               if p.is_dir()}
+    assert {'msmarco-distilbert-base-v3', 'msmarco-MiniLM-L-6-v3'} <= indexes
+    from pyterrier_selfsup.retrieval.dense import DenseRetriever
+    miner = DenseRetriever.from_collection('classic/adi', GPL_MINERS[1], normalize=True,
+                                           cache_dir=cache)
+    _, vectors, _ = miner.index.payload()
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert (tmp_path / 'out' / 'modules.json').is_file()  # (exported, as trained)
 
 
 def test_a_mining_teacher_labels_each_querys_own_passage_and_nothing_it_did_not_score():

@@ -299,12 +299,15 @@ MAX_PER_PASSAGE = 10
 # how the writer samples by default (``queries=sampled`` and :func:`sampled_queries`): nucleus
 # sampling, several queries a passage (GPL: 3)
 SAMPLING = dict(per_passage=3, temperature=1.0, top_p=0.95)
+QUERY_TOKENS = 32  # the most tokens a written query takes, by default
 
 
 def sampled_queries(collection: Collection, generator, n: int, *,
                     per_passage: int = SAMPLING['per_passage'], seed: int = 0,
-                    max_new_tokens: int = 32, temperature: float = SAMPLING['temperature'],
-                    top_p: float = SAMPLING['top_p'], style: str = 'plain',
+                    max_new_tokens: int = QUERY_TOKENS,
+                    temperature: float = SAMPLING['temperature'],
+                    top_p: float = SAMPLING['top_p'], top_k: Optional[int] = None,
+                    style: str = 'plain',
                     examples: Sequence[str] = (),
                     pairs: Sequence[Tuple[str, str]] = (),
                     checkpoint: Optional[Path] = None, writer=None) -> pd.DataFrame:
@@ -314,6 +317,9 @@ def sampled_queries(collection: Collection, generator, n: int, *,
     the frame says how many distinct queries the generator could write. On a corpus with
     fewer passages than that, each passage gets proportionally more, up to :data:`MAX_PER_PASSAGE`,
     and the ``n`` kept are spread over the passages (:func:`spread`).
+
+    ``top_k``: the tokens sampled from (None: the model's generation config's); ``max_new_tokens``:
+    the most a query takes.
 
     Written by a :class:`~pyterrier_selfsup.models.writing.QueryWriter`: one prefill a passage
     shared by its samples, each stopped at the end of its first line; ``style``: the prompt
@@ -334,7 +340,7 @@ def sampled_queries(collection: Collection, generator, n: int, *,
     if writer is None:
         writer = generator.writer(style=style, examples=examples, pairs=pairs, seed=seed)
     texts = writer.write([text for _, text in docs], per_passage, max_new_tokens=max_new_tokens,
-                         do_sample=True, temperature=temperature, top_p=top_p,
+                         do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k,
                          generator=torch.Generator().manual_seed(seed), checkpoint=checkpoint)
     kept, seen = [], set()
     for (docno, _), queries in zip(docs, texts):

@@ -31,9 +31,9 @@ import pandas as pd
 
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root
 from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
-from pyterrier_selfsup.data.queries import (MASK, SAMPLING, corpus_sentences, cropped_spans,
-                                            document_titles, generated_queries, given_topics,
-                                            masked_spans, other_folds, query_log,
+from pyterrier_selfsup.data.queries import (MASK, QUERY_TOKENS, SAMPLING, corpus_sentences,
+                                            cropped_spans, document_titles, generated_queries,
+                                            given_topics, masked_spans, other_folds, query_log,
                                             round_trip_queries, sampled_queries)
 from pyterrier_selfsup.data.source_names import (CROSS_FOLDS, CROSSFOLD, CUT_FROM_CORPUS,
                                                  GENERATED, QUERY_SOURCES)
@@ -110,6 +110,8 @@ class QuerySource:
         style, examples, per_passage, pairs: the writer's prompt (``plain`` or ``chat``), a
             query log whose texts it is shown as the style to write in, the queries it writes a
             passage, and a collection whose judged pairs it is shown (``sampled`` only).
+        top_k, tokens: the writer's top-k sampling (None: the model's generation config's) and
+            the most tokens a query takes (``sampled`` only).
         mask: what replaces a masked sentence's span (``masked`` only).
     """
     queries: str
@@ -121,6 +123,8 @@ class QuerySource:
     examples: Optional[str] = None
     per_passage: int = SAMPLING['per_passage']
     pairs: Optional[str] = None
+    top_k: Optional[int] = None
+    tokens: int = QUERY_TOKENS
     mask: str = MASK
 
     @classmethod
@@ -129,7 +133,8 @@ class QuerySource:
         where they have them the writer's: ``generator``, ``query_style``, ``query_examples``,
         ``per_passage`` and ``example_pairs``)."""
         own = {'generator': 'generator', 'style': 'query_style', 'examples': 'query_examples',
-               'per_passage': 'per_passage', 'pairs': 'example_pairs'}
+               'per_passage': 'per_passage', 'pairs': 'example_pairs', 'top_k': 'top_k',
+               'tokens': 'query_tokens'}
         named = {mine: getattr(settings, theirs) for mine, theirs in own.items()
                  if hasattr(settings, theirs)}
         return cls(settings.queries, settings.n_queries, settings.seed, fold,
@@ -179,6 +184,11 @@ class QuerySource:
                     'examples': (_lines_digest(texts)
                                  if (texts := example_texts(self.examples)) else None),
                     'pairs': self.pairs}
+                # (named where they are not the defaults: the defaults' queries keep their key)
+                if self.top_k is not None:
+                    out['writer']['top_k'] = self.top_k
+                if self.tokens != QUERY_TOKENS:
+                    out['writer']['tokens'] = self.tokens
             if self.queries == 'roundtrip':
                 out['check'] = f'bm25 top {ROUND_TRIP_DEPTH}'
         else:
@@ -237,7 +247,8 @@ class QuerySource:
                 topics = generated_queries(collection, generator, n, seed=seed)
             elif q == 'sampled':
                 topics = sampled_queries(collection, generator, n, seed=seed, writer=writer,
-                                         per_passage=self.per_passage, checkpoint=checkpoint)
+                                         per_passage=self.per_passage, top_k=self.top_k,
+                                         max_new_tokens=self.tokens, checkpoint=checkpoint)
             else:
                 if round_trip is None:
                     raise ValueError('queries=roundtrip needs the retriever that checks them')

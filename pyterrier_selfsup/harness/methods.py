@@ -81,17 +81,26 @@ def _cross_document_adjustment(collection: Collection, s: CrossDocumentAdjustmen
 
 def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: int = 100,
                      rerank_depth: int = 10, generator: Union[None, str, Generator] = None,
-                     cross_encoder: Optional[str] = None, run: RunContext = SILENT) -> Fusion:
+                     cross_encoder: Optional[str] = None, mining: Optional[str] = None,
+                     run: RunContext = SILENT) -> Fusion:
     """The teacher ``spec`` names (:func:`parse_teacher`) over ``collection``, as a PyTerrier
     retriever: its parts' top ``depth`` fused by weighted per-query z-scores, their indexes in
     ``run``'s cache. Re-rankers (``gen``, ``ce``, ``fused``) score the fused top
     ``rerank_depth``; ``ce`` with ``cross_encoder`` (GPL's by default), ``fused`` with BM25 and
-    MiniLM fused 1:1 (the cross-encoder's stand-in where none is at hand)."""
+    MiniLM fused 1:1 (the cross-encoder's stand-in where none is at hand). ``miners``: a dense
+    retriever a model of ``mining`` (names joined by +; GPL's two by default), each searching
+    by cosine.
+
+    Where the first stages only mine (every one weighted 0), each gives its top
+    ``rerank_depth``, and the re-rankers score every candidate of their union (GPL: the top 50
+    of each of its two miners)."""
+    from pyterrier_selfsup.models.hub import miners_at_hand
+    from pyterrier_selfsup.models.names import GPL_MINERS
     from pyterrier_selfsup.models.score_cache import score_cache_dir
     cache_dir, shows = run.cache_dir, run.verbose and distributed()[0] == 0
     weights = parse_teacher(spec)
     stages, rerankers = {}, {}
-    for part in weights:
+    for part in list(weights):
         if part == 'bm25':
             stages[part] = BM25.from_collection(collection, num_results=depth, cache_dir=cache_dir,
                                                 verbose=shows)
@@ -102,6 +111,14 @@ def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: 
             if student is None:
                 raise ValueError(f'teacher {spec!r} names the student, and no student is given')
             stages[part] = student
+        elif part == 'miners':
+            weight = weights.pop(part)
+            for used, _ in miners_at_hand(mining or '+'.join(GPL_MINERS)):
+                name = f'miner {used}'
+                stages[name] = DenseRetriever.from_collection(
+                    collection, used, normalize=True, num_results=depth, cache_dir=cache_dir,
+                    verbose=shows)
+                weights[name] = weight
         elif part == 'ce':
             rerankers[part] = collection.text_loader() >> CrossEncoderScorer(
                 cross_encoder or GPL_CROSS_ENCODER)
@@ -114,7 +131,9 @@ def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: 
             rerankers[part] = collection.text_loader() >> gen.scorer(
                 normalise='mean', cache=score_cache_dir(collection, gen, cache_dir))
     if not stages:
-        raise ValueError(f'teacher {spec!r} has no first stage (bm25, student or minilm)')
+        raise ValueError(f'teacher {spec!r} has no first stage (bm25, student, minilm or miners)')
+    if rerankers and not any(weights.get(name, 1.0) for name in stages):  # (they only mine)
+        depth, rerank_depth = rerank_depth, rerank_depth * len(stages)
     return Fusion(stages, weights=weights, depth=depth, rerankers=rerankers,
                   rerank_depth=rerank_depth)
 
@@ -140,12 +159,14 @@ def _distillation(collection: Collection, s: DistillationSettings, run: RunConte
     topics = distillation_topics(collection, s, generator=gen, run=run, fold=fold)
     torch.manual_seed(s.seed)
     encoder = DualEncoder.from_pretrained(s.model_name, precision=s.precision,
-                                          prompts=given_prompts(s))
+                                          prompts=given_prompts(s), normalize=s.normalize,
+                                          max_length=s.max_length,
+                                          query_max_length=s.max_length)
 
     def teacher(student):
         return teacher_pipeline(collection, s.teacher, student=student, depth=s.fusion_depth,
                                 rerank_depth=rerank_depth(s.teacher, s.depth), generator=gen,
-                                cross_encoder=s.cross_encoder, run=run)
+                                cross_encoder=s.cross_encoder, mining=s.miners, run=run)
 
     if 'student' not in parse_teacher(s.teacher):  # one pipeline for every round, ranked once
         teacher = teacher(None)

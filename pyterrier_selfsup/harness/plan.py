@@ -20,6 +20,7 @@ from typing import Dict, List, Optional
 from pyterrier_selfsup._cache import cache_root, written_whole
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.harness.provenance import machine
+from pyterrier_selfsup.models.hub import miners_at_hand
 from pyterrier_selfsup.progress import Stage, counted, rate_text
 from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment
 from pyterrier_selfsup.training.distant import DistantSupervision
@@ -58,8 +59,9 @@ def stages(collection: Collection, method: str, s: MethodSettings,
     docs = collection.docs_count or 0
     queries = s.n_queries
     out = []
-    if writes_queries:
-        out.append(Planned('writing queries', queries, 'passage', 'unless written before'))
+    if writes_queries:  # (the writer's stage counts passages: per_passage queries each)
+        passages = math.ceil(queries / s.per_passage) if s.queries == 'sampled' else queries
+        out.append(Planned('writing queries', passages, 'passage', 'unless written before'))
     steps_name = TRAINERS[method].description
     if method == 'ds':
         out.append(Planned('BM25 index', docs, 'doc', 'unless built before'))
@@ -88,6 +90,10 @@ def stages(collection: Collection, method: str, s: MethodSettings,
         else:
             out.append(Planned('encoding documents', docs, 'doc',
                                "the student's index, unless built before"))
+        if 'miners' in parse_teacher(s.teacher):
+            mining = len(miners_at_hand(s.miners))
+            out.append(Planned('encoding documents', docs * mining, 'doc',
+                               f"the {counted(mining, 'miner')}' indexes, unless built before"))
         out.append(Planned('teacher rankings', queries * s.rounds, 'query', 'once a round'))
         out.append(Planned(
             steps_name, _steps(queries * (1 - s.verdict_share), s.batch_size, s.rounds), 'step'))

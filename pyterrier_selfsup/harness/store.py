@@ -10,6 +10,8 @@ Each trained model lives in ``<cache>/models/<corpus>.<method>-<key>/`` beside a
 - ``queries``: what it trained on (:meth:`~pyterrier_selfsup.data.sources.QuerySource.identity`);
 - ``starts``: what a start named by a path or another method is (a stored model's key, or a
   local directory's files by name and size), so that another start is another model;
+- ``miners``: where a distillation teacher mines with dense retrievers, which ones did (a
+  stand-in named as such, where a miner is not on the machine);
 - ``arithmetic``: the dtype matrix products run in where a setting leaves it to the hardware
   (bf16 where it is native, fp32 elsewhere: the weights differ between the two);
 - ``run``: how the run was carried out (its checkpoints), which the weights do not depend on,
@@ -33,7 +35,8 @@ from pyterrier_selfsup.context import SILENT, RunContext
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.sources import QuerySource, query_file
 from pyterrier_selfsup.models.precision import compute_dtype, resolve_device
-from pyterrier_selfsup.training.settings import SETTINGS, MethodSettings
+from pyterrier_selfsup.models.hub import miners_at_hand
+from pyterrier_selfsup.training.settings import SETTINGS, MethodSettings, parse_teacher
 
 # The layout of a trained model's directory and record. Raise it when a model directory written
 # before could not be read by the package as it is: those models are then trained again.
@@ -73,9 +76,20 @@ def model_record(collection: Collection, method: str, settings: MethodSettings,
                            'digest': collection_digest(collection, run)},
             'queries': QuerySource.of(settings, fold, **mask).identity(collection),
             'starts': _starts(collection, settings, fold, run),
+            **_miners(settings),
             'arithmetic': str(compute_dtype('auto', resolve_device(None))).replace('torch.', ''),
             'run': {**{name: value for name, value in every.items() if name not in trains},
                     'chosen': sorted(settings.chosen)}}
+
+
+def _miners(settings: MethodSettings) -> dict:
+    """``miners``: the dense retrievers that mine a distillation teacher's candidates (its part
+    ``miners``), as they are on this machine: each by name, or the stand-in that mines in its
+    place (another model, so another key)."""
+    if 'miners' not in parse_teacher(getattr(settings, 'teacher', '') or 'bm25'):
+        return {}
+    return {'miners': [used if used == asked else f'{used} (in place of {asked})'
+                       for used, asked in miners_at_hand(settings.miners)]}
 
 
 def _starts(collection: Collection, settings: MethodSettings, fold: Optional[int],

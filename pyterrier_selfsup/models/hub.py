@@ -7,6 +7,9 @@ import logging
 from pathlib import Path
 from typing import Optional, Union
 
+logger = logging.getLogger(__name__)
+_SAID = set()  # (the stand-ins said in this process: each once)
+
 def read_saved_config(name_or_path: Union[str, Path], filename: str) -> Optional[dict]:
     """``filename`` (JSON) of a local directory or a hub repository (through the local
     cache), or None where there is none: how every wrapper reads back its settings."""
@@ -18,6 +21,49 @@ def read_saved_config(name_or_path: Union[str, Path], filename: str) -> Optional
         return json.loads(Path(hf_hub_download(str(name_or_path), filename)).read_text())
     except Exception:  # not in that repository (or not a repository): nothing to read
         return None
+
+
+def on_this_machine(name_or_path: Union[str, Path]) -> bool:
+    """Whether the model ``name_or_path`` can be loaded here: a local directory, a hub model in
+    the local cache, or any hub name where the hub may be reached (not ``HF_HUB_OFFLINE``)."""
+    if Path(name_or_path).is_dir():
+        return True
+    from huggingface_hub import constants, try_to_load_from_cache
+    try:
+        cached = try_to_load_from_cache(str(name_or_path), 'config.json')
+    except Exception:  # (a name that is no repository id)
+        return False
+    return isinstance(cached, str) or not constants.HF_HUB_OFFLINE
+
+
+def miners_at_hand(names: str) -> list:
+    """The dense retrievers of a distillation teacher's ``miners`` part (its setting ``miners``:
+    names joined by +), each one at hand or all-MiniLM-L6-v2 in its place (:func:`at_hand`):
+    ``[(used, asked for), ...]``."""
+    from pyterrier_selfsup.models.names import MINILM
+    return at_hand([n.strip() for n in names.split('+') if n.strip()], MINILM,
+                   "the teacher's mining")
+
+
+def at_hand(names, stand_in: str, what: str) -> list:
+    """Each of the models ``names``, or ``stand_in`` where one is not on this machine
+    (:func:`on_this_machine`), each once: ``[(used, asked for), ...]``. A stand-in is said in a
+    warning, with ``what`` the models are for.
+
+        at_hand(['sentence-transformers/msmarco-MiniLM-L-6-v3'], MINILM, 'mining')
+    """
+    out = []
+    for name in names:
+        used = name if on_this_machine(name) else stand_in
+        if used != name and (name, what) not in _SAID:
+            _SAID.add((name, what))
+            logger.warning('%s is not on this machine and the hub cannot be reached: %s stands in '
+                           'for it in %s', name, stand_in, what)
+        if used not in [u for u, _ in out]:
+            out.append((used, name))
+        else:  # (two stand-ins of one model: one stage, which stands for both)
+            out = [(u, f'{a}, {name}' if u == used else a) for u, a in out]
+    return out
 
 
 class OfflineHubFilter(logging.Filter):

@@ -257,7 +257,7 @@ class DenseRetriever(Retriever):
     def from_collection(cls, collection: Union[str, Collection], model_name: str = MINILM, *,
                         max_length: Optional[int] = None, batch_size: int = 32,
                         num_results: int = 1000, search: str = 'auto', backend: str = 'auto',
-                        prompts: Optional[Dict[str, str]] = None,
+                        prompts: Optional[Dict[str, str]] = None, normalize: Optional[bool] = None,
                         cache_dir: Optional[Union[str, Path]] = None,
                         verbose: bool = False) -> 'DenseRetriever':
         """The sentence-transformers model ``model_name`` zero-shot over ``collection``, in
@@ -267,7 +267,9 @@ class DenseRetriever(Retriever):
         the DualEncoder cannot reproduce is encoded by sentence-transformers, through
         pyterrier-dr, as is a plain Hugging Face encoder (sentence-transformers' mean pooling).
         ``prompts``: each side's prompt, as :meth:`DualEncoder.from_pretrained` takes them (by
-        default the model's own, else its model card's).
+        default the model's own, else its model card's); ``normalize=True``: vectors
+        L2-normalised, so that the search is by cosine whatever the model does (None: as the
+        model does).
 
             DenseRetriever.from_collection('beir/scifact/test', 'intfloat/e5-small-v2')
         """
@@ -276,17 +278,18 @@ class DenseRetriever(Retriever):
             try:
                 encoder = DualEncoder.from_pretrained(model_name, max_length=max_length,
                                                       batch_size=batch_size, precision='fp32',
-                                                      backend=backend, prompts=prompts)
+                                                      backend=backend, prompts=prompts,
+                                                      normalize=normalize)
             except UnreproducibleModel as why:
-                if prompts:
-                    raise ValueError(f'{model_name}: prompts are given, and the package cannot '
-                                     f'encode this model itself ({why})') from None
+                if prompts or normalize is not None:
+                    raise ValueError(f'{model_name}: prompts or normalize are given, and the '
+                                     f'package cannot encode this model itself ({why})') from None
                 logger.info('%s: encoded by sentence-transformers (%s)', model_name, why)
         if encoder is None:
-            if prompts:
+            if prompts or normalize is not None:
                 raise ValueError(f'{model_name} is not a sentence-transformers model, and '
-                                 f'prompts are given: load it with from_dual_encoder, which '
-                                 f'takes them')
+                                 f'prompts or normalize are given: load it with '
+                                 f'from_dual_encoder, which takes them')
             encoder = sbert_encoder(model_name, max_length=max_length, batch_size=batch_size)
         return cls(encoder, flex_index(collection, encoder, cache_dir=cache_dir, verbose=verbose),
                    num_results=num_results, search=search)
@@ -296,13 +299,15 @@ class DenseRetriever(Retriever):
                           dim: Optional[int] = None, num_results: int = 1000, search: str = 'auto',
                           precision: str = 'auto', backend: str = 'auto',
                           prompts: Optional[Dict[str, str]] = None,
+                          normalize: Optional[bool] = None,
                           cache_dir: Optional[Union[str, Path]] = None,
                           verbose: bool = False) -> 'DenseRetriever':
         """The project's own :class:`DualEncoder` loaded from ``model_name``, over ``collection``
-        (``precision`` and ``backend``: how it encodes, see :class:`DualEncoder`; ``prompts``:
-        each side's, as :meth:`DualEncoder.from_pretrained` takes them)."""
+        (``precision`` and ``backend``: how it encodes, see :class:`DualEncoder`; ``prompts``
+        and ``normalize``: as :meth:`DualEncoder.from_pretrained` takes them)."""
         encoder = DualEncoder.from_pretrained(model_name, dim=dim, precision=precision,
-                                              backend=backend, prompts=prompts)
+                                              backend=backend, prompts=prompts,
+                                              normalize=normalize)
         return cls(encoder, flex_index(collection, encoder, cache_dir=cache_dir, verbose=verbose),
                    num_results=num_results, search=search)
 

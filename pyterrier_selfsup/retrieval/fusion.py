@@ -11,7 +11,8 @@ lowest). First stages weighted 0 only mine: where every stage's weight is 0 (GPL
 ``0*student+ce``), their unweighted sum chooses the documents the re-rankers score, each
 query's own passage joins them where the query frame names it (``source_docno``: the passage a
 query was written for), and the re-rankers alone score them: the result holds those documents
-only. Fusing BM25 and all-MiniLM-L6-v2 1:1 this way is above both of
+only, scored by the re-ranker's own scores where there is one (GPL's labels are differences of
+its cross-encoder's raw scores). Fusing BM25 and all-MiniLM-L6-v2 1:1 this way is above both of
 them on all five collections here (DESIGN.md; ``experiments/reproduce/label_free.py``).
 
     teacher = Fusion({'bm25': bm25, 'dense': minilm})                 # 1:1
@@ -135,13 +136,19 @@ class Fusion(Retriever):
         frame = top.merge(topics[['qid', 'query']], on='qid', how='left')
         for name, reranker in self.rerankers.items():
             scored = reranker(frame)
-            part = scored[['qid', 'docno']].assign(**{f'z_{name}': zscores(scored).to_numpy()})
+            part = scored[['qid', 'docno']].assign(**{f'z_{name}': zscores(scored).to_numpy(),
+                                                      f'raw_{name}': scored['score'].to_numpy()})
             fused = fused.merge(part, on=['qid', 'docno'], how='left')
             if self.mines_only:  # (what no re-ranker scored is no candidate)
                 fused = fused[fused[f'z_{name}'].notna()].copy()
             _lowest_where_missing(fused, f'z_{name}')
             fused['score'] = fused['score'] + self.weights.get(name, 1.0) * fused[f'z_{name}']
-        return fused
+        if self.mines_only and len(self.rerankers) == 1:
+            # one labeller: its own scores, as GPL's Margin-MSE labels are differences of the
+            # cross-encoder's raw scores (z-scores would rescale each query's margins)
+            name = next(iter(self.rerankers))
+            fused['score'] = self.weights.get(name, 1.0) * fused[f'raw_{name}']
+        return fused.drop(columns=[f'raw_{name}' for name in self.rerankers])
 
     def fuse_rank_cutoff(self, k: int) -> Optional['Fusion']:
         if k < self.num_results:

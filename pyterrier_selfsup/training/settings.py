@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional, Type, Union
 
 from pyterrier_selfsup.data.source_names import CUT_FROM_CORPUS, GENERATED, GIVEN_LOG
-from pyterrier_selfsup.models.names import (GPL_CROSS_ENCODER, GPL_WRITER,
+from pyterrier_selfsup.models.names import (GPL_CROSS_ENCODER, GPL_MAX_LENGTH, GPL_MINERS,
+                                            GPL_QUERY_TOKENS, GPL_WRITER, GPL_WRITER_TOP_K,
                                             MAX_PASSAGE_LENGTH, MINILM)
 from pyterrier_selfsup.training.setting_fields import (GROUPS, MethodSettings, parse_value,
                                                        setting)
@@ -242,17 +243,36 @@ class DistillationSettings(MethodSettings):
     per_passage: int = setting(3, 'Queries the writer writes for each passage it draws '
                                   '(n_queries / per_passage passages are drawn).',
                                group='queries')
+    top_k: Optional[int] = setting(
+        None, 'The writer samples from its top k tokens (None: the model\'s generation config\'s, '
+              'else 50; GPL\'s: 25), within top_p 0.95.', group='queries')
+    query_tokens: int = setting(32, 'The most tokens a written query takes (GPL\'s: 64).',
+                                group='queries')
     model_name: str = setting(MINILM, 'The student that starts training.', group='model')
     query_prompt: Optional[str] = prompt_setting('query')
     passage_prompt: Optional[str] = prompt_setting('passage')
+    normalize: Optional[bool] = setting(
+        None, 'Whether the student\'s vectors are L2-normalised, so that it scores by cosine '
+              '(true), or not, so that it scores by dot product (false, as GPL trains). None: as '
+              'the model is made.', group='model')
+    max_length: Optional[int] = setting(
+        None, 'The tokens of a passage (and of a query) the student reads (GPL: 350). None: the '
+              'model\'s own.', group='model')
     precision: str = setting('fp32', 'The student\'s precision while it trains: fp32, bf16 or '
                                      'auto.', group='model', choices=('fp32', 'bf16', 'auto'))
     teacher: str = setting('bm25+student', 'The teacher\'s parts and weights: bm25, student, '
-                                           'minilm, gen, ce (a cross-encoder), fused (BM25 and '
-                                           'MiniLM fused, as a re-ranker), joined by +, each '
-                                           'with an optional weight (2*bm25; 0*student+ce: the '
-                                           'student mines, the cross-encoder scores).',
+                                           'minilm, miners (the dense retrievers the miners '
+                                           'setting names), gen, ce (a cross-encoder), fused '
+                                           '(BM25 and MiniLM fused, as a re-ranker), joined by '
+                                           '+, each with an optional weight (2*bm25; '
+                                           '0*miners+ce: the miners choose the candidates, the '
+                                           'cross-encoder scores them).',
                            group='teacher')
+    miners: str = setting(
+        '+'.join(GPL_MINERS), 'The dense retrievers of the teacher\'s miners part, by hub name '
+        'or path, joined by + (GPL\'s two by default); each searches the whole corpus by '
+        'cosine and gives its top depth. One that is not on this machine, where the hub cannot '
+        'be reached, is replaced by all-MiniLM-L6-v2, and the run says so.', group='teacher')
     cross_encoder: str = setting(
         GPL_CROSS_ENCODER, 'The cross-encoder that the teacher\'s ce part '
         'scores the fused candidates with (GPL\'s, by default), by hub name or path; read only '
@@ -351,18 +371,24 @@ class DistillationSettings(MethodSettings):
 
 
 # GPL's recipe (Wang et al., 2022, "GPL: Generative Pseudo Labeling for Unsupervised Domain
-# Adaptation of Dense Retrieval", NAACL; github.com/UKPLab/gpl) as distillation's settings: its
-# T5 doc2query writer, 3 queries a passage, candidates mined by the student and scored by its
-# cross-encoder, Margin-MSE, both towers trained (one shared encoder), its learning rate, batch
-# and mixed precision; each step trains (query, the passage it was written for, a negative drawn
-# from the student's top 50) triples on the cross-encoder's margin between the two. Where the
-# package differs: the margins are taken between the cross-encoder's per-query z-scores over the
-# query's candidates, not its raw logits; and one pass over n_queries (2,000 by default) queries
-# trains, where GPL takes 140,000 steps over about 250,000.
-GPL: Dict[str, Any] = dict(generator=GPL_WRITER, per_passage=3, teacher='0*student+ce',
-                           cross_encoder=GPL_CROSS_ENCODER, loss='margin_mse', depth=50,
-                           negatives=1, passages='trained', lr=2e-5, batch_size=32,
-                           precision='auto')
+# Adaptation of Dense Retrieval", NAACL; github.com/UKPLab/gpl, gpl/train.py's defaults) as
+# distillation's settings: its T5 doc2query writer sampling 3 queries a passage (top_k 25, top_p
+# 0.95, 64 tokens, as BEIR's QueryGenerator), the top 50 of each of its two MS MARCO
+# bi-encoders by cosine over the whole corpus as the candidates, its cross-encoder's raw scores
+# as the labels, Margin-MSE on (query, the passage it was written for, a negative drawn from the
+# other candidates) triples, both towers trained (one shared encoder) by dot product at 350
+# tokens, its learning rate and batch, in fp32 (its use_amp is off). Where the package differs,
+# and why: one pass over n_queries (2,000) queries trains, where GPL takes 140,000 steps of 32
+# over about 250,000 (a CPU's budget; gpl:n_queries=... sets more); all the candidates are
+# labelled once before training, where GPL labels the drawn pair each step (the same margins,
+# the cross-encoder being fixed); and the student starts from all-MiniLM-L6-v2 (GPL's from
+# distilbert-base-uncased, or a model trained on MS MARCO), with its mean pooling.
+GPL: Dict[str, Any] = dict(generator=GPL_WRITER, per_passage=3, top_k=GPL_WRITER_TOP_K,
+                           query_tokens=GPL_QUERY_TOKENS, teacher='0*miners+ce',
+                           miners='+'.join(GPL_MINERS), cross_encoder=GPL_CROSS_ENCODER,
+                           loss='margin_mse', depth=50, negatives=1, passages='trained',
+                           normalize=False, max_length=GPL_MAX_LENGTH, lr=2e-5, batch_size=32,
+                           precision='fp32')
 
 SETTINGS: Dict[str, Type[MethodSettings]] = {
     'distill': DistillationSettings,
@@ -375,8 +401,8 @@ SETTINGS: Dict[str, Type[MethodSettings]] = {
 
 def parse_teacher(spec: str) -> Dict[str, float]:
     """A teacher named by its parts and their weights: ``bm25+student`` (1:1),
-    ``2*bm25+student``, ``bm25+student+gen``, ``bm25+student+ce``, ``0*student+ce`` (first
-    stages weighted 0 only choose the candidates the re-rankers score). The parts are
+    ``2*bm25+student``, ``bm25+student+gen``, ``bm25+student+ce``, ``0*miners+ce`` (first
+    stages weighted 0 only choose the candidates the re-rankers score: GPL's). The parts are
     :data:`TEACHER_PARTS`."""
     weights = {}
     for term in spec.split('+'):
@@ -389,10 +415,11 @@ def parse_teacher(spec: str) -> Dict[str, float]:
 
 
 # bm25: BM25; student: the student as it is at each round; minilm: the start model, frozen;
+# miners: the dense retrievers the setting miners names, each a stage of its own;
 # gen: the generator's query likelihood on the fused top ``rerank_depth`` (its scores cached);
 # ce: a cross-encoder's scores (the setting cross_encoder) on the fused candidates;
 # fused: BM25 and MiniLM fused, as a re-ranker of the candidates (the cross-encoder's stand-in)
-TEACHER_PARTS = ('bm25', 'student', 'minilm', 'gen', 'ce', 'fused')
+TEACHER_PARTS = ('bm25', 'student', 'minilm', 'miners', 'gen', 'ce', 'fused')
 # the parts that score every candidate a student learns from (the others re-rank the top 10)
 LABELLING_PARTS = ('ce', 'fused')
 RERANKING_PARTS = ('gen', 'ce', 'fused')
