@@ -30,9 +30,9 @@ ENVIRONMENT = {
                                 'lines.',
     'SELFSUP_CODE_REVISION': 'The commit a results header names, for a copy of the code that git '
                              'cannot read.',
-    'SELFSUP_CPU_FLAGS': 'CPU flags (space-separated) that stand in for the CPU\'s own, so that the '
-                         'package chooses its precision as on another kind of CPU (avx2: fp32 '
-                         'where it would choose bf16); for testing.',
+    'SELFSUP_CPU_FLAGS': 'CPU flags (space-separated) that stand in for the CPU\'s own, so that '
+                         'the package chooses its precision as on another kind of CPU (avx2: '
+                         'fp32 where it would choose bf16); for testing.',
 }
 
 

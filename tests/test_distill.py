@@ -709,7 +709,7 @@ def test_gpls_triples_pair_each_querys_own_passage_with_drawn_negatives(tiny_enc
     # from the settings' teacher spec, the harness builds a teacher that labels the candidates
     from pyterrier_selfsup.harness.methods import METHODS
     from pyterrier_selfsup.training.settings import DistillationSettings
-    with pytest.raises(ValueError, match='teacher=0\\*student\\+ce'):
+    with pytest.raises(ValueError, match='teacher=0\\*miners\\+ce'):
         METHODS['distill'](Collection('classic/adi'), DistillationSettings(
             loss='margin_mse', negatives=1, teacher='bm25+student+ce'), RunContext())
 

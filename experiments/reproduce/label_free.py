@@ -65,6 +65,10 @@ PAIRS_CISI = 'distill:query_style=chat,example_pairs=classic/cisi'
 # GPL's writer and cross-encoder are not on these machines: SmolLM2 writes, and BM25 and MiniLM fused
 # score the student's candidates in the cross-encoder's place
 GPL_STAND_IN = 'gpl:generator=smollm2,teacher=0*student+fused'
+# GPL's recipe as it is since issue 70 (its miners, raw margins, dot products at 350 tokens, fp32),
+# with SmolLM2 writing distill's queries (its sampling, not BEIR's), all-MiniLM-L6-v2 mining in
+# the miners' place (they are not on these machines) and BM25 + MiniLM fused in the cross-encoder's place
+GPL_NOW = 'gpl:generator=smollm2,top_k=none,query_tokens=32,teacher=0*miners+fused'
 # Each group as it ran. The groups that name settings removed since (keep, stop_overlap,
 # passage_offsets, min_round_steps, source_share, filter_depth) no longer run: get_pipeline refuses the name and
 # says which setting. Their results files stay, each naming the commit that wrote it.
@@ -236,6 +240,12 @@ GROUPS = {
     **{f'gpl_{name}': ([collection], ['bm25', 'dual_encoder', 'teacher', 'distill', GPL_STAND_IN])
        for name, collection in (('adi', 'classic/adi'), ('cranfield', 'cranfield'), ('cisi', 'classic/cisi'),
                                 ('scifact', 'beir/scifact/train'), ('vaswani', 'vaswani'))},
+    # issue 70 item 3: the same table for GPL's recipe as GPL runs it (GPL_NOW). One table:
+    # python experiments/tools/change_table.py gpl_now_adi gpl_now_cranfield gpl_now_cisi gpl_now_scifact
+    # gpl_now_vaswani --versus distill --out gpl_now
+    **{f'gpl_now_{name}': ([collection], ['bm25', 'dual_encoder', 'teacher', 'distill', GPL_NOW])
+       for name, collection in (('adi', 'classic/adi'), ('cranfield', 'cranfield'), ('cisi', 'classic/cisi'),
+                                ('scifact', 'beir/scifact/train'), ('vaswani', 'vaswani'))},
 }
 
 
@@ -307,7 +317,9 @@ RUN_AT = {**{name: '4400990' for name in ('distill_longer', 'query_log_choices_2
               'distill_choices', 'distill_sources', 'distill_filter', 'label_free_queries',
               'query_log_choices', 'query_log_verdict', 'query_log_shipped', 'corpus_only_qwen', 'writer_realism',
               'corpus_only_generalise', 'corpus_only_one_round', 'corpus_only_seeds',
-              'corpus_only_settings')}}
+              'corpus_only_settings')},
+          # (the gpl pipeline's defaults changed under GPL_STAND_IN: issue 70 item 3)
+          **{f'gpl_{name}': '79a912a' for name in ('adi', 'cranfield', 'cisi', 'scifact', 'vaswani')}}
 
 
 def cache_state() -> str:

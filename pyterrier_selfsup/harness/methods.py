@@ -151,8 +151,8 @@ def _distillation(collection: Collection, s: DistillationSettings, run: RunConte
                   fold: Optional[int] = None) -> Tuple[Trainer, pd.DataFrame]:
     if s.negatives is not None and not mines_only(s.teacher):
         raise ValueError(f'negatives={s.negatives} trains GPL\'s triples, whose teacher labels the '
-                         f'student\'s candidates and each query\'s own passage: say '
-                         f'teacher=0*student+ce (or +fused), not {s.teacher!r}')
+                         f'mined candidates and each query\'s own passage: say '
+                         f'teacher=0*miners+ce (or 0*student+ce, or +fused), not {s.teacher!r}')
     needs_gen = 'gen' in parse_teacher(s.teacher) or s.queries in GENERATED
     gen = (load_generator(s.generator, cache_dir=run.cache_dir, verbose=run.verbose)
            if needs_gen else None)

@@ -359,12 +359,14 @@ register(PipelineSpec(
 register(PipelineSpec(
     'gpl',
     'GPL\'s recipe (Wang et al., 2022) as distillation settings: a T5 doc2query model writes 3 '
-    'queries a passage (generator=BeIR/query-gen-msmarco-t5-base-v1), the student mines each '
-    'query\'s top 50 and a cross-encoder scores them and the query\'s own passage '
-    '(teacher=0*student+ce, cross_encoder=cross-encoder/ms-marco-MiniLM-L-6-v2), Margin-MSE on '
+    'queries a passage (generator=BeIR/query-gen-msmarco-t5-base-v1, top_k=25, 64 tokens), two '
+    'MS MARCO bi-encoders each mine a query\'s top 50 by cosine (teacher=0*miners+ce, '
+    'miners=...msmarco-distilbert-base-v3+...msmarco-MiniLM-L-6-v3; all-MiniLM-L6-v2 stands in '
+    'for one not on the machine) and a cross-encoder scores them and the query\'s own passage '
+    '(cross_encoder=cross-encoder/ms-marco-MiniLM-L-6-v2), Margin-MSE on its raw margins over '
     '(query, own passage, one drawn negative) triples (negatives=1), both towers trained '
-    '(passages=trained), lr 2e-5, mixed precision where the hardware has it; with the models '
-    'at hand: generator=smollm2,teacher=0*student+fused',
+    '(passages=trained) by dot product at 350 tokens, lr 2e-5, in fp32; with the models at '
+    'hand: generator=smollm2,top_k=none,query_tokens=32,teacher=0*miners+fused',
     functools.partial(trained_dense_retriever, method='distill'),
     dict(DEFAULTS['distill'], **GPL, **_INFERENCE), method='distill'))
 

@@ -427,7 +427,7 @@ RERANKING_PARTS = ('gen', 'ce', 'fused')
 
 def mines_only(spec: str) -> bool:
     """Whether the teacher ``spec``'s first stages only choose the candidates: each weighted 0,
-    and a re-ranker named to score them (``0*student+ce``)."""
+    and a re-ranker named to score them (``0*miners+ce``)."""
     weights = parse_teacher(spec)
     stages = [w for part, w in weights.items() if part not in RERANKING_PARTS]
     return len(stages) < len(weights) and not any(stages)
