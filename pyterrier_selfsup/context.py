@@ -23,7 +23,11 @@ ENVIRONMENT = {
                      '(default ~/.cache/pyterrier-selfsup; --cache-dir and RunContext.cache_dir '
                      'override it).',
     'SELFSUP_CLASSIC_DATA': 'The folder whose Glasgow/SMART collections are read as '
-                            'classic/NAME (--classic-data overrides it).',
+                            'classic/NAME (--classic-data overrides it). Unset: CISI and ADI are '
+                            'downloaded from the University of Glasgow on first use, into the '
+                            'cache.',
+    'SELFSUP_CLASSIC_MIRROR': 'Where CISI and ADI are downloaded from, in place of the University '
+                              'of Glasgow\'s address (a mirror of its test_collections folder).',
     'SELFSUP_PROGRESS': 'How progress is shown: auto (bars on a terminal, lines elsewhere), bars, '
                         'lines or off (-v and -q override it).',
     'SELFSUP_PROGRESS_SECONDS': 'Seconds between two progress lines where progress is shown as '

@@ -172,3 +172,41 @@ def replicas_on_the_hub(replica_hub, monkeypatch):
 def gpl_on_the_hub(gpl_hub, monkeypatch):
     """Loads GPL's models by their hub names from :func:`gpl_hub` within the test."""
     return _on_the_hub(gpl_hub, monkeypatch)
+
+
+@pytest.fixture(scope='session')
+def classic_mirror(tmp_path_factory):
+    """A server on 127.0.0.1 that serves the local copies of CISI and ADI at the paths of their
+    public home (``pyterrier_selfsup.data.classic.DOWNLOADS``): its address, for
+    ``$SELFSUP_CLASSIC_MIRROR``. ``requests`` lists the paths asked for."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    from pyterrier_selfsup.data.classic import CLASSIC_DATA_ENV, DOWNLOADS
+    root = tmp_path_factory.mktemp('classic-mirror')
+    for path, _ in DOWNLOADS.values():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).symlink_to(Path(os.environ[CLASSIC_DATA_ENV]) / Path(path).name)
+    asked = []
+
+    class Handler(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            asked.append(self.path)
+
+    server = ThreadingHTTPServer(('127.0.0.1', 0),
+                                 functools.partial(Handler, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f'http://127.0.0.1:{server.server_address[1]}'
+    yield type('Mirror', (), {'url': url, 'root': root, 'requests': asked})
+    server.shutdown()
+
+
+@pytest.fixture
+def classic_from_the_mirror(classic_mirror, monkeypatch):
+    """CISI and ADI as a user who has only cloned the repository meets them: no
+    ``$SELFSUP_CLASSIC_DATA``, downloaded on first use, here from :func:`classic_mirror`."""
+    from pyterrier_selfsup.data.classic import CLASSIC_DATA_ENV, MIRROR_ENV
+    monkeypatch.delenv(CLASSIC_DATA_ENV)
+    monkeypatch.setenv(MIRROR_ENV, classic_mirror.url)
+    return classic_mirror

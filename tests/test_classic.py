@@ -127,11 +127,46 @@ def test_missing_file_is_named_and_nothing_changes(tmp_path, restore_registratio
 
 
 def test_missing_directory_and_unset_variable(tmp_path, monkeypatch):
+    from tests.helpers import free_port
     with pytest.raises(FileNotFoundError, match='does not exist'):
         register_classic(tmp_path / 'nowhere')
     monkeypatch.delenv('SELFSUP_CLASSIC_DATA')
-    with pytest.raises(FileNotFoundError, match=r'Set \$SELFSUP_CLASSIC_DATA'):
+    monkeypatch.setenv('SELFSUP_CACHE', str(tmp_path / 'cache'))
+    # (ADI is downloaded where no directory is set: here from an address nothing answers at)
+    monkeypatch.setenv('SELFSUP_CLASSIC_MIRROR', f'http://127.0.0.1:{free_port()}')
+    with pytest.raises(FileNotFoundError, match=r'could not be downloaded .*set '
+                                                r'\$SELFSUP_CLASSIC_DATA to its directory'):
         list(ir_datasets.load('classic/adi').docs_iter())
+    with pytest.raises(FileNotFoundError, match=r'Set \$SELFSUP_CLASSIC_DATA'):
+        ClassicSource('med').resolve()  # (a collection with no public home recorded)
+
+
+def test_cisi_and_adi_download_once_from_their_home_checked_against_their_checksums(
+        classic_from_the_mirror, tmp_path, monkeypatch):
+    mirror = classic_from_the_mirror
+    monkeypatch.setenv('SELFSUP_CACHE', str(tmp_path / 'cache'))
+    for name, (docs, judged, qrels) in (('adi', (82, 35, 170)), ('cisi', (1460, 76, 3114))):
+        assert counts(f'classic/{name}') == (docs, judged, qrels)
+        assert (tmp_path / 'cache' / 'classic' / f'{name}.tar.gz').is_file()
+    assert sorted(mirror.requests) == ['/adi/adi.tar.gz', '/cisi/cisi.tar.gz']  # (once each)
+    # bytes other than those recorded are refused, and nothing is kept
+    from pyterrier_selfsup.data.classic import download
+    tampered = tmp_path / 'tampered' / 'adi'
+    tampered.mkdir(parents=True)
+    (tampered / 'adi.tar.gz').write_bytes((mirror.root / 'adi' / 'adi.tar.gz').read_bytes()[:-1])
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+    server = ThreadingHTTPServer(('127.0.0.1', 0), functools.partial(
+        SimpleHTTPRequestHandler, directory=str(tampered.parent)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv('SELFSUP_CLASSIC_MIRROR', f'http://127.0.0.1:{server.server_address[1]}')
+        with pytest.raises(FileNotFoundError, match='not the 68c18678.* the package records'):
+            download('adi', tmp_path / 'elsewhere')
+    finally:
+        server.shutdown()
+    assert not (tmp_path / 'elsewhere' / 'classic' / 'adi.tar.gz').exists()
 
 
 def test_docstore_is_parsed_once_per_version_of_its_documents(tmp_path, restore_registration):

@@ -21,10 +21,12 @@ ADI = 'classic/adi'
 
 
 @pytest.fixture
-def run_example(cache_dir, tmp_path, monkeypatch):
+def run_example(cache_dir, tmp_path, monkeypatch, classic_from_the_mirror):
     """``run_example(script, *args)``: examples/<script> run as ``__main__`` with ``args`` in a
-    fresh working directory, the test session's cache as ``$SELFSUP_CACHE``; returns the
-    globals it ended with."""
+    fresh working directory, the test session's cache as ``$SELFSUP_CACHE``, as for a user who
+    has just cloned the repository: ``$SELFSUP_CLASSIC_DATA`` unset, ADI downloaded on first
+    use (from a server on 127.0.0.1 that serves the local copy); returns the globals it ended
+    with."""
     monkeypatch.setenv('SELFSUP_CACHE', str(cache_dir))
     monkeypatch.chdir(tmp_path)
 

@@ -56,9 +56,11 @@ def run_block(code: str, namespace: dict, page: str = 'README.md'):
 
 
 @pytest.fixture
-def a_readers_directory(cache_dir, tmp_path, monkeypatch):
+def a_readers_directory(cache_dir, tmp_path, monkeypatch, classic_from_the_mirror):
     """A working directory holding the files the pages read: ADI's documents as docs.jsonl,
-    five of its queries as queries.txt."""
+    five of its queries as queries.txt; no $SELFSUP_CLASSIC_DATA, as for a user who has just
+    cloned the repository (ADI downloaded on first use, from a server on 127.0.0.1 that serves
+    the local copy)."""
     monkeypatch.setenv('SELFSUP_CACHE', str(cache_dir))
     monkeypatch.chdir(tmp_path)
     adi = Collection('classic/adi')

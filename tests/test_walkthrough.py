@@ -23,7 +23,9 @@ def test_the_committed_notebook_holds_the_outputs_of_a_complete_run():
 
 
 @pytest.mark.slow
-def test_the_walkthrough_runs(cache_dir, tmp_path, monkeypatch):
+def test_the_walkthrough_runs(cache_dir, tmp_path, monkeypatch, classic_from_the_mirror):
+    """As for a user who has just cloned the repository: no $SELFSUP_CLASSIC_DATA, ADI
+    downloaded on first use (here from a server on 127.0.0.1 that serves the local copy)."""
     monkeypatch.syspath_prepend(str(NOTEBOOK.parents[1] / 'scripts'))
     from execute_notebook import execute
     for name, value in {'WALKTHROUGH_QUERIES': '8', 'SELFSUP_CACHE': str(cache_dir),

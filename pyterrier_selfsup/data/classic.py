@@ -4,8 +4,11 @@ A collection ``NAME`` is three files: ``NAME.ALL`` (documents), ``NAME.QRY`` (qu
 ``NAME.REL`` (judgments), found in a directory either as files or inside ``NAME.tar.gz`` there.
 ``import pyterrier_selfsup`` registers ``classic/cisi`` and ``classic/adi`` with ir_datasets, read
 from ``$SELFSUP_CLASSIC_DATA``, and any other ``classic/<name>`` found there is registered when a
-:class:`~pyterrier_selfsup.data.collections.Collection` first names it; :func:`register_classic`
-points them (or any other collection) at a directory::
+:class:`~pyterrier_selfsup.data.collections.Collection` first names it. Where
+``$SELFSUP_CLASSIC_DATA`` is not set, CISI and ADI are downloaded on first use from their public
+home, the University of Glasgow's test collections (:data:`CLASSIC_HOME`), into the package's
+cache (``<cache>/classic/``), each checked against the sha256 recorded here (:data:`DOWNLOADS`).
+:func:`register_classic` points them (or any other collection) at a directory::
 
     pyterrier_selfsup.register_classic('/data/glasgow')       # every collection found there
     pt.get_dataset('irds:classic/cisi').get_topics()
@@ -29,6 +32,16 @@ from ir_datasets.indices import Docstore
 
 CLASSIC_DATA_ENV = 'SELFSUP_CLASSIC_DATA'
 BUILTIN = ('cisi', 'adi')
+# Where CISI and ADI are downloaded from where $SELFSUP_CLASSIC_DATA is not set (a mirror of the
+# same files at $SELFSUP_CLASSIC_MIRROR), and the sha256 of each tarball: that of the copies
+# these machines hold, the Glasgow tarballs of 1994 (their members are dated 28 February 1994).
+CLASSIC_HOME = 'http://ir.dcs.gla.ac.uk/resources/test_collections'
+MIRROR_ENV = 'SELFSUP_CLASSIC_MIRROR'
+DOWNLOADS = {
+    'adi': ('adi/adi.tar.gz', '68c1867824cbad9e28ce498fafa644d5ac1a7a8a41cde0bffaf402095bbc7aa6'),
+    'cisi': ('cisi/cisi.tar.gz',
+             'bddb284e19369d153dad90770ae897e19221b0bc50e1329b5a702aa56f5e8483'),
+}
 _PARTS = ('ALL', 'QRY', 'REL')
 _FIELD = re.compile(r'\.([A-Z])(?:\s|$)')
 
@@ -118,7 +131,9 @@ class ClassicSource:
     """The three files of collection ``name`` (``cisi``) under a directory.
 
     The directory is ``directory`` when given, else ``$SELFSUP_CLASSIC_DATA`` at the
-    time of reading, so that setting the variable after import still works.
+    time of reading, so that setting the variable after import still works, else (CISI and
+    ADI) the cache's ``classic/`` directory, the collection downloaded there on first use
+    (:func:`download`).
     """
 
     def __init__(self, name: str, directory: Optional[Union[str, Path]] = None):
@@ -129,6 +144,8 @@ class ClassicSource:
         directory = self.directory
         if directory is None:
             if not os.environ.get(CLASSIC_DATA_ENV):
+                if self.name in DOWNLOADS:
+                    return download(self.name)
                 raise FileNotFoundError(
                     f'classic/{self.name}: no data directory. Set ${CLASSIC_DATA_ENV} or call '
                     f'pyterrier_selfsup.register_classic(directory).')
@@ -210,6 +227,44 @@ class ClassicSource:
             if (directory / candidate).is_file():
                 return directory / candidate
         return None
+
+
+def download(name: str, cache_dir: Optional[Union[str, Path]] = None) -> Path:
+    """The directory in the cache (``<cache>/classic/``) that holds the tarball of collection
+    ``name`` (``adi``, ``cisi``), downloaded from ``$SELFSUP_CLASSIC_MIRROR`` or else
+    :data:`CLASSIC_HOME` if it is not there yet, and kept only where its sha256 is the one
+    :data:`DOWNLOADS` records. A download that fails, or whose bytes differ, raises
+    FileNotFoundError with the address, what went wrong and how to give the files instead."""
+    import hashlib
+    import logging
+    import urllib.request
+
+    from pyterrier_selfsup._cache import cache_root, written_whole
+    path, sha256 = DOWNLOADS[name]
+    directory = cache_root(cache_dir) / 'classic'
+    tarball = directory / Path(path).name
+    if tarball.is_file():
+        return directory
+    url = f'{os.environ.get(MIRROR_ENV) or CLASSIC_HOME}/{path}'
+    instead = (f'download it yourself, or use a copy you have: set ${CLASSIC_DATA_ENV} to its '
+               f'directory, or call pyterrier_selfsup.register_classic(directory)')
+    logging.getLogger(__name__).info('classic/%s: downloading %s into %s (once)', name, url,
+                                     directory)
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:
+            data = response.read()
+    except OSError as error:
+        raise FileNotFoundError(f'classic/{name}: {url} could not be downloaded ({error}); '
+                                f'{instead}') from None
+    got = hashlib.sha256(data).hexdigest()
+    if got != sha256:
+        raise FileNotFoundError(f'classic/{name}: {url} gave {len(data):,} bytes whose sha256 is '
+                                f'{got}, not the {sha256} the package records; they are not '
+                                f'kept. To use them anyway, {instead}')
+    directory.mkdir(parents=True, exist_ok=True)
+    with written_whole(tarball, f'the download of classic/{name}') as partial:
+        partial.write_bytes(data)
+    return directory
 
 
 # ---------------------------------------------------------------------------------------
