@@ -166,3 +166,49 @@ def test_the_readmes_shipped_rows_ran_at_todays_settings(group):
     assert adapted
     for name in adapted:
         assert not differences(recorded[name], todays_settings(name)), (group, name)
+
+
+# Claims the pages once made against their results files or each other (issue 70), each with
+# what is true: a page that makes one again fails, with the reason
+STALE = [
+    (r'58b90f5', 'the second H200 lease ran bae234a (and 45b05ac for the CUDA tests); its '
+                 'headers name 58b90f5 in error (experiments/results/gpu/README.md)'),
+    (r'does not time', 'the GPU indexing benchmark times fp32: 4,525 passages a second '
+                       '(gpu/2026-11-27-h200/c3ad151/encoding_benchmark_gpu.md)'),
+    (r'4,967', 'a single encode_docs call after a warm-up of 64 passages (gpu_benchmark.md); '
+               'the pages give the indexing benchmark: 4,525 in fp32, 6,049 in bf16'),
+    (r'\b7\.38\b', 'no committed file holds it (generator_batch.md: 3.01 against 3.99 GiB)'),
+    (r'against 216\b|216 s a step', 'no committed file holds it (generator_batch.md: 37.8 s '
+                                     'against 46.9)'),
+    (r'under 6 GiB', 'every peak measured is under 5 GiB (memory_scaling.md: 4.85 at most)'),
+    (r'it took\s+7 \(`rumbart_frozen', 'frozen RUMBArt took 53 minutes from a cold cache '
+                                         '(rumbart_frozen_rerun.md); 7 reused cached scores'),
+    (r"the student mines|student's top 50|student's own top",
+     "the gpl pipeline mines with GPL's two MS MARCO miners, not the student"),
+    (r'GPL trains with mixed precision', "GPL's use_amp is off: it trains in fp32"),
+]
+
+
+def stale_claims(page: str, text: str) -> List[str]:
+    """Each claim of :data:`STALE` that ``text`` (a page's) makes, with what is true."""
+    flat = ' '.join(text.split())
+    return [f'{page}: "{re.search(pattern, flat).group(0)}": {why}'
+            for pattern, why in STALE if re.search(pattern, flat)]
+
+
+def test_no_page_makes_a_claim_its_results_files_contradict():
+    problems = [p for page in PAGES + [ROOT / 'experiments' / 'README.md']
+                for p in stale_claims(page.name, page.read_text())]
+    assert not problems, '\n'.join(problems)
+
+
+@pytest.mark.parametrize('sentence', [
+    'On one H200, the package encodes MiniLM at 4,967 passages a second in bfloat16, which that '
+    'benchmark does not time.',
+    'On scifact ACROBArT peaks at 4.11 GiB against 7.38, at 164 s a step against 216.',
+    "The `gpl` pipeline: the student's top 50 are the candidates (GPL trains with mixed "
+    'precision).',
+    'With the passage tower frozen as well, it took 7 (`rumbart_frozen.md`).',
+    'So every run stays under 6 GiB; 3 runs, at 58b90f5, 6fd7b1a.'])
+def test_a_stale_claim_put_back_is_caught(sentence):
+    assert stale_claims('page', sentence)

@@ -179,7 +179,7 @@ def shell_lines():
     import shlex
     for page in PAGES:
         for block in re.findall(r'```bash\n(.*?)```', page.read_text(), flags=re.S):
-            for line in block.splitlines():
+            for line in block.replace('\\\n', ' ').splitlines():  # (continued lines joined)
                 yield page.name, shlex.split(line, comments=True)
 
 

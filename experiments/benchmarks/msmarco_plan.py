@@ -10,6 +10,7 @@ been committed, the newest gpu/**/gpu_benchmark.json by its date; writes msmarco
     python experiments/benchmarks/msmarco_plan.py
 """
 import json
+import re
 import math
 from pathlib import Path
 
@@ -39,6 +40,25 @@ def newest_gpu_benchmark():
     return data, path.relative_to(RESULTS)
 
 
+def newest_gpu_indexing():
+    """The newest committed GPU indexing benchmark (``encoding_benchmark_gpu.json``: the package's
+    encoder indexing scifact through a FlexIndex, tokenization included, after a warm-up of 256
+    passages), as ``({dtype: passages / s}, machine, path under the results)``, or (None, None,
+    None) where none is committed. It is the one GPU encoding rate the docs quote: the benchmark
+    gpu_benchmark.py times a single encode_docs call after a shorter warm-up, a rate of its own."""
+    runs = [(json.loads(p.read_text()), p) for p in RESULTS.glob('gpu/**/encoding_benchmark_gpu.json')]
+    if not runs:
+        return None, None, None
+    data, path = max(runs, key=lambda run: run[0]['header']['date'])
+    rates = {r['dtype']: r['docs_per_s'] for r in data['runs'] if r['encoder'].startswith('ours')}
+    return rates, data['header']['machine'], path.relative_to(RESULTS)
+
+
+def cpu_of(machine: str) -> str:
+    """A results header's machine as a table names it: the CPU's model and flags."""
+    return re.sub(r', \d+ cores.*', '', machine.split(', ', 1)[1])
+
+
 def per_token_cost(shape):
     layers, hidden, intermediate = shape
     return layers * (4 * hidden ** 2 + 2 * hidden * intermediate)
@@ -50,7 +70,8 @@ def hours(seconds):
 
 def main():
     bert_ratio = per_token_cost(BERT_BASE_SHAPE) / per_token_cost(MINILM_SHAPE)
-    cpu_rate = load('distill_step_cost.json')['passages per second']
+    cost = load('distill_step_cost.json')
+    cpu_rate, cpu = cost['passages per second'], cpu_of(cost['header']['machine'])
     rumbart = load('data_parallel_rumbart.json')
     search = load('search_scaling.json')
     tokens = load('token_index_scaling.json')
@@ -69,14 +90,17 @@ def main():
              'MS MARCO\'s: times per passage are upper bounds for MS MARCO.', '',
              '## A refresh: the whole corpus re-encoded', '',
              '| encoder | where | passages / s | one refresh | source |', '|---|---|---|---|---|',
-             f'| MiniLM | 2 CPU cores (bf16, AMX) | {cpu_rate:.0f} | {hours(PASSAGES / cpu_rate)} | '
-             'distill_step_cost.json |',
+             f'| MiniLM | 2 cores of an {cpu} (bf16, torch) | {cpu_rate:.0f} | '
+             f'{hours(PASSAGES / cpu_rate)} | distill_step_cost.json |',
              f'| BERT-base | 2 CPU cores, by the FLOPs ratio | {cpu_rate / bert_ratio:.0f} | '
              f'{hours(PASSAGES * bert_ratio / cpu_rate)} | the same |']
-    if gpu:
-        rate = gpu['rows']['encoding']['passages / s']
-        lines += [f'| MiniLM | 1 GPU ({gpu["header"]["machine"].split("GPU: ")[-1]}) | {rate:.0f} | '
-                  f'{hours(PASSAGES / rate)} | {gpu_file} |',
+    indexing, indexing_machine, indexing_file = newest_gpu_indexing()
+    if gpu and indexing:
+        # (bf16 indexing, tokenization included: a GPU refresh's precision, precision=auto)
+        rate = indexing['bf16']
+        gpu['rows']['encoding']['passages / s'] = rate
+        lines += [f'| MiniLM | 1 GPU ({indexing_machine.split("GPU: ")[-1]}, bf16) | {rate:.0f} | '
+                  f'{hours(PASSAGES / rate)} | {indexing_file} |',
                   f'| MiniLM | 8 such GPUs (sharded, `fresh_index`) | {8 * rate:.0f} | {hours(PASSAGES / rate / 8)} '
                   '| the same, x8 (sharding measured on CPU: sharded_encoding.md) |',
                   f'| BERT-base | 8 such GPUs, by the FLOPs ratio | {8 * rate / bert_ratio:.0f} | '
@@ -95,7 +119,9 @@ def main():
               '## An epoch of RUMBArt', '',
               'RUMBArt\'s shipped schedule (5,000 queries, batch 16, a refresh every 25 steps) makes '
               f'{math.ceil(5000 / 16)} steps and {math.ceil(5000 / 16) // 25} refreshes an epoch. Measured '
-              f'on 2 cores (data_parallel_rumbart.json, 1 process): {one_cpu["step seconds"]:.2f} s a step, '
+              f'on 2 cores of an {cpu_of(rumbart["header"]["machine"])} (data_parallel_rumbart.json, 1 '
+              f'process; the refreshes below are at the {cpu}\'s rate above): '
+              f'{one_cpu["step seconds"]:.2f} s a step, '
               f'{one_cpu["refresh seconds"]:.0f} s a refresh of scifact\'s 5,183 passages, '
               f'{one_cpu["pairs scored"] / one_cpu["teacher seconds"]:.1f} teacher pairs a second.', '',
               '| corpus | where | steps | refreshes | teacher (5 pairs a query) | epoch |', '|---|---|---|---|---|---|']
