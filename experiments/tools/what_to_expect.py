@@ -17,6 +17,7 @@ run's times) and `python experiments/reproduce/label_free.py label_free_log_scif
 label_free_log` (a query log); the GPU times come from `bash scripts/gpu/run.sh querylog`
 (experiments/results/gpu/).
 """
+import json
 import re
 import sys
 import textwrap
@@ -265,7 +266,28 @@ def how_long() -> str:
             f"{', '.join(sorted({commit for _, _, commit in runs}))}, which kept the round a "
             'label-free verdict chose where today the last round is kept '
             '([What to expect](../README.md#what-to-expect)).')
+    writing, avx2, avx2_file = writer_rates()
+    note += (f" On a CPU without AVX-512 or bf16 (an {avx2_file[1]}), SmolLM2 writes in fp32 at "
+             f"{avx2:.1f} passages a second (`{avx2_file[0]}`, vaswani's passages), against "
+             f"{writing:.1f} on the Intel Xeon above (vaswani's first run): `distill`'s "
+             f"{-(-written // each)} passages take about {-(-written // each) / avx2 / 60:.0f} "
+             f"minutes of writing there, not {-(-written // each) / writing / 60:.0f}.")
     return '\n'.join(lines + ['', *textwrap.wrap(note, 96, break_on_hyphens=False)])
+
+
+def writer_rates():
+    """SmolLM2's default writer on vaswani's passages: its rate in the first run here (the
+    training log of label_free's vaswani model), and on an AVX2-only CPU
+    (shared_prefix.json's plain writer), with that file and its CPU."""
+    import gzip
+    log = RESULTS / 'distill_curves' / 'vaswani' / 'distill' / 'training_log.jsonl.gz'
+    stage = next(r for r in map(json.loads, gzip.open(log, 'rt'))
+                 if r.get('stage') == 'writing queries')
+    shared = json.loads((RESULTS / 'shared_prefix.json').read_text())
+    plain = next(r for r in shared['rows'] if r['writer'].startswith('plain'))
+    cpu = shared['header']['machine'].split(', ', 1)[1].split(', 2 cores')[0]
+    cpu = cpu.replace(' (avx2)', ' with AVX2 alone')
+    return stage['done'] / stage['seconds'], plain['passages/s whole'], ('shared_prefix.md', cpu)
 
 
 def between(text: str, markers: tuple, block: str) -> str:
