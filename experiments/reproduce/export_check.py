@@ -82,13 +82,13 @@ class ExportedRetriever(pt.Transformer):
 
 def document_side_digest(model_dir: Path) -> str:
     """A digest of the files the export's document side reads: a Router's ``document_*``
-    modules (and the tokenizer beside them), or every file of a model of one stack."""
+    modules, or every file of a model of one stack."""
     files = sorted(p for p in Path(model_dir).rglob('*') if p.is_file())
     routed = any(p.relative_to(model_dir).parts[0].startswith('document_') for p in files)
     digest = hashlib.sha1()
     for path in files:
         first = path.relative_to(model_dir).parts[0]
-        if routed and (first.startswith('query_') or first == 'passage_encoder'):
+        if routed and not first.startswith('document_'):
             continue
         if path.suffix in ('.safetensors', '.bin', '.json', '.txt', '.model'):
             digest.update(str(path.relative_to(model_dir)).encode())
