@@ -128,6 +128,8 @@ def test_a_query_log_trains_from_the_command_line_and_the_verdict_is_said(tmp_pa
     assert proc.returncode == 0, proc.stderr
     # 80 queries: 20 held out for the verdict, 60 train
     assert re.search(r'verdict: .*\b20 held-out queries', proc.stdout), proc.stdout
+    # its passage offsets, which the sentence-transformers export cannot hold, are said
+    assert 'SentenceTransformer(' in proc.stdout and 'encodes passages as the start' in proc.stdout
     # one plan, sized by the log (80 queries, each ranked by the teacher in each of 2 rounds),
     # not a plan for n_queries followed by another for the log
     said = [r.getMessage() for r in caplog.records]

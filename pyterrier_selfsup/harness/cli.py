@@ -30,6 +30,13 @@ from pyterrier_selfsup.training.settings import SETTINGS, DistillationSettings
 # (the pipelines, the experiment and the models behind them are imported where `list`, `run` and
 # `train` need them, so that `--help` and `settings` answer in a second)
 
+# said after training a model whose passages move by learned offsets (a query log's setting)
+EXPORT_WITHOUT_OFFSETS = (
+    'note: this model moves each passage\'s vector by a learned offset, which the '
+    'sentence-transformers layout cannot hold: SentenceTransformer({path}) encodes passages as '
+    'the start encoder did, and scores differently from the package\'s own index '
+    '(experiments/results/export_check.md measures both); '
+    'selfsup.DenseRetriever.from_dual_encoder(collection, \'{path}\') applies the offsets')
 DEFAULT_COLLECTIONS = ['beir/scifact/test']
 DEFAULT_PIPELINES = ['bm25', 'minilm']
 COLLECTIONS_HERE = ['beir/scifact/test', 'cranfield', 'vaswani'] + [f'classic/{n}' for n in BUILTIN]
@@ -158,6 +165,9 @@ def main(argv=None) -> int:
                 if args.output is not None:
                     shutil.copytree(path, args.output, dirs_exist_ok=True)
                     print(f'the trained model, copied: {args.output}')
+                from pyterrier_selfsup.models.offsets import OFFSETS_FILE
+                if (Path(path) / OFFSETS_FILE).is_file():
+                    print(EXPORT_WITHOUT_OFFSETS.format(path=args.output or path))
                 # (queries=crossfold: a model a fold, of which train returns the last)
                 folds = len(trained.each_model(spec.settings)) > 1
                 directories = (spec.model_dirs(Collection(args.collection), run)
