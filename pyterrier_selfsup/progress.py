@@ -349,18 +349,20 @@ class Progress:
             print(line, file=self.file or sys.stderr, flush=True)
 
 
-_beating: list = []  # the timer thread, once started
+_beating: Dict[int, threading.Thread] = {}  # the timer thread, by the process it runs in
+_beating_lock = threading.Lock()
 _sleep = time.sleep  # (the real one: a test may stand a clock of its own in for the module's)
 
 
 def _heartbeat():
     """Starts the timer thread that keeps every shown stage saying where it is (once a
     process): each second, the innermost stage shown is asked to :meth:`Progress.beat`."""
-    if _beating:
-        return
-    thread = threading.Thread(target=_beat, name='selfsup-progress', daemon=True)
-    _beating.append(thread)
-    thread.start()
+    with _beating_lock:  # (a forked process inherits the dict, not the thread: keyed by pid)
+        if os.getpid() in _beating:
+            return
+        thread = threading.Thread(target=_beat, name='selfsup-progress', daemon=True)
+        _beating[os.getpid()] = thread
+        thread.start()
 
 
 def _beat():

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Dict, Optional, Tuple, Union
 
 from pyterrier_selfsup._cache.builds import written_whole
+from pyterrier_selfsup._cache.faults import CacheError
 from pyterrier_selfsup._cache.paths import cache_root
 
 # hex digits of a digest
@@ -47,7 +48,7 @@ def file_digest(path: Union[str, Path], member: Optional[str] = None,
             with written_whole(record, f'the digest of {path}') as out:
                 out.write_text(json.dumps({'path': str(path), 'member': member, 'size': stamp[0],
                                            'mtime_ns': stamp[1], 'digest': digest}))
-        except OSError:  # (a cache that cannot be written: the digest is kept in memory)
+        except (OSError, CacheError):  # (a cache that cannot be written: kept in memory)
             pass
     _SEEN[key] = (*stamp, digest)
     return digest

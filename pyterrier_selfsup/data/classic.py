@@ -239,7 +239,7 @@ def download(name: str, cache_dir: Optional[Union[str, Path]] = None) -> Path:
     import logging
     import urllib.request
 
-    from pyterrier_selfsup._cache import cache_root, written_whole
+    from pyterrier_selfsup._cache import cache_root
     path, sha256 = DOWNLOADS[name]
     directory = cache_root(cache_dir) / 'classic'
     tarball = directory / Path(path).name
@@ -250,10 +250,11 @@ def download(name: str, cache_dir: Optional[Union[str, Path]] = None) -> Path:
                f'directory, or call pyterrier_selfsup.register_classic(directory)')
     logging.getLogger(__name__).info('classic/%s: downloading %s into %s (once)', name, url,
                                      directory)
+    import http.client
     try:
         with urllib.request.urlopen(url, timeout=60) as response:
             data = response.read()
-    except OSError as error:
+    except (OSError, ValueError, http.client.HTTPException) as error:
         raise FileNotFoundError(f'classic/{name}: {url} could not be downloaded ({error}); '
                                 f'{instead}') from None
     got = hashlib.sha256(data).hexdigest()
@@ -262,8 +263,12 @@ def download(name: str, cache_dir: Optional[Union[str, Path]] = None) -> Path:
                                 f'{got}, not the {sha256} the package records; they are not '
                                 f'kept. To use them anyway, {instead}')
     directory.mkdir(parents=True, exist_ok=True)
-    with written_whole(tarball, f'the download of classic/{name}') as partial:
-        partial.write_bytes(data)
+    # (a file of this process's own, renamed whole: processes that download at once each write
+    # their own, and the tarball is one of them)
+    import tempfile
+    with tempfile.NamedTemporaryFile(dir=directory, prefix=f'.{tarball.name}.', delete=False) as f:
+        f.write(data)
+    os.replace(f.name, tarball)
     return directory
 
 

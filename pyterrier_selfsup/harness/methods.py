@@ -82,7 +82,7 @@ def _cross_document_adjustment(collection: Collection, s: CrossDocumentAdjustmen
 def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: int = 100,
                      rerank_depth: int = 10, generator: Union[None, str, Generator] = None,
                      cross_encoder: Optional[str] = None, mining: Optional[str] = None,
-                     run: RunContext = SILENT) -> Fusion:
+                     raw_labels: bool = False, run: RunContext = SILENT) -> Fusion:
     """The teacher ``spec`` names (:func:`parse_teacher`) over ``collection``, as a PyTerrier
     retriever: its parts' top ``depth`` fused by weighted per-query z-scores, their indexes in
     ``run``'s cache. Re-rankers (``gen``, ``ce``, ``fused``) score the fused top
@@ -91,9 +91,10 @@ def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: 
     retriever a model of ``mining`` (names joined by +; GPL's two by default), each searching
     by cosine.
 
-    Where the first stages only mine (every one weighted 0), each gives its top
-    ``rerank_depth``, and the re-rankers score every candidate of their union (GPL: the top 50
-    of each of its two miners)."""
+    Where the teacher mines with ``miners`` alone (every first stage weighted 0), each miner
+    gives its top ``rerank_depth``, and the re-rankers score every candidate of their union
+    (GPL: the top 50 of each of its two miners); ``raw_labels``: the one re-ranker's own scores
+    label them (Margin-MSE's margins), not their z-scores."""
     from pyterrier_selfsup.models.hub import miners_at_hand
     from pyterrier_selfsup.models.names import GPL_MINERS
     from pyterrier_selfsup.models.score_cache import score_cache_dir
@@ -132,10 +133,11 @@ def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: 
                 normalise='mean', cache=score_cache_dir(collection, gen, cache_dir))
     if not stages:
         raise ValueError(f'teacher {spec!r} has no first stage (bm25, student, minilm or miners)')
-    if rerankers and not any(weights.get(name, 1.0) for name in stages):  # (they only mine)
+    mining_alone = all(name.startswith('miner ') for name in stages)
+    if rerankers and mining_alone and not any(weights.get(name, 1.0) for name in stages):
         depth, rerank_depth = rerank_depth, rerank_depth * len(stages)
     return Fusion(stages, weights=weights, depth=depth, rerankers=rerankers,
-                  rerank_depth=rerank_depth)
+                  rerank_depth=rerank_depth, raw_labels=raw_labels)
 
 
 def rerank_depth(teacher: str, depth: int) -> int:
@@ -166,7 +168,8 @@ def _distillation(collection: Collection, s: DistillationSettings, run: RunConte
     def teacher(student):
         return teacher_pipeline(collection, s.teacher, student=student, depth=s.fusion_depth,
                                 rerank_depth=rerank_depth(s.teacher, s.depth), generator=gen,
-                                cross_encoder=s.cross_encoder, mining=s.miners, run=run)
+                                cross_encoder=s.cross_encoder, mining=s.miners,
+                                raw_labels=s.loss == 'margin_mse', run=run)
 
     if 'student' not in parse_teacher(s.teacher):  # one pipeline for every round, ranked once
         teacher = teacher(None)

@@ -19,6 +19,7 @@ from typing import Dict, List, Optional
 
 from pyterrier_selfsup._cache import cache_root, written_whole
 from pyterrier_selfsup.data.collections import Collection
+from pyterrier_selfsup.data.queries import SAMPLING
 from pyterrier_selfsup.harness.provenance import machine
 from pyterrier_selfsup.models.hub import miners_at_hand
 from pyterrier_selfsup.progress import Stage, counted, rate_text
@@ -60,7 +61,8 @@ def stages(collection: Collection, method: str, s: MethodSettings,
     queries = s.n_queries
     out = []
     if writes_queries:  # (the writer's stage counts passages: per_passage queries each)
-        passages = math.ceil(queries / s.per_passage) if s.queries == 'sampled' else queries
+        passages = (math.ceil(queries / getattr(s, 'per_passage', SAMPLING['per_passage']))
+                    if s.queries == 'sampled' else queries)
         out.append(Planned('writing queries', passages, 'passage', 'unless written before'))
     steps_name = TRAINERS[method].description
     if method == 'ds':

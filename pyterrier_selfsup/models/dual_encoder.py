@@ -298,12 +298,14 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
             temperature = base.get('temperature', 0.05 if normalize else 1.0)
         # the tokenizer's limit is often a placeholder (1e30): the position table is the real one
         positions = getattr(encoder.config, 'max_position_embeddings', math.inf)
+        if tokenizer.model_max_length < 1e6:  # (RoBERTa's 514 positions hold 512 tokens)
+            positions = min(positions, tokenizer.model_max_length)
         if max_length is not None and max_length > positions:
             logger.warning('%s has %d positions: it reads %d tokens, not the %d asked for',
                            name_or_path, positions, positions, max_length)
             max_length = positions
         if query_max_length is not None:
-            query_max_length = min(query_max_length, positions)
+            query_max_length = min(query_max_length, max_length or positions, positions)
         max_length = max_length or min(base['max_length'], tokenizer.model_max_length, positions)
         # queries: as given, else as the model says, within the passages' length
         query_max_length = query_max_length or min(base.get('query_max_length') or max_length,

@@ -54,6 +54,8 @@ def at_hand(names, stand_in: str, what: str) -> list:
     """
     out = []
     for name in names:
+        if str(name).startswith(('/', './', '../', '~')) and not Path(name).expanduser().is_dir():
+            raise FileNotFoundError(f'{name}: no such directory (a model for {what})')
         used = name if on_this_machine(name) else stand_in
         if used != name and (name, what) not in _SAID:
             _SAID.add((name, what))

@@ -11,9 +11,10 @@ lowest). First stages weighted 0 only mine: where every stage's weight is 0 (GPL
 ``0*student+ce``), their unweighted sum chooses the documents the re-rankers score, each
 query's own passage joins them where the query frame names it (``source_docno``: the passage a
 query was written for), and the re-rankers alone score them: the result holds those documents
-only, scored by the re-ranker's own scores where there is one (GPL's labels are differences of
-its cross-encoder's raw scores). Fusing BM25 and all-MiniLM-L6-v2 1:1 this way is above both of
-them on all five collections here (DESIGN.md; ``experiments/reproduce/label_free.py``).
+only (scored by the one re-ranker's own scores with ``raw_labels``: GPL's labels are
+differences of its cross-encoder's raw scores). Fusing BM25 and all-MiniLM-L6-v2 1:1 this way is
+above both of them on all five collections here (DESIGN.md;
+``experiments/reproduce/label_free.py``).
 
     teacher = Fusion({'bm25': bm25, 'dense': minilm})                 # 1:1
     hybrid = Fusion({'bm25': bm25, 'dense': minilm}, weights={'dense': 2})
@@ -79,13 +80,16 @@ class Fusion(Retriever):
             run on the fused top ``rerank_depth`` only and added like a stage (where every
             stage is weighted 0, on the top of the stages' unweighted sum).
         num_results: how many fused results come back per query.
+        raw_labels: where the stages only mine and one re-ranker scores, its own scores are the
+            result's (GPL's Margin-MSE labels are differences of a cross-encoder's raw scores),
+            not their z-scores.
     The result has ``score``, ``rank`` and each component's ``z_<name>``.
     """
 
     def __init__(self, stages: Dict[str, pt.Transformer], *,
                  weights: Optional[Dict[str, float]] = None, depth: int = 100,
                  rerankers: Optional[Dict[str, pt.Transformer]] = None, rerank_depth: int = 10,
-                 num_results: int = 1000):
+                 num_results: int = 1000, raw_labels: bool = False):
         if not stages:
             raise ValueError('Fusion needs at least one first stage')
         unknown = set(weights or {}) - set(stages) - set(rerankers or {})
@@ -98,6 +102,7 @@ class Fusion(Retriever):
         self.rerankers = dict(rerankers or {})
         self.rerank_depth = rerank_depth
         self.num_results = num_results
+        self.raw_labels = raw_labels
         self._cut = {name: (stage % depth).compile() for name, stage in self.stages.items()}
 
     @property
@@ -143,7 +148,7 @@ class Fusion(Retriever):
                 fused = fused[fused[f'z_{name}'].notna()].copy()
             _lowest_where_missing(fused, f'z_{name}')
             fused['score'] = fused['score'] + self.weights.get(name, 1.0) * fused[f'z_{name}']
-        if self.mines_only and len(self.rerankers) == 1:
+        if self.raw_labels and self.mines_only and len(self.rerankers) == 1:
             # one labeller: its own scores, as GPL's Margin-MSE labels are differences of the
             # cross-encoder's raw scores (z-scores would rescale each query's margins)
             name = next(iter(self.rerankers))
@@ -153,7 +158,8 @@ class Fusion(Retriever):
     def fuse_rank_cutoff(self, k: int) -> Optional['Fusion']:
         if k < self.num_results:
             return Fusion(self.stages, weights=self.weights, depth=self.depth,
-                          rerankers=self.rerankers, rerank_depth=self.rerank_depth, num_results=k)
+                          rerankers=self.rerankers, rerank_depth=self.rerank_depth, num_results=k,
+                          raw_labels=self.raw_labels)
         return None
 
     def __repr__(self):

@@ -163,7 +163,7 @@ class ReAttIndex(pt.Artifact):
         docnos, offsets = [], [0]
         t0 = time.time()
         done = progress(desc='ReAtt token index', unit='doc', enabled=verbose)
-        with open(path / KEYS_FILE, 'wb') as out:
+        with done, open(path / KEYS_FILE, 'wb') as out:
             for chunk in chunked(docs, CHUNK):
                 vectors = reatt.token_vectors([d['text'] for d in chunk], 'passage')
                 for doc, v in zip(chunk, vectors):
@@ -173,7 +173,6 @@ class ReAttIndex(pt.Artifact):
                     offsets.append(offsets[-1] + len(keys))
                 done.update(len(chunk))
                 done.set_postfix(tokens=f'{offsets[-1]:,}')
-        done.close()
         encode_seconds = time.time() - t0
         offsets = np.asarray(offsets, dtype=np.int64)
         np.save(path / OFFSETS_FILE, offsets)
