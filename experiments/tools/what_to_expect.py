@@ -179,7 +179,7 @@ def table() -> str:
                       starts[group, c]) for c in COLLECTIONS]
         lines.append(f'| {label} | ' + ' | '.join(cells) + ' |')
         if exported and group == 'log' and name == 'distill':  # (its export, just below it)
-            lines.append('| the same, through its sentence-transformers export | ' + ' | '.join(
+            lines.append('| the same, its sentence-transformers export | ' + ' | '.join(
                 f"{exported[c]:.4f}".lstrip('0') if c in exported else '–'
                 for c in COLLECTIONS) + ' |')
     times = {'corpus only': training_seconds('label_free'),
