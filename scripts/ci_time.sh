@@ -27,6 +27,11 @@ seconds=$(( $(date +%s) - started ))
   echo
   echo "the 20 slowest:"
   grep -A20 'slowest 20 durations' "$log" | tail -n 20
+  if [ "$rc" -ne 0 ]; then  # (what failed, as pytest summarised it)
+    echo
+    echo "what failed:"
+    grep -E '^(FAILED|ERROR) ' "$log" || tail -n 40 "$log"
+  fi
 } > "$out"
 rm -f "$log"
 echo "wrote $out"

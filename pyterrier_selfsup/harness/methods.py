@@ -32,7 +32,7 @@ from pyterrier_selfsup.training.rumbart import Rumbart
 from pyterrier_selfsup.training.settings import (CrossDocumentAdjustmentSettings,
                                                  DistantSupervisionSettings, DistillationSettings,
                                                  LABELLING_PARTS, ReconstructionSettings,
-                                                 given_prompts, mines_only, parse_teacher)
+                                                 encoder_options, mines_only, parse_teacher)
 
 Setup = Callable[..., Tuple[Trainer, pd.DataFrame]]
 
@@ -41,8 +41,7 @@ def _distant_supervision(collection: Collection, s: DistantSupervisionSettings, 
                          fold: Optional[int] = None) -> Tuple[Trainer, pd.DataFrame]:
     topics = source_topics(collection, QuerySource.of(s, fold), run=run)
     torch.manual_seed(s.seed)
-    encoder = DualEncoder.from_pretrained(s.model_name, dim=s.dim,
-                                          prompts=given_prompts(s))
+    encoder = DualEncoder.from_pretrained(s.model_name, dim=s.dim, **encoder_options(s))
     return DistantSupervision(encoder, collection, s, run), topics
 
 
@@ -58,7 +57,7 @@ def _retrieve_and_reconstruct(trainer_class) -> Setup:
         gen = load_generator(s.generator, cache_dir=run.cache_dir,
                              max_passage_length=s.max_passage_length, verbose=run.verbose)
         torch.manual_seed(s.seed)
-        trainer = trainer_class(DualEncoder.from_pretrained(start, prompts=given_prompts(s)),
+        trainer = trainer_class(DualEncoder.from_pretrained(start, **encoder_options(s)),
                                 gen, collection, s, run)
         # generated queries are written by the generator at its default settings, whatever this
         # run's passage length, so that every trainer given that source trains on the same queries
@@ -160,10 +159,7 @@ def _distillation(collection: Collection, s: DistillationSettings, run: RunConte
            if needs_gen else None)
     topics = distillation_topics(collection, s, generator=gen, run=run, fold=fold)
     torch.manual_seed(s.seed)
-    encoder = DualEncoder.from_pretrained(s.model_name, precision=s.precision,
-                                          prompts=given_prompts(s), normalize=s.normalize,
-                                          max_length=s.max_length,
-                                          query_max_length=s.max_length)
+    encoder = DualEncoder.from_pretrained(s.model_name, **encoder_options(s))
 
     def teacher(student):
         return teacher_pipeline(collection, s.teacher, student=student, depth=s.fusion_depth,

@@ -99,13 +99,10 @@ class Distillation(DualEncoderTrainer):
 
     def rank(self, teacher: pt.Transformer, queries: List[Query], *,
              depth: Optional[int] = None) -> Ranked:
-        """The teacher's top ``depth`` (default: the setting; one more with ``negatives``, where
-        a query's own passage joins the candidates a labelling teacher scores; every candidate
-        that a teacher whose first stages only mine scores, and the query's own passage: GPL's
-        miners' top 50 each) for each query (:meth:`ranked`)."""
-        default = self.settings.depth + (self.settings.negatives is not None)
-        if getattr(teacher, 'mines_only', False):
-            default = max(default, teacher.rerank_depth + 1)
+        """The teacher's top ``depth`` for each query (:meth:`ranked`). Default: the setting;
+        one more with ``negatives`` (the query's own passage); a mining teacher's every label."""
+        default = max(self.settings.depth + (self.settings.negatives is not None),
+                      teacher.rerank_depth + 1 if getattr(teacher, 'mines_only', False) else 0)
         return self.ranked(teacher, queries, depth or default, desc='teacher rankings')
 
     def round_teacher(self, student: Optional[pt.Transformer] = None) -> pt.Transformer:

@@ -19,7 +19,8 @@ from pyterrier_selfsup.training.setting_fields import (GROUPS, MethodSettings, p
 __all__ = ['GROUPS', 'MethodSettings', 'parse_value', 'setting', 'TrainingSettings',
            'DistantSupervisionSettings', 'ReconstructionSettings', 'RumbartSettings',
            'AcrobartSettings', 'CrossDocumentAdjustmentSettings', 'DistillationSettings',
-           'GPL', 'SETTINGS', 'TEACHER_PARTS', 'given_prompts', 'parse_teacher']
+           'GPL', 'SETTINGS', 'TEACHER_PARTS', 'encoder_options', 'given_prompts',
+           'parse_teacher']
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,22 @@ def given_prompts(settings: MethodSettings) -> Dict[str, str]:
     at None left out: what ``DualEncoder.from_pretrained(..., prompts=)`` takes."""
     return {side: getattr(settings, f'{side}_prompt') for side in ('query', 'passage')
             if getattr(settings, f'{side}_prompt', None) is not None}
+
+
+def encoder_options(settings: MethodSettings) -> Dict[str, Any]:
+    """What ``DualEncoder.from_pretrained`` takes from a method's settings, for the encoder
+    that starts training: its prompts (:func:`given_prompts`) and, where the method has them,
+    its precision, its normalisation and its length (queries' too).
+
+        DualEncoder.from_pretrained(s.model_name, **encoder_options(s))
+    """
+    options = {'prompts': given_prompts(settings)}
+    for name in ('precision', 'normalize'):
+        if hasattr(settings, name):
+            options[name] = getattr(settings, name)
+    if getattr(settings, 'max_length', None) is not None:
+        options['max_length'] = options['query_max_length'] = settings.max_length
+    return options
 
 
 # ds's steps between checkpoints, and RUMBArt's and ACROBArT's without refreshes
