@@ -236,7 +236,9 @@ def download(name: str, cache_dir: Optional[Union[str, Path]] = None) -> Path:
     :data:`DOWNLOADS` records. A download that fails, or whose bytes differ, raises
     FileNotFoundError with the address, what went wrong and how to give the files instead."""
     import hashlib
+    import http.client
     import logging
+    import tempfile
     import urllib.request
 
     from pyterrier_selfsup._cache import cache_root
@@ -250,7 +252,6 @@ def download(name: str, cache_dir: Optional[Union[str, Path]] = None) -> Path:
                f'directory, or call pyterrier_selfsup.register_classic(directory)')
     logging.getLogger(__name__).info('classic/%s: downloading %s into %s (once)', name, url,
                                      directory)
-    import http.client
     try:
         with urllib.request.urlopen(url, timeout=60) as response:
             data = response.read()
@@ -265,7 +266,6 @@ def download(name: str, cache_dir: Optional[Union[str, Path]] = None) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     # (a file of this process's own, renamed whole: processes that download at once each write
     # their own, and the tarball is one of them)
-    import tempfile
     with tempfile.NamedTemporaryFile(dir=directory, prefix=f'.{tarball.name}.', delete=False) as f:
         f.write(data)
     os.replace(f.name, tarball)

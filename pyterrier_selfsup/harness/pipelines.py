@@ -27,7 +27,7 @@ from pyterrier_selfsup.retrieval.dense import MINILM, DenseRetriever
 from pyterrier_selfsup.retrieval.fusion import Fusion
 from pyterrier_selfsup.retrieval.token_index import reatt_index, reatt_retriever
 from pyterrier_selfsup.training.settings import (GPL, REATT_HEAD, SETTINGS, parse_teacher,
-                                                 parse_value)
+                                                 parse_value, prompts_of)
 
 
 @dataclass(frozen=True)
@@ -127,14 +127,6 @@ def _parse(value: str, default: Any) -> Any:
     number or text where the default is None), as the settings classes type theirs."""
     kind = Union[int, float, str] if default is None else type(default)
     return parse_value(value, Optional[kind])
-
-
-def prompts_of(query_prompt: Optional[str], passage_prompt: Optional[str]) -> Optional[dict]:
-    """A pipeline's flat prompt settings as the ``prompts`` a constructor takes (None where
-    neither is given: the model's own, else its model card's)."""
-    given = {side: str(text) for side, text in (('query', query_prompt),
-                                                ('passage', passage_prompt)) if text is not None}
-    return given or None
 
 
 def with_prompts(factory: Callable[..., pt.Transformer]) -> Callable[..., pt.Transformer]:

@@ -127,7 +127,7 @@ def train(collection: Union[str, Collection], method: str, settings: dict,
             output_dir=staging, keep_checkpoints=1, draw_curve=plot_training_curve), fold=fold,
             **start)
         if not writes or len(topics) < s.n_queries:
-            planned = [p for p in planned_for(len(topics), False) if p.desc != 'writing queries']
+            planned = planned_for(len(topics), False)
             if said:
                 for line in plan.plan_lines(
                         title if not writes else

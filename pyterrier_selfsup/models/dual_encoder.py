@@ -305,8 +305,8 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
                            name_or_path, positions, positions, max_length)
             max_length = positions
         if query_max_length is not None:
-            query_max_length = min(query_max_length, max_length or positions, positions)
-        max_length = max_length or min(base['max_length'], tokenizer.model_max_length, positions)
+            query_max_length = min(query_max_length, max_length or positions)
+        max_length = max_length or min(base['max_length'], positions)
         # queries: as given, else as the model says, within the passages' length
         query_max_length = query_max_length or min(base.get('query_max_length') or max_length,
                                                    max_length)

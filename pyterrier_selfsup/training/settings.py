@@ -20,7 +20,7 @@ __all__ = ['GROUPS', 'MethodSettings', 'parse_value', 'setting', 'TrainingSettin
            'DistantSupervisionSettings', 'ReconstructionSettings', 'RumbartSettings',
            'AcrobartSettings', 'CrossDocumentAdjustmentSettings', 'DistillationSettings',
            'GPL', 'SETTINGS', 'TEACHER_PARTS', 'encoder_options', 'given_prompts',
-           'parse_teacher']
+           'parse_teacher', 'prompts_of']
 
 
 @dataclass(frozen=True)
@@ -54,11 +54,18 @@ def prompt_setting(side: str):
     return setting(None, PROMPT_HELP.format(side=side, e5=f'{side}: ', bge=bge), group='model')
 
 
+def prompts_of(query_prompt: Optional[str], passage_prompt: Optional[str]) -> Dict[str, str]:
+    """The flat prompt settings, by side, those left at None left out: what
+    ``DualEncoder.from_pretrained(..., prompts=)`` takes (empty: the model's own prompts, else
+    its model card's)."""
+    return {side: str(text) for side, text in (('query', query_prompt),
+                                                ('passage', passage_prompt)) if text is not None}
+
+
 def given_prompts(settings: MethodSettings) -> Dict[str, str]:
-    """The prompts ``settings`` give (``query_prompt``, ``passage_prompt``), by side, those left
-    at None left out: what ``DualEncoder.from_pretrained(..., prompts=)`` takes."""
-    return {side: getattr(settings, f'{side}_prompt') for side in ('query', 'passage')
-            if getattr(settings, f'{side}_prompt', None) is not None}
+    """The prompts ``settings`` give (``query_prompt``, ``passage_prompt``: :func:`prompts_of`)."""
+    return prompts_of(getattr(settings, 'query_prompt', None),
+                      getattr(settings, 'passage_prompt', None))
 
 
 def encoder_options(settings: MethodSettings) -> Dict[str, Any]:
