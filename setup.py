@@ -22,6 +22,7 @@ setup(
         'Topic :: Text Processing :: Indexing',
     ],
     packages=find_packages(include=['pyterrier_selfsup', 'pyterrier_selfsup.*']),
+    package_data={'pyterrier_selfsup.harness.judging': ['templates/*.html', 'static/*']},
     python_requires='>=3.10',
     install_requires=[
         'torch>=2.6,<3',  # pad_sequence(padding_side=...)
@@ -42,6 +43,8 @@ setup(
         'pandas>=2.0',
         'numpy>=1.24',
         'more-itertools>=8.0',
+        # the judging page (selfsup judge): its application, templates and server
+        'flask>=3.0',
     ],
     # FAISS comes in two builds that install the same `faiss` module, so it is
     # chosen by an extra rather than listed above: `.[cpu]` (what every command
@@ -52,9 +55,10 @@ setup(
         'cpu': ['faiss-cpu>=1.8', 'openvino>=2024.0', 'nncf>=2.12'],
         'gpu': ['faiss-gpu-cu12>=1.8'],
         # (nbclient: the walkthrough notebook; pytest-xdist: `make test` runs two workers; ruff:
-        # the linter `make test` runs first)
+        # the linter `make test` runs first; selenium: the judging page's test drives Debian's
+        # headless Chromium, which .ci/run installs)
         'test': ['pytest>=7', 'pytest-xdist>=3', 'nbclient>=0.10', 'nbformat>=5.9', 'ipykernel>=6',
-                 'ruff>=0.6'],
+                 'ruff>=0.6', 'selenium>=4.20'],
     },
     entry_points={
         'console_scripts': ['selfsup = pyterrier_selfsup.harness.cli:main'],

@@ -54,6 +54,8 @@ _MODULES = {
     'harness.pipelines': ['PIPELINES', 'PipelineSpec', 'get_pipeline', 'register', 'CrossFold'],
     'harness.experiment': ['run_experiment', 'write_results'],
     'harness.plots': ['plot_training_curve'],
+    'harness.judging.campaign': ['Campaign'],
+    'harness.judging.server': ['judge'],
 }
 _HOME = {name: module for module, names in _MODULES.items() for name in names}
 

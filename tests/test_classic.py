@@ -209,7 +209,7 @@ def test_a_repointed_classic_directory_trains_a_new_model_and_builds_new_indexes
     same = _adi_in(tmp_path / 'same')
     run = RunContext(cache_dir=tmp_path / 'cache')
     spec = get_pipeline(f'distill:model_name={tiny_dir},queries=sentences,n_queries=8,'
-                        f'batch_size=4,verdict_share=0')
+                        f'batch_size=4')
     trained, found = {}, {}
     for name, directory in (('first', first), ('edited', edited), ('same', same)):
         monkeypatch.setenv('SELFSUP_CLASSIC_DATA', str(directory))

@@ -304,13 +304,11 @@ def test_the_command_line_keeps_ir_datasets_info_out_of_its_output():
 def test_distillation_runs_from_the_command_line(tmp_path, cache_dir):
     """The teacher, the distilled student and their query-time fusion side by side on ADI:
     corpus sentences (several a document: ADI has 82), and SmolLM2's samples."""
-    # (verdict_share=0: the last round is kept, whatever a held-out slice would say;
-    # the verdict: tests/test_offsets.py)
     # (32 sentences: a step a round)
-    sentences = 'distill:queries=sentences,n_queries=32,rounds=2,verdict_share=0'
+    sentences = 'distill:queries=sentences,n_queries=32,rounds=2'
     sampled = 'distill:queries=sampled,n_queries=8,rounds=1'
     proc = selfsup('run', '-c', 'classic/adi', '-p', 'bm25', 'dual_encoder', 'teacher', sentences,
-                   'hybrid:queries=sentences,n_queries=32,rounds=2,verdict_share=0', sampled,
+                   'hybrid:queries=sentences,n_queries=32,rounds=2', sampled,
                    '--save', 'distill',
                    '--results-dir', str(tmp_path), '--cache-dir', str(cache_dir), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -340,7 +338,7 @@ def test_any_writer_by_path_trains_from_selfsup_train(tmp_path, cache_dir, tiny_
     queries that `selfsup train distill` trains on, and the model's record names the writer."""
     for kind in ('t5', 'llama'):
         spec = (f'distill:generator={tiny_generator_dir[kind]},model_name={tiny_dir},'
-                f'queries=sampled,n_queries=6,teacher=bm25,depth=10,verdict_share=0')
+                f'queries=sampled,n_queries=6,teacher=bm25,depth=10')
         ran = selfsup('train', spec, '-c', 'classic/adi', '--cache-dir', str(cache_dir),
                       cwd=tmp_path)
         assert ran.returncode == 0, ran.stderr
@@ -367,7 +365,7 @@ def test_a_file_of_ones_own_documents_is_a_collection_on_the_command_line(tmp_pa
     assert ran.returncode == 0 and 'nothing to evaluate' in ran.stdout, ran
     assert f'selfsup train distill -c {docs} --output DIR' in ran.stdout
 
-    ran = selfsup('train', 'distill:queries=sentences,n_queries=32,rounds=1,verdict_share=0', '-c',
+    ran = selfsup('train', 'distill:queries=sentences,n_queries=32,rounds=1', '-c',
                   docs, '--output', tmp_path / 'adapted', '--cache-dir', cache_dir, cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert f'the trained model, copied: {tmp_path / "adapted"}' in ran.stdout

@@ -28,10 +28,9 @@ from pyterrier_selfsup.training.losses import (candidate_table, distillation_los
 from tests.helpers import (central_difference, free_port, start_ranks, stopped_at_step,
                            tiny_dual_encoder)
 
-# these tests pin the trainer as it was before passage offsets and the verdict became its
-# defaults (the shipped settings, pyterrier_selfsup.training.settings): their numbers were
-# measured without them
-BEFORE_OFFSETS = dict(passages='frozen', verdict_share=0.0)
+# these tests pin the trainer as it was before passage offsets became its default (the shipped
+# settings, pyterrier_selfsup.training.settings): their numbers were measured without them
+BEFORE_OFFSETS = dict(passages='frozen')
 
 
 def side(train_passages: bool) -> str:
@@ -549,7 +548,7 @@ def test_the_frame_given_to_fit_says_what_the_queries_are(tiny_encoder, cache_di
         DistillationSettings(queries='crossfold').given(35, 35)
     coll = Collection('classic/adi')
     trainer = Distillation(tiny_encoder(max_length=64), coll, _teacher(coll, cache_dir), depth=10,
-                           batch_size=16, verdict_share=0.0, cache_dir=cache_dir, verbose=False)
+                           batch_size=16, cache_dir=cache_dir, verbose=False)
     trainer.fit(coll.topics())
     assert (trainer.settings.passages, trainer.settings.rounds) == ('offsets', 5)
     assert trainer.encoder.passage_offsets is not None and trainer.state['epoch'] == 5
@@ -595,7 +594,7 @@ def test_a_cross_encoder_scores_the_teachers_candidates(tiny_cross_encoder, tiny
     # and distillation trains from it, its record naming the cross-encoder
     settings = {'teacher': 'bm25+ce', 'cross_encoder': str(tiny_cross_encoder), 'depth': 10,
                 'model_name': str(tiny_dir), 'queries': 'sentences', 'n_queries': 16,
-                'verdict_share': 0.0}
+}
     final = trained.train(coll, 'distill', settings, RunContext(cache_dir=tmp_path))
     assert store.read_settings(final).cross_encoder == str(tiny_cross_encoder)
 
@@ -632,7 +631,7 @@ def test_gpl_trains_its_recipe_with_a_doc2query_writer_and_a_cross_encoder(
                         lambda name: name not in GPL_MINERS and on_this_machine(name))
     monkeypatch.setattr(hub, '_SAID', set())
     spec = get_pipeline(f'gpl:generator={tiny_generator_dir["t5"]},cross_encoder='
-                        f'{tiny_cross_encoder},model_name={tiny_dir},n_queries=12,verdict_share=0')
+                        f'{tiny_cross_encoder},model_name={tiny_dir},n_queries=12')
     with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
         final = spec.train(Collection('classic/adi'), RunContext(cache_dir=tmp_path))
     # ⌈12 / 3⌉ passages drawn, 3 queries asked of each, sampled as BEIR's writer samples
@@ -672,8 +671,8 @@ def test_selfsup_train_gpl_runs_with_replicas_of_gpls_own_models(gpl_on_the_hub,
     from tests.test_cli import selfsup
     cache = tmp_path / 'cache'
     # (6 queries of 16 tokens, each miner's top 10, not 2,000 of 64 and 50: the suite's time)
-    ran = selfsup('train', f'gpl:model_name={tiny_dir},n_queries=6,depth=10,query_tokens=16,'
-                  'verdict_share=0', '-c',
+    ran = selfsup('train', f'gpl:model_name={tiny_dir},n_queries=6,depth=10,query_tokens=16',
+                  '-c',
                   'classic/adi', '--cache-dir', str(cache), '--output', str(tmp_path / 'out'),
                   cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr

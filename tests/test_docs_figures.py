@@ -26,7 +26,7 @@ PAGES = [ROOT / 'README.md', *sorted((ROOT / 'docs').glob('*.md'))]
 REMOVED_AS_TODAY = {'keep': 'last', 'filter_depth': 'None', 'stop_overlap': 'None',
                     'min_round_steps': '0', 'source_share': '0.0', 'passage_layers': 'None'}
 # files a run writes, which the pages name as a user meets them (not results of this repository)
-RUNTIME_FILES = {'model.json', 'pt_meta.json', 'stage-rates.json'}
+RUNTIME_FILES = {'model.json', 'pt_meta.json', 'stage-rates.json', 'campaign.json'}
 FIGURE = re.compile(r'(?<![\d.])0?(\.\d{4})\b')
 # a results file as the pages name one: a table, its data or its figure, or anything under results/
 CITED = re.compile(r'[\w./-]*results/[\w./-]+\.\w+|[\w./-]+\.(?:md|json|csv|png)\b')

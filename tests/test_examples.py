@@ -145,7 +145,7 @@ def test_your_own_corpus_on_a_corpus_it_has_never_seen(run_example, tmp_path):
             out.write(json.dumps({'docno': f'doc-{doc["docno"]}', 'text': doc['text']}) + '\n')
     (tmp_path / 'queries.txt').write_text('\n'.join(adi.topics()['query'].head(12)) + '\n')
     ran = run_example('your_own_corpus.py', tmp_path / 'docs.jsonl', tmp_path / 'queries.txt',
-                      '--settings', 'rounds=1,verdict_share=0', '--output', tmp_path / 'mine')
+                      '--settings', 'rounds=1', '--output', tmp_path / 'mine')
     corpus = ran['corpus']
     assert corpus.name.startswith('local/docs-') and corpus.docs_count == 82
     assert set(ran['runs']['adapted']['docno']) <= {f'doc-{d["docno"]}' for d in adi.corpus_iter()}
@@ -170,7 +170,7 @@ def test_your_own_corpus_without_queries_from_a_csv(run_example, tmp_path):
     adi = Collection(ADI)
     pd.DataFrame(list(adi.corpus_iter())).head(40).to_csv(tmp_path / 'docs.csv', index=False)
     ran = run_example('your_own_corpus.py', tmp_path / 'docs.csv', '--settings',
-                      'n_queries=12,rounds=1,verdict_share=0', '--output',
+                      'n_queries=12,rounds=1', '--output',
                       tmp_path / 'csv')
     assert ran['corpus'].docs_count == 40 and ran['distill'].settings['queries'] == 'sampled'
     assert (tmp_path / 'csv' / 'config.json').is_file() and len(ran['runs']['adapted']) > 0

@@ -54,7 +54,7 @@ def _trainer(encoder, coll, cache_dir, **kwargs):
     bm25 = Fusion({'bm25': BM25.from_collection(coll, num_results=100, cache_dir=cache_dir)})
     settings = dict(depth=10, batch_size=8, lr=3e-4, rounds=3, passages='offsets',
                     offset_weight=0.1, offset_lr=1e-2,
-                    verdict_share=0.0, seed=0, cache_dir=cache_dir, verbose=False)
+                    seed=0, cache_dir=cache_dir, verbose=False)
     return Distillation(encoder, coll, bm25, **{**settings, **kwargs})
 
 
@@ -116,73 +116,3 @@ def test_a_run_with_offsets_resumes_exactly(tiny_encoder, cache_dir, tmp_path, m
     torch.testing.assert_close(a.delta, b.delta, rtol=0, atol=0)
     for x, y in zip(full.encoder.model.parameters(), resumed.encoder.model.parameters()):
         torch.testing.assert_close(x, y, rtol=0, atol=0)
-
-
-# -- the label-free verdict (issue 30) ----------------------------------------------------
-
-from pyterrier_selfsup.training.verdict import held_out, ndcg_at, verdict  # noqa: E402
-
-
-def test_verdict_parts_by_hand():
-    assert (held_out([str(i) for i in range(20)], 0.1, fewest=1)
-            == held_out([str(i) for i in reversed(range(20))], 0.1, fewest=1))
-    assert (len(held_out([str(i) for i in range(20)], 0.1, fewest=1)) == 2 and
-            held_out(['a', 'b'], 0.5) == [])
-    assert (len(held_out([str(i) for i in range(300)], 0.1)) == 30 and
-            len(held_out([str(i) for i in range(100)], 0.1)) == 20)
-    # 20 held out would leave fewer than 40 to train
-    assert held_out([str(i) for i in range(59)], 0.1) == []
-    assert (ndcg_at({'q': ['a', 'b', 'c'], 'r': ['x']}, {'q': 'b', 'r': 'y'}).tolist()
-            == pytest.approx([1 / math.log2(3), 0]))
-    # the verdict compares the last round with the start, whichever way it moved
-    rose = verdict({0: np.array([0.0, 0.5, 1.0, 0.0] * 2), 1: np.array([0.5] * 8),
-                    2: np.array([1.0, 0.5, 1.0, 1.0] * 2)})
-    assert (rose.kept_round, rose.start, rose.kept) == (2, 0.375, 0.875) and rose.low == 0.125
-    assert rose.helped and 'round 2 kept' in rose.sentence()
-    assert 'interval clear of 0' in rose.sentence()
-    last = verdict({0: np.array([0.0, 0.5, 1.0, 0.0] * 2), 1: np.array([1.0, 0.5, 1.0, 1.0] * 2),
-                    2: np.array([0.5] * 8)})
-    assert (last.kept_round, last.kept) == (2, 0.5) and 'rose within its noise' in last.sentence()
-    fell = verdict({0: np.array([1.0, 1.0, 1.0]), 1: np.array([0.0, 0.0, 0.0])})
-    assert 'fell, its interval clear of 0: round 1 kept' in fell.sentence() and not fell.helped
-    # what the user reads: what was measured, and that it is a proxy; never that adaptation helped
-    for said in (rose.sentence(), last.sentence(), fell.sentence()):
-        assert 'not known to predict' in said and 'helped' not in said
-
-
-def test_held_out_queries_never_train_and_the_last_round_ships_with_its_verdict(
-        tiny_encoder, cache_dir, tmp_path, monkeypatch):
-    coll = Collection('classic/adi')
-    topics = coll.topics()
-    seen = []
-    original = Distillation.loss
-
-    def spy(self, batch, rng):
-        seen.extend(q.qid for q in batch)
-        return original(self, batch, rng)
-
-    monkeypatch.setattr(Distillation, 'loss', spy)
-    trainer = _trainer(tiny_encoder(max_length=64), coll, cache_dir, output_dir=tmp_path / 'run',
-                       verdict_share=0.2, checkpoint_every='epoch')
-    trainer.verdict.fewest = 1  # (ADI's 35 queries: a verdict from 7)
-    trainer.fit(topics)
-    held = {q.qid for q in trainer.verdict.held}
-    assert len(held) == 7 and not held & set(seen) and set(seen) == set(topics['qid']) - held
-    rounds = [r for r in trainer.log if 'verdict round' in r]
-    assert ([r['verdict round'] for r in rounds] == [0, 1, 2, 3] and
-            all(len(r['verdict scores']) == 7 for r in rounds))
-    v = trainer.verdict.result
-    assert v.queries == 7 and v.kept_round == 3 == trainer.log[-1]['verdict kept round']
-    assert v.kept == rounds[-1]['verdict nDCG@10'] and v.start == rounds[0]['verdict nDCG@10']
-    # the model left in place is the last round's: scoring it again gives its score
-    ranked = trainer.rank(trainer.student(fresh=False), trainer.verdict.held, depth=10)
-    again = ndcg_at({q: d for q, (d, _) in ranked.items()}, trainer.verdict.pseudo)
-    assert again.mean() == pytest.approx(v.kept, abs=1e-9)
-    # with lr 0 every round ties with the start: the last round ships, and the verdict says that
-    # the signal did not move
-    frozen = _trainer(tiny_encoder(max_length=64), coll, cache_dir, lr=0.0, offset_lr=0.0,
-                      verdict_share=0.2, rounds=2)
-    frozen.verdict.fewest = 1
-    frozen.fit(coll.topics())
-    assert frozen.verdict.result.kept_round == 2 and not frozen.verdict.result.helped
-    assert 'did not move: round 2 kept' in frozen.verdict.result.sentence()

@@ -71,8 +71,7 @@ def test_a_replica_trains_indexes_exports_and_loads_back_with_its_prompts(
         name, replicas_on_the_hub, tmp_path):
     run = RunContext(cache_dir=tmp_path)
     adi = Collection('classic/adi')
-    spec = get_pipeline(f'distill:model_name={name},queries=sentences,n_queries=16,batch_size=8,'
-                        f'verdict_share=0')
+    spec = get_pipeline(f'distill:model_name={name},queries=sentences,n_queries=16,batch_size=8')
     final = spec.train(adi, run)
     adapted = DualEncoder.from_pretrained(str(final), device='cpu', precision='fp32')
     assert adapted.prompts == CARDS[name]

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / 'README.md'
 PAGES = [README, *sorted((ROOT / 'docs').glob('*.md'))]
 # distillation small enough for the suite: 32 corpus sentences, 2 rounds of one step each
-SMALL_DISTILL = 'queries=sentences,n_queries=32,rounds=2,verdict_share=0'
+SMALL_DISTILL = 'queries=sentences,n_queries=32,rounds=2'
 SUBSTITUTIONS = {
     "'beir/scifact/test'": "'classic/adi'",  # a small collection: the test suite's minutes
     # the classic collections here
@@ -212,6 +212,11 @@ def test_every_selfsup_command_of_the_pages_parses_and_names_known_pipelines(mon
     monkeypatch.setattr(collections, 'Collection', lambda name: name)
     monkeypatch.setattr(type(get_pipeline('ds')), 'train',
                         lambda spec, *args, **kwargs: seen.append(spec) or Path('x'))
+    # (`selfsup judge` would serve its page: its pipelines are resolved instead)
+    from pyterrier_selfsup.harness.judging import campaign, command
+    monkeypatch.setattr(campaign, 'read_judgements', lambda qrels, topics=None: None)
+    monkeypatch.setattr(command, 'main', lambda args, run: seen.extend(
+        map(get_pipeline, args.pipelines or command.DEFAULT_PIPELINES)) or 0)
     commands = []
     for _, words in shell_lines():
         if words[:1] == ['selfsup']:

@@ -148,7 +148,7 @@ def test_a_dependent_value_is_a_documented_rule_of_the_settings():
 
 def test_old_names_are_refused_with_the_names_there_are():
     for old in ({'epochs': 3}, {'passage_offsets': None}, {'keep': 'verdict'},
-                {'checkpointing': False}):
+                {'checkpointing': False}, {'verdict_share': 0.1}):
         with pytest.raises(ValueError, match='has no setting'):
             DistillationSettings.of(**old)
     for gone in ('dual', 'recon'):  # (the former names of dual_encoder and query_likelihood)

@@ -5,6 +5,8 @@
     selfsup run -p bm25 dual_encoder "distant_supervision:queries=beir/scifact/train,epochs=3"
     selfsup train "rumbart:queries=beir/scifact/train" -c beir/scifact/test
                                         # train only; `run` picks it up
+    selfsup judge -c classic/adi -p minilm distill --queries log.txt
+                                        # judge them yourself: a page on 127.0.0.1, then a report
     selfsup list                        # the pipelines and collections it knows
     selfsup settings distill            # a method's settings, their defaults and help
 
@@ -24,8 +26,9 @@ from pyterrier_selfsup._distributed import distributed, join_process_group
 from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.classic import BUILTIN, CLASSIC_DATA_ENV, discover
 from pyterrier_selfsup.harness import reference
+from pyterrier_selfsup.harness.judging import command as judging_command
 from pyterrier_selfsup.progress import counted, progress_mode, set_progress
-from pyterrier_selfsup.training.settings import SETTINGS, DistillationSettings
+from pyterrier_selfsup.training.settings import SETTINGS
 
 # (the pipelines, the experiment and the models behind them are imported where `list`, `run` and
 # `train` need them, so that `--help` and `settings` answer in a second)
@@ -68,6 +71,11 @@ def main(argv=None) -> int:
                      help='named pipelines, the first is the baseline, NAME:key=value,... '
                           'changes settings (default: '
                           f'{" ".join(DEFAULT_PIPELINES)}; `selfsup list` names them all)')
+    run.add_argument('--qrels', metavar='FILE', type=Path,
+                     help="judge by FILE's TREC qrels (as `selfsup judge` writes them) and the "
+                          'topics file beside it, topics.tsv, or --topics (one collection)')
+    run.add_argument('--topics', metavar='FILE', type=Path,
+                     help='the queries of --qrels: qid<TAB>query a line')
     run.add_argument('--save', metavar='NAME', help='write <results-dir>/NAME.md, .csv and .png')
     run.add_argument('--results-dir', default='selfsup-results',
                      help='where --save writes, under the current directory unless absolute '
@@ -85,6 +93,7 @@ def main(argv=None) -> int:
                        help='also copy the trained model here (distill\'s loads with '
                             'SentenceTransformer(DIR) too)')
 
+    judging_command.add_parser(sub, common)
     sub.add_parser('list', help='the named pipelines, their settings and the collections used in '
                                 'this project')
     settings = sub.add_parser('settings',
@@ -121,7 +130,7 @@ def main(argv=None) -> int:
             print(f'{method}:')
             print('\n'.join(reference.settings_lines(method)))
         return 0
-    if args.command not in ('run', 'train'):
+    if args.command not in ('run', 'train', 'judge'):
         parser.print_help()
         return 2
 
@@ -130,8 +139,8 @@ def main(argv=None) -> int:
     from pyterrier_selfsup.harness import trained
     from pyterrier_selfsup.harness.experiment import (NothingToEvaluate, read_training_log,
                                                       run_experiment, write_results)
+    from pyterrier_selfsup.harness.judging.campaign import CampaignError, read_judgements
     from pyterrier_selfsup.harness.pipelines import UnknownPipelineError, get_pipeline
-    from pyterrier_selfsup.training.verdict import FEWEST
     _quiet_libraries()
     if args.classic_data:
         os.environ[CLASSIC_DATA_ENV] = args.classic_data
@@ -152,6 +161,8 @@ def main(argv=None) -> int:
         return 2
     rank = join_process_group()
     try:
+        if args.command == 'judge':
+            return judging_command.main(args, run)
         if args.command == 'train':
             spec = get_pipeline(args.pipeline)
             if args.output is not None and not rank:  # (said before the training, not after)
@@ -180,26 +191,24 @@ def main(argv=None) -> int:
                             done = (f'{counted(round(record["done"]), record["unit"])} in '
                                     if 'done' in record else '')
                             print(f'  {record["stage"]}: {done}{record["seconds"]:.0f} s')
-                    said = [r['verdict'] for r in log if 'verdict' in r]
-                    if said:
-                        print(f'verdict: {said[-1]}')
-                    elif spec.method == 'distill' and spec.settings.get(
-                            'verdict_share', DistillationSettings.verdict_share):
-                        print('verdict: none: too few training queries to hold some out '
-                              f'(it takes {3 * FEWEST} or more); every query trained and the '
-                              'last round was kept')
+                print(judging_command.how_to_judge(spec, args.collection, args.pipeline))
             return 0
         if args.save:  # (before the run, not after it: an unwritable directory is said at once)
             writable(Path(args.results_dir), f'the results of {args.save}',
                      'choose another with --results-dir', create=False)
+        judgements = None
+        if args.qrels is not None:
+            if len(args.collections) != 1:
+                raise CampaignError('--qrels judges one collection: name it with -c')
+            judgements = read_judgements(args.qrels, args.topics)
         result = run_experiment(args.collections, args.pipelines, name=args.save or 'selfsup run',
-                                run=run,
+                                run=run, judgements=judgements,
                                 log=lambda s: print(s, flush=True))
     except NothingToEvaluate as e:
         print(f'selfsup: {e}')
         return 0
     except (UnknownCollectionError, UnknownPipelineError, FileNotFoundError, CacheError,
-            MalformedFileError) as e:
+            MalformedFileError, CampaignError) as e:
         print(f'selfsup: error: {e}', file=sys.stderr)
         return 2
     if args.save:

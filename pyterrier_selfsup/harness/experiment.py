@@ -12,7 +12,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -77,10 +77,13 @@ class NothingToEvaluate(ValueError):
 
 def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *,
                    name: str = 'experiment', run: RunContext = SILENT,
-                   log=print) -> ExperimentResult:
+                   log=print, judgements: Optional[Tuple[pd.DataFrame, pd.DataFrame]] = None
+                   ) -> ExperimentResult:
     """Evaluates every pipeline on every collection. Names are checked before any work.
     ``run``: the cache the pipelines' indexes and models are kept in, and whether their
-    progress is shown; ``log``: where each collection's table is written.
+    progress is shown; ``log``: where each collection's table is written; ``judgements``:
+    (topics, qrels) to judge by instead of the collection's own (one collection; such as a
+    judging campaign's: :func:`~pyterrier_selfsup.harness.judging.read_judgements`).
 
         result = run_experiment(['classic/adi'], ['bm25', 'minilm'], run=RunContext(verbose=True))
     """
@@ -90,8 +93,11 @@ def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *,
     colls = [Collection(c) for c in collections]
     if not colls:
         raise ValueError('no collections to evaluate on')
+    if judgements is not None and len(colls) != 1:
+        raise ValueError('judgements given for one collection; given collections: '
+                         f'{list(collections)}')
     for given, coll in zip(collections, colls):
-        if not coll.has_judgements:
+        if judgements is None and not coll.has_judgements:
             raise NothingToEvaluate(
                 f'{given} has no queries with relevance judgements, so there is nothing to '
                 f'evaluate. To adapt a retriever to it without labels: selfsup train distill '
@@ -107,7 +113,7 @@ def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *,
             t0 = time.time()
             systems.append(spec.build(coll, run))
             setup_seconds[spec.name] = time.time() - t0
-        topics, qrels = coll.topics(), coll.qrels()
+        topics, qrels = judgements or (coll.topics(), coll.qrels())
         # each system runs once, timed as pt.Experiment's mrt is (its whole run over the
         # queries, per query); the aggregate table and the per-query scores come from its run
         names, runs, mrt = [s.name for s in specs], [], []

@@ -81,11 +81,8 @@ def stages(collection: Collection, method: str, s: MethodSettings,
         out.append(Planned('BM25 index', docs, 'doc', 'unless built before'))
         if s.passages == 'trained':
             # a passage side that trains: the start index, then one afresh for each later round
-            # whose teacher or verdict reads the student, and one for the last verdict
-            # (Distillation.on_epoch_start, judge)
-            reads = 'student' in parse_teacher(s.teacher)
-            verdict = s.verdict_share > 0
-            fresh = (s.rounds - 1) * (reads or verdict) + verdict
+            # whose teacher reads the student (Distillation.on_epoch_start)
+            fresh = (s.rounds - 1) * ('student' in parse_teacher(s.teacher))
             out.append(Planned('encoding documents', docs * (1 + fresh), 'doc',
                                "the student's start index (unless built before) "
                                f"and {fresh} afresh"))
@@ -98,7 +95,7 @@ def stages(collection: Collection, method: str, s: MethodSettings,
                                f"the {counted(mining, 'miner')}' indexes, unless built before"))
         out.append(Planned('teacher rankings', queries * s.rounds, 'query', 'once a round'))
         out.append(Planned(
-            steps_name, _steps(queries * (1 - s.verdict_share), s.batch_size, s.rounds), 'step'))
+            steps_name, _steps(queries, s.batch_size, s.rounds), 'step'))
     elif method == 'reatt':
         out.append(Planned('ReAtt token index', docs * s.epochs, 'doc',
                            'a token index an iteration'))

@@ -4,9 +4,8 @@ The teacher is a PyTerrier retriever, or a function of the student's retriever t
 (rebuilt every round, so that the improved student re-enters its own teacher). Its top ``depth``
 candidates for a query, through softmax(score / ``teacher_temperature``), are the distribution
 the student learns (:mod:`~pyterrier_selfsup.training.losses`). The passage side is a strategy
-of :mod:`~pyterrier_selfsup.training.passages`; a held-out slice of the queries gives the
-label-free verdict (:mod:`~pyterrier_selfsup.training.verdict`), which reports how its signal
-moved from the start to the last round.
+of :mod:`~pyterrier_selfsup.training.passages`. Whether it helped is for judged queries to say
+(:mod:`~pyterrier_selfsup.harness.judging` makes them).
 
     bm25 = BM25.from_collection(adi, num_results=100)
     trainer = Distillation(DualEncoder.from_pretrained(MINILM), adi,
@@ -34,7 +33,6 @@ from pyterrier_selfsup.training.losses import (candidate_table, distillation_los
                                                triple)
 from pyterrier_selfsup.training.passages import passage_side
 from pyterrier_selfsup.training.settings import DistillationSettings
-from pyterrier_selfsup.training.verdict import HeldOutVerdict
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +63,6 @@ class Distillation(DualEncoderTrainer):
         super().__init__(encoder, collection, settings, run, **changes)
         self.teacher = teacher
         self.passages = passage_side(self.settings)
-        self.verdict = HeldOutVerdict(self.settings.verdict_share, self.settings.seed)
 
     def fit(self, tr_topics: pd.DataFrame, *args, **kwargs) -> 'Distillation':
         """As :meth:`Trainer.fit`; the frame says what its queries are: without ``source_docno``
@@ -120,28 +117,24 @@ class Distillation(DualEncoderTrainer):
         return student
 
     def examples(self, topics: pd.DataFrame) -> List[Query]:
-        """The training queries, less the verdict's slice."""
-        sources = query_sources(topics, self.collection, excluded=self.settings.excludes_sources)
+        """The training queries (with a warning where queries cut from the corpus could
+        retrieve their own passage: :func:`~pyterrier_selfsup.data.queries.query_sources`)."""
+        query_sources(topics, self.collection, excluded=self.settings.excludes_sources)
         queries = training_queries(topics)
         if not self.settings.excludes_sources:
             queries = [Query(q.qid, q.query, frozenset(), q.answer, q.source) for q in queries]
-        return self.verdict.split(self, queries, sources)
+        return queries
 
     def on_epoch_start(self, examples: List[Query], epoch: int, resumed: bool):
-        made = []
-
-        def student():  # the student as the round starts, made once for the verdict and the teacher
-            if not made:
-                made.append(self.student(fresh=self.passages.moves and epoch > 0))
-            return made[0]
-        self.verdict.judge(self, epoch, student)
         if resumed and self.state.get('targets round') == epoch:
             return  # the round's targets came back with the checkpoint
         started = time.time()
         if self.state.get('targets') is not None and self.fixed_teacher:
             return  # a teacher that does not read the student ranks as it did in round 0
         else:  # (a query passed over twice is ranked once)
-            teacher = self.round_teacher(None if self.fixed_teacher else student())
+            teacher = self.round_teacher(
+                None if self.fixed_teacher else
+                self.student(fresh=self.passages.moves and epoch > 0))
             targets = self.rank(teacher, list({q.qid: q for q in examples}.values()))
             if self.settings.negatives is not None:  # (a triple's positive: else the top one)
                 logger.info('%d of the queries\' own passages are not among the teacher\'s '
@@ -155,9 +148,6 @@ class Distillation(DualEncoderTrainer):
                 {q: d for q, (d, _) in self.state['targets'].items()})
         self.log.append(record)
         self.state.update({'targets': targets, 'targets round': epoch})
-
-    def on_fit_end(self):
-        self.verdict.finish(self)
 
     # -- the loss ---------------------------------------------------------------------
 

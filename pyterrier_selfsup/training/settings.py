@@ -327,8 +327,6 @@ class DistillationSettings(MethodSettings):
     offset_weight: float = setting(1.0, 'With passages=offsets, the weight of the L2 term that '
                                         'pulls each offset towards zero.')
     offset_lr: float = setting(1e-3, 'The learning rate of the passage offsets\' Adam.')
-    verdict_share: float = setting(0.1, 'The share of the training queries held out for the '
-                                        'label-free verdict (0: none; the last round is kept).')
     rounds: Optional[int] = setting(
         None, 'Rounds of self-training: each passes over the queries once, the teacher re-ranking '
               'with the student as it is. None: 1 with queries from the corpus (written or cut), '
