@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -90,7 +91,9 @@ def test_every_grade_survives_a_crash_and_the_last_one_wins(adi, tmp_path):
     assert Campaign(tmp_path).grade_of('1', b) == 0
     qrels = pt.io.read_qrels(str(tmp_path / QRELS_FILE))
     assert sorted(zip(qrels['docno'], qrels['label'])) == sorted([(a, 2), (b, 0)])
-    assert (tmp_path / TOPICS_FILE).read_text() == f'1\t{topics["query"][0]}\n'
+    assert (tmp_path / TOPICS_FILE).read_text() == ''  # (no query is judged in full)
+    grade_by_qrels(reopened, collection, ['2'])
+    assert (tmp_path / TOPICS_FILE).read_text() == f'2\t{topics["query"][1]}\n'
     with pytest.raises(CampaignError, match='is not pooled'):
         reopened.grade('1', 'no-such-doc', 2)
     with pytest.raises(CampaignError, match='a grade is one of'):
@@ -122,27 +125,87 @@ def test_the_report_is_pt_experiment_on_the_queries_judged_in_full(adi, tmp_path
     half = stats.t.ppf(0.975, 7) * diffs.std(ddof=1) / np.sqrt(8)
     assert (comparison.low, comparison.high) == pytest.approx((diffs.mean() - half,
                                                                diffs.mean() + half))
-    assert np.sign(comparison.low) != np.sign(comparison.high)  # (8 queries: within the noise)
-    assert 'within the noise' in comparison.sentence()
-    # the estimate: at that many more queries, with this spread, the interval clears zero
-    n = 8 + comparison.more
-    assert stats.t.ppf(0.975, n - 1) * diffs.std(ddof=1) / np.sqrt(n) < abs(diffs.mean())
-    assert stats.t.ppf(0.975, n - 2) * diffs.std(ddof=1) / np.sqrt(n - 1) >= abs(diffs.mean())
+    assert ('clear of the noise' in comparison.sentence()) == (comparison.p < 0.05)
     # the qrels judge the same pipelines through `selfsup run --qrels` (its own run of them)
     from pyterrier_selfsup.harness.experiment import run_experiment
     from pyterrier_selfsup.harness.judging import read_judgements
     result = run_experiment(['classic/adi'], NAMES, run=RunContext(cache_dir=tmp_path / 'cache'),
                             log=lambda s: None,
                             judgements=read_judgements(tmp_path / QRELS_FILE))
-    assert result.results[0].topics == 9  # (topics.tsv: every query with a grade)
+    # (topics.tsv: the queries judged in full), and its figures are the report's
+    assert result.results[0].topics == 8
+    assert (result.results[0].table['nDCG@10'].tolist()
+            == pytest.approx(got.table['nDCG@10'].tolist()))
 
 
-def test_a_clear_difference_is_called_clear():
-    """Two pipelines of which one finds every relevant passage and the other none."""
-    from pyterrier_selfsup.harness.judging.reporting import Comparison
+def test_a_clear_difference_is_called_clear_and_a_vague_one_says_how_many_more_queries():
+    from pyterrier_selfsup.harness.judging.reporting import Comparison, more_needed
     c = Comparison('good', 'bad', 12, 0.6, 0.5, 0.7, 1e-6, 0)
     assert c.sentence().startswith('good is better than bad: +0.600 nDCG@10 [+0.500, +0.700]')
     assert 'within' not in c.sentence()
+    vague = Comparison('new', 'old', 8, 0.02, -0.1, 0.14, 0.7, 40)
+    assert 'within the noise' in vague.sentence() and 'about 40 more' in vague.sentence()
+    # the estimate: 80% power at alpha .05, by the t distribution at the queries it names
+    diffs = np.array([0.1, -0.05, 0.2, 0.0, 0.15, -0.1, 0.05, 0.3])
+    more = more_needed(diffs)
+    sd, d = diffs.std(ddof=1), diffs.mean()
+
+    def power(n):  # (the noncentral t: the chance a two-sided test at n queries rejects)
+        t = stats.t.ppf(0.975, n - 1)
+        return stats.nct.sf(t, n - 1, d / sd * np.sqrt(n))
+    assert 0.78 < power(8 + more) and power(8 + more - 2) < 0.8
+    assert more_needed(diffs, comparisons=3) > more  # (alpha shared among three)
+    assert more_needed(np.zeros(5)) is None and more_needed(np.array([0.1])) is None
+
+
+def test_three_pipelines_are_each_held_to_the_first_with_holms_correction(adi, tmp_path):
+    collection, topics, pipelines = adi
+    three = {**pipelines, 'bm25-k1': get_pipeline('bm25:k1=2.0').build(collection)}
+    campaign = Campaign.create(tmp_path, collection, three, topics.head(6))
+    grade_by_qrels(campaign, collection, topics['qid'][:6])
+    got = report(campaign)
+    apart = pt.Experiment(list(three.values()), topics.head(6), campaign.qrels(), [nDCG @ 10],
+                          names=list(three), baseline=0, test='t', correction='holm')
+    assert [c.name for c in got.comparisons] == ['minilm', 'bm25-k1']
+    assert ([c.p for c in got.comparisons]
+            == pytest.approx(apart['nDCG@10 p-value corrected'][1:].tolist(), nan_ok=True))
+
+
+def test_odd_queries_are_pooled_once_under_ids_of_their_own(adi, tmp_path, caplog):
+    collection, topics, pipelines = adi
+    pipelines = {'bm25': pipelines['bm25'],
+                 'bm25-k1': get_pipeline('bm25:k1=2.0').build(collection)}
+    campaign = Campaign.create(tmp_path, collection, pipelines, topics.head(2))
+    more = pd.DataFrame({'qid': ['1', '1', 'x', 'y'],
+                         'query': ['<script>alert(1)</script> indexing', 'a  new  query ',
+                                   topics['query'][0], 'zzzqqq']})
+    added = campaign.add_queries(more, collection, pipelines)
+    # a taken id gets another; a query pooled already, or found by none, is left out (said)
+    assert added == ['1-2', '1-3']
+    assert list(campaign.queries['query'][2:]) == ['<script>alert(1)</script> indexing',
+                                                   'a new query']
+    assert "no pipeline found anything for 1 queries, left out: 'zzzqqq'" in caplog.text
+    page = make_app(campaign, token='t').test_client().get('/query/2').data.decode()
+    assert '<script>alert' not in page and '&lt;script&gt;alert(1)&lt;/script&gt;' in page
+
+
+def test_a_campaign_on_ones_own_file_reopens_from_the_command_line(adi, tmp_path, cache_dir):
+    from pyterrier_selfsup.harness.cli import main
+    collection, topics, _ = adi
+    docs, log = tmp_path / 'docs.jsonl', tmp_path / 'log.txt'
+    docs.write_text(''.join(json.dumps({'docno': d['docno'], 'text': d['text']}) + '\n'
+                            for d in collection.corpus_iter()))
+    log.write_text('\n'.join(topics['query'].head(3)) + '\n')
+    directory = tmp_path / 'judged'
+    args = ['judge', '-c', str(docs), '-p', 'bm25', 'bm25:k1=2.0', '--queries', str(log),
+            '--dir', str(directory), '--cache-dir', str(cache_dir), '--no-serve']
+    assert main(args) == 0 and len(Campaign(directory).queries) == 3
+    assert main(args) == 0 and len(Campaign(directory).queries) == 3  # (again: nothing new)
+    assert main(['judge', '--dir', str(directory), '--no-serve']) == 0
+    assert main(['judge', '-c', 'classic/adi', '--dir', str(directory), '--no-serve']) == 2
+    docs.write_text(docs.read_text() + json.dumps({'docno': 'new', 'text': 'more'}) + '\n')
+    with pytest.raises(CampaignError, match='has changed since'):
+        Campaign(directory).collection()
 
 
 @pytest.fixture
@@ -159,7 +222,9 @@ def test_the_server_takes_posts_only_from_its_own_page(served):
     body = {'qid': '1', 'docno': docno, 'grade': 2}
     page = client.get('/query/0', headers={'Host': '127.0.0.1:8765'})
     assert page.status_code == 200 and b'content="secret"' in page.data
-    assert client.post('/grade', json=body).status_code == 403  # no token
+    refused = client.post('/grade', json=body)  # no token: a page of an earlier server's
+    assert refused.status_code == 403 and 'reload the page' in refused.json['error']
+    assert client.post('/grade', json=[1, 2], headers={TOKEN_HEADER: 'secret'}).status_code == 400
     assert client.post('/grade', json=body, headers={TOKEN_HEADER: 'guess'}).status_code == 403
     assert campaign.grade_of('1', docno) is None
     # another name for this address (DNS rebinding): refused, token or not
@@ -176,6 +241,20 @@ def test_the_server_takes_posts_only_from_its_own_page(served):
     for path in ['/files/grades.jsonl', '/files/../campaign.json', '/files/%2e%2e/campaign.json',
                  '/files//etc/passwd', '/query/99']:
         assert client.get(path, follow_redirects=True).status_code == 404, path
+
+
+def test_one_server_serves_a_campaign_at_a_time(served):
+    import threading
+    from pyterrier_selfsup.harness.judging import serve
+    campaign, _ = served
+    said = []
+    first = threading.Thread(target=serve, args=(campaign,), kwargs={'port': 0, 'say': said.append},
+                             daemon=True)
+    first.start()
+    while not said and first.is_alive():
+        time.sleep(0.05)
+    with pytest.raises(CampaignError, match='another server is serving'):
+        serve(Campaign(campaign.directory), port=0)
 
 
 def test_a_typed_query_is_pooled_and_judged(served):
@@ -218,7 +297,7 @@ def start_server(directory: Path, cache_dir, *extra) -> tuple:
                     reason="no headless Chromium: Debian's chromium and chromium-driver packages "
                            'are not installed (.ci/run installs them)')
 def test_a_user_judges_12_adi_queries_in_a_browser_through_a_killed_server(adi, tmp_path,
-                                                                          cache_dir):
+                                                                          cache_dir, capsys):
     """Every passage of 12 ADI queries graded by mouse and keyboard, the server killed after 6
     and started again; the qrels equal the grades given, and the report's nDCG@10 equals
     pt.Experiment's on them. With $SELFSUP_SCREENSHOT set, the page's picture is saved there
@@ -298,8 +377,13 @@ def test_a_user_judges_12_adi_queries_in_a_browser_through_a_killed_server(adi, 
     # the report's nDCG@10, against pt.Experiment's on the qrels file, computed apart
     apart = pt.Experiment(list(pipelines.values()), topics, qrels, [nDCG @ 10], names=NAMES)
     assert shown == {n: round(v, 4) for n, v in zip(apart['name'], apart['nDCG@10'])}
-    assert 'minilm against bm25' in verdict or 'than bm25' in verdict
-    reported = subprocess.run([sys.executable, '-m', 'pyterrier_selfsup', 'judge', '--report',
-                               str(directory)], capture_output=True, text=True, check=True)
-    assert '12 queries judged in full' in reported.stdout
-    assert f'| minilm | {apart["nDCG@10"][1]:.4f} |' in reported.stdout
+    # and its words: the paired t-test's p, computed apart, and whether it clears 0.05
+    each = pt.Experiment(list(pipelines.values()), topics, qrels, [nDCG @ 10], names=NAMES,
+                         perquery=True).pivot_table(index='qid', columns='name', values='value')
+    p = stats.ttest_rel(each['minilm'], each['bm25']).pvalue
+    assert f'p={p:.3g}' in verdict and ('clear of the noise' in verdict) == (p < 0.05), verdict
+    from pyterrier_selfsup.harness.cli import main
+    assert main(['judge', '--report', str(directory)]) == 0
+    reported = capsys.readouterr().out
+    assert '12 queries judged in full' in reported
+    assert f'| minilm | {apart["nDCG@10"][1]:.4f} |' in reported

@@ -42,6 +42,8 @@ class Collection:
 
     def __init__(self, name: Union[str, Path]):
         name = str(name)
+        # what reopens this collection in another process: a file's absolute path, else its id
+        self.source = str(Path(name).resolve()) if names_a_file(name) else None
         if names_a_file(name):
             from pyterrier_selfsup.data.local import register_local
             name = register_local(name)
@@ -53,6 +55,7 @@ class Collection:
         except KeyError:
             raise UnknownCollectionError(_unknown_message(name)) from None
         self.name = name
+        self.source = self.source or name
         self.dataset = pt.get_dataset(f'irds:{name}')
 
     @classmethod

@@ -10,6 +10,7 @@ and the last grade of a passage wins. ``qrels.txt`` and ``topics.tsv``, the stan
 report and ``selfsup run --qrels`` read, are rewritten from the log after each grade.
 """
 import json
+import logging
 import os
 import random
 import time
@@ -23,6 +24,7 @@ import pyterrier as pt
 from pyterrier_selfsup._cache import written_whole
 from pyterrier_selfsup.harness.judging import DEPTH
 
+logger = logging.getLogger(__name__)
 GRADES = {0: 'not relevant', 1: 'partly relevant', 2: 'relevant'}
 CAMPAIGN_FILE, QUERIES_FILE, POOL_FILE = 'campaign.json', 'queries.tsv', 'pool.tsv'
 GRADES_FILE, QRELS_FILE, TOPICS_FILE, RUNS_DIR = 'grades.jsonl', 'qrels.txt', 'topics.tsv', 'runs'
@@ -73,9 +75,9 @@ class Campaign:
                 if line.strip():  # (a line cut short by a crash mid-write is not a grade)
                     try:
                         record = json.loads(line)
-                    except json.JSONDecodeError:
+                        self._grades[record['qid'], record['docno']] = int(record['grade'])
+                    except (ValueError, KeyError, TypeError):
                         continue
-                    self._grades[record['qid'], record['docno']] = int(record['grade'])
 
     @classmethod
     def create(cls, directory: Union[str, Path], collection,
@@ -103,7 +105,8 @@ class Campaign:
                                 f'given: {list(pipelines)}')
         directory.mkdir(parents=True, exist_ok=True)
         (directory / RUNS_DIR).mkdir(exist_ok=True)
-        meta = {'collection': collection.name, 'pipelines': list(pipelines), 'depth': depth,
+        meta = {'collection': collection.name, 'source': collection.source,
+                'pipelines': list(pipelines), 'depth': depth,
                 'seed': seed, 'created': time.strftime('%Y-%m-%d %H:%M:%S %Z')}
         _write_tsv(directory / QUERIES_FILE, pd.DataFrame(columns=['qid', 'query']))
         _write_tsv(directory / POOL_FILE, pd.DataFrame(columns=['qid', 'docno', 'text']))
@@ -115,6 +118,15 @@ class Campaign:
             campaign.add_queries(queries, collection, pipelines)
         return campaign
 
+    def collection(self):
+        """The campaign's collection, reopened (a file of one's own by its path)."""
+        from pyterrier_selfsup.data.collections import Collection
+        collection = Collection(self.meta.get('source') or self.meta['collection'])
+        if collection.name != self.meta['collection']:
+            raise CampaignError(f'{self.meta["source"]} has changed since this campaign pooled '
+                                'its passages: start a new campaign in another directory')
+        return collection
+
     @property
     def pipelines(self) -> List[str]:
         """The pipelines' names, the baseline first."""
@@ -123,41 +135,64 @@ class Campaign:
     def add_queries(self, queries: pd.DataFrame, collection,
                     pipelines: Mapping[str, pt.Transformer]):
         """Pools each pipeline's top results for ``queries`` (``qid``, ``query``) and appends
-        them to the campaign; a query whose text is there already is skipped."""
+        them to the campaign; returns the qids added. A query whose text is there already is
+        skipped, a query id taken already gets a new one, and a query that no pipeline finds
+        anything for is left out (with a warning).
+
+        A pipeline's top ``depth`` is its first ``depth`` by rank, and with them every result
+        that ties the last one's score, so that nDCG@10 reads no unjudged passage however the
+        evaluation breaks ties."""
         if list(pipelines) != self.pipelines:
             raise CampaignError(f'this campaign pools {self.pipelines}; given {list(pipelines)}')
+        queries = queries[['qid', 'query']].astype(str)
+        queries = queries.assign(query=queries['query'].map(lambda q: ' '.join(q.split())))
         known = set(self.queries['query'])
-        queries = queries[['qid', 'query']].astype(str).drop_duplicates('query')
-        queries = queries[~queries['query'].isin(known)]
-        if queries.empty:
-            return
+        queries = queries[(queries['query'] != '') & ~queries['query'].isin(known)]
+        queries = queries.drop_duplicates('query').reset_index(drop=True)
         taken = set(self.queries['qid'])
-        if taken & set(queries['qid']):
-            raise CampaignError(f'query ids taken already: {sorted(taken & set(queries["qid"]))}')
+        fresh = []
+        for qid in queries['qid']:
+            new, n = qid, 1
+            while new in taken:
+                n += 1
+                new = f'{qid}-{n}'
+            taken.add(new)
+            fresh.append(new)
+        queries['qid'] = fresh
+        if queries.empty:
+            return []
         runs = [system(queries)[['qid', 'docno', 'rank', 'score']] for system in pipelines.values()]
         pooled = []
         for qid in queries['qid']:
-            docnos = list(dict.fromkeys(
-                d for run in runs for d in run[run['qid'] == qid]
-                .sort_values('rank')['docno'].head(self.meta['depth'])))
+            docnos = list(dict.fromkeys(d for run in runs
+                                        for d in _top(run[run['qid'] == qid], self.meta['depth'])))
             random.Random(f'{self.meta["seed"]}:{qid}').shuffle(docnos)
             pooled += [(qid, d) for d in docnos]
+        found = {q for q, _ in pooled}
+        if len(found) < len(queries):
+            logger.warning('no pipeline found anything for %d queries, left out: %s',
+                           len(queries) - len(found),
+                           ', '.join(repr(q) for q in queries[~queries['qid'].isin(found)]
+                                     ['query'].head(5)))
+            queries = queries[queries['qid'].isin(found)]
         texts = collection.texts([d for _, d in pooled]) if pooled else []
         pool = pd.DataFrame([(q, d, ' '.join(t.split())) for (q, d), t in zip(pooled, texts)],
                             columns=['qid', 'docno', 'text'])
-        for i, run in enumerate(runs):
-            with open(self.directory / RUNS_DIR / f'{i}.res', 'a', encoding='utf8') as out:
-                for row in run.itertuples(index=False):
-                    out.write(f'{row.qid} Q0 {row.docno} {row.rank + 1} {row.score!r} '
-                              f'{self.pipelines[i]}\n')
-        # (the pool and then the queries: a query is there only once its passages are)
+        # (the pool and then the queries: a query is there only once its passages are; the
+        # runs last, whole: a query of a run that a crash left without its pool is never read)
         _write_tsv(self.directory / POOL_FILE,
                    pd.concat([_read_tsv(self.directory / POOL_FILE, ['qid', 'docno', 'text']),
                               pool], ignore_index=True))
         _write_tsv(self.directory / QUERIES_FILE,
                    pd.concat([self.queries, queries], ignore_index=True))
+        for i, run in enumerate(runs):
+            path = self.directory / RUNS_DIR / f'{i}.res'
+            lines = ''.join(f'{r.qid} Q0 {r.docno} {r.rank + 1} {r.score!r} {self.pipelines[i]}\n'
+                            for r in run[run['qid'].isin(found)].itertuples(index=False))
+            _write(path, path.read_text(encoding='utf8') + lines)
         reopened = Campaign(self.directory)
         self.queries, self._pool = reopened.queries, reopened._pool
+        return list(queries['qid'])
 
     def passages(self, qid: str) -> List[Passage]:
         """The pooled passages of query ``qid``, in the order the page shows them."""
@@ -188,8 +223,7 @@ class Campaign:
 
     def complete(self) -> List[str]:
         """The queries whose every pooled passage has a grade, in order."""
-        return [q for q in self.queries['qid'] if self._pool.get(q)
-                and self.judged(q) == len(self._pool[q])]
+        return [q for q in self.queries['qid'] if self.judged(q) == len(self._pool.get(q, ()))]
 
     def progress(self) -> Dict[str, int]:
         """Grades given and passages pooled, and queries complete and in all."""
@@ -198,25 +232,38 @@ class Campaign:
 
     def qrels(self) -> pd.DataFrame:
         """Every grade as qrels (``qid``, ``docno``, ``label``), the last grade of each pair."""
-        return pd.DataFrame([(q, d, g) for (q, d), g in self._grades.items()],
+        return pd.DataFrame([(q, d, g) for (q, d), g in list(self._grades.items())],
                             columns=['qid', 'docno', 'label'])
 
     def runs(self) -> List[pd.DataFrame]:
         """Each pipeline's run over the campaign's queries, as PyTerrier frames."""
-        return [pt.io.read_results(str(self.directory / RUNS_DIR / f'{i}.res'))
-                if (self.directory / RUNS_DIR / f'{i}.res').stat().st_size else
-                pd.DataFrame(columns=['qid', 'docno', 'rank', 'score'])
-                for i in range(len(self.pipelines))]
+        runs = []
+        for i in range(len(self.pipelines)):
+            path = self.directory / RUNS_DIR / f'{i}.res'
+            runs.append(pt.io.read_results(str(path)).astype({'qid': str, 'docno': str})
+                        if path.stat().st_size else
+                        pd.DataFrame(columns=['qid', 'docno', 'rank', 'score']))
+        return runs
 
     def write_qrels(self) -> None:
         """Rewrites ``qrels.txt`` (TREC: qid 0 docno grade) and ``topics.tsv`` (qid, query:
-        the queries with a grade) from the grades."""
+        the queries judged in full, the ones the report measures) from the grades."""
         qrels = self.qrels().sort_values(['qid', 'docno'])
         _write(self.directory / QRELS_FILE,
                ''.join(f'{r.qid} 0 {r.docno} {r.label}\n' for r in qrels.itertuples()))
-        topics = self.queries[self.queries['qid'].isin(set(qrels['qid']))]
+        topics = self.queries[self.queries['qid'].isin(set(self.complete()))]
         _write(self.directory / TOPICS_FILE,
                ''.join(f'{r.qid}\t{r.query}\n' for r in topics.itertuples()))
+
+
+def _top(run: pd.DataFrame, depth: int) -> List[str]:
+    """A run's first ``depth`` by rank, and every result that ties the last one's score."""
+    run = run.sort_values('rank')
+    top = run.head(depth)
+    if len(top) < depth or not len(top):
+        return top['docno'].tolist()
+    return top['docno'].tolist() + run[(run['score'] == top['score'].iloc[-1])
+                                       & ~run['docno'].isin(top['docno'])]['docno'].tolist()
 
 
 def read_judgements(qrels: Union[str, Path], topics: Union[str, Path, None] = None

@@ -68,14 +68,16 @@ def main(args, run: RunContext) -> int:
     except CampaignError:
         campaign = None
     if campaign is not None:
-        for given, held in ((args.collection, campaign.meta['collection']),
-                            (args.pipelines, campaign.pipelines)):
+        collection = campaign.collection()
+        for given, held in (((Collection(args.collection).name if args.collection else None),
+                             collection.name), (args.pipelines, campaign.pipelines)):
             if given and given != held:
                 raise CampaignError(f'{args.dir} is a campaign of {held}, not {given}: choose '
                                     'another --dir for a new campaign')
     elif not args.collection:
         raise CampaignError(f'{args.dir} holds no campaign: start one with -c COLLECTION')
-    collection = Collection(campaign.meta['collection'] if campaign else args.collection)
+    else:
+        collection = Collection(args.collection)
     names = campaign.pipelines if campaign else args.pipelines or DEFAULT_PIPELINES
     specs = [get_pipeline(n) for n in names]  # (checked before any work)
     built: Dict[str, object] = {}  # (name: transformer, built once)

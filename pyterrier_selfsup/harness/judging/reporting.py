@@ -17,8 +17,9 @@ from pyterrier_selfsup.harness.judging.campaign import Campaign
 MEASURES = [nDCG @ 10, P @ 5]
 HEADLINE = str(MEASURES[0])
 ALPHA = 0.05
-# the most judged queries the estimate of "how many more" looks as far as
-FARTHEST = 10_000
+# the chance a test of the estimated number of queries has of showing a difference of the size
+# seen ("how many more"), and the most queries the estimate looks as far as
+POWER, FARTHEST = 0.8, 10_000
 
 
 @dataclass
@@ -31,7 +32,7 @@ class Comparison:
     low: float  # the 95% t-interval of the mean difference (not corrected across pipelines)
     high: float
     p: float  # the paired t-test's p-value, Holm-corrected across pipelines where several
-    more: Optional[int]  # about how many more judged queries would make it clear, if it is real
+    more: Optional[int]  # about how many more judged queries would show it (POWER), if real
 
     @property
     def clear(self) -> bool:
@@ -53,10 +54,12 @@ class Comparison:
         if self.more is None:
             more = 'no number of queries in reach would show a difference this small'
         elif not self.more:
-            more = 'its interval clears zero, but not once corrected for several pipelines'
+            more = ('as many queries usually show a difference of this size, so the real one '
+                    'may be smaller')
         else:
             more = (f'if a difference of this size is real, about {self.more} more judged '
-                    'queries would show it (a rough estimate from the spread so far)')
+                    f'queries would give the test a {POWER:.0%} chance of showing it (a rough '
+                    'estimate from the spread so far)')
         return (f'{self.name} against {self.baseline}: {d} over {self.queries} judged queries, '
                 f'within the noise (paired t-test, p={self.p:.3g}); {more}')
 
@@ -117,7 +120,7 @@ def report(campaign: Campaign) -> JudgingReport:
         p = row[f'{HEADLINE} p-value corrected' if several else f'{HEADLINE} p-value']
         low, high = _interval(diffs)
         comparisons.append(Comparison(name, names[0], len(diffs), float(diffs.mean()), low, high,
-                                      float(p), _more_needed(diffs)))
+                                      float(p), more_needed(diffs, len(names) - 1)))
     return JudgingReport(table, per_query, comparisons, len(complete),
                          len(graded - set(complete)))
 
@@ -130,13 +133,20 @@ def _interval(diffs: np.ndarray):
     return float(diffs.mean() - half), float(diffs.mean() + half)
 
 
-def _more_needed(diffs: np.ndarray) -> Optional[int]:
-    """About how many more queries would put a mean difference of the size seen, with the
-    spread seen, clear of zero at ALPHA (None: more than FARTHEST, or nothing to go on)."""
+def more_needed(diffs: np.ndarray, comparisons: int = 1) -> Optional[int]:
+    """About how many more queries a paired t-test needs to show, with probability
+    :data:`POWER`, a mean difference of the size seen in ``diffs`` with the spread seen, at
+    ALPHA shared among ``comparisons`` (Bonferroni: a bound on Holm's). None: more than
+    FARTHEST, or nothing to go on (fewer than two queries, no spread or no difference).
+
+        more_needed(np.array([0.1, -0.05, 0.2, 0.0]))   # 23 more, 27 in all"""
     n, mean = len(diffs), abs(float(diffs.mean()))
     spread = float(diffs.std(ddof=1)) if n > 1 else 0.0
     if n < 2 or not spread or not mean:
         return None
-    totals = np.arange(n, FARTHEST + 1)
-    clear = stats.t.ppf(1 - ALPHA / 2, totals - 1) * spread / np.sqrt(totals) < mean
-    return int(totals[clear.argmax()] - n) if clear.any() else None
+    totals = np.arange(max(n, 2), FARTHEST + 1)
+    alpha = ALPHA / comparisons
+    reach = ((stats.t.ppf(1 - alpha / 2, totals - 1) + stats.t.ppf(POWER, totals - 1))
+             * spread / np.sqrt(totals))
+    enough = reach <= mean
+    return int(totals[enough.argmax()] - n) if enough.any() else None

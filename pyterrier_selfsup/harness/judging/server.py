@@ -31,12 +31,12 @@ _WORD = re.compile(r'\w+', re.UNICODE)
 
 def highlighted(text: str, query: str) -> Markup:
     """``text``, escaped, with each word it shares with ``query`` (bar common ones) marked."""
-    words = {w.lower() for w in _WORD.findall(query) if w.lower() not in _COMMON}
+    words = {w.casefold() for w in _WORD.findall(query) if w.casefold() not in _COMMON}
     if not words:
         return escape(text)
     pieces, at = [], 0
     for match in _WORD.finditer(text):
-        if match.group().lower() in words:
+        if match.group().casefold() in words:
             pieces += [escape(text[at:match.start()]),
                        Markup('<mark>%s</mark>') % match.group()]
             at = match.end()
@@ -45,7 +45,7 @@ def highlighted(text: str, query: str) -> Markup:
 
 def make_app(campaign: Campaign, *, token: Optional[str] = None,
              pipelines: Optional[Callable[[], Mapping[str, pt.Transformer]]] = None,
-             collection=None):
+             collection=None, hosts=('127.0.0.1', 'localhost', '::1')):
     """The Flask application that serves ``campaign``'s page.
 
     Args:
@@ -54,6 +54,7 @@ def make_app(campaign: Campaign, *, token: Optional[str] = None,
         pipelines: makes the campaign's pipelines (names to transformers), called once, on the
             first query the user types in; None: typed queries are refused.
         collection: the campaign's collection (needed with ``pipelines``).
+        hosts: the names the page may be reached by (the ``Host`` header).
 
         app = make_app(Campaign('judged'))
         app.run(port=8765)"""
@@ -61,17 +62,19 @@ def make_app(campaign: Campaign, *, token: Optional[str] = None,
     app = Flask(__name__)
     app.config['MAX_CONTENT_LENGTH'] = LARGEST_POST
     app.config['JUDGING_TOKEN'] = token = token or secrets.token_urlsafe(24)
-    lock = threading.Lock()  # (one writer of the campaign's files at a time)
+    lock = threading.Lock()  # (the campaign read or written by one request at a time)
+    building = threading.Lock()  # (the pipelines built once, while grading goes on)
     built: Dict[str, Mapping[str, pt.Transformer]] = {}
 
     @app.before_request
     def local_only():
         host = (request.host or '').rsplit(':', 1)[0].strip('[]')
-        if host not in ('127.0.0.1', 'localhost', '::1'):
+        if host not in hosts:
             abort(403)  # (DNS rebinding: a page of another site under a name it points here)
         if request.method == 'POST' and not hmac.compare_digest(
                 request.headers.get(TOKEN_HEADER, ''), token):
-            abort(403)
+            return jsonify(error='the server was started again since this page was loaded: '
+                                 'reload the page (nothing saved is lost)'), 403
 
     def position(qid: str) -> int:
         return list(campaign.queries['qid']).index(qid)
@@ -92,6 +95,10 @@ def make_app(campaign: Campaign, *, token: Optional[str] = None,
 
     @app.get('/query/<int:n>')
     def query_page(n: int):
+        with lock:
+            return _query_page(n)
+
+    def _query_page(n: int):
         queries = campaign.queries
         if len(queries) and not 0 <= n < len(queries):
             abort(404)
@@ -107,7 +114,9 @@ def make_app(campaign: Campaign, *, token: Optional[str] = None,
 
     @app.post('/grade')
     def grade():
-        body = request.get_json(silent=True) or {}
+        body = request.get_json(silent=True)
+        if not isinstance(body, dict):
+            return jsonify(error='a grade is a JSON object: qid, docno, grade'), 400
         try:
             with lock:
                 campaign.grade(str(body.get('qid')), str(body.get('docno')),
@@ -122,24 +131,30 @@ def make_app(campaign: Campaign, *, token: Optional[str] = None,
         if pipelines is None:
             return jsonify(error='this server pools no new queries: start it with '
                            '`selfsup judge` and its pipelines'), 400
-        text = ' '.join(str((request.get_json(silent=True) or {}).get('query', '')).split())
+        body = request.get_json(silent=True)
+        text = ' '.join(str(body.get('query', '') if isinstance(body, dict) else '').split())
         if not text:
             return jsonify(error='an empty query'), 400
-        with lock:
+        with building:
             if 'systems' not in built:
                 built['systems'] = pipelines()
+        with lock:
             known = dict(zip(campaign.queries['query'], campaign.queries['qid']))
             if text not in known:
-                qid = f'typed-{len(campaign.queries) + 1}'
-                campaign.add_queries(pt.new.queries([text], qid=[qid]), collection,
-                                     built['systems'])
-                known[text] = qid
+                added = campaign.add_queries(
+                    pt.new.queries([text], qid=[f'typed-{len(campaign.queries) + 1}']),
+                    collection, built['systems'])
+                if not added:
+                    return jsonify(error='no pipeline found anything for this query'), 400
+                known[text] = added[0]
         return jsonify(url=f'/query/{position(known[text])}')
 
     @app.get('/report')
     def report_page():
-        return render_template('report.html', report=report(campaign),
-                               progress=campaign.progress(), qrels=QRELS_FILE, topics=TOPICS_FILE)
+        with lock:
+            made, progress = report(campaign), campaign.progress()
+        return render_template('report.html', report=made, progress=progress, qrels=QRELS_FILE,
+                               topics=TOPICS_FILE)
 
     @app.get('/files/<path:name>')
     def files(name: str):
@@ -160,8 +175,18 @@ def serve(campaign: Campaign, *, host: str = '127.0.0.1', port: int = 8765,
     ``say`` once the server listens.
 
         serve(Campaign('judged'), port=8765)"""
+    import fcntl
     from werkzeug.serving import make_server
-    app = make_app(campaign, pipelines=pipelines, collection=collection)
+    held = open(campaign.directory / '.server.lock', 'w')
+    try:  # (two servers on one campaign would each rewrite its files from their own memory)
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        held.close()
+        raise CampaignError(f'another server is serving {campaign.directory}: stop it, or use '
+                            'its page') from None
+    local = ('127.0.0.1', 'localhost', '::1')
+    app = make_app(campaign, pipelines=pipelines, collection=collection,
+                   hosts=local if host in local + ('0.0.0.0', '::') else local + (host,))
     server = make_server(host, port, app, threaded=True)
     progress = campaign.progress()
     say(f'judging page: http://{host}:{server.server_port}/ (campaign {campaign.directory}: '
@@ -173,6 +198,7 @@ def serve(campaign: Campaign, *, host: str = '127.0.0.1', port: int = 8765,
         pass
     finally:
         server.server_close()
+        held.close()
 
 
 def judge(directory, collection, pipelines: Mapping[str, pt.Transformer], queries=None, *,
@@ -194,6 +220,9 @@ def judge(directory, collection, pipelines: Mapping[str, pt.Transformer], querie
         campaign = Campaign(directory)
     except CampaignError:
         campaign = Campaign.create(directory, collection, pipelines, depth=depth, seed=seed)
+    if campaign.meta['collection'] != collection.name:
+        raise CampaignError(f'{directory} is a campaign of {campaign.meta["collection"]}, not '
+                            f'{collection.name}: choose another directory for a new campaign')
     if queries is not None:
         campaign.add_queries(queries, collection, pipelines)
     serve(campaign, port=port, pipelines=lambda: pipelines, collection=collection)

@@ -8,11 +8,16 @@
   const items = Array.from(document.querySelectorAll('#passages .passage'));
   let at = Math.max(0, items.findIndex((li) => li.dataset.grade === ''));
 
+  // one post at a time, in the order the grades were given: the last grade given is the last saved
+  let queue = Promise.resolve();
   function post(url, body) {
-    return fetch(url, {method: 'POST', headers: {'Content-Type': 'application/json',
-                                                  [header]: token},
-                       body: JSON.stringify(body)})
-      .then((r) => r.json().then((json) => (r.ok ? json : Promise.reject(json.error))));
+    const sent = queue.then(() => fetch(url, {
+      method: 'POST', headers: {'Content-Type': 'application/json', [header]: token},
+      body: JSON.stringify(body)}))
+      .then((r) => r.json().catch(() => ({error: 'the server answered ' + r.status}))
+        .then((json) => (r.ok ? json : Promise.reject(json.error))));
+    queue = sent.catch(() => undefined);
+    return sent;
   }
 
   function focus(i) {
@@ -47,6 +52,7 @@
         const open = items.findIndex((other) => other.dataset.grade === '');
         if (open >= 0) focus(open);
         else document.body.classList.add('query-done');
+        if (p.complete === p.queries) document.getElementById('done').hidden = false;
       })
       .catch((error) => { state.textContent = 'not saved: ' + error; });
   }
