@@ -189,7 +189,8 @@ def test_odd_queries_are_pooled_once_under_ids_of_their_own(adi, tmp_path, caplo
     assert '<script>alert' not in page and '&lt;script&gt;alert(1)&lt;/script&gt;' in page
 
 
-def test_a_campaign_on_ones_own_file_reopens_from_the_command_line(adi, tmp_path, cache_dir):
+def test_a_campaign_on_ones_own_file_reopens_from_the_command_line(adi, tmp_path, cache_dir,
+                                                                   capsys):
     from pyterrier_selfsup.harness.cli import main
     collection, topics, _ = adi
     docs, log = tmp_path / 'docs.jsonl', tmp_path / 'log.txt'
@@ -203,6 +204,12 @@ def test_a_campaign_on_ones_own_file_reopens_from_the_command_line(adi, tmp_path
     assert main(args) == 0 and len(Campaign(directory).queries) == 3  # (again: nothing new)
     assert main(['judge', '--dir', str(directory), '--no-serve']) == 0
     assert main(['judge', '-c', 'classic/adi', '--dir', str(directory), '--no-serve']) == 2
+    assert 'is a campaign of local/docs-' in capsys.readouterr().err
+    # an empty query file, and one not UTF-8: each a clear error, the campaign as it was
+    for content, said in ((b'', 'no query in it'), (b'caf\xe9 au lait\n', 'not UTF-8 text')):
+        log.write_bytes(content)
+        assert main(args) == 2 and said in capsys.readouterr().err
+        assert len(Campaign(directory).queries) == 3
     docs.write_text(docs.read_text() + json.dumps({'docno': 'new', 'text': 'more'}) + '\n')
     with pytest.raises(CampaignError, match='has changed since'):
         Campaign(directory).collection()
@@ -231,6 +238,12 @@ def test_the_server_takes_posts_only_from_its_own_page(served):
     assert client.get('/query/0', headers={'Host': 'evil.example:8765'}).status_code == 403
     ok = client.post('/grade', json=body, headers={TOKEN_HEADER: 'secret'})
     assert ok.status_code == 200 and ok.json['graded'] == 1 and campaign.grade_of('1', docno) == 2
+    again = client.post('/grade', json=body, headers={TOKEN_HEADER: 'secret'})  # (the same)
+    assert again.status_code == 200 and again.json['graded'] == 1
+    assert len((campaign.directory / GRADES_FILE).read_text().splitlines()) == 2
+    for unknown in ({**body, 'qid': 'no-such-query'}, {**body, 'docno': 'no-such-doc'}):
+        bad = client.post('/grade', json=unknown, headers={TOKEN_HEADER: 'secret'})
+        assert bad.status_code == 400 and 'is not pooled' in bad.json['error']
     big = client.post('/grade', data='x' * 20_000, content_type='application/json',
                       headers={TOKEN_HEADER: 'secret'})
     assert big.status_code == 413
@@ -255,6 +268,11 @@ def test_one_server_serves_a_campaign_at_a_time(served):
         time.sleep(0.05)
     with pytest.raises(CampaignError, match='another server is serving'):
         serve(Campaign(campaign.directory), port=0)
+    port = int(said[0].split()[2].rstrip('/').rsplit(':', 1)[1])
+    other = Campaign.create(campaign.directory.parent / 'other', campaign.collection(),
+                            dict.fromkeys(campaign.pipelines))
+    with pytest.raises(CampaignError, match=rf'cannot serve on 127.0.0.1:{port}, .*--port'):
+        serve(other, port=port)  # (the port the first server holds)
 
 
 def test_a_typed_query_is_pooled_and_judged(served):

@@ -187,7 +187,12 @@ def serve(campaign: Campaign, *, host: str = '127.0.0.1', port: int = 8765,
     local = ('127.0.0.1', 'localhost', '::1')
     app = make_app(campaign, pipelines=pipelines, collection=collection,
                    hosts=local if host in local + ('0.0.0.0', '::') else local + (host,))
-    server = make_server(host, port, app, threaded=True)
+    try:  # (werkzeug says why on stderr and exits where the address is taken)
+        server = make_server(host, port, app, threaded=True)
+    except (OSError, SystemExit):
+        held.close()
+        raise CampaignError(f'cannot serve on {host}:{port}, which is taken or not this '
+                            "machine's: choose another port with --port (0: a free one)") from None
     progress = campaign.progress()
     say(f'judging page: http://{host}:{server.server_port}/ (campaign {campaign.directory}: '
         f'{progress["graded"]} of {progress["pooled"]} passages graded; every grade is saved '
