@@ -24,6 +24,7 @@ seconds=$(( $(date +%s) - started ))
   echo "command: bash scripts/ci_time.sh"
   echo
   tail -n 1 "$log"
+  grep -h '^browser: ' "$log" || echo 'browser: installed before the run'
   echo
   echo "the 20 slowest:"
   grep -A20 'slowest 20 durations' "$log" | tail -n 20

@@ -11,9 +11,11 @@ if [ "$(id -u)" != 0 ]; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 log="${TMPDIR:-/tmp}/selfsup-browser-install.log"
+started=$(date +%s)
 if ! { $as_root apt-get update -qq && \
        $as_root apt-get install -y -qq --no-install-recommends chromium chromium-driver; } \
      > "$log" 2>&1; then
   tail -n 20 "$log" >&2
   exit 1
 fi
+echo "browser: chromium and chromium-driver installed in $(( $(date +%s) - started )) s" >&2

@@ -174,6 +174,17 @@ def test_the_adapting_guides_times_are_what_the_results_files_say():
         'run `python experiments/tools/what_to_expect.py --write`'
 
 
+def test_the_adapting_guides_pool_sizes_are_what_the_results_file_says():
+    """The passages a user grades for 30 queries on each collection (issue 71)."""
+    pool_sizes = script('experiments/probes/pool_sizes.py')
+    rows = json.loads((ROOT / 'experiments' / 'results' / 'pool_sizes.json').read_text())['rows']
+    assert [r['collection'] for r in rows] == pool_sizes.COLLECTIONS
+    text = pool_sizes.GUIDE.read_text()
+    assert pool_sizes.sentence(rows) in ' '.join(text.split())
+    assert pool_sizes.written_into(text, rows) == text, \
+        'run `python experiments/probes/pool_sizes.py --write`'
+
+
 def shell_lines():
     """Every line of every shell block of the README and the docs, split as a shell would."""
     import shlex

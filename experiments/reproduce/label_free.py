@@ -307,7 +307,7 @@ def query_stats(pipelines, collection: str) -> list:
     return lines
 
 
-# Groups that name settings removed from the package since they ran (source_share, passage_layers,
+# Groups that name settings removed from the package since they ran (source_share, passage_layers, verdict_share,
 # stop_overlap, min_round_steps; CHANGELOG.md), or that named distill's defaults before they moved (the
 # passage side and the rounds now follow the queries, and the last round ships): their results files stay,
 # and they run at the commit named.
