@@ -41,9 +41,7 @@ class Collection:
     """
 
     def __init__(self, name: Union[str, Path]):
-        name = str(name)
-        # what reopens this collection in another process: a file's absolute path, else its id
-        self.source = str(Path(name).resolve()) if names_a_file(name) else None
+        name = given = str(name)
         if names_a_file(name):
             from pyterrier_selfsup.data.local import register_local
             name = register_local(name)
@@ -55,7 +53,8 @@ class Collection:
         except KeyError:
             raise UnknownCollectionError(_unknown_message(name)) from None
         self.name = name
-        self.source = self.source or name
+        # what reopens this collection in another process: a file's absolute path, else its id
+        self.source = str(Path(given).resolve()) if names_a_file(given) else name
         self.dataset = pt.get_dataset(f'irds:{name}')
 
     @classmethod

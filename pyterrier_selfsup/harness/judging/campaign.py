@@ -118,6 +118,21 @@ class Campaign:
             campaign.add_queries(queries, collection, pipelines)
         return campaign
 
+    @classmethod
+    def reopened(cls, directory: Union[str, Path], collection=None,
+                 pipelines: Optional[Sequence[str]] = None) -> Optional['Campaign']:
+        """The campaign in ``directory``, or None where it holds none. A ``collection`` or
+        ``pipelines`` (their names) given must be the campaign's: else a CampaignError."""
+        if not (Path(directory) / CAMPAIGN_FILE).is_file():
+            return None
+        campaign = cls(directory)
+        for given, held in ((collection.name if collection else None, campaign.meta['collection']),
+                            (list(pipelines) if pipelines else None, campaign.pipelines)):
+            if given and given != held:
+                raise CampaignError(f'{directory} is a campaign of {held}, not {given}: choose '
+                                    'another directory (--dir) for a new campaign')
+        return campaign
+
     def collection(self):
         """The campaign's collection, reopened (a file of one's own by its path)."""
         from pyterrier_selfsup.data.collections import Collection

@@ -63,17 +63,10 @@ def main(args, run: RunContext) -> int:
     if args.report is not None:
         print('\n'.join(report(Campaign(args.report)).lines()))
         return 0
-    try:
-        campaign = Campaign(args.dir)
-    except CampaignError:
-        campaign = None
+    campaign = Campaign.reopened(args.dir, args.collection and Collection(args.collection),
+                                 args.pipelines)
     if campaign is not None:
         collection = campaign.collection()
-        for given, held in (((Collection(args.collection).name if args.collection else None),
-                             collection.name), (args.pipelines, campaign.pipelines)):
-            if given and given != held:
-                raise CampaignError(f'{args.dir} is a campaign of {held}, not {given}: choose '
-                                    'another --dir for a new campaign')
     elif not args.collection:
         raise CampaignError(f'{args.dir} holds no campaign: start one with -c COLLECTION')
     else:

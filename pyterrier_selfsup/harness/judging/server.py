@@ -221,13 +221,8 @@ def judge(directory, collection, pipelines: Mapping[str, pt.Transformer], querie
         seed: the shuffle's seed.
 
         campaign = judge('judged', Collection('classic/adi'), {'bm25': bm25, 'minilm': dense})"""
-    try:
-        campaign = Campaign(directory)
-    except CampaignError:
-        campaign = Campaign.create(directory, collection, pipelines, depth=depth, seed=seed)
-    if campaign.meta['collection'] != collection.name:
-        raise CampaignError(f'{directory} is a campaign of {campaign.meta["collection"]}, not '
-                            f'{collection.name}: choose another directory for a new campaign')
+    campaign = (Campaign.reopened(directory, collection)
+                or Campaign.create(directory, collection, pipelines, depth=depth, seed=seed))
     if queries is not None:
         campaign.add_queries(queries, collection, pipelines)
     serve(campaign, port=port, pipelines=lambda: pipelines, collection=collection)
