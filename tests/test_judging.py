@@ -223,6 +223,18 @@ def served(adi, tmp_path):
     return campaign, app.test_client()
 
 
+def test_reopening_a_campaign_loads_no_model(served):
+    """A restart to go on judging (``selfsup judge --dir DIR``) reads the campaign's files and
+    builds its pipelines only when a typed query needs them: no torch, so it starts in seconds."""
+    campaign, _ = served
+    probe = ('import sys; from pyterrier_selfsup.harness.cli import main; '
+             f'code = main(["judge", "--dir", {str(campaign.directory)!r}, "--no-serve"]); '
+             'print(code, "torch" in sys.modules)')
+    proc = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True)
+    assert proc.stdout.splitlines()[-1] == '0 False', proc.stdout + proc.stderr
+    assert f'selfsup judge --report {campaign.directory}' in proc.stdout
+
+
 def test_the_server_takes_posts_only_from_its_own_page(served):
     campaign, client = served
     docno = campaign.passages('1')[0].docno

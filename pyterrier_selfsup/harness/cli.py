@@ -134,13 +134,11 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
 
+    # (only what the command needs: `selfsup judge` reopening a campaign loads no model)
     from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
     from pyterrier_selfsup.data.local import MalformedFileError
-    from pyterrier_selfsup.harness import trained
-    from pyterrier_selfsup.harness.experiment import (NothingToEvaluate, read_training_log,
-                                                      run_experiment, write_results)
+    from pyterrier_selfsup.harness.errors import NothingToEvaluate, UnknownPipelineError
     from pyterrier_selfsup.harness.judging.campaign import CampaignError, read_judgements
-    from pyterrier_selfsup.harness.pipelines import UnknownPipelineError, get_pipeline
     _quiet_libraries()
     if args.classic_data:
         os.environ[CLASSIC_DATA_ENV] = args.classic_data
@@ -163,6 +161,10 @@ def main(argv=None) -> int:
     try:
         if args.command == 'judge':
             return judging_command.main(args, run)
+        from pyterrier_selfsup.harness import trained
+        from pyterrier_selfsup.harness.experiment import (read_training_log, run_experiment,
+                                                          write_results)
+        from pyterrier_selfsup.harness.pipelines import get_pipeline
         if args.command == 'train':
             spec = get_pipeline(args.pipeline)
             if args.output is not None and not rank:  # (said before the training, not after)

@@ -23,6 +23,7 @@ from pyterrier_selfsup._cache import writable, written_whole
 from pyterrier_selfsup.context import SILENT, RunContext
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.harness import provenance, trained
+from pyterrier_selfsup.harness.errors import NothingToEvaluate
 from pyterrier_selfsup.harness.pipelines import PipelineSpec, get_pipeline
 from pyterrier_selfsup.harness.plots import plot_results
 from pyterrier_selfsup.progress import progress_mode
@@ -69,10 +70,6 @@ class ExperimentResult:
         return pd.concat([r.per_query.assign(collection=r.collection) for r in self.results],
                          ignore_index=True)[
             ['collection'] + list(self.results[0].per_query.columns)]
-
-
-class NothingToEvaluate(ValueError):
-    """A collection without relevance judgements was given to evaluate on."""
 
 
 def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *,

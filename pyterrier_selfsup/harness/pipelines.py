@@ -17,6 +17,7 @@ import pyterrier as pt
 from pyterrier_selfsup.context import SILENT, RunContext
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.harness import trained
+from pyterrier_selfsup.harness.errors import UnknownPipelineError
 from pyterrier_selfsup.harness.methods import rerank_depth, teacher_pipeline
 from pyterrier_selfsup.harness.trained import DEFAULTS
 from pyterrier_selfsup.models.generator import SMOLLM2, SMOLLM2_GGUF, Generator
@@ -79,10 +80,6 @@ PIPELINES: Dict[str, PipelineSpec] = {}
 # a training method's name, where its pipeline's name is another (selfsup train ds, and the
 # settings reference's sections, name the method)
 METHOD_NAMES = {'ds': 'distant_supervision'}
-
-
-class UnknownPipelineError(ValueError):
-    pass
 
 
 def register(spec: PipelineSpec) -> PipelineSpec:

@@ -52,6 +52,11 @@ def how_to_judge(spec, collection: str, pipeline: str) -> str:
             '--queries FILE')
 
 
+def _specs(names):
+    from pyterrier_selfsup.harness.pipelines import get_pipeline
+    return [get_pipeline(n) for n in names]
+
+
 def main(args, run: RunContext) -> int:
     """Runs ``selfsup judge`` with parsed ``args``; returns the exit status."""
     from pyterrier_selfsup.data.collections import Collection
@@ -59,7 +64,6 @@ def main(args, run: RunContext) -> int:
     from pyterrier_selfsup.harness.judging.campaign import Campaign, CampaignError
     from pyterrier_selfsup.harness.judging.reporting import report
     from pyterrier_selfsup.harness.judging.server import serve
-    from pyterrier_selfsup.harness.pipelines import get_pipeline
     if args.report is not None:
         print('\n'.join(report(Campaign(args.report)).lines()))
         return 0
@@ -72,11 +76,15 @@ def main(args, run: RunContext) -> int:
     else:
         collection = Collection(args.collection)
     names = campaign.pipelines if campaign else args.pipelines or DEFAULT_PIPELINES
-    specs = [get_pipeline(n) for n in names]  # (checked before any work)
+    # a new campaign's pipelines are checked before any work, a reopened one's once it pools a
+    # query: a restart to go on judging loads no model
+    specs = None if campaign else _specs(names)
     built: Dict[str, object] = {}  # (name: transformer, built once)
 
     def pipelines():
+        nonlocal specs
         if not built:
+            specs = specs or _specs(names)
             for name, spec in zip(names, specs):
                 print(f'building {name} on {collection.name}', flush=True)
                 built[name] = spec.build(collection, run)
