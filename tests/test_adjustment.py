@@ -7,7 +7,6 @@ import torch
 
 from pyterrier_selfsup import Collection, RunContext
 from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment, adjustment_loss
-from pyterrier_selfsup.models.generator import Generator
 from pyterrier_selfsup.data.queries import cropped_spans
 from tests.helpers import DOCS, QUERIES, central_difference, stopped_at_step
 
@@ -135,44 +134,11 @@ def test_masked_queries_use_the_students_mask_token_which_bm25_does_not_read(tra
     assert all(len(trainer.close[q]) == 3 for q in topics['qid'])
 
 
-@pytest.mark.parametrize('kind', ['llama', 'bart', 't5'])
-def test_attention_target_is_a_distribution_over_the_passages_independent_of_the_batch(
-        tiny_generator_dir, kind):
-    from pyterrier_selfsup.models.reading import attention_target
-    gen = Generator.from_pretrained(str(tiny_generator_dir[kind]), device='cpu', precision='fp32',
-                                    max_passage_length=32)
-    passages = [DOCS[:3], [DOCS[3], DOCS[1], 'x']]
-    both = attention_target(gen, QUERIES, passages)
-    assert both.shape == (2, 3)
-    torch.testing.assert_close(both.sum(1), torch.ones(2))
-    assert both.min() >= 0 and both.std(1).min() > 1e-4  # the passages get different shares
-    for i in range(2):  # padding to the batch's longest changes nothing
-        torch.testing.assert_close(attention_target(gen, [QUERIES[i]], [passages[i]])[0], both[i],
-                                   rtol=1e-4, atol=1e-5)
-    if kind != 'llama':  # FiD: passages encoded apart, so their order only permutes the target
-        flipped = attention_target(gen, QUERIES[:1], [passages[0][::-1]])[0]
-        torch.testing.assert_close(flipped, both[0].flip(0), rtol=1e-4, atol=1e-5)
-
-
-def test_trainer_with_the_attention_target_uses_it_for_each_querys_close_documents(
-        tiny_generator, tiny_reatt, tmp_path):
-    from pyterrier_selfsup.models.reading import attention_target
+def test_a_separate_generator_is_needed_and_its_likelihood_is_the_only_target(tiny_reatt,
+                                                                             tmp_path):
     coll = Collection('classic/adi')
-    gen = tiny_generator(max_passage_length=32)
-    trainer = CrossDocumentAdjustment(tiny_reatt(), gen, coll, k=3, target='attention',
-                                      cache_dir=tmp_path, verbose=False)
-    batch = trainer.examples(coll.topics().head(5))  # more than one chunk of queries
-    trainer.on_epoch_start(batch, 0, False)
-    docnos = list(dict.fromkeys(d for q in batch for d in trainer.close[q.qid]))
-    target = trainer.target_distribution(batch, docnos)
-    for i, q in enumerate(batch):
-        close = trainer.close[q.qid]
-        expected = attention_target(gen, [q.query], [coll.texts(close)])[0]
-        torch.testing.assert_close(target[i, [docnos.index(d) for d in close]], expected,
-                                   rtol=1e-4, atol=1e-5)
-        assert target[i].sum().item() == pytest.approx(1.0)
-    with pytest.raises(ValueError, match='target'):
-        CrossDocumentAdjustment(tiny_reatt(), gen, coll, target='cross', cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="no setting 'target'"):
+        CrossDocumentAdjustment(tiny_reatt(), None, coll, target='attention', cache_dir=tmp_path)
     with pytest.raises(ValueError, match='needs a generator'):
         CrossDocumentAdjustment(tiny_reatt(), None, coll, cache_dir=tmp_path)
 

@@ -33,6 +33,23 @@ def test_in_batch_loss_by_hand():
     assert in_batch_loss(q, p, 0.5, excluded).item() == pytest.approx(expected, rel=1e-6)
 
 
+def test_without_its_mask_and_other_processes_rows_the_in_batch_loss_is_the_librarys():
+    """in_batch_loss adds to sentence-transformers' MultipleNegativesRankingLoss (dot product,
+    scale 1 / temperature) only an exclusion mask and the rows of other processes: without them
+    the two are equal, with hard negatives after the positives as the library lays them out."""
+    from sentence_transformers.losses import MultipleNegativesRankingLoss
+    from sentence_transformers.util import dot_score
+    torch.manual_seed(0)
+    queries, positives, negatives = (torch.randn(4, 8, dtype=torch.float64) for _ in range(3))
+    library = MultipleNegativesRankingLoss(None, scale=1 / 0.05, similarity_fct=dot_score)
+    expected = library.compute_loss_from_embeddings([queries, positives, negatives], None)
+    ours = in_batch_loss(queries, torch.cat([positives, negatives]), 0.05)
+    assert ours.item() == pytest.approx(expected.item(), rel=1e-12)
+    excluded = torch.zeros(4, 8, dtype=torch.bool)
+    excluded[0, 5] = True  # (the addition: a passage taken out of one query's softmax)
+    assert in_batch_loss(queries, torch.cat([positives, negatives]), 0.05, excluded) != ours
+
+
 def test_positives_are_bm25_top1_never_the_source(cache_dir):
     coll = Collection('classic/adi')
     trainer = DistantSupervision(None, coll, cache_dir=cache_dir)

@@ -180,6 +180,42 @@ def test_margin_mse_against_brute_force_with_gradients():
                                     (s.detach().requires_grad_(),))
 
 
+def test_on_triples_margin_mse_is_the_librarys():
+    """margin_mse adds to sentence-transformers' MarginMSELoss every pair of a row's candidates
+    and a mask of the valid ones: on GPL's triples (a positive and one negative, all valid) the
+    two are equal; with two negatives ours also compares the negatives with each other."""
+    from sentence_transformers.losses import MarginMSELoss
+    from sentence_transformers.util import pairwise_dot_score
+    torch.manual_seed(2)
+    query, positive, negative, other = (torch.randn(5, 8, dtype=torch.float64) for _ in range(4))
+    teacher = torch.randn(5, 3, dtype=torch.float64)
+    library = MarginMSELoss(None, similarity_fct=pairwise_dot_score)
+    student = torch.stack([pairwise_dot_score(query, p) for p in (positive, negative, other)], 1)
+    expected = library.compute_loss_from_embeddings([query, positive, negative], teacher[:, :2])
+    valid = torch.ones(5, 2, dtype=torch.bool)
+    assert margin_mse(student[:, :2], teacher[:, :2], valid).item() == pytest.approx(
+        expected.item(), rel=1e-12)
+    two = library.compute_loss_from_embeddings([query, positive, negative, other], teacher)
+    assert margin_mse(student, teacher, torch.ones(5, 3, dtype=torch.bool)).item() != (
+        pytest.approx(two.item()))
+
+
+def test_over_every_candidate_listwise_kl_is_the_librarys():
+    """listwise_kl adds to sentence-transformers' DistillKLDivLoss only the mask of each row's
+    excluded candidates: with none excluded the two are equal (temperature 1, dot product)."""
+    from sentence_transformers.losses import DistillKLDivLoss
+    from sentence_transformers.util import pairwise_dot_score
+    torch.manual_seed(3)
+    query, *candidates = (torch.randn(4, 8, dtype=torch.float64) for _ in range(4))
+    teacher = torch.randn(4, 3, dtype=torch.float64)
+    library = DistillKLDivLoss(None, similarity_fct=pairwise_dot_score)
+    expected = library.compute_loss_from_embeddings([query, *candidates], teacher)
+    student = torch.stack([pairwise_dot_score(query, c) for c in candidates], 1)
+    none = torch.zeros(4, 3, dtype=torch.bool)
+    ours = listwise_kl(student, torch.softmax(teacher, 1), none)
+    assert ours.item() == pytest.approx(expected.item(), rel=1e-12)
+
+
 def test_the_candidate_table_lays_out_each_querys_teacher_scores_and_what_it_may_not_rank():
     rankings = [(['a', 'b'], np.array([2.0, 0.0])), (['b', 'c'], np.array([1.0, 3.0]))]
     table = candidate_table(rankings, [frozenset({'c'}), frozenset()], 2.0, own_only=False)

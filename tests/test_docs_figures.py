@@ -24,7 +24,8 @@ RESULTS = ROOT / 'experiments' / 'results'
 PAGES = [ROOT / 'README.md', *sorted((ROOT / 'docs').glob('*.md'))]
 # settings removed since, at the value that did what the package does now
 REMOVED_AS_TODAY = {'keep': 'last', 'filter_depth': 'None', 'stop_overlap': 'None',
-                    'min_round_steps': '0', 'source_share': '0.0', 'passage_layers': 'None'}
+                    'min_round_steps': '0', 'source_share': '0.0', 'passage_layers': 'None',
+                    'null_document': 'False', 'bm25_depth': '30', 'target': 'likelihood'}
 # files a run writes, which the pages name as a user meets them (not results of this repository)
 RUNTIME_FILES = {'model.json', 'pt_meta.json', 'stage-rates.json', 'campaign.json'}
 FIGURE = re.compile(r'(?<![\d.])0?(\.\d{4})\b')

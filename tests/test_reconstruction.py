@@ -18,7 +18,6 @@ from pyterrier_selfsup.models.reading import biased_log_likelihood
 from pyterrier_selfsup.training.checkpoints import STATE_FILE, checkpoints
 from pyterrier_selfsup.training.acrobart import Acrobart
 from pyterrier_selfsup.training.losses import marginal_nll, reconstruction_kl
-from pyterrier_selfsup.training.reconstruction import NULL_DOCNO
 from pyterrier_selfsup.training.rumbart import Rumbart
 from tests.helpers import central_difference, stopped_at_step
 
@@ -266,26 +265,18 @@ def test_rumbart_reuses_cached_teacher_scores_and_leaves_a_frozen_generator_alon
     assert (tmp_path / 'out' / 'training_curve.png').read_bytes().startswith(b'\x89PNG')
 
 
-def test_corpus_queries_never_retrieve_their_source_and_null_document(tiny_encoder, tiny_generator,
-                                                                      tmp_path):
+def test_corpus_queries_never_retrieve_their_source(tiny_encoder, tiny_generator, tmp_path):
     coll = Collection('classic/adi')
     enc = tiny_encoder()
-    trainer = Rumbart(enc, tiny_generator(max_passage_length=32), coll, k=3, null_document=True,
+    trainer = Rumbart(enc, tiny_generator(max_passage_length=32), coll, k=3,
                       cache_dir=tmp_path, verbose=False)
     sents = cropped_spans(coll, 20, seed=0)
     examples = trainer.examples(sents)
     trainer.refresh(examples, initial=True)
     docnos, texts, logits = trainer.candidates(examples)
-    assert logits.shape == (20, 4)
+    assert logits.shape == (20, 3)
     for row, row_texts, source in zip(docnos, texts, sents['source_docno']):
-        assert source not in row and row[-1] == NULL_DOCNO and row_texts[-1] == ''
-    # the null document's share of the prior and of the posterior are logged
-    trainer._metrics = {}
-    with torch.no_grad():
-        trainer.loss(examples, np.random.default_rng(0))
-    prior, posterior = ([v / w for v, w in trainer._metrics[name]]
-                        for name in ('null prior', 'null posterior'))
-    assert 0 < prior[0] < 1 and 0 < posterior[0] < 1 and prior[0] != pytest.approx(posterior[0])
+        assert source not in row and len(set(row)) == 3 and all(row_texts)
     # a sentence's own passage is what a similarity search would find first without the rule
     with torch.no_grad():
         own = trainer.retrieve(enc.encode(sents['query'].tolist(), 'query').numpy(),

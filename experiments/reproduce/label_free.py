@@ -42,7 +42,7 @@ from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.queries import SampledPlan, sampled_plan
 from pyterrier_selfsup.harness import trained
-from pyterrier_selfsup.harness.methods import teacher_pipeline
+from pyterrier_selfsup.harness.methods import bm25_and_minilm
 from pyterrier_selfsup.harness.topics import distillation_topics
 from pyterrier_selfsup.harness.experiment import copy_training_curves, run_experiment, write_results
 from pyterrier_selfsup.harness.pipelines import get_pipeline
@@ -251,7 +251,7 @@ GROUPS = {
 
 def source_in_top(corpus: Collection, topics, k: int = 10) -> float:
     """The share of generated queries whose source passage the start teacher (BM25 + MiniLM) ranks in its top k."""
-    ranked = teacher_pipeline(corpus, 'bm25+minilm', depth=100)(topics[['qid', 'query']])
+    ranked = bm25_and_minilm(corpus, depth=100)(topics[['qid', 'query']])
     top = set(zip(ranked.loc[ranked['rank'] < k, 'qid'], ranked.loc[ranked['rank'] < k, 'docno']))
     return float(np.mean([(q, d) in top for q, d in zip(topics['qid'], topics['source_docno'])]))
 

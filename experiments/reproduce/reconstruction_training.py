@@ -26,8 +26,6 @@ Groups, each one results file (written as soon as the group finishes):
   rumbart_roundtrip  generated queries as in rumbart_queries, against generated queries kept
                  only if BM25 finds their passage in its top 10 (round-trip filtering;
                  query_sources.md shows why: most generated queries are generic)
-  rumbart_null   REALM's null document (the empty passage, always a candidate) with the
-                 frozen passage tower, T=4: the teacher's mass can go to "no passage helps"
   rumbart_target  the thesis' marginal likelihood against ART's KL target (target=art), at the
                  shipped teacher temperature, with the frozen passage tower
   rumbart_start_seeds  rumbart_start's frozen-passage run under seeds 0-2; the seed also
@@ -82,7 +80,6 @@ GROUPS = {
     'rumbart_refresh': ['bm25', 'dual_encoder'] + [f'rumbart:{TRAIN},teacher_temperature=4,refresh_every={r}'
                                            for r in (10, 25, 0)],
     'rumbart_roundtrip': ['bm25', 'dual_encoder', FROZEN, frozen_on('generated'), frozen_on('roundtrip')],
-    'rumbart_null': ['bm25', 'dual_encoder', FROZEN, f'{FROZEN},null_document=true'],
     # the thesis' marginal likelihood against ART's KL target, at the shipped teacher
     # temperature, with the passage tower frozen (minutes a model here, not hours)
     'rumbart_target': ['bm25', 'dual_encoder', f'rumbart:{TRAIN},train_passages=false',

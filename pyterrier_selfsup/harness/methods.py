@@ -104,9 +104,6 @@ def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: 
         if part == 'bm25':
             stages[part] = BM25.from_collection(collection, num_results=depth, cache_dir=cache_dir,
                                                 verbose=shows)
-        elif part == 'minilm':
-            stages[part] = DenseRetriever.from_collection(
-                collection, MINILM, num_results=depth, cache_dir=cache_dir, verbose=shows)
         elif part == 'student':
             if student is None:
                 raise ValueError(f'teacher {spec!r} names the student, and no student is given')
@@ -123,20 +120,33 @@ def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: 
             rerankers[part] = collection.text_loader() >> CrossEncoderScorer(
                 cross_encoder or GPL_CROSS_ENCODER)
         elif part == 'fused':
-            rerankers[part] = FusedScores(teacher_pipeline(collection, 'bm25+minilm', depth=depth,
-                                                           run=run))
+            rerankers[part] = FusedScores(bm25_and_minilm(collection, depth=depth, run=run))
         else:
             gen = (load_generator(generator or 'smollm2', cache_dir=cache_dir)
                    if not isinstance(generator, Generator) else generator)
             rerankers[part] = collection.text_loader() >> gen.scorer(
                 normalise='mean', cache=score_cache_dir(collection, gen, cache_dir))
     if not stages:
-        raise ValueError(f'teacher {spec!r} has no first stage (bm25, student, minilm or miners)')
+        raise ValueError(f'teacher {spec!r} has no first stage (bm25, student or miners)')
     mining_alone = all(name.startswith('miner ') for name in stages)
     if rerankers and mining_alone and not any(weights.get(name, 1.0) for name in stages):
         depth, rerank_depth = rerank_depth, rerank_depth * len(stages)
     return Fusion(stages, weights=weights, depth=depth, rerankers=rerankers,
                   rerank_depth=rerank_depth, raw_labels=raw_labels)
+
+
+def bm25_and_minilm(collection: Collection, *, depth: int = 100,
+                    run: RunContext = SILENT) -> Fusion:
+    """BM25 and the zero-shot all-MiniLM-L6-v2 over ``collection``, each one's top ``depth``
+    fused 1:1 by per-query z-scores: what the teacher's ``fused`` part re-ranks with (the
+    cross-encoder's stand-in), and the ``teacher`` pipeline before any training."""
+    shows = run.verbose and distributed()[0] == 0
+    return Fusion({'bm25': BM25.from_collection(collection, num_results=depth,
+                                                cache_dir=run.cache_dir, verbose=shows),
+                   'minilm': DenseRetriever.from_collection(
+                       collection, MINILM, num_results=depth, cache_dir=run.cache_dir,
+                       verbose=shows)},
+                  depth=depth)
 
 
 def rerank_depth(teacher: str, depth: int) -> int:

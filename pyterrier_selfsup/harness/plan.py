@@ -102,10 +102,9 @@ def stages(collection: Collection, method: str, s: MethodSettings,
         if s.epochs > 1:  # (the first iteration's close documents are BM25's)
             out.append(Planned('ReAtt search', queries * (s.epochs - 1), 'query',
                                "the model's close documents, each iteration after the first"))
-        if s.target == 'likelihood':  # (the attention target reads the close documents in the step)
-            out.append(Planned('generator scoring', queries * s.k * s.epochs, 'pair',
-                               "each iteration's close documents; "
-                               "a pair scored before is in the cache"))
+        out.append(Planned('generator scoring', queries * s.k * s.epochs, 'pair',
+                           "each iteration's close documents; "
+                           "a pair scored before is in the cache"))
         out.append(Planned(steps_name, _steps(queries, s.batch_size, s.epochs), 'step'))
     return out
 

@@ -6,8 +6,6 @@ ReAtt's cross-document adjustment share.
   all k for decoder-only ones), with ``owner``: the passage each position belongs to.
 - :func:`biased_log_likelihood` (ACROBArT, thesis §4.3.2): log p(target | z_1..z_k) with a
   differentiable bias added to the attention logits towards each passage's tokens.
-- :func:`attention_target` (ReAtt §3.2): each passage's share of the generator's attention
-  while it reads them all to reconstruct the target.
 - :func:`checkpointed_layers`: the generator's layers recomputed in the backward pass, the
   bias of their forward pass with them (ACROBArT's memory).
 
@@ -23,7 +21,6 @@ from typing import List, Optional
 import numpy as np
 import torch
 import torch.utils.checkpoint
-from transformers.modeling_outputs import BaseModelOutput
 
 from pyterrier_selfsup.models.batching import pad
 from pyterrier_selfsup.models.generator import Generator
@@ -256,55 +253,3 @@ def first_position_shares(cross_attention: torch.Tensor, owner: torch.Tensor,
     passage (``owner``) and averaged over heads, (b, k)."""
     weights = cross_attention[:, :, 0, :].float()
     return torch.einsum('bhw,bwk->bhk', weights, owner_one_hot(owner, k)).mean(1)
-
-
-def attention_target(generator: Generator, targets: List[str],
-                     passages: List[List[str]]) -> torch.Tensor:
-    """P_target from the generator's attention while it reads all k passages at once to
-    reconstruct the target, (b, k); no gradients.
-
-    Seq2seq (ReAtt §3.2, as the paper): the passages encoded one by one and concatenated
-    (FiD); the last decoder layer's cross-attention from the first decoder position,
-    softmaxed over all tokens of all passages, summed per passage, averaged over heads.
-    Decoder-only: the passages one after another in the prompt; the last layer's
-    self-attention from the positions that predict the target's tokens, the mass on each
-    passage's tokens renormalised over the passages (the prompt's own tokens hold the
-    rest), averaged over those positions and the heads."""
-    enable_attention_bias(generator)  # eager attention, which returns its weights (no bias is set)
-    b, k = len(passages), len(passages[0])
-    t_ids = generator.target_ids(targets)
-    with torch.no_grad():
-        if generator.is_seq2seq:
-            with generator.autocast():
-                enc, enc_mask, owner = concatenated_encoding(generator, passages)
-                start = torch.full((b, 1), generator.model.config.decoder_start_token_id,
-                                   device=generator.device)
-                out = generator.model(encoder_outputs=BaseModelOutput(last_hidden_state=enc),
-                                      attention_mask=enc_mask, decoder_input_ids=start,
-                                      output_attentions=True, use_cache=False)
-            return first_position_shares(out.cross_attentions[-1], owner, k)
-        seqs, owner, _ = concatenated_prompts(generator, passages, t_ids)
-        ids, mask = pad(seqs, generator.tokenizer.pad_token_id, left=True, device=generator.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        # the last layer's weights only, caught on their way out (all layers' would be
-        # layers x heads x L^2 floats: gigabytes for k long passages)
-        last = [m for m in generator.model.modules() if getattr(m, '_selfsup_biased', False)][-1]
-        caught = {}
-        hook = last.register_forward_hook(
-            lambda module, args, output: caught.__setitem__('weights', output[1]))
-        try:
-            with generator.autocast():
-                generator.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                use_cache=False, logits_to_keep=1)
-        finally:
-            hook.remove()
-        attn = caught['weights'].float()  # (b, H, L, L)
-        # each row's attention on each passage
-        mass = torch.einsum('bhql,blk->bhqk', attn, owner_one_hot(owner, k))
-        length = ids.shape[1]
-        rows = torch.zeros((b, length), dtype=torch.bool, device=ids.device)
-        for i, t in enumerate(t_ids):  # the positions whose outputs predict target tokens
-            rows[i, length - len(t) - 1:length - 1] = True
-        mass = mass / mass.sum(-1, keepdim=True).clamp(min=1e-30)
-        per_row = (mass * rows[:, None, :, None]).sum(2) / rows.sum(1).clamp(min=1)[:, None, None]
-        return per_row.mean(1)

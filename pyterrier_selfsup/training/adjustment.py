@@ -11,13 +11,10 @@ the other queries in the batch are q's *random* documents (in-batch). Over all o
                      single model that reads as well as retrieves)
 
 P_target comes from the generator reconstructing q from each close document:
-``target='likelihood'`` is softmax_d(log p_gen(q | d) / T) over q's close documents (any
-generator; a frozen generator's scores are cached on disk, as RUMBArt's are);
-``target='attention'`` is the generator's attention to each close document while it reads
-them all together (:func:`attention_target`: the paper's decoder-to-encoder attention for
-seq2seq generators, its decoder-only equivalent otherwise), computed once per iteration;
-a single-model ReAtt T5 (no separate generator) is its own teacher: its reader's attention
-to each close document while it generates the query's answer, read at every step.
+softmax_d(log p_gen(q | d) / T) over q's close documents (any generator; a frozen
+generator's scores are cached on disk, as RUMBArt's are). A single-model ReAtt T5 (no
+separate generator) is its own teacher: its reader's attention to each close document while
+it generates the query's answer, read at every step.
 
 Queries come from any source of :mod:`~pyterrier_selfsup.data.queries`; a
 query cut from the corpus never has its own passage among its close documents.
@@ -39,7 +36,6 @@ from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.queries import MASK, Query, training_queries
 from pyterrier_selfsup.models.generator import Generator
 from pyterrier_selfsup.models.score_cache import score_cache_dir
-from pyterrier_selfsup.models.reading import attention_target
 from pyterrier_selfsup.models.reatt import ReAtt
 from pyterrier_selfsup.retrieval.base import top_k_excluding
 from pyterrier_selfsup.retrieval.bm25 import BM25
@@ -49,8 +45,6 @@ from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.training.settings import CrossDocumentAdjustmentSettings
 
 logger = logging.getLogger(__name__)
-
-ATTENTION_CHUNK = 4  # queries whose k passages go through the generator at once
 
 
 def mask_token(reatt: ReAtt) -> str:
@@ -114,32 +108,6 @@ class LikelihoodTarget(_Target):
         return None, _place(batch, docnos, trainer.close, lambda q: torch.softmax(
             torch.tensor([float(scored[(q.qid, d)]) for d in trainer.close[q.qid]])
             / self.temperature, dim=0))
-
-
-class AttentionTarget(_Target):
-    """The generator's attention to each close document while it reads them all
-    (:func:`~pyterrier_selfsup.models.reading.attention_target`), once per iteration."""
-
-    def __init__(self, generator: Generator):
-        self.generator = generator
-        self.shares: Dict[str, torch.Tensor] = {}
-
-    def prepare(self, trainer, examples):
-        self.shares = {}
-        by_size: Dict[int, List[Query]] = {}
-        for q in trainer.local_batch(examples):  # rows of one call need the same number of passages
-            if trainer.close.get(q.qid):
-                by_size.setdefault(len(trainer.close[q.qid]), []).append(q)
-        for group in by_size.values():
-            for start in range(0, len(group), ATTENTION_CHUNK):
-                chunk = group[start:start + ATTENTION_CHUNK]
-                passages = [trainer.collection.texts(trainer.close[q.qid]) for q in chunk]
-                values = attention_target(self.generator, [q.query for q in chunk], passages)
-                self.shares.update({q.qid: v.cpu() for q, v in zip(chunk, values)})
-        self.shares = trainer.gather(self.shares)
-
-    def __call__(self, trainer, batch, docnos):
-        return None, _place(batch, docnos, trainer.close, lambda q: self.shares[q.qid])
 
 
 class ReaderTarget(_Target):
@@ -218,9 +186,8 @@ class CrossDocumentAdjustment(Trainer):
             raise NotImplementedError('a trainable separate generator is not supported: use a '
                                       'single-model ReAttT5, whose reader trains')
         self.reatt = model
-        self.teacher = (AttentionTarget(generator) if self.settings.target == 'attention'
-                        else LikelihoodTarget(generator, self.settings.teacher_temperature,
-                                              self.cache_dir, self.collection))
+        self.teacher = LikelihoodTarget(generator, self.settings.teacher_temperature,
+                                        self.cache_dir, self.collection)
         self.needs_answers = False
 
     def retriever(self, fresh: bool = False) -> pt.Transformer:

@@ -30,6 +30,10 @@ from pyterrier_selfsup.training.settings import DistantSupervisionSettings
 
 logger = logging.getLogger(__name__)
 
+# how deep BM25 ranks each training query: its top 1 is the positive, ranks 2 to 31 the pool of
+# the bm25 negatives
+BM25_DEPTH = 30
+
 
 
 def in_batch_loss(queries: torch.Tensor, passages: torch.Tensor, temperature: float,
@@ -42,6 +46,9 @@ def in_batch_loss(queries: torch.Tensor, passages: torch.Tensor, temperature: fl
     softmax: another copy of its own positive, or the passage it was cut from. Under data
     parallelism ``queries`` are the batch's ``rows`` only (their positives at those
     columns), and the loss is their sum over the whole ``batch_size``.
+
+    sentence-transformers' ``MultipleNegativesRankingLoss`` (dot product, scale 1 / temperature)
+    with the ``excluded`` mask and other processes' rows added: without them the two are equal.
     """
     rows = list(range(len(queries))) if rows is None else rows
     scores = queries @ passages.T / temperature
@@ -84,12 +91,12 @@ class DistantSupervision(DualEncoderTrainer):
 
     def examples(self, topics: pd.DataFrame) -> List[Query]:
         """The queries that BM25 finds something for; BM25's top-1 (skipping the passage a
-        query was cut from) is each one's positive, the rest of its top ``bm25_depth`` + 1
+        query was cut from) is each one's positive, the rest of its top :data:`BM25_DEPTH` + 1
         the pool of its ``bm25`` negatives."""
         queries = training_queries(topics)
-        bm25 = BM25.from_collection(self.collection, num_results=self.settings.bm25_depth + 1,
+        bm25 = BM25.from_collection(self.collection, num_results=BM25_DEPTH + 1,
                                     cache_dir=self.cache_dir, verbose=self.shows)
-        self._ranked = top_k_excluding(bm25, queries, self.settings.bm25_depth + 1)
+        self._ranked = top_k_excluding(bm25, queries, BM25_DEPTH + 1)
         examples = [q for q in queries if self._ranked[q.qid]]
         if len(examples) < len(queries):
             logger.warning('%d of %d training queries have no BM25 result and are skipped',

@@ -19,7 +19,10 @@ def listwise_kl(student_logits: torch.Tensor, teacher_probs: torch.Tensor, exclu
                 *, per_row: bool = False) -> torch.Tensor:
     """Mean over queries of KL(teacher ‖ softmax(student_logits)), each row's softmax over
     its entries not ``excluded``; ``teacher_probs`` rows sum to 1 and are 0 where excluded.
-    ``per_row``: each query's KL instead of their mean."""
+    ``per_row``: each query's KL instead of their mean.
+
+    sentence-transformers' ``DistillKLDivLoss`` at temperature 1, with the ``excluded`` mask
+    added (a batch's rows rank different candidates): without it the two are equal."""
     log_q = (torch.log_softmax(student_logits.masked_fill(excluded, float('-inf')), dim=-1)
              .masked_fill(excluded, 0.0))
     rows = (torch.xlogy(teacher_probs, teacher_probs) - teacher_probs * log_q).sum(-1)
@@ -30,7 +33,10 @@ def margin_mse(student_scores: torch.Tensor, teacher_scores: torch.Tensor, valid
                per_row: bool = False) -> torch.Tensor:
     """Margin-MSE (Hofstätter et al.; GPL) over every ordered pair (i, j), i ≠ j, of each
     row's ``valid`` entries: mean of ((s_i - s_j) - (t_i - t_j))², averaged per row, then
-    over rows that have a pair. ``per_row``: each row's mean (0 for a row without a pair)."""
+    over rows that have a pair. ``per_row``: each row's mean (0 for a row without a pair).
+
+    sentence-transformers' ``MarginMSELoss`` compares a positive with each negative; this adds
+    every other pair and the ``valid`` mask: on GPL's triples (one negative) the two are equal."""
     d = student_scores - teacher_scores
     diff = d.unsqueeze(2) - d.unsqueeze(1)
     pairs = (valid.unsqueeze(2) & valid.unsqueeze(1)

@@ -16,8 +16,7 @@ re-scored with the current encoder: p_η(z|x) = softmax over the k of q·p / tem
 This module holds what they share: :class:`RetrieveAndReconstruct`, the stale index, its
 refreshes and the candidates it retrieves.
 
-Options from REALM: a null document (the empty passage, always a candidate) and, for
-queries cut from the corpus, never retrieving the passage they came from. From RAG
+From REALM: queries cut from the corpus never retrieve the passage they came from. From RAG
 (Lewis et al., 2020, §2.4): ``train_passages=False`` unties the encoder and freezes the
 passage tower, so that only queries are encoded with gradients (a step costs a fraction
 of the full one) and the index never goes stale (a refresh only re-retrieves).
@@ -33,7 +32,6 @@ import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
-from functools import cached_property
 from pathlib import Path
 from typing import List, Optional, Tuple, Union
 
@@ -54,7 +52,6 @@ from pyterrier_selfsup.training.settings import ReconstructionSettings
 
 logger = logging.getLogger(__name__)
 
-NULL_DOCNO = '__null__'
 
 
 class RetrieveAndReconstruct(DualEncoderTrainer):
@@ -67,8 +64,8 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
         collection: the corpus, or its name.
         settings: :class:`~pyterrier_selfsup.training.settings.RumbartSettings` or
             :class:`~pyterrier_selfsup.training.settings.AcrobartSettings` (None: the
-            defaults): k, the refresh interval, the null document, whether the passage tower
-            trains, and the loop's settings.
+            defaults): k, the refresh interval, whether the passage tower trains, and the
+            loop's settings.
         run, **changes: as for :class:`~pyterrier_selfsup.training.Trainer`.
 
     Each refresh rebuilds the index from the current passage encoder (REALM, thesis Alg. 2) and
@@ -154,10 +151,6 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
     def examples(self, topics: pd.DataFrame) -> List[Query]:
         return training_queries(topics)
 
-    @cached_property
-    def _null_vector(self) -> np.ndarray:
-        return self.encoder.encode_docs([''])[0]
-
     def on_epoch_start(self, examples: List[Query], epoch: int, resumed: bool):
         if self._index is None:
             self.refresh(examples, initial=True)
@@ -236,11 +229,10 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
         """After each (re)build of the index (RUMBArt fills its teacher cache here)."""
 
     def retrieve(self, query_vectors: np.ndarray, batch: List[Query]) -> List[List[str]]:
-        """Each query's top k from the stale index, excluded passages skipped (and the null
-        document added, if asked for)."""
+        """Each query's top k from the stale index, excluded passages skipped."""
         top = top_k_excluding(search_stage(self._index, 'auto', 1000), batch, self.settings.k,
                               query_vectors=query_vectors)
-        return [top[q.qid] + ([NULL_DOCNO] if self.settings.null_document else []) for q in batch]
+        return [top[q.qid] for q in batch]
 
     def candidates(self,
                    batch: List[Query]) -> Tuple[List[List[str]], List[List[str]], torch.Tensor]:
@@ -259,19 +251,13 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
                         .view(len(batch), width, -1))
         else:  # the frozen tower's vectors, as the index holds them
             index_docnos, vectors, _ = self._index.payload()
-            real = [d for row in docnos for d in row if d != NULL_DOCNO]
-            found = iter(np.asarray(vectors[index_docnos.inv[real]], dtype=np.float32))
-            passages = torch.from_numpy(np.stack([[self._null_vector if d == NULL_DOCNO
-                                                   else next(found) for d in row]
-                                                  for row in docnos])).to(queries.device)
+            found = np.asarray(vectors[index_docnos.inv[[d for row in docnos for d in row]]],
+                               dtype=np.float32)
+            passages = torch.from_numpy(found.reshape(len(batch), width, -1)).to(queries.device)
         logits = torch.einsum('bd,bkd->bk', queries, passages) / self.encoder.temperature
-        # the prior's share on the null document (the last candidate)
-        if self.settings.null_document:
-            self.record('null prior', torch.softmax(logits.detach(), dim=-1)[:, -1].mean().item(),
-                        len(batch))
         return docnos, texts, logits
 
     def texts(self, docnos: List[List[str]]) -> List[List[str]]:
-        flat = [d for row in docnos for d in row if d != NULL_DOCNO]
+        flat = [d for row in docnos for d in row]
         lookup = dict(zip(flat, self.collection.texts(flat))) if flat else {}
-        return [[lookup.get(d, '') for d in row] for row in docnos]
+        return [[lookup[d] for d in row] for row in docnos]

@@ -107,10 +107,6 @@ class Rumbart(RetrieveAndReconstruct):
         teacher = self.teacher_logp(mine, docnos, texts) / self.settings.teacher_temperature
         art = self.settings.target == 'art'
         rows = (reconstruction_kl if art else marginal_nll)(logits, teacher, per_row=True)
-        # the posterior's share on it: how often it explains the query best
-        if self.settings.null_document:
-            posterior = torch.softmax(torch.log_softmax(logits.detach(), dim=-1) + teacher, dim=-1)
-            self.record('null posterior', posterior[:, -1].mean().item(), len(mine))
         # the marginal loss cannot go below -mean(max_z log p(x|z)) (all of p(z|x) on the
         # teacher's best), the KL not below 0: the excess is what the retriever can still gain,
         # comparable across batches

@@ -113,11 +113,9 @@ class DistantSupervisionSettings(MethodSettings):
     query_prompt: Optional[str] = prompt_setting('query')
     passage_prompt: Optional[str] = prompt_setting('passage')
     negatives: str = setting('none', 'One extra hard negative a query, shared by the batch: none, '
-                                     'random, from BM25\'s ranks 2 to bm25_depth + 1, or the '
+                                     'random, from BM25\'s ranks 2 to 31, or the '
                                      'retriever\'s own top.',
                              choices=('none', 'random', 'bm25', 'retriever'))
-    bm25_depth: int = setting(30, 'How deep BM25 ranks each query for its positive and its '
-                                  'negatives.')
     epochs: int = setting(1, 'Passes over the training queries.', group='training')
     batch_size: int = setting(32, 'Queries a batch; the other queries\' positives are in-batch '
                                   'negatives.', group='training')
@@ -150,8 +148,6 @@ class ReconstructionSettings(MethodSettings):
                 'never stopped; async: a thread rebuilds it from a copy of the weights while '
                 'training goes on, and the new index is swapped in when ready (REALM), so runs '
                 'depend on timing.', choices=('sync', 'async'))
-    null_document: bool = setting(False, 'Add the empty passage to every query\'s candidates '
-                                         '(REALM).')
     train_passages: bool = setting(
         True, 'Train the passage tower too; false: only the query tower trains, against a frozen '
               'copy of the start encoder (RAG).')
@@ -223,9 +219,6 @@ class CrossDocumentAdjustmentSettings(MethodSettings):
         group='model')
     generator: str = setting('smollm2', 'The generator that judges the close documents.',
                              group='teacher')
-    target: str = setting('likelihood', 'The target distribution: the generator\'s per-document '
-                                        'likelihood, or its attention to each document.',
-                          group='teacher', choices=('likelihood', 'attention'))
     teacher_temperature: float = setting(
         1.0, 'The generator\'s log-likelihoods are divided by this.', group='teacher')
     k: int = setting(8, 'Close documents a query: BM25\'s, then the model\'s own each iteration.')
@@ -285,7 +278,7 @@ class DistillationSettings(MethodSettings):
     precision: str = setting('fp32', 'The student\'s precision while it trains: fp32, bf16 or '
                                      'auto.', group='model', choices=('fp32', 'bf16', 'auto'))
     teacher: str = setting('bm25+student', 'The teacher\'s parts and weights: bm25, student, '
-                                           'minilm, miners (the dense retrievers the miners '
+                                           'miners (the dense retrievers the miners '
                                            'setting names), gen, ce (a cross-encoder), fused '
                                            '(BM25 and MiniLM fused, as a re-ranker), joined by '
                                            '+, each with an optional weight (2*bm25; '
@@ -436,12 +429,12 @@ def parse_teacher(spec: str) -> Dict[str, float]:
     return weights
 
 
-# bm25: BM25; student: the student as it is at each round; minilm: the start model, frozen;
+# bm25: BM25; student: the student as it is at each round;
 # miners: the dense retrievers the setting miners names, each a stage of its own;
 # gen: the generator's query likelihood on the fused top ``rerank_depth`` (its scores cached);
 # ce: a cross-encoder's scores (the setting cross_encoder) on the fused candidates;
 # fused: BM25 and MiniLM fused, as a re-ranker of the candidates (the cross-encoder's stand-in)
-TEACHER_PARTS = ('bm25', 'student', 'minilm', 'miners', 'gen', 'ce', 'fused')
+TEACHER_PARTS = ('bm25', 'student', 'miners', 'gen', 'ce', 'fused')
 # the parts that score every candidate a student learns from (the others re-rank the top 10)
 LABELLING_PARTS = ('ce', 'fused')
 RERANKING_PARTS = ('gen', 'ce', 'fused')
