@@ -4,6 +4,8 @@
 # clones HEAD into ../ci-check (a sibling, so that ../shared is beside it, as on CI), runs
 # `bash .ci/run` there, and writes OUT (default experiments/results/ci_time-REV.txt): the
 # machine, the revision, the whole run's seconds, pytest's summary line and its 20 slowest tests.
+# With SELFSUP_CPU_FLAGS, ATEN_CPU_CAPABILITY and ONEDNN_MAX_CPU_ISA set (another CPU kind,
+# emulated: see pyterrier_selfsup/machine.py), the command it records names them.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 rev="$(git rev-parse --short HEAD)"
@@ -21,7 +23,9 @@ seconds=$(( $(date +%s) - started ))
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "machine: $("$clone/.venv/bin/python" -c \
     'from pyterrier_selfsup.harness.provenance import machine; print(machine())')"
-  echo "command: bash scripts/ci_time.sh"
+  emulated="$(env | grep -E '^(SELFSUP_CPU_FLAGS|ATEN_CPU_CAPABILITY|ONEDNN_MAX_CPU_ISA)=' \
+    | sort | tr '\n' ' ' || true)"
+  echo "command: ${emulated}bash scripts/ci_time.sh"
   echo
   tail -n 1 "$log"
   grep -h '^browser: ' "$log" || echo 'browser: installed before the run'
