@@ -23,8 +23,10 @@ seconds=$(( $(date +%s) - started ))
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "machine: $("$clone/.venv/bin/python" -c \
     'from pyterrier_selfsup.harness.provenance import machine; print(machine())')"
-  emulated="$(env | grep -E '^(SELFSUP_CPU_FLAGS|ATEN_CPU_CAPABILITY|ONEDNN_MAX_CPU_ISA)=' \
-    | sort | tr '\n' ' ' || true)"
+  emulated=
+  for name in ATEN_CPU_CAPABILITY ONEDNN_MAX_CPU_ISA SELFSUP_CPU_FLAGS; do
+    if [ -n "${!name+set}" ]; then emulated+="$name=$(printf %q "${!name}") "; fi
+  done
   echo "command: ${emulated}bash scripts/ci_time.sh"
   echo
   tail -n 1 "$log"
