@@ -5,7 +5,7 @@ build, keyed by the shapes of its tensors, up to 1024 of each (``ONEDNN_PRIMITIV
 ``LRU_CACHE_CAPACITY``; pytorch/pytorch#27971). A trainer meets new sequence lengths at every step,
 so at PyTorch's defaults those caches grow with the run's length, not with its batch; a bound of 64
 kernels a cache keeps the memory in use flat, with the same results
-(``experiments/probes/kernel_caches.py`` measures it). Both settings are read once, when the
+(measured: docs/results.md). Both settings are read once, when the
 first kernel is built, so they are set here, when the package is imported, and only where the
 user has not set them; a kernel built before the package is imported leaves PyTorch's defaults
 in place for the process."""

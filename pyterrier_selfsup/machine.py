@@ -58,7 +58,7 @@ def speed_flags() -> str:
 
 def cpu_has_native_bf16() -> bool:
     """Whether the CPU has AVX512-BF16 or AMX, where bf16 matrix products run faster than fp32
-    (experiments/results/encoding_benchmark.md); without them bf16 is emulated and slower."""
+    (docs/results.md); without them bf16 is emulated and slower."""
     return bool(cpu_flags() & {'avx512_bf16', 'amx_bf16'})
 
 

@@ -1,5 +1,6 @@
 """The package's layout is its method: data → models → retrieval → training → harness, one way."""
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -163,3 +164,19 @@ def test_no_call_relays_settings_field_by_field():
             if len(copied) >= 3:
                 relays.append(f'{module_name(path)}:{node.lineno}: {", ".join(copied)}')
     assert not relays, relays
+
+
+def test_no_module_cites_the_research_log():
+    """The package's modules cite the docs (docs/results.md names the measurement behind each
+    choice), never a file under experiments/, which may move or go."""
+    citing = [f'{path.relative_to(PACKAGE.parent)}:{n}'
+              for path in sorted(PACKAGE.rglob('*.py'))
+              for n, line in enumerate(path.read_text().splitlines(), 1)
+              if 'experiments/' in line]
+    assert citing == []
+    results = (PACKAGE.parent / 'docs' / 'results.md').read_text()
+    assert "## What the code's choices rest on" in results
+    cited = re.findall(r'`([\w./-]+\.md)`', results.split("## What the code's choices rest on")[1])
+    missing = [name for name in cited if not (PACKAGE.parent / 'experiments' / 'results' / name
+                                              ).is_file() and not (PACKAGE.parent / name).is_file()]
+    assert len(cited) >= 15 and missing == []

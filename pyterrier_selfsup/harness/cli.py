@@ -38,7 +38,7 @@ EXPORT_WITHOUT_OFFSETS = (
     'note: this model moves each passage\'s vector by a learned offset, which the '
     'sentence-transformers layout cannot hold: SentenceTransformer({path}) encodes passages as '
     'the start encoder did, and scores differently from the package\'s own index '
-    '(experiments/results/export_check.md measures both); '
+    '(docs/your-own-models.md gives both figures); '
     'selfsup.DenseRetriever.from_dual_encoder(collection, \'{path}\') applies the offsets')
 DEFAULT_COLLECTIONS = ['beir/scifact/test']
 DEFAULT_PIPELINES = ['bm25', 'minilm']

@@ -2,14 +2,12 @@
 (``backend='openvino'``): one setting, no change to the model or its training.
 
 Why OpenVINO: measured against torch on the same documents in one process
-(``experiments/benchmarks/cpu_speedups.py``), it encodes faster at the *same* precision, where
-torch's int8 costs nDCG (``experiments/probes/encoder_int8_quality.py``) and ONNX Runtime was
-slower than torch in fp32; with bf16 hardware it uses the AMX/AVX512-BF16 kernels as well. The
-library does the work: ``openvino.convert_model`` traces the torch module, the CPU plugin
-compiles it
-for the machine it runs on (dynamic batch and length), ``INFERENCE_PRECISION_HINT`` keeps
-the precision the encoder resolves to (fp32 stays fp32: OpenVINO would otherwise pick bf16
-by itself on such CPUs).
+(docs/results.md), it encodes faster at the *same* precision, where torch's int8 costs nDCG
+and ONNX Runtime was slower than torch in fp32; with bf16 hardware it uses the AMX/AVX512-BF16
+kernels as well. The library does the work: ``openvino.convert_model`` traces the torch module,
+the CPU plugin compiles it for the machine it runs on (dynamic batch and length), and
+``INFERENCE_PRECISION_HINT`` keeps the precision the encoder resolves to (fp32 stays fp32:
+OpenVINO would otherwise pick bf16 by itself on such CPUs).
 
 ``backend='openvino-int8'`` (where the CPU multiplies int8 natively: VNNI or AMX) also
 quantises the passage side, which encodes the index and is the cost of encoding, to int8
@@ -20,9 +18,8 @@ label-free, on the first :data:`CALIBRATION_TEXTS` texts the side encodes after 
 change: for an index, the corpus's first documents. Queries stay at the encoder's
 precision: they are few and short, and unlike the corpus they are not known in advance.
 It pays where the CPU has VNNI or AMX, and is slower than fp32 on an AVX2 CPU without VNNI,
-where it is not the setting to use (``experiments/results/encoding_benchmark_vnni.md``,
-``encoding_benchmark_avx2.md`` and ``encoder_int8_quality.md`` give the speeds and the nDCG);
-there its int8 products can saturate, and the backend says so when it quantises.
+where it is not the setting to use (docs/results.md names the files that give the speeds and
+the nDCG); there its int8 products can saturate, and the backend says so when it quantises.
 
 A compiled side is kept per (side, precision) and rebuilt when the weights change (their
 fingerprint, as indexes are keyed), so a trainer that refreshes its index after updating

@@ -7,7 +7,7 @@ Two savings, each giving the ids a full tokenization gives:
   Where a cut text gives fewer tokens than are kept, the whole text is tokenized after all.
 - :class:`KeptTokenIds`: the token ids of passages kept between encodings of one corpus, so
   that a trainer's index refresh does not tokenize the corpus again. On a GPU, tokenization
-  takes most of a refresh (``experiments/results/gpu/README.md``, the fifth lease).
+  takes most of a refresh (measured: docs/results.md).
 """
 import hashlib
 import threading

@@ -14,8 +14,7 @@ encoder's output for seq2seq models, the prompt prefix's key/value cache for dec
 ones; every target paired with the passage is then scored from it. Passages are sorted by
 length into batches (little padding), matrix products run in bf16 where the hardware has
 it, and only the target positions reach the output layer.
-(``experiments/benchmarks/generator_benchmark.py`` measures it against the one-pair-per-forward
-loop.)
+(measured against the one-pair-per-forward loop: docs/results.md.)
 transformers has no call for scoring many continuations of one prefix, so the sharing is
 written here, on its cache classes (:class:`~pyterrier_selfsup.models.kv_cache.PrefixCache`:
 each chunk of targets reads its prefixes a layer at a time, without a copy of them held through
@@ -54,7 +53,7 @@ if TYPE_CHECKING:
 
 # bytes of fp32 logits one chunk of targets may produce on a CPU: the log-softmax over them
 # peaks at a few times this. 64 MiB scored RUMBArt's ADI pairs in half the memory and less
-# time than chunks of 4 * batch_size alone (experiments/results/generator_memory.md). On a GPU
+# time than chunks of 4 * batch_size alone (docs/results.md). On a GPU
 # only the 4 * batch_size bound applies (not measured there: larger batches pay on a GPU).
 LOGITS_BUDGET = 64 * 2 ** 20
 

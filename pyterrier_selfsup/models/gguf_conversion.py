@@ -19,7 +19,7 @@ def dequantised(repo: str, gguf_file: str, cache_dir=None) -> Path:
     """A GGUF checkpoint converted once to a Hugging Face directory (fp32 safetensors), in a
     process of its own: reading the GGUF and dequantising it holds about twice the model's fp32
     weights at once, which the allocator would keep in this process for the rest of a long job
-    (``experiments/results/memory_timeline.md``); a child gives it back when it exits, at the
+    (measured: docs/results.md); a child gives it back when it exits, at the
     cost of starting a process once."""
     path = cache_root(cache_dir) / 'generators' / cache_key(f'{repo}.{gguf_file}',
                                                             {'format': 'hf-fp32'})

@@ -41,7 +41,7 @@ class PrefixLayer(DynamicLayer):
     values, and not stored. A ``DynamicCache`` built from the selected prefixes held every
     layer's copies for the whole forward, twice while it was built (its ``update``
     concatenates onto an empty tensor), where this holds one layer's; attention reads the same
-    tensors either way (experiments/results/memory_fixes.md: the same scores, less memory)."""
+    tensors either way (docs/results.md: the same scores, less memory)."""
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, rows: torch.Tensor):
         super().__init__()

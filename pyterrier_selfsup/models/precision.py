@@ -126,7 +126,7 @@ def matrices_in_compute_dtype(model: torch.nn.Module, dtype: torch.dtype) -> int
     safetensors checkpoint into memory and the weights are views of that mapping, whose pages,
     once read, stay resident as long as any weight holds it (the converted matrices' fp32 pages
     with them). The output is the same bit for bit, in less memory
-    (``experiments/probes/memory_fixes.py`` measures it).
+    (measured: docs/results.md).
     Returns the number of weights converted (0 for fp32: nothing is done)."""
     if dtype == torch.float32:
         return 0

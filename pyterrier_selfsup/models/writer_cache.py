@@ -20,7 +20,7 @@ from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 # (32 tokens) was 0.7 GB for SmolLM2's 64 passages x 10 samples on ADI (640 x 33 positions x 30
 # layers x 1,152 bytes), while a sample whose query has ended leaves the batch, so most of that
 # room went unused; the buffer grows by copying the rows still writing
-# (experiments/results/memory_fixes.md: the same queries, in less memory)
+# (docs/results.md: the same queries, in less memory)
 NEW_TOKENS_RESERVED = 8
 
 

@@ -23,8 +23,7 @@ ADD_CHUNK = 4096
 
 SEARCHES = ('auto', 'exact', 'ivf', 'hnsw')
 # search='auto' is exact below this many passages and IVF from it on; and the IVF and HNSW
-# settings: measured, not assumed (experiments/benchmarks/search_scaling.py and
-# experiments/results/search_scaling.md)
+# settings: measured, not assumed (docs/results.md)
 APPROXIMATE_FROM = 1_000_000
 IVF_PROBE_SHARE = 1 / 16  # n_probe = this share of the n_list ≈ √N posting lists FlexIndex builds
 HNSW_NEIGHBOURS = 32  # and FAISS's ef_construction 40, as FlexIndex builds it

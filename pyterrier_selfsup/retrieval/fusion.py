@@ -13,8 +13,7 @@ query's own passage joins them where the query frame names it (``source_docno``:
 query was written for), and the re-rankers alone score them: the result holds those documents
 only (scored by the one re-ranker's own scores with ``raw_labels``: GPL's labels are
 differences of its cross-encoder's raw scores). Fusing BM25 and all-MiniLM-L6-v2 1:1 this way is
-above both of them on all five collections here (DESIGN.md;
-``experiments/reproduce/label_free.py``).
+above both of them on all five collections here (docs/results.md).
 
     teacher = Fusion({'bm25': bm25, 'dense': minilm})                 # 1:1
     hybrid = Fusion({'bm25': bm25, 'dense': minilm}, weights={'dense': 2})

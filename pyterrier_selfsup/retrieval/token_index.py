@@ -17,7 +17,7 @@ after another, with offsets), and the same vectors go into a FAISS IVF index. A 
 
 On a small corpus K' large enough for a high recall makes most documents candidates, and
 step 4 alone would cost as much as scoring every document: step 3 is what makes the
-search fast (``experiments/benchmarks/reatt_index_benchmark.py``).
+search fast (measured: docs/results.md).
 
 With K' and ``nprobe`` large enough to reach every token, this is exhaustive exact
 scoring; :meth:`ReAttIndex.exhaustive` is that reference, computed directly.

@@ -50,7 +50,7 @@ class Acrobart(RetrieveAndReconstruct):
     queries × k passages, not of the whole batch (None: the whole batch at once). Not a setting:
     each row is padded as the whole batch pads it, and the loss and the gradients are those of the
     whole batch's pass, bit for bit on a CPU where ``accumulation`` is 1 (shipped) or a power of 2
-    (tests/test_reconstruction.py; experiments/results/generator_batch.md). Otherwise equal up to
+    (tests/test_reconstruction.py; docs/results.md). Otherwise equal up to
     rounding: 1/accumulation meets the gradient after the generator's backward pass rather than
     before, and on a GPU, kernels chosen by shape may sum in another order. A generator that trains
     (``trainable``) takes the whole batch at once."""

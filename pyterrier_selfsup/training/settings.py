@@ -197,8 +197,8 @@ class AcrobartSettings(ReconstructionSettings):
 
 
 # all-MiniLM-L6-v2's zero-shot retrieval head: the (layer, head, special tokens) whose r_h
-# re-ranks BM25's top 100 best on beir/scifact/train (experiments/probes/reatt_heads.py; layers
-# counted from 0, as ReAtt's retrieval_layer: the attention of the second layer)
+# re-ranks BM25's top 100 best on beir/scifact/train (docs/results.md; layers counted from 0,
+# as ReAtt's retrieval_layer: the attention of the second layer)
 REATT_HEAD = dict(retrieval_layer=1, head=1, special_tokens=False)
 
 
