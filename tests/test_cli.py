@@ -224,7 +224,7 @@ def test_a_measured_child_peaks_at_its_own_memory_not_at_its_parents():
     code. Started straight from this process (which holds torch and the array below), Linux would
     count this process's peak in the child's ru_maxrss."""
     import numpy as np
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'experiments' / 'tools'))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'scripts'))
     from measured import run_measured
     held = np.ones(256 * 2 ** 20 // 8)  # (this process: far above the children below)
     small = run_measured([sys.executable, '-c', 'pass'])

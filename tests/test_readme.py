@@ -146,19 +146,21 @@ def test_the_readme_is_at_most_12_kb():
     assert README.stat().st_size <= 12 * 1024
 
 
-def script(path: str):
-    """The experiments script at ``path`` (from the repository's root), imported."""
-    spec = importlib.util.spec_from_file_location(Path(path).stem, ROOT / path)
+def sections():
+    """scripts/docs_sections.py, imported: the pages' sections read from the results files."""
+    spec = importlib.util.spec_from_file_location('docs_sections',
+                                                  ROOT / 'scripts' / 'docs_sections.py')
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
+WRITE = 'run `python scripts/docs_sections.py --write`'
+
+
 def test_the_readmes_table_is_what_the_results_files_say():
-    what_to_expect = script('experiments/tools/what_to_expect.py')
     text = README.read_text()
-    assert what_to_expect.written_into(text) == text, \
-        'run `python experiments/tools/what_to_expect.py --write`'
+    assert sections().written_into(text) == text, WRITE
 
 
 def test_the_adapting_guide_is_short_and_opens_with_the_decisions():
@@ -168,21 +170,19 @@ def test_the_adapting_guide_is_short_and_opens_with_the_decisions():
 
 
 def test_the_adapting_guides_times_are_what_the_results_files_say():
-    what_to_expect = script('experiments/tools/what_to_expect.py')
-    text = what_to_expect.ADAPTING.read_text()
-    assert what_to_expect.how_long_written_into(text) == text, \
-        'run `python experiments/tools/what_to_expect.py --write`'
+    docs = sections()
+    text = docs.ADAPTING.read_text()
+    assert docs.how_long_written_into(text) == text, WRITE
 
 
 def test_the_adapting_guides_pool_sizes_are_what_the_results_file_says():
     """The passages a user grades for 30 queries on each collection (issue 71)."""
-    pool_sizes = script('experiments/probes/pool_sizes.py')
-    rows = json.loads((ROOT / 'experiments' / 'results' / 'pool_sizes.json').read_text())['rows']
-    assert [r['collection'] for r in rows] == pool_sizes.COLLECTIONS
-    text = pool_sizes.GUIDE.read_text()
-    assert pool_sizes.sentence(rows) in ' '.join(text.split())
-    assert pool_sizes.written_into(text, rows) == text, \
-        'run `python experiments/probes/pool_sizes.py --write`'
+    docs = sections()
+    rows = docs.pool_rows()
+    assert [r['collection'] for r in rows] == docs.POOLED
+    text = docs.ADAPTING.read_text()
+    assert docs.pool_sentence(rows) in ' '.join(text.split())
+    assert docs.pool_sizes_written_into(text) == text, WRITE
 
 
 def shell_lines():
@@ -241,8 +241,9 @@ def test_every_selfsup_command_of_the_pages_parses_and_names_known_pipelines(mon
 
 
 def test_the_reproduction_table_is_what_the_expected_files_say():
-    reproduce = script('experiments/reproduce/reproduce.py')
-    text = reproduce.README.read_text()
-    assert reproduce.table().count('\n| ') == len(reproduce.METHODS)  # one row for each method
-    assert reproduce.written_into(text) == text, \
-        'run `python experiments/reproduce/reproduce.py --table`'
+    docs = sections()
+    text = docs.EXPERIMENTS_README.read_text()
+    # one row for each method's expected file, and every method has one
+    assert docs.reproduction_table().count('\n| ') == len(docs.expected_files())
+    assert {f.name.split('-', 1)[0] for f in docs.expected_files()} == set(docs.REPRODUCED)
+    assert docs.reproduction_written_into(text) == text, WRITE

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pyterrier_selfsup.harness import provenance
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'tools'))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / 'scripts'))
 from measured import run_measured  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,7 +65,7 @@ def main():
     print(f'each example\'s output: {logs}', flush=True)
     settings = {'collection': 'classic/adi (82 documents, 35 queries), each example at its defaults',
                 'cache': 'empty at the start, shared by the examples in this order',
-                'memory': "each example's own peak resident memory (experiments/tools/measured.py)"}
+                'memory': "each example's own peak resident memory (scripts/measured.py)"}
     (RESULTS / 'examples_runtime.json').write_text(json.dumps({'header': header, 'settings': settings,
                                                                 'rows': rows}, indent=1))
     md = ['# The examples at their defaults: wall time', '',

@@ -45,7 +45,7 @@ from typing import Optional
 
 from pyterrier_selfsup.harness import provenance
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'tools'))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / 'scripts'))
 from measured import run_measured  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -357,7 +357,7 @@ def write_summary():
           'Each cell: peak resident memory, wall time (a cell that failed says so; its log tail is in its '
           'JSON file). *: another job ran beside it (the 1-minute load average at its end above the cores + 0.5), '
           'so its time is longer than alone; its memory is its own.', '',
-          'A peak is the cell\'s own (`run_measured`, experiments/tools/measured.py), except in cells whose JSON file has no '
+          'A peak is the cell\'s own (`run_measured`, scripts/measured.py), except in cells whose JSON file has no '
           '`measured` field: those were started straight from this script, whose memory (torch imported: about '
           '0.5 GiB) Linux counted in theirs. Such a peak is right where it is above that (every trainer\'s); a '
           'cell below it would have read as it, so the build and search cells were run again (ADI, CISI, scifact, '

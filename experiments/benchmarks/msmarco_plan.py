@@ -12,9 +12,12 @@ been committed, the newest gpu/**/gpu_benchmark.json by its date; writes msmarco
 import json
 import re
 import math
+import sys
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[1] / 'results'
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / 'scripts'))
+from docs_sections import newest_gpu_indexing  # noqa: E402  (the rate the docs quote)
 PASSAGES = 8_841_823  # MS MARCO passage ranking's collection (ir_datasets: msmarco-passage)
 TARGET_SECONDS, TARGET_GPUS = 600, 8  # the issue's target: a BERT-base refresh in 10 minutes on 8 GPUs
 # (layers, hidden, intermediate) as published: per-token encoder FLOPs ∝ layers · (4 h² + 2 h i)
@@ -38,20 +41,6 @@ def newest_gpu_benchmark():
         rows = json.loads(rumbart.read_text())['rows']
         data['rows']['rumbart'] = rows[max(rows)]  # the last run: warm
     return data, path.relative_to(RESULTS)
-
-
-def newest_gpu_indexing():
-    """The newest committed GPU indexing benchmark (``encoding_benchmark_gpu.json``: the package's
-    encoder indexing scifact through a FlexIndex, tokenization included, after a warm-up of 256
-    passages), as ``({dtype: passages / s}, machine, path under the results)``, or (None, None,
-    None) where none is committed. It is the one GPU encoding rate the docs quote: the benchmark
-    gpu_benchmark.py times a single encode_docs call after a shorter warm-up, a rate of its own."""
-    runs = [(json.loads(p.read_text()), p) for p in RESULTS.glob('gpu/**/encoding_benchmark_gpu.json')]
-    if not runs:
-        return None, None, None
-    data, path = max(runs, key=lambda run: run[0]['header']['date'])
-    rates = {r['dtype']: r['docs_per_s'] for r in data['runs'] if r['encoder'].startswith('ours')}
-    return rates, data['header']['machine'], path.relative_to(RESULTS)
 
 
 def cpu_of(machine: str) -> str:

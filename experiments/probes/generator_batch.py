@@ -68,7 +68,7 @@ def main(argv=None):
     if args.step:
         return step(args.step, args.out)
     from pyterrier_selfsup.harness import provenance
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'tools'))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / 'scripts'))
     from measured import run_measured
     header, rows = provenance.header(), {}
     with tempfile.TemporaryDirectory() as tmp:

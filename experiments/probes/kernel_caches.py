@@ -5,7 +5,7 @@ examples that peaked over 3 GiB on ADI, each with the caches at PyTorch's defaul
 oneDNN and ideep over it keep every kernel they build, keyed by its tensors' shapes, and a
 trainer meets new sequence lengths at every step. After each optimiser step the run records
 glibc's own account of its heap (``mallinfo2``: the bytes in use, and the bytes freed but kept)
-and its resident memory; and, as a whole, its peak resident memory (``experiments/tools/measured.py``),
+and its resident memory; and, as a whole, its peak resident memory (``scripts/measured.py``),
 its time and the adapted model's nDCG@10 as the example prints it (the same weights give the same
 figure).
 
@@ -65,7 +65,7 @@ def adapted_ndcg(stdout: str) -> str:
 def main():
     from pyterrier_selfsup._kernel_caches import KERNEL_CACHE_CAPACITY, VARIABLES
     from pyterrier_selfsup.harness import provenance
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'tools'))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / 'scripts'))
     from measured import run_measured
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.parse_args()

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pyterrier_selfsup.harness import provenance
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'tools'))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / 'scripts'))
 from measured import run_measured  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,7 +102,7 @@ def main():
     (RESULTS / 'memory_fixes.json').write_text(json.dumps({'header': header, 'rows': rows}, indent=1))
     md = ['# Three memory fixes against the paths they replaced (ADI)', '',
           *(f'- {k}: {v}' for k, v in header.items()),
-          '- each side a process of its own (its own peak resident memory: experiments/tools/measured.py), in a cache of '
+          '- each side a process of its own (its own peak resident memory: scripts/measured.py), in a cache of '
           'the run\'s own where SmolLM2\'s GGUF was converted first; seconds: the scoring or the writing alone, '
           'without loading the model; weights: the bytes of SmolLM2\'s weights, as held', '',
           '| check | path | items | seconds | weights (GiB) | peak memory (GiB) | output the same as the old path\'s |',

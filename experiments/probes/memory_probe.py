@@ -34,7 +34,7 @@ from pathlib import Path
 
 from pyterrier_selfsup.harness import provenance
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'tools'))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / 'scripts'))
 from measured import run_measured  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,7 +89,7 @@ RUNS = [  # (name, example and its arguments, trainer changes, environment, the 
 
 def peak(command, env=None, cwd=None):
     """(peak resident GiB, seconds, output) of ``command`` run as a child (its own peak:
-    experiments/tools/measured.py)."""
+    scripts/measured.py)."""
     with tempfile.TemporaryFile('w+') as log:
         run = run_measured(command, env={**os.environ, **(env or {})}, cwd=cwd, log=log)
         log.seek(0)

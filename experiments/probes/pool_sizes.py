@@ -7,16 +7,15 @@ Thirty of each collection's topic texts, drawn at random (seed 0), are pooled by
 each). `distill` is the shipped corpus-only setting: trained on first use, or read from the cache
 (`$SELFSUP_CACHE`) where it was trained before. No relevance label is read.
 
-    python experiments/probes/pool_sizes.py            # measures, and writes the guide's line
-    python experiments/probes/pool_sizes.py --write    # the guide's line from the results alone
-writes experiments/results/pool_sizes.md and .json, and the sentence of docs/adapting.md between
-its `pool-sizes` markers (`tests/test_docs_figures.py` checks that the guide holds it).
+    python experiments/probes/pool_sizes.py
+writes experiments/results/pool_sizes.md and .json, then runs `scripts/docs_sections.py --write`,
+which writes the sentence of docs/adapting.md between its `pool-sizes` markers
+(`tests/test_readme.py` checks that the guide holds it).
 """
 import json
-import re
+import subprocess
 import sys
 import tempfile
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -26,38 +25,13 @@ from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.harness.judging import Campaign
 from pyterrier_selfsup.harness.pipelines import get_pipeline
 
-RESULTS = Path(__file__).resolve().parents[1] / 'results'
-GUIDE = Path(__file__).resolve().parents[2] / 'docs' / 'adapting.md'
-MARKERS = ('<!-- pool-sizes: begin -->', '<!-- pool-sizes: end -->')
-NAMES = {'beir/scifact/test': 'scifact', 'cranfield': 'cranfield', 'vaswani': 'vaswani',
-         'classic/cisi': 'CISI', 'classic/adi': 'ADI'}
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / 'experiments' / 'results'
 COLLECTIONS = ['beir/scifact/test', 'cranfield', 'vaswani', 'classic/cisi', 'classic/adi']
 PIPELINES, QUERIES, DEPTH, SEED = ['minilm', 'distill'], 30, 10, 0
 
 
-def sentence(rows) -> str:
-    """The guide's sentence: the passages a user grades on each collection."""
-    each = ', '.join(f"{r['passages']:,}{' passages to grade' if not i else ''} on "
-                     f"{NAMES[r['collection']]}" for i, r in enumerate(rows))
-    return (f'Thirty queries pooled from the start and the adapted model at depth 10 come to '
-            f'{each} (`pool_sizes.md`): the two top 10s share about '
-            f"{min(r['shared of each top 10'] for r in rows):.0%} to "
-            f"{max(r['shared of each top 10'] for r in rows):.0%} of their passages.")
-
-
-def written_into(text: str, rows) -> str:
-    """``text`` (the guide) with the sentence between its markers."""
-    begin, end = MARKERS
-    return re.sub(f'{re.escape(begin)}.*?{re.escape(end)}',
-                  lambda _: f'{begin}\n{textwrap.fill(sentence(rows), 96)}\n{end}', text,
-                  flags=re.S)
-
-
 def main():
-    if sys.argv[1:] == ['--write']:
-        rows = json.loads((RESULTS / 'pool_sizes.json').read_text())['rows']
-        GUIDE.write_text(written_into(GUIDE.read_text(), rows))
-        return
     run = RunContext()
     rows = []
     for name in COLLECTIONS:
@@ -90,8 +64,10 @@ def main():
     (RESULTS / 'pool_sizes.md').write_text('\n'.join(md) + '\n')
     (RESULTS / 'pool_sizes.json').write_text(json.dumps({'header': {**header, **settings},
                                                          'rows': rows}, indent=2) + '\n')
-    GUIDE.write_text(written_into(GUIDE.read_text(), rows))
     print('\n'.join(md))
+    # the guide's sentence, from the file just written
+    subprocess.run([sys.executable, str(ROOT / 'scripts' / 'docs_sections.py'), '--write'],
+                   check=True)
 
 
 if __name__ == '__main__':

@@ -11,15 +11,16 @@ machine that file's header names).
     python experiments/reproduce/reproduce.py rumbart                  # on ADI, the default
     python experiments/reproduce/reproduce.py distill -c cranfield
     python experiments/reproduce/reproduce.py all --expected           # rewrites the expected files
-    python experiments/reproduce/reproduce.py --table          # the table in experiments/README.md
 
 Methods: distant_supervision, rumbart, acrobart, reatt (zero-shot and after cross-document
 adjustment), distill (corpus only) and distill_log (with a query log: the collection's own
 topic texts, two-fold, or scifact's train split for scifact).
+
+`python scripts/docs_sections.py --write` writes the table of experiments/README.md from the
+expected files.
 """
 import argparse
 import math
-import re
 import sys
 import tempfile
 import time
@@ -49,45 +50,6 @@ def file_name(method: str, collection: str) -> str:
     return f"{method}-{collection.replace('/', '_')}"
 
 
-README = Path(__file__).resolve().parents[1] / 'README.md'
-BEGIN, END = '<!-- reproduction: begin -->', '<!-- reproduction: end -->'
-
-
-def table() -> str:
-    """The Markdown table of every expected file: each method's command and nDCG@10 (with the
-    p-value against BM25), its wall time and machine."""
-    lines = ['| method | one command | nDCG@10 (p against BM25) | wall time |', '|---|---|---|---|']
-    machines = set()
-    for method in METHODS:
-        for csv in sorted(EXPECTED.glob(f'{method}-*.csv')):
-            if csv.name.endswith('.perquery.csv'):
-                continue
-            header = csv.read_text()
-            machines.add(re.search(r'^# machine: (.*)$', header, flags=re.M).group(1))
-            wall = re.search(r'^# wall time: (\d+) s$', header, flags=re.M).group(1)
-            rows = pd.read_csv(csv, comment='#')
-            cells = []
-            for _, row in rows.iterrows():
-                p = row.get('nDCG@10 p-value corrected')
-                cells.append(f"{row['name']} {row['nDCG@10']:.4f}"
-                             + ('' if pd.isna(p) else f' (p={p:.3f})'))
-            name = rows['collection'].iloc[0]
-            option = '' if name == 'classic/adi' else f' -c {name}'
-            command = f'python experiments/reproduce/reproduce.py {method}{option}'
-            lines.append(f'| {method} | `{command}` | {"; ".join(cells)} '
-                         f'| {int(wall) / 60:.1f} min |')
-    lines += ['', 'Measured on ' + '; '.join(sorted(machines)) + ', by `reproduce.py all '
-              '--expected`: the methods one after another, in this order, in one cache that '
-              'was empty at the start (so the first method pays for the indexes, and the first '
-              "to use the generator for its conversion).", ]
-    return '\n'.join(lines)
-
-
-def written_into(readme: str) -> str:
-    start, end = readme.index(BEGIN) + len(BEGIN), readme.index(END)
-    return readme[:start] + '\n' + table() + '\n' + readme[end:]
-
-
 def compare(table: pd.DataFrame, expected_csv: Path) -> pd.DataFrame:
     """Each pipeline's nDCG@10 beside the expected one, and their difference."""
     expected = pd.read_csv(expected_csv, comment='#').set_index('name')['nDCG@10']
@@ -99,10 +61,6 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     if argv is None:
         argv = sys.argv[1:]
-    if argv == ['--table']:
-        README.write_text(written_into(README.read_text()))
-        print(table())
-        return 0
     parser.add_argument('method', choices=[*METHODS, 'all'])
     parser.add_argument('-c', '--collection', default='classic/adi')
     parser.add_argument('--results-dir', default=None,

@@ -1,6 +1,6 @@
 """A child process's own peak memory: the memory experiments' one way of taking it.
 
-    from measured import run_measured     # (with experiments/tools on sys.path)
+    from measured import run_measured     # (with scripts/ on sys.path)
     run = run_measured([sys.executable, 'experiments/probes/memory_probe.py', '--child', ...])
     run.peak_gib, run.seconds, run.rc
 """

@@ -1,21 +1,27 @@
-"""The README's "What to expect" table, read from the committed results files.
+"""The sections of the README and the docs that are read from the committed results files.
 
-Measures nothing: it reads the nDCG@10 of BM25, MiniLM, the fused teacher, the distilled
-student (`distill`) and its hybrid from the label-free distillation groups, and the time each
-`distill` model took to train from the same files' wall-time lines, and prints the Markdown
-that the README holds between its `what-to-expect` markers. `tests/test_readme.py` checks that
-the README holds exactly this text, so a rerun of a group that changes a number changes the
-README with it.
+Measures nothing. It writes, each between its page's markers:
 
-    python experiments/tools/what_to_expect.py            # prints the table
-    python experiments/tools/what_to_expect.py --write    # writes it into the README
+- the README's "What to expect" table (`what-to-expect`): the nDCG@10 of BM25, MiniLM, the
+  fused teacher, the distilled student (`distill`) and its hybrid from the label-free
+  distillation groups, and the time each `distill` model took to train;
+- `docs/adapting.md`'s first run, stage by stage (`how-long`), and the passages a user grades
+  to judge 30 queries (`pool-sizes`, from `pool_sizes.json`);
+- `experiments/README.md`'s table of the one-command reproductions (`reproduction`, from
+  `experiments/results/reproduce/`).
 
-It also prints, and writes into `docs/adapting.md` between its `how-long` markers, a first run's
-time stage by stage. The groups behind it: `SELFSUP_CACHE=$(mktemp -d) python
+`tests/test_readme.py` checks that each page holds exactly this text, so a rerun that changes
+a number changes the pages with it.
+
+    python scripts/docs_sections.py            # prints the sections
+    python scripts/docs_sections.py --write    # writes them into their pages
+
+The groups behind the table and the first run: `SELFSUP_CACHE=$(mktemp -d) python
 experiments/reproduce/label_free.py label_free` (corpus only, run on an empty cache: a first
 run's times) and `python experiments/reproduce/label_free.py label_free_log_scifact
 label_free_log` (a query log); the GPU times come from `bash scripts/gpu/run.sh querylog`
-(experiments/results/gpu/).
+(experiments/results/gpu/); the pool sizes from `python experiments/probes/pool_sizes.py`; the
+reproductions from `python experiments/reproduce/reproduce.py all --expected`.
 """
 import json
 import re
@@ -25,7 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / 'experiments' / 'results'
 README = ROOT / 'README.md'
 BEGIN, END = '<!-- what-to-expect: begin -->', '<!-- what-to-expect: end -->'
@@ -56,7 +62,8 @@ def read_group(group: str) -> pd.DataFrame:
 
 def read_per_query(groups) -> pd.DataFrame:
     """Each query's nDCG@10, by collection, pipeline and qid, from the groups' per-query files."""
-    frames = [pd.read_csv(RESULTS / f'{group}.perquery.csv', dtype={'qid': str}) for group in groups]
+    frames = [pd.read_csv(RESULTS / f'{group}.perquery.csv', dtype={'qid': str})
+              for group in groups]
     return pd.concat(frames).set_index(['collection', 'name', 'qid'])['nDCG@10'].sort_index()
 
 
@@ -260,8 +267,6 @@ def how_long() -> str:
     lines = ['| first run, 2 CPU cores | ' + ' | '.join(COLLECTIONS[c] for c in order) + ' |',
              '|---' * (len(order) + 1) + '|']
     lines += [f'| {label} | ' + ' | '.join(value(c) for c in order) + ' |' for label, value in rows]
-    sys.path.insert(0, str(ROOT / 'experiments' / 'benchmarks'))
-    from msmarco_plan import newest_gpu_indexing
     indexing, indexing_machine, path = newest_gpu_indexing()
     gpu = re.search(r'GPU: NVIDIA (\S+)', indexing_machine).group(1)
     runs = gpu_seconds()
@@ -308,6 +313,87 @@ def writer_rates():
     return stage['done'] / stage['seconds'], plain['passages/s whole'], ('shared_prefix.md', cpu)
 
 
+def newest_gpu_indexing():
+    """The newest committed GPU indexing benchmark (``encoding_benchmark_gpu.json``: the package's
+    encoder indexing scifact through a FlexIndex, tokenization included, after a warm-up of 256
+    passages), as ``({dtype: passages / s}, machine, path under the results)``, or (None, None,
+    None) where none is committed. It is the one GPU encoding rate the docs quote: the benchmark
+    gpu_benchmark.py times a single encode_docs call after a shorter warm-up, a rate of its own."""
+    runs = [(json.loads(p.read_text()), p)
+            for p in RESULTS.glob('gpu/**/encoding_benchmark_gpu.json')]
+    if not runs:
+        return None, None, None
+    data, path = max(runs, key=lambda run: run[0]['header']['date'])
+    rates = {r['dtype']: r['docs_per_s'] for r in data['runs'] if r['encoder'].startswith('ours')}
+    return rates, data['header']['machine'], path.relative_to(RESULTS)
+
+
+# -- docs/adapting.md: the passages a user grades (experiments/probes/pool_sizes.py measures) --
+
+POOL_SIZES = ('<!-- pool-sizes: begin -->', '<!-- pool-sizes: end -->')
+POOLED = ['beir/scifact/test', 'cranfield', 'vaswani', 'classic/cisi', 'classic/adi']
+
+
+def pool_rows() -> list:
+    """pool_sizes.json's rows: a collection's passages pooled for 30 queries."""
+    return json.loads((RESULTS / 'pool_sizes.json').read_text())['rows']
+
+
+def pool_sentence(rows) -> str:
+    """The guide's sentence: the passages a user grades on each collection."""
+    each = ', '.join(f"{r['passages']:,}{' passages to grade' if not i else ''} on "
+                     f"{COLLECTIONS[r['collection']]}" for i, r in enumerate(rows))
+    return (f'Thirty queries pooled from the start and the adapted model at depth 10 come to '
+            f'{each} (`pool_sizes.md`): the two top 10s share about '
+            f"{min(r['shared of each top 10'] for r in rows):.0%} to "
+            f"{max(r['shared of each top 10'] for r in rows):.0%} of their passages.")
+
+
+# -- experiments/README.md: the one-command reproductions ----------------------------------
+
+EXPERIMENTS_README = ROOT / 'experiments' / 'README.md'
+REPRODUCTION = ('<!-- reproduction: begin -->', '<!-- reproduction: end -->')
+EXPECTED = RESULTS / 'reproduce'
+# the order reproduce.py runs them in
+REPRODUCED = ['distant_supervision', 'rumbart', 'acrobart', 'reatt', 'distill', 'distill_log']
+
+
+def expected_files() -> list:
+    """The expected results of reproduce.py, a CSV for each method and collection, in order."""
+    return [csv for method in REPRODUCED for csv in sorted(EXPECTED.glob(f'{method}-*.csv'))
+            if not csv.name.endswith('.perquery.csv')]
+
+
+def reproduction_table() -> str:
+    """The Markdown table of every expected file: each method's command and nDCG@10 (with the
+    p-value against BM25), its wall time and machine."""
+    lines = ['| method | one command | nDCG@10 (p against BM25) | wall time |', '|---|---|---|---|']
+    machines = set()
+    for csv in expected_files():
+        method = csv.name.split('-', 1)[0]
+        header = csv.read_text()
+        machines.add(re.search(r'^# machine: (.*)$', header, flags=re.M).group(1))
+        wall = re.search(r'^# wall time: (\d+) s$', header, flags=re.M).group(1)
+        rows = pd.read_csv(csv, comment='#')
+        cells = []
+        for _, row in rows.iterrows():
+            p = row.get('nDCG@10 p-value corrected')
+            cells.append(f"{row['name']} {row['nDCG@10']:.4f}"
+                         + ('' if pd.isna(p) else f' (p={p:.3f})'))
+        name = rows['collection'].iloc[0]
+        option = '' if name == 'classic/adi' else f' -c {name}'
+        command = f'python experiments/reproduce/reproduce.py {method}{option}'
+        lines.append(f'| {method} | `{command}` | {"; ".join(cells)} '
+                     f'| {int(wall) / 60:.1f} min |')
+    lines += ['', 'Measured on ' + '; '.join(sorted(machines)) + ', by `reproduce.py all '
+              '--expected`: the methods one after another, in this order, in one cache that '
+              'was empty at the start (so the first method pays for the indexes, and the first '
+              "to use the generator for its conversion).", ]
+    return '\n'.join(lines)
+
+
+# -- writing them -------------------------------------------------------------------------
+
 def between(text: str, markers: tuple, block: str) -> str:
     start, end = text.index(markers[0]) + len(markers[0]), text.index(markers[1])
     return text[:start] + '\n' + block + '\n' + text[end:]
@@ -321,9 +407,27 @@ def how_long_written_into(guide: str) -> str:
     return between(guide, HOW_LONG, how_long())
 
 
+def pool_sizes_written_into(guide: str) -> str:
+    return between(guide, POOL_SIZES, textwrap.fill(pool_sentence(pool_rows()), 96))
+
+
+def reproduction_written_into(readme: str) -> str:
+    return between(readme, REPRODUCTION, reproduction_table())
+
+
+# each page: the functions that write its sections
+PAGES = {README: [written_into],
+         ADAPTING: [how_long_written_into, pool_sizes_written_into],
+         EXPERIMENTS_README: [reproduction_written_into]}
+
+
 if __name__ == '__main__':
     if '--write' in sys.argv:
-        README.write_text(written_into(README.read_text()))
-        ADAPTING.write_text(how_long_written_into(ADAPTING.read_text()))
+        for page, writers in PAGES.items():
+            text = page.read_text()
+            for write in writers:
+                text = write(text)
+            page.write_text(text)
     else:
-        print(table() + '\n\n' + how_long())
+        print('\n\n'.join([table(), how_long(), pool_sentence(pool_rows()),
+                            reproduction_table()]))
