@@ -183,20 +183,20 @@ def test_adaptation_runs_from_the_command_line(tmp_path, cache_dir):
 
 
 @pytest.mark.slow
-def test_rumbart_and_acrobart_run_from_the_command_line(tmp_path, cache_dir):
+def test_rumbart_runs_from_the_command_line(tmp_path, cache_dir):
     """The acceptance path with the real models: MiniLM adapted on ADI with SmolLM2 frozen
-    as the teacher, on corpus spans (RUMBArt 2 steps, ACROBArT 1), then evaluated beside BM25."""
-    small = 'queries=spans,k=2,batch_size=3,refresh_every=1,max_passage_length=64'
-    rumbart, acrobart = f'rumbart:{small},n_queries=6', f'acrobart:{small},n_queries=3'
-    proc = selfsup('run', '-c', 'classic/adi', '-p', 'bm25', 'dual_encoder', rumbart, acrobart,
+    as the teacher, on corpus spans (RUMBArt, 2 steps), then evaluated beside BM25. (ACROBArT
+    runs with the same models from its example: tests/test_examples.py.)"""
+    rumbart = 'rumbart:queries=spans,k=2,batch_size=3,refresh_every=1,max_passage_length=64,' \
+              'n_queries=6'
+    proc = selfsup('run', '-c', 'classic/adi', '-p', 'bm25', 'dual_encoder', rumbart,
                    '--save', 'rr',
                    '--results-dir', str(tmp_path), '--cache-dir', str(cache_dir), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(tmp_path / 'rr.csv', comment='#').set_index('name')
-    for name in (rumbart, acrobart):
-        assert 0.3 < table.loc[name, 'nDCG@10'] < 0.7
-        # training changed the model
-        assert table.loc[name, 'nDCG@10'] != table.loc['dual_encoder', 'nDCG@10']
+    assert 0.3 < table.loc[rumbart, 'nDCG@10'] < 0.7
+    # training changed the model
+    assert table.loc[rumbart, 'nDCG@10'] != table.loc['dual_encoder', 'nDCG@10']
     model, = [p for p in (cache_dir / 'models').glob('classic_adi.rumbart-*') if p.is_dir()]
     log = model / 'training_log.jsonl'
     records = [json.loads(line) for line in log.read_text().splitlines()]
