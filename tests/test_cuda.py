@@ -138,7 +138,7 @@ def test_a_run_resumed_on_the_gpu_ends_as_one_never_stopped(tiny_dir, cache_dir,
     # (killed in step 5, after the step-4 checkpoint)
     with stopped_at_step(monkeypatch, DistantSupervision, 5):
         run(tmp_path / 'stopped')
-    assert 'cuda_rng' in torch.load(tmp_path / 'stopped' / 'checkpoint-4' / loop.STATE_FILE,
+    assert 'cuda_rng' in torch.load(tmp_path / 'stopped' / 'checkpoint-4' / loop.TRAINER_STATE_FILE,
                                     weights_only=False)
     resumed = run(tmp_path / 'stopped')
     assert max((a - b).abs().max().item() for a, b in zip(never_stopped, resumed)) < 1e-4

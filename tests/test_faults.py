@@ -655,16 +655,16 @@ def test_a_checkpoint_whose_random_state_does_not_load_is_an_error_where_acceler
     states that do not load (a resumed run would draw other batches and masks, unsaid); the
     package's resume refuses them."""
     from accelerate.checkpointing import load_accelerator_state, save_accelerator_state
-    from pyterrier_selfsup.training.checkpoints import STATE_FILE, checkpoints
+    from pyterrier_selfsup.training.checkpoints import TRAINER_STATE_FILE, checkpoints
     from pyterrier_selfsup.training.distant import DistantSupervision
     coll = Collection('classic/adi')
     trainer = DistantSupervision(tiny_encoder(max_length=64), coll, output_dir=tmp_path / 'run',
                                  cache_dir=cache_dir, **CHECKPOINTED)
     trainer.fit(coll.topics())
     first = checkpoints(tmp_path / 'run')[0]
-    state = torch.load(first / STATE_FILE, weights_only=False)
+    state = torch.load(first / TRAINER_STATE_FILE, weights_only=False)
     state['torch_rng'] = torch.zeros(3, dtype=torch.uint8)  # (a state that does not load)
-    torch.save(state, first / STATE_FILE)
+    torch.save(state, first / TRAINER_STATE_FILE)
     again = DistantSupervision(tiny_encoder(max_length=64), coll, output_dir=tmp_path / 'again',
                                cache_dir=cache_dir, **CHECKPOINTED)
     with pytest.raises(RuntimeError):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pyterrier_selfsup import BM25, Collection
-from pyterrier_selfsup.models.offsets import OFFSETS_FILE, PassageOffsets
+from pyterrier_selfsup.models.offsets import PASSAGE_OFFSETS_FILE, PassageOffsets
 from pyterrier_selfsup.retrieval.dense import DenseRetriever, flex_index
 from pyterrier_selfsup.retrieval.fusion import Fusion
 from pyterrier_selfsup.training.distill import Distillation
@@ -66,7 +66,7 @@ def test_offsets_train_save_with_the_model_and_move_its_index(tiny_encoder, cach
     assert 0 < len(offsets) <= 82 and float(offsets.norms().mean()) > 1e-3
     assert all('offset norm' in r for r in trainer.log if 'loss' in r)
     final = tmp_path / 'run' / 'final'
-    assert (final / OFFSETS_FILE).is_file()
+    assert (final / PASSAGE_OFFSETS_FILE).is_file()
 
     # reloaded from the model directory: the index holds v0 + delta for every passage that has one
     retriever = DenseRetriever.from_dual_encoder(coll, str(final), precision='fp32',

@@ -258,15 +258,15 @@ def test_a_resumed_run_plans_from_the_checkpoint_fit_resumably_goes_on_from(tmp_
     """``selfsup train`` plans from ``resume_point``: the last whole checkpoint whose files are not
     damaged (a torn checkpoint-10, and a checkpoint-11 whose write stopped before its manifest,
     are passed over, as fit_resumably passes over them)."""
-    from pyterrier_selfsup.training.checkpoints import (CHECKPOINT_MANIFEST, STATE_FILE,
+    from pyterrier_selfsup.training.checkpoints import (CHECKPOINT_MANIFEST, TRAINER_STATE_FILE,
                                                          checkpoint_step, resume_point)
     assert resume_point(tmp_path) is None
     for step, size in ((5, 5), (10, 99), (11, None)):
         (tmp_path / f'checkpoint-{step}').mkdir()
-        (tmp_path / f'checkpoint-{step}' / STATE_FILE).write_bytes(b'state')
+        (tmp_path / f'checkpoint-{step}' / TRAINER_STATE_FILE).write_bytes(b'state')
         if size is not None:
             (tmp_path / f'checkpoint-{step}' / CHECKPOINT_MANIFEST).write_text(
-                json.dumps({'files': {STATE_FILE: size}}))
+                json.dumps({'files': {TRAINER_STATE_FILE: size}}))
     (tmp_path / 'checkpoint-12').mkdir()  # (no state: not a whole checkpoint)
     assert (resume_point(tmp_path) == tmp_path / 'checkpoint-5'
             and checkpoint_step(resume_point(tmp_path)) == 5)

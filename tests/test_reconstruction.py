@@ -15,7 +15,7 @@ from pyterrier_selfsup.models.generator import Generator
 from pyterrier_selfsup.data.queries import cropped_spans
 from pyterrier_selfsup.harness.pipelines import trained_dense_retriever
 from pyterrier_selfsup.models.reading import biased_log_likelihood
-from pyterrier_selfsup.training.checkpoints import STATE_FILE, checkpoints
+from pyterrier_selfsup.training.checkpoints import TRAINER_STATE_FILE, checkpoints
 from pyterrier_selfsup.training.acrobart import Acrobart
 from pyterrier_selfsup.training.losses import marginal_nll, reconstruction_kl
 from pyterrier_selfsup.training.rumbart import Rumbart
@@ -388,7 +388,7 @@ def test_an_interrupted_cached_run_resumes_from_its_last_checkpoint(tiny_dir, ti
     model_dir = staging.with_name(staging.name[:-len('.partial')])
     assert not staging.exists() and not checkpoints(model_dir)
     # a finished model keeps no optimiser state
-    assert not (model_dir / 'final' / STATE_FILE).exists()
+    assert not (model_dir / 'final' / TRAINER_STATE_FILE).exists()
     log = [json.loads(line) for line in (model_dir / 'training_log.jsonl').read_text().splitlines()]
     assert [r['step'] for r in log if 'loss' in r] == [1, 2, 3, 4, 5]
     # step 4's index rebuilt on resuming

@@ -178,8 +178,8 @@ def main(argv=None) -> int:
                 if args.output is not None:
                     shutil.copytree(path, args.output, dirs_exist_ok=True)
                     print(f'the trained model, copied: {args.output}')
-                from pyterrier_selfsup.models.offsets import OFFSETS_FILE
-                if (Path(path) / OFFSETS_FILE).is_file():
+                from pyterrier_selfsup.models.offsets import PASSAGE_OFFSETS_FILE
+                if (Path(path) / PASSAGE_OFFSETS_FILE).is_file():
                     print(EXPORT_WITHOUT_OFFSETS.format(path=args.output or path))
                 # (queries=crossfold: a model a fold, of which train returns the last)
                 folds = len(trained.each_model(spec.settings)) > 1

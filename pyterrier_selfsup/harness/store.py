@@ -22,8 +22,10 @@ change, or another set of queries gives another key, and so another model, train
 nothing is reinterpreted. :func:`read_settings` reads a record back into the settings object it
 came from.
 
-    path = model_dir(Collection('classic/adi'), 'distill', DistillationSettings())
+    path = record_dir(model_record(Collection('classic/adi'), 'distill', DistillationSettings()))
     read_settings(path)   # DistillationSettings(...), equal to the one that trained it
+
+:func:`pyterrier_selfsup.harness.trained.model_dir` finds a pipeline's model from its settings.
 """
 import hashlib
 import json
@@ -129,15 +131,10 @@ def model_key(record: dict) -> str:
     return cache_key(f'{record["collection"]["id"]}.{record["method"]}', identity)
 
 
-def model_dir(collection: Collection, method: str, settings: MethodSettings,
-              fold: Optional[int] = None, run: RunContext = SILENT) -> Path:
-    """Where the model of ``method`` trained with ``settings`` lives (``final/``, ``model.json``,
-    ``training_log.jsonl``, ``training_curve.png``; while it trains, ``<dir>.partial``)."""
-    return record_dir(model_record(collection, method, settings, fold, run), run)
-
-
 def record_dir(record: dict, run: RunContext = SILENT) -> Path:
-    """The directory of the model ``record`` describes, in ``run``'s cache."""
+    """The directory of the model ``record`` describes, in ``run``'s cache (``final/``,
+    ``model.json``, ``training_log.jsonl``, ``training_curve.png``; while it trains,
+    ``<dir>.partial``)."""
     return cache_root(run.cache_dir) / 'models' / model_key(record)
 
 

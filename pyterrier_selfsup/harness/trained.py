@@ -70,9 +70,11 @@ def training_settings(method: str, settings: dict) -> dict:
 def model_dir(collection: Collection, method: str, settings: dict,
               run: RunContext = SILENT) -> Path:
     """Where the model of ``method`` trained with a pipeline's ``settings`` lives in the model
-    store (:func:`~pyterrier_selfsup.harness.store.model_dir`)."""
-    return store.model_dir(Collection.of(collection), method, typed_settings(method, settings),
-                           _fold(method, settings), run)
+    store (``final/``, ``model.json``, ``training_log.jsonl``, ``training_curve.png``; while it
+    trains, ``<dir>.partial``)."""
+    record = store.model_record(Collection.of(collection), method,
+                                typed_settings(method, settings), _fold(method, settings), run)
+    return store.record_dir(record, run)
 
 
 def start_model(collection: Collection, settings, run: RunContext = SILENT,

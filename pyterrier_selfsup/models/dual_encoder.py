@@ -42,7 +42,7 @@ from pyterrier_selfsup.progress import progress
 
 logger = logging.getLogger(__name__)
 
-CONFIG_FILE = 'dual_encoder.json'
+DUAL_ENCODER_CONFIG_FILE = 'dual_encoder.json'
 BACKENDS = ('auto', 'torch', 'openvino', 'openvino-int8')
 # passages: from here on, an index that backend='auto' encodes goes through OpenVINO. Compiling
 # the model takes about 3 s; OpenVINO fp32 saves 1.13x (an AMX CPU) to 2.35x (an AMD EPYC) of
@@ -66,7 +66,7 @@ def reads_as_made(name_or_path: str) -> bool:
     """Whether :meth:`DualEncoder.from_pretrained` reads ``name_or_path`` as it was made to be
     read: a directory the package saved, or a sentence-transformers model. Any other encoder it
     reads as the thesis does (``cls`` pooling, no normalisation)."""
-    return (read_saved_config(name_or_path, CONFIG_FILE) is not None
+    return (read_saved_config(name_or_path, DUAL_ENCODER_CONFIG_FILE) is not None
             or is_sentence_transformer(name_or_path))
 
 
@@ -274,7 +274,7 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
         to make a useful softmax; sentence-transformers' in-batch loss uses the same) and
         1 for raw dot products (the thesis).
         """
-        saved = read_saved_config(name_or_path, CONFIG_FILE)
+        saved = read_saved_config(name_or_path, DUAL_ENCODER_CONFIG_FILE)
         st = ({} if saved or not is_sentence_transformer(name_or_path)
               else read_sentence_transformer(name_or_path))
         base = saved or st or {'pooling': 'cls', 'normalize': False, 'max_length': 512}
@@ -339,7 +339,7 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
             torch.save({k: v for k, v in self.model.state_dict().items()
                         if k.endswith('_proj.weight')},
                        path / PROJECTIONS_FILE)
-        (path / CONFIG_FILE).write_text(json.dumps(self.config(), indent=2))
+        (path / DUAL_ENCODER_CONFIG_FILE).write_text(json.dumps(self.config(), indent=2))
         if self.passage_offsets is not None:
             self.passage_offsets.save(path)
         return path

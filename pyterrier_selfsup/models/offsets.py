@@ -22,7 +22,7 @@ from typing import Iterable, List, Optional, Sequence, Union
 import numpy as np
 import torch
 
-OFFSETS_FILE = 'passage_offsets.pt'
+PASSAGE_OFFSETS_FILE = 'passage_offsets.pt'
 
 
 class PassageOffsets:
@@ -99,7 +99,7 @@ class PassageOffsets:
         return self.delta.norm(dim=-1)
 
     def save(self, directory: Union[str, Path]) -> Path:
-        path = Path(directory) / OFFSETS_FILE
+        path = Path(directory) / PASSAGE_OFFSETS_FILE
         torch.save({'dim': self.dim, 'normalize': self.normalize, 'docnos': self.docnos,
                     'delta': self.delta.clone()}, path)
         return path
@@ -107,7 +107,7 @@ class PassageOffsets:
     @classmethod
     def load(cls, directory: Union[str, Path]) -> Optional['PassageOffsets']:
         """The offsets saved in ``directory``, or None if it has none."""
-        path = Path(directory) / OFFSETS_FILE
+        path = Path(directory) / PASSAGE_OFFSETS_FILE
         if not path.is_file():
             return None
         saved = torch.load(path, map_location='cpu', weights_only=True)

@@ -40,7 +40,7 @@ from pyterrier_selfsup.models.precision import resolve_device
 from pyterrier_selfsup.models.trainable import TrainableModel
 from pyterrier_selfsup.progress import progress
 
-CONFIG_FILE = 'reatt.json'
+REATT_CONFIG_FILE = 'reatt.json'
 HEAD_WEIGHTS_FILE = 'reatt_heads.pt'
 
 
@@ -209,7 +209,7 @@ class ReAtt(TrainableModel):
         ``retrieval_layer`` defaults to the checkpoint's own (a ReAtt checkpoint's config has
         ``retrieval_layer`` and ``retrieval_head``), else to half the depth; ``head`` puts
         P_head on one head (from a head analysis, or the checkpoint's), else heads start uniform."""
-        saved = read_saved_config(name_or_path, CONFIG_FILE) or {}
+        saved = read_saved_config(name_or_path, REATT_CONFIG_FILE) or {}
         config = AutoConfig.from_pretrained(name_or_path)
         if getattr(config, 'is_encoder_decoder', False):  # a seq2seq checkpoint: its encoder only
             from transformers import T5EncoderModel
@@ -250,7 +250,7 @@ class ReAtt(TrainableModel):
         self.model.encoder.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
         torch.save(self.model.head_logits.detach().cpu(), path / HEAD_WEIGHTS_FILE)
-        (path / CONFIG_FILE).write_text(json.dumps(self.config(), indent=2))
+        (path / REATT_CONFIG_FILE).write_text(json.dumps(self.config(), indent=2))
         return path
 
     def fingerprint(self) -> str:

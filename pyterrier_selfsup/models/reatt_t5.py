@@ -27,7 +27,7 @@ from transformers.modeling_outputs import BaseModelOutput
 from pyterrier_selfsup.models.hub import read_saved_config
 from pyterrier_selfsup.models.trainable import TrainableModel
 from pyterrier_selfsup.models.reading import first_position_shares
-from pyterrier_selfsup.models.reatt import CONFIG_FILE, HEAD_WEIGHTS_FILE, ReAtt, ReAttModel
+from pyterrier_selfsup.models.reatt import REATT_CONFIG_FILE, HEAD_WEIGHTS_FILE, ReAtt, ReAttModel
 
 
 class ReAttT5(TrainableModel):
@@ -68,7 +68,7 @@ class ReAttT5(TrainableModel):
     @classmethod
     def from_pretrained(cls, name_or_path: str, **kwargs) -> 'ReAttT5':
         model = T5ForConditionalGeneration.from_pretrained(name_or_path)
-        saved = read_saved_config(name_or_path, CONFIG_FILE) or {}
+        saved = read_saved_config(name_or_path, REATT_CONFIG_FILE) or {}
         for key in ('head_temperature', 'max_length', 'query_max_length'):
             if key in saved:
                 kwargs.setdefault(key, saved[key])
@@ -88,7 +88,7 @@ class ReAttT5(TrainableModel):
         self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
         torch.save(self.retriever.model.head_logits.detach().cpu(), path / HEAD_WEIGHTS_FILE)
-        (path / CONFIG_FILE).write_text(json.dumps(self.retriever.config(), indent=2))
+        (path / REATT_CONFIG_FILE).write_text(json.dumps(self.retriever.config(), indent=2))
         return path
 
     # -- what a trainer needs ------------------------------------------------------

@@ -45,7 +45,7 @@ from pyterrier_selfsup.progress import progress
 
 META_FILE = 'pt_meta.json'
 KEYS_FILE = 'keys.f16'
-OFFSETS_FILE = 'offsets.npy'
+TOKEN_OFFSETS_FILE = 'offsets.npy'
 DOCNOS_FILE = 'docnos.json'
 IVF_FILE = 'tokens.faiss'
 CHUNK = 2048  # documents encoded at a time
@@ -63,7 +63,7 @@ def _join_shards(path: Path, parts: List['ReAttIndex'], chunk: int):
                       .tobytes())
             docnos.extend(part.docnos[start:end].tolist())
             offsets.extend((offsets[-1] + np.diff(part.offsets[start:end + 1]).cumsum()).tolist())
-    np.save(path / OFFSETS_FILE, np.asarray(offsets, dtype=np.int64))
+    np.save(path / TOKEN_OFFSETS_FILE, np.asarray(offsets, dtype=np.int64))
     (path / DOCNOS_FILE).write_text(json.dumps(docnos))
     meta = dict(parts[0].meta, documents=len(docnos), tokens=int(offsets[-1]),
                 encode_seconds=max(p.meta['encode_seconds'] for p in parts))
@@ -98,7 +98,7 @@ class ReAttIndex(pt.Artifact):
     def __init__(self, path: Union[str, Path]):
         super().__init__(path)
         self.meta = json.loads((self.path / META_FILE).read_text())
-        self.offsets = np.load(self.path / OFFSETS_FILE)
+        self.offsets = np.load(self.path / TOKEN_OFFSETS_FILE)
         self.docnos = np.array(json.loads((self.path / DOCNOS_FILE).read_text()), dtype=object)
         shape = (int(self.offsets[-1]), self.meta['dim'])  # (an empty file cannot be mapped)
         self.keys = (np.memmap(self.path / KEYS_FILE, dtype=np.float16, mode='r', shape=shape)
@@ -116,13 +116,13 @@ class ReAttIndex(pt.Artifact):
         description, or None."""
         try:
             meta = json.loads((path / META_FILE).read_text())
-            offsets = np.load(path / OFFSETS_FILE, mmap_mode='r')
+            offsets = np.load(path / TOKEN_OFFSETS_FILE, mmap_mode='r')
             keys = (path / KEYS_FILE).stat().st_size
         except (OSError, ValueError, EOFError) as error:
             return f'its files cannot be read ({error})'
         tokens, documents = int(meta.get('tokens', -1)), int(meta.get('documents', -1))
         if offsets.shape != (documents + 1,) or (documents >= 0 and int(offsets[-1]) != tokens):
-            return f'{OFFSETS_FILE} does not match {documents} documents of {tokens} tokens'
+            return f'{TOKEN_OFFSETS_FILE} does not match {documents} documents of {tokens} tokens'
         if keys != tokens * int(meta['dim']) * 2:
             return (f'{KEYS_FILE} is {keys:,} bytes, where {tokens:,} keys of {meta["dim"]} fp16 '
                     f'take {tokens * meta["dim"] * 2:,}')
@@ -175,7 +175,7 @@ class ReAttIndex(pt.Artifact):
                 done.set_postfix(tokens=f'{offsets[-1]:,}')
         encode_seconds = time.time() - t0
         offsets = np.asarray(offsets, dtype=np.int64)
-        np.save(path / OFFSETS_FILE, offsets)
+        np.save(path / TOKEN_OFFSETS_FILE, offsets)
         (path / DOCNOS_FILE).write_text(json.dumps(docnos))
         dim = reatt.model.attention.head_dim
         t0 = time.time()

@@ -27,7 +27,7 @@ from pyterrier_selfsup._cache import disk_faults, file_sizes, size_damage, writt
 
 logger = logging.getLogger(__name__)
 
-STATE_FILE = 'trainer_state.pt'
+TRAINER_STATE_FILE = 'trainer_state.pt'
 CHECKPOINT_MANIFEST = 'checkpoint.json'  # every file's size, written last
 
 
@@ -35,7 +35,7 @@ def checkpoints(output_dir: Union[str, Path]) -> List[Path]:
     """The whole step checkpoints a :class:`Trainer` wrote under ``output_dir``, oldest first
     (the last one is what ``fit(resume_from=...)`` continues from)."""
     found = [p for p in Path(output_dir).glob('checkpoint-*')
-             if p.name.split('-', 1)[1].isdigit() and (p / STATE_FILE).is_file()]
+             if p.name.split('-', 1)[1].isdigit() and (p / TRAINER_STATE_FILE).is_file()]
     return sorted(found, key=checkpoint_step)
 
 
@@ -92,7 +92,7 @@ def keep_final_only(output_dir: Union[str, Path]):
     ``training_log.jsonl``). For the cached pipelines, whose models are finished products."""
     for checkpoint in checkpoints(output_dir):
         shutil.rmtree(checkpoint)
-    (Path(output_dir) / 'final' / STATE_FILE).unlink(missing_ok=True)
+    (Path(output_dir) / 'final' / TRAINER_STATE_FILE).unlink(missing_ok=True)
 
 
 def write_checkpoint(trainer, optimizer, scheduler, final: bool = False):
@@ -120,8 +120,8 @@ def write_checkpoint(trainer, optimizer, scheduler, final: bool = False):
                     # run there drew other masks than one never stopped)
                     **({'cuda_rng': torch.cuda.get_rng_state_all()}
                        if torch.cuda.is_initialized() else {})},
-                   path / (STATE_FILE + '.tmp'))
-        os.replace(path / (STATE_FILE + '.tmp'), path / STATE_FILE)
+                   path / (TRAINER_STATE_FILE + '.tmp'))
+        os.replace(path / (TRAINER_STATE_FILE + '.tmp'), path / TRAINER_STATE_FILE)
         with written_whole(path / CHECKPOINT_MANIFEST, 'a checkpoint') as partial:
             partial.write_text(json.dumps({'files': file_sizes(path, CHECKPOINT_MANIFEST)}))
     logger.info('checkpoint %s', path)
@@ -135,7 +135,7 @@ def restore_checkpoint(trainer, path: Path, optimizer, scheduler) -> Dict:
     """Puts ``trainer``, ``optimizer``, ``scheduler`` and the random states back as the
     checkpoint at ``path`` holds them, and returns the loop's state; a state that does not load
     is an error."""
-    saved = torch.load(path / STATE_FILE, map_location='cpu', weights_only=False)
+    saved = torch.load(path / TRAINER_STATE_FILE, map_location='cpu', weights_only=False)
     trainer.model.load_weights(path)
     trainer.load_extra(path)
     optimizer.load_state_dict(saved['optimizer'])

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from pyterrier_selfsup.data.queries import Query, training_queries
 from pyterrier_selfsup.retrieval.base import top_k_excluding
 from pyterrier_selfsup.retrieval.bm25 import BM25
-from pyterrier_selfsup.training.loop import DualEncoderTrainer
+from pyterrier_selfsup.training.dual_encoder_trainer import DualEncoderTrainer
 from pyterrier_selfsup.training.settings import DistantSupervisionSettings
 
 logger = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.queries import Query, query_sources, training_queries
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
-from pyterrier_selfsup.training.loop import DualEncoderTrainer
+from pyterrier_selfsup.training.dual_encoder_trainer import DualEncoderTrainer
 from pyterrier_selfsup.training.losses import (candidate_table, distillation_loss,  # noqa: F401
                                                listwise_kl, margin_mse, top1_agreement, top_overlap,
                                                triple)

@@ -44,8 +44,6 @@ from pyterrier_selfsup._distributed import distributed, sum_step
 from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models.trainable import TrainableModel
-from pyterrier_selfsup.models.dual_encoder import DualEncoder
-from pyterrier_selfsup.retrieval.dense import DenseRetriever, dense_retriever
 from pyterrier_selfsup.progress import peak_resident_gib, progress, resident_gib
 from pyterrier_selfsup.training.hooks import TrainerHooks
 from pyterrier_selfsup.training.checkpoints import (restore_checkpoint, write_checkpoint,
@@ -300,24 +298,3 @@ class Trainer(TrainerHooks, pt.Estimator):
 
     def title(self) -> str:
         return f'{self.description} on {self.collection.corpus_id}'
-
-
-class DualEncoderTrainer(Trainer):
-    """A trainer of a :class:`~pyterrier_selfsup.models.dual_encoder.DualEncoder` that retrieves
-    from a dense index of its collection: distant supervision, RUMBArt and ACROBArT,
-    distillation."""
-
-    @property
-    def encoder(self) -> DualEncoder:
-        return self.model
-
-    def retriever(self, fresh: bool = False) -> DenseRetriever:
-        return dense_retriever(self.collection, self.encoder, fresh=fresh, cache_dir=self.cache_dir,
-                               verbose=self.shows)
-
-    def save_extra(self, path: Path):
-        """The final model in the sentence-transformers layout as well, beside the package's
-        own, so that ``SentenceTransformer(path)`` gives its vectors (a method that saves more
-        calls this too)."""
-        if path.name == 'final':
-            self.encoder.save_sentence_transformers(path)

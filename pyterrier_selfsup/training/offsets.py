@@ -20,7 +20,7 @@ import torch
 
 from pyterrier_selfsup.models.offsets import PassageOffsets
 
-STATE_FILE = 'passage_offsets_state.pt'
+OFFSETS_STATE_FILE = 'passage_offsets_state.pt'
 
 
 class OffsetAdam:
@@ -78,11 +78,11 @@ class OffsetAdam:
         self.m, self.v, self.t = state['m'].clone(), state['v'].clone(), state['t']
 
     def save(self, directory: Union[str, Path]):
-        torch.save(self.state_dict(), Path(directory) / STATE_FILE)
+        torch.save(self.state_dict(), Path(directory) / OFFSETS_STATE_FILE)
 
     def load(self, directory: Union[str, Path]) -> bool:
         """Restores the moments saved in ``directory`` (False: none there)."""
-        path = Path(directory) / STATE_FILE
+        path = Path(directory) / OFFSETS_STATE_FILE
         if not path.is_file():
             return False
         self.load_state_dict(torch.load(path, map_location='cpu', weights_only=True))

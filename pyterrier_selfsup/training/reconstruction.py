@@ -46,7 +46,7 @@ from pyterrier_selfsup.models.generator import Generator
 from pyterrier_selfsup.retrieval.base import top_k_excluding
 from pyterrier_selfsup.retrieval.ann import search_stage
 from pyterrier_selfsup.retrieval.dense import flex_index, fresh_index
-from pyterrier_selfsup.training.loop import DualEncoderTrainer
+from pyterrier_selfsup.training.dual_encoder_trainer import DualEncoderTrainer
 from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.training.settings import ReconstructionSettings
 
