@@ -20,13 +20,14 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import Optional, TypeVar
 
 T = TypeVar('T')
 
 
-def distributed() -> Tuple[int, int]:
+def distributed() -> tuple[int, int]:
     """(rank, world size) of this process under torch.distributed, (0, 1) outside it."""
     import torch.distributed as dist
     if dist.is_available() and dist.is_initialized():
@@ -34,7 +35,7 @@ def distributed() -> Tuple[int, int]:
     return 0, 1
 
 
-def join_process_group() -> Optional[int]:
+def join_process_group() -> int | None:
     """Under torchrun (``WORLD_SIZE`` > 1): this process joins the group, nccl with a GPU a
     process where there are GPUs (``LOCAL_RANK``'s), gloo otherwise with the cores split
     between the node's processes; returns its rank. None in a process of its own."""
@@ -98,7 +99,7 @@ def _this_machine() -> str:
     return '/'.join(parts)
 
 
-def _started(pid: int) -> Optional[str]:
+def _started(pid: int) -> str | None:
     """Process ``pid``'s start time (clock ticks since boot), None if it is not running (a zombie,
     ended but not yet reaped, is not); with the pid, one process even where pids are reused."""
     try:
@@ -159,7 +160,7 @@ class GroupWatch(threading.Thread):
         except Exception:  # the store gone (the launcher ending): nothing left to watch
             return
 
-    def lost(self) -> List[Tuple[int, str]]:
+    def lost(self) -> list[tuple[int, str]]:
         """The other processes that are gone without marking their end: (rank, how it is known)."""
         out = []
         now = time.monotonic()
@@ -187,7 +188,7 @@ class GroupWatch(threading.Thread):
                 out.append((peer, how))
         return out
 
-    def _stop(self, lost: List[Tuple[int, str]], what: str):
+    def _stop(self, lost: list[tuple[int, str]], what: str):
         names = '; '.join(f'process {r} (rank {r} of {self.world_size}) is lost: {how}'
                           for r, how in lost)
         print(f'selfsup: {names}. Process {self.rank} {what}; run the same command again to resume '
@@ -278,7 +279,7 @@ def my_chunks(items: Iterable, chunk: int, rank: int, world_size: int) -> Iterat
     return (part for c, part in enumerate(chunked(items, chunk)) if c % world_size == rank)
 
 
-def chunk_order(sizes: Sequence[int], chunk: int) -> Iterator[Tuple[int, int, int]]:
+def chunk_order(sizes: Sequence[int], chunk: int) -> Iterator[tuple[int, int, int]]:
     """(process, start, end) of each chunk of the whole stream, in its order, from the number
     of items each of the processes got from :func:`my_chunks`: chunk c is the process's
     (c // N)-th (only the stream's last chunk can be short, so the order is exact)."""
@@ -295,8 +296,8 @@ def chunk_order(sizes: Sequence[int], chunk: int) -> Iterator[Tuple[int, int, in
 SHARD_CHUNK = 256
 
 
-def build_sharded(items: Iterable, shards: List[Path], encode: Callable[[Path, Iterator], None],
-                  join: Callable[[List[Path]], None], *, rank: int, world_size: int,
+def build_sharded(items: Iterable, shards: list[Path], encode: Callable[[Path, Iterator], None],
+                  join: Callable[[list[Path]], None], *, rank: int, world_size: int,
                   chunk: int = SHARD_CHUNK):
     """One build of ``items`` shared by the ``world_size`` processes of a torch.distributed group,
     each calling this with its ``rank``: chunk c of ``chunk`` items is rank c mod ``world_size``'s
@@ -319,7 +320,7 @@ def build_sharded(items: Iterable, shards: List[Path], encode: Callable[[Path, I
     all_or_none(joined)
 
 
-def shared_temporary_directory(prefix: str) -> Tuple[str, Optional[tempfile.TemporaryDirectory]]:
+def shared_temporary_directory(prefix: str) -> tuple[str, tempfile.TemporaryDirectory | None]:
     """A temporary directory every process of the group writes into: rank 0 makes it (the
     others get its path; one node, or TMPDIR on a filesystem the nodes share). Returns its
     path and, on the process that owns it, the directory (removed with it; None elsewhere)."""
@@ -333,8 +334,8 @@ def shared_temporary_directory(prefix: str) -> Tuple[str, Optional[tempfile.Temp
     return shared[0], tmp
 
 
-def sum_step(params: list, window: List[float], metrics: dict,
-             world_size: int) -> Tuple[Optional[float], dict]:
+def sum_step(params: list, window: list[float], metrics: dict,
+             world_size: int) -> tuple[float | None, dict]:
     """One optimiser step's reduction over the processes: each parameter's gradient summed, and
     the recorded ``metrics`` (name -> (value x weight, weight) pairs) gathered. Returns the step's
     loss (the mean over its batches of their summed shares; None when every batch was skipped,

@@ -12,9 +12,9 @@ generator, a score cache) take the one value they need, ``cache_dir=``.
     Distillation(encoder, collection, teacher, run=run).fit(topics)
 """
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Union
 
 # Every environment variable the package reads: paths and machine knobs only (a setting that
 # changes what is trained is a field of a settings class, never an environment variable).
@@ -56,11 +56,11 @@ class RunContext:
             ``draw_curve(log, path, title=, key=, ylabel=, marker=)`` (the harness passes
             :func:`~pyterrier_selfsup.harness.plots.plot_training_curve`; None: no figure).
     """
-    output_dir: Optional[Path] = None
-    cache_dir: Optional[Union[str, Path]] = None
+    output_dir: Path | None = None
+    cache_dir: str | Path | None = None
     verbose: bool = True
-    keep_checkpoints: Optional[int] = None
-    draw_curve: Optional[Callable[..., None]] = None
+    keep_checkpoints: int | None = None
+    draw_curve: Callable[..., None] | None = None
 
     def __post_init__(self):
         if self.output_dir is not None and not isinstance(self.output_dir, Path):

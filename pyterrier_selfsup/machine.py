@@ -10,7 +10,7 @@ as on an AVX2-only AMD EPYC (fp32 where it would choose bf16).
 """
 import os
 import platform
-from functools import lru_cache
+from functools import cache
 
 FLAGS_ENV = 'SELFSUP_CPU_FLAGS'
 
@@ -19,7 +19,7 @@ FLAGS_ENV = 'SELFSUP_CPU_FLAGS'
 SPEED_FLAGS = ('avx2', 'avx512f', 'avx512_bf16', 'amx_bf16', 'amx_tile')
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cpuinfo() -> dict:
     """The first processor's fields in ``/proc/cpuinfo`` (empty off Linux)."""
     fields = {}

@@ -29,8 +29,8 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, Iterator, Optional
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def _from_environment() -> dict:
 _settings = _from_environment()
 
 
-def set_progress(mode: str = 'auto', interval: Optional[float] = None):
+def set_progress(mode: str = 'auto', interval: float | None = None):
     """Where this process's stages report: ``'auto'``, ``'bars'``, ``'lines'`` or ``'off'``;
     ``interval``: the fewest seconds between two lines."""
     if mode not in MODES:
@@ -90,18 +90,18 @@ class Stage:
     (None where it did not): which stage set a run's peak."""
     desc: str
     done: float
-    total: Optional[float]
+    total: float | None
     unit: str
     seconds: float
-    peak_gib: Optional[float] = None
+    peak_gib: float | None = None
 
     @property
-    def rate(self) -> Optional[float]:
+    def rate(self) -> float | None:
         return self.done / self.seconds if self.seconds > 0 and self.done else None
 
 
 # by name, each run of a stage added (bounded by the names, not the work)
-_totals: Dict[str, Stage] = {}
+_totals: dict[str, Stage] = {}
 _open: list = []  # the stages under way, oldest first
 
 
@@ -112,7 +112,7 @@ def _add(done: Stage):
         max((p for p in (was.peak_gib, done.peak_gib) if p is not None), default=None))
 
 
-def stage_times(since: Optional[Dict[str, Stage]] = None) -> Dict[str, Stage]:
+def stage_times(since: dict[str, Stage] | None = None) -> dict[str, Stage]:
     """What each stage of this process did and took, by name, every run of it added up (an
     index refreshed ten times: one entry); ``since``: an earlier return of this function,
     whose part is taken off."""
@@ -138,7 +138,7 @@ def rate_text(done: float, seconds: float, unit: str) -> str:
             else f'{1 / per_second:,.1f} s/{unit}')
 
 
-def resident_gib() -> Optional[float]:
+def resident_gib() -> float | None:
     """This process's resident memory now, in GiB (Linux's ``/proc/self/statm``; None elsewhere).
     Training records it with every step, and says it in its progress lines: memory that grows
     with the run, not with the work, shows there."""
@@ -149,7 +149,7 @@ def resident_gib() -> Optional[float]:
         return None
 
 
-def peak_resident_gib() -> Optional[float]:
+def peak_resident_gib() -> float | None:
     """This process's peak resident memory so far, in GiB: Linux's ``VmHWM``
     (``/proc/self/status``), which starts afresh at ``exec``; None elsewhere. (Not ``ru_maxrss``:
     Linux carries the peak of the process that started this one into it, so a ``selfsup train``
@@ -169,8 +169,8 @@ def plural(unit: str) -> str:
     return unit + ('es' if unit.endswith(('s', 'x', 'ch', 'sh')) else 's')
 
 
-def progress(iterable: Optional[Iterable] = None, *, total: Optional[float] = None, desc: str,
-             unit: str = 'item', count: Optional[Callable[[object], float]] = None,
+def progress(iterable: Iterable | None = None, *, total: float | None = None, desc: str,
+             unit: str = 'item', count: Callable[[object], float] | None = None,
              initial: float = 0, enabled: bool = True, file=None):
     """``iterable`` reported on as it is consumed (or, without one, an object with tqdm's
     ``update``, ``set_postfix`` and ``close``). ``count``: how many ``unit`` one element is
@@ -185,7 +185,7 @@ def progress(iterable: Optional[Iterable] = None, *, total: Optional[float] = No
                                           shown=enabled, file=file))
 
 
-def _wrapped(iterable: Iterable, count: Optional[Callable[[object], float]],
+def _wrapped(iterable: Iterable, count: Callable[[object], float] | None,
              settings: dict) -> Iterator:
     """``iterable`` with a stage that starts when it is first asked for an element (not before:
     an iterable never consumed is no stage) and ends when it is exhausted or dropped."""
@@ -214,7 +214,7 @@ def counted(n: float, unit: str) -> str:
 class Progress:
     """A stage's progress: a tqdm bar, plain lines, or nothing shown; recorded when closed."""
 
-    def __init__(self, *, total: Optional[float], desc: str, unit: str, initial: float = 0,
+    def __init__(self, *, total: float | None, desc: str, unit: str, initial: float = 0,
                  shown: bool = True, file=None):
         self.total, self.desc, self.unit, self.file = total, desc, unit, file
         self.done = self.initial = initial
@@ -247,7 +247,7 @@ class Progress:
             self._say(self._line())
 
     def counting(self, iterable: Iterable,
-                 count: Optional[Callable[[object], float]] = None) -> Iterator:
+                 count: Callable[[object], float] | None = None) -> Iterator:
         """``iterable``, each element counted as it is taken (``count(element)`` units, else 1),
         the stage left open: for a stage that goes on after its last element is taken (an index
         that encodes in chunks, a build that finishes after its input), closed by its caller
@@ -349,7 +349,7 @@ class Progress:
             print(line, file=self.file or sys.stderr, flush=True)
 
 
-_beating: Dict[int, threading.Thread] = {}  # the timer thread, by the process it runs in
+_beating: dict[int, threading.Thread] = {}  # the timer thread, by the process it runs in
 _beating_lock = threading.Lock()
 _sleep = time.sleep  # (the real one: a test may stand a clock of its own in for the module's)
 

@@ -17,7 +17,6 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-
 KERNEL = 'pyterrier-selfsup-this-python'
 
 

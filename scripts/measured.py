@@ -8,9 +8,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional, Sequence
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ with open(sys.argv[1], 'w') as out:
 """
 
 
-def run_measured(command: Sequence[str], *, env: Optional[Dict[str, str]] = None, cwd=None,
+def run_measured(command: Sequence[str], *, env: dict[str, str] | None = None, cwd=None,
                  log=None) -> Measured:
     """``command`` run as a child process (both output streams to the file object ``log``, or
     inherited) and measured: the memory experiments' one way of taking a run's peak resident

@@ -6,11 +6,9 @@ import pytest
 import torch
 
 from pyterrier_selfsup import Collection, RunContext
-from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment, adjustment_loss
 from pyterrier_selfsup.data.queries import cropped_spans
+from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment, adjustment_loss
 from tests.helpers import DOCS, QUERIES, central_difference, stopped_at_step
-
-
 
 
 def test_adjustment_loss_is_the_kl_divergence_with_zero_target_terms_left_out():
@@ -115,9 +113,9 @@ def test_corpus_queries_never_have_their_source_among_close_documents(trainer):
 
 
 def test_masked_queries_use_the_students_mask_token_which_bm25_does_not_read(trainer, monkeypatch):
-    from pyterrier_selfsup.training.adjustment import mask_token
-    from pyterrier_selfsup.retrieval.bm25 import BM25
     from pyterrier_selfsup.data.queries import MASK, masked_spans
+    from pyterrier_selfsup.retrieval.bm25 import BM25
+    from pyterrier_selfsup.training.adjustment import mask_token
     mask = mask_token(trainer.reatt)
     assert mask == '[MASK]'  # BERT's own: one token, where T5's sentinel is seven word pieces
     assert trainer.reatt.tokenizer.tokenize(f'a {mask} b') == ['a', '[MASK]', 'b']

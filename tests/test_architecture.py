@@ -149,6 +149,7 @@ def test_a_trainer_is_small_and_takes_its_settings_whole():
     """Distillation's variants are named parts (training/passages.py, losses.py),
     not flags of one class: the class stays short, and its constructor takes a settings object."""
     import inspect
+
     from pyterrier_selfsup.training.distill import Distillation
     assert len((PACKAGE / 'training' / 'distill.py').read_text().splitlines()) <= 200
     parameters = [p for p in inspect.signature(Distillation.__init__).parameters if p != 'self']

@@ -8,7 +8,6 @@ from ir_measures import nDCG
 from sentence_transformers import SentenceTransformer
 
 from pyterrier_selfsup import MINILM, Collection, DenseRetriever, DualEncoder
-
 from tests.helpers import ranked_alike, start_ranks, tiny_dual_encoder
 
 

@@ -1,8 +1,8 @@
 """Distillation of a fused teacher (issue 16): the teacher's distribution, the losses, the
 rounds, exact resume, and the exported model."""
 import math
-import re
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,18 +15,27 @@ import pyterrier as pt
 import pytest
 import torch
 
-from pyterrier_selfsup.context import RunContext
-from pyterrier_selfsup import BM25, Collection, DualEncoder, MINILM
+from pyterrier_selfsup import BM25, MINILM, Collection, DualEncoder
 from pyterrier_selfsup._distributed import distributed
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.queries import Query, corpus_sentences, cropped_spans
-from pyterrier_selfsup.retrieval.fusion import (Fusion, FusedScores, fuse, softmax_by_query,
-                                               zscores)
+from pyterrier_selfsup.retrieval.fusion import FusedScores, Fusion, fuse, softmax_by_query, zscores
 from pyterrier_selfsup.training.distill import Distillation
-from pyterrier_selfsup.training.losses import (candidate_table, distillation_loss, listwise_kl,
-                                               margin_mse, top1_agreement, top_overlap)
-
-from tests.helpers import (central_difference, free_port, start_ranks, stopped_at_step,
-                           tiny_dual_encoder)
+from pyterrier_selfsup.training.losses import (
+    candidate_table,
+    distillation_loss,
+    listwise_kl,
+    margin_mse,
+    top1_agreement,
+    top_overlap,
+)
+from tests.helpers import (
+    central_difference,
+    free_port,
+    start_ranks,
+    stopped_at_step,
+    tiny_dual_encoder,
+)
 
 # these tests pin the trainer as it was before passage offsets became its default (the shipped
 # settings, pyterrier_selfsup.training.settings): their numbers were measured without them

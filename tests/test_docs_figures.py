@@ -12,7 +12,6 @@ package does now (:data:`REMOVED_AS_TODAY`).
 """
 import re
 from pathlib import Path
-from typing import Dict, List, Optional
 
 import pytest
 
@@ -33,7 +32,7 @@ FIGURE = re.compile(r'(?<![\d.])0?(\.\d{4})\b')
 CITED = re.compile(r'[\w./-]*results/[\w./-]+\.\w+|[\w./-]+\.(?:md|json|csv|png)\b')
 
 
-def resolve(name: str, page: Path) -> Optional[Path]:
+def resolve(name: str, page: Path) -> Path | None:
     """The file a page names by ``name``: from the page, from the repository's root, under the
     results, or (a bare name) a file of that name in the repository."""
     for base in (page.parent, ROOT, RESULTS):
@@ -45,7 +44,7 @@ def resolve(name: str, page: Path) -> Optional[Path]:
     return None
 
 
-def cited_results(text: str, page: Path) -> Dict[str, Optional[Path]]:
+def cited_results(text: str, page: Path) -> dict[str, Path | None]:
     """Each file that ``text`` names, but the files a run writes (:data:`RUNTIME_FILES`), with
     the file it resolves to (None: it exists nowhere in the repository)."""
     out = {}
@@ -56,7 +55,7 @@ def cited_results(text: str, page: Path) -> Dict[str, Optional[Path]]:
     return out
 
 
-def recorded_settings(results: Path) -> Dict[str, Dict[str, str]]:
+def recorded_settings(results: Path) -> dict[str, dict[str, str]]:
     """Each pipeline's settings as its results file's header records them."""
     out = {}
     for line in results.read_text().splitlines():
@@ -66,7 +65,7 @@ def recorded_settings(results: Path) -> Dict[str, Dict[str, str]]:
     return out
 
 
-def todays_settings(pipeline: str) -> Optional[Dict[str, str]]:
+def todays_settings(pipeline: str) -> dict[str, str] | None:
     """What ``pipeline`` means today, as strings (None: a name that no longer parses)."""
     try:
         spec = get_pipeline(pipeline)
@@ -85,7 +84,7 @@ def same(a: str, b: str) -> bool:
         return a == b
 
 
-def differences(recorded: Dict[str, str], today: Optional[Dict[str, str]]) -> List[str]:
+def differences(recorded: dict[str, str], today: dict[str, str] | None) -> list[str]:
     """How a recorded run's settings differ from what its pipeline means today."""
     if today is None:
         return ['its pipeline name no longer parses']
@@ -101,7 +100,7 @@ def differences(recorded: Dict[str, str], today: Optional[Dict[str, str]]) -> Li
     return out
 
 
-def rows_with(results: Path, figure: str) -> List[str]:
+def rows_with(results: Path, figure: str) -> list[str]:
     """The pipelines whose table rows in ``results`` hold ``figure`` (``.6579`` or
     ``0.6579``)."""
     names = []
@@ -113,7 +112,7 @@ def rows_with(results: Path, figure: str) -> List[str]:
     return names
 
 
-def shipped_figures(page: Path, text: str) -> List[str]:
+def shipped_figures(page: Path, text: str) -> list[str]:
     """Each figure that a paragraph of ``text`` calls shipped, checked against the results
     files the paragraph cites: a problem a line."""
     problems = []
@@ -190,7 +189,7 @@ STALE = [
 ]
 
 
-def stale_claims(page: str, text: str) -> List[str]:
+def stale_claims(page: str, text: str) -> list[str]:
     """Each claim of :data:`STALE` that ``text`` (a page's) makes, with what is true."""
     flat = ' '.join(text.split())
     return [f'{page}: "{re.search(pattern, flat).group(0)}": {why}'

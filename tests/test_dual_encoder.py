@@ -96,6 +96,7 @@ def counting(tokenize, counts):
 
 def test_long_texts_cut_before_tokenizing_give_the_ids_of_the_whole_text(minilm):
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
     from pyterrier_selfsup.models import _token_ids
     texts = long_texts()
     cut = [_token_ids.cut_at_word(t, 256 * _token_ids.CHARS_PER_TOKEN) for t in texts]

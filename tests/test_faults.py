@@ -20,13 +20,19 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 import pytest
+import torch
 
-from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup import BM25, MINILM, Collection
-from pyterrier_selfsup._cache import (CacheFull, CacheNotWritable, CacheWriteFailed, DamagedBuild,
-                                      build_once, writable)
+from pyterrier_selfsup._cache import (
+    CacheFull,
+    CacheNotWritable,
+    CacheWriteFailed,
+    DamagedBuild,
+    build_once,
+    writable,
+)
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.retrieval.bm25 import ENGINE_LOG
 from pyterrier_selfsup.retrieval.dense import DenseRetriever, flex_index
@@ -271,6 +277,7 @@ def _killed_flex_build(cache: str):
     """A child process's MiniLM index of ADI, killed (SIGKILL) once every vector is written,
     before the marker."""
     import signal
+
     from pyterrier_selfsup.retrieval import dense
     encode_into = dense.encode_into
 
@@ -603,8 +610,8 @@ CHECKPOINTED = dict(negatives='bm25', batch_size=8, epochs=3, lr=3e-4, accumulat
 
 def test_a_damaged_checkpoint_is_set_aside_and_training_resumes_from_the_one_before(
         tiny_encoder, cache_dir, tmp_path, caplog):
-    from pyterrier_selfsup.training.distant import DistantSupervision
     from pyterrier_selfsup.training.checkpoints import checkpoints, fit_resumably
+    from pyterrier_selfsup.training.distant import DistantSupervision
     coll = Collection('classic/adi')
     full = DistantSupervision(tiny_encoder(max_length=64), coll, output_dir=tmp_path / 'full',
                               cache_dir=cache_dir, **CHECKPOINTED).fit(coll.topics())
@@ -655,6 +662,7 @@ def test_a_checkpoint_whose_random_state_does_not_load_is_an_error_where_acceler
     states that do not load (a resumed run would draw other batches and masks, unsaid); the
     package's resume refuses them."""
     from accelerate.checkpointing import load_accelerator_state, save_accelerator_state
+
     from pyterrier_selfsup.training.checkpoints import TRAINER_STATE_FILE, checkpoints
     from pyterrier_selfsup.training.distant import DistantSupervision
     coll = Collection('classic/adi')

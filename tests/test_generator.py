@@ -94,6 +94,7 @@ def test_only_models_whose_layers_attend_to_every_position_read_prefixes_from_a_
     """A PrefixLayer is a full-attention layer: a model with sliding-window layers keeps
     DynamicCache's kinds."""
     from transformers import LlamaConfig, MistralConfig, Qwen2Config
+
     from pyterrier_selfsup.models.kv_cache import full_attention_layers
     small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                  vocab_size=100)
@@ -119,6 +120,7 @@ def test_prefix_cache_scores_equal_uncached_ones_on_real_smollm2(cache_dir):
 
 def test_a_gguf_conversion_runs_in_a_process_of_its_own_and_says_why_it_failed(tmp_path):
     import resource
+
     from pyterrier_selfsup.models.gguf_conversion import dequantised
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     with pytest.raises(RuntimeError,
@@ -139,6 +141,7 @@ def test_a_frozen_generator_keeps_its_matrices_in_its_compute_dtype_and_scores_t
     and its gradient towards the bias, and the writer's queries equal, bit for bit, those of the
     same model held in fp32; a tied output layer stays with its fp32 embedding."""
     import shutil
+
     from pyterrier_selfsup.models.precision import matrices_in_compute_dtype
     from pyterrier_selfsup.models.reading import biased_log_likelihood
     # (a copy no other test maps)

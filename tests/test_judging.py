@@ -270,6 +270,7 @@ def test_the_server_takes_posts_only_from_its_own_page(served):
 
 def test_one_server_serves_a_campaign_at_a_time(served):
     import threading
+
     from pyterrier_selfsup.harness.judging import serve
     campaign, _ = served
     said = []

@@ -12,7 +12,6 @@ from pyterrier_selfsup.retrieval.dense import DenseRetriever, flex_index
 from pyterrier_selfsup.retrieval.fusion import Fusion
 from pyterrier_selfsup.training.distill import Distillation
 from pyterrier_selfsup.training.offsets import OffsetAdam
-
 from tests.helpers import stopped_at_step
 
 

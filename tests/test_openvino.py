@@ -10,8 +10,8 @@ import pytest
 import torch
 from ir_measures import nDCG
 
-from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup import MINILM, Collection
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.harness import trained
 from pyterrier_selfsup.harness.pipelines import get_pipeline
 from pyterrier_selfsup.machine import cpu_has_native_int8

@@ -10,12 +10,15 @@ import time
 
 import pytest
 
-from pyterrier_selfsup.context import RunContext
-from pyterrier_selfsup.training.settings import (CrossDocumentAdjustmentSettings,
-                                                 DistillationSettings, RumbartSettings)
 from pyterrier_selfsup import progress as P
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.harness import plan
 from pyterrier_selfsup.progress import Stage
+from pyterrier_selfsup.training.settings import (
+    CrossDocumentAdjustmentSettings,
+    DistillationSettings,
+    RumbartSettings,
+)
 from tests.helpers import stopped_at_step
 
 
@@ -258,8 +261,12 @@ def test_a_resumed_run_plans_from_the_checkpoint_fit_resumably_goes_on_from(tmp_
     """``selfsup train`` plans from ``resume_point``: the last whole checkpoint whose files are not
     damaged (a torn checkpoint-10, and a checkpoint-11 whose write stopped before its manifest,
     are passed over, as fit_resumably passes over them)."""
-    from pyterrier_selfsup.training.checkpoints import (CHECKPOINT_MANIFEST, TRAINER_STATE_FILE,
-                                                         checkpoint_step, resume_point)
+    from pyterrier_selfsup.training.checkpoints import (
+        CHECKPOINT_MANIFEST,
+        TRAINER_STATE_FILE,
+        checkpoint_step,
+        resume_point,
+    )
     assert resume_point(tmp_path) is None
     for step, size in ((5, 5), (10, 99), (11, None)):
         (tmp_path / f'checkpoint-{step}').mkdir()
@@ -362,6 +369,7 @@ def test_a_stopped_training_plans_and_trains_only_the_steps_left_and_ends_as_one
     tests/test_cuda.py resumes on a GPU, whose dropout draws from the CUDA generators.)"""
     import torch
     from safetensors.torch import load_file
+
     from pyterrier_selfsup import BM25
     from pyterrier_selfsup.harness import trained
     from pyterrier_selfsup.training.distant import DistantSupervision
@@ -408,6 +416,7 @@ def test_a_score_cache_filled_a_chunk_at_a_time_is_one_stage_of_the_pairs_it_did
     progress said each chunk's pairs and time left (vaswani, 2026-11-26), not the fill's. Now one
     stage counts the pairs the cache did not hold, whatever the chunks."""
     import pandas as pd
+
     from pyterrier_selfsup import BM25, Collection
     from pyterrier_selfsup.models.reranker import ReconstructionScorer
     lines_every(0)  # (a line at every batch of passages: the fake clock does not move)

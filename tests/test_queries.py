@@ -1,9 +1,14 @@
 import pytest
 
-from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup import Collection
-from pyterrier_selfsup.data.queries import (corpus_sentences, cropped_spans, document_titles,
-                                            given_topics, sentences)
+from pyterrier_selfsup.context import RunContext
+from pyterrier_selfsup.data.queries import (
+    corpus_sentences,
+    cropped_spans,
+    document_titles,
+    given_topics,
+    sentences,
+)
 
 
 def test_sentence_split():
@@ -38,8 +43,8 @@ def test_cropped_spans():
 
 
 def test_document_titles_are_each_documents_own_title_once():
-    from pyterrier_selfsup.harness.topics import training_topics
     from pyterrier_selfsup.data.sources import CUT_FROM_CORPUS
+    from pyterrier_selfsup.harness.topics import training_topics
     coll = Collection('classic/adi')
     titles = {d.doc_id: ' '.join(d.title.split()) for d in coll.irds.docs_iter()}
     some = document_titles(coll, 30, seed=0)
@@ -64,8 +69,8 @@ def test_given_topics_keep_only_text():
 
 
 def test_generated_queries_come_from_the_generator_with_their_source(tiny_generator_dir):
-    from pyterrier_selfsup.models.generator import Generator
     from pyterrier_selfsup.data.queries import generated_queries
+    from pyterrier_selfsup.models.generator import Generator
     coll = Collection('classic/adi')
     gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu',
                                     precision='fp32', max_passage_length=32)
@@ -201,6 +206,7 @@ def test_queries_kept_from_a_short_corpus_are_spread_over_its_passages(tiny_gene
     # 7 queries, 1 a passage, asked of 6 passages with text (and 1 empty document): each writes
     # 2, and the 7 kept cover all 6, where the first 7 written would cover 4
     import json
+
     from pyterrier_selfsup.data.queries import sampled_plan, spread
     from pyterrier_selfsup.harness.topics import training_topics
     from pyterrier_selfsup.models.generator import Generator

@@ -5,12 +5,12 @@ import json
 import pandas as pd
 import pytest
 
-from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup import Collection
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.queries import folds, other_folds, query_log
 from pyterrier_selfsup.harness import trained
-from pyterrier_selfsup.harness.topics import training_topics
 from pyterrier_selfsup.harness.pipelines import CrossFold, get_pipeline
+from pyterrier_selfsup.harness.topics import training_topics
 
 
 def test_a_query_log_is_read_from_text_tsv_and_jsonl(tmp_path):

@@ -6,7 +6,6 @@ from pyterrier_selfsup.models.reatt_t5 import ReAttT5
 from tests.helpers import DOCS, QUERIES
 
 
-
 def reatt_t5(tiny_generator_dir, layer=1, **kwargs):
     torch.manual_seed(0)
     out = ReAttT5.from_pretrained(str(tiny_generator_dir['t5']), retrieval_layer=layer,

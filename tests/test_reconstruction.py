@@ -7,23 +7,19 @@ import numpy as np
 import pytest
 import torch
 
-from pyterrier_selfsup.context import RunContext
-from pyterrier_selfsup.harness.plots import plot_training_curve
 from pyterrier_selfsup import Collection, DualEncoder
-from pyterrier_selfsup.retrieval.dense import flex_index, fresh_index
-from pyterrier_selfsup.models.generator import Generator
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.queries import cropped_spans
 from pyterrier_selfsup.harness.pipelines import trained_dense_retriever
+from pyterrier_selfsup.harness.plots import plot_training_curve
+from pyterrier_selfsup.models.generator import Generator
 from pyterrier_selfsup.models.reading import biased_log_likelihood
-from pyterrier_selfsup.training.checkpoints import TRAINER_STATE_FILE, checkpoints
+from pyterrier_selfsup.retrieval.dense import flex_index, fresh_index
 from pyterrier_selfsup.training.acrobart import Acrobart
+from pyterrier_selfsup.training.checkpoints import TRAINER_STATE_FILE, checkpoints
 from pyterrier_selfsup.training.losses import marginal_nll, reconstruction_kl
 from pyterrier_selfsup.training.rumbart import Rumbart
 from tests.helpers import central_difference, stopped_at_step
-
-
-
-
 
 
 def test_marginal_nll_equals_the_brute_force_formula():
@@ -433,6 +429,7 @@ def test_gradient_checkpointing_trains_the_same_weights_and_is_off_after(method,
     weights, bit for bit, as keeping them (experiments/results/memory_probe.md: the memory it
     saves). A recompute without the bias would move no gradient to the retriever or β."""
     from transformers.modeling_layers import GradientCheckpointingLayer
+
     from pyterrier_selfsup import DistantSupervision
     coll = Collection('classic/adi')
     weights, passes = {}, {True: {}, False: {}}

@@ -2,25 +2,33 @@
 all read the same fields."""
 import dataclasses
 from pathlib import Path
-from typing import Optional
 
 import pytest
 
-from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup import Collection
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.harness import cli, reference, trained
-from pyterrier_selfsup.harness.pipelines import get_pipeline
 from pyterrier_selfsup.harness.methods import METHODS
-from pyterrier_selfsup.harness.store import (MODEL_FORMAT, collection_digest, read_record,
-                                             read_settings)
+from pyterrier_selfsup.harness.pipelines import get_pipeline
+from pyterrier_selfsup.harness.store import (
+    MODEL_FORMAT,
+    collection_digest,
+    read_record,
+    read_settings,
+)
 from pyterrier_selfsup.harness.trained import model_dir
+from pyterrier_selfsup.training.acrobart import Acrobart
 from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment
 from pyterrier_selfsup.training.distant import DistantSupervision
 from pyterrier_selfsup.training.distill import Distillation
-from pyterrier_selfsup.training.acrobart import Acrobart
 from pyterrier_selfsup.training.rumbart import Rumbart
-from pyterrier_selfsup.training.settings import (SETTINGS, DistantSupervisionSettings,
-                                                 DistillationSettings, RumbartSettings, setting)
+from pyterrier_selfsup.training.settings import (
+    SETTINGS,
+    DistantSupervisionSettings,
+    DistillationSettings,
+    RumbartSettings,
+    setting,
+)
 
 TRAINERS = {'distill': Distillation, 'ds': DistantSupervision, 'rumbart': Rumbart,
             'acrobart': Acrobart, 'reatt': CrossDocumentAdjustment}
@@ -200,13 +208,14 @@ def test_a_trainer_takes_its_settings_whole_and_its_run_context_apart(tiny_encod
             not trainer.run.verbose)
     with pytest.raises(TypeError, match='takes DistantSupervisionSettings'):
         DistantSupervision(tiny_encoder(), 'classic/adi', RumbartSettings())
-    changed: Optional[DistantSupervisionSettings] = DistantSupervision(
+    changed: DistantSupervisionSettings | None = DistantSupervision(
         tiny_encoder(), 'classic/adi', settings, lr=1e-3).settings
     assert changed.lr == 1e-3 and changed.negatives == 'bm25' and settings.lr == 2e-5
 
 
 def test_every_environment_variable_the_package_reads_is_listed_in_one_place():
     import re
+
     from pyterrier_selfsup.context import ENVIRONMENT
     package = Path(__file__).resolve().parents[1] / 'pyterrier_selfsup'
     named = {m for path in package.rglob('*.py')

@@ -370,6 +370,7 @@ def test_a_change_to_the_writers_prompts_raises_the_writer_version():
     trained on the former prompt's queries."""
     import hashlib
     import json
+
     from pyterrier_selfsup.data.sources import WRITER_VERSION
     from pyterrier_selfsup.models import prompts
     text = json.dumps([prompts.PASSAGE_QUESTION, prompts.SYSTEM_PROMPT, prompts.INSTRUCTION,

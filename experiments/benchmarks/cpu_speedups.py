@@ -36,8 +36,8 @@ the oneDNN int8 row are AVX2 rows; llama.cpp here was built for AVX2 only):
 writes experiments/results/cpu_speedups_<tag>.{md,json}.
 """
 import argparse
-import importlib
 import copy
+import importlib
 import json
 import os
 import tempfile
@@ -47,14 +47,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from encoding_benchmark import matmul_peak  # (run as a script: experiments/ is on the path)
 from scipy.stats import spearmanr
 
 from pyterrier_selfsup import BM25, MINILM, Collection
 from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.models.generator import SMOLLM2, SMOLLM2_GGUF, load_generator
-
-from encoding_benchmark import matmul_peak  # (run as a script: experiments/ is on the path)
 
 RESULTS = Path(__file__).resolve().parents[1] / 'results'
 ISA_VARIABLES = ('ONEDNN_MAX_CPU_ISA', 'MKL_ENABLE_INSTRUCTIONS')
@@ -236,8 +235,10 @@ def openvino_scorer(gen, targets, passages, int8: bool):
     these pairs. Exported with eager attention: its masked rows stay finite, where the
     traced SDPA graph gave NaN for left padding."""
     import logging
+
     import nncf
     import openvino as ov
+
     from pyterrier_selfsup.models.batching import pad
     from pyterrier_selfsup.models.generator import gather_logp as _gather_logp
 

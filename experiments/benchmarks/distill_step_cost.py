@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.context import RunContext
+from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.harness import provenance, trained
 from pyterrier_selfsup.harness.methods import METHODS
 

@@ -50,9 +50,9 @@ from sentence_transformers import SentenceTransformer
 
 from pyterrier_selfsup import MINILM, Collection, sbert_encoder
 from pyterrier_selfsup.harness import provenance
-from pyterrier_selfsup.retrieval.dense import INDEX_CHUNK
 from pyterrier_selfsup.machine import cpu_has_native_bf16
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
+from pyterrier_selfsup.retrieval.dense import INDEX_CHUNK
 
 RESULTS = Path(__file__).resolve().parents[1] / 'results'
 DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16}

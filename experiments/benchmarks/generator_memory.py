@@ -30,6 +30,7 @@ RUNS = [('auto', 'none'), ('auto', '256'), ('auto', '64'), ('auto', '32'), ('aut
 
 def child(precision: str, budget: str, out: str):
     import resource
+
     import pyterrier_selfsup as selfsup
     from pyterrier_selfsup.models import generator
     generator.LOGITS_BUDGET = float('inf') if budget == 'none' else int(budget) * 2 ** 20

@@ -39,9 +39,8 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Optional
 
 from pyterrier_selfsup.harness import provenance
 
@@ -90,7 +89,7 @@ TIME_NOT_OWN = {
 }
 
 
-def cell_path(collection: str, cell: str, queries: Optional[int] = None, settings: str = '') -> Path:
+def cell_path(collection: str, cell: str, queries: int | None = None, settings: str = '') -> Path:
     short = ('' if queries is None else f'@{queries}') + (f'+{settings}' if settings else '')
     return CELLS_DIR / f'{collection.replace("/", "_")}--{cell.replace(" ", "_")}{short}.json'
 
@@ -112,14 +111,15 @@ def heaviest_queries(collection: str, n: int, cache: Path) -> dict:
     names no source passage, so none is excluded, as the trainer given the file excludes none.
     Returns the file and the row lengths (in the generator's tokens) of the chosen and of all."""
     import numpy as np
+
     from pyterrier_selfsup import Collection
     from pyterrier_selfsup.data.queries import Query
     from pyterrier_selfsup.harness.topics import training_topics
     from pyterrier_selfsup.models.dual_encoder import DualEncoder
     from pyterrier_selfsup.models.generator import load_generator
     from pyterrier_selfsup.models.reading import truncated_ids
-    from pyterrier_selfsup.retrieval.base import top_k_excluding
     from pyterrier_selfsup.retrieval.ann import search_stage
+    from pyterrier_selfsup.retrieval.base import top_k_excluding
     from pyterrier_selfsup.retrieval.dense import MINILM, flex_index
     from pyterrier_selfsup.training.settings import RumbartSettings
     shipped = RumbartSettings()
@@ -153,14 +153,14 @@ def label_parts(label: str) -> tuple:
     return heavy, parts[heavy:]
 
 
-def cell_label(settings: str, env: Optional[dict] = None) -> str:
+def cell_label(settings: str, env: dict | None = None) -> str:
     """What names a cell besides its collection, trainer and queries: its settings, then the
     environment variables it was run with (``env:NAME=VALUE``)."""
     return ','.join([settings] * bool(settings) + [f'env:{k}={v}' for k, v in (env or {}).items()])
 
 
-def run_cell(collection: str, cell: str, cache: Path, queries: Optional[int] = None, settings: str = '',
-             resume: bool = False, heaviest: Optional[dict] = None, env: Optional[dict] = None) -> dict:
+def run_cell(collection: str, cell: str, cache: Path, queries: int | None = None, settings: str = '',
+             resume: bool = False, heaviest: dict | None = None, env: dict | None = None) -> dict:
     label = cell_label(settings, env)
     if cell in BUILD:
         command = [sys.executable, '-c', BUILD[cell].format(c=collection)]
@@ -242,6 +242,7 @@ def resident_by_step(cache: Path, cell: str) -> dict:
         records = list(map(json.loads, logs[-1].read_text().splitlines()))
     elif stopped:
         import torch
+
         from pyterrier_selfsup.training.checkpoints import STATE_FILE
         records = torch.load(stopped[-1] / STATE_FILE, map_location='cpu', weights_only=False)['log']
     else:
@@ -321,7 +322,7 @@ def halves_most(at_step: dict) -> tuple:
     return max(values[:middle] or values), max(values[middle:])
 
 
-@lru_cache(maxsize=None)
+@cache
 def mean_words(collection: str) -> float:
     """The mean number of words (split at white space) of a document's text as the trainers read it
     (read once a process: the summary is written after every cell)."""

@@ -10,14 +10,15 @@ been committed, the newest gpu/**/gpu_benchmark.json by its date; writes msmarco
     python experiments/benchmarks/msmarco_plan.py
 """
 import json
-import re
 import math
+import re
 import sys
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[1] / 'results'
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / 'scripts'))
 from docs_sections import newest_gpu_indexing  # noqa: E402  (the rate the docs quote)
+
 PASSAGES = 8_841_823  # MS MARCO passage ranking's collection (ir_datasets: msmarco-passage)
 TARGET_SECONDS, TARGET_GPUS = 600, 8  # the issue's target: a BERT-base refresh in 10 minutes on 8 GPUs
 # (layers, hidden, intermediate) as published: per-token encoder FLOPs ∝ layers · (4 h² + 2 h i)

@@ -40,7 +40,12 @@ KP = "K'"  # the column of K'
 
 def size_bytes(index) -> dict:
     """Bytes of each of the token index's files."""
-    from pyterrier_selfsup.retrieval.token_index import DOCNOS_FILE, IVF_FILE, KEYS_FILE, OFFSETS_FILE
+    from pyterrier_selfsup.retrieval.token_index import (
+        DOCNOS_FILE,
+        IVF_FILE,
+        KEYS_FILE,
+        OFFSETS_FILE,
+    )
     return {f: (index.path / f).stat().st_size for f in (KEYS_FILE, OFFSETS_FILE, DOCNOS_FILE, IVF_FILE)
             if (index.path / f).is_file()}
 

@@ -34,8 +34,14 @@ import pandas as pd
 
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.harness import provenance
-from pyterrier_selfsup.retrieval.ann import (APPROXIMATE_FROM, HNSW_NEIGHBOURS, IVF_PROBE_SHARE, ivf_n_list,
-                                             ivf_n_probe, prebuild_ann)
+from pyterrier_selfsup.retrieval.ann import (
+    APPROXIMATE_FROM,
+    HNSW_NEIGHBOURS,
+    IVF_PROBE_SHARE,
+    ivf_n_list,
+    ivf_n_probe,
+    prebuild_ann,
+)
 from pyterrier_selfsup.retrieval.dense import MINILM, DenseRetriever
 
 RESULTS = Path(__file__).resolve().parents[1] / 'results'

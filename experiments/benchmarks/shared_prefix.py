@@ -24,8 +24,8 @@ import torch
 
 from pyterrier_selfsup import Collection
 from pyterrier_selfsup.data.queries import SAMPLING, reservoir_sample, text_if_any
-from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.data.sources import example_pairs
+from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.models.generator import load_generator
 from pyterrier_selfsup.models.writing import QueryWriter
 

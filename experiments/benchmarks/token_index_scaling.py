@@ -32,10 +32,18 @@ import numpy as np
 
 from pyterrier_selfsup import MINILM, Collection
 from pyterrier_selfsup.harness import provenance
-from pyterrier_selfsup.training.settings import REATT_HEAD
 from pyterrier_selfsup.models.reatt import ReAtt
-from pyterrier_selfsup.retrieval.token_index import (DOCNOS_FILE, IVF_FILE, KEYS_FILE, META_FILE, OFFSETS_FILE,
-                                                     ReAttIndex, build_ivf, reatt_index)
+from pyterrier_selfsup.retrieval.token_index import (
+    DOCNOS_FILE,
+    IVF_FILE,
+    KEYS_FILE,
+    META_FILE,
+    OFFSETS_FILE,
+    ReAttIndex,
+    build_ivf,
+    reatt_index,
+)
+from pyterrier_selfsup.training.settings import REATT_HEAD
 
 RESULTS = Path(__file__).resolve().parents[1] / 'results'
 SYNTHETIC_KEYS = (3_000_000, 10_000_000, 30_000_000)

@@ -42,16 +42,15 @@ import time
 from pathlib import Path
 
 import torch
+from query_generation import PER_PASSAGE, SAMPLING, quality, write_table
 
 from pyterrier_selfsup import BM25, Collection
 from pyterrier_selfsup.data.queries import reservoir_sample, text_if_any
 from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.harness.methods import teacher_pipeline
-from pyterrier_selfsup.models.generator import GENERATORS, load_generator
 from pyterrier_selfsup.models import writing
+from pyterrier_selfsup.models.generator import GENERATORS, load_generator
 from pyterrier_selfsup.models.writing import QueryWriter, casts_kept
-
-from query_generation import PER_PASSAGE, SAMPLING, quality, write_table
 
 RESULTS = Path(__file__).resolve().parents[1] / 'results'
 TOP_K = 50  # what generate and the writer apply for SmolLM2 (its generation config sets none)

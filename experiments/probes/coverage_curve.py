@@ -31,6 +31,7 @@ from pyterrier_selfsup.harness import provenance
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'tools'))
 from change_table import RESAMPLES, interval  # noqa: E402  (the same bootstrap as its tables)
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / 'scripts'))
 from docs_sections import wall_seconds  # noqa: E402  (the same reading of the Wall time lines)
 

@@ -24,13 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.data.collections import Collection
-from pyterrier_selfsup.retrieval.dense import flex_index
-from pyterrier_selfsup.models.dual_encoder import DualEncoder
-from pyterrier_selfsup.harness.pipelines import get_pipeline
 from pyterrier_selfsup.data.queries import given_topics
+from pyterrier_selfsup.harness import provenance
+from pyterrier_selfsup.harness.pipelines import get_pipeline
 from pyterrier_selfsup.harness.trained import start_model
+from pyterrier_selfsup.models.dual_encoder import DualEncoder
+from pyterrier_selfsup.retrieval.dense import flex_index
 
 RESULTS = Path(__file__).resolve().parents[1] / 'results'
 COLLECTION = 'beir/scifact/train'

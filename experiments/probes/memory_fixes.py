@@ -42,8 +42,10 @@ def child(check: str, side: str, out: str):
     """One side of one check, in this process: its output saved to ``out`` (.json; floats written
     exactly, so that the comparison is bit for bit)."""
     import numpy as np
+
     import pyterrier_selfsup as selfsup
-    from pyterrier_selfsup.models import generator as G, writing as W
+    from pyterrier_selfsup.models import generator as G
+    from pyterrier_selfsup.models import writing as W
     collection = selfsup.Collection('classic/adi')
     if check == 'hold' and side == 'old':
         G.matrices_in_compute_dtype = lambda model, dtype: 0

@@ -16,7 +16,8 @@ import torch
 
 import pyterrier_selfsup as selfsup
 from pyterrier_selfsup.harness import provenance
-from pyterrier_selfsup.models import generator as G, reading as R
+from pyterrier_selfsup.models import generator as G
+from pyterrier_selfsup.models import reading as R
 
 RESULTS = Path(__file__).resolve().parents[2] / 'experiments' / 'results'
 EXTRA = 37

@@ -18,8 +18,8 @@ import numpy as np
 
 from pyterrier_selfsup import BM25, Collection
 from pyterrier_selfsup.harness import provenance
-from pyterrier_selfsup.models.generator import SMOLLM2, SMOLLM2_GGUF, load_generator
 from pyterrier_selfsup.harness.topics import training_topics
+from pyterrier_selfsup.models.generator import SMOLLM2, SMOLLM2_GGUF, load_generator
 
 RESULTS = Path(__file__).resolve().parents[1] / 'results'
 N = 809  # as many as scifact has train queries

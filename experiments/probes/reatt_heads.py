@@ -12,9 +12,8 @@ it, never used for a choice), BM25 and the per-layer best.
 writes experiments/results/reatt_heads.{md,csv,png}.
 """
 import time
+from collections.abc import Sequence
 from pathlib import Path
-
-from typing import Optional, Sequence
 
 import matplotlib
 import numpy as np
@@ -35,7 +34,7 @@ MEASURE = 'nDCG@10'
 
 
 
-def head_analysis(collection, model_name: str, *, depth: int = 100, layers: Optional[Sequence[int]] = None,
+def head_analysis(collection, model_name: str, *, depth: int = 100, layers: Sequence[int] | None = None,
                   measures=None, cache_dir=None, verbose: bool = False, **kwargs) -> pd.DataFrame:
     """How well each (layer, head) of ``model_name`` retrieves zero-shot (ReAtt §2.3): BM25's
     top ``depth`` for every topic of ``collection`` re-ranked by r_h at each layer (its

@@ -25,10 +25,10 @@ from scipy import stats
 
 from pyterrier_selfsup import MINILM, Collection
 from pyterrier_selfsup.harness import provenance
-from pyterrier_selfsup.retrieval.dense import DenseRetriever
 from pyterrier_selfsup.models.generator import SMOLLM2, SMOLLM2_GGUF, Generator
 from pyterrier_selfsup.models.prompts import PASSAGE_QUESTION as CAUSAL_PROMPT
 from pyterrier_selfsup.models.score_cache import score_cache_dir
+from pyterrier_selfsup.retrieval.dense import DenseRetriever
 
 RESULTS = Path(__file__).resolve().parents[1] / 'results'
 INSTRUCTION = 'Write a search query that this passage answers.\n\nPassage: {passage}'

@@ -39,8 +39,8 @@ def delete_words(text: str, rng: np.random.Generator, keep: float = 0.4) -> str:
 
 
 def default_out(collection: str, sentences: int, steps: int, seed: int) -> Path:
-    from pyterrier_selfsup._cache import cache_root
     from pyterrier_selfsup import Collection
+    from pyterrier_selfsup._cache import cache_root
     corpus = Collection(collection).corpus_id.replace('/', '_')
     return cache_root(None) / 'tsdae' / f'{corpus}-{sentences}-{steps}-{seed}'
 

@@ -23,7 +23,6 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List
 
 import pandas as pd
 import pyterrier as pt
@@ -40,7 +39,7 @@ from change_table import interval  # noqa: E402
 
 FIVE = ['beir/scifact/test', 'cranfield', 'vaswani', 'classic/cisi', 'classic/adi']
 # the shipped settings, as the README's table runs them (label_free and label_free_log*)
-SETTINGS: Dict[str, Dict[str, str]] = {
+SETTINGS: dict[str, dict[str, str]] = {
     'corpus_only': {c: 'distill' for c in FIVE},
     'query_log': {'beir/scifact/test': 'distill:queries=beir/scifact/train',
                   **{c: 'distill:queries=crossfold' for c in FIVE[1:]}},
@@ -118,7 +117,7 @@ def check(setting: str, collection_name: str, run: RunContext, vectors: dict) ->
             'seconds (training or reopening)': trained_at}
 
 
-def write(rows: List[dict], header: dict, out: Path):
+def write(rows: list[dict], header: dict, out: Path):
     lines = [f'# {out.name}', '', 'Each shipped setting\'s model through the package\'s pipeline, '
              'and through `SentenceTransformer(final)` alone (`encode_document` over the corpus, '
              '`encode_query`, exact search by the model\'s similarity). Change: the export\'s '

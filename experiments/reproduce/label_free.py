@@ -42,10 +42,10 @@ from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.queries import SampledPlan, sampled_plan
 from pyterrier_selfsup.harness import trained
-from pyterrier_selfsup.harness.methods import bm25_and_minilm
-from pyterrier_selfsup.harness.topics import distillation_topics
 from pyterrier_selfsup.harness.experiment import copy_training_curves, run_experiment, write_results
+from pyterrier_selfsup.harness.methods import bm25_and_minilm
 from pyterrier_selfsup.harness.pipelines import get_pipeline
+from pyterrier_selfsup.harness.topics import distillation_topics
 
 RESULTS = Path(__file__).resolve().parents[1] / 'results'
 SCIFACT = ['beir/scifact/train', 'beir/scifact/test']
@@ -54,6 +54,7 @@ TRAIN = 'distill:queries=beir/scifact/train'
 # the TSDAE-adapted student of experiments/probes/tsdae.py at its defaults (scifact's corpus), built first
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'probes'))
 import tsdae  # noqa: E402
+
 TSDAE = tsdae.default_out('beir/scifact/train', 8000, 1000, 0)
 # (named in full: the defaults they were measured against moved; corpus_only_generalise ran them as distill,
 # distill:keep=last and distill:passages=frozen,keep=last at 0614091)

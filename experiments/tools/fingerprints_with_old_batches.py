@@ -11,9 +11,13 @@ they compute.
     python experiments/tools/fingerprints_with_old_batches.py [--vectors]
 """
 import sys
+
 import numpy as np
+
 sys.path.insert(0, 'experiments/tools')
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
+
+
 def old_encode(self, texts, side, batch_size):
     texts = list(texts)
     out = np.empty((len(texts), self.model.out_dim), dtype=np.float32)
@@ -40,5 +44,6 @@ if '--vectors' in sys.argv:
     sys.exit()
 DualEncoder._encode_fast = old_encode
 import trainer_fingerprints  # noqa: E402
+
 sys.argv = ['trainer_fingerprints.py', '--check', '--only', 'rumbart', 'distill sampled']
 trainer_fingerprints.main()

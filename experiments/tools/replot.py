@@ -19,8 +19,7 @@ import pandas as pd
 
 from pyterrier_selfsup.harness.experiment import read_training_log
 from pyterrier_selfsup.harness.pipelines import PIPELINES
-from pyterrier_selfsup.harness.plots import plot_results
-from pyterrier_selfsup.harness.plots import MARKER_LABELS, plot_training_curve
+from pyterrier_selfsup.harness.plots import MARKER_LABELS, plot_results, plot_training_curve
 
 RESULTS = Path(__file__).resolve().parents[1] / 'results'
 

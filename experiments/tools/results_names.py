@@ -14,7 +14,6 @@ installed package: the package itself never reinterprets a name.
 import functools
 import subprocess
 from pathlib import Path
-from typing import Union
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +23,7 @@ FORMER_DISTILL = {'passages': 'offsets', 'rounds': 5, 'keep': 'verdict'}
 _SIDE = ('passages', 'passage_offsets', 'train_passages')  # (the passage side's spellings)
 
 
-def results_code(path: Union[str, Path]) -> str:
+def results_code(path: str | Path) -> str:
     """The commit a results file (``.md`` or ``.csv``) names in its header's ``code:`` line
     (``''`` where it names none)."""
     for line in Path(path).read_text().splitlines()[:12]:
@@ -56,7 +55,7 @@ def as_written(name: str, code: str) -> str:
 LAST_FORMER = '0614091'
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _written_before_the_move(code: str) -> bool:
     """Whether commit ``code`` is :data:`LAST_FORMER` or one of its ancestors, so that the
     package at it had distill's former defaults. A commit git cannot find (or no git) counts

@@ -6,12 +6,20 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Callable, Optional, Union
 
-from pyterrier_selfsup._cache.faults import (MOVE_HINT, TMP_HINT, CacheError, CacheNotWritable,
-                                             DamagedBuild, check_space, disk_faults, writable)
+from pyterrier_selfsup._cache.faults import (
+    MOVE_HINT,
+    TMP_HINT,
+    CacheError,
+    CacheNotWritable,
+    DamagedBuild,
+    check_space,
+    disk_faults,
+    writable,
+)
 from pyterrier_selfsup._distributed import all_or_none, distributed, shared_temporary_directory
 
 logger = logging.getLogger(__name__)
@@ -24,9 +32,9 @@ def is_complete(path: Path) -> bool:
     return (path / _COMPLETE).is_file()
 
 
-def build_once(path: Union[str, Path], build: Callable[[Path], None], *, what: Optional[str] = None,
-               needs: Optional[Callable[[], Optional[int]]] = None,
-               check: Optional[Callable[[Path], Optional[str]]] = None, on_damage: str = 'rebuild',
+def build_once(path: str | Path, build: Callable[[Path], None], *, what: str | None = None,
+               needs: Callable[[], int | None] | None = None,
+               check: Callable[[Path], str | None] | None = None, on_damage: str = 'rebuild',
                resumable: bool = False, collective: bool = False) -> Path:
     """Returns ``path``, first running ``build(staging_dir)`` if no complete build is there.
 
@@ -92,7 +100,7 @@ def _finish(staging: Path, path: Path):
     os.replace(staging, path)
 
 
-def damage(path: Path, check: Optional[Callable[[Path], Optional[str]]] = None) -> Optional[str]:
+def damage(path: Path, check: Callable[[Path], str | None] | None = None) -> str | None:
     """What is wrong with the complete build at ``path`` (a file missing or of another size
     than the marker recorded, or ``check``'s finding), or None. Files added after the build
     (an ANN index beside a FlexIndex) are not the build's, and are not checked."""
@@ -119,7 +127,7 @@ def file_sizes(path: Path, leave_out: str) -> dict:
             if f.is_file() and f.name != leave_out}
 
 
-def size_damage(path: Path, sizes: dict) -> Optional[str]:
+def size_damage(path: Path, sizes: dict) -> str | None:
     """The first file under ``path`` missing or of another size than ``sizes`` recorded, or None."""
     for name, size in sizes.items():
         try:
@@ -175,7 +183,7 @@ def _check_space(directory: Path, needs, what: str):
 
 
 @contextmanager
-def written_whole(path: Union[str, Path], what: str, hint: str = MOVE_HINT):
+def written_whole(path: str | Path, what: str, hint: str = MOVE_HINT):
     """Yields a temporary path beside ``path`` to write; renamed to ``path`` when the block
     ends, so that a failed write (a full disk) leaves the earlier ``path`` as it was, never
     half a file. A disk fault becomes a :class:`CacheError` naming ``path`` and ``hint``."""
@@ -188,7 +196,7 @@ def written_whole(path: Union[str, Path], what: str, hint: str = MOVE_HINT):
 
 
 @contextmanager
-def temporary_build(prefix: str, what: str, needed: Optional[int]):
+def temporary_build(prefix: str, what: str, needed: int | None):
     """Yields (directory, owner) of a new temporary directory (under torch.distributed: rank
     0's, shared by the group; :func:`~pyterrier_selfsup._distributed.shared_temporary_directory`)
     for a trainer's throw-away index: ``needed`` bytes are checked against its free space

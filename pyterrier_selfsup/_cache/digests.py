@@ -13,7 +13,6 @@ import hashlib
 import json
 import tarfile
 from pathlib import Path
-from typing import Dict, Optional, Tuple, Union
 
 from pyterrier_selfsup._cache.builds import written_whole
 from pyterrier_selfsup._cache.faults import CacheError
@@ -22,11 +21,11 @@ from pyterrier_selfsup._cache.paths import cache_root
 # hex digits of a digest
 DIGEST_LENGTH = 10
 # (path, member) -> (size, modification time in ns, digest): this process's memory of them
-_SEEN: Dict[Tuple[str, Optional[str]], Tuple[int, int, str]] = {}
+_SEEN: dict[tuple[str, str | None], tuple[int, int, str]] = {}
 
 
-def file_digest(path: Union[str, Path], member: Optional[str] = None,
-                cache_dir: Optional[Union[str, Path]] = None) -> str:
+def file_digest(path: str | Path, member: str | None = None,
+                cache_dir: str | Path | None = None) -> str:
     """A digest (sha256, :data:`DIGEST_LENGTH` hex digits) of the bytes of ``path``, or of its
     tarball ``member`` (a name within the tarball, as ``getmember`` takes it), hashed again only
     when the file's size or modification time moved since it was last hashed. ``cache_dir``:
@@ -54,7 +53,7 @@ def file_digest(path: Union[str, Path], member: Optional[str] = None,
     return digest
 
 
-def _recorded(record: Path, stamp: Tuple[int, int]) -> Optional[str]:
+def _recorded(record: Path, stamp: tuple[int, int]) -> str | None:
     try:
         seen = json.loads(record.read_text())
     except (OSError, ValueError):
@@ -62,7 +61,7 @@ def _recorded(record: Path, stamp: Tuple[int, int]) -> Optional[str]:
     return seen['digest'] if (seen.get('size'), seen.get('mtime_ns')) == stamp else None
 
 
-def _hash(path: Path, member: Optional[str]) -> str:
+def _hash(path: Path, member: str | None) -> str:
     digest = hashlib.sha256()
     with (tarfile.open(path) if member else open(path, 'rb')) as opened:
         f = opened.extractfile(member) if member else opened

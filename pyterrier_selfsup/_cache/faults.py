@@ -8,9 +8,9 @@ import errno
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Optional, Union
 
 from pyterrier_selfsup._cache.paths import CACHE_ENV
 
@@ -68,7 +68,7 @@ def writable(directory: Path, what: str, hint: str = MOVE_HINT, create: bool = T
                                f'({error.strerror}); {hint}') from error
 
 
-def check_space(directory: Path, needed: Optional[int], what: str, hint: str = MOVE_HINT):
+def check_space(directory: Path, needed: int | None, what: str, hint: str = MOVE_HINT):
     """Raises :class:`CacheFull` if ``directory``'s disk has less than ``needed`` bytes free
     (None or 0: nothing to check); ``hint``: the setting that moves the writes elsewhere."""
     if not needed:
@@ -80,7 +80,7 @@ def check_space(directory: Path, needed: Optional[int], what: str, hint: str = M
 
 
 def write_fault(error: BaseException, what: str, where: Path, kept: bool = False,
-                fate: Optional[str] = None, hint: str = MOVE_HINT) -> Optional[CacheError]:
+                fate: str | None = None, hint: str = MOVE_HINT) -> CacheError | None:
     """``error`` as a :class:`CacheError` naming ``what``, the file and the cause, if it is
     a disk fault (full, quota, read-only, permission); else None. ``fate``: what became of
     what was written (default: a build's staging directory, removed or ``kept``); ``hint``:
@@ -112,9 +112,9 @@ def write_fault(error: BaseException, what: str, where: Path, kept: bool = False
 
 
 @contextmanager
-def disk_faults(what: str, where: Path, *, fate: Union[None, str, Callable[[], str]] = None,
-                kept: Union[bool, Callable[[], bool]] = False, hint: str = MOVE_HINT,
-                undo: Optional[Callable[[], None]] = None):
+def disk_faults(what: str, where: Path, *, fate: None | str | Callable[[], str] = None,
+                kept: bool | Callable[[], bool] = False, hint: str = MOVE_HINT,
+                undo: Callable[[], None] | None = None):
     """Runs the block; an error raised in it first runs ``undo`` (removing the partial write),
     then leaves as :func:`write_fault`'s :class:`CacheError` where it is a disk fault, else as it
     was. ``fate`` and ``kept`` may be functions, asked only then (after ``undo``)."""

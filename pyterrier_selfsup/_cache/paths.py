@@ -5,12 +5,11 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Optional, Union
 
 CACHE_ENV = 'SELFSUP_CACHE'
 
 
-def cache_root(cache_dir: Optional[Union[str, Path]] = None) -> Path:
+def cache_root(cache_dir: str | Path | None = None) -> Path:
     """``cache_dir`` if given, else ``$SELFSUP_CACHE``, else ``~/.cache/pyterrier-selfsup``."""
     if cache_dir is not None:
         return Path(cache_dir)

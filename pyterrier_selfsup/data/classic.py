@@ -22,8 +22,9 @@ with no judgment are dropped, as they cannot be evaluated.
 import os
 import re
 import tarfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple, Union
+from typing import NamedTuple
 
 import ir_datasets
 from ir_datasets.datasets.base import Dataset
@@ -67,7 +68,7 @@ def normalise_id(raw: str) -> str:
     return raw.strip().lstrip('0') or '0'
 
 
-def parse_records(lines: Iterable[str]) -> Iterator[Tuple[str, Dict[str, str]]]:
+def parse_records(lines: Iterable[str]) -> Iterator[tuple[str, dict[str, str]]]:
     """``(id, {field letter: text})`` for each ``.I`` record; whitespace is collapsed."""
     record_id, fields, current = None, {}, None
 
@@ -101,11 +102,11 @@ def parse_queries(lines: Iterable[str]) -> Iterator[GenericQuery]:
         yield GenericQuery(query_id, ' '.join(x for x in (f.get('T', ''), f.get('W', '')) if x))
 
 
-def parse_qrels(lines: Iterable[str]) -> List[TrecQrel]:
+def parse_qrels(lines: Iterable[str]) -> list[TrecQrel]:
     """Judgments, de-duplicated (the highest grade wins), in file order."""
     rows = [line.split() for line in lines if line.strip()]
     trec = bool(rows) and all(len(r) >= 4 and r[1] in ('0', 'Q0') for r in rows)
-    grades: Dict[Tuple[str, str], int] = {}
+    grades: dict[tuple[str, str], int] = {}
     for row in rows:
         if trec:
             key, grade = (row[0], row[2]), int(float(row[3]))
@@ -124,7 +125,7 @@ def parse_qrels(lines: Iterable[str]) -> List[TrecQrel]:
 
 
 # (tarball, size, modification time, part) -> the part's member in it, or None
-_MEMBERS: Dict[Tuple[str, int, int, str], Optional[str]] = {}
+_MEMBERS: dict[tuple[str, int, int, str], str | None] = {}
 
 
 class ClassicSource:
@@ -136,7 +137,7 @@ class ClassicSource:
     (:func:`download`).
     """
 
-    def __init__(self, name: str, directory: Optional[Union[str, Path]] = None):
+    def __init__(self, name: str, directory: str | Path | None = None):
         self.name = name.lower()
         self.directory = Path(directory) if directory is not None else None
 
@@ -162,7 +163,7 @@ class ClassicSource:
         if missing:
             raise self._missing_error(directory, missing)
 
-    def located(self, part: str) -> Tuple[Path, Optional[str]]:
+    def located(self, part: str) -> tuple[Path, str | None]:
         """Where ``part`` (``ALL``, ``QRY``, ``REL``) is read from: its file, or the tarball and
         the name of its member there."""
         directory = self.resolve()
@@ -181,7 +182,7 @@ class ClassicSource:
                 return tarball, _MEMBERS[seen]
         raise self._missing_error(directory, self._missing(directory))
 
-    def lines(self, part: str) -> List[str]:
+    def lines(self, part: str) -> list[str]:
         directory = self.resolve()
         path = self._file(directory, part)
         if path is not None:
@@ -195,7 +196,7 @@ class ClassicSource:
                             .splitlines())
         raise self._missing_error(directory, self._missing(directory))
 
-    def _missing(self, directory: Path) -> List[str]:
+    def _missing(self, directory: Path) -> list[str]:
         in_tarball = set()
         tarball = self._tarball(directory)
         if tarball is not None:
@@ -205,7 +206,7 @@ class ClassicSource:
         return [name for part, name in wanted.items()
                 if self._file(directory, part) is None and name not in in_tarball]
 
-    def _missing_error(self, directory: Path, missing: List[str]) -> FileNotFoundError:
+    def _missing_error(self, directory: Path, missing: list[str]) -> FileNotFoundError:
         tarball = self._tarball(directory)
         where = f'{directory}' + (f' (nor in {tarball.name})' if tarball else '')
         return FileNotFoundError(
@@ -213,23 +214,23 @@ class ClassicSource:
             f'a collection needs {self.name.upper()}.ALL, .QRY and .REL')
 
     @staticmethod
-    def _members(tar: tarfile.TarFile) -> Dict[str, tarfile.TarInfo]:
+    def _members(tar: tarfile.TarFile) -> dict[str, tarfile.TarInfo]:
         return {Path(m.name).name.upper(): m for m in tar.getmembers() if m.isfile()}
 
-    def _file(self, directory: Path, part: str) -> Optional[Path]:
+    def _file(self, directory: Path, part: str) -> Path | None:
         for candidate in (f'{self.name.upper()}.{part}', f'{self.name}.{part.lower()}'):
             if (directory / candidate).is_file():
                 return directory / candidate
         return None
 
-    def _tarball(self, directory: Path) -> Optional[Path]:
+    def _tarball(self, directory: Path) -> Path | None:
         for candidate in (f'{self.name}.tar.gz', f'{self.name.upper()}.tar.gz', f'{self.name}.tgz'):
             if (directory / candidate).is_file():
                 return directory / candidate
         return None
 
 
-def download(name: str, cache_dir: Optional[Union[str, Path]] = None) -> Path:
+def download(name: str, cache_dir: str | Path | None = None) -> Path:
     """The directory in the cache (``<cache>/classic/``) that holds the tarball of collection
     ``name`` (``adi``, ``cisi``), downloaded from ``$SELFSUP_CLASSIC_MIRROR`` or else
     :data:`CLASSIC_HOME` if it is not there yet, and kept only where its sha256 is the one
@@ -280,7 +281,7 @@ class ClassicDocs(BaseDocs):
     def __init__(self, source: ClassicSource):
         self._source = source
         # (the digest of the documents it was read from, store)
-        self._store: Optional[Tuple[str, '_MemoryDocstore']] = None
+        self._store: tuple[str, _MemoryDocstore] | None = None
 
     def docs_iter(self):
         return parse_docs(self._source.lines('ALL'))
@@ -370,11 +371,11 @@ class _MemoryDocstore(Docstore):
 # ---------------------------------------------------------------------------------------
 # Registration
 
-_SOURCES: Dict[str, ClassicSource] = {}
+_SOURCES: dict[str, ClassicSource] = {}
 
 
-def register_classic(directory: Optional[Union[str, Path]] = None,
-                     names: Optional[Iterable[str]] = None) -> List[str]:
+def register_classic(directory: str | Path | None = None,
+                     names: Iterable[str] | None = None) -> list[str]:
     """Registers ``classic/<name>`` with ir_datasets for collections under ``directory``.
 
     Args:
@@ -406,7 +407,7 @@ def register_classic(directory: Optional[Union[str, Path]] = None,
     return ids
 
 
-def discover(directory: Union[str, Path]) -> List[str]:
+def discover(directory: str | Path) -> list[str]:
     """The names of the collections in ``directory``: every ``NAME.ALL`` or ``NAME.tar.gz``
     there."""
     directory = Path(directory)

@@ -1,9 +1,10 @@
 """A test collection by name: its corpus as the models see it, its topics and its qrels."""
 import difflib
 import logging
+from collections.abc import Iterator, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Union
+from typing import Union
 
 import ir_datasets
 import pandas as pd
@@ -40,7 +41,7 @@ class Collection:
     which is title + text for the collections that have titles.
     """
 
-    def __init__(self, name: Union[str, Path]):
+    def __init__(self, name: str | Path):
         name = given = str(name)
         if names_a_file(name):
             from pyterrier_selfsup.data.local import register_local
@@ -65,8 +66,8 @@ class Collection:
         return cls(collection) if isinstance(collection, str) else collection
 
     @classmethod
-    def from_files(cls, docs: Union[str, Path], queries: Optional[Union[str, Path]] = None, *,
-                   name: Optional[str] = None) -> 'Collection':
+    def from_files(cls, docs: str | Path, queries: str | Path | None = None, *,
+                   name: str | None = None) -> 'Collection':
         """A corpus of your own: documents from a JSON lines, CSV or TSV file (``docno``,
         ``text``, optional ``title``), and optionally queries (``qid``, ``query``; or plain
         text, one a line); no relevance judgements. Registered with ir_datasets as
@@ -83,7 +84,7 @@ class Collection:
         return self.dataset.irds_ref()
 
     def corpus_iter(self, verbose: bool = False, progress_file=None,
-                    desc: Optional[str] = None) -> Iterator[Dict[str, str]]:
+                    desc: str | None = None) -> Iterator[dict[str, str]]:
         """``{'docno', 'text'}`` for every document, streamed. A docno seen before is
         skipped (the first wins), so that no index holds two entries for one docno.
         ``verbose``: a progress bar (``desc``), on ``progress_file`` (default: stderr)."""
@@ -111,7 +112,7 @@ class Collection:
             return self.name
 
     @property
-    def contents(self) -> Optional[str]:
+    def contents(self) -> str | None:
         """A digest of the file the documents are read from, where a file under the same name
         can hold other documents (a classic collection's directory, re-pointed or rewritten),
         checked at each use (:func:`~pyterrier_selfsup._cache.digests.file_digest`); None where
@@ -132,10 +133,10 @@ class Collection:
         return settings if contents is None else dict(settings, contents=contents)
 
     @cached_property
-    def docs_count(self) -> Optional[int]:
+    def docs_count(self) -> int | None:
         return self.irds.docs_count()
 
-    def text_bytes(self, sample: int = 500) -> Optional[int]:
+    def text_bytes(self, sample: int = 500) -> int | None:
         """An estimate of the corpus text's size in bytes (UTF-8, title + text): the mean
         of the first ``sample`` documents times the count; None where the count is unknown.
         Sizes builds before they start (free-space checks)."""
@@ -165,7 +166,7 @@ class Collection:
                              'that has them')
         return self.dataset.get_qrels()[['qid', 'docno', 'label']]
 
-    def texts(self, docnos: Sequence[str]) -> List[str]:
+    def texts(self, docnos: Sequence[str]) -> list[str]:
         """The text (title + text) of each document, in order; KeyError names unknown docnos."""
         docs = self.irds.docs_store().get_many(set(docnos))
         missing = set(docnos) - set(docs)
@@ -193,7 +194,7 @@ class TextLoader(pt.Transformer):
     def __init__(self, collection: Collection):
         self.collection = collection
 
-    def transform_outputs(self, input_columns: List[str]) -> List[str]:
+    def transform_outputs(self, input_columns: list[str]) -> list[str]:
         return [c for c in input_columns if c != 'text'] + ['text']
 
     def transform(self, results: pd.DataFrame) -> pd.DataFrame:

@@ -20,8 +20,9 @@ import csv
 import gzip
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
+from typing import NamedTuple
 
 import ir_datasets
 from ir_datasets.datasets.base import Dataset
@@ -72,14 +73,14 @@ def _format(path: Path) -> str:
     return suffixes[-1].lstrip('.').lower() if suffixes else 'txt'
 
 
-def read_records(path: Union[str, Path],
-                 headerless: Tuple[str, ...] = ()) -> Iterator[Dict[str, str]]:
+def read_records(path: str | Path,
+                 headerless: tuple[str, ...] = ()) -> Iterator[dict[str, str]]:
     """The records of a JSON lines, CSV or TSV file (optionally gzipped), as dicts of strings."""
     return (record for _, record in numbered_records(path, headerless))
 
 
-def numbered_records(path: Union[str, Path],
-                     headerless: Tuple[str, ...] = ()) -> Iterator[Tuple[int, Dict[str, str]]]:
+def numbered_records(path: str | Path,
+                     headerless: tuple[str, ...] = ()) -> Iterator[tuple[int, dict[str, str]]]:
     """(line number, record) of each record of a JSON lines, CSV or TSV file; a line that is
     not a JSON object, a CSV/TSV row with more or fewer fields than its header, a CSV quote
     never closed, or text that is not UTF-8 is an error that names the file and the line.
@@ -105,7 +106,7 @@ def _undecodable_line(path: Path) -> int:
     return 0
 
 
-def _records(path: Path, headerless: Tuple[str, ...]) -> Iterator[Tuple[int, Dict[str, str]]]:
+def _records(path: Path, headerless: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
     kind = _format(path)
     with _open(path) as lines:
         if kind in ('jsonl', 'json', 'ndjson'):
@@ -167,7 +168,7 @@ def _records(path: Path, headerless: Tuple[str, ...]) -> Iterator[Tuple[int, Dic
                                      '(.jsonl, .csv, .tsv, optionally .gz)')
 
 
-def _field(record: Dict[str, str], names, where: str, what: str) -> str:
+def _field(record: dict[str, str], names, where: str, what: str) -> str:
     """The first of ``names`` that ``record`` has; ``where``: the file (and line) an error names."""
     for name in names:
         if name in record:
@@ -176,12 +177,12 @@ def _field(record: Dict[str, str], names, where: str, what: str) -> str:
                              f'its fields: {", ".join(record) or "none"}')
 
 
-def read_docs(path: Union[str, Path]) -> Iterator[LocalDoc]:
+def read_docs(path: str | Path) -> Iterator[LocalDoc]:
     """The documents of a JSON lines, CSV or TSV file. A file with no document, or whose
     documents all lack a text, is an error; a repeated document id (the first is kept) and
     documents with no text are warned of, once a process, with the line of the first."""
     path = Path(path)
-    seen: Dict[str, int] = {}
+    seen: dict[str, int] = {}
     repeated, empty = [], []  # (line, docno)
     for number, record in numbered_records(path, headerless=('docno', 'text')):
         doc = LocalDoc(_field(record, DOCNO_FIELDS, path, 'document id'), record.get('title', ''),
@@ -216,7 +217,7 @@ def read_docs(path: Union[str, Path]) -> Iterator[LocalDoc]:
 _WARNED = set()
 
 
-def read_queries(path: Union[str, Path]) -> List[GenericQuery]:
+def read_queries(path: str | Path) -> list[GenericQuery]:
     """The queries of a JSON lines, CSV or TSV file, or of a plain text file (one a line, its
     qid the line's number; blank lines skipped). A record without a query id or text, with
     an empty text, or with a query id seen before is an error naming its line."""
@@ -251,7 +252,7 @@ def read_queries(path: Union[str, Path]) -> List[GenericQuery]:
     return queries
 
 
-def content_hash(path: Union[str, Path]) -> str:
+def content_hash(path: str | Path) -> str:
     """A digest of the file's bytes, hashed again only when its size or modification time moved
     (:func:`~pyterrier_selfsup._cache.digests.file_digest`)."""
     from pyterrier_selfsup._cache.digests import file_digest
@@ -261,7 +262,7 @@ def content_hash(path: Union[str, Path]) -> str:
 class LocalDocs(BaseDocs):
     def __init__(self, path: Path, namespace: str):
         self._path, self._namespace = path, namespace
-        self._store: Optional['_DictDocstore'] = None
+        self._store: _DictDocstore | None = None
 
     def docs_iter(self):
         return read_docs(self._path)
@@ -307,7 +308,7 @@ class LocalQueries(BaseQueries):
 class _DictDocstore(Docstore):
     def __init__(self, docs):
         super().__init__(LocalDoc)
-        self._docs: Dict[str, LocalDoc] = {}
+        self._docs: dict[str, LocalDoc] = {}
         for doc in docs:
             # (the first of a repeated id wins, as in corpus_iter)
             self._docs.setdefault(doc.doc_id, doc)
@@ -323,8 +324,8 @@ class _DictDocstore(Docstore):
         return iter(self.get_many(doc_ids).values())
 
 
-def register_local(docs: Union[str, Path], queries: Optional[Union[str, Path]] = None,
-                   name: Optional[str] = None) -> str:
+def register_local(docs: str | Path, queries: str | Path | None = None,
+                   name: str | None = None) -> str:
     """Registers the corpus in ``docs`` (and the queries in ``queries``) with ir_datasets;
     returns its dataset id (the module's docstring says how it is made)."""
     docs = Path(docs).resolve()
@@ -352,4 +353,4 @@ def register_local(docs: Union[str, Path], queries: Optional[Union[str, Path]] =
 
 
 # dataset id -> its components, re-pointed on registering again
-_REGISTERED: Dict[str, List[BaseDocs]] = {}
+_REGISTERED: dict[str, list[BaseDocs]] = {}

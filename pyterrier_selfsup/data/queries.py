@@ -10,9 +10,10 @@ import logging
 import math
 import random
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -64,12 +65,12 @@ class Query:
     """A training query as the trainers see it."""
     qid: str
     query: str
-    excluded: FrozenSet[str]  # the passage a corpus query was cut from: a trivial retrieval
-    answer: Optional[str] = None  # what a reader generates (queries=masked: the masked span)
-    source: Optional[str] = None  # the passage it was written for or cut from, if any
+    excluded: frozenset[str]  # the passage a corpus query was cut from: a trivial retrieval
+    answer: str | None = None  # what a reader generates (queries=masked: the masked span)
+    source: str | None = None  # the passage it was written for or cut from, if any
 
 
-def training_queries(topics: pd.DataFrame) -> List[Query]:
+def training_queries(topics: pd.DataFrame) -> list[Query]:
     """The :class:`Query` of each topic: its text, the ``source_docno`` it was cut from (if
     any) as the passage it must not retrieve, and its ``answer`` (if any); labels unread."""
     queries = given_topics(topics)
@@ -81,7 +82,7 @@ def training_queries(topics: pd.DataFrame) -> List[Query]:
 
 
 def query_sources(topics: pd.DataFrame, collection: Collection, *, excluded: bool,
-                  sample: int = 50) -> Dict[str, str]:
+                  sample: int = 50) -> dict[str, str]:
     """qid -> the ``source_docno`` of each topic that has one. ``excluded``: whether the trainer
     keeps each query's source out of its candidates. Where it does not, and most of ``sample``
     queries stand word for word in their sources (cut from the corpus, not written for it: a
@@ -102,7 +103,7 @@ def query_sources(topics: pd.DataFrame, collection: Collection, *, excluded: boo
     return sources
 
 
-def sentences(text: str) -> List[str]:
+def sentences(text: str) -> list[str]:
     splitter = _SENTENCE_END if any(c.isupper() for c in text) else _LOWERCASED_END
     return [s.strip() for s in splitter.split(text) if s.strip()]
 
@@ -189,7 +190,7 @@ MASK = '<extra_id_0>'  # T5's first sentinel: what a masked span is replaced by,
 _WORD = re.compile(r"[\w][\w'\-/.]*[\w]|\w")
 
 
-def salient_span(sentence: str, rng: random.Random) -> Optional[Tuple[int, int]]:
+def salient_span(sentence: str, rng: random.Random) -> tuple[int, int] | None:
     """(start, end) of a span of ``sentence`` worth reconstructing, or None: a heuristic
     stand-in for the named entities and dates of salient span masking (REALM, ReAtt §3.3),
     as no NER model is at hand. In order of preference, one drawn at random among: words
@@ -232,7 +233,7 @@ def masked_spans(collection: Collection, n: int, *, seed: int = 0, mask: str = M
 
 
 def reservoir_sample(docs: Iterable[dict], n: int, rng: random.Random,
-                     pick) -> List[Tuple[str, str]]:
+                     pick) -> list[tuple[str, str]]:
     """Reservoir sampling of ``n`` (docno, text picked from the document) pairs over the
     documents for which ``pick`` finds something, in one pass."""
     reservoir, seen = [], 0
@@ -250,8 +251,8 @@ def reservoir_sample(docs: Iterable[dict], n: int, rng: random.Random,
     return reservoir
 
 
-def _top_up(collection: Collection, pairs: List[Tuple[str, str]], n: int, rng: random.Random, more,
-            what: str) -> List[Tuple[str, str]]:
+def _top_up(collection: Collection, pairs: list[tuple[str, str]], n: int, rng: random.Random, more,
+            what: str) -> list[tuple[str, str]]:
     """``pairs`` (one per document) topped up to ``n`` with further distinct picks of the same
     documents, drawn at random from ``more(doc, n)``; a warning says when the corpus has fewer."""
     taken = set(pairs)
@@ -273,7 +274,7 @@ def text_if_any(doc: dict):
     return doc['text'] if doc['text'].strip() else None
 
 
-def _frame(prefix: str, pairs: List[Tuple[str, str]]) -> pd.DataFrame:
+def _frame(prefix: str, pairs: list[tuple[str, str]]) -> pd.DataFrame:
     return pd.DataFrame({'qid': [f'{prefix}-{i}' for i in range(len(pairs))],
                          'query': [q for _, q in pairs], 'source_docno': [d for d, _ in pairs]})
 
@@ -306,11 +307,11 @@ def sampled_queries(collection: Collection, generator, n: int, *,
                     per_passage: int = SAMPLING['per_passage'], seed: int = 0,
                     max_new_tokens: int = QUERY_TOKENS,
                     temperature: float = SAMPLING['temperature'],
-                    top_p: float = SAMPLING['top_p'], top_k: Optional[int] = None,
+                    top_p: float = SAMPLING['top_p'], top_k: int | None = None,
                     style: str = 'plain',
                     examples: Sequence[str] = (),
-                    pairs: Sequence[Tuple[str, str]] = (),
-                    checkpoint: Optional[Path] = None, writer=None) -> pd.DataFrame:
+                    pairs: Sequence[tuple[str, str]] = (),
+                    checkpoint: Path | None = None, writer=None) -> pd.DataFrame:
     """About ``n`` queries written by ``generator`` with nucleus sampling, ``per_passage`` for
     each of ⌈n / per_passage⌉ passages drawn uniformly at random (GPL writes 3 a passage);
     empty ones and repeats (case and spacing ignored, over the whole set) are dropped, so
@@ -394,14 +395,14 @@ def sampled_plan(collection: Collection, n: int, per_passage: int) -> SampledPla
     return SampledPlan(passages, each, each > per_passage and passages * each > n)
 
 
-def spread(pairs: List[Tuple[str, str]], n: int) -> List[Tuple[str, str]]:
+def spread(pairs: list[tuple[str, str]], n: int) -> list[tuple[str, str]]:
     """``n`` of the (docno, query) ``pairs``, in their order, spread over their passages: each
     passage's first query, then each one's second, and so on, until ``n`` are taken (not the
     first ``n``, which would leave the last passages without a query).
 
         spread([('a', 'q1'), ('a', 'q2'), ('b', 'q3'), ('b', 'q4')], 2)   # a's q1, b's q3
     """
-    rank: Dict[str, int] = {}
+    rank: dict[str, int] = {}
     ranks = []
     for docno, _ in pairs:
         ranks.append(rank.get(docno, 0))

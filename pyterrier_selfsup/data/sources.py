@@ -23,20 +23,37 @@ The sources:
     source.identity(Collection('classic/adi'))   # what the 2,000 queries are, as a dict
 """
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any
 
 import pandas as pd
 
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root
 from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
-from pyterrier_selfsup.data.queries import (MASK, QUERY_TOKENS, SAMPLING, corpus_sentences,
-                                            cropped_spans, document_titles, generated_queries,
-                                            given_topics, masked_spans, other_folds, query_log,
-                                            round_trip_queries, sampled_queries)
-from pyterrier_selfsup.data.source_names import (CROSS_FOLDS, CROSSFOLD, CUT_FROM_CORPUS,
-                                                 GENERATED, QUERY_SOURCES)
+from pyterrier_selfsup.data.queries import (
+    MASK,
+    QUERY_TOKENS,
+    SAMPLING,
+    corpus_sentences,
+    cropped_spans,
+    document_titles,
+    generated_queries,
+    given_topics,
+    masked_spans,
+    other_folds,
+    query_log,
+    round_trip_queries,
+    sampled_queries,
+)
+from pyterrier_selfsup.data.source_names import (
+    CROSS_FOLDS,
+    CROSSFOLD,
+    CUT_FROM_CORPUS,
+    GENERATED,
+    QUERY_SOURCES,
+)
 
 ROUND_TRIP_DEPTH = 10
 # the (passage, query) pairs a writer is shown with example_pairs=COLLECTION (InPars shows 3)
@@ -53,14 +70,14 @@ def query_file(queries: Any) -> bool:
     return isinstance(queries, str) and queries not in QUERY_SOURCES and Path(queries).is_file()
 
 
-def at_most(topics: pd.DataFrame, n: Optional[int], seed: int = 0) -> pd.DataFrame:
+def at_most(topics: pd.DataFrame, n: int | None, seed: int = 0) -> pd.DataFrame:
     """A query log's texts, or ``n`` of them drawn with ``seed`` where it has more."""
     if n is None or n <= 0 or len(topics) <= n:
         return topics
     return topics.sample(n=n, random_state=seed).sort_index().reset_index(drop=True)
 
 
-def example_texts(examples: Optional[str]) -> list:
+def example_texts(examples: str | None) -> list:
     """The query texts a writer is shown: none, a file's, or a collection's topics'."""
     if not examples:
         return []
@@ -69,7 +86,7 @@ def example_texts(examples: Optional[str]) -> list:
     return given_topics(Collection(examples).topics())['query'].tolist()
 
 
-def example_pairs(name: Optional[str], n: int = EXAMPLE_PAIRS, seed: int = 0) -> list:
+def example_pairs(name: str | None, n: int = EXAMPLE_PAIRS, seed: int = 0) -> list:
     """``n`` (passage, query) pairs of the collection ``name`` for a writer to be shown (none
     for None): topics drawn with ``seed`` among those with a judged relevant passage, each with
     the text of its first relevant passage by docno. This reads that collection's relevance
@@ -117,18 +134,18 @@ class QuerySource:
     queries: str
     n_queries: int
     seed: int = 0
-    fold: Optional[int] = None
+    fold: int | None = None
     generator: str = 'smollm2'
     style: str = 'plain'
-    examples: Optional[str] = None
+    examples: str | None = None
     per_passage: int = SAMPLING['per_passage']
-    pairs: Optional[str] = None
-    top_k: Optional[int] = None
+    pairs: str | None = None
+    top_k: int | None = None
     tokens: int = QUERY_TOKENS
     mask: str = MASK
 
     @classmethod
-    def of(cls, settings, fold: Optional[int] = None, **changes) -> 'QuerySource':
+    def of(cls, settings, fold: int | None = None, **changes) -> 'QuerySource':
         """The source a method's settings name (their ``queries``, ``n_queries``, ``seed``, and
         where they have them the writer's: ``generator``, ``query_style``, ``query_examples``,
         ``per_passage`` and ``example_pairs``)."""
@@ -201,8 +218,8 @@ class QuerySource:
         return out
 
     def topics(self, collection: Collection, *, generator=None,
-               round_trip: Optional[Callable[[], Any]] = None,
-               cache_dir: Union[None, str, Path] = None) -> pd.DataFrame:
+               round_trip: Callable[[], Any] | None = None,
+               cache_dir: None | str | Path = None) -> pd.DataFrame:
         """The training queries (``qid``, ``query``; ``source_docno`` where they have one).
 
         Queries cut from the corpus and query logs are read as they are asked for. Written
@@ -267,7 +284,7 @@ def _read_topics(path: Path) -> pd.DataFrame:
     return pd.read_json(path, orient='records', lines=True, dtype=False)
 
 
-def _topics_damage(path: Path) -> Optional[str]:
+def _topics_damage(path: Path) -> str | None:
     """A written-queries file that does not parse, or lacks a query column (garbled where its
     size still matches): damaged, and rebuilt whole (sampled queries come from one random
     stream, so a part rebuilt alone would not be the same queries)."""

@@ -162,8 +162,11 @@ def main(argv=None) -> int:
         if args.command == 'judge':
             return judging_command.main(args, run)
         from pyterrier_selfsup.harness import trained
-        from pyterrier_selfsup.harness.experiment import (read_training_log, run_experiment,
-                                                          write_results)
+        from pyterrier_selfsup.harness.experiment import (
+            read_training_log,
+            run_experiment,
+            write_results,
+        )
         from pyterrier_selfsup.harness.pipelines import get_pipeline
         if args.command == 'train':
             spec = get_pipeline(args.pipeline)

@@ -10,9 +10,9 @@ import gzip
 import json
 import shutil
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -38,24 +38,24 @@ ALPHA = 0.05
 @dataclass
 class CollectionResult:
     collection: str
-    docs: Optional[int]
+    docs: int | None
     topics: int
     qrels: int
     table: pd.DataFrame  # pt.Experiment's frame, one row per pipeline
     # per pipeline: building or reopening its index, loading its model
-    setup_seconds: Dict[str, float]
+    setup_seconds: dict[str, float]
     # name, qid and each measure, a row per pipeline and query
-    per_query: Optional[pd.DataFrame] = None
+    per_query: pd.DataFrame | None = None
     # the collection's whole time: every pipeline's set-up, its run over the topics, evaluation
-    seconds: Optional[float] = None
+    seconds: float | None = None
 
 
 @dataclass
 class ExperimentResult:
     name: str
-    header: Dict[str, str]
-    pipelines: List[PipelineSpec]
-    results: List[CollectionResult]
+    header: dict[str, str]
+    pipelines: list[PipelineSpec]
+    results: list[CollectionResult]
 
     def table(self) -> pd.DataFrame:
         """All collections in one frame, with a ``collection`` column first."""
@@ -63,7 +63,7 @@ class ExperimentResult:
                          ignore_index=True)[
             ['collection'] + list(self.results[0].table.columns)]
 
-    def per_query(self) -> Optional[pd.DataFrame]:
+    def per_query(self) -> pd.DataFrame | None:
         """Every pipeline's per-query scores on every collection (``collection`` first)."""
         if any(r.per_query is None for r in self.results):
             return None
@@ -74,7 +74,7 @@ class ExperimentResult:
 
 def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *,
                    name: str = 'experiment', run: RunContext = SILENT,
-                   log=print, judgements: Optional[Tuple[pd.DataFrame, pd.DataFrame]] = None
+                   log=print, judgements: tuple[pd.DataFrame, pd.DataFrame] | None = None
                    ) -> ExperimentResult:
     """Evaluates every pipeline on every collection. Names are checked before any work.
     ``run``: the cache the pipelines' indexes and models are kept in, and whether their
@@ -139,15 +139,15 @@ def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *,
     return ExperimentResult(name, header, specs, results)
 
 
-def curves_folder(target: Union[str, Path], pipeline: str, fold: int = 0, folds: int = 1) -> Path:
+def curves_folder(target: str | Path, pipeline: str, fold: int = 0, folds: int = 1) -> Path:
     """Where `copy_training_curves` puts a pipeline's curve and log under ``target``: a folder
     named by the pipeline, and ``fold-<k>/`` in it for each model of a two-fold pipeline."""
     folder = Path(target) / pipeline.replace(':', '_').replace(',', '_').replace('/', '-')
     return folder / f'fold-{fold}' if folds > 1 else folder
 
 
-def copy_training_curves(pipelines: Sequence[str], collection: str, target: Union[str, Path],
-                         run: RunContext = SILENT) -> List[Path]:
+def copy_training_curves(pipelines: Sequence[str], collection: str, target: str | Path,
+                         run: RunContext = SILENT) -> list[Path]:
     """Copies the training curve and log of every pipeline that trained a model on
     ``collection`` into ``target/<pipeline name>/``, so that they can be committed: the log
     gzipped, as ``training_log.jsonl.gz`` (:func:`read_training_log` reads either form)."""
@@ -172,7 +172,7 @@ def copy_training_curves(pipelines: Sequence[str], collection: str, target: Unio
 LOG, LOG_GZ = 'training_log.jsonl', 'training_log.jsonl.gz'
 
 
-def read_training_log(folder: Union[str, Path]) -> List[dict]:
+def read_training_log(folder: str | Path) -> list[dict]:
     """The records of the training log in ``folder``: a model's ``training_log.jsonl``, or the
     ``training_log.jsonl.gz`` that :func:`copy_training_curves` commits beside a curve; an empty
     list where there is neither.
@@ -215,7 +215,7 @@ def format_table(table: pd.DataFrame) -> str:
     return '\n'.join(lines)
 
 
-def describe_settings(result: ExperimentResult) -> Dict[str, str]:
+def describe_settings(result: ExperimentResult) -> dict[str, str]:
     lines = {}
     models = sorted({provenance.model_revision(m) for s in result.pipelines for m in s.models})
     lines['models'] = ', '.join(models) or 'none'
@@ -235,11 +235,11 @@ def describe_settings(result: ExperimentResult) -> Dict[str, str]:
     return lines
 
 
-def header_lines(result: ExperimentResult) -> List[str]:
+def header_lines(result: ExperimentResult) -> list[str]:
     return [f'{k}: {v}' for k, v in {**result.header, **describe_settings(result)}.items()]
 
 
-def write_results(result: ExperimentResult, results_dir: Union[str, Path]) -> List[Path]:
+def write_results(result: ExperimentResult, results_dir: str | Path) -> list[Path]:
     """Writes ``<name>.md``, ``<name>.csv`` and ``<name>.png``, each headed by provenance;
     each file whole or not at all (an earlier file of the name stays as it was when a write
     fails), a disk fault reported with the file and ``--results-dir``."""

@@ -6,7 +6,7 @@ model of a cross-fold pipeline, the fold it answers; RUMBArt and ACROBArT take t
 model they start from as well (:func:`~pyterrier_selfsup.harness.trained.start_model`). The
 trainers themselves know nothing of caches or pipelines.
 """
-from typing import Callable, Dict, Optional, Tuple, Union
+from collections.abc import Callable
 
 import pandas as pd
 import torch
@@ -22,23 +22,29 @@ from pyterrier_selfsup.models.generator import MAX_PASSAGE_LENGTH, Generator, lo
 from pyterrier_selfsup.models.reatt import ReAtt
 from pyterrier_selfsup.retrieval.bm25 import BM25
 from pyterrier_selfsup.retrieval.dense import MINILM, DenseRetriever
-from pyterrier_selfsup.retrieval.fusion import Fusion, FusedScores
+from pyterrier_selfsup.retrieval.fusion import FusedScores, Fusion
+from pyterrier_selfsup.training.acrobart import Acrobart
 from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment, mask_token
 from pyterrier_selfsup.training.distant import DistantSupervision
 from pyterrier_selfsup.training.distill import Distillation
 from pyterrier_selfsup.training.loop import Trainer
-from pyterrier_selfsup.training.acrobart import Acrobart
 from pyterrier_selfsup.training.rumbart import Rumbart
-from pyterrier_selfsup.training.settings import (CrossDocumentAdjustmentSettings,
-                                                 DistantSupervisionSettings, DistillationSettings,
-                                                 LABELLING_PARTS, ReconstructionSettings,
-                                                 encoder_options, mines_only, parse_teacher)
+from pyterrier_selfsup.training.settings import (
+    LABELLING_PARTS,
+    CrossDocumentAdjustmentSettings,
+    DistantSupervisionSettings,
+    DistillationSettings,
+    ReconstructionSettings,
+    encoder_options,
+    mines_only,
+    parse_teacher,
+)
 
-Setup = Callable[..., Tuple[Trainer, pd.DataFrame]]
+Setup = Callable[..., tuple[Trainer, pd.DataFrame]]
 
 
 def _distant_supervision(collection: Collection, s: DistantSupervisionSettings, run: RunContext, *,
-                         fold: Optional[int] = None) -> Tuple[Trainer, pd.DataFrame]:
+                         fold: int | None = None) -> tuple[Trainer, pd.DataFrame]:
     topics = source_topics(collection, QuerySource.of(s, fold), run=run)
     torch.manual_seed(s.seed)
     encoder = DualEncoder.from_pretrained(s.model_name, dim=s.dim, **encoder_options(s))
@@ -47,8 +53,8 @@ def _distant_supervision(collection: Collection, s: DistantSupervisionSettings, 
 
 def _retrieve_and_reconstruct(trainer_class) -> Setup:
     def setup(collection: Collection, s: ReconstructionSettings, run: RunContext, *,
-              fold: Optional[int] = None,
-              start: Optional[str] = None) -> Tuple[Trainer, pd.DataFrame]:
+              fold: int | None = None,
+              start: str | None = None) -> tuple[Trainer, pd.DataFrame]:
         if start is None:  # (a start by another method is trained first: harness.trained does)
             if s.start == 'ds':
                 raise ValueError("start='ds' starts from a trained model: give its path as "
@@ -69,7 +75,7 @@ def _retrieve_and_reconstruct(trainer_class) -> Setup:
 
 def _cross_document_adjustment(collection: Collection, s: CrossDocumentAdjustmentSettings,
                                run: RunContext, *,
-                               fold: Optional[int] = None) -> Tuple[Trainer, pd.DataFrame]:
+                               fold: int | None = None) -> tuple[Trainer, pd.DataFrame]:
     gen = load_generator(s.generator, cache_dir=run.cache_dir, verbose=run.verbose)
     torch.manual_seed(s.seed)
     reatt = ReAtt.from_pretrained(s.model_name, **s.retrieval_head)
@@ -79,8 +85,8 @@ def _cross_document_adjustment(collection: Collection, s: CrossDocumentAdjustmen
 
 
 def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: int = 100,
-                     rerank_depth: int = 10, generator: Union[None, str, Generator] = None,
-                     cross_encoder: Optional[str] = None, mining: Optional[str] = None,
+                     rerank_depth: int = 10, generator: None | str | Generator = None,
+                     cross_encoder: str | None = None, mining: str | None = None,
                      raw_labels: bool = False, run: RunContext = SILENT) -> Fusion:
     """The teacher ``spec`` names (:func:`parse_teacher`) over ``collection``, as a PyTerrier
     retriever: its parts' top ``depth`` fused by weighted per-query z-scores, their indexes in
@@ -159,7 +165,7 @@ def rerank_depth(teacher: str, depth: int) -> int:
 
 
 def _distillation(collection: Collection, s: DistillationSettings, run: RunContext, *,
-                  fold: Optional[int] = None) -> Tuple[Trainer, pd.DataFrame]:
+                  fold: int | None = None) -> tuple[Trainer, pd.DataFrame]:
     if s.negatives is not None and not mines_only(s.teacher):
         raise ValueError(f'negatives={s.negatives} trains GPL\'s triples, whose teacher labels the '
                          f'mined candidates and each query\'s own passage: say '
@@ -182,7 +188,7 @@ def _distillation(collection: Collection, s: DistillationSettings, run: RunConte
     return Distillation(encoder, collection, teacher, s, run), topics
 
 
-METHODS: Dict[str, Setup] = {
+METHODS: dict[str, Setup] = {
     'distill': _distillation,
     'ds': _distant_supervision,
     'rumbart': _retrieve_and_reconstruct(Rumbart),

@@ -7,9 +7,10 @@ corpus and settings, cached and resumed by :mod:`~pyterrier_selfsup.harness.trai
 Later components add themselves with :func:`register`.
 """
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any
 
 import pandas as pd
 import pyterrier as pt
@@ -21,14 +22,20 @@ from pyterrier_selfsup.harness.errors import UnknownPipelineError
 from pyterrier_selfsup.harness.methods import rerank_depth, teacher_pipeline
 from pyterrier_selfsup.harness.trained import DEFAULTS
 from pyterrier_selfsup.models.generator import SMOLLM2, SMOLLM2_GGUF, Generator
-from pyterrier_selfsup.models.score_cache import score_cache_dir
 from pyterrier_selfsup.models.reatt import ReAtt
+from pyterrier_selfsup.models.score_cache import score_cache_dir
 from pyterrier_selfsup.retrieval.bm25 import BM25
 from pyterrier_selfsup.retrieval.dense import MINILM, DenseRetriever
 from pyterrier_selfsup.retrieval.fusion import Fusion
 from pyterrier_selfsup.retrieval.token_index import reatt_index, reatt_retriever
-from pyterrier_selfsup.training.settings import (GPL, REATT_HEAD, SETTINGS, parse_teacher,
-                                                 parse_value, prompts_of)
+from pyterrier_selfsup.training.settings import (
+    GPL,
+    REATT_HEAD,
+    SETTINGS,
+    parse_teacher,
+    parse_value,
+    prompts_of,
+)
 
 
 @dataclass(frozen=True)
@@ -36,9 +43,9 @@ class PipelineSpec:
     name: str
     description: str
     factory: Callable[..., pt.Transformer]  # factory(collection, run, **settings)
-    settings: Dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
     # for a pipeline that trains a model on first use: its training method (harness.methods.METHODS)
-    method: Optional[str] = None
+    method: str | None = None
 
     def build(self, collection: Collection, run: RunContext = SILENT) -> pt.Transformer:
         """The pipeline over ``collection``, its indexes and models in ``run``'s cache
@@ -56,7 +63,7 @@ class PipelineSpec:
         return [trained.train(collection, self.method, settings, run)
                 for settings in trained.each_model(self.settings)][-1]
 
-    def model_dir(self, collection: Collection, run: RunContext = SILENT) -> Optional[Path]:
+    def model_dir(self, collection: Collection, run: RunContext = SILENT) -> Path | None:
         """Where the trained model lives (checkpoints, training_log.jsonl, training_curve.png);
         with ``queries=crossfold``, fold 0's (:meth:`model_dirs`: every fold's)."""
         return None if self.method is None else self.model_dirs(collection, run)[0]
@@ -76,7 +83,7 @@ class PipelineSpec:
         return [f"{self.settings['model_name']}/{gguf}" if gguf else self.settings['model_name']]
 
 
-PIPELINES: Dict[str, PipelineSpec] = {}
+PIPELINES: dict[str, PipelineSpec] = {}
 # a training method's name, where its pipeline's name is another (selfsup train ds, and the
 # settings reference's sections, name the method)
 METHOD_NAMES = {'ds': 'distant_supervision'}
@@ -122,8 +129,8 @@ def get_pipeline(spec: str) -> PipelineSpec:
 def _parse(value: str, default: Any) -> Any:
     """``value`` as a setting that is not a training method's, typed as its ``default`` is (a
     number or text where the default is None), as the settings classes type theirs."""
-    kind = Union[int, float, str] if default is None else type(default)
-    return parse_value(value, Optional[kind])
+    kind = int | float | str if default is None else type(default)
+    return parse_value(value, kind | None)
 
 
 def with_prompts(factory: Callable[..., pt.Transformer]) -> Callable[..., pt.Transformer]:
@@ -131,7 +138,7 @@ def with_prompts(factory: Callable[..., pt.Transformer]) -> Callable[..., pt.Tra
     settings ``query_prompt`` and ``passage_prompt`` (typed on a command line one by one)."""
     @functools.wraps(factory)
     def build(collection: Collection, run: RunContext = SILENT, *,
-              query_prompt: Optional[str] = None, passage_prompt: Optional[str] = None,
+              query_prompt: str | None = None, passage_prompt: str | None = None,
               **settings) -> pt.Transformer:
         return factory(collection, run, prompts=prompts_of(query_prompt, passage_prompt),
                        **settings)
@@ -149,7 +156,7 @@ def building_block(factory: Callable[..., pt.Transformer]) -> Callable[..., pt.T
 
 
 def reconstruction_reranker(collection: Collection, run: RunContext = SILENT, *, model_name: str,
-                            gguf_file: Optional[str], depth: int, normalise: str,
+                            gguf_file: str | None, depth: int, normalise: str,
                             max_passage_length: int, precision: str) -> pt.Transformer:
     """BM25's top ``depth`` re-ranked by log p(query | document) under a generator; the
     generator's scores are cached on disk, so a second run costs nothing."""
@@ -217,8 +224,8 @@ class CrossFold(pt.Transformer):
 
 
 def adjusted_reatt_retriever(collection: Collection, run: RunContext = SILENT, *,
-                             candidate_tokens: Optional[int] = 128, nprobe: int = 32,
-                             rescore: Optional[int] = None, num_results: int = 1000, **settings):
+                             candidate_tokens: int | None = 128, nprobe: int = 32,
+                             rescore: int | None = None, num_results: int = 1000, **settings):
     """The ReAtt retriever that cross-document adjustment trained with ``settings`` (on first
     use), searched through its token index."""
     path = trained.train(collection, 'reatt', settings, run)
@@ -290,9 +297,9 @@ register(PipelineSpec(
 
 def fused_teacher(collection: Collection, run: RunContext = SILENT, *, teacher: str,
                   fusion_depth: int, model_name: str = MINILM, generator: str = 'smollm2',
-                  cross_encoder: Optional[str] = None, depth: int = 30, num_results: int = 1000,
-                  precision: str = 'fp32', query_prompt: Optional[str] = None,
-                  passage_prompt: Optional[str] = None):
+                  cross_encoder: str | None = None, depth: int = 30, num_results: int = 1000,
+                  precision: str = 'fp32', query_prompt: str | None = None,
+                  passage_prompt: str | None = None):
     """The distillation teacher as a retriever, with the zero-shot ``model_name`` as its student
     (a cross-encoder part scores its top ``depth``, the candidates a student learns from). The
     student encodes in ``precision``, distill's: the teacher a model starts from, and the

@@ -15,7 +15,6 @@ import math
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Dict, List, Optional
 
 from pyterrier_selfsup._cache import cache_root, written_whole
 from pyterrier_selfsup.data.collections import Collection
@@ -23,10 +22,10 @@ from pyterrier_selfsup.data.queries import SAMPLING
 from pyterrier_selfsup.harness.provenance import machine
 from pyterrier_selfsup.models.hub import miners_at_hand
 from pyterrier_selfsup.progress import Stage, counted, rate_text
+from pyterrier_selfsup.training.acrobart import Acrobart
 from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment
 from pyterrier_selfsup.training.distant import DistantSupervision
 from pyterrier_selfsup.training.distill import Distillation
-from pyterrier_selfsup.training.acrobart import Acrobart
 from pyterrier_selfsup.training.rumbart import Rumbart
 from pyterrier_selfsup.training.settings import MethodSettings, parse_teacher
 
@@ -44,7 +43,7 @@ class Planned:
     size: float
     unit: str
     note: str = ''
-    seconds: Optional[float] = None  # the estimate, where this machine has run the stage before
+    seconds: float | None = None  # the estimate, where this machine has run the stage before
 
 
 def _steps(n: float, batch: int, epochs: int, accumulation: int = 1) -> int:
@@ -52,7 +51,7 @@ def _steps(n: float, batch: int, epochs: int, accumulation: int = 1) -> int:
 
 
 def stages(collection: Collection, method: str, s: MethodSettings,
-           writes_queries: bool) -> List[Planned]:
+           writes_queries: bool) -> list[Planned]:
     """The stages of training ``method`` on ``collection`` with the settings object ``s``
     (``writes_queries``: whether a generator writes the training queries), at most: a stage
     whose result is in the cache already (queries written, an index built) is skipped when it
@@ -109,7 +108,7 @@ def stages(collection: Collection, method: str, s: MethodSettings,
     return out
 
 
-def resuming(planned: List[Planned], step: int) -> List[Planned]:
+def resuming(planned: list[Planned], step: int) -> list[Planned]:
     """The plan of a run that resumes from its checkpoint at ``step``: the training steps left, not
     all of them (the other stages stay as planned, at most: a stage whose result is in the
     cache, or in the checkpoint, takes none)."""
@@ -125,7 +124,7 @@ def rates_path(cache_dir=None) -> Path:
     return cache_root(cache_dir) / RATES_FILE
 
 
-def known_rates(cache_dir=None) -> Dict[str, dict]:
+def known_rates(cache_dir=None) -> dict[str, dict]:
     """This machine's rates, by stage: ``{'rate': units a second, 'unit': ...}``."""
     path = rates_path(cache_dir)
     try:
@@ -161,7 +160,7 @@ def rate_key(desc: str, unit: str, context: dict) -> str:
     return f"{desc} ({models}{context['processes']} process(es))"
 
 
-def estimate(planned: List[Planned], rates: Dict[str, dict], context: dict) -> List[Planned]:
+def estimate(planned: list[Planned], rates: dict[str, dict], context: dict) -> list[Planned]:
     for p in planned:
         rate = rates.get(rate_key(p.desc, p.unit, context))
         if rate and rate.get('unit') == p.unit and rate.get('rate'):
@@ -169,7 +168,7 @@ def estimate(planned: List[Planned], rates: Dict[str, dict], context: dict) -> L
     return planned
 
 
-def learn(stages_done: Dict[str, Stage], context: dict, cache_dir=None):
+def learn(stages_done: dict[str, Stage], context: dict, cache_dir=None):
     """Keeps each stage's rate of this run as this machine's, for the next plan (a stage
     shorter than a second says little about its rate: left out). An index build's rate is its
     documents over the whole build."""
@@ -200,7 +199,7 @@ def _duration(seconds: float) -> str:
     return f'{seconds // 60} min {seconds % 60:02d} s' if seconds >= 60 else f'{seconds} s'
 
 
-def plan_lines(what: str, planned: List[Planned]) -> List[str]:
+def plan_lines(what: str, planned: list[Planned]) -> list[str]:
     """The plan as said before training: a line a stage, then the total of the estimates."""
     lines = [f'plan: {what}']
     for p in planned:
@@ -220,7 +219,7 @@ def plan_lines(what: str, planned: List[Planned]) -> List[str]:
     return lines
 
 
-def times_lines(done: Dict[str, Stage], total_seconds: float) -> List[str]:
+def times_lines(done: dict[str, Stage], total_seconds: float) -> list[str]:
     """What each stage did and took (and where it raised the process's peak memory, to what),
     then the whole run's time."""
     lines = ['stage times:']
@@ -235,7 +234,7 @@ def times_lines(done: Dict[str, Stage], total_seconds: float) -> List[str]:
     return lines
 
 
-def log_records(planned: List[Planned], done: Dict[str, Stage], total_seconds: float) -> List[dict]:
+def log_records(planned: list[Planned], done: dict[str, Stage], total_seconds: float) -> list[dict]:
     """The plan and the stage times as training-log records."""
     return ([{'plan': [asdict(p) for p in planned]}] +
             [{'stage': s.desc, 'done': s.done, 'unit': s.unit, 'seconds': s.seconds,

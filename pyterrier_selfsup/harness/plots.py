@@ -18,8 +18,8 @@ Markdown table and the CSV.
 """
 import re
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -28,7 +28,7 @@ WRAP = 34  # characters a label line
 FOOTER_KEYS = ('date', 'code', 'machine', 'models')  # the provenance lines a figure shows under it
 
 
-def _settings(name: str) -> Dict[str, str]:
+def _settings(name: str) -> dict[str, str]:
     _, _, spec = name.partition(':')
     return dict(part.split('=', 1) for part in spec.split(',') if '=' in part)
 
@@ -37,7 +37,7 @@ def _short_value(value: str) -> str:
     return value.rstrip('/').rsplit('/', 1)[-1]
 
 
-def short_labels(names: Sequence[str]) -> List[str]:
+def short_labels(names: Sequence[str]) -> list[str]:
     """A short, distinct alias for each pipeline spec ``base:key=value,...``: its base name
     and the settings not shared by every pipeline of that base in ``names``."""
     bases = [n.partition(':')[0] for n in names]
@@ -69,16 +69,16 @@ def shared_settings(names: Sequence[str]) -> str:
     return '; '.join(out)
 
 
-def seed_groups(names: Sequence[str]) -> Dict[str, List[str]]:
+def seed_groups(names: Sequence[str]) -> dict[str, list[str]]:
     """Pipelines that differ only in ``seed``, under their spec without it (in order)."""
-    groups: Dict[str, List[str]] = {}
+    groups: dict[str, list[str]] = {}
     for name in names:
         key = re.sub(r'(?<=[:,])seed=\d+,?|,seed=\d+$', '', name).rstrip(',:')
         groups.setdefault(key, []).append(name)
     return groups
 
 
-def _wrapped_labels(names: Sequence[str]) -> List[str]:
+def _wrapped_labels(names: Sequence[str]) -> list[str]:
     return [textwrap.fill(label, WRAP, break_long_words=True) for label in short_labels(names)]
 
 
@@ -104,7 +104,7 @@ def plot_results(table: pd.DataFrame, path, *, dpi: int = 120, header: Sequence[
 
 
 def results_figure(table: pd.DataFrame, *, measure: str = 'nDCG@10', title: str = '',
-                   per_query: Optional[pd.DataFrame] = None, footer: Sequence[str] = (),
+                   per_query: pd.DataFrame | None = None, footer: Sequence[str] = (),
                    columns: int = 3):
     """The figure of an experiment's ``table`` (columns ``collection``, ``name``, ``measure``
     and, for the rows after each collection's first (the baseline), ``<measure> reject``):
@@ -265,8 +265,8 @@ MARKER_LABELS = {'refresh seconds': 'index refreshed',
                  'round': 'teacher round starts'}
 
 
-def plot_training_curve(log: List[Dict], path: Path, title: str = '', *, key: str = 'loss',
-                        ylabel: str = 'loss', marker: Optional[str] = None, subtitle: str = ''):
+def plot_training_curve(log: list[dict], path: Path, title: str = '', *, key: str = 'loss',
+                        ylabel: str = 'loss', marker: str | None = None, subtitle: str = ''):
     """``key`` of the log per optimiser step (and a running mean), a vertical line at each
     record that has ``marker``, and validation nDCG@10 where the log has it; ``subtitle``:
     the run's settings, wrapped under the title."""

@@ -7,7 +7,6 @@ import shlex
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Dict, Optional
 
 from pyterrier_selfsup.machine import cpu_model, speed_flags
 
@@ -77,7 +76,7 @@ def model_revision(name: str) -> str:
     return name
 
 
-def header(command: Optional[str] = None) -> Dict[str, str]:
+def header(command: str | None = None) -> dict[str, str]:
     return {
         'date': datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC'),
         'command': command or ' '.join(shlex.quote(a)

@@ -4,7 +4,6 @@ read from the settings classes (:mod:`~pyterrier_selfsup.training.settings`).
     selfsup settings --markdown > docs/settings.md    # the page in the docs
     selfsup settings distill                          # one method's, as text
 """
-from typing import List, Optional
 
 from pyterrier_selfsup.context import ENVIRONMENT
 from pyterrier_selfsup.training.settings import GPL, GROUPS, SETTINGS
@@ -17,7 +16,7 @@ def shown(value) -> str:
     return 'None' if value is None else str(value)
 
 
-def settings_lines(method: str) -> List[str]:
+def settings_lines(method: str) -> list[str]:
     """``method``'s settings as text: a line each, ``name=default  help``."""
     cls = SETTINGS[method]
     width = min(28, max(len(f"{f.name}={shown(f.default)}") for f in cls.fields()))
@@ -25,7 +24,7 @@ def settings_lines(method: str) -> List[str]:
             for f in cls.fields()]
 
 
-def method_section(method: str, cls: type) -> List[str]:
+def method_section(method: str, cls: type) -> list[str]:
     from pyterrier_selfsup.harness.pipelines import PIPELINES
     summary = ' '.join((cls.__doc__ or '').strip().split('\n\n')[0].split())  # its first paragraph
     trained_by = [name for name, spec in PIPELINES.items() if spec.method == method]
@@ -48,7 +47,7 @@ def method_section(method: str, cls: type) -> List[str]:
     return lines
 
 
-def markdown(methods: Optional[List[str]] = None) -> str:
+def markdown(methods: list[str] | None = None) -> str:
     """The settings reference as a Markdown page."""
     lines = ['# Settings reference', '',
              'Every training method\'s settings, with their defaults, as '

@@ -30,14 +30,13 @@ came from.
 import hashlib
 import json
 from pathlib import Path
-from typing import Optional, Union
 
 from pyterrier_selfsup._cache import cache_key, cache_root, written_whole
 from pyterrier_selfsup.context import SILENT, RunContext
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.sources import QuerySource, query_file
-from pyterrier_selfsup.models.precision import compute_dtype, resolve_device
 from pyterrier_selfsup.models.hub import miners_at_hand
+from pyterrier_selfsup.models.precision import compute_dtype, resolve_device
 from pyterrier_selfsup.training.settings import SETTINGS, MethodSettings, parse_teacher
 
 # The layout of a trained model's directory and record. Raise it when a model directory written
@@ -66,7 +65,7 @@ def collection_digest(collection: Collection, run: RunContext = SILENT) -> str:
 
 
 def model_record(collection: Collection, method: str, settings: MethodSettings,
-                 fold: Optional[int] = None, run: RunContext = SILENT) -> dict:
+                 fold: int | None = None, run: RunContext = SILENT) -> dict:
     """What the model of ``method`` trained on ``collection`` with ``settings`` is: the record
     its directory holds, and whose digest (``run`` left out) names it."""
     every = settings.asdict()
@@ -94,7 +93,7 @@ def _miners(settings: MethodSettings) -> dict:
                        for used, asked in miners_at_hand(settings.miners)]}
 
 
-def _starts(collection: Collection, settings: MethodSettings, fold: Optional[int],
+def _starts(collection: Collection, settings: MethodSettings, fold: int | None,
             run: RunContext) -> dict:
     """What each start named by another method or a local path is: the distant-supervision
     model's key (``start='ds'``), or a directory's files by name and size (a stored model's
@@ -146,7 +145,7 @@ def write_record(directory: Path, record: dict) -> Path:
     return path
 
 
-def read_record(directory: Union[str, Path]) -> dict:
+def read_record(directory: str | Path) -> dict:
     """The record in a model's directory (or in the directory above its ``final/``)."""
     directory = Path(directory)
     path = directory / RECORD if (directory / RECORD).is_file() else directory.parent / RECORD
@@ -157,7 +156,7 @@ def read_record(directory: Union[str, Path]) -> dict:
     return record
 
 
-def read_settings(directory: Union[str, Path]) -> MethodSettings:
+def read_settings(directory: str | Path) -> MethodSettings:
     """The settings object that trained the model in ``directory``, read back from its record:
     equal to the one that trained it."""
     record = read_record(directory)

@@ -3,7 +3,6 @@ with its generator loaded and its round-trip retriever built where it needs them
 
     topics = training_topics(Collection('classic/adi'), 'sampled', 200, generator='smollm2')
 """
-from typing import Optional, Union
 
 import pandas as pd
 
@@ -17,7 +16,7 @@ from pyterrier_selfsup.training.settings import DistillationSettings
 
 
 def source_topics(collection: Collection, source: QuerySource, *,
-                  generator: Union[None, str, Generator] = None,
+                  generator: None | str | Generator = None,
                   run: RunContext = SILENT) -> pd.DataFrame:
     """The queries of ``source`` on ``collection``
     (:meth:`~pyterrier_selfsup.data.sources.QuerySource.topics`). ``generator``: a
@@ -35,11 +34,11 @@ def source_topics(collection: Collection, source: QuerySource, *,
 
 
 def training_topics(collection: Collection, queries: str, n_queries: int, *, seed: int = 0,
-                    generator: Union[None, str, Generator] = None, mask: str = MASK,
-                    run: RunContext = SILENT, fold: Optional[int] = None, style: str = 'plain',
-                    examples: Optional[str] = None,
+                    generator: None | str | Generator = None, mask: str = MASK,
+                    run: RunContext = SILENT, fold: int | None = None, style: str = 'plain',
+                    examples: str | None = None,
                     per_passage: int = SAMPLING['per_passage'],
-                    pairs: Optional[str] = None) -> pd.DataFrame:
+                    pairs: str | None = None) -> pd.DataFrame:
     """The training queries a pipeline names by ``queries`` (the sources of
     :mod:`~pyterrier_selfsup.data.sources`): ``n_queries`` of them drawn with ``seed``.
     ``generator``: what writes written sources (a :class:`Generator` or a name; SmolLM2 where
@@ -55,8 +54,8 @@ def training_topics(collection: Collection, queries: str, n_queries: int, *, see
 
 
 def distillation_topics(collection: Collection, s: DistillationSettings, *,
-                        generator: Union[None, str, Generator] = None, run: RunContext = SILENT,
-                        fold: Optional[int] = None) -> pd.DataFrame:
+                        generator: None | str | Generator = None, run: RunContext = SILENT,
+                        fold: int | None = None) -> pd.DataFrame:
     """The training queries of a distillation with settings ``s``: what its trainer trains on,
     and what a report of them reads.
 

@@ -12,20 +12,18 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Dict, Optional, Union
 
 from pyterrier_selfsup._cache import build_once
 from pyterrier_selfsup._distributed import distributed
 from pyterrier_selfsup.context import SILENT, RunContext
 from pyterrier_selfsup.data.collections import Collection
-from pyterrier_selfsup.data.sources import CROSSFOLD, CROSS_FOLDS, GENERATED
+from pyterrier_selfsup.data.sources import CROSS_FOLDS, CROSSFOLD, GENERATED
 from pyterrier_selfsup.harness import plan, store
 from pyterrier_selfsup.harness.methods import METHODS
 from pyterrier_selfsup.harness.plots import plot_training_curve
 from pyterrier_selfsup.progress import stage_times
 from pyterrier_selfsup.retrieval.dense import MINILM
-from pyterrier_selfsup.training.checkpoints import (checkpoint_step, fit_resumably,
-                                                     resume_point)
+from pyterrier_selfsup.training.checkpoints import checkpoint_step, fit_resumably, resume_point
 from pyterrier_selfsup.training.settings import SETTINGS, MethodSettings
 
 # the settings a trained pipeline's search reads, and its training does not
@@ -78,7 +76,7 @@ def model_dir(collection: Collection, method: str, settings: dict,
 
 
 def start_model(collection: Collection, settings, run: RunContext = SILENT,
-                fold: Optional[int] = None) -> str:
+                fold: int | None = None) -> str:
     """What a RUMBArt or ACROBArT run starts from: all-MiniLM-L6-v2 (``start='minilm'``),
     the ds pipeline's model trained on the same queries (``start='ds'``, trained first if
     it is not yet; with ``queries=crossfold``, on the same fold's), or a path."""
@@ -89,7 +87,7 @@ def start_model(collection: Collection, settings, run: RunContext = SILENT,
     return MINILM if start == 'minilm' else start
 
 
-def train(collection: Union[str, Collection], method: str, settings: dict,
+def train(collection: str | Collection, method: str, settings: dict,
           run: RunContext = SILENT) -> Path:
     """The ``final/`` directory of ``method``'s model trained on ``collection`` with
     ``settings`` (the rest at their defaults): trained on first use (resuming an
@@ -157,4 +155,4 @@ def train(collection: Union[str, Collection], method: str, settings: dict,
 
 
 # Every setting of every method, at its default
-DEFAULTS: Dict[str, dict] = {method: settings.defaults() for method, settings in SETTINGS.items()}
+DEFAULTS: dict[str, dict] = {method: settings.defaults() for method, settings in SETTINGS.items()}

@@ -28,8 +28,8 @@ somewhat longer.
 """
 import logging
 import warnings
+from collections.abc import Callable
 from contextlib import contextmanager
-from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 import torch
@@ -78,10 +78,10 @@ class OpenVinoSides:
     def __init__(self, int8: bool = False):
         self.int8 = int8
         self._warned = False
-        self._compiled: Dict[Tuple[str, str], Tuple[str, object]] = {}
+        self._compiled: dict[tuple[str, str], tuple[str, object]] = {}
 
-    def encode(self, encoder, texts: List[str], side: str, batches,
-               calibration: Callable[[], List[Dict[str, np.ndarray]]]) -> np.ndarray:
+    def encode(self, encoder, texts: list[str], side: str, batches,
+               calibration: Callable[[], list[dict[str, np.ndarray]]]) -> np.ndarray:
         """``encoder``'s vectors of ``texts`` through its compiled ``side``: ``batches`` as the
         torch path runs them, (positions, input ids, mask); the side traced outside inference
         mode and autocast on the first batch, int8 calibrated by ``calibration()``."""
@@ -95,8 +95,8 @@ class OpenVinoSides:
             out[positions] = self.run(compiled, input_ids, mask)
         return out
 
-    def get(self, encoder, side: str, sample: Dict[str, torch.Tensor],
-            calibration: Callable[[], List[Dict[str, np.ndarray]]]):
+    def get(self, encoder, side: str, sample: dict[str, torch.Tensor],
+            calibration: Callable[[], list[dict[str, np.ndarray]]]):
         """The compiled ``side``; ``calibration()`` gives the batches of inputs that
         calibrate int8 (called only when an int8 side is built)."""
         import openvino as ov  # only where this backend is chosen: `pip install openvino`
@@ -129,7 +129,7 @@ class OpenVinoSides:
         return built[1]
 
     @staticmethod
-    def inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Dict[str, np.ndarray]:
+    def inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, np.ndarray]:
         return {'input_ids': input_ids.numpy().astype(np.int64),
                 'attention_mask': attention_mask.numpy().astype(np.int64)}
 
@@ -138,7 +138,7 @@ class OpenVinoSides:
         return compiled(cls.inputs(input_ids, attention_mask))[0]
 
 
-def _int8(model, batches: List[Dict[str, np.ndarray]]):
+def _int8(model, batches: list[dict[str, np.ndarray]]):
     """``model`` with its matrix products in int8, calibrated on ``batches`` (NNCF)."""
     import nncf  # `pip install nncf` (in the cpu extra)
     nncf.set_log_level(logging.ERROR)

@@ -11,7 +11,7 @@ Two savings, each giving the ids a full tokenization gives:
 """
 import hashlib
 import threading
-from typing import Callable, Dict, List, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -40,7 +40,7 @@ def splits_at_spaces(backend) -> bool:
     return text == 'ab cd' and len(pieces) >= 2 and pieces[0][1][1] <= 2
 
 
-def cut_at_word(text: str, limit: int) -> Optional[str]:
+def cut_at_word(text: str, limit: int) -> str | None:
     """``text`` cut at the last word's end (a non-space followed by a space) within ``limit``
     characters, or None where it is no longer than ``limit`` or has no such place."""
     if len(text) <= limit:
@@ -51,8 +51,8 @@ def cut_at_word(text: str, limit: int) -> Optional[str]:
     return text[:end] if end > 0 else None
 
 
-def tokenize_cut(encode: Callable[[List[str]], List[List[int]]], texts: Sequence[str],
-                 max_length: int) -> List[List[int]]:
+def tokenize_cut(encode: Callable[[list[str]], list[list[int]]], texts: Sequence[str],
+                 max_length: int) -> list[list[int]]:
     """``encode(texts)`` (a tokenizer truncating on the right to ``max_length`` ids), where each
     text longer than ``max_length * CHARS_PER_TOKEN`` characters is cut at a word's end first.
     A cut text that still gives ``max_length`` ids gives those of the whole text; one that gives
@@ -81,7 +81,7 @@ class KeptTokenIds:
     def __init__(self, max_tokens: int):
         self.max_tokens = max_tokens
         self.tokens = 0
-        self._ids: Dict[bytes, np.ndarray] = {}
+        self._ids: dict[bytes, np.ndarray] = {}
         self._lock = threading.Lock()
 
     def __deepcopy__(self, memo):
@@ -94,7 +94,7 @@ class KeptTokenIds:
         return len(self._ids)
 
     def ids(self, texts: Sequence[str],
-            tokenize: Callable[[List[str]], List[List[int]]]) -> List[Sequence[int]]:
+            tokenize: Callable[[list[str]], list[list[int]]]) -> list[Sequence[int]]:
         """The ids of ``texts``: those kept, and ``tokenize`` of the rest (kept while the
         budget lasts)."""
         keys = [digest(t) for t in texts]

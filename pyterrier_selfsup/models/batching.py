@@ -4,11 +4,12 @@ device, batches within a token budget, and padding into tensors.
     ids, mask = pad([[5, 6, 7], [8]], value=0)   # (2, 3) tensors, padded on the right
 """
 import math
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterator, List, Sequence, Tuple
 
 import numpy as np
 import torch
+
 
 def to_device(tensor: torch.Tensor, device) -> torch.Tensor:
     """``tensor`` on ``device``; to a GPU from pinned memory without waiting for the copy
@@ -19,7 +20,7 @@ def to_device(tensor: torch.Tensor, device) -> torch.Tensor:
     return tensor.to(device)
 
 
-def clean_texts(texts: Sequence) -> List[str]:
+def clean_texts(texts: Sequence) -> list[str]:
     """None, NaN and other non-strings become strings (missing ones empty)."""
     return [t if isinstance(t, str)
             else '' if t is None or (isinstance(t, float) and math.isnan(t)) else str(t)
@@ -27,7 +28,7 @@ def clean_texts(texts: Sequence) -> List[str]:
 
 
 def pad(seqs: Sequence[Sequence[int]], value: int, *, left: bool = False, device=None,
-        min_width: int = 1) -> Tuple[torch.Tensor, torch.Tensor]:
+        min_width: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """Token id lists as one (b, width) int64 tensor and its attention mask, padded on the right
     (or the left, for decoder-only models whose sequences must end together, and for tokenizers
     that pad on the left) to the longest, or to ``min_width`` where that is longer (a slice of a
@@ -66,8 +67,8 @@ def budget_batches(lengths: np.ndarray, budget: int) -> Iterator[slice]:
 TOKENIZE_SLICE = 1024
 
 
-def tokenized_in_slices(tokenize: Callable[[List[str]], List[List[int]]], texts: List[str],
-                        order: np.ndarray) -> Iterator[Tuple[np.ndarray, List[List[int]]]]:
+def tokenized_in_slices(tokenize: Callable[[list[str]], list[list[int]]], texts: list[str],
+                        order: np.ndarray) -> Iterator[tuple[np.ndarray, list[list[int]]]]:
     """``texts`` in ``order``, cut into slices of :data:`TOKENIZE_SLICE`, each with its token
     ids. One thread tokenizes the slices in turn while the caller consumes the slices before
     them, so that tokenization overlaps the device's work; a fast tokenizer spreads each

@@ -5,7 +5,6 @@ passage) pairs, as a PyTerrier transformer. GPL labels its training pairs with o
 
     bm25 % 30 >> collection.text_loader() >> CrossEncoderScorer(GPL_CROSS_ENCODER)
 """
-from typing import List, Optional
 
 import pandas as pd
 import pyterrier as pt
@@ -27,7 +26,7 @@ class CrossEncoderScorer(pt.Transformer):
     """
 
     def __init__(self, model_name: str = GPL_CROSS_ENCODER, *, batch_size: int = 64,
-                 text_field: str = 'text', device: Optional[str] = None):
+                 text_field: str = 'text', device: str | None = None):
         from sentence_transformers import CrossEncoder
         self.model_name, self.batch_size, self.text_field = model_name, batch_size, text_field
         self.model = CrossEncoder(str(model_name), device=str(resolve_device(device)))
@@ -35,7 +34,7 @@ class CrossEncoderScorer(pt.Transformer):
     def transform(self, results: pd.DataFrame) -> pd.DataFrame:
         if not len(results):
             return results.assign(score=pd.Series(dtype='float64'))
-        pairs: List[List[str]] = [list(pair) for pair in zip(
+        pairs: list[list[str]] = [list(pair) for pair in zip(
             clean_texts(results['query'].tolist()), clean_texts(results[self.text_field].tolist()))]
         scores = self.model.predict(pairs, batch_size=self.batch_size, show_progress_bar=False)
         out = results.assign(score=[float(s) for s in scores])

@@ -7,8 +7,8 @@ random stream so that a stopped write resumes to the same queries.
     writer = load_generator('BeIR/query-gen-msmarco-t5-base-v1').writer()
     writer.write(['Scurvy is caused by a lack of vitamin C.'], n=3, do_sample=True, top_p=0.95)
 """
+from collections.abc import Sequence
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -33,7 +33,7 @@ class Doc2QueryWriter:
     """
 
     def __init__(self, generator, *, style: str = 'plain', examples: Sequence[str] = (),
-                 pairs: Sequence[Tuple[str, str]] = (), batch_size: int = 16, seed: int = 0):
+                 pairs: Sequence[tuple[str, str]] = (), batch_size: int = 16, seed: int = 0):
         if not generator.is_seq2seq:
             raise ValueError('Doc2QueryWriter writes with seq2seq models; a decoder-only model '
                              'writes through QueryWriter')
@@ -49,9 +49,9 @@ class Doc2QueryWriter:
                 'batch_size': self.batch_size}
 
     def write(self, passages: Sequence[str], n: int = 1, *, do_sample: bool = False,
-              temperature: float = 1.0, top_p: float = 1.0, top_k: Optional[int] = None,
-              max_new_tokens: int = 32, generator: Optional[torch.Generator] = None,
-              checkpoint: Optional[Path] = None) -> List[List[str]]:
+              temperature: float = 1.0, top_p: float = 1.0, top_k: int | None = None,
+              max_new_tokens: int = 32, generator: torch.Generator | None = None,
+              checkpoint: Path | None = None) -> list[list[str]]:
         """``n`` queries for each passage (greedy: ``n`` copies of one), each the first line of
         its generation, stripped. Sampling draws, a batch at a time, from a seed drawn from
         ``generator`` (a ``torch.Generator``; default: torch's global stream). ``top_k`` None:
@@ -59,7 +59,7 @@ class Doc2QueryWriter:
         :meth:`~pyterrier_selfsup.models.writing.QueryWriter.write`'s."""
         ids = self.generator.passage_ids(passages)
         order = np.argsort([-len(x) for x in ids], kind='stable')  # (little padding a batch)
-        out: List[Optional[List[str]]] = [None] * len(ids)
+        out: list[list[str] | None] = [None] * len(ids)
         begin, key = resume_write(checkpoint, out, ids, n, self.config(),
                                   self.generator.fingerprint(), generator, do_sample=do_sample,
                                   temperature=temperature, top_p=top_p, top_k=top_k,

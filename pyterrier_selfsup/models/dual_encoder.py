@@ -16,9 +16,9 @@ import importlib.util
 import json
 import logging
 import math
+from collections.abc import Iterable
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -27,17 +27,26 @@ from tokenizers import Tokenizer
 from transformers import AutoModel, AutoTokenizer
 
 from pyterrier_selfsup._cache import weights_fingerprint
-from pyterrier_selfsup.models.batching import (budget_batches, clean_texts, pad, to_device,
-                                               tokenized_in_slices)
-from pyterrier_selfsup.models.hub import read_saved_config
-from pyterrier_selfsup.models.precision import linears_held_in, resolve_device
-from pyterrier_selfsup.models.trainable import TrainableModel
 from pyterrier_selfsup.models._openvino import CALIBRATION_TEXTS, OpenVinoSides
-from pyterrier_selfsup.models.side_tokenizer import SideTokenizer
+from pyterrier_selfsup.models.batching import (
+    budget_batches,
+    clean_texts,
+    pad,
+    to_device,
+    tokenized_in_slices,
+)
+from pyterrier_selfsup.models.hub import read_saved_config
 from pyterrier_selfsup.models.offsets import PassageOffsets
-from pyterrier_selfsup.models.st_format import (PASSAGE_ENCODER_DIR, export_sentence_transformers,
-                                                is_sentence_transformer, model_card_prompts,
-                                                read_sentence_transformer)
+from pyterrier_selfsup.models.precision import linears_held_in, resolve_device
+from pyterrier_selfsup.models.side_tokenizer import SideTokenizer
+from pyterrier_selfsup.models.st_format import (
+    PASSAGE_ENCODER_DIR,
+    export_sentence_transformers,
+    is_sentence_transformer,
+    model_card_prompts,
+    read_sentence_transformer,
+)
+from pyterrier_selfsup.models.trainable import TrainableModel
 from pyterrier_selfsup.progress import progress
 
 logger = logging.getLogger(__name__)
@@ -70,9 +79,9 @@ def reads_as_made(name_or_path: str) -> bool:
             or is_sentence_transformer(name_or_path))
 
 
-def resolve_prompts(name: str, declared: Optional[Dict[str, str]],
-                    given: Optional[Dict[str, str]] = None, *, saved: bool = False
-                    ) -> Dict[str, str]:
+def resolve_prompts(name: str, declared: dict[str, str] | None,
+                    given: dict[str, str] | None = None, *, saved: bool = False
+                    ) -> dict[str, str]:
     """Each side's prompt for the model ``name``: a side in ``given`` (the user's) wins; the
     others are ``declared`` (the model's own). A model of the package's own (``saved``) keeps
     what it was trained with. Any other that declares no prompt on either side takes its
@@ -104,14 +113,14 @@ def resolve_prompts(name: str, declared: Optional[Dict[str, str]],
 class DualEncoderModel(torch.nn.Module):
     """The trainable part: encoder, pooling, the two projections, optional normalisation."""
 
-    def __init__(self, encoder: torch.nn.Module, pooling: str = 'cls', dim: Optional[int] = None,
+    def __init__(self, encoder: torch.nn.Module, pooling: str = 'cls', dim: int | None = None,
                  normalize: bool = False):
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f'pooling must be one of {POOLINGS}, not {pooling!r}')
         self.encoder = encoder
         # None: ``encoder`` serves both sides
-        self.passage_encoder: Optional[torch.nn.Module] = None
+        self.passage_encoder: torch.nn.Module | None = None
         self.pooling = pooling
         self.normalize = normalize
         self.dim = dim
@@ -151,7 +160,7 @@ class DualEncoderModel(torch.nn.Module):
             p.requires_grad_(False)
         return self
 
-    def passage_parameters(self) -> List[torch.nn.Parameter]:
+    def passage_parameters(self) -> list[torch.nn.Parameter]:
         """What only passages go through (empty while tied): the passage tower and projection."""
         if self.tied:
             return []
@@ -190,9 +199,9 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
     """
 
     def __init__(self, model: DualEncoderModel, tokenizer, *, name: str = 'dual-encoder',
-                 max_length: int = 256, query_max_length: Optional[int] = None,
-                 temperature: float = 1.0, prompts: Optional[Dict[str, str]] = None,
-                 batch_size: Optional[int] = None, device: Optional[str] = None,
+                 max_length: int = 256, query_max_length: int | None = None,
+                 temperature: float = 1.0, prompts: dict[str, str] | None = None,
+                 batch_size: int | None = None, device: str | None = None,
                  precision: str = 'auto', backend: str = 'torch', verbose: bool = False):
         """``precision``: ``'fp32'``, ``'bf16'``, ``'fp16'`` (autocast), or ``'auto'``: bf16 where
         the hardware multiplies bf16 natively (CUDA, or a CPU with AVX512-BF16/AMX; fp16 on
@@ -220,7 +229,7 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
         if backend.startswith('openvino') and self.device.type != 'cpu':
             raise ValueError(f'the openvino backend runs on the CPU, not on {self.device}')
         self._backend = backend
-        self._openvino: Optional[OpenVinoSides] = None  # (compiled on first use)
+        self._openvino: OpenVinoSides | None = None  # (compiled on first use)
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.name = name
@@ -233,10 +242,10 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
         self.precision = precision
         # learned offsets of passage vectors (a query-tower-only training's moving passage side):
         # applied where the index is built, never by encode_docs (see models/offsets.py)
-        self.passage_offsets: Optional[PassageOffsets] = None
+        self.passage_offsets: PassageOffsets | None = None
         # (SideTokenizer's) by max_length: the Rust tokenizer, and whether a long text may be cut;
         # and the passages' kept token ids (see keep_passage_token_ids)
-        self._rust_tokenizers: Dict[int, Tuple[Tokenizer, bool]] = {}
+        self._rust_tokenizers: dict[int, tuple[Tokenizer, bool]] = {}
         self._kept_ids = None
         # the stage that counts the passages encoded, batch by batch (see counting_into)
         self._counted_into = None
@@ -244,11 +253,11 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
     # -- construction and persistence -------------------------------------------------
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str, *, pooling: Optional[str] = None,
-                        dim: Optional[int] = None, normalize: Optional[bool] = None,
-                        max_length: Optional[int] = None, query_max_length: Optional[int] = None,
-                        temperature: Optional[float] = None,
-                        prompts: Optional[Dict[str, str]] = None, **kwargs) -> 'DualEncoder':
+    def from_pretrained(cls, name_or_path: str, *, pooling: str | None = None,
+                        dim: int | None = None, normalize: bool | None = None,
+                        max_length: int | None = None, query_max_length: int | None = None,
+                        temperature: float | None = None,
+                        prompts: dict[str, str] | None = None, **kwargs) -> 'DualEncoder':
         """Loads a model by hub name or path; arguments left as None come from the model:
 
         - a directory from :meth:`save_pretrained`: everything as saved;
@@ -320,13 +329,13 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
             encoder.passage_offsets = PassageOffsets.load(name_or_path)
         return encoder
 
-    def config(self) -> Dict:
+    def config(self) -> dict:
         return {'name': self.name, 'pooling': self.model.pooling, 'dim': self.model.dim,
                 'normalize': self.model.normalize, 'max_length': self.max_length,
                 'query_max_length': self.query_max_length, 'temperature': self.temperature,
                 'tied': self.model.tied, 'prompts': self.prompts}
 
-    def save_pretrained(self, path: Union[str, Path]) -> Path:
+    def save_pretrained(self, path: str | Path) -> Path:
         """Writes encoder, tokenizer, projections and settings; :meth:`from_pretrained` reads them
         back."""
         path = Path(path)
@@ -344,7 +353,7 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
             self.passage_offsets.save(path)
         return path
 
-    def save_sentence_transformers(self, path: Union[str, Path]) -> Path:
+    def save_sentence_transformers(self, path: str | Path) -> Path:
         """Writes the sentence-transformers layout of this model into ``path`` (where
         :meth:`save_pretrained` has written its encoder), so that ``SentenceTransformer(path)``
         gives the same embeddings: its pooling, projections and normalisation. A tied model
@@ -381,10 +390,10 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
 
     # -- what a trainer needs ------------------------------------------------------
 
-    def torch_modules(self) -> List[torch.nn.Module]:
+    def torch_modules(self) -> list[torch.nn.Module]:
         return [self.model]
 
-    def load_weights(self, path: Union[str, Path]):
+    def load_weights(self, path: str | Path):
         saved = DualEncoder.from_pretrained(str(path), device='cpu').model
         if not saved.tied:  # a run that untied its encoder (a frozen passage tower)
             self.model.untie()
@@ -393,7 +402,7 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
 
     # -- encoding ---------------------------------------------------------------------
 
-    def encode(self, texts: List[str], side: str) -> torch.Tensor:
+    def encode(self, texts: list[str], side: str) -> torch.Tensor:
         """Embeddings of ``texts`` with gradients, in one batch (for training)."""
         batch = self.tokenize(texts, side)
         with self.autocast():
@@ -440,7 +449,7 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
                 out[to_device(torch.from_numpy(positions), self.device)] = vectors.float()
         return out.cpu().numpy()
 
-    def _batches(self, texts: List[str], side: str, batch_size: int):
+    def _batches(self, texts: list[str], side: str, batch_size: int):
         """(positions in ``texts``, input ids, attention mask) for each inference batch.
 
         Texts go longest first by characters, in slices tokenized on a thread while the device
@@ -501,7 +510,7 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
         finally:
             self._backend = was
 
-    def _openvino_sides(self, side: str) -> Optional[OpenVinoSides]:
+    def _openvino_sides(self, side: str) -> OpenVinoSides | None:
         """The compiled sides of the resolved backend for ``side`` (None for torch), made on
         first use. ``'auto'`` encodes queries in torch: they are few and short, and compiling
         their side takes seconds that a search run never wins back."""

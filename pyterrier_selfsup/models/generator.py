@@ -24,26 +24,41 @@ the forward).
 gradients to the generator when it is trainable), for training.
 """
 from collections import defaultdict
+from collections.abc import Iterator, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer,
-                          DynamicCache)
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    DynamicCache,
+)
 from transformers.modeling_outputs import BaseModelOutput
 
 from pyterrier_selfsup._cache import weights_fingerprint
 from pyterrier_selfsup.models.batching import clean_texts, pad
 from pyterrier_selfsup.models.doc2query import Doc2QueryWriter
 from pyterrier_selfsup.models.gguf_conversion import dequantised
-from pyterrier_selfsup.models.kv_cache import (PrefixCache, cache_argument, cache_of,
-                                               full_attention_layers)
-from pyterrier_selfsup.models.names import (GENERATORS, MAX_PASSAGE_LENGTH,  # noqa: F401
-                                            QWEN, QWEN_GGUF, SMOLLM2, SMOLLM2_GGUF)
-from pyterrier_selfsup.models.precision import (TorchModel, matrices_in_compute_dtype,
-                                                resolve_device)
+from pyterrier_selfsup.models.kv_cache import (
+    PrefixCache,
+    cache_argument,
+    cache_of,
+    full_attention_layers,
+)
+from pyterrier_selfsup.models.names import (  # noqa: F401
+    GENERATORS,
+    MAX_PASSAGE_LENGTH,
+    QWEN,
+    QWEN_GGUF,
+    SMOLLM2,
+    SMOLLM2_GGUF,
+)
+from pyterrier_selfsup.models.precision import TorchModel, matrices_in_compute_dtype, resolve_device
 from pyterrier_selfsup.models.prompts import PASSAGE_QUESTION, SEQ2SEQ_PROMPT, cut_to_tokens
 from pyterrier_selfsup.models.writing import QueryWriter, generated
 from pyterrier_selfsup.progress import Progress, progress
@@ -75,9 +90,9 @@ class Generator(TorchModel):
         precision: ``auto`` (bf16 where the hardware has it), ``fp32``, ``bf16``, ``fp16``.
     """
 
-    def __init__(self, model, tokenizer, *, name: str = 'generator', prompt: Optional[str] = None,
+    def __init__(self, model, tokenizer, *, name: str = 'generator', prompt: str | None = None,
                  max_passage_length: int = MAX_PASSAGE_LENGTH, max_target_length: int = 64,
-                 batch_size: int = 16, trainable: bool = False, device: Optional[str] = None,
+                 batch_size: int = 16, trainable: bool = False, device: str | None = None,
                  precision: str = 'auto', verbose: bool = False):
         self.is_seq2seq = bool(model.config.is_encoder_decoder)
         self.prompt = prompt or (SEQ2SEQ_PROMPT if self.is_seq2seq else PASSAGE_QUESTION)
@@ -98,14 +113,14 @@ class Generator(TorchModel):
         self.model.requires_grad_(trainable)
         self.model.eval()
         # the dtype a frozen model's matrices were converted to
-        self._held_in: Optional[torch.dtype] = None
+        self._held_in: torch.dtype | None = None
         dtype = self.compute_dtype()
         if not trainable and matrices_in_compute_dtype(self.model, dtype):
             self._held_in = dtype
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str, *, gguf_file: Optional[str] = None,
-                        cache_dir: Optional[Union[str, Path]] = None, **kwargs) -> 'Generator':
+    def from_pretrained(cls, name_or_path: str, *, gguf_file: str | None = None,
+                        cache_dir: str | Path | None = None, **kwargs) -> 'Generator':
         """Any seq2seq or causal LM by hub name or path. A GGUF checkpoint is de-quantised
         once into ``<cache>/generators/`` (about 30 s for SmolLM2) and loaded from there."""
         path = name_or_path
@@ -117,7 +132,7 @@ class Generator(TorchModel):
         return cls(model_cls.from_pretrained(path), AutoTokenizer.from_pretrained(path),
                    name=name, **kwargs)
 
-    def config(self) -> Dict:
+    def config(self) -> dict:
         return {'name': self.name, 'prompt': self.prompt,
                 'max_passage_length': self.max_passage_length,
                 'max_target_length': self.max_target_length}
@@ -128,18 +143,18 @@ class Generator(TorchModel):
         bf16 where it computes in bf16, so its scores are keyed apart from an fp32 one's."""
         return weights_fingerprint(self.config(), self.model)
 
-    def save_pretrained(self, path: Union[str, Path]) -> Path:
+    def save_pretrained(self, path: str | Path) -> Path:
         path = Path(path)
         self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
         return path
 
-    def torch_modules(self) -> List[torch.nn.Module]:
+    def torch_modules(self) -> list[torch.nn.Module]:
         return [self.model]
 
     # -- tokenisation -----------------------------------------------------------------
 
-    def passage_ids(self, passages: Sequence[str]) -> List[List[int]]:
+    def passage_ids(self, passages: Sequence[str]) -> list[list[int]]:
         """Token ids of the prompt around each passage, the passage cut at
         ``max_passage_length`` tokens (cut in the text, so the prompt is tokenised whole)."""
         cut = cut_to_tokens(self.tokenizer, passages, self.max_passage_length)
@@ -154,11 +169,11 @@ class Generator(TorchModel):
         return [self.bos_ids + x for x in ids]
 
     @cached_property
-    def bos_ids(self) -> List[int]:
+    def bos_ids(self) -> list[int]:
         bos = self.tokenizer.bos_token_id
         return [bos] if bos is not None and self.tokenizer('a')['input_ids'][:1] == [bos] else []
 
-    def target_ids(self, targets: Sequence[str]) -> List[List[int]]:
+    def target_ids(self, targets: Sequence[str]) -> list[list[int]]:
         targets = clean_texts(list(targets))
         if not targets:
             return []
@@ -176,7 +191,7 @@ class Generator(TorchModel):
     # -- scoring ----------------------------------------------------------------------
 
     def log_likelihoods(self, targets: Sequence[str], passages: Sequence[str], *,
-                        tracker: Optional[Progress] = None) -> np.ndarray:
+                        tracker: Progress | None = None) -> np.ndarray:
         """Σ_j log p(target_j | passage, target_<j) for each (target, passage) pair, without
         gradients; each distinct passage is encoded once (see the module docstring).
         ``tracker``: the progress of a larger scoring job, which this call's pairs count
@@ -221,7 +236,7 @@ class Generator(TorchModel):
                 [values.double() for _, values in scored]).cpu().numpy()
         return out
 
-    def _score_causal(self, prefixes: List[List[int]], items: List[Tuple[int, List[int]]], rows):
+    def _score_causal(self, prefixes: list[list[int]], items: list[tuple[int, list[int]]], rows):
         """Prefixes left-padded, so that every row's last position predicts its first
         target token; their key/value cache is then shared by all targets of the row."""
         pad_id = self.tokenizer.pad_token_id
@@ -265,7 +280,7 @@ class Generator(TorchModel):
         writing loops pass a cache every forward)."""
         return cache_argument(self.model)
 
-    def _target_chunks(self, items: List[Tuple[int, List[int]]]) -> Iterator[Tuple[int, int]]:
+    def _target_chunks(self, items: list[tuple[int, list[int]]]) -> Iterator[tuple[int, int]]:
         """:func:`target_chunks` for this generator: ``4 * batch_size`` targets a chunk, and on
         a CPU no more logits than :data:`LOGITS_BUDGET` bytes."""
         budget = LOGITS_BUDGET if self.device.type == 'cpu' else float('inf')
@@ -284,7 +299,7 @@ class Generator(TorchModel):
                                     [t for _, t in part]))
 
     def decode_logp(self, encoded: torch.Tensor, encoder_mask: torch.Tensor,
-                    t_ids: List[List[int]], *, min_target_width: int = 1) -> torch.Tensor:
+                    t_ids: list[list[int]], *, min_target_width: int = 1) -> torch.Tensor:
         """Σ log p(target) per row, decoded from given encoder outputs (seq2seq); the targets
         padded to the longest, or to ``min_target_width`` where that is longer."""
         labels, t_mask = pad(t_ids, self.tokenizer.pad_token_id, device=self.device,
@@ -311,10 +326,10 @@ class Generator(TorchModel):
                 return torch.cat([values for _, values in chunks])
             return self._causal_logp(p_ids, t_ids)
 
-    def _causal_logp(self, p_ids: List[List[int]], t_ids: List[List[int]]) -> torch.Tensor:
+    def _causal_logp(self, p_ids: list[list[int]], t_ids: list[list[int]]) -> torch.Tensor:
         return self.sequence_logp([p + t for p, t in zip(p_ids, t_ids)], t_ids)
 
-    def sequence_logp(self, seqs: List[List[int]], t_ids: List[List[int]], *, min_length: int = 1,
+    def sequence_logp(self, seqs: list[list[int]], t_ids: list[list[int]], *, min_length: int = 1,
                       min_target_width: int = 1) -> torch.Tensor:
         """Σ log p(target) per row of a decoder-only model, each sequence ending with its
         target: left-padded so that all targets end at the last position, and only the last
@@ -336,13 +351,13 @@ class Generator(TorchModel):
 
     # -- generation -------------------------------------------------------------------
 
-    def generate(self, passages: Sequence[str], *, max_new_tokens: int = 32, **kwargs) -> List[str]:
+    def generate(self, passages: Sequence[str], *, max_new_tokens: int = 32, **kwargs) -> list[str]:
         """Text generated from each passage's prompt by transformers' ``generate`` (greedy
         unless ``kwargs`` say otherwise, e.g. ``do_sample=True, top_p=0.92``); decoder-only
         output stops at the first line (:func:`~pyterrier_selfsup.models.writing.generated`)."""
         return generated(self, passages, max_new_tokens=max_new_tokens, **kwargs)
 
-    def writer(self, **kwargs) -> Union[QueryWriter, Doc2QueryWriter]:
+    def writer(self, **kwargs) -> QueryWriter | Doc2QueryWriter:
         """A writer of queries for passages with this generator: a decoder-only model's
         :class:`~pyterrier_selfsup.models.writing.QueryWriter` (one prefill a passage shared by
         its samples), or a seq2seq doc2query model's
@@ -350,7 +365,7 @@ class Generator(TorchModel):
         return (Doc2QueryWriter if self.is_seq2seq else QueryWriter)(self, **kwargs)
 
     def scorer(self, normalise: str = 'mean', text_field: str = 'text',
-               cache: Optional[Union[str, Path]] = None) -> 'ReconstructionScorer':
+               cache: str | Path | None = None) -> 'ReconstructionScorer':
         """A re-ranker by log p(query | document) under this generator
         (:class:`~pyterrier_selfsup.models.reranker.ReconstructionScorer`)."""
         from pyterrier_selfsup.models.reranker import ReconstructionScorer
@@ -360,8 +375,8 @@ class Generator(TorchModel):
         return f'Generator({self.name!r})'
 
 
-def target_chunks(lengths: List[int], most: int, row_bytes: int,
-                  budget: float) -> Iterator[Tuple[int, int]]:
+def target_chunks(lengths: list[int], most: int, row_bytes: int,
+                  budget: float) -> Iterator[tuple[int, int]]:
     """(start, end) of consecutive chunks of targets of ``lengths`` tokens: at most ``most``
     targets, and no more fp32 logits (targets x longest target x ``row_bytes``, a vocabulary's
     4 bytes a token) than ``budget`` bytes (a vocabulary of 49k and 64 targets of 64 tokens

@@ -5,12 +5,11 @@ when the package runs offline (installed once, when the package is imported).
 import json
 import logging
 from pathlib import Path
-from typing import Optional, Union
 
 logger = logging.getLogger(__name__)
 _SAID = set()  # (the stand-ins said in this process: each once)
 
-def read_saved_config(name_or_path: Union[str, Path], filename: str) -> Optional[dict]:
+def read_saved_config(name_or_path: str | Path, filename: str) -> dict | None:
     """``filename`` (JSON) of a local directory or a hub repository (through the local
     cache), or None where there is none: how every wrapper reads back its settings."""
     local = Path(name_or_path) / filename
@@ -23,7 +22,7 @@ def read_saved_config(name_or_path: Union[str, Path], filename: str) -> Optional
         return None
 
 
-def on_this_machine(name_or_path: Union[str, Path]) -> bool:
+def on_this_machine(name_or_path: str | Path) -> bool:
     """Whether the model ``name_or_path`` can be loaded here: a local directory, a hub model in
     the local cache, or any hub name where the hub may be reached (not ``HF_HUB_OFFLINE``)."""
     if Path(name_or_path).is_dir():

@@ -3,13 +3,13 @@ chunk of targets reading their prompts' prefixes (:class:`PrefixCache`), which l
 caches may be replaced in, and the name a model's forward takes its cache by.
 """
 import inspect
-from typing import Optional
 
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
-def full_attention_layers(config) -> Optional[int]:
+
+def full_attention_layers(config) -> int | None:
     """A decoder-only model's number of layers if every one attends to every position (no
     sliding window, no other kind), else None: where the package's own key/value caches
     (the query writer's, the scorer's prefixes) stand in for transformers' per-kind layers."""

@@ -16,8 +16,9 @@ queries times the candidates a query (not by the corpus), so a corpus of million
 what its training queries reach.
 """
 import hashlib
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence, Union
+from typing import Optional
 
 import numpy as np
 import torch
@@ -29,10 +30,10 @@ class PassageOffsets:
     """δ for the passages that have one (rows in the order they were first met)."""
 
     def __init__(self, dim: int, normalize: bool, docnos: Sequence[str] = (),
-                 delta: Optional[torch.Tensor] = None):
+                 delta: torch.Tensor | None = None):
         self.dim = dim
         self.normalize = normalize
-        self.docnos: List[str] = list(docnos)
+        self.docnos: list[str] = list(docnos)
         self.row = {d: i for i, d in enumerate(self.docnos)}
         self._delta = (torch.zeros(max(16, len(self.docnos)), dim) if delta is None
                        else delta.float().clone())
@@ -98,14 +99,14 @@ class PassageOffsets:
     def norms(self) -> torch.Tensor:
         return self.delta.norm(dim=-1)
 
-    def save(self, directory: Union[str, Path]) -> Path:
+    def save(self, directory: str | Path) -> Path:
         path = Path(directory) / PASSAGE_OFFSETS_FILE
         torch.save({'dim': self.dim, 'normalize': self.normalize, 'docnos': self.docnos,
                     'delta': self.delta.clone()}, path)
         return path
 
     @classmethod
-    def load(cls, directory: Union[str, Path]) -> Optional['PassageOffsets']:
+    def load(cls, directory: str | Path) -> Optional['PassageOffsets']:
         """The offsets saved in ``directory``, or None if it has none."""
         path = Path(directory) / PASSAGE_OFFSETS_FILE
         if not path.is_file():

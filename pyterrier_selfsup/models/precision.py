@@ -4,8 +4,8 @@ frozen weights in that dtype once rather than casting them at every forward.
 
     compute_dtype('auto', torch.device('cpu'))   # bfloat16 where the CPU multiplies it natively
 """
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Iterator, List, Optional, Sequence
 
 import torch
 
@@ -26,7 +26,7 @@ def compute_dtype(precision: str, device: torch.device) -> torch.dtype:
     return {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}[precision]
 
 
-def resolve_device(device: Optional[str]) -> torch.device:
+def resolve_device(device: str | None) -> torch.device:
     return torch.device(device or ('cuda' if torch.cuda.is_available() else 'cpu'))
 
 
@@ -38,7 +38,7 @@ class TorchModel:
     to its compute dtype (:func:`matrices_in_compute_dtype`) sets ``_held_in`` to that dtype,
     and refuses a precision that resolves to another."""
     device: torch.device
-    _held_in: Optional[torch.dtype] = None
+    _held_in: torch.dtype | None = None
 
     @property
     def precision(self) -> str:
@@ -52,7 +52,7 @@ class TorchModel:
                              f'when built): build it with precision={value!r} instead')
         self._precision = value
 
-    def torch_modules(self) -> List[torch.nn.Module]:
+    def torch_modules(self) -> list[torch.nn.Module]:
         raise NotImplementedError
 
     def compute_dtype(self) -> torch.dtype:

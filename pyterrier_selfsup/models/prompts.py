@@ -10,7 +10,7 @@ tokenizer's chat template (``style='chat'``).
 
     writer_prompt(tokenizer, 'Scurvy is caused by a lack of vitamin C.', style='plain')
 """
-from typing import List, Sequence, Tuple
+from collections.abc import Sequence
 
 from pyterrier_selfsup.models.batching import clean_texts
 
@@ -27,7 +27,7 @@ EXAMPLES_INTRO = ('Queries that users of a search engine wrote '
 PAIR_PASSAGE_CHARS = 600
 
 
-def cut_to_tokens(tokenizer, passages: Sequence, max_tokens: int) -> List[str]:
+def cut_to_tokens(tokenizer, passages: Sequence, max_tokens: int) -> list[str]:
     """Each passage cut after its first ``max_tokens`` tokens, in the text (so that a prompt
     around it is tokenized whole); missing passages become empty ones."""
     passages = clean_texts(list(passages))
@@ -44,7 +44,7 @@ def first_line(text: str) -> str:
 
 
 def writer_prompt(tokenizer, passage: str, *, style: str, examples: Sequence[str] = (),
-                  pairs: Sequence[Tuple[str, str]] = ()) -> str:
+                  pairs: Sequence[tuple[str, str]] = ()) -> str:
     """The text a writer continues for ``passage`` (already cut): with ``style='plain'``,
     :data:`PASSAGE_QUESTION`, after each example pair completed by its query (InPars' few-shot
     prompt); with ``style='chat'``, the tokenizer's chat template over :data:`SYSTEM_PROMPT`,

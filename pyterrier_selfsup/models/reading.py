@@ -16,7 +16,6 @@ bias of the forward pass under way.
 import sys
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
-from typing import List, Optional
 
 import numpy as np
 import torch
@@ -27,7 +26,7 @@ from pyterrier_selfsup.models.generator import Generator
 
 # The additive attention bias of the forward pass under way: (b, 1, rows, columns), rows
 # and columns aligned with the end of the attended sequences.
-_BIAS: ContextVar[Optional[torch.Tensor]] = ContextVar('selfsup_attention_bias', default=None)
+_BIAS: ContextVar[torch.Tensor | None] = ContextVar('selfsup_attention_bias', default=None)
 BIASED = 'selfsup_biased'
 
 
@@ -122,8 +121,8 @@ def _checkpointed(forward):
     return checkpointed
 
 
-def biased_log_likelihood(generator: Generator, targets: List[str], passages: List[List[str]],
-                          weights: torch.Tensor, rows: Optional[slice] = None) -> torch.Tensor:
+def biased_log_likelihood(generator: Generator, targets: list[str], passages: list[list[str]],
+                          weights: torch.Tensor, rows: slice | None = None) -> torch.Tensor:
     """log p_θ(target | z_1..z_k) with ``weights[i, j]`` (β·p_η(z_j|x_i), differentiable)
     added to the attention logits from the target's positions towards z_j's tokens.
 
@@ -166,7 +165,7 @@ def biased_log_likelihood(generator: Generator, targets: List[str], passages: Li
                                        min_target_width=target_width)
 
 
-def concatenated_encoding(generator: Generator, passages: List[List[str]], *,
+def concatenated_encoding(generator: Generator, passages: list[list[str]], *,
                           min_passage_width: int = 1, min_width: int = 1):
     """Seq2seq: each row's passages encoded one by one and their encoder outputs
     concatenated (FiD; thesis Eq. 4.10): (outputs (b, width, d), mask (b, width), owner
@@ -194,7 +193,7 @@ def concatenated_encoding(generator: Generator, passages: List[List[str]], *,
     return enc, enc_mask, owner
 
 
-def concatenated_prompts(generator: Generator, passages: List[List[str]], t_ids: List[List[int]]):
+def concatenated_prompts(generator: Generator, passages: list[list[str]], t_ids: list[list[int]]):
     """Decoder-only: one sequence per row, [head][z_1][sep][z_2]...[z_k][tail][target]
     (the prompt's head and tail around all k passages): (sequences, owner (b, length):
     the passage each position belongs to, -1 elsewhere, and after (b, length): the
@@ -236,7 +235,7 @@ def _owner_bias(weights: torch.Tensor, owner: torch.Tensor) -> torch.Tensor:
                                         torch.full_like(owner, weights.shape[1])))
 
 
-def truncated_ids(generator: Generator, passage: str) -> List[int]:
+def truncated_ids(generator: Generator, passage: str) -> list[int]:
     ids = generator.tokenizer(passage or '', add_special_tokens=False)['input_ids']
     return ids[:generator.max_passage_length]
 

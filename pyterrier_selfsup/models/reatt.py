@@ -22,9 +22,9 @@ included ([CLS]/[SEP] for BERT, </s> for T5), as ColBERT keeps its markers.
 import copy
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -49,7 +49,7 @@ class _Attention:
     """Layer B+1's self-attention, as far as retrieval needs it."""
     query: torch.nn.Linear
     key: torch.nn.Linear
-    norm: Optional[torch.nn.Module]  # a pre-norm transformer's layer norm before attention (T5)
+    norm: torch.nn.Module | None  # a pre-norm transformer's layer norm before attention (T5)
     heads: int
     head_dim: int
     scaling: float
@@ -188,7 +188,7 @@ class ReAtt(TrainableModel):
 
     def __init__(self, model: ReAttModel, tokenizer, *, name: str = 'reatt', max_length: int = 256,
                  query_max_length: int = 64, special_tokens: bool = True, batch_size: int = 32,
-                 device: Optional[str] = None, precision: str = 'auto', verbose: bool = False):
+                 device: str | None = None, precision: str = 'auto', verbose: bool = False):
         self.device = resolve_device(device)
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
@@ -201,9 +201,9 @@ class ReAtt(TrainableModel):
         self.verbose = verbose
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str, *, retrieval_layer: Optional[int] = None,
-                        head_temperature: Optional[float] = None, head: Optional[int] = None,
-                        max_length: Optional[int] = None, **kwargs) -> 'ReAtt':
+    def from_pretrained(cls, name_or_path: str, *, retrieval_layer: int | None = None,
+                        head_temperature: float | None = None, head: int | None = None,
+                        max_length: int | None = None, **kwargs) -> 'ReAtt':
         """A hub name or path: any encoder (a T5 checkpoint gives its encoder), or a
         directory written by :meth:`save_pretrained` (its settings and head weights).
         ``retrieval_layer`` defaults to the checkpoint's own (a ReAtt checkpoint's config has
@@ -239,12 +239,12 @@ class ReAtt(TrainableModel):
         kwargs.setdefault('name', str(name_or_path))
         return cls(model, tokenizer, max_length=max_length, **kwargs)
 
-    def config(self) -> Dict:
+    def config(self) -> dict:
         return {'name': self.name, 'retrieval_layer': self.model.retrieval_layer,
                 'head_temperature': self.model.head_temperature, 'max_length': self.max_length,
                 'query_max_length': self.query_max_length, 'special_tokens': self.special_tokens}
 
-    def save_pretrained(self, path: Union[str, Path]) -> Path:
+    def save_pretrained(self, path: str | Path) -> Path:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.model.encoder.save_pretrained(path)
@@ -258,16 +258,16 @@ class ReAtt(TrainableModel):
 
     # -- what a trainer needs ------------------------------------------------------
 
-    def torch_modules(self) -> List[torch.nn.Module]:
+    def torch_modules(self) -> list[torch.nn.Module]:
         return [self.model]
 
-    def load_weights(self, path: Union[str, Path]):
+    def load_weights(self, path: str | Path):
         self.model.load_state_dict(
             ReAtt.from_pretrained(str(path), device='cpu').model.state_dict())
 
     # -- encoding ---------------------------------------------------------------------
 
-    def tokenize(self, texts: Sequence[str], side: str) -> Dict[str, torch.Tensor]:
+    def tokenize(self, texts: Sequence[str], side: str) -> dict[str, torch.Tensor]:
         max_length = self.query_max_length if side == 'query' else self.max_length
         batch = self.tokenizer(clean_texts(list(texts)), padding=True, truncation=True,
                                max_length=max_length, return_tensors='pt',
@@ -290,12 +290,12 @@ class ReAtt(TrainableModel):
             vectors = vectors.float()
         return vectors, batch['score_mask']
 
-    def token_vectors(self, texts: Sequence[str], side: str) -> List[torch.Tensor]:
+    def token_vectors(self, texts: Sequence[str], side: str) -> list[torch.Tensor]:
         """Inference: each text's layer-B+1 query or key vectors, (L, H, e) without padding;
         texts batched by length so that a batch pads little."""
         texts = list(texts)
         order = np.argsort([-len(t) if isinstance(t, str) else 0 for t in texts], kind='stable')
-        out: List[Optional[torch.Tensor]] = [None] * len(texts)
+        out: list[torch.Tensor | None] = [None] * len(texts)
         batches = progress(range(0, len(texts), self.batch_size), total=len(texts),
                            desc=f'ReAtt {side}s', unit=side,
                            count=lambda start: len(order[start:start + self.batch_size]),
@@ -366,7 +366,7 @@ def mix_heads(per_head: np.ndarray, weights: torch.Tensor) -> np.ndarray:
     return np.where(empty, -np.inf, out).astype(np.float32)
 
 
-def pad_tokens(pieces: List[torch.Tensor]):
+def pad_tokens(pieces: list[torch.Tensor]):
     """Per-text token vectors (L_i, H, e) as one padded batch (b, H, L, e) and its mask (b, L)."""
     # an empty (0, H, e) piece of width 1 appended and dropped: empty texts still get one
     # (masked) position

@@ -17,17 +17,17 @@ carries ``retrieval_layer`` (B, counted from 0) and ``retrieval_head``, so a use
 hub loads them with :meth:`ReAttT5.from_pretrained`. Here it is tested with a tiny random T5.
 """
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 from transformers import AutoTokenizer, T5ForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 
 from pyterrier_selfsup.models.hub import read_saved_config
-from pyterrier_selfsup.models.trainable import TrainableModel
 from pyterrier_selfsup.models.reading import first_position_shares
-from pyterrier_selfsup.models.reatt import REATT_CONFIG_FILE, HEAD_WEIGHTS_FILE, ReAtt, ReAttModel
+from pyterrier_selfsup.models.reatt import HEAD_WEIGHTS_FILE, REATT_CONFIG_FILE, ReAtt, ReAttModel
+from pyterrier_selfsup.models.trainable import TrainableModel
 
 
 class ReAttT5(TrainableModel):
@@ -37,9 +37,9 @@ class ReAttT5(TrainableModel):
     token indexes and cross-document adjustment)."""
 
     def __init__(self, model: T5ForConditionalGeneration, tokenizer, *,
-                 retrieval_layer: Optional[int] = None, head: Optional[int] = None,
+                 retrieval_layer: int | None = None, head: int | None = None,
                  head_temperature: float = 0.1, max_length: int = 256, query_max_length: int = 64,
-                 target_max_length: int = 32, device: Optional[str] = None,
+                 target_max_length: int = 32, device: str | None = None,
                  precision: str = 'auto'):
         if retrieval_layer is None:
             retrieval_layer = getattr(model.config, 'retrieval_layer', None)
@@ -78,7 +78,7 @@ class ReAttT5(TrainableModel):
                 torch.load(Path(name_or_path) / HEAD_WEIGHTS_FILE))
         return out
 
-    def save_pretrained(self, path: Union[str, Path]) -> Path:
+    def save_pretrained(self, path: str | Path) -> Path:
         """A T5 checkpoint whose config names ``retrieval_layer`` and ``retrieval_head`` (the
         released checkpoints' fields), with the head weights and settings beside it."""
         path = Path(path)
@@ -97,10 +97,10 @@ class ReAttT5(TrainableModel):
     def precision(self) -> str:
         return self.retriever.precision
 
-    def torch_modules(self) -> List[torch.nn.Module]:
+    def torch_modules(self) -> list[torch.nn.Module]:
         return [self.model, self.retriever.model]  # sharing the encoder (parameters counted once)
 
-    def load_weights(self, path: Union[str, Path]):
+    def load_weights(self, path: str | Path):
         saved = ReAttT5.from_pretrained(str(path), device='cpu')
         self.model.load_state_dict(saved.model.state_dict())
         self.retriever.model.head_logits.data.copy_(saved.retriever.model.head_logits.data)
@@ -108,7 +108,7 @@ class ReAttT5(TrainableModel):
     # -- reading ----------------------------------------------------------------------
 
     def encode_pairs(self, queries: Sequence[str],
-                     docs: Sequence[str]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                     docs: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The encoder over each [query; document] pair, its first B layers on each side
         alone (the bi-encoder) and the rest over the pair: (output (n, L, d), mask (n, L),
         the bi-encoder's output (n, L, d), the query first)."""
@@ -139,7 +139,7 @@ class ReAttT5(TrainableModel):
         return joint, mask, hidden
 
     def read(self, queries: Sequence[str], docs: Sequence[Sequence[str]], targets: Sequence[str],
-             ) -> Tuple[torch.Tensor, torch.Tensor]:
+             ) -> tuple[torch.Tensor, torch.Tensor]:
         """Fusion-in-decoder over each query's k documents: (Σ log p(target) per query, with
         gradients; P_target (b, k), the first decoder position's last-layer cross-attention
         summed per (query, document) pair and averaged over heads, without gradients)."""

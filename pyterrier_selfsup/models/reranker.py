@@ -5,7 +5,6 @@
 """
 import sqlite3
 from pathlib import Path
-from typing import Optional, Union
 
 import numpy as np
 import pandas as pd
@@ -39,7 +38,7 @@ class ReconstructionScorer(pt.Transformer):
     BUSY_SECONDS = 600  # how long a commit waits for another process's to finish
 
     def __init__(self, generator, *, normalise: str = 'mean', text_field: str = 'text',
-                 cache: Optional[Union[str, Path]] = None):
+                 cache: str | Path | None = None):
         if normalise not in NORMALISATIONS:
             raise ValueError(f'normalise must be one of {NORMALISATIONS}, not {normalise!r}')
         self.generator = generator

@@ -6,7 +6,6 @@ import logging
 import sqlite3
 from contextlib import closing
 from pathlib import Path
-from typing import Optional
 
 import pandas as pd
 import pyterrier as pt
@@ -18,7 +17,7 @@ logger = logging.getLogger(__name__)
 SCORE_DB = 'db.sqlite3'  # (pyterrier-caching's Sqlite3ScorerCache: this file and pt_meta.json)
 
 
-def score_cache_damage(path: Path) -> Optional[str]:
+def score_cache_damage(path: Path) -> str | None:
     """What is wrong with the score cache at ``path`` (a SQLite database), or None: its
     metadata, the file's header and length (a whole number of pages), and SQLite's own
     ``quick_check`` of every page (linear in the cache's size: about a second for a

@@ -7,7 +7,7 @@ A class that mixes :class:`SideTokenizer` in sets ``tokenizer``, ``prompts`` (``
 ``passage``), ``max_length``, ``query_max_length``, ``_rust_tokenizers`` (an empty dict) and
 ``_kept_ids`` (None).
 """
-from typing import List, Optional, Sequence, Union
+from collections.abc import Sequence
 
 from tokenizers import Tokenizer
 
@@ -27,23 +27,23 @@ class SideTokenizer:
         """The tokens a text of ``side`` (``'query'`` or ``'passage'``) is cut to."""
         return self.query_max_length if side == 'query' else self.max_length
 
-    def prompted(self, texts: Sequence, side: str) -> List[str]:
+    def prompted(self, texts: Sequence, side: str) -> list[str]:
         """``texts`` (cleaned) as ``side`` reads them: each after the side's prompt."""
         prompt = self.prompts[side]
         texts = clean_texts(list(texts))
         return [prompt + t for t in texts] if prompt else texts
 
-    def tokenize(self, texts: List[str], side: str, padding: Union[bool, str] = True):
+    def tokenize(self, texts: list[str], side: str, padding: bool | str = True):
         """The tokenizer's batch of ``texts`` as ``side`` reads them (its prompt, its max
         length)."""
         return self._tokenized(self.prompted(texts, side), side, padding)
 
-    def _tokenized(self, texts: List[str], side: str, padding: Union[bool, str] = True):
+    def _tokenized(self, texts: list[str], side: str, padding: bool | str = True):
         return self.tokenizer(texts, padding=padding, truncation=True,
                               max_length=self.side_max_length(side),
                               return_tensors='pt' if padding else None)
 
-    def token_ids(self, texts: List[str], side: str) -> List[Sequence[int]]:
+    def token_ids(self, texts: list[str], side: str) -> list[Sequence[int]]:
         """The ids :meth:`tokenize` gives ``texts`` (truncated, unpadded), from the fast
         tokenizer's Rust code directly where there is one: Hugging Face's wrapper around it
         builds Python lists of masks and type ids that inference never reads, which costs as
@@ -59,7 +59,7 @@ class SideTokenizer:
             return kept.ids(texts, lambda missing: self._token_ids(missing, side))
         return self._token_ids(texts, side)
 
-    def _token_ids(self, texts: List[str], side: str) -> List[List[int]]:
+    def _token_ids(self, texts: list[str], side: str) -> list[list[int]]:
         max_length = self.side_max_length(side)
         if not getattr(self.tokenizer, 'is_fast', False):
             return self._tokenized(texts, side, padding=False)['input_ids']
@@ -72,11 +72,11 @@ class SideTokenizer:
         backend, cuts = self._rust_tokenizers[max_length]
         encode = getattr(backend, 'encode_batch_fast', backend.encode_batch)  # (no offsets)
 
-        def ids(some: List[str]) -> List[List[int]]:
+        def ids(some: list[str]) -> list[list[int]]:
             return [e.ids for e in encode(some)]
         return tokenize_cut(ids, texts, max_length) if cuts else ids(texts)
 
-    def keep_passage_token_ids(self, max_tokens: Optional[int] = KEPT_TOKENS):
+    def keep_passage_token_ids(self, max_tokens: int | None = KEPT_TOKENS):
         """Keeps the token ids of the passages it encodes, up to ``max_tokens`` ids in all
         (4 bytes each), so that encoding the same corpus again (a trainer's index refresh)
         skips their tokenization; None lets them go. Copies of the encoder share them."""

@@ -9,7 +9,6 @@ import filecmp
 import fnmatch
 import os
 from pathlib import Path
-from typing import Dict, Optional, Union
 
 import torch
 
@@ -20,18 +19,23 @@ from pyterrier_selfsup.models.names import MODEL_CARD_PROMPTS
 PASSAGE_ENCODER_DIR = 'passage_encoder'
 
 
-def export_sentence_transformers(encoder, path: Union[str, Path]) -> Path:
+def export_sentence_transformers(encoder, path: str | Path) -> Path:
     """Writes ``encoder``'s sentence-transformers layout into ``path``, where
     :meth:`~pyterrier_selfsup.models.dual_encoder.DualEncoder.save_pretrained` has written its
     weights (:meth:`~pyterrier_selfsup.models.dual_encoder.DualEncoder.save_sentence_transformers`
     says what it holds)."""
     from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.modules import (Dense, Normalize, Pooling,
-                                                                    Router, Transformer)
+    from sentence_transformers.sentence_transformer.modules import (
+        Dense,
+        Normalize,
+        Pooling,
+        Router,
+        Transformer,
+    )
 
     path = Path(path)
 
-    def tower(directory: Path, max_length: int, proj: Optional[torch.nn.Linear]) -> list:
+    def tower(directory: Path, max_length: int, proj: torch.nn.Linear | None) -> list:
         # the tokenizer is saved once, beside the (query) encoder
         transformer = Transformer(str(directory), max_seq_length=max_length,
                                   tokenizer_name_or_path=str(path))
@@ -78,7 +82,7 @@ def is_sentence_transformer(name_or_path: str) -> bool:
     return read_saved_config(name_or_path, 'modules.json') is not None
 
 
-def side_prompts(prompts: Dict[str, str], default_prompt_name: Optional[str]) -> Dict[str, str]:
+def side_prompts(prompts: dict[str, str], default_prompt_name: str | None) -> dict[str, str]:
     """The prompt each side's texts begin with, as sentence-transformers' ``encode_query`` and
     ``encode_document`` choose them: ``query`` for queries; the first of ``document``,
     ``passage`` and ``corpus`` for passages; else the default prompt; else none. (Since
@@ -91,7 +95,7 @@ def side_prompts(prompts: Dict[str, str], default_prompt_name: Optional[str]) ->
             'passage': passage}
 
 
-def model_card_prompts(name: str) -> Optional[Dict[str, str]]:
+def model_card_prompts(name: str) -> dict[str, str] | None:
     """The prompts the model card of ``name``'s family prescribes
     (:data:`~pyterrier_selfsup.models.names.MODEL_CARD_PROMPTS`), by hub name; None for a name
     of no such family, a local path among them.
@@ -117,8 +121,7 @@ def read_sentence_transformer(name_or_path: str) -> dict:
         read_sentence_transformer('intfloat/e5-small-v2')['prompts']   # where it declares them
     """
     from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.modules import (Normalize, Pooling,
-                                                                    Transformer)
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
     model = SentenceTransformer(str(name_or_path), device='cpu')
     modules = list(model)
     kinds = [type(m).__name__ for m in modules]

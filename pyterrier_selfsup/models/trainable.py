@@ -4,16 +4,16 @@ it is. A wrapper subclasses it and lists its modules in ``torch_modules``; the l
 parameters, switches its train mode and its gradient checkpointing, and saves and reloads it.
 """
 from pathlib import Path
-from typing import List, Union
 
 import torch
 
 from pyterrier_selfsup.models.precision import TorchModel
 
+
 class TrainableModel(TorchModel):
     """What :class:`~pyterrier_selfsup.training.Trainer` needs of a model."""
 
-    def trainable_parameters(self) -> List[torch.nn.Parameter]:
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
         """Each parameter that trains, once (modules may share weights)."""
         seen, out = set(), []
         for module in self.torch_modules():
@@ -51,10 +51,10 @@ class TrainableModel(TorchModel):
                 elif not on and active:
                     disable()
 
-    def save_pretrained(self, path: Union[str, Path]) -> Path:
+    def save_pretrained(self, path: str | Path) -> Path:
         raise NotImplementedError
 
-    def load_weights(self, path: Union[str, Path]):
+    def load_weights(self, path: str | Path):
         """Loads the weights that :meth:`save_pretrained` wrote at ``path`` into this model,
         in place (a trainer resuming from a checkpoint)."""
         raise NotImplementedError

@@ -10,8 +10,8 @@ selected with ``set_attn_implementation`` for the forwards that read a :class:`W
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import List, Optional, Tuple
+from functools import cache
+from typing import Optional
 
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
@@ -29,7 +29,7 @@ class SharedPrefix:
     """The tokens that every prompt of a call begins with, prefilled once: their number and
     each layer's keys and values, (1, heads, length, dim)."""
     length: int
-    layers: List[Tuple[torch.Tensor, torch.Tensor]]
+    layers: list[tuple[torch.Tensor, torch.Tensor]]
 
 
 class WriterLayer(DynamicLayer):
@@ -41,7 +41,7 @@ class WriterLayer(DynamicLayer):
     projection's dtype. :func:`shared_prompt_attention` reads both parts; ``update`` returns
     the part it wrote to (the prompts' at the prefill, the new tokens' after it)."""
 
-    def __init__(self, reserve: int, prefix: Optional[Tuple[torch.Tensor, torch.Tensor]] = None):
+    def __init__(self, reserve: int, prefix: tuple[torch.Tensor, torch.Tensor] | None = None):
         super().__init__()
         self.reserve = reserve
         # the keys and values every prompt begins with, (1, heads, length, dim): prefilled once
@@ -221,7 +221,7 @@ class WriterCache(DynamicCache):
 
 # The writer's cache during a decoding step (read by the attention function, which transformers
 # calls with the layer's new keys and values only).
-_WRITING: ContextVar[Optional[WriterCache]] = ContextVar('selfsup_writer_cache', default=None)
+_WRITING: ContextVar[WriterCache | None] = ContextVar('selfsup_writer_cache', default=None)
 SHARED_PROMPT = 'selfsup_shared_prompt'
 CHUNKED_PREFILL = 'selfsup_chunked_prefill'
 PREFILL_CHUNK = 32  # prompt positions a call of the prefill's attention attends from
@@ -269,7 +269,7 @@ def chunked_prefill_attention(module, query, key, value, attention_mask, scaling
     return torch.cat(outs, 2).transpose(1, 2).contiguous(), None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _register_attention() -> None:
     """The writer's attention functions, registered with transformers once (not at import)."""
     from transformers import AttentionInterface

@@ -7,7 +7,6 @@ import hashlib
 import json
 import logging
 from pathlib import Path
-from typing import List, Optional, Tuple
 
 import torch
 
@@ -16,8 +15,8 @@ from pyterrier_selfsup._cache import written_whole
 logger = logging.getLogger(__name__)
 
 
-def checkpoint_key(ids: List[List[int]], n: int, config: dict, model: str,
-                    generator: Optional[torch.Generator], **settings) -> str:
+def checkpoint_key(ids: list[list[int]], n: int, config: dict, model: str,
+                    generator: torch.Generator | None, **settings) -> str:
     """What a checkpoint of :meth:`QueryWriter.write` is valid for: the prompts, the number
     of queries, the writer's settings, the model's fingerprint, and the random stream's state
     when the call began."""
@@ -29,8 +28,8 @@ def checkpoint_key(ids: List[List[int]], n: int, config: dict, model: str,
     return digest.hexdigest()
 
 
-def resume(path: Path, key: str, out: List[Optional[List[str]]],
-            generator: Optional[torch.Generator]) -> int:
+def resume(path: Path, key: str, out: list[list[str] | None],
+            generator: torch.Generator | None) -> int:
     """The passages (in writing order) that the checkpoint at ``path`` holds queries for,
     their queries put into ``out`` and ``generator`` put back in its state; 0 where there is
     no checkpoint, or one of another write (reported)."""
@@ -53,8 +52,8 @@ def resume(path: Path, key: str, out: List[Optional[List[str]]],
     return held['done']
 
 
-def save_checkpoint(path: Path, key: str, done: int, out: List[Optional[List[str]]],
-                     generator: Optional[torch.Generator]) -> None:
+def save_checkpoint(path: Path, key: str, done: int, out: list[list[str] | None],
+                     generator: torch.Generator | None) -> None:
     """The write's state after ``done`` passages (in writing order), replaced at once (a
     stop while it is saved leaves the one before; the next save replaces its partial file)."""
     with written_whole(path, "the query writer's checkpoint") as partial:
@@ -62,9 +61,9 @@ def save_checkpoint(path: Path, key: str, done: int, out: List[Optional[List[str
                     'rng': generator.get_state() if generator is not None else None}, partial)
 
 
-def resume_write(checkpoint: Optional[Path], out: List[Optional[List[str]]], ids: List[List[int]],
-                 n: int, config: dict, model: str, generator: Optional[torch.Generator], *,
-                 do_sample: bool, **settings) -> Tuple[int, Optional[str]]:
+def resume_write(checkpoint: Path | None, out: list[list[str] | None], ids: list[list[int]],
+                 n: int, config: dict, model: str, generator: torch.Generator | None, *,
+                 do_sample: bool, **settings) -> tuple[int, str | None]:
     """Where a write with ``checkpoint`` begins: the passages (in writing order) the file holds
     queries for, put into ``out``, and the checkpoint's key (:func:`checkpoint_key`); 0 and None
     without a checkpoint. A sampled write checkpoints only with a random stream of its own."""

@@ -32,9 +32,10 @@ applies it) and ``top_p`` (nucleus: the smallest set of tokens whose probability
 ``top_p``, within the top k), or greedily. A test checks both against the unshared path.
 """
 import logging
+from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional
 
 import numpy as np
 import torch
@@ -43,11 +44,23 @@ from pyterrier_selfsup.models._token_ids import cut_at_word
 from pyterrier_selfsup.models.batching import pad
 from pyterrier_selfsup.models.kv_cache import cache_of, full_attention_layers
 from pyterrier_selfsup.models.precision import casts_kept
-from pyterrier_selfsup.models.prompts import (EXAMPLES_INTRO, INSTRUCTION, PAIR_PASSAGE_CHARS,
-                                              PASSAGE_QUESTION, STYLES, SYSTEM_PROMPT,
-                                              cut_to_tokens, first_line, writer_prompt)
-from pyterrier_selfsup.models.writer_cache import (NEW_TOKENS_RESERVED, SharedPrefix,
-                                                   WriterCache, writer_attention)
+from pyterrier_selfsup.models.prompts import (
+    EXAMPLES_INTRO,
+    INSTRUCTION,
+    PAIR_PASSAGE_CHARS,
+    PASSAGE_QUESTION,
+    STYLES,
+    SYSTEM_PROMPT,
+    cut_to_tokens,
+    first_line,
+    writer_prompt,
+)
+from pyterrier_selfsup.models.writer_cache import (
+    NEW_TOKENS_RESERVED,
+    SharedPrefix,
+    WriterCache,
+    writer_attention,
+)
 from pyterrier_selfsup.models.writer_checkpoint import resume_write, save_checkpoint
 from pyterrier_selfsup.progress import progress
 
@@ -107,8 +120,8 @@ class QueryWriter:
     """
 
     def __init__(self, generator, *, style: str = 'chat', examples: Sequence[str] = (),
-                 pairs: Sequence[Tuple[str, str]] = (),
-                 max_examples: int = 8, max_passage_length: Optional[int] = None,
+                 pairs: Sequence[tuple[str, str]] = (),
+                 max_examples: int = 8, max_passage_length: int | None = None,
                  batch_size: int = 64, prefill_tokens: int = 4096, seed: int = 0,
                  preallocated_cache: bool = True, share_prefix: bool = True):
         if generator.is_seq2seq:
@@ -144,7 +157,7 @@ class QueryWriter:
                 'batch_size': self.batch_size, 'cache': 'shared prompt' if shared else 'dynamic',
                 'prefix': 'shared' if self._prefix_shared() else 'each prompt'}
 
-    def _shared_layers(self) -> Optional[int]:
+    def _shared_layers(self) -> int | None:
         """The decoder's number of layers if the writer writes into a :class:`WriterCache`, else
         None."""
         return (full_attention_layers(self.generator.model.config) if self.preallocated_cache
@@ -163,13 +176,13 @@ class QueryWriter:
         return writer_prompt(self.tokenizer, passage, style=self.style, examples=self.examples,
                              pairs=self.pairs)
 
-    def prompt_ids(self, passages: Sequence[str]) -> List[List[int]]:
+    def prompt_ids(self, passages: Sequence[str]) -> list[list[int]]:
         cut = cut_to_tokens(self.tokenizer, passages, self.max_passage_length)
         ids = self.tokenizer([self.prompt(p) for p in cut], add_special_tokens=False)['input_ids']
         return [self.generator.bos_ids + x if self.style == 'plain' else x for x in ids]
 
     @cached_property
-    def head_ids(self) -> List[int]:
+    def head_ids(self) -> list[int]:
         """The token ids of the prompt before its passage. Every prompt begins with them, but
         perhaps the last, which the passage's first word can merge with (:meth:`write` shares
         the prefix that all of its prompts have in common with these)."""
@@ -186,10 +199,10 @@ class QueryWriter:
     # -- writing ----------------------------------------------------------------------
 
     def write(self, passages: Sequence[str], n: int = 1, *, do_sample: bool = False,
-              temperature: float = 1.0, top_p: float = 1.0, top_k: Optional[int] = None,
+              temperature: float = 1.0, top_p: float = 1.0, top_k: int | None = None,
               max_new_tokens: int = 32, shared: bool = True,
-              generator: Optional[torch.Generator] = None,
-              checkpoint: Optional[Path] = None) -> List[List[str]]:
+              generator: torch.Generator | None = None,
+              checkpoint: Path | None = None) -> list[list[str]]:
         """``n`` queries for each passage (greedy: ``n`` copies of one), the first line of each
         generation, stripped. ``shared=False``: each sample prefilled on its own (the
         reference the shared path is tested against). Sampling draws from ``generator``
@@ -212,7 +225,7 @@ class QueryWriter:
         ids = self.prompt_ids(passages)
         # by length: little padding in a batch
         order = np.argsort([-len(x) for x in ids], kind='stable')
-        out: List[Optional[List[str]]] = [None] * len(ids)
+        out: list[list[str] | None] = [None] * len(ids)
         begin, key = resume_write(checkpoint, out, ids, n, self.config(),
                                   self.generator.fingerprint(), generator, do_sample=do_sample,
                                   temperature=temperature, top_p=top_p, top_k=top_k,
@@ -239,7 +252,7 @@ class QueryWriter:
                     save_checkpoint(Path(checkpoint), key, start + len(idx), out, generator)
         return out
 
-    def shared_prefix(self, prompts: List[List[int]]) -> Optional['SharedPrefix']:
+    def shared_prefix(self, prompts: list[list[int]]) -> Optional['SharedPrefix']:
         """The keys and values of the longest head (within :attr:`head_ids`) that all
         ``prompts`` begin with, each keeping one token of its own; None where it is shorter than
         :data:`MIN_SHARED_PREFIX`."""
@@ -253,7 +266,7 @@ class QueryWriter:
         cache, _, _ = self._prefill([head[:length]], WriterCache(self._shared_layers(), 1))
         return SharedPrefix(length, [(layer.keys, layer.values) for layer in cache.layers])
 
-    def prefill(self, prompts: List[List[int]], max_new_tokens: int,
+    def prefill(self, prompts: list[list[int]], max_new_tokens: int,
                 prefix: Optional['SharedPrefix'] = None):
         """The prompts' forward passes (left-padded): their key/value cache, with room for
         ``max_new_tokens`` more, the next token's logits (fp32) and the attention mask. Into a
@@ -287,7 +300,7 @@ class QueryWriter:
             del cache
         return joined, torch.cat(logits), torch.cat(masks)
 
-    def _prefill(self, prompts: List[List[int]], cache: Optional['WriterCache']):
+    def _prefill(self, prompts: list[list[int]], cache: Optional['WriterCache']):
         skip = cache.prefix.length if cache is not None and cache.prefix is not None else 0
         input_ids, mask = pad([p[skip:] for p in prompts], self.tokenizer.pad_token_id, left=True,
                               device=self.generator.device)
@@ -302,10 +315,10 @@ class QueryWriter:
                                           logits_to_keep=1, **given)
         return cache_of(output), output.logits[:, -1].float(), mask
 
-    def _sample(self, prompts: List[List[int]], n: int, *, do_sample: bool, temperature: float,
+    def _sample(self, prompts: list[list[int]], n: int, *, do_sample: bool, temperature: float,
                 top_p: float, top_k: int, max_new_tokens: int,
-                generator: Optional[torch.Generator],
-                prefix: Optional['SharedPrefix'] = None) -> List[List[int]]:
+                generator: torch.Generator | None,
+                prefix: Optional['SharedPrefix'] = None) -> list[list[int]]:
         """The new tokens of ``n`` continuations of each prompt (rows: prompt-major), each up
         to and with the token that ended it."""
         model, device = self.generator.model, self.generator.device
@@ -317,7 +330,7 @@ class QueryWriter:
             cache.batch_repeat_interleave(n)
         mask, logits = mask.repeat_interleave(n, 0), logits.repeat_interleave(n, 0)
         rows = mask.shape[0]
-        written: List[List[int]] = [[] for _ in range(rows)]
+        written: list[list[int]] = [[] for _ in range(rows)]
         alive = torch.arange(rows, device=device)  # the rows still writing, in the cache's order
         # has a row written any text yet
         started = torch.zeros(rows, dtype=torch.bool, device=device)
@@ -348,7 +361,7 @@ class QueryWriter:
             cache, logits = cache_of(output), output.logits[:, -1].float()
         return written
 
-def _draw(probs: torch.Tensor, generator: Optional[torch.Generator]) -> torch.Tensor:
+def _draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One index a row, drawn where ``generator`` lives (a seeded CPU generator draws the
     same tokens whether the model runs on the CPU or a GPU; torch refuses a CPU generator
     for a CUDA tensor)."""
@@ -358,7 +371,7 @@ def _draw(probs: torch.Tensor, generator: Optional[torch.Generator]) -> torch.Te
 
 
 def generated(generator, passages: Sequence[str], *, max_new_tokens: int = 32,
-              **kwargs) -> List[str]:
+              **kwargs) -> list[str]:
     """Text generated from each passage's prompt (greedy unless ``kwargs`` say otherwise,
     e.g. ``do_sample=True, top_p=0.92``); decoder-only output stops at the first line."""
     p_ids = generator.passage_ids(passages)
@@ -403,7 +416,7 @@ def token_kinds(tokenizer, model) -> torch.Tensor:
 
 
 def next_tokens(logits: torch.Tensor, do_sample: bool, temperature: float, top_p: float,
-          generator: Optional[torch.Generator], top_k: int = 0) -> torch.Tensor:
+          generator: torch.Generator | None, top_k: int = 0) -> torch.Tensor:
     """The next token of each row: greedy, or drawn as ``generate`` draws (temperature,
     then the top k, then the nucleus of their renormalised distribution)."""
     if not do_sample:

@@ -1,7 +1,7 @@
 """What every first-stage retriever of this package checks at the door, and the one search
 the trainers all make: each query's top k, skipping the passages it may not retrieve."""
 import logging
-from typing import Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -49,7 +49,7 @@ def empty_results(topics: pd.DataFrame) -> pd.DataFrame:
 
 
 def top_k_excluding(retriever: pt.Transformer, queries: Sequence[Query], k: int, *,
-                    query_vectors: Optional[np.ndarray] = None) -> Dict[str, List[str]]:
+                    query_vectors: np.ndarray | None = None) -> dict[str, list[str]]:
     """Each query's top ``k`` docnos by ``retriever``, skipping its ``excluded`` passages:
     :func:`ranked_excluding` without the scores."""
     ranked = ranked_excluding(retriever, queries, k, query_vectors=query_vectors)
@@ -57,8 +57,8 @@ def top_k_excluding(retriever: pt.Transformer, queries: Sequence[Query], k: int,
 
 
 def ranked_excluding(retriever: pt.Transformer, queries: Sequence[Query], k: int, *,
-                     query_vectors: Optional[np.ndarray] = None,
-                     exclude: bool = True) -> Dict[str, Tuple[List[str], np.ndarray]]:
+                     query_vectors: np.ndarray | None = None,
+                     exclude: bool = True) -> dict[str, tuple[list[str], np.ndarray]]:
     """Each query's top ``k`` docnos by ``retriever``, skipping its ``excluded`` passages
     (the passage a corpus query was cut from: REALM's trivial retrieval), qid -> docnos.
 

@@ -8,15 +8,15 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional
 
 import pandas as pd
 from pyterrier_pisa import PisaIndex
 
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root, disk_faults
 from pyterrier_selfsup.data.collections import Collection
-from pyterrier_selfsup.retrieval.base import Retriever
 from pyterrier_selfsup.progress import progress
+from pyterrier_selfsup.retrieval.base import Retriever
 
 # PISA reads a query line as "[id:]terms": anything before the first ':' is taken as an
 # id and silently dropped, and a NUL ends the string inside the engine.
@@ -28,9 +28,9 @@ def pisa_safe(query: str) -> str:
     return ' '.join(_UNSAFE.sub(' ', str(query)).split())
 
 
-def pisa_index(collection: Union[str, Collection], *, stemmer: str = 'porter2',
+def pisa_index(collection: str | Collection, *, stemmer: str = 'porter2',
                stops: str = 'terrier', k1: float = 0.9, b: float = 0.4,
-               cache_dir: Optional[Union[str, Path]] = None, verbose: bool = False) -> PisaIndex:
+               cache_dir: str | Path | None = None, verbose: bool = False) -> PisaIndex:
     """The PISA index of ``collection``'s documents (title + text), built on first use.
 
     The index lives under ``<cache>/pisa/<collection>-<hash of the settings>``; ``k1`` and
@@ -76,7 +76,7 @@ LOG_RESERVE = 64 << 10
 _PISA_FILES = ('fwd.documents', 'inv.docs', 'inv.freqs', 'inv.sizes', 'pt_meta.json')
 
 
-def _pisa_damage(path: Path) -> Optional[str]:
+def _pisa_damage(path: Path) -> str | None:
     """The files a complete PISA index must have, non-empty (for indexes built before the
     completion marker recorded sizes); a size mismatch is found by the marker itself."""
     for name in _PISA_FILES:
@@ -141,9 +141,9 @@ class BM25(Retriever):
         self._engine = index.bm25(k1=k1, b=b, num_results=num_results)
 
     @classmethod
-    def from_collection(cls, collection: Union[str, Collection], *, k1: float = 0.9, b: float = 0.4,
+    def from_collection(cls, collection: str | Collection, *, k1: float = 0.9, b: float = 0.4,
                         stemmer: str = 'porter2', stops: str = 'terrier', num_results: int = 1000,
-                        cache_dir: Optional[Union[str, Path]] = None,
+                        cache_dir: str | Path | None = None,
                         verbose: bool = False) -> 'BM25':
         index = pisa_index(collection, stemmer=stemmer, stops=stops, k1=k1, b=b,
                            cache_dir=cache_dir, verbose=verbose)

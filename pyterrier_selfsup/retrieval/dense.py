@@ -11,7 +11,7 @@ import logging
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -20,21 +20,26 @@ from more_itertools import chunked
 from pyterrier_dr import BiEncoder, FlexIndex, SBertBiEncoder
 
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root, temporary_build
-from pyterrier_selfsup._distributed import (SHARD_CHUNK, all_or_none, build_sharded, chunk_order,
-                                            distributed)
+from pyterrier_selfsup._distributed import (
+    SHARD_CHUNK,
+    all_or_none,
+    build_sharded,
+    chunk_order,
+    distributed,
+)
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models.dual_encoder import DualEncoder, reads_as_made
 from pyterrier_selfsup.models.names import MINILM
 from pyterrier_selfsup.models.st_format import UnreproducibleModel
+from pyterrier_selfsup.progress import progress
 from pyterrier_selfsup.retrieval.ann import resolve_search, search_stage
 from pyterrier_selfsup.retrieval.base import Retriever
-from pyterrier_selfsup.progress import progress
 
 logger = logging.getLogger(__name__)
 
 
-def sbert_encoder(model_name: str = MINILM, *, max_length: Optional[int] = None,
-                  batch_size: int = 32, device: Optional[str] = None) -> SBertBiEncoder:
+def sbert_encoder(model_name: str = MINILM, *, max_length: int | None = None,
+                  batch_size: int = 32, device: str | None = None) -> SBertBiEncoder:
     """A pyterrier-dr bi-encoder for a sentence-transformers model; ``max_length`` (in
     tokens) overrides the model's own truncation length."""
     encoder = SBertBiEncoder(model_name, batch_size=batch_size, device=device)
@@ -48,8 +53,8 @@ def sbert_encoder(model_name: str = MINILM, *, max_length: Optional[int] = None,
 INDEX_CHUNK = 4096
 
 
-def flex_index(collection: Union[str, Collection], encoder: BiEncoder, *,
-               cache_dir: Optional[Union[str, Path]] = None, verbose: bool = False,
+def flex_index(collection: str | Collection, encoder: BiEncoder, *,
+               cache_dir: str | Path | None = None, verbose: bool = False,
                offsets: bool = True) -> FlexIndex:
     """``collection``'s documents (title + text) encoded by ``encoder``, built on first use
     under ``<cache>/flex/<collection>.<model>-<hash>``, the hash covering the model's
@@ -86,7 +91,7 @@ def flex_index(collection: Union[str, Collection], encoder: BiEncoder, *,
                                     check=flex_damage)), verbose=False)
 
 
-def index_key(collection: Collection, encoder: BiEncoder, backend: Optional[str] = None) -> str:
+def index_key(collection: Collection, encoder: BiEncoder, backend: str | None = None) -> str:
     """The directory name of ``collection``'s index as ``encoder`` encodes it through
     ``backend`` (a :class:`DualEncoder`'s; None for any other encoder): one key for the same
     vectors. OpenVINO in fp32 gives torch's vectors to float rounding (max |diff| 2.4e-07,
@@ -110,7 +115,7 @@ def model_name(encoder: BiEncoder) -> str:
     return encoder.name if isinstance(encoder, DualEncoder) else encoder.model_name
 
 
-def offset_index(path: Union[str, Path], base: FlexIndex, offsets) -> FlexIndex:
+def offset_index(path: str | Path, base: FlexIndex, offsets) -> FlexIndex:
     """A new FlexIndex at ``path``: ``base``'s vectors with ``offsets`` applied
     (:meth:`PassageOffsets.apply`), in its order, a chunk at a time."""
     docnos, vectors, _ = base.payload()
@@ -128,7 +133,7 @@ def offset_index(path: Union[str, Path], base: FlexIndex, offsets) -> FlexIndex:
     return index
 
 
-def flex_size(collection: Collection, encoder: BiEncoder) -> Optional[int]:
+def flex_size(collection: Collection, encoder: BiEncoder) -> int | None:
     """About the bytes of ``collection``'s FlexIndex: the vectors (float32) and the docnos
     (npids: about the docnos' text); None where the corpus's size is unknown."""
     return collection.docs_count and collection.docs_count * (4 * vector_size(encoder) + 32)
@@ -142,7 +147,7 @@ def vector_size(encoder: BiEncoder) -> int:
             model.get_sentence_embedding_dimension)()
 
 
-def flex_damage(path: Path) -> Optional[str]:
+def flex_damage(path: Path) -> str | None:
     """A FlexIndex's vectors against its metadata (``doc_count`` x ``vec_size`` float32):
     what a truncated ``vecs.f4`` would otherwise meet as numpy's 'mmap length is greater
     than file size' when the index is first searched."""
@@ -162,7 +167,7 @@ def flex_damage(path: Path) -> Optional[str]:
     return None
 
 
-def encode_into(path: Union[str, Path], collection: Collection, encoder: BiEncoder, *,
+def encode_into(path: str | Path, collection: Collection, encoder: BiEncoder, *,
                 verbose: bool = False, chunk: int = INDEX_CHUNK) -> FlexIndex:
     """A new FlexIndex at ``path`` holding ``collection``'s documents encoded by ``encoder``
     in one process (:func:`encode_sharded`: the same index encoded by several)."""
@@ -180,7 +185,7 @@ def encode_into(path: Union[str, Path], collection: Collection, encoder: BiEncod
     return index
 
 
-def encode_sharded(path: Union[str, Path], collection: Collection, encoder: BiEncoder, *, rank: int,
+def encode_sharded(path: str | Path, collection: Collection, encoder: BiEncoder, *, rank: int,
                    world_size: int, verbose: bool = False, chunk: int = SHARD_CHUNK) -> FlexIndex:
     """:func:`encode_into` with the encoding split over ``world_size`` processes, each
     calling this with its ``rank`` (torch.distributed must be initialised: it provides the
@@ -220,7 +225,7 @@ def encode_sharded(path: Union[str, Path], collection: Collection, encoder: BiEn
     return FlexIndex(str(path), verbose=False)
 
 
-def _interleaved(shards: List[Path], chunk: int):
+def _interleaved(shards: list[Path], chunk: int):
     """{'docno', 'doc_vec'} in corpus order from the ranks' shard files (:func:`chunk_order`)."""
     parts = []
     for shard in shards:
@@ -254,11 +259,11 @@ class DenseRetriever(Retriever):
                           >> search_stage(index, self.search_method, num_results))
 
     @classmethod
-    def from_collection(cls, collection: Union[str, Collection], model_name: str = MINILM, *,
-                        max_length: Optional[int] = None, batch_size: int = 32,
+    def from_collection(cls, collection: str | Collection, model_name: str = MINILM, *,
+                        max_length: int | None = None, batch_size: int = 32,
                         num_results: int = 1000, search: str = 'auto', backend: str = 'auto',
-                        prompts: Optional[Dict[str, str]] = None, normalize: Optional[bool] = None,
-                        cache_dir: Optional[Union[str, Path]] = None,
+                        prompts: dict[str, str] | None = None, normalize: bool | None = None,
+                        cache_dir: str | Path | None = None,
                         verbose: bool = False) -> 'DenseRetriever':
         """The sentence-transformers model ``model_name`` zero-shot over ``collection``, in
         fp32: the package's :class:`DualEncoder` reading the model's own configuration (its
@@ -295,12 +300,12 @@ class DenseRetriever(Retriever):
                    num_results=num_results, search=search)
 
     @classmethod
-    def from_dual_encoder(cls, collection: Union[str, Collection], model_name: str = MINILM, *,
-                          dim: Optional[int] = None, num_results: int = 1000, search: str = 'auto',
+    def from_dual_encoder(cls, collection: str | Collection, model_name: str = MINILM, *,
+                          dim: int | None = None, num_results: int = 1000, search: str = 'auto',
                           precision: str = 'auto', backend: str = 'auto',
-                          prompts: Optional[Dict[str, str]] = None,
-                          normalize: Optional[bool] = None,
-                          cache_dir: Optional[Union[str, Path]] = None,
+                          prompts: dict[str, str] | None = None,
+                          normalize: bool | None = None,
+                          cache_dir: str | Path | None = None,
                           verbose: bool = False) -> 'DenseRetriever':
         """The project's own :class:`DualEncoder` loaded from ``model_name``, over ``collection``
         (``precision`` and ``backend``: how it encodes, see :class:`DualEncoder`; ``prompts``
@@ -354,7 +359,7 @@ class StoredVectorScorer(pt.Transformer):
         return (self._pipeline(results.drop(columns='docid', errors='ignore'))
                 .drop(columns='query_vec'))
 
-    def transform_outputs(self, input_columns: List[str]) -> List[str]:
+    def transform_outputs(self, input_columns: list[str]) -> list[str]:
         pt.validate.result_frame(input_columns, extra_columns=['query'])
         return [c for c in input_columns if c not in ('score', 'rank', 'docid')] + ['score', 'rank']
 
@@ -393,7 +398,7 @@ def dense_retriever(collection: Collection, encoder: BiEncoder, *, fresh: bool =
 
 
 def fresh_index(collection: Collection, encoder: BiEncoder, *,
-                verbose: bool = False) -> Tuple[FlexIndex, Optional[tempfile.TemporaryDirectory]]:
+                verbose: bool = False) -> tuple[FlexIndex, tempfile.TemporaryDirectory | None]:
     """``collection`` encoded by ``encoder`` as it is now into a temporary directory, and
     that directory (the index lives as long as the caller keeps it; None: nothing to keep).
 

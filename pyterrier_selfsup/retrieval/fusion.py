@@ -25,7 +25,7 @@ cosines below 1) over the documents both return; fusion needs per-query normalis
 and the documents only one of them found. ``pt.fusion``'s reciprocal-rank fusion drops
 the scores' margins, which the teacher's distribution is made of.
 """
-from typing import Dict, Optional
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -41,7 +41,7 @@ def zscores(results: pd.DataFrame, column: str = 'score') -> pd.Series:
     return ((results[column] - mean) / std.where(std > 0, 1.0)).fillna(0.0)
 
 
-def fuse(runs: Dict[str, pd.DataFrame], weights: Dict[str, float]) -> pd.DataFrame:
+def fuse(runs: dict[str, pd.DataFrame], weights: dict[str, float]) -> pd.DataFrame:
     """The union of ``runs`` (name -> result frame with ``qid``, ``docno``, ``score``) with
     a ``z_<name>`` column for each run (its per-query z-score, or its lowest z for the query
     where it did not return the document) and ``score`` = Σ weights[name] · z_<name>."""
@@ -85,9 +85,9 @@ class Fusion(Retriever):
     The result has ``score``, ``rank`` and each component's ``z_<name>``.
     """
 
-    def __init__(self, stages: Dict[str, pt.Transformer], *,
-                 weights: Optional[Dict[str, float]] = None, depth: int = 100,
-                 rerankers: Optional[Dict[str, pt.Transformer]] = None, rerank_depth: int = 10,
+    def __init__(self, stages: dict[str, pt.Transformer], *,
+                 weights: dict[str, float] | None = None, depth: int = 100,
+                 rerankers: dict[str, pt.Transformer] | None = None, rerank_depth: int = 10,
                  num_results: int = 1000, raw_labels: bool = False):
         if not stages:
             raise ValueError('Fusion needs at least one first stage')

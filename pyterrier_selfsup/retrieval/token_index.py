@@ -28,8 +28,9 @@ only that one, as the paper does.
 """
 import json
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Union
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -40,8 +41,8 @@ from pyterrier_selfsup._cache import build_once, cache_key, cache_root
 from pyterrier_selfsup._distributed import SHARD_CHUNK, build_sharded, chunk_order
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models.reatt import ReAtt
-from pyterrier_selfsup.retrieval.base import Retriever
 from pyterrier_selfsup.progress import progress
+from pyterrier_selfsup.retrieval.base import Retriever
 
 META_FILE = 'pt_meta.json'
 KEYS_FILE = 'keys.f16'
@@ -51,7 +52,7 @@ IVF_FILE = 'tokens.faiss'
 CHUNK = 2048  # documents encoded at a time
 
 
-def _join_shards(path: Path, parts: List['ReAttIndex'], chunk: int):
+def _join_shards(path: Path, parts: list['ReAttIndex'], chunk: int):
     """One keys-only index at ``path`` from the shards of :meth:`ReAttIndex.build_sharded`,
     in corpus order (:func:`~pyterrier_selfsup._distributed.chunk_order`)."""
     path.mkdir(parents=True, exist_ok=True)
@@ -70,7 +71,7 @@ def _join_shards(path: Path, parts: List['ReAttIndex'], chunk: int):
     (path / META_FILE).write_text(json.dumps(meta, indent=2))
 
 
-def build_ivf(path: Path, dim: int, *, nlist: Optional[int] = None, train_sample: int = 256,
+def build_ivf(path: Path, dim: int, *, nlist: int | None = None, train_sample: int = 256,
               seed: int = 0) -> int:
     """The FAISS IVF index over the keys of the index at ``path`` (its ``keys.f16``), written
     beside them; returns its number of lists (default :func:`default_nlist`)."""
@@ -95,7 +96,7 @@ class ReAttIndex(pt.Artifact):
     """The retrieval head's key vectors of every token of a corpus; build with :meth:`build`
     or :func:`reatt_index`, search with :meth:`retriever`."""
 
-    def __init__(self, path: Union[str, Path]):
+    def __init__(self, path: str | Path):
         super().__init__(path)
         self.meta = json.loads((self.path / META_FILE).read_text())
         self.offsets = np.load(self.path / TOKEN_OFFSETS_FILE)
@@ -110,7 +111,7 @@ class ReAttIndex(pt.Artifact):
         return len(self.docnos)
 
     @staticmethod
-    def damage(path: Path) -> Optional[str]:
+    def damage(path: Path) -> str | None:
         """The files against the recorded counts (keys: tokens x dim fp16; offsets:
         documents + 1 ending at tokens; the IVF file where an nlist was built); a problem's
         description, or None."""
@@ -150,8 +151,8 @@ class ReAttIndex(pt.Artifact):
     # -- building ---------------------------------------------------------------------
 
     @classmethod
-    def build(cls, path: Union[str, Path], reatt, docs: Iterable[Dict[str, str]], *,
-              nlist: Optional[int] = None, train_sample: int = 256, seed: int = 0, ivf: bool = True,
+    def build(cls, path: str | Path, reatt, docs: Iterable[dict[str, str]], *,
+              nlist: int | None = None, train_sample: int = 256, seed: int = 0, ivf: bool = True,
               verbose: bool = False) -> 'ReAttIndex':
         """Encodes ``docs`` (``{'docno', 'text'}``) with ``reatt`` and writes the index at
         ``path``. ``nlist``: IVF lists (default :func:`default_nlist`); the coarse
@@ -191,7 +192,7 @@ class ReAttIndex(pt.Artifact):
         return cls(path)
 
     @classmethod
-    def build_sharded(cls, path: Union[str, Path], reatt, docs: Iterable[Dict[str, str]], *,
+    def build_sharded(cls, path: str | Path, reatt, docs: Iterable[dict[str, str]], *,
                       rank: int, world_size: int, chunk: int = SHARD_CHUNK) -> 'ReAttIndex':
         """:meth:`build` (keys only, ``ivf=False``) with the encoding split over the
         ``world_size`` processes of a torch.distributed group, each calling this with its
@@ -212,7 +213,7 @@ class ReAttIndex(pt.Artifact):
             raise ValueError(f'{self.path} was built with another model ({self.meta["model"]}, '
                              f'fingerprint {self.meta["fingerprint"]}): rebuild it for this one')
 
-    def query_vectors(self, reatt, queries: List[str]) -> List[np.ndarray]:
+    def query_vectors(self, reatt, queries: list[str]) -> list[np.ndarray]:
         """Each query's retrieval-head vectors (L_q, e), times the layer's attention scaling,
         so that q·k is the pre-softmax attention."""
         head, scaling = self.meta['retrieval_head'], reatt.model.attention.scaling
@@ -259,8 +260,8 @@ class ReAttIndex(pt.Artifact):
         np.maximum.at(best, (rows, column), token_scores[found])
         return docs, best.mean(axis=0)
 
-    def search(self, q: np.ndarray, num_results: int, candidate_tokens: Optional[int], nprobe: int,
-               rescore: Optional[int] = None):
+    def search(self, q: np.ndarray, num_results: int, candidate_tokens: int | None, nprobe: int,
+               rescore: int | None = None):
         """(document positions, scores) of one query's top ``num_results``; exhaustive
         when ``candidate_tokens`` is None; ``rescore``: only the top ``rescore``
         candidates by :meth:`approximate_scores` are scored exactly (all when None)."""
@@ -278,8 +279,8 @@ class ReAttIndex(pt.Artifact):
         top = top[np.isfinite(scores[top])]  # a document without tokens is never retrieved
         return docs[top], scores[top]
 
-    def retriever(self, reatt, *, num_results: int = 1000, candidate_tokens: Optional[int] = 128,
-                  nprobe: int = 32, rescore: Optional[int] = None,
+    def retriever(self, reatt, *, num_results: int = 1000, candidate_tokens: int | None = 128,
+                  nprobe: int = 32, rescore: int | None = None,
                   verbose: bool = False) -> 'ReAttRetriever':
         """Two-stage retrieval: each query token's ``candidate_tokens`` (K') nearest
         document tokens (``nprobe`` IVF lists searched) give the candidates, scored exactly
@@ -306,8 +307,8 @@ class ReAttRetriever(Retriever):
     search': a trainer's thousands of queries against every document take minutes)."""
 
     def __init__(self, index: ReAttIndex, reatt, *, num_results: int = 1000,
-                 candidate_tokens: Optional[int] = 128, nprobe: int = 32,
-                 rescore: Optional[int] = None, verbose: bool = False):
+                 candidate_tokens: int | None = 128, nprobe: int = 32,
+                 rescore: int | None = None, verbose: bool = False):
         self.index = index
         self.reatt = reatt
         self.num_results = num_results
@@ -345,7 +346,7 @@ class ReAttRetriever(Retriever):
         return f'ReAttRetriever({self.index!r}, {how}, num_results={self.num_results})'
 
 
-def reatt_index(collection, reatt, *, nlist: Optional[int] = None, cache_dir=None,
+def reatt_index(collection, reatt, *, nlist: int | None = None, cache_dir=None,
                 verbose: bool = False) -> ReAttIndex:
     """``collection``'s token index for ``reatt``, built on first use under
     ``<cache>/reatt/<corpus>.<model>-<hash>`` (the hash covering the model's weights and
@@ -362,7 +363,7 @@ def reatt_index(collection, reatt, *, nlist: Optional[int] = None, cache_dir=Non
     return ReAttIndex(built)
 
 
-def token_index_size(collection: Collection, reatt, ivf: bool = True) -> Optional[int]:
+def token_index_size(collection: Collection, reatt, ivf: bool = True) -> int | None:
     """About the bytes of ``collection``'s token index: fp16 keys and (``ivf``) the IVF's
     fp32 copy of them, at the model's token limit at most; None where the corpus's size is
     unknown."""
@@ -374,8 +375,8 @@ def token_index_size(collection: Collection, reatt, ivf: bool = True) -> Optiona
 
 
 def reatt_retriever(collection, *, model_name: str, retrieval_layer: int, head: int,
-                    special_tokens: bool = True, candidate_tokens: Optional[int] = 128,
-                    nprobe: int = 32, rescore: Optional[int] = None, num_results: int = 1000,
+                    special_tokens: bool = True, candidate_tokens: int | None = 128,
+                    nprobe: int = 32, rescore: int | None = None, num_results: int = 1000,
                     cache_dir=None, verbose: bool = False) -> ReAttRetriever:
     """``model_name``'s attention head ``head`` at layer ``retrieval_layer`` (from 0) as a
     zero-shot ReAtt retriever over ``collection``'s token index (built on first use, cached);

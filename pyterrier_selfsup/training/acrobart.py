@@ -8,7 +8,6 @@ reconstruction loss reaches the retriever; the shared retrieval and refreshes ar
 """
 import logging
 from pathlib import Path
-from typing import List, Optional
 
 import numpy as np
 import torch
@@ -58,7 +57,7 @@ class Acrobart(RetrieveAndReconstruct):
 
     Settings = AcrobartSettings
 
-    def __init__(self, *args, generator_batch: Optional[int] = GENERATOR_BATCH, **kwargs):
+    def __init__(self, *args, generator_batch: int | None = GENERATOR_BATCH, **kwargs):
         super().__init__(*args, **kwargs)
         self.generator_batch = generator_batch
         self.beta = torch.nn.Parameter(torch.tensor(float(self.settings.beta),
@@ -86,7 +85,7 @@ class Acrobart(RetrieveAndReconstruct):
         with torch.no_grad():
             self.beta.copy_(torch.load(path / 'acrobart.pt')['beta'])
 
-    def loss(self, batch: List[Query], rng: np.random.Generator) -> torch.Tensor:
+    def loss(self, batch: list[Query], rng: np.random.Generator) -> torch.Tensor:
         mine = self.local_batch(batch)
         docnos, texts, logits = self.candidates(mine)
         self.record('beta', self.beta.item())  # the value this step uses, before its update

@@ -22,7 +22,6 @@ query cut from the corpus never has its own passage among its close documents.
 import logging
 import time
 from dataclasses import replace
-from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -32,16 +31,16 @@ import torch.nn.functional as F
 
 from pyterrier_selfsup._cache import temporary_build
 from pyterrier_selfsup._distributed import all_or_none
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.queries import MASK, Query, training_queries
 from pyterrier_selfsup.models.generator import Generator
-from pyterrier_selfsup.models.score_cache import score_cache_dir
 from pyterrier_selfsup.models.reatt import ReAtt
+from pyterrier_selfsup.models.score_cache import score_cache_dir
 from pyterrier_selfsup.retrieval.base import top_k_excluding
 from pyterrier_selfsup.retrieval.bm25 import BM25
 from pyterrier_selfsup.retrieval.token_index import ReAttIndex, reatt_index, token_index_size
 from pyterrier_selfsup.training.loop import Trainer
-from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.training.settings import CrossDocumentAdjustmentSettings
 
 logger = logging.getLogger(__name__)
@@ -70,15 +69,15 @@ class _Target:
     trains). :meth:`prepare` runs once per iteration, when the close documents change (on
     every process of a data-parallel run, each preparing its share)."""
 
-    def prepare(self, trainer: 'CrossDocumentAdjustment', examples: List[Query]):
+    def prepare(self, trainer: 'CrossDocumentAdjustment', examples: list[Query]):
         pass
 
-    def __call__(self, trainer: 'CrossDocumentAdjustment', batch: List[Query],
-                 docnos: List[str]) -> Tuple[Optional[torch.Tensor], torch.Tensor]:
+    def __call__(self, trainer: 'CrossDocumentAdjustment', batch: list[Query],
+                 docnos: list[str]) -> tuple[torch.Tensor | None, torch.Tensor]:
         raise NotImplementedError
 
 
-def _place(batch: List[Query], docnos: List[str], close: Dict[str, List[str]],
+def _place(batch: list[Query], docnos: list[str], close: dict[str, list[str]],
            values) -> torch.Tensor:
     """(b, len(docnos)): each query's values on its close documents' columns, 0 elsewhere."""
     column = {d: j for j, d in enumerate(docnos)}
@@ -120,7 +119,7 @@ class ReaderTarget(_Target):
 
     def __call__(self, trainer, batch, docnos):
         shares, nll = {}, []
-        by_size: Dict[int, List[Query]] = {}
+        by_size: dict[int, list[Query]] = {}
         for q in batch:  # rows read together need the same number of documents
             by_size.setdefault(len(trainer.close[q.qid]), []).append(q)
         for group in by_size.values():
@@ -167,11 +166,11 @@ class CrossDocumentAdjustment(Trainer):
         MiniLM's shipped head), where checkpointing saves no memory and costs time."""
         return False
 
-    def __init__(self, model, generator: Optional[Generator], collection: Union[str, Collection],
-                 settings: Optional[CrossDocumentAdjustmentSettings] = None,
-                 run: Optional[RunContext] = None, **changes):
+    def __init__(self, model, generator: Generator | None, collection: str | Collection,
+                 settings: CrossDocumentAdjustmentSettings | None = None,
+                 run: RunContext | None = None, **changes):
         super().__init__(model, collection, settings, run, **changes)
-        self.close: Dict[str, List[str]] = {}  # qid -> its close documents this iteration
+        self.close: dict[str, list[str]] = {}  # qid -> its close documents this iteration
         # a single model (ReAttT5) that reads as well
         reads = callable(getattr(model, 'read', None))
         if reads != (generator is None):
@@ -196,7 +195,7 @@ class CrossDocumentAdjustment(Trainer):
         return reatt_index(self.collection, self.reatt, cache_dir=self.cache_dir).exhaustive(
             self.reatt, verbose=self.shows)
 
-    def examples(self, topics: pd.DataFrame) -> List[Query]:
+    def examples(self, topics: pd.DataFrame) -> list[Query]:
         if self.needs_answers and 'answer' not in topics.columns:
             raise ValueError('a single-model ReAtt reads to generate an answer: its topics need an '
                              'answer column (queries=masked)')
@@ -204,7 +203,7 @@ class CrossDocumentAdjustment(Trainer):
 
     # -- close documents, once per iteration ------------------------------------------
 
-    def on_epoch_start(self, examples: List[Query], epoch: int, resumed: bool):
+    def on_epoch_start(self, examples: list[Query], epoch: int, resumed: bool):
         t0 = time.time()
         # BM25's, which reads a masked query without its mask (not a word: it would match 'mask')
         if epoch == 0:
@@ -248,7 +247,7 @@ class CrossDocumentAdjustment(Trainer):
         index._tmp = tmp  # removed with the index
         return index
 
-    def pairs(self, batch: List[Query]) -> pd.DataFrame:
+    def pairs(self, batch: list[Query]) -> pd.DataFrame:
         """(qid, query, docno, text) of every query's close documents."""
         rows = [(q.qid, q.query, d) for q in batch for d in self.close.get(q.qid, [])]
         frame = pd.DataFrame(rows, columns=['qid', 'query', 'docno'])
@@ -257,11 +256,11 @@ class CrossDocumentAdjustment(Trainer):
 
     # -- the loss ---------------------------------------------------------------------
 
-    def target_distribution(self, batch: List[Query], docnos: List[str]) -> torch.Tensor:
+    def target_distribution(self, batch: list[Query], docnos: list[str]) -> torch.Tensor:
         """P_target, (b, len(docnos)): each query's close documents by the teacher, 0 elsewhere."""
         return self.teacher(self, batch, docnos)[1]
 
-    def loss(self, batch: List[Query], rng: np.random.Generator) -> torch.Tensor:
+    def loss(self, batch: list[Query], rng: np.random.Generator) -> torch.Tensor:
         batch = [q for q in batch if self.close.get(q.qid)]
         # this process's share of the queries (Trainer.local_rows), against every document
         mine = self.local_batch(batch)

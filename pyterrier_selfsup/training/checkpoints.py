@@ -18,7 +18,6 @@ import os
 import random
 import shutil
 from pathlib import Path
-from typing import Dict, List, Optional, Union
 
 import pandas as pd
 import torch
@@ -31,7 +30,7 @@ TRAINER_STATE_FILE = 'trainer_state.pt'
 CHECKPOINT_MANIFEST = 'checkpoint.json'  # every file's size, written last
 
 
-def checkpoints(output_dir: Union[str, Path]) -> List[Path]:
+def checkpoints(output_dir: str | Path) -> list[Path]:
     """The whole step checkpoints a :class:`Trainer` wrote under ``output_dir``, oldest first
     (the last one is what ``fit(resume_from=...)`` continues from)."""
     found = [p for p in Path(output_dir).glob('checkpoint-*')
@@ -39,19 +38,19 @@ def checkpoints(output_dir: Union[str, Path]) -> List[Path]:
     return sorted(found, key=checkpoint_step)
 
 
-def checkpoint_step(path: Union[str, Path]) -> int:
+def checkpoint_step(path: str | Path) -> int:
     """The step a checkpoint was written after (``checkpoint-625``: 625)."""
     return int(Path(path).name.split('-', 1)[1])
 
 
-def resume_point(output_dir: Union[str, Path]) -> Optional[Path]:
+def resume_point(output_dir: str | Path) -> Path | None:
     """The checkpoint :func:`fit_resumably` goes on from: the last whole one whose files are not
     damaged (None: it starts over)."""
     return next((c for c in reversed(checkpoints(output_dir))
                  if checkpoint_damage(c) is None), None)
 
 
-def checkpoint_damage(path: Path) -> Optional[str]:
+def checkpoint_damage(path: Path) -> str | None:
     """A checkpoint's files against the sizes recorded when it was written, or None where they
     are whole (a checkpoint without its manifest was stopped before its end)."""
     try:
@@ -86,7 +85,7 @@ def fit_resumably(trainer, topics: pd.DataFrame):
     return trainer
 
 
-def keep_final_only(output_dir: Union[str, Path]):
+def keep_final_only(output_dir: str | Path):
     """Removes what only a resumed run needs once training is over: the step checkpoints
     and the final model's optimiser state (twice the model's size; the log is kept in
     ``training_log.jsonl``). For the cached pipelines, whose models are finished products."""
@@ -131,7 +130,7 @@ def write_checkpoint(trainer, optimizer, scheduler, final: bool = False):
             shutil.rmtree(old)
 
 
-def restore_checkpoint(trainer, path: Path, optimizer, scheduler) -> Dict:
+def restore_checkpoint(trainer, path: Path, optimizer, scheduler) -> dict:
     """Puts ``trainer``, ``optimizer``, ``scheduler`` and the random states back as the
     checkpoint at ``path`` holds them, and returns the loop's state; a state that does not load
     is an error."""

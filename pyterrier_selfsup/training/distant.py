@@ -15,7 +15,6 @@ retriever's top non-positive, recomputed each epoch).
 import logging
 from dataclasses import replace
 from functools import cached_property
-from typing import Dict, List, Optional
 
 import numpy as np
 import pandas as pd
@@ -37,8 +36,8 @@ BM25_DEPTH = 30
 
 
 def in_batch_loss(queries: torch.Tensor, passages: torch.Tensor, temperature: float,
-                  excluded: Optional[torch.Tensor] = None, *, rows: Optional[List[int]] = None,
-                  batch_size: Optional[int] = None) -> torch.Tensor:
+                  excluded: torch.Tensor | None = None, *, rows: list[int] | None = None,
+                  batch_size: int | None = None) -> torch.Tensor:
     """Mean over queries i of -log softmax_j(q_i . p_j / temperature) at j = i.
 
     ``passages`` holds the b positives first (row i of ``queries`` belongs with row i),
@@ -79,7 +78,7 @@ class DistantSupervision(DualEncoderTrainer):
     description = 'distant supervision'
     data_parallel = True
 
-    def on_epoch_start(self, examples: List[Query], epoch: int, resumed: bool):
+    def on_epoch_start(self, examples: list[Query], epoch: int, resumed: bool):
         if self.settings.negatives == 'retriever' and not (resumed and self.state.get('hard')):
             self.state['hard'] = self._retriever_negatives(examples)
 
@@ -89,7 +88,7 @@ class DistantSupervision(DualEncoderTrainer):
 
     # -- data -------------------------------------------------------------------------
 
-    def examples(self, topics: pd.DataFrame) -> List[Query]:
+    def examples(self, topics: pd.DataFrame) -> list[Query]:
         """The queries that BM25 finds something for; BM25's top-1 (skipping the passage a
         query was cut from) is each one's positive, the rest of its top :data:`BM25_DEPTH` + 1
         the pool of its ``bm25`` negatives."""
@@ -106,7 +105,7 @@ class DistantSupervision(DualEncoderTrainer):
     def positive(self, query: Query) -> str:
         return self._ranked[query.qid][0]
 
-    def loss(self, batch: List[Query], rng: np.random.Generator) -> Optional[torch.Tensor]:
+    def loss(self, batch: list[Query], rng: np.random.Generator) -> torch.Tensor | None:
         positives = [self.positive(q) for q in batch]
         docnos = positives + self._negatives(batch, rng, self.state.get('hard'))
         # a passage that is query i's positive, or was cut from it, is not its negative
@@ -122,8 +121,8 @@ class DistantSupervision(DualEncoderTrainer):
         return in_batch_loss(queries, passages, self.encoder.temperature, excluded[local],
                              rows=local, batch_size=len(batch))
 
-    def _negatives(self, batch: List[Query], rng: np.random.Generator,
-                   hard: Optional[Dict[str, str]]) -> List[str]:
+    def _negatives(self, batch: list[Query], rng: np.random.Generator,
+                   hard: dict[str, str] | None) -> list[str]:
         if self.settings.negatives == 'none':
             return []
         if self.settings.negatives == 'random':
@@ -136,10 +135,10 @@ class DistantSupervision(DualEncoderTrainer):
         return [hard.get(q.qid, self.positive(q)) for q in batch]  # retriever
 
     @cached_property
-    def _all_docnos(self) -> List[str]:
+    def _all_docnos(self) -> list[str]:
         return [d['docno'] for d in self.collection.corpus_iter()]
 
-    def _retriever_negatives(self, examples: List[Query]) -> Dict[str, str]:
+    def _retriever_negatives(self, examples: list[Query]) -> dict[str, str]:
         """Each query's highest-scoring passage under the current encoder that is neither
         its positive nor the passage it was cut from."""
         hard = top_k_excluding(self.retriever(fresh=True), [

@@ -16,7 +16,7 @@ of :mod:`~pyterrier_selfsup.training.passages`. Whether it helped is for judged 
 """
 import logging
 import time
-from typing import Callable, Dict, List, Optional, Tuple, Union
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -28,16 +28,22 @@ from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.queries import Query, query_sources, training_queries
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.training.dual_encoder_trainer import DualEncoderTrainer
-from pyterrier_selfsup.training.losses import (candidate_table, distillation_loss,  # noqa: F401
-                                               listwise_kl, margin_mse, top1_agreement, top_overlap,
-                                               triple)
+from pyterrier_selfsup.training.losses import (  # noqa: F401
+    candidate_table,
+    distillation_loss,
+    listwise_kl,
+    margin_mse,
+    top1_agreement,
+    top_overlap,
+    triple,
+)
 from pyterrier_selfsup.training.passages import passage_side
 from pyterrier_selfsup.training.settings import DistillationSettings
 
 logger = logging.getLogger(__name__)
 
-Teacher = Union[pt.Transformer, Callable[[pt.Transformer], pt.Transformer]]
-Ranked = Dict[str, Tuple[List[str], np.ndarray]]  # qid -> the teacher's top (docnos, scores)
+Teacher = pt.Transformer | Callable[[pt.Transformer], pt.Transformer]
+Ranked = dict[str, tuple[list[str], np.ndarray]]  # qid -> the teacher's top (docnos, scores)
 
 
 class Distillation(DualEncoderTrainer):
@@ -57,9 +63,9 @@ class Distillation(DualEncoderTrainer):
     marker = 'round'
     data_parallel = True
 
-    def __init__(self, encoder: DualEncoder, collection: Union[str, Collection], teacher: Teacher,
-                 settings: Optional[DistillationSettings] = None,
-                 run: Optional[RunContext] = None, **changes):
+    def __init__(self, encoder: DualEncoder, collection: str | Collection, teacher: Teacher,
+                 settings: DistillationSettings | None = None,
+                 run: RunContext | None = None, **changes):
         super().__init__(encoder, collection, settings, run, **changes)
         self.teacher = teacher
         self.passages = passage_side(self.settings)
@@ -94,29 +100,29 @@ class Distillation(DualEncoderTrainer):
         """Whether the teacher is one pipeline for every round (not a function of the student)."""
         return isinstance(self.teacher, pt.Transformer)
 
-    def rank(self, teacher: pt.Transformer, queries: List[Query], *,
-             depth: Optional[int] = None) -> Ranked:
+    def rank(self, teacher: pt.Transformer, queries: list[Query], *,
+             depth: int | None = None) -> Ranked:
         """The teacher's top ``depth`` for each query (:meth:`ranked`). Default: the setting;
         one more with ``negatives`` (the query's own passage); a mining teacher's every label."""
         default = max(self.settings.depth + (self.settings.negatives is not None),
                       teacher.rerank_depth + 1 if getattr(teacher, 'mines_only', False) else 0)
         return self.ranked(teacher, queries, depth or default, desc='teacher rankings')
 
-    def round_teacher(self, student: Optional[pt.Transformer] = None) -> pt.Transformer:
+    def round_teacher(self, student: pt.Transformer | None = None) -> pt.Transformer:
         """The teacher of a round: the fixed one, or the teacher of ``student`` (default: the
         student as it is now, over the index it started with)."""
         if self.fixed_teacher:
             return self.teacher
         return self.teacher(student if student is not None else self.student(fresh=False))
 
-    def student(self, fresh: Optional[bool] = None) -> pt.Transformer:
+    def student(self, fresh: bool | None = None) -> pt.Transformer:
         """The student's retriever as it is now (``fresh``: over a newly encoded index; by
         default, where the passage tower trains)."""
         student = self.retriever(fresh=self.passages.moves if fresh is None else fresh)
         self.train_mode(True)
         return student
 
-    def examples(self, topics: pd.DataFrame) -> List[Query]:
+    def examples(self, topics: pd.DataFrame) -> list[Query]:
         """The training queries (with a warning where queries cut from the corpus could
         retrieve their own passage: :func:`~pyterrier_selfsup.data.queries.query_sources`)."""
         query_sources(topics, self.collection, excluded=self.settings.excludes_sources)
@@ -125,7 +131,7 @@ class Distillation(DualEncoderTrainer):
             queries = [Query(q.qid, q.query, frozenset(), q.answer, q.source) for q in queries]
         return queries
 
-    def on_epoch_start(self, examples: List[Query], epoch: int, resumed: bool):
+    def on_epoch_start(self, examples: list[Query], epoch: int, resumed: bool):
         if resumed and self.state.get('targets round') == epoch:
             return  # the round's targets came back with the checkpoint
         started = time.time()
@@ -151,7 +157,7 @@ class Distillation(DualEncoderTrainer):
 
     # -- the loss ---------------------------------------------------------------------
 
-    def loss(self, batch: List[Query], rng: np.random.Generator) -> Optional[torch.Tensor]:
+    def loss(self, batch: list[Query], rng: np.random.Generator) -> torch.Tensor | None:
         s, targets = self.settings, self.state['targets']
         batch = [q for q in batch if len(targets.get(q.qid, ([],))[0]) > 0]
         if not batch:

@@ -9,8 +9,8 @@ end. Under ``torch.distributed`` a method that supports data parallelism compute
 :meth:`TrainerHooks.gather`.
 """
 import logging
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 import pandas as pd
@@ -32,7 +32,7 @@ class TrainerHooks:
     ``world_size``."""
 
     @property
-    def output_dir(self) -> Optional[Path]:
+    def output_dir(self) -> Path | None:
         return self.run.output_dir
 
     @property
@@ -75,7 +75,7 @@ class TrainerHooks:
     def examples(self, topics: pd.DataFrame) -> list:
         raise NotImplementedError
 
-    def loss(self, batch: list, rng: np.random.Generator) -> Optional[torch.Tensor]:
+    def loss(self, batch: list, rng: np.random.Generator) -> torch.Tensor | None:
         """The batch's loss, or None for a batch the method cannot learn from (no negative
         in it): the loop then takes no step on it and counts it as ``skipped batches``."""
         raise NotImplementedError
@@ -97,7 +97,7 @@ class TrainerHooks:
         """This process's examples of ``batch`` (:meth:`local_rows`)."""
         return [batch[i] for i in self.local_rows(len(batch))]
 
-    def gather(self, part: Dict) -> Dict:
+    def gather(self, part: dict) -> dict:
         """Every process's ``part`` merged (in rank order) on every process; ``part`` itself in
         one process. For work a method splits over the processes (the teacher's rankings)."""
         if self.world_size == 1:
@@ -108,7 +108,7 @@ class TrainerHooks:
         return {k: v for p in parts for k, v in p.items()}
 
     def ranked(self, retriever: pt.Transformer, queries: list, depth: int, *,
-               desc: str = 'rankings') -> Dict[str, Tuple[List[str], np.ndarray]]:
+               desc: str = 'rankings') -> dict[str, tuple[list[str], np.ndarray]]:
         """``retriever``'s top ``depth`` (docnos, scores) for each query, less its excluded
         passages, ranked :data:`RANKING_CHUNK` queries a call (bounded memory on any query set);
         on several processes each ranks its share and every process gets them all."""

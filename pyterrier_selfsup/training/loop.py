@@ -31,7 +31,6 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -45,9 +44,8 @@ from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models.trainable import TrainableModel
 from pyterrier_selfsup.progress import peak_resident_gib, progress, resident_gib
+from pyterrier_selfsup.training.checkpoints import restore_checkpoint, write_checkpoint, write_log
 from pyterrier_selfsup.training.hooks import TrainerHooks
-from pyterrier_selfsup.training.checkpoints import (restore_checkpoint, write_checkpoint,
-                                                     write_log)
 from pyterrier_selfsup.training.settings import MethodSettings, TrainingSettings
 
 logger = logging.getLogger(__name__)
@@ -58,13 +56,13 @@ logger = logging.getLogger(__name__)
 class _Run:
     """What one call of :meth:`Trainer.fit` carries from step to step."""
     examples: list
-    params: List[torch.nn.Parameter]
+    params: list[torch.nn.Parameter]
     optimizer: torch.optim.Optimizer
     scheduler: object
     total_steps: int
     progress: object
     resumed: bool = False
-    window: List[float] = field(default_factory=list)  # the losses of the step's batches so far
+    window: list[float] = field(default_factory=list)  # the losses of the step's batches so far
     micro: int = 0  # batches accumulated towards the step
     skipped: int = 0  # batches of the step the method could not learn from
 
@@ -99,9 +97,9 @@ class Trainer(TrainerHooks, pt.Estimator):
     data_parallel = False
     process_rank, world_size = 0, 1  # this process's place under torch.distributed (set by fit)
 
-    def __init__(self, model: TrainableModel, collection: Union[str, Collection],
-                 settings: Optional[MethodSettings] = None,
-                 run: Optional[RunContext] = None, **changes):
+    def __init__(self, model: TrainableModel, collection: str | Collection,
+                 settings: MethodSettings | None = None,
+                 run: RunContext | None = None, **changes):
         self.model = model
         self.collection = Collection.of(collection)
         in_run = {name: value for name, value in changes.items() if name in RunContext.names()}
@@ -111,10 +109,10 @@ class Trainer(TrainerHooks, pt.Estimator):
                             f'{type(settings).__name__}')
         self.settings = settings.replace(**{k: v for k, v in changes.items() if k not in in_run})
         self.run = (run or RunContext()).replace(**in_run)
-        self.log: List[Dict] = []
-        self.state: Dict = {}
-        self._stop_reason: Optional[str] = None
-        self._metrics: Dict[str, List[Tuple[float, float]]] = {}  # name -> (value · weight, weight)
+        self.log: list[dict] = []
+        self.state: dict = {}
+        self._stop_reason: str | None = None
+        self._metrics: dict[str, list[tuple[float, float]]] = {}  # name -> (value · weight, weight)
 
     # -- the PyTerrier face -----------------------------------------------------------
 
@@ -125,7 +123,7 @@ class Trainer(TrainerHooks, pt.Estimator):
     # -- the loop ---------------------------------------------------------------------
 
     def fit(self, tr_topics: pd.DataFrame, tr_qrels=None, va_topics=None, va_qrels=None, *,
-            resume_from: Optional[Union[str, Path]] = None) -> 'Trainer':
+            resume_from: str | Path | None = None) -> 'Trainer':
         """Trains on the query texts of ``tr_topics`` (qrels are never read). With
         ``va_topics`` and ``va_qrels``, nDCG@10 on them is logged after each epoch.
         ``resume_from``: a checkpoint directory of an earlier run with the same settings."""
@@ -261,7 +259,7 @@ class Trainer(TrainerHooks, pt.Estimator):
             if self.process_rank == 0:
                 write_log(self)
 
-    def batches(self, n: int, epoch: int) -> List[np.ndarray]:
+    def batches(self, n: int, epoch: int) -> list[np.ndarray]:
         """The epoch's batches of example indices: a seeded permutation cut every
         ``batch_size``; a last batch of a single example joins the one before it (one
         query alone has no in-batch negative to learn from)."""

@@ -8,8 +8,8 @@
                             own_only=False)
     loss = distillation_loss(student_logits, table.teacher, table.own, table.shut, 'kl', counted=1)
 """
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -46,8 +46,8 @@ def margin_mse(student_scores: torch.Tensor, teacher_scores: torch.Tensor, valid
     return rows if per_row else rows[counts > 0].mean()
 
 
-def triple(ranked: Tuple[List[str], np.ndarray], source: Optional[str], negatives: int,
-           rng: np.random.Generator) -> Tuple[List[str], np.ndarray]:
+def triple(ranked: tuple[list[str], np.ndarray], source: str | None, negatives: int,
+           rng: np.random.Generator) -> tuple[list[str], np.ndarray]:
     """GPL's training example from a query's ``ranked`` candidates (docnos, the teacher's
     scores): its positive (``source``, the passage it was written for, where the teacher scored
     it; else the teacher's top candidate) and ``negatives`` others drawn at random, with their
@@ -75,7 +75,7 @@ class CandidateTable:
         shut: (b, n) the columns outside the row's student distribution: its excluded passages
             and, where the student's softmax spans only its own candidates, every other column.
     """
-    docnos: List[str]
+    docnos: list[str]
     own: torch.Tensor
     teacher: torch.Tensor
     shut: torch.Tensor
@@ -86,8 +86,8 @@ class CandidateTable:
                               self.teacher[local].to(device), self.shut[local].to(device))
 
 
-def candidate_table(rankings: Sequence[Tuple[List[str], np.ndarray]],
-                    excluded: Sequence[FrozenSet[str]],
+def candidate_table(rankings: Sequence[tuple[list[str], np.ndarray]],
+                    excluded: Sequence[frozenset[str]],
                     temperature: float, *, own_only: bool) -> CandidateTable:
     """The table of ``rankings`` (each row's teacher docnos and scores), the scores divided by
     ``temperature``; ``excluded``: each row's passages that its student may not rank;
@@ -130,7 +130,7 @@ def top1_agreement(student: torch.Tensor, teacher: torch.Tensor, own: torch.Tens
                 == teacher.masked_fill(~own, hidden).argmax(1)).float().mean().item()
 
 
-def top_overlap(a: Dict[str, List[str]], b: Dict[str, List[str]], k: int = 10) -> float:
+def top_overlap(a: dict[str, list[str]], b: dict[str, list[str]], k: int = 10) -> float:
     """Mean over the queries of ``a`` that have results of |top k in a ∩ top k in b| divided
     by the shorter of the two top lists (b's missing queries: 0)."""
     shares = [len(set(docnos[:k]) & set(b.get(qid, [])[:k]))

@@ -14,7 +14,6 @@ the loss differ), so each pending gradient has the same shape on every process a
 summed over them before the update, as the loop sums the model's gradients.
 """
 from pathlib import Path
-from typing import List, Tuple, Union
 
 import torch
 
@@ -28,16 +27,16 @@ class OffsetAdam:
     constant learning rate ``lr`` over ``offsets``' rows."""
 
     def __init__(self, offsets: PassageOffsets, *, lr: float = 1e-3, weight: float = 1.0,
-                 betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
         self.offsets = offsets
         self.lr, self.weight, self.betas, self.eps = lr, weight, betas, eps
         self.m = torch.zeros(0, offsets.dim)
         self.v = torch.zeros(0, offsets.dim)
         self.t = 0
-        self._pending: List[Tuple[torch.Tensor, torch.Tensor]] = []
+        self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []
 
-    def adjusted(self, docnos: List[str],
-                 vectors: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def adjusted(self, docnos: list[str],
+                 vectors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(v₀ + δ for ``docnos``, normalised where the encoder normalises; the L2 pull
         ``weight`` · mean over these rows of ‖δ‖²), both with gradients to δ."""
         rows = self.offsets.rows(docnos)
@@ -77,10 +76,10 @@ class OffsetAdam:
     def load_state_dict(self, state: dict):
         self.m, self.v, self.t = state['m'].clone(), state['v'].clone(), state['t']
 
-    def save(self, directory: Union[str, Path]):
+    def save(self, directory: str | Path):
         torch.save(self.state_dict(), Path(directory) / OFFSETS_STATE_FILE)
 
-    def load(self, directory: Union[str, Path]) -> bool:
+    def load(self, directory: str | Path) -> bool:
         """Restores the moments saved in ``directory`` (False: none there)."""
         path = Path(directory) / OFFSETS_STATE_FILE
         if not path.is_file():

@@ -19,7 +19,6 @@ Example::
     vectors, pull = side.vectors(trainer, ['d1', 'd2'])   # pull: a term to add to the loss
 """
 from pathlib import Path
-from typing import List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -37,7 +36,7 @@ class PassageSide:
     def start(self, trainer):
         """Prepares the encoder before the optimiser is made (freezing what does not train)."""
 
-    def vectors(self, trainer, docnos: List[str]) -> Tuple[torch.Tensor, torch.Tensor]:
+    def vectors(self, trainer, docnos: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """The vectors of ``docnos`` (with gradients to whatever trains), and a term to add to
         the loss (0 where there is none)."""
         raise NotImplementedError
@@ -46,7 +45,7 @@ class PassageSide:
         """The loss with this side's term (the second value of :meth:`vectors`) added, if any."""
         return loss
 
-    def no_rows_loss(self, trainer, docnos: List[str]) -> torch.Tensor:
+    def no_rows_loss(self, trainer, docnos: list[str]) -> torch.Tensor:
         """The loss of a process that has none of a batch's rows under data parallelism: zero, with
         this side's share of its term where every process adds one."""
         return torch.zeros((), requires_grad=True)
@@ -60,7 +59,7 @@ class PassageSide:
     def load(self, path: Path, encoder):
         """Restores what :meth:`save` wrote (the encoder's own weights are loaded already)."""
 
-    def snapshot(self, encoder) -> Optional[PassageOffsets]:
+    def snapshot(self, encoder) -> PassageOffsets | None:
         """A copy of what this side learnt outside the encoder's weights (for a kept round)."""
         return None
 
@@ -76,7 +75,7 @@ class FrozenPassages(PassageSide):
         self.index = flex_index(trainer.collection, trainer.encoder, cache_dir=trainer.cache_dir,
                                 offsets=False, verbose=trainer.shows)
 
-    def start_vectors(self, trainer, docnos: List[str]) -> torch.Tensor:
+    def start_vectors(self, trainer, docnos: list[str]) -> torch.Tensor:
         index_docnos, vectors, _ = self.index.payload()
         passages = torch.from_numpy(np.asarray(vectors[index_docnos.inv[docnos]], dtype=np.float32))
         return passages.to(trainer.encoder.device)
@@ -92,7 +91,7 @@ class OffsetPassages(FrozenPassages):
     def __init__(self, weight: float, lr: float):
         super().__init__()
         self.weight, self.lr = weight, lr
-        self.adam: Optional[OffsetAdam] = None
+        self.adam: OffsetAdam | None = None
 
     def start(self, trainer):
         super().start(trainer)
@@ -123,7 +122,7 @@ class OffsetPassages(FrozenPassages):
         if not self.adam.load(path):
             raise ValueError(f'{path} has no state of the passage offsets to resume from')
 
-    def snapshot(self, encoder) -> Optional[PassageOffsets]:
+    def snapshot(self, encoder) -> PassageOffsets | None:
         o = encoder.passage_offsets
         return PassageOffsets(o.dim, o.normalize, o.docnos, o.delta)
 

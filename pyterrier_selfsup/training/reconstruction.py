@@ -33,21 +33,20 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
-from typing import List, Optional, Tuple, Union
 
 import numpy as np
 import pandas as pd
 import torch
 
+from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.queries import Query, training_queries
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.models.generator import Generator
-from pyterrier_selfsup.retrieval.base import top_k_excluding
 from pyterrier_selfsup.retrieval.ann import search_stage
+from pyterrier_selfsup.retrieval.base import top_k_excluding
 from pyterrier_selfsup.retrieval.dense import flex_index, fresh_index
 from pyterrier_selfsup.training.dual_encoder_trainer import DualEncoderTrainer
-from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.training.settings import ReconstructionSettings
 
 logger = logging.getLogger(__name__)
@@ -92,17 +91,17 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
     data_parallel = True
 
     def __init__(self, encoder: DualEncoder, generator: Generator,
-                 collection: Union[str, Collection],
-                 settings: Optional[ReconstructionSettings] = None,
-                 run: Optional[RunContext] = None, **changes):
+                 collection: str | Collection,
+                 settings: ReconstructionSettings | None = None,
+                 run: RunContext | None = None, **changes):
         super().__init__(encoder, collection, settings, run, **changes)
         self.generator = generator
         # the stale index: a FlexIndex of the passage encoder as it was at the last refresh
         self._index = None
-        self._index_dir: Optional[tempfile.TemporaryDirectory] = None
+        self._index_dir: tempfile.TemporaryDirectory | None = None
         # refresh='async': the step of the weights being encoded, and the build's future
-        self._building: Optional[Tuple[int, Future]] = None
-        self._builder: Optional[ThreadPoolExecutor] = None
+        self._building: tuple[int, Future] | None = None
+        self._builder: ThreadPoolExecutor | None = None
 
     def on_fit_start(self):
         # RAG: passages keep a frozen copy of the start encoder
@@ -148,14 +147,14 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
 
     # -- data and index ---------------------------------------------------------------
 
-    def examples(self, topics: pd.DataFrame) -> List[Query]:
+    def examples(self, topics: pd.DataFrame) -> list[Query]:
         return training_queries(topics)
 
-    def on_epoch_start(self, examples: List[Query], epoch: int, resumed: bool):
+    def on_epoch_start(self, examples: list[Query], epoch: int, resumed: bool):
         if self._index is None:
             self.refresh(examples, initial=True)
 
-    def on_step_end(self, examples: List[Query]):
+    def on_step_end(self, examples: list[Query]):
         asynchronous = self.settings.refresh == 'async' and self.settings.train_passages
         if asynchronous:
             self._swap(examples, wait=False)
@@ -187,7 +186,7 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
             self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix='refresh')
         self._building = (self.state['step'], self._builder.submit(build))
 
-    def _swap(self, examples: List[Query], wait: bool):
+    def _swap(self, examples: list[Query], wait: bool):
         """``refresh='async'``: the index being built, swapped in if it is ready (or once it
         is, with ``wait``); logs its build time and its staleness, the optimiser steps taken
         between the copy of the weights it encodes and the swap."""
@@ -202,13 +201,13 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
                     snapshot_step, self.state['step'], seconds)
         self.after_refresh(examples)
 
-    def _replace_index(self, index, directory: Optional[tempfile.TemporaryDirectory]):
+    def _replace_index(self, index, directory: tempfile.TemporaryDirectory | None):
         """Searches ``index`` (kept in ``directory``) from now on; the last one's files go."""
         old, self._index, self._index_dir = self._index_dir, index, directory
         if old is not None:
             old.cleanup()
 
-    def refresh(self, examples: List[Query], initial: bool = False):
+    def refresh(self, examples: list[Query], initial: bool = False):
         """Rebuilds the MIPS index from the current passage encoder. The start encoder's
         index is the cached FlexIndex (built once per passage side); a frozen passage
         tower's index never changes, so a refresh then only re-retrieves."""
@@ -225,17 +224,17 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
                     time.time() - t0)
         self.after_refresh(examples)
 
-    def after_refresh(self, examples: List[Query]):
+    def after_refresh(self, examples: list[Query]):
         """After each (re)build of the index (RUMBArt fills its teacher cache here)."""
 
-    def retrieve(self, query_vectors: np.ndarray, batch: List[Query]) -> List[List[str]]:
+    def retrieve(self, query_vectors: np.ndarray, batch: list[Query]) -> list[list[str]]:
         """Each query's top k from the stale index, excluded passages skipped."""
         top = top_k_excluding(search_stage(self._index, 'auto', 1000), batch, self.settings.k,
                               query_vectors=query_vectors)
         return [top[q.qid] for q in batch]
 
     def candidates(self,
-                   batch: List[Query]) -> Tuple[List[List[str]], List[List[str]], torch.Tensor]:
+                   batch: list[Query]) -> tuple[list[list[str]], list[list[str]], torch.Tensor]:
         """(docnos, texts, retriever logits (b, k)) for a batch, the logits with gradients:
         current query encoder, stale index, candidates re-encoded by the current encoder."""
         queries = self.encoder.encode([q.query for q in batch], 'query')
@@ -257,7 +256,7 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
         logits = torch.einsum('bd,bkd->bk', queries, passages) / self.encoder.temperature
         return docnos, texts, logits
 
-    def texts(self, docnos: List[List[str]]) -> List[List[str]]:
+    def texts(self, docnos: list[list[str]]) -> list[list[str]]:
         flat = [d for row in docnos for d in row]
         lookup = dict(zip(flat, self.collection.texts(flat))) if flat else {}
         return [[lookup[d] for d in row] for row in docnos]

@@ -7,7 +7,6 @@ and refreshes are :class:`~pyterrier_selfsup.training.reconstruction.RetrieveAnd
 """
 import logging
 import time
-from typing import Dict, List, Tuple
 
 import numpy as np
 import pandas as pd
@@ -44,12 +43,12 @@ class Rumbart(RetrieveAndReconstruct):
         self._teacher = None
         # the teacher's scores of the pairs of the last fill and of the steps since, by (query,
         # passage): a step looks its pairs up here, not in the score cache's database
-        self._scores: Dict[Tuple[str, str], float] = {}
+        self._scores: dict[tuple[str, str], float] = {}
         if not self.generator.trainable:
             self._teacher = self.generator.scorer(normalise='sum', cache=score_cache_dir(
                 self.collection, self.generator, self.cache_dir))
 
-    def after_refresh(self, examples: List[Query]):
+    def after_refresh(self, examples: list[Query]):
         if self._teacher is None:
             return
         t0 = time.time()
@@ -79,14 +78,14 @@ class Rumbart(RetrieveAndReconstruct):
         self._scores.update(zip(zip(scored['query'], scored['docno']), scored['score']))
 
     @staticmethod
-    def _pairs(batch: List[Query], docnos: List[List[str]], texts: List[List[str]]) -> pd.DataFrame:
+    def _pairs(batch: list[Query], docnos: list[list[str]], texts: list[list[str]]) -> pd.DataFrame:
         return pd.DataFrame({'qid': [q.qid for q, row in zip(batch, docnos) for _ in row],
                              'query': [q.query for q, row in zip(batch, docnos) for _ in row],
                              'docno': [d for row in docnos for d in row],
                              'text': [t for row in texts for t in row]})
 
-    def teacher_logp(self, batch: List[Query], docnos: List[List[str]],
-                     texts: List[List[str]]) -> torch.Tensor:
+    def teacher_logp(self, batch: list[Query], docnos: list[list[str]],
+                     texts: list[list[str]]) -> torch.Tensor:
         """log p_θ(x | z) for each query's candidates, (b, k)."""
         if self._teacher is not None:
             keys = [(q.query, d) for q, row in zip(batch, docnos) for d in row]
@@ -101,7 +100,7 @@ class Rumbart(RetrieveAndReconstruct):
             values = self.generator.log_likelihood(frame['query'].tolist(), frame['text'].tolist())
         return values.view(len(batch), -1).to(self.encoder.device)
 
-    def loss(self, batch: List[Query], rng: np.random.Generator) -> torch.Tensor:
+    def loss(self, batch: list[Query], rng: np.random.Generator) -> torch.Tensor:
         mine = self.local_batch(batch)
         docnos, texts, logits = self.candidates(mine)
         teacher = self.teacher_logp(mine, docnos, texts) / self.settings.teacher_temperature

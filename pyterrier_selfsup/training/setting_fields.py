@@ -25,16 +25,20 @@ record and the logs hold the value chosen, so a model trained with the default i
 trained with that value named.
 """
 import dataclasses
+import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Union
 
 # The groups a settings reference lists fields under, in this order.
 GROUPS = ('queries', 'model', 'teacher', 'method', 'training', 'checkpoints')
 
+# a hint's union, as typing writes it (Optional[int]) and as Python does (int | None)
+UNIONS = (Union, types.UnionType)
+
 
 def setting(default: Any, help: str, *, group: str = 'method', trains: bool = True,
-            choices: Optional[Tuple] = None):
+            choices: tuple | None = None):
     """A settings field: its default, its help text (one sentence or two), the group the
     settings reference lists it under (:data:`GROUPS`), whether the trained weights depend on it
     (``trains``; False for how a run is carried out, such as its checkpoints) and, for a field
@@ -57,7 +61,7 @@ class MethodSettings:
     weight_decay: float = setting(0.01, 'AdamW\'s weight decay.', group='training')
     accumulation: int = setting(1, 'Batches whose gradients are summed into one optimiser step.',
                                 group='training')
-    gradient_checkpointing: Optional[bool] = setting(
+    gradient_checkpointing: bool | None = setting(
         None, 'Recompute each layer\'s activations in the backward pass, holding only its input: '
               'less memory for a second forward pass, the same weights. None: the method\'s '
               'default (on where a step encodes passages with gradients).',
@@ -66,7 +70,7 @@ class MethodSettings:
     def __post_init__(self):
         for name, kind in typing.get_type_hints(type(self)).items():
             value = getattr(self, name, None)
-            floats = typing.get_args(kind) if typing.get_origin(kind) is Union else (kind,)
+            floats = typing.get_args(kind) if typing.get_origin(kind) in UNIONS else (kind,)
             if (float in floats and isinstance(value, int) and not isinstance(value, bool)
                     and int not in floats):  # (1 and 1.0 are one setting: one model)
                 object.__setattr__(self, name, float(value))
@@ -82,7 +86,7 @@ class MethodSettings:
                                  f'not {getattr(self, f.name)!r}')
         self.validate()
 
-    def chosen_defaults(self) -> Dict[str, Any]:
+    def chosen_defaults(self) -> dict[str, Any]:
         """The fields whose default depends on other settings (declared with the default None),
         each with the value it takes here where it is left at None. None in the base class; a
         subclass documents its rule."""
@@ -101,7 +105,7 @@ class MethodSettings:
             raise ValueError(f'checkpoint_every is a number of steps, epoch or None, not {every!r}')
 
     @property
-    def checkpoint_interval(self) -> Union[int, str, None]:
+    def checkpoint_interval(self) -> int | str | None:
         """When this run saves checkpoints: every this many steps, ``'epoch'`` (at each epoch's
         end) or None (the final model only). A method with a rule of its own says so."""
         return getattr(self, 'checkpoint_every', None)
@@ -109,7 +113,7 @@ class MethodSettings:
     # -- reading the fields ---------------------------------------------------------
 
     @classmethod
-    def fields(cls) -> List[dataclasses.Field]:
+    def fields(cls) -> list[dataclasses.Field]:
         """The fields, grouped as :data:`GROUPS` orders them (in declaration order within a
         group)."""
         declared = dataclasses.fields(cls)
@@ -125,7 +129,7 @@ class MethodSettings:
         return {f.name: f.default for f in cls.fields()}
 
     @classmethod
-    def names(cls) -> List[str]:
+    def names(cls) -> list[str]:
         return [f.name for f in cls.fields()]
 
     def asdict(self) -> dict:
@@ -149,7 +153,7 @@ class MethodSettings:
     # -- changing them --------------------------------------------------------------
 
     @classmethod
-    def check_names(cls, changes: Dict[str, Any]) -> Dict[str, Any]:
+    def check_names(cls, changes: dict[str, Any]) -> dict[str, Any]:
         """``changes``, where every name is a setting of the class; an unknown name is refused,
         with the names it does know."""
         unknown = [name for name in changes if name not in cls.names()]
@@ -187,7 +191,7 @@ class MethodSettings:
 def parse_value(text: str, kind) -> Any:
     """``text`` as a value of type ``kind`` (a type hint: Optional, Union, bool, int, float,
     str)."""
-    options = typing.get_args(kind) if typing.get_origin(kind) is Union else (kind,)
+    options = typing.get_args(kind) if typing.get_origin(kind) in UNIONS else (kind,)
     if text.lower() == 'none' and type(None) in options:
         return None
     for option in options:

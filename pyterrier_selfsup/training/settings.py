@@ -7,14 +7,20 @@ depend on are the model's identity in the model store
 (:meth:`~.setting_fields.MethodSettings.identity`).
 """
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Type, Union
+from typing import Any
 
 from pyterrier_selfsup.data.source_names import CUT_FROM_CORPUS, GENERATED, GIVEN_LOG
-from pyterrier_selfsup.models.names import (GPL_CROSS_ENCODER, GPL_MAX_LENGTH, GPL_MINERS,
-                                            GPL_QUERY_TOKENS, GPL_WRITER, GPL_WRITER_TOP_K,
-                                            MAX_PASSAGE_LENGTH, MINILM)
-from pyterrier_selfsup.training.setting_fields import (GROUPS, MethodSettings, parse_value,
-                                                       setting)
+from pyterrier_selfsup.models.names import (
+    GPL_CROSS_ENCODER,
+    GPL_MAX_LENGTH,
+    GPL_MINERS,
+    GPL_QUERY_TOKENS,
+    GPL_WRITER,
+    GPL_WRITER_TOP_K,
+    MAX_PASSAGE_LENGTH,
+    MINILM,
+)
+from pyterrier_selfsup.training.setting_fields import GROUPS, MethodSettings, parse_value, setting
 
 __all__ = ['GROUPS', 'MethodSettings', 'parse_value', 'setting', 'TrainingSettings',
            'DistantSupervisionSettings', 'ReconstructionSettings', 'RumbartSettings',
@@ -30,7 +36,7 @@ class TrainingSettings(MethodSettings):
     epochs: int = setting(1, 'Passes over the training examples.', group='training')
     batch_size: int = setting(32, 'Examples a batch.', group='training')
     lr: float = setting(2e-5, 'AdamW\'s peak learning rate.', group='training')
-    checkpoint_every: Union[int, str, None] = setting(
+    checkpoint_every: int | str | None = setting(
         None, 'Steps between saved checkpoints (epoch: at each epoch\'s end; None: only the final '
               'model).', group='checkpoints', trains=False)
 
@@ -54,7 +60,7 @@ def prompt_setting(side: str):
     return setting(None, PROMPT_HELP.format(side=side, e5=f'{side}: ', bge=bge), group='model')
 
 
-def prompts_of(query_prompt: Optional[str], passage_prompt: Optional[str]) -> Dict[str, str]:
+def prompts_of(query_prompt: str | None, passage_prompt: str | None) -> dict[str, str]:
     """The flat prompt settings, by side, those left at None left out: what
     ``DualEncoder.from_pretrained(..., prompts=)`` takes (empty: the model's own prompts, else
     its model card's)."""
@@ -62,13 +68,13 @@ def prompts_of(query_prompt: Optional[str], passage_prompt: Optional[str]) -> Di
                                                 ('passage', passage_prompt)) if text is not None}
 
 
-def given_prompts(settings: MethodSettings) -> Dict[str, str]:
+def given_prompts(settings: MethodSettings) -> dict[str, str]:
     """The prompts ``settings`` give (``query_prompt``, ``passage_prompt``: :func:`prompts_of`)."""
     return prompts_of(getattr(settings, 'query_prompt', None),
                       getattr(settings, 'passage_prompt', None))
 
 
-def encoder_options(settings: MethodSettings) -> Dict[str, Any]:
+def encoder_options(settings: MethodSettings) -> dict[str, Any]:
     """What ``DualEncoder.from_pretrained`` takes from a method's settings, for the encoder
     that starts training: its prompts (:func:`given_prompts`) and, where the method has them,
     its precision, its normalisation and its length (queries' too).
@@ -107,11 +113,11 @@ class DistantSupervisionSettings(MethodSettings):
                              group='queries')
     model_name: str = setting(MINILM, 'The encoder that starts training (a Hugging Face name or a '
                                       'path).', group='model')
-    dim: Optional[int] = setting(None, 'The dimension of the query and passage projections; None: '
+    dim: int | None = setting(None, 'The dimension of the query and passage projections; None: '
                                        'no projection, the encoder\'s pooled output.',
                                  group='model')
-    query_prompt: Optional[str] = prompt_setting('query')
-    passage_prompt: Optional[str] = prompt_setting('passage')
+    query_prompt: str | None = prompt_setting('query')
+    passage_prompt: str | None = prompt_setting('passage')
     negatives: str = setting('none', 'One extra hard negative a query, shared by the batch: none, '
                                      'random, from BM25\'s ranks 2 to 31, or the '
                                      'retriever\'s own top.',
@@ -120,7 +126,7 @@ class DistantSupervisionSettings(MethodSettings):
     batch_size: int = setting(32, 'Queries a batch; the other queries\' positives are in-batch '
                                   'negatives.', group='training')
     lr: float = setting(2e-5, 'AdamW\'s peak learning rate.', group='training')
-    checkpoint_every: Union[int, str, None] = setting(
+    checkpoint_every: int | str | None = setting(
         _STEPS_CHECKPOINT, 'Steps between saved checkpoints (epoch: at each epoch\'s end; None: '
                            'only the final model).', group='checkpoints', trains=False)
 
@@ -134,14 +140,14 @@ class ReconstructionSettings(MethodSettings):
     start: str = setting('minilm', 'What training starts from: minilm (all-MiniLM-L6-v2), ds (the '
                                    'ds pipeline\'s model on the same queries, trained first) or a '
                                    'path.', group='model')
-    query_prompt: Optional[str] = prompt_setting('query')
-    passage_prompt: Optional[str] = prompt_setting('passage')
+    query_prompt: str | None = prompt_setting('query')
+    passage_prompt: str | None = prompt_setting('passage')
     generator: str = setting('smollm2', 'The generator whose reconstruction teaches the retriever.',
                              group='teacher')
     max_passage_length: int = setting(MAX_PASSAGE_LENGTH, 'Generator tokens a passage is cut to.',
                                       group='teacher')
     k: int = setting(5, 'Passages retrieved a query and scored by the generator.')
-    refresh_every: Optional[int] = setting(25, 'Optimiser steps between rebuilds of the stale '
+    refresh_every: int | None = setting(25, 'Optimiser steps between rebuilds of the stale '
                                                'index (None: never).')
     refresh: str = setting(
         'sync', 'sync: training waits while the index is rebuilt, and a resumed run matches one '
@@ -156,19 +162,19 @@ class ReconstructionSettings(MethodSettings):
     accumulation: int = setting(1, 'Batches whose gradients are summed into one optimiser step.',
                                 group='training')
     lr: float = setting(2e-5, 'AdamW\'s peak learning rate.', group='training')
-    checkpoint_every: Union[int, str, None] = setting(
+    checkpoint_every: int | str | None = setting(
         None, 'Steps between saved checkpoints. None: at each refresh (where a resumed run matches '
               'one never stopped), or every 25 steps where the index never changes.',
         group='checkpoints', trains=False)
 
     @property
-    def start_settings(self) -> Dict[str, Any]:
+    def start_settings(self) -> dict[str, Any]:
         """With ``start='ds'``: the settings of the distant-supervision model that training starts
         from, trained on the same queries with the same seed."""
         return {name: getattr(self, name) for name in ('queries', 'n_queries', 'seed')}
 
     @property
-    def checkpoint_interval(self) -> Union[int, str, None]:
+    def checkpoint_interval(self) -> int | str | None:
         """The steps between checkpoints this run saves (``checkpoint_every``, or its rule)."""
         if self.checkpoint_every is not None:
             return self.checkpoint_every
@@ -228,10 +234,10 @@ class CrossDocumentAdjustmentSettings(MethodSettings):
     batch_size: int = setting(8, 'Queries a batch; the others\' close documents are its random '
                                  'ones.', group='training')
     lr: float = setting(2e-5, 'AdamW\'s peak learning rate.', group='training')
-    checkpoint_every: Union[int, str, None] = checkpoints_at_the_end_of('iteration')
+    checkpoint_every: int | str | None = checkpoints_at_the_end_of('iteration')
 
     @property
-    def retrieval_head(self) -> Dict[str, Any]:
+    def retrieval_head(self) -> dict[str, Any]:
         """Which attention head retrieves: the keywords of ``ReAtt.from_pretrained``."""
         return {name: getattr(self, name) for name in REATT_HEAD}
 
@@ -250,29 +256,29 @@ class DistillationSettings(MethodSettings):
                              group='queries')
     query_style: str = setting('plain', 'The writer\'s prompt: plain or chat.', group='queries',
                                choices=('plain', 'chat'))
-    query_examples: Optional[str] = setting(
+    query_examples: str | None = setting(
         None, 'A query log (a file or a collection) whose texts the writer is shown as the style '
               'to write in.', group='queries')
-    example_pairs: Optional[str] = setting(
+    example_pairs: str | None = setting(
         None, 'A collection whose judged pairs the writer is shown: 3 of its topics, each after '
               'the text of a passage judged relevant to it (its qrels are read: name another '
               'collection than the one the model adapts to).', group='queries')
     per_passage: int = setting(3, 'Queries the writer writes for each passage it draws '
                                   '(n_queries / per_passage passages are drawn).',
                                group='queries')
-    top_k: Optional[int] = setting(
+    top_k: int | None = setting(
         None, 'The writer samples from its top k tokens (None: the model\'s generation config\'s, '
               'else 50; GPL\'s: 25), within top_p 0.95.', group='queries')
     query_tokens: int = setting(32, 'The most tokens a written query takes (GPL\'s: 64).',
                                 group='queries')
     model_name: str = setting(MINILM, 'The student that starts training.', group='model')
-    query_prompt: Optional[str] = prompt_setting('query')
-    passage_prompt: Optional[str] = prompt_setting('passage')
-    normalize: Optional[bool] = setting(
+    query_prompt: str | None = prompt_setting('query')
+    passage_prompt: str | None = prompt_setting('passage')
+    normalize: bool | None = setting(
         None, 'Whether the student\'s vectors are L2-normalised, so that it scores by cosine '
               '(true), or not, so that it scores by dot product (false, as GPL trains). None: as '
               'the model is made.', group='model')
-    max_length: Optional[int] = setting(
+    max_length: int | None = setting(
         None, 'The tokens of a passage (and of a query) the student reads (GPL: 350). None: the '
               'model\'s own.', group='model')
     precision: str = setting('fp32', 'The student\'s precision while it trains: fp32, bf16 or '
@@ -303,7 +309,7 @@ class DistillationSettings(MethodSettings):
     loss: str = setting('kl', 'kl: listwise KL from the teacher; margin_mse: GPL\'s Margin-MSE '
                               'over every pair of a query\'s candidates.',
                         choices=('kl', 'margin_mse'))
-    negatives: Optional[int] = setting(
+    negatives: int | None = setting(
         None, 'With loss=margin_mse, GPL\'s triples: each time a query is met it trains on its '
               'positive (the passage it was written for, or else the teacher\'s top candidate) '
               'and this many negatives drawn at random from the teacher\'s other candidates, '
@@ -311,7 +317,7 @@ class DistillationSettings(MethodSettings):
               'teacher\'s candidates.')
     in_batch: bool = setting(True, 'With kl, the student\'s softmax also spans the other queries\' '
                                    'candidates in the batch (in-batch negatives).')
-    passages: Optional[str] = setting(
+    passages: str | None = setting(
         None, 'How the passage side trains: frozen (the query tower trains against the start '
               'encoder\'s passage vectors), offsets (each candidate passage\'s vector also moves '
               'by a learned offset) or trained (both towers train; each round searches a freshly '
@@ -320,20 +326,20 @@ class DistillationSettings(MethodSettings):
     offset_weight: float = setting(1.0, 'With passages=offsets, the weight of the L2 term that '
                                         'pulls each offset towards zero.')
     offset_lr: float = setting(1e-3, 'The learning rate of the passage offsets\' Adam.')
-    rounds: Optional[int] = setting(
+    rounds: int | None = setting(
         None, 'Rounds of self-training: each passes over the queries once, the teacher re-ranking '
               'with the student as it is. None: 1 with queries from the corpus (written or cut), '
               '5 with a query log.', group='training')
     batch_size: int = setting(32, 'Queries a batch.', group='training')
     lr: float = setting(5e-5, 'AdamW\'s peak learning rate.', group='training')
-    checkpoint_every: Union[int, str, None] = checkpoints_at_the_end_of('round')
+    checkpoint_every: int | str | None = checkpoints_at_the_end_of('round')
 
     @property
     def epochs(self) -> int:
         """The rounds, as the training loop counts them."""
         return self.rounds
 
-    def chosen_defaults(self) -> Dict[str, Any]:
+    def chosen_defaults(self) -> dict[str, Any]:
         """``passages`` and ``rounds`` left at None follow the queries. With queries from the
         corpus (written for a passage or cut from one): one round, the passage side frozen.
         With a query log (a file, a collection's topic texts, crossfold): five rounds with
@@ -398,14 +404,14 @@ class DistillationSettings(MethodSettings):
 # labelled once before training, where GPL labels the drawn pair each step (the same margins,
 # the cross-encoder being fixed); and the student starts from all-MiniLM-L6-v2 (GPL's from
 # distilbert-base-uncased, or a model trained on MS MARCO), with its mean pooling.
-GPL: Dict[str, Any] = dict(generator=GPL_WRITER, per_passage=3, top_k=GPL_WRITER_TOP_K,
+GPL: dict[str, Any] = dict(generator=GPL_WRITER, per_passage=3, top_k=GPL_WRITER_TOP_K,
                            query_tokens=GPL_QUERY_TOKENS, teacher='0*miners+ce',
                            miners='+'.join(GPL_MINERS), cross_encoder=GPL_CROSS_ENCODER,
                            loss='margin_mse', depth=50, negatives=1, passages='trained',
                            normalize=False, max_length=GPL_MAX_LENGTH, lr=2e-5, batch_size=32,
                            precision='fp32')
 
-SETTINGS: Dict[str, Type[MethodSettings]] = {
+SETTINGS: dict[str, type[MethodSettings]] = {
     'distill': DistillationSettings,
     'ds': DistantSupervisionSettings,
     'rumbart': RumbartSettings,
@@ -414,7 +420,7 @@ SETTINGS: Dict[str, Type[MethodSettings]] = {
 }
 
 
-def parse_teacher(spec: str) -> Dict[str, float]:
+def parse_teacher(spec: str) -> dict[str, float]:
     """A teacher named by its parts and their weights: ``bm25+student`` (1:1),
     ``2*bm25+student``, ``bm25+student+gen``, ``bm25+student+ce``, ``0*miners+ce`` (first
     stages weighted 0 only choose the candidates the re-rankers score: GPL's). The parts are

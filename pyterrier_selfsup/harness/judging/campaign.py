@@ -14,9 +14,10 @@ import logging
 import os
 import random
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Optional
 
 import pandas as pd
 import pyterrier as pt
@@ -53,7 +54,7 @@ class Campaign:
         campaign.grade('1', 'doc-7', 2)
     """
 
-    def __init__(self, directory: Union[str, Path]):
+    def __init__(self, directory: str | Path):
         self.directory = Path(directory)
         if not (self.directory / CAMPAIGN_FILE).is_file():
             raise CampaignError(f'{self.directory} is not a judging campaign (it has no '
@@ -61,10 +62,10 @@ class Campaign:
         self.meta = json.loads((self.directory / CAMPAIGN_FILE).read_text())
         self.queries = _read_tsv(self.directory / QUERIES_FILE, ['qid', 'query'])
         pool = _read_tsv(self.directory / POOL_FILE, ['qid', 'docno', 'text'])
-        self._pool: Dict[str, List[Passage]] = {}
+        self._pool: dict[str, list[Passage]] = {}
         for row in pool.itertuples(index=False):
             self._pool.setdefault(row.qid, []).append(Passage(row.qid, row.docno, row.text))
-        self._grades: Dict[Tuple[str, str], int] = {}
+        self._grades: dict[tuple[str, str], int] = {}
         path = self.directory / GRADES_FILE
         if path.is_file():
             text = path.read_text(encoding='utf8')
@@ -80,9 +81,9 @@ class Campaign:
                         continue
 
     @classmethod
-    def create(cls, directory: Union[str, Path], collection,
+    def create(cls, directory: str | Path, collection,
                pipelines: Mapping[str, pt.Transformer],
-               queries: Optional[pd.DataFrame] = None, *, depth: int = DEPTH,
+               queries: pd.DataFrame | None = None, *, depth: int = DEPTH,
                seed: int = 0) -> 'Campaign':
         """A new campaign in ``directory`` (which must not hold one): each of ``pipelines``
         (names to transformers, the first the baseline) retrieves its top ``depth`` for each
@@ -119,8 +120,8 @@ class Campaign:
         return campaign
 
     @classmethod
-    def reopened(cls, directory: Union[str, Path], collection=None,
-                 pipelines: Optional[Sequence[str]] = None) -> Optional['Campaign']:
+    def reopened(cls, directory: str | Path, collection=None,
+                 pipelines: Sequence[str] | None = None) -> Optional['Campaign']:
         """The campaign in ``directory``, or None where it holds none. A ``collection`` or
         ``pipelines`` (their names) given must be the campaign's: else a CampaignError."""
         if not (Path(directory) / CAMPAIGN_FILE).is_file():
@@ -143,7 +144,7 @@ class Campaign:
         return collection
 
     @property
-    def pipelines(self) -> List[str]:
+    def pipelines(self) -> list[str]:
         """The pipelines' names, the baseline first."""
         return list(self.meta['pipelines'])
 
@@ -209,11 +210,11 @@ class Campaign:
         self.queries, self._pool = reopened.queries, reopened._pool
         return list(queries['qid'])
 
-    def passages(self, qid: str) -> List[Passage]:
+    def passages(self, qid: str) -> list[Passage]:
         """The pooled passages of query ``qid``, in the order the page shows them."""
         return list(self._pool.get(qid, []))
 
-    def grade_of(self, qid: str, docno: str) -> Optional[int]:
+    def grade_of(self, qid: str, docno: str) -> int | None:
         """The last grade given to ``docno`` for ``qid``, or None."""
         return self._grades.get((qid, docno))
 
@@ -236,11 +237,11 @@ class Campaign:
         """How many of ``qid``'s pooled passages have a grade."""
         return sum((qid, p.docno) in self._grades for p in self._pool.get(qid, []))
 
-    def complete(self) -> List[str]:
+    def complete(self) -> list[str]:
         """The queries whose every pooled passage has a grade, in order."""
         return [q for q in self.queries['qid'] if self.judged(q) == len(self._pool.get(q, ()))]
 
-    def progress(self) -> Dict[str, int]:
+    def progress(self) -> dict[str, int]:
         """Grades given and passages pooled, and queries complete and in all."""
         return {'graded': len(self._grades), 'pooled': sum(map(len, self._pool.values())),
                 'complete': len(self.complete()), 'queries': len(self.queries)}
@@ -250,7 +251,7 @@ class Campaign:
         return pd.DataFrame([(q, d, g) for (q, d), g in list(self._grades.items())],
                             columns=['qid', 'docno', 'label'])
 
-    def runs(self) -> List[pd.DataFrame]:
+    def runs(self) -> list[pd.DataFrame]:
         """Each pipeline's run over the campaign's queries, as PyTerrier frames."""
         runs = []
         for i in range(len(self.pipelines)):
@@ -271,7 +272,7 @@ class Campaign:
                ''.join(f'{r.qid}\t{r.query}\n' for r in topics.itertuples()))
 
 
-def _top(run: pd.DataFrame, depth: int) -> List[str]:
+def _top(run: pd.DataFrame, depth: int) -> list[str]:
     """A run's first ``depth`` by rank, and every result that ties the last one's score."""
     run = run.sort_values('rank')
     top = run.head(depth)
@@ -281,8 +282,8 @@ def _top(run: pd.DataFrame, depth: int) -> List[str]:
                                        & ~run['docno'].isin(top['docno'])]['docno'].tolist()
 
 
-def read_judgements(qrels: Union[str, Path], topics: Union[str, Path, None] = None
-                    ) -> Tuple[pd.DataFrame, pd.DataFrame]:
+def read_judgements(qrels: str | Path, topics: str | Path | None = None
+                    ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The topics and qrels a campaign wrote (or any TREC qrels file with a ``qid<TAB>query``
     topics file; by default ``topics.tsv`` beside the qrels), as PyTerrier frames."""
     qrels = Path(qrels)

@@ -2,7 +2,6 @@
 """
 import argparse
 from pathlib import Path
-from typing import Dict
 
 from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.harness.judging import DEPTH
@@ -79,7 +78,7 @@ def main(args, run: RunContext) -> int:
     # a new campaign's pipelines are checked before any work, a reopened one's once it pools a
     # query: a restart to go on judging loads no model
     specs = None if campaign else _specs(names)
-    built: Dict[str, object] = {}  # (name: transformer, built once)
+    built: dict[str, object] = {}  # (name: transformer, built once)
 
     def pipelines():
         nonlocal specs

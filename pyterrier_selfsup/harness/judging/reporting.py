@@ -4,7 +4,6 @@ words whether the difference is clear of the noise and how many more queries wou
 """
 import math
 from dataclasses import dataclass
-from typing import List, Optional
 
 import numpy as np
 import pandas as pd
@@ -32,7 +31,7 @@ class Comparison:
     low: float  # the 95% t-interval of the mean difference (not corrected across pipelines)
     high: float
     p: float  # the paired t-test's p-value, Holm-corrected across pipelines where several
-    more: Optional[int]  # about how many more judged queries would show it (POWER), if real
+    more: int | None  # about how many more judged queries would show it (POWER), if real
 
     @property
     def clear(self) -> bool:
@@ -69,11 +68,11 @@ class JudgingReport:
     """What a campaign's grades say: the table, each comparison, and the queries left out."""
     table: pd.DataFrame  # pt.Experiment's, one row per pipeline
     per_query: pd.DataFrame  # name, qid and each measure
-    comparisons: List[Comparison]
+    comparisons: list[Comparison]
     judged: int  # queries judged in full (the ones measured)
     partial: int  # queries with some grades but not all (left out)
 
-    def lines(self) -> List[str]:
+    def lines(self) -> list[str]:
         """The report as lines of text: the table, then each comparison in words."""
         head = ['pipeline'] + [str(m) for m in MEASURES]
         lines = [f'{self.judged} queries judged in full' +
@@ -133,7 +132,7 @@ def _interval(diffs: np.ndarray):
     return float(diffs.mean() - half), float(diffs.mean() + half)
 
 
-def more_needed(diffs: np.ndarray, comparisons: int = 1) -> Optional[int]:
+def more_needed(diffs: np.ndarray, comparisons: int = 1) -> int | None:
     """About how many more queries a paired t-test needs to show, with probability
     :data:`POWER`, a mean difference of the size seen in ``diffs`` with the spread seen, at
     ALPHA shared among ``comparisons`` (Bonferroni: a bound on Holm's). None: more than

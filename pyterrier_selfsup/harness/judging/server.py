@@ -10,14 +10,19 @@ import hmac
 import re
 import secrets
 import threading
-from typing import Callable, Dict, Mapping, Optional
+from collections.abc import Callable, Mapping
 
 import pyterrier as pt
 from markupsafe import Markup, escape
 
 from pyterrier_selfsup.harness.judging import DEPTH
-from pyterrier_selfsup.harness.judging.campaign import (GRADES, QRELS_FILE, TOPICS_FILE, Campaign,
-                                                        CampaignError)
+from pyterrier_selfsup.harness.judging.campaign import (
+    GRADES,
+    QRELS_FILE,
+    TOPICS_FILE,
+    Campaign,
+    CampaignError,
+)
 from pyterrier_selfsup.harness.judging.reporting import report
 
 LARGEST_POST = 16 * 1024
@@ -43,8 +48,8 @@ def highlighted(text: str, query: str) -> Markup:
     return Markup('').join(pieces + [escape(text[at:])])
 
 
-def make_app(campaign: Campaign, *, token: Optional[str] = None,
-             pipelines: Optional[Callable[[], Mapping[str, pt.Transformer]]] = None,
+def make_app(campaign: Campaign, *, token: str | None = None,
+             pipelines: Callable[[], Mapping[str, pt.Transformer]] | None = None,
              collection=None, hosts=('127.0.0.1', 'localhost', '::1')):
     """The Flask application that serves ``campaign``'s page.
 
@@ -64,7 +69,7 @@ def make_app(campaign: Campaign, *, token: Optional[str] = None,
     app.config['JUDGING_TOKEN'] = token = token or secrets.token_urlsafe(24)
     lock = threading.Lock()  # (the campaign read or written by one request at a time)
     building = threading.Lock()  # (the pipelines built once, while grading goes on)
-    built: Dict[str, Mapping[str, pt.Transformer]] = {}
+    built: dict[str, Mapping[str, pt.Transformer]] = {}
 
     @app.before_request
     def local_only():
@@ -79,7 +84,7 @@ def make_app(campaign: Campaign, *, token: Optional[str] = None,
     def position(qid: str) -> int:
         return list(campaign.queries['qid']).index(qid)
 
-    def first_open() -> Optional[int]:
+    def first_open() -> int | None:
         done = set(campaign.complete())
         for i, qid in enumerate(campaign.queries['qid']):
             if qid not in done:
@@ -168,7 +173,7 @@ def make_app(campaign: Campaign, *, token: Optional[str] = None,
 
 
 def serve(campaign: Campaign, *, host: str = '127.0.0.1', port: int = 8765,
-          pipelines: Optional[Callable[[], Mapping[str, pt.Transformer]]] = None,
+          pipelines: Callable[[], Mapping[str, pt.Transformer]] | None = None,
           collection=None, say=lambda line: print(line, flush=True)) -> None:
     """Serves ``campaign``'s page until interrupted (Ctrl-C); every grade is saved as it is
     made, so stopping loses nothing. ``port`` 0 takes a free one. The address is said with
@@ -176,6 +181,7 @@ def serve(campaign: Campaign, *, host: str = '127.0.0.1', port: int = 8765,
 
         serve(Campaign('judged'), port=8765)"""
     import fcntl
+
     from werkzeug.serving import make_server
     held = open(campaign.directory / '.server.lock', 'w')
     try:  # (two servers on one campaign would each rewrite its files from their own memory)
