@@ -317,7 +317,8 @@ RUN_AT = {**{name: '4400990' for name in ('distill_longer', 'query_log_choices_2
           **{name: '0614091' for name in (
               'distill_choices', 'distill_sources', 'distill_filter', 'label_free_queries',
               'query_log_choices', 'query_log_verdict', 'query_log_shipped', 'corpus_only_qwen', 'writer_realism',
-              'corpus_only_generalise', 'corpus_only_one_round', 'corpus_only_seeds',
+              'corpus_only_generalise', 'corpus_only_generalise_vaswani', 'corpus_only_one_round',
+              'corpus_only_seeds',
               'corpus_only_settings')},
           # (the gpl pipeline's defaults changed under GPL_STAND_IN: issue 70 item 3)
           **{f'gpl_{name}': '79a912a' for name in ('adi', 'cranfield', 'cisi', 'scifact', 'vaswani')}}
