@@ -28,11 +28,9 @@ from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.queries import Query, query_sources, training_queries
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.training.dual_encoder_trainer import DualEncoderTrainer
-from pyterrier_selfsup.training.losses import (  # noqa: F401
+from pyterrier_selfsup.training.losses import (
     candidate_table,
     distillation_loss,
-    listwise_kl,
-    margin_mse,
     top1_agreement,
     top_overlap,
     triple,
