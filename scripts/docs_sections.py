@@ -331,7 +331,6 @@ def newest_gpu_indexing():
 # -- docs/adapting.md: the passages a user grades (experiments/probes/pool_sizes.py measures) --
 
 POOL_SIZES = ('<!-- pool-sizes: begin -->', '<!-- pool-sizes: end -->')
-POOLED = ['beir/scifact/test', 'cranfield', 'vaswani', 'classic/cisi', 'classic/adi']
 
 
 def pool_rows() -> list:

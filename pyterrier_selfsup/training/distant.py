@@ -34,7 +34,6 @@ logger = logging.getLogger(__name__)
 BM25_DEPTH = 30
 
 
-
 def in_batch_loss(queries: torch.Tensor, passages: torch.Tensor, temperature: float,
                   excluded: torch.Tensor | None = None, *, rows: list[int] | None = None,
                   batch_size: int | None = None) -> torch.Tensor:

@@ -52,7 +52,6 @@ from pyterrier_selfsup.training.settings import ReconstructionSettings
 logger = logging.getLogger(__name__)
 
 
-
 class RetrieveAndReconstruct(DualEncoderTrainer):
     """What RUMBArt and ACROBArT share: the stale MIPS index, its refreshes, retrieval of
     the k candidates and their re-scoring by the current encoder.

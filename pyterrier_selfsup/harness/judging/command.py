@@ -77,14 +77,13 @@ def main(args, run: RunContext) -> int:
     names = campaign.pipelines if campaign else args.pipelines or DEFAULT_PIPELINES
     # a new campaign's pipelines are checked before any work, a reopened one's once it pools a
     # query: a restart to go on judging loads no model
-    specs = None if campaign else _specs(names)
+    if campaign is None:
+        _specs(names)
     built: dict[str, object] = {}  # (name: transformer, built once)
 
     def pipelines():
-        nonlocal specs
         if not built:
-            specs = specs or _specs(names)
-            for name, spec in zip(names, specs):
+            for name, spec in zip(names, _specs(names)):
                 print(f'building {name} on {collection.name}', flush=True)
                 built[name] = spec.build(collection, run)
         return built
