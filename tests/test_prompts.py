@@ -30,7 +30,7 @@ def test_e5_and_bge_take_their_model_cards_prompts_and_say_so(replicas_on_the_hu
     # a model of no such family, and one that declares prompts, keep their own
     assert DualEncoder.from_pretrained(MINILM).prompts == {'query': '', 'passage': ''}
     # and the -instruct variants, whose instructions are a task's own, take none
-    from pyterrier_selfsup.models.st_format import model_card_prompts
+    from pyterrier_selfsup.models.dual_encoder_model import model_card_prompts
     assert model_card_prompts('intfloat/multilingual-e5-small') == CARDS[E5]
     assert model_card_prompts('intfloat/multilingual-e5-large-instruct') is None
     assert model_card_prompts('BAAI/bge-base-en-v1.5') == CARDS[BGE]

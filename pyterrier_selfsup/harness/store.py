@@ -41,7 +41,7 @@ from pyterrier_selfsup.training.settings import SETTINGS, MethodSettings, parse_
 
 # The layout of a trained model's directory and record. Raise it when a model directory written
 # before could not be read by the package as it is: those models are then trained again.
-MODEL_FORMAT = 1
+MODEL_FORMAT = 2
 RECORD = 'model.json'
 
 

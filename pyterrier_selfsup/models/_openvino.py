@@ -69,7 +69,7 @@ class _Side(torch.nn.Module):
         self.model, self.side = model, side
 
     def forward(self, input_ids, attention_mask):
-        return self.model(input_ids, attention_mask, self.side)
+        return self.model.embed(input_ids, attention_mask, self.side)
 
 
 class OpenVinoSides:

@@ -1,17 +1,18 @@
 """The thesis' dense dual encoder (§4.2.1), trainable, as a pyterrier-dr ``BiEncoder``.
 
-One shared Hugging Face encoder (or, after :meth:`DualEncoderModel.untie`, a query tower
-and a separate passage tower, as RAG fine-tunes its retriever); its pooled output
-(``cls``, as in the thesis, or ``mean``, as sentence-transformers models are trained)
-goes through separate linear projections ``W_Q`` and ``W_P`` to dimension ``d`` (or
-none); the score is the dot product, and p(z|x) is the softmax of score / temperature
-over the candidates.
+Its model is a sentence-transformers model (:class:`DualEncoderModel`): one shared Hugging Face
+encoder (or, after untying, a query tower and a separate passage tower, as RAG fine-tunes its
+retriever); its pooled output (``cls``, as in the thesis, or ``mean``, as sentence-transformers
+models are trained) goes through separate linear projections ``W_Q`` and ``W_P`` to dimension
+``d`` (or none); the score is the dot product, and p(z|x) is the softmax of score / temperature
+over the candidates. What it saves ``SentenceTransformer(dir)`` loads.
 
-Because it is a ``BiEncoder``, pyterrier-dr gives it ``FlexIndex`` indexing, FAISS
-retrievers and ``.scorer()`` re-ranking; :meth:`DualEncoder.encode` keeps gradients
-for training.
+What the library lacks the package adds: its fast encoding path (token ids from the Rust
+tokenizer, kept between a trainer's index refreshes, in length-sorted batches within a token
+budget), devices and precisions, OpenVINO, and passage offsets. Because it is a ``BiEncoder``,
+pyterrier-dr gives it ``FlexIndex`` indexing, FAISS retrievers and ``.scorer()`` re-ranking;
+:meth:`DualEncoder.encode` keeps gradients for training.
 """
-import copy
 import importlib.util
 import json
 import logging
@@ -24,7 +25,6 @@ import numpy as np
 import torch
 from pyterrier_dr import BiEncoder
 from tokenizers import Tokenizer
-from transformers import AutoModel, AutoTokenizer
 
 from pyterrier_selfsup._cache import weights_fingerprint
 from pyterrier_selfsup.models._openvino import CALIBRATION_TEXTS, OpenVinoSides
@@ -35,22 +35,25 @@ from pyterrier_selfsup.models.batching import (
     to_device,
     tokenized_in_slices,
 )
+from pyterrier_selfsup.models.dual_encoder_model import (
+    NO_PROMPTS,
+    TASKS,
+    DualEncoderModel,
+    is_sentence_transformer,
+    library_prompts,
+    resolve_prompts,
+    side_lengths,
+)
 from pyterrier_selfsup.models.hub import read_saved_config
 from pyterrier_selfsup.models.offsets import PassageOffsets
 from pyterrier_selfsup.models.precision import linears_held_in, resolve_device
 from pyterrier_selfsup.models.side_tokenizer import SideTokenizer
-from pyterrier_selfsup.models.st_format import (
-    PASSAGE_ENCODER_DIR,
-    export_sentence_transformers,
-    is_sentence_transformer,
-    model_card_prompts,
-    read_sentence_transformer,
-)
 from pyterrier_selfsup.models.trainable import TrainableModel
 from pyterrier_selfsup.progress import progress
 
 logger = logging.getLogger(__name__)
 
+# what the package saves beside the sentence-transformers model: its name and temperature
 DUAL_ENCODER_CONFIG_FILE = 'dual_encoder.json'
 BACKENDS = ('auto', 'torch', 'openvino', 'openvino-int8')
 # passages: from here on, an index that backend='auto' encodes goes through OpenVINO. Compiling
@@ -58,10 +61,6 @@ BACKENDS = ('auto', 'torch', 'openvino', 'openvino-int8')
 # torch's 36 passages/s at 256 tokens (encoding_benchmark*.md): it pays from about 1,000 passages
 # on the slower gain
 AUTO_OPENVINO_FROM = 1000
-PROJECTIONS_FILE = 'projections.pt'
-POOLINGS = ('cls', 'mean', 'last')
-NO_PROMPTS = {'query': '', 'passage': ''}
-SIDES = {'query': 'queries', 'passage': 'passages'}
 # texts an inference batch holds at full length, by device type (see DualEncoder)
 INFERENCE_BATCH = {'cpu': 32, 'cuda': 256}
 
@@ -75,120 +74,7 @@ def reads_as_made(name_or_path: str) -> bool:
     """Whether :meth:`DualEncoder.from_pretrained` reads ``name_or_path`` as it was made to be
     read: a directory the package saved, or a sentence-transformers model. Any other encoder it
     reads as the thesis does (``cls`` pooling, no normalisation)."""
-    return (read_saved_config(name_or_path, DUAL_ENCODER_CONFIG_FILE) is not None
-            or is_sentence_transformer(name_or_path))
-
-
-def resolve_prompts(name: str, declared: dict[str, str] | None,
-                    given: dict[str, str] | None = None, *, saved: bool = False
-                    ) -> dict[str, str]:
-    """Each side's prompt for the model ``name``: a side in ``given`` (the user's) wins; the
-    others are ``declared`` (the model's own). A model of the package's own (``saved``) keeps
-    what it was trained with. Any other that declares no prompt on either side takes its
-    family's model card's (:func:`~pyterrier_selfsup.models.st_format.model_card_prompts`), and
-    a log line says so.
-
-        resolve_prompts('intfloat/e5-small-v2', None)   # {'query': 'query: ', ...}
-    """
-    given = dict(given or {})
-    if 'document' in given:  # (sentence-transformers' name for the passage side)
-        given.setdefault('passage', given.pop('document'))
-    unknown = set(given) - set(NO_PROMPTS)
-    if unknown:
-        raise ValueError(f'prompts are given for the sides query and passage (or document), not '
-                         f'{", ".join(sorted(unknown))}')
-    own = dict(NO_PROMPTS, **(declared or {}))
-    card = None if saved or any(own.values()) else model_card_prompts(name)
-    if card is not None:
-        left = {side: card[side] for side in NO_PROMPTS if side not in given}
-        if left:
-            logger.info('%s declares no prompts: its model card\'s apply (%s); give prompts '
-                        '(query_prompt=, passage_prompt=) to change them', name,
-                        ', '.join(f'{SIDES[side]} begin with {text!r}' if text
-                                  else f'{SIDES[side]} with none' for side, text in left.items()))
-        own = card
-    return dict(own, **given)
-
-
-class DualEncoderModel(torch.nn.Module):
-    """The trainable part: encoder, pooling, the two projections, optional normalisation."""
-
-    def __init__(self, encoder: torch.nn.Module, pooling: str = 'cls', dim: int | None = None,
-                 normalize: bool = False):
-        super().__init__()
-        if pooling not in POOLINGS:
-            raise ValueError(f'pooling must be one of {POOLINGS}, not {pooling!r}')
-        self.encoder = encoder
-        # None: ``encoder`` serves both sides
-        self.passage_encoder: torch.nn.Module | None = None
-        self.pooling = pooling
-        self.normalize = normalize
-        self.dim = dim
-        hidden = encoder.config.hidden_size
-        if dim is None:
-            self.query_proj = self.passage_proj = None
-        else:
-            self.query_proj = torch.nn.Linear(hidden, dim, bias=False)
-            self.passage_proj = torch.nn.Linear(hidden, dim, bias=False)
-            # Both start as the same (semi-)orthogonal map, so that the start model ranks
-            # as its pooled encoder does: for dim >= hidden it preserves dot products
-            # exactly, below that it keeps the top of a random rotation.
-            torch.nn.init.orthogonal_(self.query_proj.weight)
-            with torch.no_grad():
-                self.passage_proj.weight.copy_(self.query_proj.weight)
-
-    @property
-    def out_dim(self) -> int:
-        return self.dim or self.encoder.config.hidden_size
-
-    @property
-    def tied(self) -> bool:
-        return self.passage_encoder is None
-
-    def untie(self) -> 'DualEncoderModel':
-        """Gives passages their own copy of the encoder: ``encoder`` (and its parameters,
-        wherever an optimiser holds them) goes on encoding queries only."""
-        if self.tied:
-            self.passage_encoder = copy.deepcopy(self.encoder)
-        return self
-
-    def freeze_passage_tower(self) -> 'DualEncoderModel':
-        """Unties the encoder and freezes the passages' copy (RAG): from here on only queries
-        are encoded with gradients, and passage vectors stay those of the model as it is now."""
-        self.untie()
-        for p in self.passage_parameters():
-            p.requires_grad_(False)
-        return self
-
-    def passage_parameters(self) -> list[torch.nn.Parameter]:
-        """What only passages go through (empty while tied): the passage tower and projection."""
-        if self.tied:
-            return []
-        return list(self.passage_encoder.parameters()) + (
-            [self.passage_proj.weight] if self.passage_proj is not None else [])
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                side: str) -> torch.Tensor:
-        encoder = self.passage_encoder if side == 'passage' and not self.tied else self.encoder
-        hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return self.pool(hidden, attention_mask, side)
-
-    def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor, side: str) -> torch.Tensor:
-        """A side's vectors from its last hidden states: pooling, projection, normalisation."""
-        if self.pooling == 'cls':
-            pooled = hidden[:, 0]
-        elif self.pooling == 'last':  # each row's last token, on whichever side it is padded
-            last = attention_mask.shape[1] - 1 - attention_mask.flip(1).argmax(1)
-            pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
-        else:  # as sentence-transformers computes it
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-        proj = self.query_proj if side == 'query' else self.passage_proj
-        if proj is not None:
-            pooled = proj(pooled)
-        if self.normalize:
-            pooled = torch.nn.functional.normalize(pooled, dim=-1)
-        return pooled
+    return is_sentence_transformer(name_or_path)
 
 
 class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
@@ -261,20 +147,17 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
         """Loads a model by hub name or path; arguments left as None come from the model:
 
         - a directory from :meth:`save_pretrained`: everything as saved;
-        - a sentence-transformers model, loaded by sentence-transformers: its pooling (``cls``,
-          ``mean`` or ``last``), normalisation, each side's max length and each side's prompt
-          (:func:`~pyterrier_selfsup.models.st_format.read_sentence_transformer`), so that
-          its ``encode_query`` and ``encode_document`` are reproduced; no projection unless
-          ``dim`` is given;
+        - a sentence-transformers model: its modules (pooling, normalisation), each side's max
+          length and each side's prompt, so that its ``encode_query`` and ``encode_document``
+          are reproduced; no projection unless ``dim`` is given;
         - any other encoder: ``cls`` pooling and no normalisation (the thesis).
 
-        ``prompts``: what each side's texts begin with, ``{'query': ..., 'passage': ...}``
-        (either side alone; ``'document'`` names the passage side too, as in
-        sentence-transformers). A side given wins; a side left out takes the model's own
-        prompt. Where the model declares none on either side, the prompts its family's model
-        card prescribes apply, and a log line says so
-        (:func:`~pyterrier_selfsup.models.st_format.model_card_prompts`: e5's ``query: `` and
-        ``passage: ``, bge-*-en-v1.5's query instruction).
+        ``prompts``: what each side's texts begin with, ``{'query': ..., 'passage': ...}`` (or
+        ``'document'``, as in sentence-transformers). A side given wins; a side left out takes
+        the model's own prompt. Where the model declares none on either side, the prompts its
+        family's model card prescribes apply, and a log line says so
+        (:func:`~pyterrier_selfsup.models.dual_encoder_model.model_card_prompts`: e5's
+        ``query: `` and ``passage: ``, bge-*-en-v1.5's query instruction).
 
             DualEncoder.from_pretrained('intfloat/e5-small-v2').prompts   # 'query: ', 'passage: '
             DualEncoder.from_pretrained(MINILM, prompts={'query': 'query: '})
@@ -284,29 +167,19 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
         1 for raw dot products (the thesis).
         """
         saved = read_saved_config(name_or_path, DUAL_ENCODER_CONFIG_FILE)
-        st = ({} if saved or not is_sentence_transformer(name_or_path)
-              else read_sentence_transformer(name_or_path))
-        base = saved or st or {'pooling': 'cls', 'normalize': False, 'max_length': 512}
-        pooling = pooling or base['pooling']
-        normalize = base['normalize'] if normalize is None else normalize
-        if dim is None and saved:
-            dim = saved['dim']
-        if st:
-            encoder, tokenizer = st['encoder'], st['tokenizer']
+        if saved is not None:
+            if pooling is not None or dim is not None or normalize is not None:
+                raise ValueError(f'{name_or_path} is a trained dual encoder: its pooling, '
+                                 'projections and normalisation are its own')
+            model = DualEncoderModel(str(name_or_path), device='cpu')
         else:
-            encoder = AutoModel.from_pretrained(name_or_path)
-            tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-        model = DualEncoderModel(encoder, pooling=pooling, dim=dim, normalize=normalize)
-        if saved and not saved.get('tied', True):
-            model.passage_encoder = AutoModel.from_pretrained(
-                str(Path(name_or_path) / PASSAGE_ENCODER_DIR))
-        if saved and saved['dim'] is not None:
-            model.load_state_dict(torch.load(Path(name_or_path) / PROJECTIONS_FILE,
-                                             map_location='cpu'), strict=False)
+            model = DualEncoderModel.start(name_or_path, pooling=pooling, dim=dim,
+                                           normalize=normalize)
         if temperature is None:
-            temperature = base.get('temperature', 0.05 if normalize else 1.0)
+            temperature = (saved or {}).get('temperature', 0.05 if model.normalize else 1.0)
         # the tokenizer's limit is often a placeholder (1e30): the position table is the real one
-        positions = getattr(encoder.config, 'max_position_embeddings', math.inf)
+        tokenizer = model.transformers()[0].tokenizer
+        positions = getattr(model.encoder.config, 'max_position_embeddings', math.inf)
         if tokenizer.model_max_length < 1e6:  # (RoBERTa's 514 positions hold 512 tokens)
             positions = min(positions, tokenizer.model_max_length)
         if max_length is not None and max_length > positions:
@@ -315,17 +188,16 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
             max_length = positions
         if query_max_length is not None:
             query_max_length = min(query_max_length, max_length or positions)
-        max_length = max_length or min(base['max_length'], positions)
+        declared, declared_query = side_lengths(model)
+        max_length = max_length or min(declared or 512, positions)
         # queries: as given, else as the model says, within the passages' length
-        query_max_length = query_max_length or min(base.get('query_max_length') or max_length,
-                                                   max_length)
-        encoder = cls(model, tokenizer,
-                      name=saved.get('name', str(name_or_path)) if saved else str(name_or_path),
+        query_max_length = query_max_length or min(declared_query or max_length, max_length)
+        encoder = cls(model, tokenizer, name=(saved or {}).get('name', str(name_or_path)),
                       max_length=max_length, query_max_length=query_max_length,
                       temperature=temperature,
-                      prompts=resolve_prompts(name_or_path, base.get('prompts'), prompts,
-                                              saved=bool(saved)), **kwargs)
-        if saved:
+                      prompts=resolve_prompts(name_or_path, library_prompts(model), prompts,
+                                              saved=saved is not None), **kwargs)
+        if saved is not None:
             encoder.passage_offsets = PassageOffsets.load(name_or_path)
         return encoder
 
@@ -336,38 +208,31 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
                 'tied': self.model.tied, 'prompts': self.prompts}
 
     def save_pretrained(self, path: str | Path) -> Path:
-        """Writes encoder, tokenizer, projections and settings; :meth:`from_pretrained` reads them
-        back."""
+        """Writes the model as sentence-transformers saves it, with each side's prompt and max
+        length, and beside it the name, the temperature and any passage offsets;
+        :meth:`from_pretrained` reads them back, and ``SentenceTransformer(path)`` gives the
+        same vectors, but for the passage offsets (:mod:`~pyterrier_selfsup.models.offsets`),
+        which it has no counterpart for.
+
+            encoder.save_pretrained('out')
+            SentenceTransformer('out').encode_query(['scurvy'])   # encoder.encode_queries'
+        """
         path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        self.model.encoder.save_pretrained(path)
-        if not self.model.tied:
-            self.model.passage_encoder.save_pretrained(path / PASSAGE_ENCODER_DIR)
-        self.tokenizer.save_pretrained(path)
-        if self.model.dim is not None:
-            torch.save({k: v for k, v in self.model.state_dict().items()
-                        if k.endswith('_proj.weight')},
-                       path / PROJECTIONS_FILE)
-        (path / DUAL_ENCODER_CONFIG_FILE).write_text(json.dumps(self.config(), indent=2))
+        for transformer in self.model.transformers():
+            transformer.max_seq_length = transformer.document_length = self.max_length
+            transformer.query_length = self.query_max_length
+        self.model.prompts = {TASKS[side]: text for side, text in self.prompts.items()}
+        modes = [(m, m.training) for m in self.model.modules()]
+        try:
+            self.model.save(str(path))
+        finally:  # (the library's save leaves the model in eval mode: a trainer's goes on)
+            for m, training in modes:
+                m.training = training
+        (path / DUAL_ENCODER_CONFIG_FILE).write_text(json.dumps(
+            {'name': self.name, 'temperature': self.temperature}, indent=2))
         if self.passage_offsets is not None:
             self.passage_offsets.save(path)
         return path
-
-    def save_sentence_transformers(self, path: str | Path) -> Path:
-        """Writes the sentence-transformers layout of this model into ``path`` (where
-        :meth:`save_pretrained` has written its encoder), so that ``SentenceTransformer(path)``
-        gives the same embeddings: its pooling, projections and normalisation. A tied model
-        without projections is one stack of modules; an untied model (a query tower trained
-        against a frozen passage tower), or one with projections (``dim``: a query and a passage
-        matrix), becomes a ``Router`` whose ``encode_query`` and ``encode_document`` take each
-        side's modules, each projection a ``Dense`` without bias or activation. Passage offsets
-        (:mod:`~pyterrier_selfsup.models.offsets`) have no counterpart there:
-        sentence-transformers encodes passages as the start encoder did.
-
-            encoder.save_pretrained('out'); encoder.save_sentence_transformers('out')
-            SentenceTransformer('out').encode_query(['scurvy'])   # encoder.encode_queries'
-        """
-        return export_sentence_transformers(self, path)
 
     def fingerprint(self) -> str:
         """A digest of the weights and settings: two encoders with equal fingerprints
@@ -375,18 +240,14 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
         return weights_fingerprint(self.config(), self.model)
 
     def passage_fingerprint(self) -> str:
-        """A digest of what passage vectors depend on (keys indexes): the fingerprint of
-        the tied encoder that encodes passages as this one does. Equal for a tied encoder
-        and an untied one whose passage tower is a frozen copy of it, so training only the
-        query tower keeps the start's index."""
-        if self.model.tied:
-            return self.fingerprint()
-        config = dict(self.config(), tied=True)
-        state = {f'encoder.{k}': v for k, v in self.model.passage_encoder.state_dict().items()}
-        if self.model.dim is not None:
-            state['query_proj.weight'] = state['passage_proj.weight'] = (
-                self.model.passage_proj.weight)
-        return weights_fingerprint(config, state)
+        """A digest of what passage vectors depend on (keys indexes): the passages' route
+        through the model and their settings. Equal for a tied encoder and an untied one whose
+        passage tower is a frozen copy of it, so training only the query tower keeps the
+        start's index."""
+        config = {key: value for key, value in self.config().items()
+                  if key not in ('query_max_length', 'tied')}
+        config['prompts'] = self.prompts['passage']
+        return weights_fingerprint(config, self.model.passage_state())
 
     # -- what a trainer needs ------------------------------------------------------
 
@@ -406,8 +267,8 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
         """Embeddings of ``texts`` with gradients, in one batch (for training)."""
         batch = self.tokenize(texts, side)
         with self.autocast():
-            emb = self.model(*(to_device(batch[k], self.device)
-                               for k in ('input_ids', 'attention_mask')), side)
+            emb = self.model.embed(*(to_device(batch[k], self.device)
+                                     for k in ('input_ids', 'attention_mask')), side)
             return emb.float() if emb.dtype in (torch.float16, torch.bfloat16) else emb
 
     def encode_queries_torch(self, texts, batch_size=None) -> torch.Tensor:
@@ -444,8 +305,8 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
                           device=self.device)
         with self.inference(), linears_held_in([self.model], self.compute_dtype()):
             for positions, input_ids, mask in batches:
-                vectors = self.model(to_device(input_ids, self.device),
-                                     to_device(mask, self.device), side)
+                vectors = self.model.embed(to_device(input_ids, self.device),
+                                           to_device(mask, self.device), side)
                 out[to_device(torch.from_numpy(positions), self.device)] = vectors.float()
         return out.cpu().numpy()
 

@@ -29,8 +29,8 @@ from pyterrier_selfsup._distributed import (
 )
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.models.dual_encoder import DualEncoder, reads_as_made
+from pyterrier_selfsup.models.dual_encoder_model import UnreproducibleModel
 from pyterrier_selfsup.models.names import MINILM
-from pyterrier_selfsup.models.st_format import UnreproducibleModel
 from pyterrier_selfsup.progress import progress
 from pyterrier_selfsup.retrieval.ann import resolve_search, search_stage
 from pyterrier_selfsup.retrieval.base import Retriever

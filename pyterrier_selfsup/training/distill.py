@@ -185,8 +185,7 @@ class Distillation(DualEncoderTrainer):
         return self.passages.with_pull(self, loss, pull)
 
     def save_extra(self, path):
-        """Saves the passage side's state beside the model, and the final model in the
-        sentence-transformers layout (passage offsets have no counterpart there)."""
+        """Saves the passage side's state beside the model."""
         super().save_extra(path)
         self.passages.save(path)
 

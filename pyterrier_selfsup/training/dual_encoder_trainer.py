@@ -1,8 +1,6 @@
 """The trainer of a dual encoder: what distant supervision, RUMBArt and ACROBArT, and
 distillation share over the loop (:mod:`~pyterrier_selfsup.training.loop`), which knows no
 model class."""
-from pathlib import Path
-
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.retrieval.dense import DenseRetriever, dense_retriever
 from pyterrier_selfsup.training.loop import Trainer
@@ -20,10 +18,3 @@ class DualEncoderTrainer(Trainer):
     def retriever(self, fresh: bool = False) -> DenseRetriever:
         return dense_retriever(self.collection, self.encoder, fresh=fresh, cache_dir=self.cache_dir,
                                verbose=self.shows)
-
-    def save_extra(self, path: Path):
-        """The final model in the sentence-transformers layout as well, beside the package's
-        own, so that ``SentenceTransformer(path)`` gives its vectors (a method that saves more
-        calls this too)."""
-        if path.name == 'final':
-            self.encoder.save_sentence_transformers(path)
