@@ -5,7 +5,7 @@ The layers, each importing only from those before it:
 → ``retrieval`` (BM25, dense and token indexes) → ``training`` (one loop, the methods)
 → ``harness`` (named pipelines, experiments, the command line); beneath them all,
 ``progress`` (how long stages report: :func:`set_progress`), and under it ``_kernel_caches``
-(imported first: bounds on PyTorch's CPU kernel caches); ``context`` holds :class:`RunContext`,
+(bounds on PyTorch's CPU kernel caches, set when the first model is built); ``context`` holds :class:`RunContext`,
 what a run reads besides its settings.
 
 Each name below is imported from its module when it is first used, so that ``import
@@ -14,7 +14,6 @@ conversion child, a progress probe) does not import the others and their librari
 """
 import importlib
 
-from pyterrier_selfsup import _kernel_caches  # noqa: F401 (first: before torch builds a kernel)
 from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.classic import register_classic
 from pyterrier_selfsup.progress import set_progress

@@ -1,5 +1,6 @@
-"""The bounds the package puts on PyTorch's CPU kernel caches (pyterrier_selfsup._kernel_caches),
-each checked in a fresh process: they are read once, when torch builds its first kernel."""
+"""The bounds the package puts on PyTorch's CPU kernel caches (pyterrier_selfsup._kernel_caches)
+when it builds its first model, each checked in a fresh process: they are read once, when torch
+builds its first kernel."""
 import os
 import subprocess
 import sys
@@ -8,7 +9,11 @@ import pytest
 
 from pyterrier_selfsup._kernel_caches import KERNEL_CACHE_CAPACITY, VARIABLES
 
-# (after the package's import, or not) bf16 products of one Linear over 79 batch sizes, then the
+# a model's device resolved, as every wrapper does first
+FIRST_MODEL = ('import pyterrier_selfsup; '
+               'from pyterrier_selfsup.models.precision import resolve_device; '
+               'resolve_device("cpu")\n')
+# (after the package's first model, or not) bf16 products of one Linear over 79 batch sizes, then the
 # first size again; ONEDNN_VERBOSE says whether the last one's kernel was built anew (cache_miss)
 # or found (cache_hit)
 SHAPES = """
@@ -27,10 +32,14 @@ def _run(code: str, **env) -> subprocess.CompletedProcess:
                           env={**clean, **env}, check=True)
 
 
-def test_importing_the_package_bounds_the_kernel_caches_unless_the_user_set_them():
-    show = ('import os, pyterrier_selfsup; '
-            'print(*(os.environ.get(v, "-") for v in pyterrier_selfsup._kernel_caches.VARIABLES))')
+def test_the_first_model_bounds_the_kernel_caches_unless_the_user_set_them():
+    show = ('import os; from pyterrier_selfsup._kernel_caches import VARIABLES; '
+            'print(*(os.environ.get(v, "-") for v in VARIABLES))')
     assert VARIABLES == ('ONEDNN_PRIMITIVE_CACHE_CAPACITY', 'LRU_CACHE_CAPACITY')
+    # importing the package changes no environment variable
+    assert _run('import pyterrier_selfsup, pyterrier_selfsup.models.dual_encoder; ' + show
+                ).stdout.split() == ['-', '-']
+    show = FIRST_MODEL + show
     assert _run(show, LRU_CACHE_CAPACITY='7').stdout.split() == [str(KERNEL_CACHE_CAPACITY), '7']
     # oneDNN's older name for its capacity, which the newer one would override, is left in charge
     assert (_run(show, DNNL_PRIMITIVE_CACHE_CAPACITY='5').stdout.split()
@@ -39,7 +48,7 @@ def test_importing_the_package_bounds_the_kernel_caches_unless_the_user_set_them
 
 def test_a_kernel_met_again_after_more_shapes_than_the_cache_holds_is_built_anew():
     def last_build(package=True, **env):
-        code = ('import pyterrier_selfsup' if package else '') + SHAPES
+        code = (FIRST_MODEL if package else '') + SHAPES
         builds = [line.split(',')[3]
                   for line in _run(code, ONEDNN_VERBOSE='profile_create', **env).stdout.splitlines()
                   if line.startswith('onednn_verbose') and ',matmul,' in line]

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 
 import torch
 
+from pyterrier_selfsup._kernel_caches import bound_kernel_caches
 from pyterrier_selfsup.machine import cpu_has_native_bf16
 
 PRECISIONS = ('auto', 'fp32', 'bf16', 'fp16')
@@ -27,6 +28,10 @@ def compute_dtype(precision: str, device: torch.device) -> torch.dtype:
 
 
 def resolve_device(device: str | None) -> torch.device:
+    """``device``, or CUDA where torch sees a GPU, else the CPU. Every model wrapper resolves its
+    device first, so this is where the CPU kernel caches are bounded
+    (:mod:`~pyterrier_selfsup._kernel_caches`), before the package's first model runs."""
+    bound_kernel_caches()
     return torch.device(device or ('cuda' if torch.cuda.is_available() else 'cpu'))
 
 
