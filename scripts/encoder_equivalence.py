@@ -160,7 +160,8 @@ def compare(old: str, docs: int):
              'torch on the CPU (all-MiniLM-L6-v2; the encoders are named in the script\'s '
              f'docstring). The largest difference between a vector element at {old} and now is '
              f'**{worst:.2e}**.', '',
-             '| encoder | collection | side | texts | largest difference |', '|---|---|---|---|---|']
+             '| encoder | collection | side | texts | largest difference |',
+             '|---|---|---|---|---|']
     lines += [f'| {r["encoder"]} | {r["collection"]} | {r["side"]} | {r["texts"]} | '
               f'{r["max_abs_difference"]:.2e} |' for r in rows]
     lines += ['', f'Passages a second, the first {docs} of scifact at 256 tokens, batches of 32, '

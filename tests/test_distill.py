@@ -381,7 +381,7 @@ def test_exported_model_loads_in_sentence_transformers(tmp_path, cache_dir):
 def test_teacher_with_the_generator_scores_only_its_fused_top_and_caches(tiny_generator, cache_dir,
                                                                          tmp_path):
     from pyterrier_selfsup.harness.methods import teacher_pipeline
-    from pyterrier_selfsup.training.settings import parse_teacher
+    from pyterrier_selfsup.training.teacher_parts import parse_teacher
     assert parse_teacher('2*bm25+student+gen') == {'bm25': 2.0, 'student': 1.0, 'gen': 1.0}
     with pytest.raises(ValueError, match='not one of'):
         parse_teacher('bm25+colbert')

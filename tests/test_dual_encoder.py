@@ -249,6 +249,28 @@ def test_sentence_transformers_loads_every_trained_dual_encoder_without_the_pack
                 in ((queries, 'query'), (docs, 'passage'))] == [8, 48]
 
 
+def test_the_encoders_give_the_vectors_they_gave_at_af17d79():
+    """A sample of scripts/encoder_equivalence.py's check, which compares every local
+    collection's first 1,000 passages: ADI's first 16 passages and 8 queries, each of its three
+    encoders (the published MiniLM; cls pooling with seeded projections and e5's prompts; the
+    same untied, its passage side moved), against the vectors the package gave at af17d79."""
+    import importlib.util
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location('encoder_equivalence',
+                                                  root / 'scripts' / 'encoder_equivalence.py')
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    before = np.load(root / 'tests' / 'data' / 'af17d79_adi_vectors.npz')
+    passages, queries = check.texts('classic/adi', 16)
+    torch.manual_seed(0)
+    for config, encoder in check.encoders():
+        for side, vectors in (('passage', encoder.encode_docs(passages)),
+                              ('query', encoder.encode_queries(queries[:8]))):
+            np.testing.assert_allclose(vectors, before[f'{config}|classic~adi|{side}'],
+                                       atol=1e-5, rtol=0)
+
+
 def _tiny_sentence_transformer(tiny_dir, path, pooling: str, prompts: dict,
                                normalize: bool = True):
     """The tiny BERT saved in the sentence-transformers format, with ``pooling`` and

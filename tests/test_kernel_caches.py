@@ -13,9 +13,9 @@ from pyterrier_selfsup._kernel_caches import KERNEL_CACHE_CAPACITY, VARIABLES
 FIRST_MODEL = ('import pyterrier_selfsup; '
                'from pyterrier_selfsup.models.precision import resolve_device; '
                'resolve_device("cpu")\n')
-# (after the package's first model, or not) bf16 products of one Linear over 79 batch sizes, then the
-# first size again; ONEDNN_VERBOSE says whether the last one's kernel was built anew (cache_miss)
-# or found (cache_hit)
+# (after the package's first model, or not) bf16 products of one Linear over 79 batch sizes, then
+# the first size again; ONEDNN_VERBOSE says whether the last one's kernel was built anew
+# (cache_miss) or found (cache_hit)
 SHAPES = """
 import torch
 lin = torch.nn.Linear(64, 64)

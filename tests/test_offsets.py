@@ -7,11 +7,10 @@ import pytest
 import torch
 
 from pyterrier_selfsup import BM25, Collection
-from pyterrier_selfsup.models.offsets import PASSAGE_OFFSETS_FILE, PassageOffsets
+from pyterrier_selfsup.models.offsets import PASSAGE_OFFSETS_FILE, OffsetAdam, PassageOffsets
 from pyterrier_selfsup.retrieval.dense import DenseRetriever, flex_index
 from pyterrier_selfsup.retrieval.fusion import Fusion
 from pyterrier_selfsup.training.distill import Distillation
-from pyterrier_selfsup.training.offsets import OffsetAdam
 from tests.helpers import stopped_at_step
 
 

@@ -73,12 +73,6 @@ def _format(path: Path) -> str:
     return suffixes[-1].lstrip('.').lower() if suffixes else 'txt'
 
 
-def read_records(path: str | Path,
-                 headerless: tuple[str, ...] = ()) -> Iterator[dict[str, str]]:
-    """The records of a JSON lines, CSV or TSV file (optionally gzipped), as dicts of strings."""
-    return (record for _, record in numbered_records(path, headerless))
-
-
 def numbered_records(path: str | Path,
                      headerless: tuple[str, ...] = ()) -> Iterator[tuple[int, dict[str, str]]]:
     """(line number, record) of each record of a JSON lines, CSV or TSV file; a line that is

@@ -30,15 +30,13 @@ from pyterrier_selfsup.training.distill import Distillation
 from pyterrier_selfsup.training.loop import Trainer
 from pyterrier_selfsup.training.rumbart import Rumbart
 from pyterrier_selfsup.training.settings import (
-    LABELLING_PARTS,
     CrossDocumentAdjustmentSettings,
     DistantSupervisionSettings,
     DistillationSettings,
     ReconstructionSettings,
     encoder_options,
-    mines_only,
-    parse_teacher,
 )
+from pyterrier_selfsup.training.teacher_parts import LABELLING_PARTS, mines_only, parse_teacher
 
 Setup = Callable[..., tuple[Trainer, pd.DataFrame]]
 

@@ -32,10 +32,10 @@ from pyterrier_selfsup.training.settings import (
     GPL,
     REATT_HEAD,
     SETTINGS,
-    parse_teacher,
     parse_value,
     prompts_of,
 )
+from pyterrier_selfsup.training.teacher_parts import parse_teacher
 
 
 @dataclass(frozen=True)

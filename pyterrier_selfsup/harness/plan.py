@@ -27,7 +27,8 @@ from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment
 from pyterrier_selfsup.training.distant import DistantSupervision
 from pyterrier_selfsup.training.distill import Distillation
 from pyterrier_selfsup.training.rumbart import Rumbart
-from pyterrier_selfsup.training.settings import MethodSettings, parse_teacher
+from pyterrier_selfsup.training.settings import MethodSettings
+from pyterrier_selfsup.training.teacher_parts import parse_teacher
 
 logger = logging.getLogger(__name__)
 

@@ -37,7 +37,8 @@ from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.sources import QuerySource, query_file
 from pyterrier_selfsup.models.hub import miners_at_hand
 from pyterrier_selfsup.models.precision import compute_dtype, resolve_device
-from pyterrier_selfsup.training.settings import SETTINGS, MethodSettings, parse_teacher
+from pyterrier_selfsup.training.settings import SETTINGS, MethodSettings
+from pyterrier_selfsup.training.teacher_parts import parse_teacher
 
 # The layout of a trained model's directory and record. Raise it when a model directory written
 # before could not be read by the package as it is: those models are then trained again.

@@ -26,6 +26,7 @@ fingerprint, as indexes are keyed), so a trainer that refreshes its index after 
 the encoder encodes with the weights it has. Conversion takes seconds, and int8 calibration
 somewhat longer.
 """
+import importlib.util
 import logging
 import warnings
 from collections.abc import Callable
@@ -144,3 +145,71 @@ def _int8(model, batches: list[dict[str, np.ndarray]]):
     nncf.set_log_level(logging.ERROR)
     return nncf.quantize(model, nncf.Dataset(batches), subset_size=len(batches),
                          model_type=nncf.ModelType.TRANSFORMER)
+
+
+BACKENDS = ('auto', 'torch', 'openvino', 'openvino-int8')
+# passages: from here on, an index that backend='auto' encodes goes through OpenVINO, where
+# compiling the model pays for itself (docs/results.md)
+AUTO_OPENVINO_FROM = 1000
+
+
+def openvino_installed() -> bool:
+    """Whether OpenVINO can be imported (the ``cpu`` extra installs it)."""
+    return importlib.util.find_spec('openvino') is not None
+
+
+class Backends:
+    """What encodes a :class:`~pyterrier_selfsup.models.dual_encoder.DualEncoder`'s texts
+    without gradients (its ``backend``), chosen by :meth:`choose_backend`; the encoder sets
+    ``device`` first."""
+
+    def choose_backend(self, backend: str):
+        """``'torch'``, ``'openvino'``, ``'openvino-int8'`` or ``'auto'`` (as the encoder's
+        constructor says); the OpenVINO ones on a CPU only."""
+        if backend not in BACKENDS:
+            raise ValueError(f'backend must be one of {BACKENDS}, not {backend!r}')
+        if backend.startswith('openvino') and self.device.type != 'cpu':
+            raise ValueError(f'the openvino backend runs on the CPU, not on {self.device}')
+        self._backend = backend
+        self._openvino: OpenVinoSides | None = None  # (compiled on first use)
+
+    @property
+    def backend(self) -> str:
+        """What encodes passages without gradients, resolved: ``'auto'`` is ``'openvino'`` on
+        a CPU in fp32 where OpenVINO is installed, ``'torch'`` elsewhere. (Under ``'auto'``,
+        queries and an index of fewer than :data:`AUTO_OPENVINO_FROM` passages stay in torch:
+        :meth:`index_backend`.)"""
+        if self._backend != 'auto':
+            return self._backend
+        same_vectors = self.device.type == 'cpu' and self.compute_dtype() == torch.float32
+        return 'openvino' if same_vectors and openvino_installed() else 'torch'
+
+    def index_backend(self, passages: int) -> str:
+        """The backend that encodes an index of ``passages`` passages: as :attr:`backend`, but
+        ``'auto'`` keeps torch below :data:`AUTO_OPENVINO_FROM` passages, where compiling the
+        model takes longer than OpenVINO saves."""
+        if self._backend == 'auto' and passages < AUTO_OPENVINO_FROM:
+            return 'torch'
+        return self.backend
+
+    @contextmanager
+    def encoding_with(self, backend: str):
+        """Encodes with ``backend`` within the block (an index's build, its backend chosen
+        once for the whole corpus)."""
+        was, self._backend = self._backend, backend
+        try:
+            yield
+        finally:
+            self._backend = was
+
+    def _openvino_sides(self, side: str) -> OpenVinoSides | None:
+        """The compiled sides of the resolved backend for ``side`` (None for torch), made on
+        first use. ``'auto'`` encodes queries in torch: they are few and short, and compiling
+        their side takes seconds that a search run never wins back."""
+        backend = self.backend
+        if backend == 'torch' or (self._backend == 'auto' and side == 'query'):
+            return None
+        int8 = backend == 'openvino-int8'
+        if self._openvino is None or self._openvino.int8 != int8:
+            self._openvino = OpenVinoSides(int8=int8)
+        return self._openvino

@@ -13,7 +13,6 @@ budget), devices and precisions, OpenVINO, and passage offsets. Because it is a 
 pyterrier-dr gives it ``FlexIndex`` indexing, FAISS retrievers and ``.scorer()`` re-ranking;
 :meth:`DualEncoder.encode` keeps gradients for training.
 """
-import importlib.util
 import json
 import logging
 import math
@@ -27,19 +26,12 @@ from pyterrier_dr import BiEncoder
 from tokenizers import Tokenizer
 
 from pyterrier_selfsup._cache import weights_fingerprint
-from pyterrier_selfsup.models._openvino import CALIBRATION_TEXTS, OpenVinoSides
-from pyterrier_selfsup.models.batching import (
-    budget_batches,
-    clean_texts,
-    pad,
-    to_device,
-    tokenized_in_slices,
-)
+from pyterrier_selfsup.models._openvino import CALIBRATION_TEXTS, Backends, OpenVinoSides
+from pyterrier_selfsup.models.batching import clean_texts, to_device
 from pyterrier_selfsup.models.dual_encoder_model import (
     NO_PROMPTS,
     TASKS,
     DualEncoderModel,
-    is_sentence_transformer,
     library_prompts,
     resolve_prompts,
     side_lengths,
@@ -55,29 +47,11 @@ logger = logging.getLogger(__name__)
 
 # what the package saves beside the sentence-transformers model: its name and temperature
 DUAL_ENCODER_CONFIG_FILE = 'dual_encoder.json'
-BACKENDS = ('auto', 'torch', 'openvino', 'openvino-int8')
-# passages: from here on, an index that backend='auto' encodes goes through OpenVINO. Compiling
-# the model takes about 3 s; OpenVINO fp32 saves 1.13x (an AMX CPU) to 2.35x (an AMD EPYC) of
-# torch's 36 passages/s at 256 tokens (encoding_benchmark*.md): it pays from about 1,000 passages
-# on the slower gain
-AUTO_OPENVINO_FROM = 1000
 # texts an inference batch holds at full length, by device type (see DualEncoder)
 INFERENCE_BATCH = {'cpu': 32, 'cuda': 256}
 
 
-def openvino_installed() -> bool:
-    """Whether OpenVINO can be imported (the ``cpu`` extra installs it)."""
-    return importlib.util.find_spec('openvino') is not None
-
-
-def reads_as_made(name_or_path: str) -> bool:
-    """Whether :meth:`DualEncoder.from_pretrained` reads ``name_or_path`` as it was made to be
-    read: a directory the package saved, or a sentence-transformers model. Any other encoder it
-    reads as the thesis does (``cls`` pooling, no normalisation)."""
-    return is_sentence_transformer(name_or_path)
-
-
-class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
+class DualEncoder(SideTokenizer, Backends, BiEncoder, TrainableModel):
     """A dense retriever with a trainable shared encoder and query/passage projections.
 
     Build one with :meth:`from_pretrained` (any Hugging Face encoder, a
@@ -94,14 +68,11 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
         older GPUs), fp32 elsewhere.
 
         ``backend``: what encodes without gradients (indexing, queries at search time):
-        ``'torch'``, or ``'openvino'`` on a CPU (:mod:`~pyterrier_selfsup.models._openvino`:
-        the same model compiled by OpenVINO, at the same precision; ``pip install openvino``),
-        or ``'openvino-int8'``: the passage side (indexing) quantised to int8 as well,
-        calibrated on the first texts it encodes (faster where the CPU has VNNI or AMX, not
-        on plain AVX2; its vectors differ), or ``'auto'``: openvino for the passages where the
-        model runs on a CPU in fp32 and OpenVINO is installed (the same vectors as torch's,
-        sooner), torch for queries and elsewhere. Training always runs in torch; the trainers'
-        encoders keep ``'torch'``.
+        ``'torch'``; ``'openvino'`` on a CPU (the same model compiled by OpenVINO, at the same
+        precision); ``'openvino-int8'``, its passage side quantised to int8 (its vectors differ);
+        or ``'auto'``: OpenVINO for large indexes where the model runs on a CPU in fp32 and
+        OpenVINO is installed, torch elsewhere (:mod:`~pyterrier_selfsup.models._openvino`).
+        Training always runs in torch.
 
         ``batch_size``: texts a batch when they are ``max_length`` tokens long; shorter texts
         run more to a batch, within the same number of tokens. None: 32 on a CPU, 256 on a
@@ -109,13 +80,8 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
         device = resolve_device(device)
         batch_size = batch_size or INFERENCE_BATCH.get(device.type, INFERENCE_BATCH['cpu'])
         super().__init__(batch_size=batch_size, text_field='text', verbose=verbose)
-        if backend not in BACKENDS:
-            raise ValueError(f'backend must be one of {BACKENDS}, not {backend!r}')
         self.device = device
-        if backend.startswith('openvino') and self.device.type != 'cpu':
-            raise ValueError(f'the openvino backend runs on the CPU, not on {self.device}')
-        self._backend = backend
-        self._openvino: OpenVinoSides | None = None  # (compiled on first use)
+        self.choose_backend(backend)
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.name = name
@@ -310,46 +276,6 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
                 out[to_device(torch.from_numpy(positions), self.device)] = vectors.float()
         return out.cpu().numpy()
 
-    def _batches(self, texts: list[str], side: str, batch_size: int):
-        """(positions in ``texts``, input ids, attention mask) for each inference batch.
-
-        Texts go longest first by characters, in slices tokenized on a thread while the device
-        encodes the slice before (:func:`tokenized_in_slices`). Each slice is sorted by its
-        token counts and cut into batches of at most ``batch_size`` times the side's
-        ``max_length`` padded tokens (:func:`budget_batches`), so that short texts (queries)
-        run many to a batch and each batch pads only to its own longest text."""
-        budget = batch_size * self.side_max_length(side)
-        order = np.argsort([-len(t) for t in texts], kind='stable')
-        left = self.tokenizer.padding_side == 'left'
-        for positions, ids in tokenized_in_slices(lambda chunk: self.token_ids(chunk, side),
-                                                  texts, order):
-            lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-            by_length = np.argsort(-lengths, kind='stable')
-            for batch in budget_batches(lengths[by_length], budget):
-                rows = by_length[batch]
-                input_ids, mask = pad([ids[r] for r in rows], self.tokenizer.pad_token_id,
-                                      left=left)
-                yield positions[rows], input_ids, mask
-
-    @property
-    def backend(self) -> str:
-        """What encodes passages without gradients, resolved: ``'auto'`` is ``'openvino'`` on
-        a CPU in fp32 where OpenVINO is installed, ``'torch'`` elsewhere. (Under ``'auto'``,
-        queries and an index of fewer than :data:`AUTO_OPENVINO_FROM` passages stay in torch:
-        :meth:`index_backend`.)"""
-        if self._backend != 'auto':
-            return self._backend
-        same_vectors = self.device.type == 'cpu' and self.compute_dtype() == torch.float32
-        return 'openvino' if same_vectors and openvino_installed() else 'torch'
-
-    def index_backend(self, passages: int) -> str:
-        """The backend that encodes an index of ``passages`` passages: as :attr:`backend`, but
-        ``'auto'`` keeps torch below :data:`AUTO_OPENVINO_FROM` passages, where compiling the
-        model takes longer than OpenVINO saves."""
-        if self._backend == 'auto' and passages < AUTO_OPENVINO_FROM:
-            return 'torch'
-        return self.backend
-
     @contextmanager
     def counting_into(self, stage):
         """Within the block, each batch of passages encoded is counted into ``stage`` (a
@@ -360,28 +286,6 @@ class DualEncoder(SideTokenizer, BiEncoder, TrainableModel):
             yield
         finally:
             self._counted_into = was
-
-    @contextmanager
-    def encoding_with(self, backend: str):
-        """Encodes with ``backend`` within the block (an index's build, its backend chosen
-        once for the whole corpus)."""
-        was, self._backend = self._backend, backend
-        try:
-            yield
-        finally:
-            self._backend = was
-
-    def _openvino_sides(self, side: str) -> OpenVinoSides | None:
-        """The compiled sides of the resolved backend for ``side`` (None for torch), made on
-        first use. ``'auto'`` encodes queries in torch: they are few and short, and compiling
-        their side takes seconds that a search run never wins back."""
-        backend = self.backend
-        if backend == 'torch' or (self._backend == 'auto' and side == 'query'):
-            return None
-        int8 = backend == 'openvino-int8'
-        if self._openvino is None or self._openvino.int8 != int8:
-            self._openvino = OpenVinoSides(int8=int8)
-        return self._openvino
 
     # (copies and pickles leave the compiled OpenVINO sides behind: rebuilt on use)
     def __getstate__(self):

@@ -9,10 +9,16 @@ A class that mixes :class:`SideTokenizer` in sets ``tokenizer``, ``prompts`` (``
 """
 from collections.abc import Sequence
 
+import numpy as np
 from tokenizers import Tokenizer
 
 from pyterrier_selfsup.models._token_ids import KeptTokenIds, splits_at_spaces, tokenize_cut
-from pyterrier_selfsup.models.batching import clean_texts
+from pyterrier_selfsup.models.batching import (
+    budget_batches,
+    clean_texts,
+    pad,
+    tokenized_in_slices,
+)
 
 # token ids a trainer keeps between refreshes of its index: 256 MB of ids, and about 200 bytes
 # a passage besides (MS MARCO's 8.8M passages need about 600M ids)
@@ -81,3 +87,24 @@ class SideTokenizer:
         (4 bytes each), so that encoding the same corpus again (a trainer's index refresh)
         skips their tokenization; None lets them go. Copies of the encoder share them."""
         self._kept_ids = KeptTokenIds(max_tokens) if max_tokens else None
+
+    def _batches(self, texts: list[str], side: str, batch_size: int):
+        """(positions in ``texts``, input ids, attention mask) for each inference batch.
+
+        Texts go longest first by characters, in slices tokenized on a thread while the device
+        encodes the slice before (:func:`tokenized_in_slices`). Each slice is sorted by its
+        token counts and cut into batches of at most ``batch_size`` times the side's
+        ``max_length`` padded tokens (:func:`budget_batches`), so that short texts (queries)
+        run many to a batch and each batch pads only to its own longest text."""
+        budget = batch_size * self.side_max_length(side)
+        order = np.argsort([-len(t) for t in texts], kind='stable')
+        left = self.tokenizer.padding_side == 'left'
+        for positions, ids in tokenized_in_slices(lambda chunk: self.token_ids(chunk, side),
+                                                  texts, order):
+            lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+            by_length = np.argsort(-lengths, kind='stable')
+            for batch in budget_batches(lengths[by_length], budget):
+                rows = by_length[batch]
+                input_ids, mask = pad([ids[r] for r in rows], self.tokenizer.pad_token_id,
+                                      left=left)
+                yield positions[rows], input_ids, mask

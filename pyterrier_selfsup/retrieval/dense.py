@@ -28,9 +28,10 @@ from pyterrier_selfsup._distributed import (
     distributed,
 )
 from pyterrier_selfsup.data.collections import Collection
-from pyterrier_selfsup.models.dual_encoder import DualEncoder, reads_as_made
-from pyterrier_selfsup.models.dual_encoder_model import UnreproducibleModel
+from pyterrier_selfsup.models.dual_encoder import DualEncoder
+from pyterrier_selfsup.models.dual_encoder_model import UnreproducibleModel, is_sentence_transformer
 from pyterrier_selfsup.models.names import MINILM
+from pyterrier_selfsup.models.offsets import offset_index
 from pyterrier_selfsup.progress import progress
 from pyterrier_selfsup.retrieval.ann import resolve_search, search_stage
 from pyterrier_selfsup.retrieval.base import Retriever
@@ -113,24 +114,6 @@ def index_key(collection: Collection, encoder: BiEncoder, backend: str | None = 
 def model_name(encoder: BiEncoder) -> str:
     """The name or path of the model ``encoder`` encodes with."""
     return encoder.name if isinstance(encoder, DualEncoder) else encoder.model_name
-
-
-def offset_index(path: str | Path, base: FlexIndex, offsets) -> FlexIndex:
-    """A new FlexIndex at ``path``: ``base``'s vectors with ``offsets`` applied
-    (:meth:`PassageOffsets.apply`), in its order, a chunk at a time."""
-    docnos, vectors, _ = base.payload()
-
-    def rows():
-        for start in range(0, len(vectors), INDEX_CHUNK):
-            names = [str(d) for d in
-                     docnos.fwd[np.arange(start, min(start + INDEX_CHUNK, len(vectors)))]]
-            for docno, vector in zip(names,
-                                     offsets.apply(names, vectors[start:start + len(names)])):
-                yield {'docno': docno, 'doc_vec': vector}
-
-    index = FlexIndex(str(path), verbose=False)
-    index.index(rows())
-    return index
 
 
 def flex_size(collection: Collection, encoder: BiEncoder) -> int | None:
@@ -279,7 +262,7 @@ class DenseRetriever(Retriever):
             DenseRetriever.from_collection('beir/scifact/test', 'intfloat/e5-small-v2')
         """
         encoder = None
-        if reads_as_made(model_name):
+        if is_sentence_transformer(model_name):
             try:
                 encoder = DualEncoder.from_pretrained(model_name, max_length=max_length,
                                                       batch_size=batch_size, precision='fp32',

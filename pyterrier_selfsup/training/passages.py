@@ -23,9 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pyterrier_selfsup.models.offsets import PassageOffsets
+from pyterrier_selfsup.models.offsets import OffsetAdam, PassageOffsets
 from pyterrier_selfsup.retrieval.dense import flex_index
-from pyterrier_selfsup.training.offsets import OffsetAdam
 
 
 class PassageSide:

@@ -1,10 +1,7 @@
 """Each training method's settings: one frozen dataclass per method, the one place they are written.
 
-A field carries its default and its help text (:func:`~.setting_fields.setting`); the class
-machinery, changing a setting and typing a value from the command line are
-:mod:`~pyterrier_selfsup.training.setting_fields`'s. The settings a method's trained weights
-depend on are the model's identity in the model store
-(:meth:`~.setting_fields.MethodSettings.identity`).
+A field carries its default and its help text; how a class is declared and read is
+:mod:`~pyterrier_selfsup.training.setting_fields`'s.
 """
 from dataclasses import dataclass
 from typing import Any
@@ -25,8 +22,7 @@ from pyterrier_selfsup.training.setting_fields import GROUPS, MethodSettings, pa
 __all__ = ['GROUPS', 'MethodSettings', 'parse_value', 'setting', 'TrainingSettings',
            'DistantSupervisionSettings', 'ReconstructionSettings', 'RumbartSettings',
            'AcrobartSettings', 'CrossDocumentAdjustmentSettings', 'DistillationSettings',
-           'GPL', 'SETTINGS', 'TEACHER_PARTS', 'encoder_options', 'given_prompts',
-           'parse_teacher', 'prompts_of']
+           'GPL', 'SETTINGS', 'encoder_options', 'given_prompts', 'prompts_of']
 
 
 @dataclass(frozen=True)
@@ -75,9 +71,8 @@ def given_prompts(settings: MethodSettings) -> dict[str, str]:
 
 
 def encoder_options(settings: MethodSettings) -> dict[str, Any]:
-    """What ``DualEncoder.from_pretrained`` takes from a method's settings, for the encoder
-    that starts training: its prompts (:func:`given_prompts`) and, where the method has them,
-    its precision, its normalisation and its length (queries' too).
+    """What ``DualEncoder.from_pretrained`` takes from a method's settings: its prompts and,
+    where the method has them, its precision, normalisation and length.
 
         DualEncoder.from_pretrained(s.model_name, **encoder_options(s))
     """
@@ -90,16 +85,15 @@ def encoder_options(settings: MethodSettings) -> dict[str, Any]:
     return options
 
 
-# ds's steps between checkpoints, and RUMBArt's and ACROBArT's without refreshes
 def checkpoints_at_the_end_of(what: str):
     """The ``checkpoint_every`` setting of a method whose run resumes exactly at the end of each
-    ``what`` (a round, an iteration): ``'epoch'`` by default."""
+    ``what`` (a round, an iteration)."""
     return setting('epoch', f'When checkpoints are saved: epoch (at each {what}\'s end, where a '
                             f'resumed run matches one never stopped), a number of steps, or None.',
                    group='checkpoints', trains=False)
 
 
-_STEPS_CHECKPOINT = 25
+_STEPS_CHECKPOINT = 25  # ds's steps between checkpoints, and RUMBArt's and ACROBArT's
 
 
 @dataclass(frozen=True)
@@ -202,9 +196,8 @@ class AcrobartSettings(ReconstructionSettings):
                                'generator\'s attention logits (trained).')
 
 
-# all-MiniLM-L6-v2's zero-shot retrieval head: the (layer, head, special tokens) whose r_h
-# re-ranks BM25's top 100 best on beir/scifact/train (docs/results.md; layers counted from 0,
-# as ReAtt's retrieval_layer: the attention of the second layer)
+# all-MiniLM-L6-v2's zero-shot retrieval head: the (layer from 0, head, special tokens) whose r_h
+# re-ranks BM25's top 100 best on beir/scifact/train (docs/results.md)
 REATT_HEAD = dict(retrieval_layer=1, head=1, special_tokens=False)
 
 
@@ -343,9 +336,7 @@ class DistillationSettings(MethodSettings):
         """``passages`` and ``rounds`` left at None follow the queries. With queries from the
         corpus (written for a passage or cut from one): one round, the passage side frozen.
         With a query log (a file, a collection's topic texts, crossfold): five rounds with
-        passage offsets. Offsets were chosen with real query texts and lower nDCG@10 with
-        written ones on three of four collections; a single round without them is the rule
-        chosen on scifact's train split (CHANGELOG.md)."""
+        passage offsets (docs/results.md says what chose each)."""
         corpus_only = self.queries in CUT_FROM_CORPUS + GENERATED
         return {'passages': 'frozen' if corpus_only else 'offsets',
                 'rounds': 1 if corpus_only else 5}
@@ -391,19 +382,8 @@ class DistillationSettings(MethodSettings):
         return self.queries in CUT_FROM_CORPUS
 
 
-# GPL's recipe (Wang et al., 2022, "GPL: Generative Pseudo Labeling for Unsupervised Domain
-# Adaptation of Dense Retrieval", NAACL; github.com/UKPLab/gpl, gpl/train.py's defaults) as
-# distillation's settings: its T5 doc2query writer sampling 3 queries a passage (top_k 25, top_p
-# 0.95, 64 tokens, as BEIR's QueryGenerator), the top 50 of each of its two MS MARCO
-# bi-encoders by cosine over the whole corpus as the candidates, its cross-encoder's raw scores
-# as the labels, Margin-MSE on (query, the passage it was written for, a negative drawn from the
-# other candidates) triples, both towers trained (one shared encoder) by dot product at 350
-# tokens, its learning rate and batch, in fp32 (its use_amp is off). Where the package differs,
-# and why: one pass over n_queries (2,000) queries trains, where GPL takes 140,000 steps of 32
-# over about 250,000 (a CPU's budget; gpl:n_queries=... sets more); all the candidates are
-# labelled once before training, where GPL labels the drawn pair each step (the same margins,
-# the cross-encoder being fixed); and the student starts from all-MiniLM-L6-v2 (GPL's from
-# distilbert-base-uncased, or a model trained on MS MARCO), with its mean pooling.
+# GPL's recipe (Wang et al., 2022, NAACL; github.com/UKPLab/gpl, gpl/train.py's defaults) as
+# distillation's settings; docs/your-own-models.md says where the package differs from it
 GPL: dict[str, Any] = dict(generator=GPL_WRITER, per_passage=3, top_k=GPL_WRITER_TOP_K,
                            query_tokens=GPL_QUERY_TOKENS, teacher='0*miners+ce',
                            miners='+'.join(GPL_MINERS), cross_encoder=GPL_CROSS_ENCODER,
@@ -418,37 +398,3 @@ SETTINGS: dict[str, type[MethodSettings]] = {
     'acrobart': AcrobartSettings,
     'reatt': CrossDocumentAdjustmentSettings,
 }
-
-
-def parse_teacher(spec: str) -> dict[str, float]:
-    """A teacher named by its parts and their weights: ``bm25+student`` (1:1),
-    ``2*bm25+student``, ``bm25+student+gen``, ``bm25+student+ce``, ``0*miners+ce`` (first
-    stages weighted 0 only choose the candidates the re-rankers score: GPL's). The parts are
-    :data:`TEACHER_PARTS`."""
-    weights = {}
-    for term in spec.split('+'):
-        weight, _, part = term.strip().rpartition('*')
-        if part not in TEACHER_PARTS or part in weights:
-            raise ValueError(f'teacher {spec!r}: {part!r} is not one of {", ".join(TEACHER_PARTS)} '
-                             f'(or is named twice); e.g. bm25+student or 2*bm25+student+gen')
-        weights[part] = float(weight) if weight else 1.0
-    return weights
-
-
-# bm25: BM25; student: the student as it is at each round;
-# miners: the dense retrievers the setting miners names, each a stage of its own;
-# gen: the generator's query likelihood on the fused top ``rerank_depth`` (its scores cached);
-# ce: a cross-encoder's scores (the setting cross_encoder) on the fused candidates;
-# fused: BM25 and MiniLM fused, as a re-ranker of the candidates (the cross-encoder's stand-in)
-TEACHER_PARTS = ('bm25', 'student', 'miners', 'gen', 'ce', 'fused')
-# the parts that score every candidate a student learns from (the others re-rank the top 10)
-LABELLING_PARTS = ('ce', 'fused')
-RERANKING_PARTS = ('gen', 'ce', 'fused')
-
-
-def mines_only(spec: str) -> bool:
-    """Whether the teacher ``spec``'s first stages only choose the candidates: each weighted 0,
-    and a re-ranker named to score them (``0*miners+ce``)."""
-    weights = parse_teacher(spec)
-    stages = [w for part, w in weights.items() if part not in RERANKING_PARTS]
-    return len(stages) < len(weights) and not any(stages)
