@@ -2,14 +2,16 @@
 # The wall time of CI's own command on a fresh clone, on this machine:
 #     bash scripts/ci_time.sh [OUT]
 # clones HEAD into ../ci-check (a sibling, so that ../shared is beside it, as on CI), runs
-# `bash .ci/run` there, and writes OUT (default experiments/results/ci_time-REV.txt): the
-# machine, the revision, the whole run's seconds, pytest's summary line and its 20 slowest tests.
+# `bash .ci/run` there, appends a row to experiments/results/ci_times.md (the date, the
+# revision, the CPU, the emulation, the exit status, the whole run's seconds and pytest's summary
+# line) and writes OUT (default: a temporary file it names) with the machine, the summary and the
+# 20 slowest tests.
 # With SELFSUP_CPU_FLAGS, ATEN_CPU_CAPABILITY and ONEDNN_MAX_CPU_ISA set (another CPU kind,
 # emulated: see pyterrier_selfsup/machine.py), the command it records names them.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 rev="$(git rev-parse --short HEAD)"
-out="${1:-experiments/results/ci_time-$rev.txt}"
+out="${1:-$(mktemp --suffix=.ci_time.txt)}"
 clone="$(cd .. && pwd)/ci-check"
 rm -rf "$clone"
 git clone -q . "$clone"
@@ -40,6 +42,22 @@ seconds=$(( $(date +%s) - started ))
     grep -E '^(FAILED|ERROR) ' "$log" || tail -n 40 "$log"
   fi
 } > "$out"
+"$clone/.venv/bin/python" - "$out" experiments/results/ci_times.md <<'PY'
+import shlex
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+field = {line.split(': ', 1)[0]: line.split(': ', 1)[1] for line in lines if ': ' in line}
+head = lines[0].split(' at ', 1)[1]
+rev, rest = head.split(': ', 1)
+wall, rc = rest.split(' s of wall time (exit status ')
+emulation = ' '.join(word.split('=')[0] + '=' + shlex.quote(word.split('=', 1)[1])
+                     for word in shlex.split(field['command']) if '=' in word) or 'none'
+cpu = field['machine'].removeprefix('Linux x86_64, ').split(', 2 cores')[0]
+summary = next((line.strip('= ') for line in lines if line.startswith('=')), '')
+row = [field['date'], rev, cpu, emulation, rc.rstrip(')'), wall, summary]
+with open(sys.argv[2], 'a') as table:
+    table.write('| ' + ' | '.join(row) + ' |\n')
+PY
 rm -f "$log"
-echo "wrote $out"
+echo "wrote $out and a row of experiments/results/ci_times.md"
 exit "$rc"
