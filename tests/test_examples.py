@@ -124,7 +124,7 @@ def test_retrieve_and_reconstruct(run_example, tmp_path, method):
     assert ran['adapted'].state['step'] == 1  # 4 queries, one batch
     assert nDCG10(ran['table'], f'MiniLM + {method}') != nDCG10(ran['table'], 'MiniLM')
     assert ((tmp_path / method / 'training_log.jsonl').exists() and
-            (tmp_path / method / 'final' / 'config.json').exists())
+            (tmp_path / method / 'final' / 'modules.json').exists())
 
 
 def test_cross_document_adjustment(run_example, tmp_path):
@@ -173,7 +173,7 @@ def test_your_own_corpus_without_queries_from_a_csv(run_example, tmp_path):
                       'n_queries=12,rounds=1', '--output',
                       tmp_path / 'csv')
     assert ran['corpus'].docs_count == 40 and ran['distill'].settings['queries'] == 'sampled'
-    assert (tmp_path / 'csv' / 'config.json').is_file() and len(ran['runs']['adapted']) > 0
+    assert (tmp_path / 'csv' / 'modules.json').is_file() and len(ran['runs']['adapted']) > 0
 
 
 def test_distill_data_parallel_on_one_process(run_example, tmp_path):

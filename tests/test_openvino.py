@@ -144,8 +144,8 @@ def test_backend_flows_through_pipelines_and_keys(cache_dir):
 
 
 def test_a_trainers_torch_encoder_reads_the_index_openvino_built(tmp_path, monkeypatch):
-    from pyterrier_selfsup.models import dual_encoder
-    monkeypatch.setattr(dual_encoder, 'AUTO_OPENVINO_FROM', 0)  # (ADI's 82 through OpenVINO)
+    from pyterrier_selfsup.models import _openvino
+    monkeypatch.setattr(_openvino, 'AUTO_OPENVINO_FROM', 0)  # (ADI's 82 through OpenVINO)
     collection = Collection('classic/adi')
     minilm = get_pipeline('minilm').build(collection, RunContext(cache_dir=tmp_path))
     assert minilm.encoder.index_backend(collection.docs_count) == 'openvino'
@@ -158,14 +158,14 @@ def test_a_trainers_torch_encoder_reads_the_index_openvino_built(tmp_path, monke
 
 
 def test_auto_is_openvino_on_a_cpu_in_fp32_and_torch_elsewhere(monkeypatch):
-    from pyterrier_selfsup.models import dual_encoder
+    from pyterrier_selfsup.models import _openvino
 
     def backend(**settings):
         return DualEncoder.from_pretrained(MINILM, device='cpu', **settings).backend
     assert backend(precision='fp32', backend='auto') == 'openvino'
     # bf16 and int8 change the vectors: auto leaves them to be asked for
     assert backend(precision='bf16', backend='auto') == 'torch'
-    monkeypatch.setattr(dual_encoder, 'openvino_installed', lambda: False)
+    monkeypatch.setattr(_openvino, 'openvino_installed', lambda: False)
     assert backend(precision='fp32', backend='auto') == 'torch'
     # an encoder made to train encodes its refreshed indexes in torch unless told otherwise
     assert backend() == 'torch'

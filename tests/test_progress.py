@@ -516,18 +516,18 @@ def test_an_index_counts_its_passages_as_each_batch_is_encoded(tiny_encoder, tmp
     monkeypatch.setattr(P, '_settings', {'mode': 'lines', 'interval': 1e9, 'heartbeat': False})
     encoder = tiny_encoder(batch_size=8)
     encoded, seen = [0], []
-    forward = type(encoder.model).forward
+    embed = type(encoder.model).embed
 
-    def counted_forward(self, input_ids, attention_mask, side):
+    def counted_embed(self, input_ids, attention_mask, side):
         encoded[0] += len(input_ids)
-        return forward(self, input_ids, attention_mask, side)
+        return embed(self, input_ids, attention_mask, side)
     update = P.Progress.update
 
     def watched(self, n=1):
         update(self, n)
         if self.desc == 'encoding documents':
             seen.append((self.done, encoded[0]))
-    monkeypatch.setattr(type(encoder.model), 'forward', counted_forward)
+    monkeypatch.setattr(type(encoder.model), 'embed', counted_embed)
     monkeypatch.setattr(P.Progress, 'update', watched)
     encode_into(tmp_path / 'index', Collection('classic/adi'), encoder, verbose=True)
     assert seen[-1] == (82, 82) and len(seen) > 1
