@@ -49,19 +49,20 @@ def test_log_likelihood_equals_a_manual_per_token_sum(tiny_generator, kind):
 @pytest.mark.parametrize('kind', ['t5', 'llama'])
 def test_target_chunks_keep_to_the_logits_budget_and_score_the_same(tiny_generator, kind,
                                                                     monkeypatch):
-    from pyterrier_selfsup.models import generator
+    from pyterrier_selfsup.models import batched_scoring
     gen = tiny_generator(kind, batch_size=2)  # at most 8 targets a chunk
     targets = [t for t in TARGETS for _ in PASSAGES]
     passages = [p for _ in TARGETS for p in PASSAGES]
     # (a tiny vocabulary: the budget does not bind)
     unbounded = gen.log_likelihoods(targets, passages)
     row_bytes = 4 * gen.model.get_output_embeddings().weight.shape[0]
-    monkeypatch.setattr(generator, 'LOGITS_BUDGET', 15 * row_bytes)  # 15 target positions' logits
+    # 15 target positions' logits
+    monkeypatch.setattr(batched_scoring, 'LOGITS_BUDGET', 15 * row_bytes)
     lengths = [1, 2, 3, 3, 5, 5, 5, 8, 20]  # (sorted, as log_likelihoods passes them)
     assert (list(gen._target_chunks([(i, [0] * n) for i, n in enumerate(lengths)]))
             == [(0, 4), (4, 7), (7, 8), (8, 9)])
     assert list(gen._target_chunks([(i, [0]) for i in range(20)])) == [(0, 8), (8, 16), (16, 20)]
-    monkeypatch.setattr(generator, 'LOGITS_BUDGET', 1)  # one target a chunk
+    monkeypatch.setattr(batched_scoring, 'LOGITS_BUDGET', 1)  # one target a chunk
     np.testing.assert_allclose(gen.log_likelihoods(targets, passages), unbounded, rtol=1e-5)
 
 

@@ -69,7 +69,7 @@ def test_given_topics_keep_only_text():
 
 
 def test_generated_queries_come_from_the_generator_with_their_source(tiny_generator_dir):
-    from pyterrier_selfsup.data.queries import generated_queries
+    from pyterrier_selfsup.data.written_queries import generated_queries
     from pyterrier_selfsup.models.generator import Generator
     coll = Collection('classic/adi')
     gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu',
@@ -83,8 +83,8 @@ def test_generated_queries_come_from_the_generator_with_their_source(tiny_genera
 
 def test_generated_training_topics_are_written_once_and_shared_by_every_trainer(
         tiny_dir, tiny_generator_dir, tmp_path, monkeypatch):
-    from pyterrier_selfsup.data.queries import generated_queries
     from pyterrier_selfsup.data.sources import QuerySource
+    from pyterrier_selfsup.data.written_queries import generated_queries
     from pyterrier_selfsup.harness import topics as topics_module
     from pyterrier_selfsup.harness import trained
     from pyterrier_selfsup.harness.topics import training_topics
@@ -138,7 +138,7 @@ class EchoOrGeneric:
 
 def test_round_trip_queries_keep_only_queries_that_find_their_passage(tmp_path):
     from pyterrier_selfsup import BM25
-    from pyterrier_selfsup.data.queries import generated_queries
+    from pyterrier_selfsup.data.written_queries import generated_queries
     from pyterrier_selfsup.harness.topics import training_topics
     coll = Collection('classic/adi')
     bm25 = BM25.from_collection(coll, cache_dir=tmp_path) % 10
@@ -207,7 +207,7 @@ def test_queries_kept_from_a_short_corpus_are_spread_over_its_passages(tiny_gene
     # 2, and the 7 kept cover all 6, where the first 7 written would cover 4
     import json
 
-    from pyterrier_selfsup.data.queries import sampled_plan, spread
+    from pyterrier_selfsup.data.written_queries import sampled_plan, spread
     from pyterrier_selfsup.harness.topics import training_topics
     from pyterrier_selfsup.models.generator import Generator
     docs = [{'_id': f'd{i}', 'title': '', 'text': '' if i == 3 else f'passage {i} about topic {i}'}

@@ -32,7 +32,7 @@ def child(precision: str, budget: str, out: str):
     import resource
 
     import pyterrier_selfsup as selfsup
-    from pyterrier_selfsup.models import generator
+    from pyterrier_selfsup.models import batched_scoring as generator
     generator.LOGITS_BUDGET = float('inf') if budget == 'none' else int(budget) * 2 ** 20
     adi = selfsup.Collection('classic/adi')
     pairs = selfsup.BM25.from_collection(adi, num_results=5)(selfsup.corpus_sentences(adi, 500)[['qid', 'query']])

@@ -40,7 +40,7 @@ import numpy as np
 from pyterrier_selfsup._cache import cache_root
 from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.collections import Collection
-from pyterrier_selfsup.data.queries import SampledPlan, sampled_plan
+from pyterrier_selfsup.data.written_queries import SampledPlan, sampled_plan
 from pyterrier_selfsup.harness import trained
 from pyterrier_selfsup.harness.experiment import copy_training_curves, run_experiment, write_results
 from pyterrier_selfsup.harness.methods import bm25_and_minilm

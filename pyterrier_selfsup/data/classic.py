@@ -1,23 +1,15 @@
-"""Classic test collections in the Glasgow/SMART format (CISI, ADI, MED, CACM, ...).
+"""Classic test collections in the Glasgow/SMART format (CISI, ADI, MED, CACM, ...), registered
+with ir_datasets as ``classic/<name>``.
 
-A collection ``NAME`` is three files: ``NAME.ALL`` (documents), ``NAME.QRY`` (queries) and
-``NAME.REL`` (judgments), found in a directory either as files or inside ``NAME.tar.gz`` there.
-``import pyterrier_selfsup`` registers ``classic/cisi`` and ``classic/adi`` with ir_datasets, read
-from ``$SELFSUP_CLASSIC_DATA``, and any other ``classic/<name>`` found there is registered when a
-:class:`~pyterrier_selfsup.data.collections.Collection` first names it. Where
-``$SELFSUP_CLASSIC_DATA`` is not set, CISI and ADI are downloaded on first use from their public
-home, the University of Glasgow's test collections (:data:`CLASSIC_HOME`), into the package's
-cache (``<cache>/classic/``), each checked against the sha256 recorded here (:data:`DOWNLOADS`).
-:func:`register_classic` points them (or any other collection) at a directory::
+A collection ``NAME`` is ``NAME.ALL`` (documents), ``NAME.QRY`` (queries) and ``NAME.REL``
+(judgments), as files or inside ``NAME.tar.gz``, in ``$SELFSUP_CLASSIC_DATA``; without it, CISI
+and ADI are downloaded on first use from the University of Glasgow (:data:`CLASSIC_HOME`) into
+the package's cache, each checked against its sha256 (:data:`DOWNLOADS`). ``.T``, ``.W``, ``.A``
+and ``.B`` fields are kept; judgments are ``qid docid ...`` or TREC's ``qid 0 docid rel``;
+queries without a judgment are dropped.
 
     pyterrier_selfsup.register_classic('/data/glasgow')       # every collection found there
     pt.get_dataset('irds:classic/cisi').get_topics()
-
-Format: a record starts with ``.I <id>``; ``.T`` title, ``.W`` text, ``.A`` authors and
-``.B`` source are kept, other fields (``.X`` cross-references, ``.K``, ``.N``, ...) are
-skipped. Judgments are either ``qid docid ...`` (CISI, ADI: every listed pair relevant)
-or TREC's ``qid 0 docid rel``. Identifiers compare without leading zeros. Queries
-with no judgment are dropped, as they cannot be evaluated.
 """
 import os
 import re
@@ -33,9 +25,8 @@ from ir_datasets.indices import Docstore
 
 CLASSIC_DATA_ENV = 'SELFSUP_CLASSIC_DATA'
 BUILTIN = ('cisi', 'adi')
-# Where CISI and ADI are downloaded from where $SELFSUP_CLASSIC_DATA is not set (a mirror of the
-# same files at $SELFSUP_CLASSIC_MIRROR), and the sha256 of each tarball: that of the copies
-# these machines hold, the Glasgow tarballs of 1994 (their members are dated 28 February 1994).
+# Where CISI and ADI are downloaded from (or a mirror at $SELFSUP_CLASSIC_MIRROR), and the sha256
+# of each tarball: the Glasgow tarballs of 1994
 CLASSIC_HOME = 'http://ir.dcs.gla.ac.uk/resources/test_collections'
 MIRROR_ENV = 'SELFSUP_CLASSIC_MIRROR'
 DOWNLOADS = {
@@ -57,10 +48,6 @@ class ClassicDoc(NamedTuple):
     def default_text(self) -> str:
         """title + text: what both BM25 and the neural models see."""
         return ' '.join(x for x in (self.title, self.text) if x)
-
-
-# ---------------------------------------------------------------------------------------
-# Parsing
 
 
 def normalise_id(raw: str) -> str:
@@ -120,22 +107,14 @@ def parse_qrels(lines: Iterable[str]) -> list[TrecQrel]:
     return [TrecQrel(qid, docid, grade, '0') for (qid, docid), grade in grades.items()]
 
 
-# ---------------------------------------------------------------------------------------
-# Locating the files
-
-
 # (tarball, size, modification time, part) -> the part's member in it, or None
 _MEMBERS: dict[tuple[str, int, int, str], str | None] = {}
 
 
 class ClassicSource:
-    """The three files of collection ``name`` (``cisi``) under a directory.
-
-    The directory is ``directory`` when given, else ``$SELFSUP_CLASSIC_DATA`` at the
-    time of reading, so that setting the variable after import still works, else (CISI and
-    ADI) the cache's ``classic/`` directory, the collection downloaded there on first use
-    (:func:`download`).
-    """
+    """The three files of collection ``name`` (``cisi``) under ``directory``, else under
+    ``$SELFSUP_CLASSIC_DATA`` as it is when they are read, else (CISI and ADI) under the
+    cache's ``classic/``, downloaded there on first use (:func:`download`)."""
 
     def __init__(self, name: str, directory: str | Path | None = None):
         self.name = name.lower()
@@ -273,10 +252,6 @@ def download(name: str, cache_dir: str | Path | None = None) -> Path:
     return directory
 
 
-# ---------------------------------------------------------------------------------------
-# ir_datasets components
-
-
 class ClassicDocs(BaseDocs):
     def __init__(self, source: ClassicSource):
         self._source = source
@@ -367,9 +342,6 @@ class _MemoryDocstore(Docstore):
     def get_many_iter(self, doc_ids):
         return iter(self.get_many(doc_ids).values())
 
-
-# ---------------------------------------------------------------------------------------
-# Registration
 
 _SOURCES: dict[str, ClassicSource] = {}
 

@@ -34,18 +34,13 @@ from pyterrier_selfsup._cache import build_once, cache_key, cache_root
 from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
 from pyterrier_selfsup.data.queries import (
     MASK,
-    QUERY_TOKENS,
-    SAMPLING,
     corpus_sentences,
     cropped_spans,
     document_titles,
-    generated_queries,
     given_topics,
     masked_spans,
     other_folds,
     query_log,
-    round_trip_queries,
-    sampled_queries,
 )
 from pyterrier_selfsup.data.source_names import (
     CROSS_FOLDS,
@@ -53,6 +48,13 @@ from pyterrier_selfsup.data.source_names import (
     CUT_FROM_CORPUS,
     GENERATED,
     QUERY_SOURCES,
+)
+from pyterrier_selfsup.data.written_queries import (
+    QUERY_TOKENS,
+    SAMPLING,
+    generated_queries,
+    round_trip_queries,
+    sampled_queries,
 )
 
 ROUND_TRIP_DEPTH = 10

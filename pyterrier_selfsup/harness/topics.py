@@ -8,8 +8,9 @@ import pandas as pd
 
 from pyterrier_selfsup.context import SILENT, RunContext
 from pyterrier_selfsup.data.collections import Collection
-from pyterrier_selfsup.data.queries import MASK, SAMPLING
+from pyterrier_selfsup.data.queries import MASK
 from pyterrier_selfsup.data.sources import ROUND_TRIP_DEPTH, QuerySource
+from pyterrier_selfsup.data.written_queries import SAMPLING
 from pyterrier_selfsup.models.generator import Generator, load_generator
 from pyterrier_selfsup.retrieval.bm25 import BM25
 from pyterrier_selfsup.training.settings import DistillationSettings

@@ -3,28 +3,15 @@
 One interface over seq2seq models (``AutoModelForSeq2SeqLM``: BART as in the thesis, T5)
 and decoder-only models (``AutoModelForCausalLM``: here SmolLM2-135M-Instruct, prompted
 with :data:`~pyterrier_selfsup.models.prompts.PASSAGE_QUESTION`, the target following).
+:meth:`Generator.log_likelihoods` scores many pairs without gradients, each passage encoded
+once (:mod:`~pyterrier_selfsup.models.batched_scoring`); :meth:`Generator.log_likelihood` is
+the differentiable version, for training.
 
     gen = Generator.from_pretrained(SMOLLM2, gguf_file=SMOLLM2_GGUF)
     gen.log_likelihoods(['what causes scurvy'], ['Scurvy is caused by a lack of vitamin C.'])
     bm25 % 100 >> collection.text_loader() >> gen.scorer()      # a re-ranker
-
-This is the package's cost centre, so :meth:`Generator.log_likelihoods` does not run one
-forward per pair. Pairs are grouped by passage and each passage is encoded once: the
-encoder's output for seq2seq models, the prompt prefix's key/value cache for decoder-only
-ones; every target paired with the passage is then scored from it. Passages are sorted by
-length into batches (little padding), matrix products run in bf16 where the hardware has
-it, and only the target positions reach the output layer.
-(measured against the one-pair-per-forward loop: docs/results.md.)
-transformers has no call for scoring many continuations of one prefix, so the sharing is
-written here, on its cache classes (:class:`~pyterrier_selfsup.models.kv_cache.PrefixCache`:
-each chunk of targets reads its prefixes a layer at a time, without a copy of them held through
-the forward).
-
-:meth:`Generator.log_likelihood` is the differentiable version (one sequence per pair,
-gradients to the generator when it is trainable), for training.
 """
-from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,19 +23,16 @@ from transformers import (
     AutoModelForCausalLM,
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
-    DynamicCache,
 )
 from transformers.modeling_outputs import BaseModelOutput
 
 from pyterrier_selfsup._cache import weights_fingerprint
+from pyterrier_selfsup.models.batched_scoring import BatchedScoring, gather_logp
 from pyterrier_selfsup.models.batching import clean_texts, pad
 from pyterrier_selfsup.models.doc2query import Doc2QueryWriter
 from pyterrier_selfsup.models.gguf_conversion import dequantised
 from pyterrier_selfsup.models.kv_cache import (
-    PrefixCache,
     cache_argument,
-    cache_of,
-    full_attention_layers,
 )
 from pyterrier_selfsup.models.names import (  # noqa: F401
     GENERATORS,
@@ -61,19 +45,13 @@ from pyterrier_selfsup.models.names import (  # noqa: F401
 from pyterrier_selfsup.models.precision import TorchModel, matrices_in_compute_dtype, resolve_device
 from pyterrier_selfsup.models.prompts import PASSAGE_QUESTION, SEQ2SEQ_PROMPT, cut_to_tokens
 from pyterrier_selfsup.models.writing import QueryWriter, generated
-from pyterrier_selfsup.progress import Progress, progress
 
 if TYPE_CHECKING:
     from pyterrier_selfsup.models.reranker import ReconstructionScorer
 
-# bytes of fp32 logits one chunk of targets may produce on a CPU: the log-softmax over them
-# peaks at a few times this. 64 MiB scored RUMBArt's ADI pairs in half the memory and less
-# time than chunks of 4 * batch_size alone (docs/results.md). On a GPU
-# only the 4 * batch_size bound applies (not measured there: larger batches pay on a GPU).
-LOGITS_BUDGET = 64 * 2 ** 20
 
 
-class Generator(TorchModel):
+class Generator(BatchedScoring, TorchModel):
     """log p(target | passage) under a Hugging Face generator, and text generation.
 
     Args:
@@ -188,115 +166,12 @@ class Generator(TorchModel):
     def target_lengths(self, targets: Sequence[str]) -> np.ndarray:
         return np.array([len(t) for t in self.target_ids(targets)])
 
-    # -- scoring ----------------------------------------------------------------------
-
-    def log_likelihoods(self, targets: Sequence[str], passages: Sequence[str], *,
-                        tracker: Progress | None = None) -> np.ndarray:
-        """Σ_j log p(target_j | passage, target_<j) for each (target, passage) pair, without
-        gradients; each distinct passage is encoded once (see the module docstring).
-        ``tracker``: the progress of a larger scoring job, which this call's pairs count
-        towards (a score cache filled a chunk at a time), instead of a stage of its own."""
-        if len(targets) != len(passages):
-            raise ValueError(f'{len(targets)} targets but {len(passages)} passages')
-        out = np.zeros(len(targets), dtype=np.float64)
-        if not len(targets):
-            return out
-        passage_keys, pair_passage = np.unique(np.asarray(clean_texts(list(passages)),
-                                                          dtype=object), return_inverse=True)
-        target_keys, pair_target = np.unique(np.asarray(clean_texts(list(targets)), dtype=object),
-                                             return_inverse=True)
-        p_ids = self.passage_ids(list(passage_keys))
-        t_ids = self.target_ids(list(target_keys))
-        pairs_of = defaultdict(list)
-        for pair, p in enumerate(pair_passage):
-            pairs_of[p].append(pair)
-        order = sorted(pairs_of, key=lambda p: -len(p_ids[p]))  # longest first: fail fast on memory
-        batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
-
-        def pairs_in(batch) -> int:
-            return sum(len(pairs_of[p]) for p in batch)
-        if tracker is None:
-            batches = progress(batches, total=len(pair_passage), desc='generator scoring',
-                               unit='pair', count=pairs_in,
-                               enabled=self.verbose and len(batches) > 1)
-        scored = []  # (pairs, their values on the device): copied back once, at the end
-        with self.inference():
-            for batch in batches:
-                rows = [(pair, row) for row, p in enumerate(batch) for pair in pairs_of[p]]
-                # targets are scored in chunks padded to their longest: sorted by length,
-                # a chunk pads little (the target pass is most of the work when passages recur)
-                rows.sort(key=lambda pair_row: len(t_ids[pair_target[pair_row[0]]]))
-                score = self._seq2seq_logp if self.is_seq2seq else self._score_causal
-                scored.extend(score([p_ids[p] for p in batch],
-                                    [(row, t_ids[pair_target[pair]]) for pair, row in rows], rows))
-                if tracker is not None:
-                    tracker.update(pairs_in(batch))
-        if scored:
-            out[np.concatenate([pairs for pairs, _ in scored])] = torch.cat(
-                [values.double() for _, values in scored]).cpu().numpy()
-        return out
-
-    def _score_causal(self, prefixes: list[list[int]], items: list[tuple[int, list[int]]], rows):
-        """Prefixes left-padded, so that every row's last position predicts its first
-        target token; their key/value cache is then shared by all targets of the row."""
-        pad_id = self.tokenizer.pad_token_id
-        ids, mask = pad(prefixes, pad_id, left=True, device=self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                         logits_to_keep=1)
-        first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
-        cache = cache_of(out)
-        lengths = mask.sum(-1)
-        for start, end in self._target_chunks(items):
-            part = items[start:end]
-            idx = torch.tensor([row for row, _ in part], device=self.device)
-            targets, t_mask = pad([t for _, t in part], pad_id, device=self.device)
-            values = first[idx].gather(1, targets[:, :1]).squeeze(1) * t_mask[:, 0]
-            if targets.shape[1] > 1:
-                expanded = (PrefixCache(cache, idx) if self._prefix_cache_fits else
-                            DynamicCache(ddp_cache_data=[(layer.keys.index_select(0, idx),
-                                                          layer.values.index_select(0, idx))
-                                                         for layer in cache.layers],
-                                         config=self.model.config))
-                logits = self.model(input_ids=targets[:, :-1],
-                                    attention_mask=torch.cat([mask.index_select(0, idx),
-                                                              t_mask[:, :-1]], 1),
-                                    position_ids=lengths.index_select(0, idx)[:, None]
-                                    + torch.arange(targets.shape[1] - 1, device=self.device),
-                                    use_cache=False, **{self.cache_argument: expanded}).logits
-                values = values + gather_logp(logits, targets[:, 1:], t_mask[:, 1:])
-            yield [rows[start + i][0] for i in range(len(part))], values
-
-    @cached_property
-    def _prefix_cache_fits(self) -> bool:
-        """Whether targets read their prefixes through a :class:`PrefixCache`: where every
-        layer attends to every position (a sliding-window layer keeps ``DynamicCache``'s kind)."""
-        return full_attention_layers(self.model.config) is not None
-
     @cached_property
     def cache_argument(self) -> str:
         """The name under which the model's forward takes a key/value cache
         (:func:`~pyterrier_selfsup.models.kv_cache.cache_argument`, read once: the scoring and
         writing loops pass a cache every forward)."""
         return cache_argument(self.model)
-
-    def _target_chunks(self, items: list[tuple[int, list[int]]]) -> Iterator[tuple[int, int]]:
-        """:func:`target_chunks` for this generator: ``4 * batch_size`` targets a chunk, and on
-        a CPU no more logits than :data:`LOGITS_BUDGET` bytes."""
-        budget = LOGITS_BUDGET if self.device.type == 'cpu' else float('inf')
-        row_bytes = 4 * self.model.get_output_embeddings().weight.shape[0]
-        return target_chunks([len(t) for _, t in items], 4 * self.batch_size, row_bytes, budget)
-
-    def _seq2seq_logp(self, passages, items, rows):
-        """Each passage through the encoder once; its output is shared by its targets."""
-        ids, mask = pad(passages, self.tokenizer.pad_token_id, device=self.device)
-        encoded = self.model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
-        for start, end in self._target_chunks(items):
-            part = items[start:end]
-            idx = torch.tensor([row for row, _ in part], device=self.device)
-            yield ([rows[start + i][0] for i in range(len(part))],
-                   self.decode_logp(encoded.index_select(0, idx), mask.index_select(0, idx),
-                                    [t for _, t in part]))
 
     def decode_logp(self, encoded: torch.Tensor, encoder_mask: torch.Tensor,
                     t_ids: list[list[int]], *, min_target_width: int = 1) -> torch.Tensor:
@@ -373,33 +248,6 @@ class Generator(TorchModel):
 
     def __repr__(self):
         return f'Generator({self.name!r})'
-
-
-def target_chunks(lengths: list[int], most: int, row_bytes: int,
-                  budget: float) -> Iterator[tuple[int, int]]:
-    """(start, end) of consecutive chunks of targets of ``lengths`` tokens: at most ``most``
-    targets, and no more fp32 logits (targets x longest target x ``row_bytes``, a vocabulary's
-    4 bytes a token) than ``budget`` bytes (a vocabulary of 49k and 64 targets of 64 tokens
-    would hold four times 49k x 64 x 64 bytes)."""
-    start = 0
-    while start < len(lengths):
-        end, longest = start + 1, lengths[start]
-        while end < len(lengths) and end - start < most:
-            wider = max(longest, lengths[end])
-            if (end + 1 - start) * wider * row_bytes > budget:
-                break
-            end, longest = end + 1, wider
-        yield start, end
-        start = end
-
-
-def gather_logp(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Σ over unmasked positions of log softmax(logits)[target], per row, in fp32: the
-    target's logit minus the logsumexp (no vocabulary-sized log-softmax is written)."""
-    if logits.dtype in (torch.float16, torch.bfloat16):
-        logits = logits.float()
-    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-    return (logp * mask).sum(-1)
 
 
 def load_generator(name: str = 'smollm2', **kwargs) -> Generator:

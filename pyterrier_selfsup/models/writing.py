@@ -1,35 +1,14 @@
-"""Writing training queries with a decoder-only generator: prompts an instruct model reads as
-instructions, one prefill a passage shared by its samples, and a stop at the end of the line.
+"""Writing training queries with a decoder-only generator (:class:`QueryWriter`).
 
-:class:`QueryWriter` wraps a :class:`~pyterrier_selfsup.models.generator.Generator`'s model
-and tokenizer. What it does that ``model.generate(num_return_sequences=n)`` does not:
-
-- **one prefill a passage, read by all its samples**: the prompt is run once, and its keys
-  and values are held once (:class:`WriterCache`) and read by each of the passage's ``n``
-  samples at every step (:func:`shared_prompt_attention`: the samples of a prompt attend to it
-  as one block of queries, cascade attention); ``generate`` copies the prompt ``n`` times before
-  its first forward, so it prefills it ``n`` times and its samples read ``n`` copies;
-- **one prefill of what every prompt begins with**: the system prompt, the instruction and any
-  example pairs come before the passage in every prompt; they are prefilled once a call
-  (:class:`SharedPrefix`), and each prompt's prefill runs only on its passage and what follows
-  it, attending to the shared keys and values;
-- **prefills sized by tokens, decoding in large batches**: prompts are prefilled in forwards
-  of ``prefill_tokens`` tokens (faster on a CPU than one large forward: measured in
-  ``writer_backends.md``), and a whole batch of ``batch_size`` passages is then decoded together;
-- **a stop at the end of the first line** (only the first line is kept), and at the end of
-  the assistant's turn, per sequence: a finished sequence leaves the batch (its rows of the
-  cache are dropped), so a batch costs what its unfinished sequences cost, not its longest;
-- **prompts for instruct models**: the tokenizer's chat template with a system prompt
-  (``style='chat'``), optionally showing example queries (a query log's, or titles: the
-  style to write in), or the completion prompt the project used before (``style='plain'``);
-  either can show a few example passages with a query written for each (``pairs``: earlier
-  turns of the chat, or InPars' few-shot completion prompt).
-
-The sampling loop is written here, not taken from ``generate``, so that the prefix sharing
-and the per-sequence stop are explicit; it samples as ``generate`` does with ``do_sample``,
-``temperature``, ``top_k`` (the model's generation config's, 50 by default, as ``generate``
-applies it) and ``top_p`` (nucleus: the smallest set of tokens whose probability reaches
-``top_p``, within the top k), or greedily. A test checks both against the unshared path.
+What it does that ``model.generate(num_return_sequences=n)`` does not: each prompt is prefilled
+once and its keys and values are read by all of its ``n`` samples (:class:`WriterCache`,
+cascade attention); the head every prompt begins with (system prompt, instruction, example
+pairs) is prefilled once a call (:class:`SharedPrefix`); prefills run in forwards of
+``prefill_tokens`` tokens; a sample stops at the end of its first line and leaves the batch;
+and an instruct model reads the tokenizer's chat template (``style='chat'``) or a completion
+prompt (``style='plain'``), either with example queries or example pairs. It samples as
+``generate`` does (``temperature``, ``top_k``, ``top_p``), or greedily; a test checks both
+against the unshared path.
 """
 import logging
 from collections.abc import Sequence
@@ -56,12 +35,12 @@ from pyterrier_selfsup.models.prompts import (
     writer_prompt,
 )
 from pyterrier_selfsup.models.writer_cache import (
-    NEW_TOKENS_RESERVED,
     SharedPrefix,
     WriterCache,
     writer_attention,
 )
 from pyterrier_selfsup.models.writer_checkpoint import resume_write, save_checkpoint
+from pyterrier_selfsup.models.writer_prefill import MIN_SHARED_PREFIX, Prefilling
 from pyterrier_selfsup.progress import progress
 
 logger = logging.getLogger(__name__)
@@ -69,15 +48,9 @@ logger = logging.getLogger(__name__)
 # the top k transformers' generate samples from where a model's config sets none
 GENERATE_TOP_K = 50
 NUCLEUS_CANDIDATES = 256  # tokens sorted for nucleus sampling (more where a row's nucleus is wider)
-# tokens every prompt begins with (the system prompt, the instruction, example pairs) from which
-# they are prefilled once a call, not once a passage. Shorter heads are prefilled with each
-# passage, as before, and their query sets keep their cache keys: a writer's time goes to
-# decoding there (shared_prefix.md: shared, the chat prompt's 49-token head wrote no faster;
-# the 567-token head of three example pairs, 2.25 times as fast)
-MIN_SHARED_PREFIX = 128
 
 
-class QueryWriter:
+class QueryWriter(Prefilling):
     """Queries written for passages by ``generator`` (a decoder-only
     :class:`~pyterrier_selfsup.models.generator.Generator`).
 
@@ -93,22 +66,15 @@ class QueryWriter:
             instruction and the passage, then the query as the model's reply); with ``plain``,
             as that prompt completed by the query (InPars' few-shot prompt).
         max_passage_length: tokens of a passage shown (cut in the text).
-        batch_size: passages written together (each sampled ``n`` times); a step costs about as
-            much at 8 rows as at 64 on a CPU (the weights are read once a step), so larger
-            batches write faster until the prompts' keys and values outgrow the cache; 64 on 2
-            cores (``writer_backends.md``). The queries' distribution does not depend on it,
-            their draws from the random stream do.
+        batch_size: passages written together (each sampled ``n`` times). The queries'
+            distribution does not depend on it; their draws from the random stream do.
         prefill_tokens: tokens (padding included) a prefill forward runs at most: the prompts of
             a batch are prefilled in parts of this size, longest first, each copied into the
             batch's cache.
-        preallocated_cache: the key/value cache a batch writes into: :class:`WriterCache` (each
-            prompt held once for its samples, the new tokens in buffers with room reserved,
-            read by :func:`shared_prompt_attention`) for models whose layers all attend to every
-            position, rather than transformers' ``DynamicCache`` (each prompt copied to its
-            samples, concatenated at every step). In fp32 the same queries (a test compares
-            them); under bf16 autocast they differ in rounding (the scores from the fp32 queries
-            and keys rotary leaves, where SDPA reads them rounded to bf16), so the draws differ;
-            False: the dynamic cache.
+        preallocated_cache: write into a :class:`WriterCache` (each prompt held once for its
+            samples) for models whose layers all attend to every position; False:
+            transformers' ``DynamicCache``. In fp32 the same queries; under bf16 autocast
+            they differ in rounding, so the draws differ.
         share_prefix: with the writer's cache, prefill the tokens that every prompt begins with
             once a call (where there are at least :data:`MIN_SHARED_PREFIX` of them), and each
             prompt from its passage on. In fp32 the same queries (a test compares them).
@@ -251,69 +217,6 @@ class QueryWriter:
                 if checkpoint is not None:
                     save_checkpoint(Path(checkpoint), key, start + len(idx), out, generator)
         return out
-
-    def shared_prefix(self, prompts: list[list[int]]) -> Optional['SharedPrefix']:
-        """The keys and values of the longest head (within :attr:`head_ids`) that all
-        ``prompts`` begin with, each keeping one token of its own; None where it is shorter than
-        :data:`MIN_SHARED_PREFIX`."""
-        head = self.head_ids
-        length = min(len(head), min(len(p) for p in prompts) - 1)
-        for p in prompts:
-            while length and p[:length] != head[:length]:
-                length -= 1
-        if length < MIN_SHARED_PREFIX:
-            return None
-        cache, _, _ = self._prefill([head[:length]], WriterCache(self._shared_layers(), 1))
-        return SharedPrefix(length, [(layer.keys, layer.values) for layer in cache.layers])
-
-    def prefill(self, prompts: list[list[int]], max_new_tokens: int,
-                prefix: Optional['SharedPrefix'] = None):
-        """The prompts' forward passes (left-padded): their key/value cache, with room for
-        ``max_new_tokens`` more, the next token's logits (fp32) and the attention mask. Into a
-        :class:`WriterCache`, in forwards of at most ``prefill_tokens`` tokens (padding
-        included; prompts given longest first), each copied into one as it is prefilled; into a
-        ``DynamicCache``, in one. With a ``prefix`` (that all ``prompts`` begin with), only what
-        follows it is run, attending to its keys and values (the mask: the prefix's positions,
-        then each prompt's rest, left-padded)."""
-        layers = self._shared_layers()
-        if not layers:
-            return self._prefill(prompts, None)
-        # each part's keys and values are copied into the joined cache as soon as it is prefilled
-        # (not held until the end and concatenated: that held the batch's prompts twice)
-        skip = prefix.length if prefix is not None else 0
-        width = max(len(p) for p in prompts)
-        joined, logits, masks, start = None, [], [], 0
-        while start < len(prompts):
-            size = max(1, self.prefill_tokens // max(1, len(prompts[start]) - skip))
-            cache, part_logits, mask = self._prefill(prompts[start:start + size],
-                                                     WriterCache(layers, min(max_new_tokens,
-                                                                             NEW_TOKENS_RESERVED),
-                                                                 prefix=prefix))
-            if start == 0 and size >= len(prompts):
-                return cache, part_logits, mask
-            if joined is None:
-                joined = WriterCache.empty_like(cache, len(prompts), width)
-            joined.place(cache, start)
-            logits.append(part_logits)
-            masks.append(torch.nn.functional.pad(mask, (0, width - mask.shape[1])))
-            start += size
-            del cache
-        return joined, torch.cat(logits), torch.cat(masks)
-
-    def _prefill(self, prompts: list[list[int]], cache: Optional['WriterCache']):
-        skip = cache.prefix.length if cache is not None and cache.prefix is not None else 0
-        input_ids, mask = pad([p[skip:] for p in prompts], self.tokenizer.pad_token_id, left=True,
-                              device=self.generator.device)
-        if skip:  # (the prefix's positions come first, then each prompt's rest, left-padded)
-            mask = torch.cat([torch.ones_like(mask[:, :1]).expand(-1, skip), mask], dim=1)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, skip:]
-        given = {} if cache is None else {self.generator.cache_argument: cache}
-        # (the output layer on the last position only: the next token's)
-        with self.generator.autocast(), writer_attention(self.generator.model, cache, prefill=True):
-            output = self.generator.model(input_ids=input_ids, attention_mask=mask,
-                                          position_ids=positions, use_cache=True,
-                                          logits_to_keep=1, **given)
-        return cache_of(output), output.logits[:, -1].float(), mask
 
     def _sample(self, prompts: list[list[int]], n: int, *, do_sample: bool, temperature: float,
                 top_p: float, top_k: int, max_new_tokens: int,

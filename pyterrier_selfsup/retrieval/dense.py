@@ -95,10 +95,8 @@ def flex_index(collection: str | Collection, encoder: BiEncoder, *,
 def index_key(collection: Collection, encoder: BiEncoder, backend: str | None = None) -> str:
     """The directory name of ``collection``'s index as ``encoder`` encodes it through
     ``backend`` (a :class:`DualEncoder`'s; None for any other encoder): one key for the same
-    vectors. OpenVINO in fp32 gives torch's vectors to float rounding (max |diff| 2.4e-07,
-    `encoding_benchmark_amx.md`), so the two share an index: a trainer's encoder, which
-    encodes in torch, reads the index that ``minilm`` built through OpenVINO. Its bf16 and
-    int8 give other vectors, and are keyed apart."""
+    vectors. OpenVINO in fp32 gives torch's vectors to float rounding, so the two share an
+    index; its bf16 and int8 give other vectors, and are keyed apart."""
     if isinstance(encoder, DualEncoder):
         settings = {'weights': encoder.passage_fingerprint(), 'dtype': str(encoder.compute_dtype())}
         if backend not in (None, 'torch') and not (

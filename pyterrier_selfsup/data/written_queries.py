@@ -1,0 +1,184 @@
+"""Training queries written for passages by a generator: one a passage (``generated``), several
+sampled a passage (``sampled``, GPL's kind) and those BM25 checks lead back to their passage
+(``roundtrip``). Each returns a topics frame (``qid``, ``query``, ``source_docno``).
+
+    sampled_queries(Collection('classic/adi'), generator, 200)
+"""
+import logging
+import math
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import pandas as pd
+
+from pyterrier_selfsup.data.collections import Collection
+from pyterrier_selfsup.data.queries import _frame, reservoir_sample, text_if_any
+
+logger = logging.getLogger(__name__)
+
+
+def generated_queries(collection: Collection, generator, n: int, *, seed: int = 0,
+                      max_new_tokens: int = 32, **generate_kwargs) -> pd.DataFrame:
+    """One query written by ``generator`` (a :class:`~pyterrier_selfsup.models.generator.Generator`,
+    through its prompt) for each of ``n`` documents drawn uniformly at random (the thesis'
+    conclusion: the generator as a source of synthetic queries). Greedy unless
+    ``generate_kwargs`` say otherwise (``do_sample=True, top_p=0.92``); empty generations
+    are dropped."""
+    rng = random.Random(seed)
+    docs = reservoir_sample(collection.corpus_iter(), n, rng, text_if_any)
+    texts = generator.generate([text for _, text in docs], max_new_tokens=max_new_tokens,
+                               **generate_kwargs)
+    return _frame('gen', [(docno, q) for (docno, _), q in zip(docs, texts) if q.strip()])
+
+
+# a small corpus gets more samples a passage, up to this: beyond it they repeat
+MAX_PER_PASSAGE = 10
+
+
+# how the writer samples by default (``queries=sampled`` and :func:`sampled_queries`): nucleus
+# sampling, several queries a passage (GPL: 3)
+SAMPLING = dict(per_passage=3, temperature=1.0, top_p=0.95)
+QUERY_TOKENS = 32  # the most tokens a written query takes, by default
+
+
+def sampled_queries(collection: Collection, generator, n: int, *,
+                    per_passage: int = SAMPLING['per_passage'], seed: int = 0,
+                    max_new_tokens: int = QUERY_TOKENS,
+                    temperature: float = SAMPLING['temperature'],
+                    top_p: float = SAMPLING['top_p'], top_k: int | None = None,
+                    style: str = 'plain',
+                    examples: Sequence[str] = (),
+                    pairs: Sequence[tuple[str, str]] = (),
+                    checkpoint: Path | None = None, writer=None) -> pd.DataFrame:
+    """About ``n`` queries written by ``generator`` with nucleus sampling, ``per_passage`` for
+    each of ⌈n / per_passage⌉ passages drawn uniformly at random (GPL writes 3 a passage);
+    empty ones and repeats (case and spacing ignored, over the whole set) are dropped, so
+    the frame says how many distinct queries the generator could write. On a corpus with
+    fewer passages than that, each passage gets proportionally more, up to :data:`MAX_PER_PASSAGE`,
+    and the ``n`` kept are spread over the passages (:func:`spread`).
+
+    ``top_k``: the tokens sampled from (None: the model's generation config's); ``max_new_tokens``:
+    the most a query takes.
+
+    Written by a :class:`~pyterrier_selfsup.models.writing.QueryWriter`: one prefill a passage
+    shared by its samples, each stopped at the end of its first line; ``style``: the prompt
+    (``plain`` completion, or the instruct model's ``chat`` template), ``examples``: query texts
+    shown as the style to write in (a query log's), ``pairs``: (passage, query) examples shown
+    before the passage (another collection's judged pairs), ``checkpoint``: a file that keeps
+    the queries written so far, from which a call that was stopped resumes
+    (:meth:`~pyterrier_selfsup.models.writing.QueryWriter.write`). ``writer``: a writer already
+    made (then ``style``, ``examples`` and ``pairs`` are its own)."""
+    import torch  # the generator's sampling is seeded through torch
+
+    rng = random.Random(seed)
+    docs = reservoir_sample(collection.corpus_iter(), math.ceil(n / per_passage), rng, text_if_any)
+    if not docs:
+        return _frame('gen', [])
+    asked = per_passage
+    per_passage = _queries_each(n, per_passage, len(docs))
+    if writer is None:
+        writer = generator.writer(style=style, examples=examples, pairs=pairs, seed=seed)
+    texts = writer.write([text for _, text in docs], per_passage, max_new_tokens=max_new_tokens,
+                         do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k,
+                         generator=torch.Generator().manual_seed(seed), checkpoint=checkpoint)
+    kept, seen = [], set()
+    for (docno, _), queries in zip(docs, texts):
+        for query in queries:
+            key = ' '.join(query.lower().split())
+            if key and key not in seen:
+                seen.add(key)
+                kept.append((docno, query))
+    if len(kept) < n:
+        logger.warning('%s: %d sampled queries asked for, %d distinct written',
+                       collection.name, n, len(kept))
+    if per_passage > asked:  # each passage wrote more than asked: keep n spread over them all
+        return _frame('gen', spread(kept, n))
+    return _frame('gen', kept[:n])
+
+
+class SampledPlan(NamedTuple):
+    """How many queries :func:`sampled_queries` writes: ``each`` for each of ``passages``
+    passages, and whether it keeps ``n`` of them ``spread`` over the passages (it wrote more
+    than asked a passage, and more than ``n`` in all)."""
+    passages: int
+    each: int
+    spread: bool
+
+    @property
+    def written(self) -> int:
+        return self.passages * self.each
+
+
+def _queries_each(n: int, per_passage: int, passages: int) -> int:
+    """Queries written for each of ``passages`` when ``n`` are asked, ``per_passage`` a passage:
+    more where the corpus holds fewer passages than ``n / per_passage``, up to
+    :data:`MAX_PER_PASSAGE`."""
+    return min(max(per_passage, math.ceil(n / passages)), max(per_passage, MAX_PER_PASSAGE))
+
+
+def sampled_plan(collection: Collection, n: int, per_passage: int) -> SampledPlan:
+    """What :func:`sampled_queries` writes on ``collection`` for ``n`` queries, ``per_passage``
+    a passage, without writing them. The passages with text are counted only where the corpus
+    holds fewer than twice the ``n / per_passage`` passages asked for (a larger one would need
+    over half of its documents empty to fall short).
+
+        sampled_plan(Collection('cranfield'), 1400, 1)   # 1,398 passages, 2 each, spread
+    """
+    wanted = math.ceil(n / per_passage)
+    passages = wanted
+    if collection.docs_count is None or collection.docs_count < 2 * wanted:
+        passages = min(wanted, sum(text_if_any(doc) is not None
+                                   for doc in collection.corpus_iter()))
+    each = _queries_each(n, per_passage, passages) if passages else per_passage
+    return SampledPlan(passages, each, each > per_passage and passages * each > n)
+
+
+def spread(pairs: list[tuple[str, str]], n: int) -> list[tuple[str, str]]:
+    """``n`` of the (docno, query) ``pairs``, in their order, spread over their passages: each
+    passage's first query, then each one's second, and so on, until ``n`` are taken (not the
+    first ``n``, which would leave the last passages without a query).
+
+        spread([('a', 'q1'), ('a', 'q2'), ('b', 'q3'), ('b', 'q4')], 2)   # a's q1, b's q3
+    """
+    rank: dict[str, int] = {}
+    ranks = []
+    for docno, _ in pairs:
+        ranks.append(rank.get(docno, 0))
+        rank[docno] = ranks[-1] + 1
+    taken = set(sorted(range(len(pairs)), key=lambda i: (ranks[i], i))[:n])
+    return [pair for i, pair in enumerate(pairs) if i in taken]
+
+
+def round_trip_queries(collection: Collection, generator, n: int, retriever, *, depth: int = 10,
+                       seed: int = 0, max_tries: int = 10, max_new_tokens: int = 32,
+                       **generate_kwargs) -> pd.DataFrame:
+    """Up to ``n`` generated queries that pass a round-trip check: ``retriever`` (BM25 in
+    the pipelines) ranks the passage a query was written for in its top ``depth``, and no
+    earlier kept query has the same text (Promptagator's round-trip filtering, with a
+    lexical retriever). A small generator falls back on generic questions that fit any
+    passage ("What is the purpose of the study?"); those fail the check. Passages are
+    drawn at random, ``n`` a round, until ``n`` queries are kept or ``max_tries * n``
+    passages have been tried."""
+    rng = random.Random(seed)
+    docs = reservoir_sample(collection.corpus_iter(), max_tries * n, rng, text_if_any)
+    rng.shuffle(docs)  # rounds of n from a uniform order (a reservoir's slots keep corpus order)
+    kept, seen = [], set()
+    for start in range(0, len(docs), n):
+        batch = docs[start:start + n]
+        texts = generator.generate([text for _, text in batch], max_new_tokens=max_new_tokens,
+                                   **generate_kwargs)
+        pairs = [(docno, q) for (docno, _), q in zip(batch, texts) if q.strip()]
+        if pairs:
+            topics = pd.DataFrame({'qid': [str(i) for i in range(len(pairs))],
+                                   'query': [q for _, q in pairs]})
+            top = retriever(topics).query('rank < @depth')
+            found = set(zip(top['qid'], top['docno']))
+            for i, (docno, query) in enumerate(pairs):
+                if (str(i), docno) in found and query not in seen and len(kept) < n:
+                    kept.append((docno, query))
+                    seen.add(query)
+        if len(kept) == n:
+            break
+    return _frame('rt', kept)
