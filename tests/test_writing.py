@@ -44,10 +44,10 @@ def test_the_shared_prompt_cache_writes_what_the_dynamic_cache_writes(tiny_gener
     pass their room) against transformers' DynamicCache (each
     prompt copied to its samples, attention in one call): in fp32 the same queries, sampled and
     greedy, with rows leaving the batch as their queries end."""
-    from pyterrier_selfsup.models import writer_cache, writing
+    from pyterrier_selfsup.models import writer_cache, writer_prefill
     monkeypatch.setattr(writer_cache, 'PREFILL_CHUNK', 4)
     # the new tokens' buffers: room for 3, then grown
-    monkeypatch.setattr(writing, 'NEW_TOKENS_RESERVED', 3)
+    monkeypatch.setattr(writer_prefill, 'NEW_TOKENS_RESERVED', 3)
     gen = tiny_generator('llama')
     shortest = min(len(x) for x in QueryWriter(gen).prompt_ids(PASSAGES))
     assert shortest > 3 * writer_cache.PREFILL_CHUNK
