@@ -55,7 +55,7 @@ def test_rerank_from_stored_vectors_scores_as_reencoding_does(run_example):
     stored, text = (table.set_index('name').loc[f'BM25 >> MiniLM ({how})']
                     for how in ('stored vectors', 're-encoded'))
     assert stored['nDCG@10'] == text['nDCG@10'] and stored['R@100'] == pytest.approx(text['R@100'])
-    # (what each form costs is measured by experiments/benchmarks/rerank_cost.py, not asserted here)
+    # (what each form costs is measured in the results file rerank_cost.md, not asserted here)
 
 
 @pytest.mark.slow

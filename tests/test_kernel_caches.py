@@ -34,11 +34,13 @@ def _run(code: str, **env) -> subprocess.CompletedProcess:
 
 def test_the_first_model_bounds_the_kernel_caches_unless_the_user_set_them():
     show = ('import os; from pyterrier_selfsup._kernel_caches import VARIABLES; '
-            'print(*(os.environ.get(v, "-") for v in VARIABLES))')
+            'print(*(os.environ.get(v, "-") for v in VARIABLES))\n')
     assert VARIABLES == ('ONEDNN_PRIMITIVE_CACHE_CAPACITY', 'LRU_CACHE_CAPACITY')
-    # importing the package changes no environment variable
-    assert _run('import pyterrier_selfsup, pyterrier_selfsup.models.dual_encoder; ' + show
-                ).stdout.split() == ['-', '-']
+    # importing the package (its dual encoder too) changes no environment variable; its first
+    # model sets both bounds
+    imported = 'import pyterrier_selfsup, pyterrier_selfsup.models.dual_encoder\n'
+    assert _run(imported + show + FIRST_MODEL + show).stdout.split() == [
+        '-', '-', str(KERNEL_CACHE_CAPACITY), str(KERNEL_CACHE_CAPACITY)]
     show = FIRST_MODEL + show
     assert _run(show, LRU_CACHE_CAPACITY='7').stdout.split() == [str(KERNEL_CACHE_CAPACITY), '7']
     # oneDNN's older name for its capacity, which the newer one would override, is left in charge

@@ -69,8 +69,8 @@ def test_openvino_int8_ranks_as_fp32_does(sample, torch_fp32, monkeypatch):
     """int8 passages (NNCF, calibrated on the first texts encoded) are close to fp32's but not
     equal to them, and rank 128 scifact passages for 40 queries nearly as fp32 does, where the
     CPU multiplies int8 natively (VNNI or AMX). The issue's bound, nDCG@10 within .005 of fp32
-    on the whole of scifact, is measured by experiments/probes/encoder_int8_quality.py
-    (encoder_int8_quality.md), not here: on a sample small enough for the suite, one near-tie
+    on the whole of scifact, is measured in encoder_int8_quality.md (docs/results.md), not
+    here: on a sample small enough for the suite, one near-tie
     moves nDCG@10 by that much. Calibrated on 64 texts, a quarter of what the package takes,
     for the suite's time."""
     pytest.importorskip('nncf')

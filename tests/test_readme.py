@@ -165,7 +165,7 @@ def test_the_readmes_table_is_what_the_results_files_say():
 
 def test_the_adapting_guide_is_short_and_opens_with_the_decisions():
     guide = ROOT / 'docs' / 'adapting.md'
-    assert len(guide.read_bytes()) <= 12 * 1024, 'research belongs in experiments/'
+    assert len(guide.read_bytes()) <= 12 * 1024, 'research belongs in the results files'
     assert re.findall(r'^## (.*)$', guide.read_text(), flags=re.M)[0] == 'Decide first'
 
 

@@ -426,7 +426,7 @@ def test_gradient_checkpointing_trains_the_same_weights_and_is_off_after(method,
                                                                          tiny_generator, tmp_path):
     """The encoder's activations (and ACROBArT's generator's, the attention bias set again for
     the recompute) recomputed in the backward pass, dropout's random state kept: the same
-    weights, bit for bit, as keeping them (experiments/results/memory_probe.md: the memory it
+    weights, bit for bit, as keeping them (the results file memory_probe.md: the memory it
     saves). A recompute without the bias would move no gradient to the retriever or β."""
     from transformers.modeling_layers import GradientCheckpointingLayer
 
