@@ -195,18 +195,15 @@ class OffsetAdam:
         return True
 
 
-OFFSET_CHUNK = 4096  # vectors an offset index reads and writes at a time
-
-
-def offset_index(path: str | Path, base: FlexIndex, offsets) -> FlexIndex:
+def offset_index(path: str | Path, base: FlexIndex, offsets, chunk: int) -> FlexIndex:
     """A new FlexIndex at ``path``: ``base``'s vectors with ``offsets`` applied
-    (:meth:`PassageOffsets.apply`), in its order, a chunk at a time."""
+    (:meth:`PassageOffsets.apply`), in its order, ``chunk`` vectors at a time."""
     docnos, vectors, _ = base.payload()
 
     def rows():
-        for start in range(0, len(vectors), OFFSET_CHUNK):
+        for start in range(0, len(vectors), chunk):
             names = [str(d) for d in
-                     docnos.fwd[np.arange(start, min(start + OFFSET_CHUNK, len(vectors)))]]
+                     docnos.fwd[np.arange(start, min(start + chunk, len(vectors)))]]
             for docno, vector in zip(names,
                                      offsets.apply(names, vectors[start:start + len(names)])):
                 yield {'docno': docno, 'doc_vec': vector}

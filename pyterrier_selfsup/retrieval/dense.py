@@ -10,6 +10,7 @@ own retrievers, over a structure built once (:mod:`~pyterrier_selfsup.retrieval.
 import logging
 import shutil
 import tempfile
+from functools import partial
 from pathlib import Path
 from typing import Optional
 
@@ -41,17 +42,14 @@ logger = logging.getLogger(__name__)
 
 def sbert_encoder(model_name: str = MINILM, *, max_length: int | None = None,
                   batch_size: int = 32, device: str | None = None) -> SBertBiEncoder:
-    """A pyterrier-dr bi-encoder for a sentence-transformers model; ``max_length`` (in
-    tokens) overrides the model's own truncation length."""
+    """A pyterrier-dr bi-encoder for a sentence-transformers model (texts cut at ``max_length``)."""
     encoder = SBertBiEncoder(model_name, batch_size=batch_size, device=device)
     if max_length is not None:
         encoder.model.max_seq_length = max_length
     return encoder
 
 
-# Documents reach the encoder in chunks of this many: large enough that sorting a chunk
-# by length leaves little padding, small enough that memory stays bounded on any corpus.
-INDEX_CHUNK = 4096
+INDEX_CHUNK = 4096  # documents a chunk, encoded or offset: bounded memory, little padding
 
 
 def flex_index(collection: str | Collection, encoder: BiEncoder, *,
@@ -71,7 +69,8 @@ def flex_index(collection: str | Collection, encoder: BiEncoder, *,
         base = flex_index(collection, encoder, cache_dir=cache_dir, verbose=verbose, offsets=False)
         path = Path(base.index_path).with_name(f'{Path(base.index_path).name}'
                                                f'.offsets-{moved.fingerprint()}')
-        return FlexIndex(str(build_once(path, lambda staging: offset_index(staging, base, moved),
+        build_moved = partial(offset_index, base=base, offsets=moved, chunk=INDEX_CHUNK)
+        return FlexIndex(str(build_once(path, build_moved,
                                         what=f'the index of {collection.name} with passage offsets',
                                         needs=lambda: flex_size(collection, encoder),
                                         check=flex_damage)), verbose=False)
@@ -150,8 +149,8 @@ def flex_damage(path: Path) -> str | None:
 
 def encode_into(path: str | Path, collection: Collection, encoder: BiEncoder, *,
                 verbose: bool = False, chunk: int = INDEX_CHUNK) -> FlexIndex:
-    """A new FlexIndex at ``path`` holding ``collection``'s documents encoded by ``encoder``
-    in one process (:func:`encode_sharded`: the same index encoded by several)."""
+    """A new FlexIndex at ``path`` of ``collection``'s documents, encoded by ``encoder`` in one
+    process (:func:`encode_sharded`: by several)."""
     index = FlexIndex(str(path), verbose=False)
     # (the stage ends when the last chunk is encoded, not when the last document is taken)
     with progress(total=collection.docs_count, desc='encoding documents', unit='doc',
@@ -363,7 +362,7 @@ def dense_retriever(collection: Collection, encoder: BiEncoder, *, fresh: bool =
                              f'the index of {collection.name} with passage offsets',
                              flex_size(collection, encoder) or 0) as (directory, tmp):
             # (under torch.distributed the directory is rank 0's: it writes, every rank reads)
-            all_or_none(lambda: (offset_index(f'{directory}/index.flex', base, moved)
+            all_or_none(lambda: (offset_index(f'{directory}/index.flex', base, moved, INDEX_CHUNK)
                                  if distributed()[0] == 0 else None))
             retriever = DenseRetriever(encoder, FlexIndex(f'{directory}/index.flex', verbose=False),
                                        search=search)
