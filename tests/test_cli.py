@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.effectiveness import FP32, assert_committed
 from tests.helpers import free_port, snapshot
 
 
@@ -159,18 +160,20 @@ def test_pipeline_settings_from_the_command_line():
         get_pipeline('ds:epochs=two')
 
 
+@pytest.mark.effectiveness
 def test_adaptation_runs_from_the_command_line(tmp_path, cache_dir):
-    ds = 'ds:queries=classic/adi,batch_size=16,seed=1'
+    ds = 'ds:queries=classic/adi,batch_size=16,seed=1,lr=2e-4'
     proc = selfsup('run', '-c', 'classic/adi', '-p', 'minilm', 'dual_encoder', ds, '--save', 'ds',
-                   '--results-dir', str(tmp_path), '--cache-dir', str(cache_dir), cwd=tmp_path)
+                   '--results-dir', str(tmp_path), '--cache-dir', str(cache_dir), cwd=tmp_path,
+                   env=FP32)
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(tmp_path / 'ds.csv', comment='#').set_index('name')
     # the DualEncoder reproduces the sentence-transformers start
-    # (bf16 where native: ranks barely move)
     assert (table.loc['dual_encoder', 'nDCG@10']
-            == pytest.approx(table.loc['minilm', 'nDCG@10'], abs=5e-3))
-    # 3 steps of training changed the model
-    assert table.loc[ds, 'nDCG@10'] != table.loc['dual_encoder', 'nDCG@10']
+            == pytest.approx(table.loc['minilm', 'nDCG@10'], abs=1e-4))
+    # 3 steps of training (ADI's topic texts) moved the model to its committed nDCG@10
+    assert_committed(ds, table.loc[ds, 'nDCG@10'], start=table.loc['dual_encoder', 'nDCG@10'],
+                     method='distant_supervision')
     models = [p for p in (cache_dir / 'models').glob('classic_adi.ds-*') if p.is_dir()]
     assert len(models) == 1 and (models[0] / 'final' / 'dual_encoder.json').exists()
     assert (models[0] / 'training_curve.png').exists()
@@ -183,20 +186,22 @@ def test_adaptation_runs_from_the_command_line(tmp_path, cache_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.effectiveness
 def test_rumbart_runs_from_the_command_line(tmp_path, cache_dir):
     """The acceptance path with the real models: MiniLM adapted on ADI with SmolLM2 frozen
-    as the teacher, on corpus spans (RUMBArt, 2 steps), then evaluated beside BM25. (ACROBArT
-    runs with the same models from its example: tests/test_examples.py.)"""
-    rumbart = 'rumbart:queries=spans,k=2,batch_size=3,refresh_every=1,max_passage_length=64,' \
-              'n_queries=6'
-    proc = selfsup('run', '-c', 'classic/adi', '-p', 'bm25', 'dual_encoder', rumbart,
-                   '--save', 'rr',
-                   '--results-dir', str(tmp_path), '--cache-dir', str(cache_dir), cwd=tmp_path)
+    as the teacher, on corpus spans, by RUMBArt and ACROBArT (2 steps each, at a learning
+    rate high enough to move nDCG@10 by more than the tolerance), evaluated beside BM25."""
+    settings = 'queries=spans,k=2,batch_size=3,refresh_every=1,max_passage_length=64,' \
+               'n_queries=6,lr=3e-4'
+    rumbart, acrobart = f'rumbart:{settings}', f'acrobart:{settings}'
+    proc = selfsup('run', '-c', 'classic/adi', '-p', 'bm25', 'dual_encoder', rumbart, acrobart,
+                   '--save', 'rr', '--results-dir', str(tmp_path), '--cache-dir', str(cache_dir),
+                   cwd=tmp_path, env=FP32)
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(tmp_path / 'rr.csv', comment='#').set_index('name')
-    assert 0.3 < table.loc[rumbart, 'nDCG@10'] < 0.7
-    # training changed the model
-    assert table.loc[rumbart, 'nDCG@10'] != table.loc['dual_encoder', 'nDCG@10']
+    for name in (rumbart, acrobart):
+        assert_committed(name, table.loc[name, 'nDCG@10'],
+                         start=table.loc['dual_encoder', 'nDCG@10'])
     model, = [p for p in (cache_dir / 'models').glob('classic_adi.rumbart-*') if p.is_dir()]
     log = model / 'training_log.jsonl'
     records = [json.loads(line) for line in log.read_text().splitlines()]
@@ -301,28 +306,31 @@ def test_the_command_line_keeps_ir_datasets_info_out_of_its_output():
 
 
 @pytest.mark.slow
+@pytest.mark.effectiveness
 def test_distillation_runs_from_the_command_line(tmp_path, cache_dir):
     """The teacher, the distilled student and their query-time fusion side by side on ADI:
-    corpus sentences (several a document: ADI has 82), and SmolLM2's samples."""
-    # (32 sentences: a step a round)
-    sentences = 'distill:queries=sentences,n_queries=32,rounds=2'
-    sampled = 'distill:queries=sampled,n_queries=8,rounds=1'
+    corpus sentences (several a document: ADI has 82), SmolLM2's samples, and GPL's recipe
+    with the models at hand (SmolLM2 writing, the fused teacher scoring)."""
+    # (32 sentences: a step a round; a learning rate that moves nDCG@10 past the tolerance)
+    sentences = 'distill:queries=sentences,n_queries=32,rounds=2,lr=5e-4'
+    hybrid = 'hybrid:queries=sentences,n_queries=32,rounds=2,lr=5e-4'
+    sampled = 'distill:queries=sampled,n_queries=8,rounds=1,lr=5e-4'
+    gpl = 'gpl:generator=smollm2,top_k=none,query_tokens=16,teacher=0*miners+fused,n_queries=16'
     proc = selfsup('run', '-c', 'classic/adi', '-p', 'bm25', 'dual_encoder', 'teacher', sentences,
-                   'hybrid:queries=sentences,n_queries=32,rounds=2', sampled,
-                   '--save', 'distill',
-                   '--results-dir', str(tmp_path), '--cache-dir', str(cache_dir), cwd=tmp_path)
+                   hybrid, sampled, gpl, '--save', 'distill', '--results-dir', str(tmp_path),
+                   '--cache-dir', str(cache_dir), cwd=tmp_path, env=FP32)
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(tmp_path / 'distill.csv', comment='#').set_index('name')
     # BM25 .4855 and MiniLM .4976 fused 1:1 (DESIGN.md: .548)
     assert table.loc['teacher', 'nDCG@10'] == pytest.approx(0.548, abs=0.01)
-    for name in (sentences, sampled):
-        assert (0.4 < table.loc[name, 'nDCG@10'] < 0.7 and
-                table.loc[name, 'nDCG@10'] != table.loc['dual_encoder', 'nDCG@10'])
+    for name in (sentences, hybrid, sampled, gpl):
+        assert_committed(name, table.loc[name, 'nDCG@10'],
+                         start=table.loc['dual_encoder', 'nDCG@10'])
     models = {p.name: p for p in (cache_dir / 'models').glob('classic_adi.distill-*') if p.is_dir()}
-    assert len(models) == 2  # hybrid found the model its distill pipeline trained
+    assert len(models) == 3  # hybrid found the model its distill pipeline trained
     # each model's record says what it trained on
     records = [json.loads((p / 'model.json').read_text()) for p in models.values()]
-    assert sorted(r['queries']['source'] for r in records) == ['sampled', 'sentences']
+    assert sorted(r['queries']['source'] for r in records) == ['sampled', 'sampled', 'sentences']
     assert all(r['collection']['id'] == 'classic/adi' and r['method'] == 'distill'
                for r in records)
     from sentence_transformers import SentenceTransformer
