@@ -179,7 +179,7 @@ def test_adaptation_runs_from_the_command_line(tmp_path, cache_dir):
     assert (models[0] / 'training_curve.png').exists()
     trained = os.stat(models[0] / 'final' / 'dual_encoder.json').st_mtime_ns
     again = selfsup('run', '-c', 'classic/adi', '-p', ds, '--cache-dir', str(cache_dir),
-                    cwd=tmp_path)
+                    cwd=tmp_path, env=FP32)
     # reused, not retrained
     assert os.stat(models[0] / 'final' / 'dual_encoder.json').st_mtime_ns == trained
     assert f"{table.loc[ds, 'nDCG@10']:.4f}" in again.stdout
