@@ -48,7 +48,7 @@ from pyterrier_selfsup import BM25, Collection
 from pyterrier_selfsup.data.queries import reservoir_sample, text_if_any
 from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.harness.methods import teacher_pipeline
-from pyterrier_selfsup.models import writing
+from pyterrier_selfsup.models import writer_cache
 from pyterrier_selfsup.models.generator import GENERATORS, load_generator
 from pyterrier_selfsup.models.writing import QueryWriter, casts_kept
 
@@ -120,7 +120,7 @@ def main():
     writer.token_kinds  # (read once a model: not the writing's cost)
     rows = []
     extra = {'generator': 'smollm2', 'dtype': dtype, 'prompt': 'plain', 'passage tokens': 256}
-    shipped_chunk, shipped_tokens = writing.PREFILL_CHUNK, writer.prefill_tokens
+    shipped_chunk, shipped_tokens = writer_cache.PREFILL_CHUNK, writer.prefill_tokens
     prefills = (('prefill only (the writer\'s prompt forwards)', shipped_chunk, shipped_tokens),
                 ('prefill only, its attention in one SDPA call a layer', 1 << 30, shipped_tokens),
                 ('prefill only, a batch\'s prompts in one forward', shipped_chunk, 1 << 30))
@@ -143,11 +143,11 @@ def main():
                             **SAMPLING)
 
     def prefill(chunk, forward):
-        writing.PREFILL_CHUNK, writer.prefill_tokens = chunk, forward
+        writer_cache.PREFILL_CHUNK, writer.prefill_tokens = chunk, forward
         try:
             return prefill_only(writer, passages)[1]
         finally:
-            writing.PREFILL_CHUNK, writer.prefill_tokens = shipped_chunk, shipped_tokens
+            writer_cache.PREFILL_CHUNK, writer.prefill_tokens = shipped_chunk, shipped_tokens
 
     # the rows in turn, round after round: a machine that slows for a while slows every row alike
     labels = {False: 'QueryWriter (torch), DynamicCache',
