@@ -190,18 +190,21 @@ def test_adaptation_runs_from_the_command_line(tmp_path, cache_dir):
 def test_rumbart_runs_from_the_command_line(tmp_path, cache_dir):
     """The acceptance path with the real models: MiniLM adapted on ADI with SmolLM2 frozen
     as the teacher, on corpus spans, by RUMBArt and ACROBArT (2 steps each, at a learning
-    rate high enough to move nDCG@10 by more than the tolerance), evaluated beside BM25."""
+    rate high enough to move nDCG@10 by more than the tolerance), evaluated beside BM25; and
+    MiniLM's ReAtt head adjusted with SmolLM2 judging, on ADI's topic texts (2 steps)."""
     settings = 'queries=spans,k=2,batch_size=3,refresh_every=1,max_passage_length=64,' \
                'n_queries=6,lr=3e-4'
     rumbart, acrobart = f'rumbart:{settings}', f'acrobart:{settings}'
+    adjusted = 'reatt_adjusted:queries=classic/adi,n_queries=16,epochs=1,lr=3e-4'
     proc = selfsup('run', '-c', 'classic/adi', '-p', 'bm25', 'dual_encoder', rumbart, acrobart,
-                   '--save', 'rr', '--results-dir', str(tmp_path), '--cache-dir', str(cache_dir),
-                   cwd=tmp_path, env=FP32)
+                   'reatt', adjusted, '--save', 'rr', '--results-dir', str(tmp_path),
+                   '--cache-dir', str(cache_dir), cwd=tmp_path, env=FP32)
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(tmp_path / 'rr.csv', comment='#').set_index('name')
     for name in (rumbart, acrobart):
         assert_committed(name, table.loc[name, 'nDCG@10'],
                          start=table.loc['dual_encoder', 'nDCG@10'])
+    assert_committed(adjusted, table.loc[adjusted, 'nDCG@10'], start=table.loc['reatt', 'nDCG@10'])
     model, = [p for p in (cache_dir / 'models').glob('classic_adi.rumbart-*') if p.is_dir()]
     log = model / 'training_log.jsonl'
     records = [json.loads(line) for line in log.read_text().splitlines()]

