@@ -51,3 +51,22 @@ def test_a_model_load_offline_says_nothing_of_the_hub(hub_warnings, monkeypatch)
     monkeypatch.setattr(logger, 'filters', logger.filters + installed)
     sbert_encoder(MINILM)
     assert not [message for message in hub_warnings() if 'Could not reach the Hub' in message]
+
+
+def test_a_cached_untied_dual_encoder_with_no_config_json_is_on_this_machine(tmp_path,
+                                                                              monkeypatch):
+    """An untied dual encoder published to the hub keeps its towers' configs under its Router's
+    folders: its top level has ``modules.json`` and no ``config.json``."""
+    from huggingface_hub import constants
+
+    from pyterrier_selfsup.models import hub
+    snapshot = tmp_path / 'models--someone--untied' / 'snapshots' / ('0' * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot.parents[1] / 'refs').mkdir()
+    (snapshot.parents[1] / 'refs' / 'main').write_text('0' * 40)
+    monkeypatch.setattr(constants, 'HF_HUB_CACHE', str(tmp_path))
+    monkeypatch.setattr(constants, 'HF_HUB_OFFLINE', True)
+    assert not hub.on_this_machine('someone/untied')
+    (snapshot / 'modules.json').write_text('[]')
+    assert hub.on_this_machine('someone/untied')
+    assert not hub.on_this_machine('someone/elsewhere')

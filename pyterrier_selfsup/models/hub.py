@@ -24,15 +24,18 @@ def read_saved_config(name_or_path: str | Path, filename: str) -> dict | None:
 
 def on_this_machine(name_or_path: str | Path) -> bool:
     """Whether the model ``name_or_path`` can be loaded here: a local directory, a hub model in
-    the local cache, or any hub name where the hub may be reached (not ``HF_HUB_OFFLINE``)."""
+    the local cache, or any hub name where the hub may be reached (not ``HF_HUB_OFFLINE``). A
+    cached model is one with a ``config.json`` or, for a sentence-transformers model whose
+    towers are a ``Router`` (an untied dual encoder), a ``modules.json``."""
     if Path(name_or_path).is_dir():
         return True
     from huggingface_hub import constants, try_to_load_from_cache
     try:
-        cached = try_to_load_from_cache(str(name_or_path), 'config.json')
+        cached = [try_to_load_from_cache(str(name_or_path), f)
+                  for f in ('config.json', 'modules.json')]
     except Exception:  # (a name that is no repository id)
         return False
-    return isinstance(cached, str) or not constants.HF_HUB_OFFLINE
+    return any(isinstance(c, str) for c in cached) or not constants.HF_HUB_OFFLINE
 
 
 def miners_at_hand(names: str) -> list:
