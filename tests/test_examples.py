@@ -117,7 +117,7 @@ def test_reatt_token_index(run_example):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('method', ['rumbart'])  # (ACROBArT: tests/test_cli_training.py)
+@pytest.mark.parametrize('method', ['rumbart'])  # (ACROBArT: tests/test_cli.py trains it)
 def test_retrieve_and_reconstruct(run_example, tmp_path, method):
     ran = run_example('reconstruction.py', ADI, '--method', method, '--queries', 4, '--k', 2,
                       '--passage-tokens', 64, '--output-dir', tmp_path / method)
@@ -130,7 +130,7 @@ def test_retrieve_and_reconstruct(run_example, tmp_path, method):
 def test_cross_document_adjustment(run_example, tmp_path):
     table = run_example('cross_document_adjustment.py', ADI, '--queries', 4, '--epochs', 1,
                         '--output-dir', tmp_path / 'reatt')['table']
-    # the head's keys moved (tests/test_cli_training.py holds a longer run to its value)
+    # the head's keys moved (tests/test_cli.py holds a longer run to its committed nDCG@10)
     assert nDCG10(table, 'ReAtt adjusted') != nDCG10(table, 'ReAtt zero-shot')
     assert (tmp_path / 'reatt' / 'final' / 'config.json').exists()
 
