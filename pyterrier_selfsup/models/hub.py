@@ -31,11 +31,11 @@ def on_this_machine(name_or_path: str | Path) -> bool:
         return True
     from huggingface_hub import constants, try_to_load_from_cache
     try:
-        cached = [try_to_load_from_cache(str(name_or_path), f)
-                  for f in ('config.json', 'modules.json')]
+        cached = any(isinstance(try_to_load_from_cache(str(name_or_path), f), str)
+                     for f in ('config.json', 'modules.json'))
     except Exception:  # (a name that is no repository id)
         return False
-    return any(isinstance(c, str) for c in cached) or not constants.HF_HUB_OFFLINE
+    return cached or not constants.HF_HUB_OFFLINE
 
 
 def miners_at_hand(names: str) -> list:
