@@ -5,7 +5,7 @@
 # `bash .ci/run` there, appends a row to experiments/results/ci_times.md (the date, the
 # revision, the CPU, the emulation, the exit status, the whole run's seconds and pytest's summary
 # line) and writes OUT (default: a temporary file it names) with the machine, the summary and the
-# 20 slowest tests.
+# 20 slowest tests, and beside it OUT's name ending .log instead of .txt: the run's whole output.
 # With SELFSUP_CPU_FLAGS, ATEN_CPU_CAPABILITY and ONEDNN_MAX_CPU_ISA set (another CPU kind,
 # emulated: see pyterrier_selfsup/machine.py), the command it records names them.
 set -euo pipefail
@@ -15,7 +15,7 @@ out="${1:-$(mktemp --suffix=.ci_time.txt)}"
 clone="$(cd .. && pwd)/ci-check"
 rm -rf "$clone"
 git clone -q . "$clone"
-log="$(mktemp)"
+log="${out%.txt}.log"  # (pytest's whole output, kept to read)
 started=$(date +%s)
 rc=0
 (cd "$clone" && bash .ci/run) > "$log" 2>&1 || rc=$?
@@ -58,6 +58,5 @@ row = [field['date'], rev, cpu, emulation, rc.rstrip(')'), wall, summary]
 with open(sys.argv[2], 'a') as table:
     table.write('| ' + ' | '.join(row) + ' |\n')
 PY
-rm -f "$log"
-echo "wrote $out and a row of experiments/results/ci_times.md"
+echo "wrote $out, its log $log and a row of experiments/results/ci_times.md"
 exit "$rc"

@@ -21,13 +21,14 @@ pytest.importorskip('openvino')
 
 @pytest.fixture(scope='module')
 def sample():
-    """scifact test's first 40 judged queries and the corpus's first 128 documents."""
+    """scifact test's first 40 judged queries and the corpus's first 128 documents, each cut to
+    its first 64 words (a third of an abstract, for the suite's time)."""
     collection = Collection('beir/scifact/test')
     topics = collection.topics()
     topics = topics[topics['qid'].isin(collection.qrels()['qid'])].head(40)
     docs = []
     for doc in collection.corpus_iter():
-        docs.append(doc)
+        docs.append(dict(doc, text=' '.join(doc['text'].split()[:64])))
         if len(docs) == 128:
             break
     return topics, docs
@@ -111,6 +112,33 @@ def test_int8_warns_once_where_the_cpu_has_no_native_int8(tiny_dir, monkeypatch,
         encoder.encode_docs(texts)
     assert caplog.text.count('without VNNI or AMX') == (0 if native else 1)
     assert first.shape == (8, 32) and len(quantised) == 2
+
+
+def test_an_encoder_of_the_same_weights_reuses_the_compiled_sides(tiny_dir, monkeypatch):
+    """A second encoder of the same model compiles nothing, and one whose weights differ
+    compiles its own; the vectors are each encoder's own."""
+    import openvino as ov
+
+    from pyterrier_selfsup.models import _openvino
+    monkeypatch.setattr(_openvino, '_shared', type(_openvino._shared)())
+    converted = []
+    convert = ov.convert_model
+    monkeypatch.setattr(ov, 'convert_model',
+                        lambda *args, **kw: converted.append(1) or convert(*args, **kw))
+    texts = ['Scurvy is caused by a lack of vitamin C.', 'Cells hold mitochondria.']
+
+    def encoder():
+        return DualEncoder.from_pretrained(str(tiny_dir), precision='fp32', backend='openvino')
+    first = encoder().encode_docs(texts)
+    again = encoder()
+    np.testing.assert_array_equal(again.encode_docs(texts), first)
+    assert len(converted) == 1
+    with torch.no_grad():
+        again.model.encoder.embeddings.word_embeddings.weight.mul_(1.5)
+    changed = again.encode_docs(texts)
+    assert len(converted) == 2 and np.abs(changed - first).max() > 1e-3
+    np.testing.assert_array_equal(encoder().encode_docs(texts), first)
+    assert len(converted) == 2
 
 
 def test_openvino_follows_the_weights():

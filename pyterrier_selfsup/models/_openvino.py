@@ -24,11 +24,13 @@ the nDCG); there its int8 products can saturate, and the backend says so when it
 A compiled side is kept per (side, precision) and rebuilt when the weights change (their
 fingerprint, as indexes are keyed), so a trainer that refreshes its index after updating
 the encoder encodes with the weights it has. Conversion takes seconds, and int8 calibration
-somewhat longer.
+somewhat longer, so the fp32 and bf16 sides compiled last are also shared by the process's
+encoders with the same fingerprint (a pipeline built again compiles nothing).
 """
 import importlib.util
 import logging
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import contextmanager
 
@@ -42,6 +44,10 @@ logger = logging.getLogger(__name__)
 OPENVINO_PRECISIONS = {torch.float32: 'f32', torch.bfloat16: 'bf16', torch.float16: 'f16'}
 # texts whose activations set the int8 ranges (NNCF's default subset is 300 samples)
 CALIBRATION_TEXTS = 256
+# compiled sides kept for the process's encoders, by fingerprint, side, precision and threads
+# (an int8 passage side depends on its calibration texts as well, and stays with its encoder)
+SHARED_SIDES = 4
+_shared: OrderedDict[tuple, object] = OrderedDict()
 
 
 @contextmanager
@@ -104,6 +110,11 @@ class OpenVinoSides:
         hint = OPENVINO_PRECISIONS[encoder.compute_dtype()]
         weights = encoder.passage_fingerprint() if side == 'passage' else encoder.fingerprint()
         built = self._compiled.get((side, hint))
+        shared = (weights, side, hint, torch.get_num_threads())
+        quantised = self.int8 and side == 'passage'
+        if not quantised and (built is None or built[0] != weights) and shared in _shared:
+            _shared.move_to_end(shared)
+            built = self._compiled[side, hint] = (weights, _shared[shared])
         if built is None or built[0] != weights:
             was_training = encoder.model.training
             encoder.model.eval()
@@ -114,7 +125,7 @@ class OpenVinoSides:
                         input=[(name, ov.PartialShape([-1, -1]), ov.Type.i64) for name in sample])
             finally:
                 encoder.model.train(was_training)
-            if self.int8 and side == 'passage':
+            if quantised:
                 if not cpu_has_native_int8() and not self._warned:
                     self._warned = True
                     logger.warning(
@@ -127,6 +138,10 @@ class OpenVinoSides:
                                                {'INFERENCE_PRECISION_HINT': hint,
                                                 'INFERENCE_NUM_THREADS': torch.get_num_threads()})
             built = self._compiled[side, hint] = (weights, compiled)
+            if not quantised:
+                _shared[shared] = compiled
+                while len(_shared) > SHARED_SIDES:
+                    _shared.popitem(last=False)
         return built[1]
 
     @staticmethod
