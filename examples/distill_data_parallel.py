@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 import pyterrier_selfsup as selfsup
-from pyterrier_selfsup.data.queries import corpus_sentences
+from pyterrier_selfsup.data.queries.cut import corpus_sentences
 from pyterrier_selfsup.training.distill import Distillation
 
 collection = selfsup.Collection(sys.argv[1] if len(sys.argv) > 1 else 'classic/adi')

@@ -26,9 +26,10 @@ register_classic()  # classic/cisi and classic/adi, read from $SELFSUP_CLASSIC_D
 _MODULES = {
     '_distributed': ['join_process_group'],
     'data.collections': ['Collection', 'UnknownCollectionError'],
-    'data.queries': ['Query', 'corpus_sentences', 'cropped_spans', 'folds', 'given_topics',
-                     'query_log'],
-    'data.written_queries': ['generated_queries', 'sampled_queries'],
+    'data.queries.cut': ['corpus_sentences', 'cropped_spans'],
+    'data.queries.logs': ['folds', 'given_topics', 'query_log'],
+    'data.queries.source': ['Query', 'QuerySource'],
+    'data.queries.written': ['generated_queries', 'sampled_queries'],
     'models.dual_encoder': ['DualEncoder', 'DualEncoderModel'],
     'models.generator': ['Generator'],
     'models.names': ['MINILM', 'QWEN', 'QWEN_GGUF', 'SMOLLM2', 'SMOLLM2_GGUF'],

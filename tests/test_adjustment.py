@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from pyterrier_selfsup import Collection, RunContext
-from pyterrier_selfsup.data.queries import cropped_spans
+from pyterrier_selfsup.data.queries.cut import cropped_spans
 from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment, adjustment_loss
 from tests.helpers import DOCS, QUERIES, central_difference, stopped_at_step
 
@@ -113,7 +113,7 @@ def test_corpus_queries_never_have_their_source_among_close_documents(trainer):
 
 
 def test_masked_queries_use_the_students_mask_token_which_bm25_does_not_read(trainer, monkeypatch):
-    from pyterrier_selfsup.data.queries import MASK, masked_spans
+    from pyterrier_selfsup.data.queries.cut import MASK, masked_spans
     from pyterrier_selfsup.retrieval.bm25 import BM25
     from pyterrier_selfsup.training.adjustment import mask_token
     mask = mask_token(trainer.reatt)
@@ -143,7 +143,7 @@ def test_a_separate_generator_is_needed_and_its_likelihood_is_the_only_target(ti
 
 def test_a_single_t5_teaches_its_own_retrieval_from_masked_sentences(tiny_generator_dir, tmp_path):
 
-    from pyterrier_selfsup.data.queries import masked_spans
+    from pyterrier_selfsup.data.queries.cut import masked_spans
     from pyterrier_selfsup.models.reatt_t5 import ReAttT5
     torch.manual_seed(0)
     model = ReAttT5.from_pretrained(str(tiny_generator_dir['t5']), retrieval_layer=1, device='cpu',

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from pyterrier_selfsup import Collection
-from pyterrier_selfsup.data.queries import corpus_sentences
+from pyterrier_selfsup.data.queries.cut import corpus_sentences
 from pyterrier_selfsup.harness.plots import plot_training_curve
 from pyterrier_selfsup.training.distant import DistantSupervision, in_batch_loss
 

@@ -18,7 +18,8 @@ import torch
 from pyterrier_selfsup import BM25, MINILM, Collection, DualEncoder
 from pyterrier_selfsup._distributed import distributed
 from pyterrier_selfsup.context import RunContext
-from pyterrier_selfsup.data.queries import Query, corpus_sentences, cropped_spans
+from pyterrier_selfsup.data.queries.cut import corpus_sentences, cropped_spans
+from pyterrier_selfsup.data.queries.source import Query
 from pyterrier_selfsup.retrieval.fusion import FusedScores, Fusion, fuse, softmax_by_query, zscores
 from pyterrier_selfsup.training.distill import Distillation
 from pyterrier_selfsup.training.losses import (
@@ -739,7 +740,7 @@ def test_a_teacher_of_two_miners_gives_every_candidate_it_labelled_and_the_own_p
         tiny_encoder):
     """GPL's two miners each give their top 2 (depth=2): the cross-encoder labels the union of
     4 and the passage the query was written for, and the trainer ranks all 5, not depth + 1."""
-    from pyterrier_selfsup.data.queries import Query
+    from pyterrier_selfsup.data.queries.source import Query
     from pyterrier_selfsup.training.settings import DistillationSettings
     first, second = _run('q', ['a', 'b'], [2.0, 1.0]), _run('q', ['c', 'd'], [2.0, 1.0])
     teacher = Fusion({'miner one': Frame(first), 'miner two': Frame(second)},

@@ -467,18 +467,19 @@ def test_unwritable_directory_probe_uses_a_real_write(tmp_path):
 # -- generated queries, the ReAtt token index, results files ---------------------------
 
 def test_garbled_generated_queries_are_set_aside_and_rebuilt(tmp_path, tiny_generator_dir, caplog):
-    from pyterrier_selfsup.harness.topics import training_topics
+    from pyterrier_selfsup.data.queries.source import QuerySource
+    from pyterrier_selfsup.harness.methods import source_topics
     from pyterrier_selfsup.models.generator import Generator
     coll = Collection('classic/adi')
     gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu',
                                     precision='fp32', max_passage_length=32)
     run = RunContext(cache_dir=tmp_path)
-    first = training_topics(coll, 'generated', 6, seed=1, generator=gen, run=run)
+    first = source_topics(coll, QuerySource('generated', 6, seed=1), generator=gen, run=run)
     [path] = (tmp_path / 'queries').glob('*/topics.jsonl')
     size = path.stat().st_size
     path.write_bytes(b'{"qid": "1", "query' + b'#' * (size - 19))  # garbled, its size unchanged
     with caplog.at_level(logging.WARNING, logger='pyterrier_selfsup'):
-        again = training_topics(coll, 'generated', 6, seed=1, generator=gen, run=run)
+        again = source_topics(coll, QuerySource('generated', 6, seed=1), generator=gen, run=run)
     assert ('the generated training queries of classic/adi' in caplog.text
             and 'topics.jsonl does not parse' in caplog.text)
     assert f'setting it aside as {path.parent}.damaged' in caplog.text

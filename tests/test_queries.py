@@ -2,13 +2,13 @@ import pytest
 
 from pyterrier_selfsup import Collection
 from pyterrier_selfsup.context import RunContext
-from pyterrier_selfsup.data.queries import (
+from pyterrier_selfsup.data.queries.cut import (
     corpus_sentences,
     cropped_spans,
     document_titles,
-    given_topics,
     sentences,
 )
+from pyterrier_selfsup.data.queries.logs import given_topics
 
 
 def test_sentence_split():
@@ -43,12 +43,13 @@ def test_cropped_spans():
 
 
 def test_document_titles_are_each_documents_own_title_once():
-    from pyterrier_selfsup.data.sources import CUT_FROM_CORPUS
-    from pyterrier_selfsup.harness.topics import training_topics
+    from pyterrier_selfsup.data.queries import CUT_FROM_CORPUS
+    from pyterrier_selfsup.data.queries.source import QuerySource
+    from pyterrier_selfsup.harness.methods import source_topics
     coll = Collection('classic/adi')
     titles = {d.doc_id: ' '.join(d.title.split()) for d in coll.irds.docs_iter()}
     some = document_titles(coll, 30, seed=0)
-    assert some.equals(training_topics(coll, 'titles', 30, seed=0))
+    assert some.equals(source_topics(coll, QuerySource('titles', 30, seed=0)))
     assert not some['query'].equals(document_titles(coll, 30, seed=1)['query'])
     assert len(some) == 30 and some['source_docno'].is_unique
     assert all(titles[d] == q and len(q.split()) >= 3
@@ -69,7 +70,7 @@ def test_given_topics_keep_only_text():
 
 
 def test_generated_queries_come_from_the_generator_with_their_source(tiny_generator_dir):
-    from pyterrier_selfsup.data.written_queries import generated_queries
+    from pyterrier_selfsup.data.queries.written import generated_queries
     from pyterrier_selfsup.models.generator import Generator
     coll = Collection('classic/adi')
     gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu',
@@ -83,29 +84,28 @@ def test_generated_queries_come_from_the_generator_with_their_source(tiny_genera
 
 def test_generated_training_topics_are_written_once_and_shared_by_every_trainer(
         tiny_dir, tiny_generator_dir, tmp_path, monkeypatch):
-    from pyterrier_selfsup.data.sources import QuerySource
-    from pyterrier_selfsup.data.written_queries import generated_queries
-    from pyterrier_selfsup.harness import topics as topics_module
-    from pyterrier_selfsup.harness import trained
-    from pyterrier_selfsup.harness.topics import training_topics
+    from pyterrier_selfsup.data.queries.source import QuerySource
+    from pyterrier_selfsup.data.queries.written import generated_queries
+    from pyterrier_selfsup.harness import methods, trained
+    from pyterrier_selfsup.harness.methods import source_topics
     from pyterrier_selfsup.models.generator import Generator
     from pyterrier_selfsup.training.distant import DistantSupervision
     coll = Collection('classic/adi')
     gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu',
                                     precision='fp32', max_passage_length=32)
-    first = training_topics(coll, 'generated', 8, seed=3, generator=gen,
-                            run=RunContext(cache_dir=tmp_path))
+    first = source_topics(coll, QuerySource('generated', 8, seed=3),
+                          generator=gen, run=RunContext(cache_dir=tmp_path))
     assert first.equals(generated_queries(coll, gen, 8, seed=3)) and len(first) > 0
     assert first['source_docno'].map(type).eq(str).all()  # '12' stays a docno, not a number
 
     def never(*args, **kwargs):
         raise AssertionError('generated again')
     monkeypatch.setattr(gen, 'generate', never)
-    assert training_topics(coll, 'generated', 8, seed=3, generator=gen,
-                           run=RunContext(cache_dir=tmp_path)).equals(first)
+    assert source_topics(coll, QuerySource('generated', 8, seed=3),
+                         generator=gen, run=RunContext(cache_dir=tmp_path)).equals(first)
     # the distant-supervision pipeline reads the same file
     # (its generator is SmolLM2's; here the tiny one)
-    monkeypatch.setattr(topics_module, 'load_generator', lambda *args, **kwargs: gen)
+    monkeypatch.setattr(methods, 'load_generator', lambda *args, **kwargs: gen)
     class Trained(Exception):
         pass
 
@@ -119,7 +119,7 @@ def test_generated_training_topics_are_written_once_and_shared_by_every_trainer(
     assert raised.value.args[0].equals(first)
     with pytest.raises(ValueError, match='needs a generator'):
         QuerySource('generated', 8).topics(coll)
-    assert list(training_topics(coll, 'classic/adi', 0).columns) == ['qid', 'query']
+    assert list(source_topics(coll, QuerySource('classic/adi', 0)).columns) == ['qid', 'query']
 
 
 class EchoOrGeneric:
@@ -138,14 +138,15 @@ class EchoOrGeneric:
 
 def test_round_trip_queries_keep_only_queries_that_find_their_passage(tmp_path):
     from pyterrier_selfsup import BM25
-    from pyterrier_selfsup.data.written_queries import generated_queries
-    from pyterrier_selfsup.harness.topics import training_topics
+    from pyterrier_selfsup.data.queries.source import QuerySource
+    from pyterrier_selfsup.data.queries.written import generated_queries
+    from pyterrier_selfsup.harness.methods import source_topics
     coll = Collection('classic/adi')
     bm25 = BM25.from_collection(coll, cache_dir=tmp_path) % 10
     plain = generated_queries(coll, EchoOrGeneric(), 20, seed=0)
     assert (plain['query'] == 'What is the purpose of the study?').sum() == 10
-    kept = training_topics(coll, 'roundtrip', 20, seed=0, generator=EchoOrGeneric(),
-                           run=RunContext(cache_dir=tmp_path))
+    kept = source_topics(coll, QuerySource('roundtrip', 20, seed=0),
+                         generator=EchoOrGeneric(), run=RunContext(cache_dir=tmp_path))
     assert len(kept) == 20 and kept['query'].is_unique
     generic = kept['query'] == 'What is the purpose of the study?'
     # kept once at most, and only where BM25 happens to find its passage with it
@@ -157,18 +158,18 @@ def test_round_trip_queries_keep_only_queries_that_find_their_passage(tmp_path):
     assert all(texts[d].split()[:8] == q.split()
                for d, q in zip(kept['source_docno'][~generic], kept['query'][~generic]))
     calls = EchoOrGeneric.calls
-    assert training_topics(coll, 'roundtrip', 20, seed=0, generator=EchoOrGeneric(),
-                           run=RunContext(cache_dir=tmp_path)).equals(kept)
+    assert source_topics(coll, QuerySource('roundtrip', 20, seed=0),
+                         generator=EchoOrGeneric(), run=RunContext(cache_dir=tmp_path)).equals(kept)
     assert EchoOrGeneric.calls == calls  # read from the cache
     # ADI has 82 documents: asking for more than pass the check keeps all that do
-    assert len(training_topics(coll, 'roundtrip', 60, seed=0, generator=EchoOrGeneric(),
-                               run=RunContext(cache_dir=tmp_path))) < 60
+    assert len(source_topics(coll, QuerySource('roundtrip', 60, seed=0),
+                             generator=EchoOrGeneric(), run=RunContext(cache_dir=tmp_path))) < 60
 
 
 def test_masked_spans_hide_one_salient_span_of_a_sentence_of_their_source():
     import random
 
-    from pyterrier_selfsup.data.queries import MASK, masked_spans, salient_span, sentences
+    from pyterrier_selfsup.data.queries.cut import MASK, masked_spans, salient_span, sentences
     coll = Collection('classic/cisi')  # ADI's abstracts have no sentence boundaries to split at
     spans = masked_spans(coll, 12, seed=0)
     assert len(spans) == 12 and spans['qid'].is_unique
@@ -185,7 +186,7 @@ def test_masked_spans_hide_one_salient_span_of_a_sentence_of_their_source():
 
 
 def test_queries_cut_from_their_sources_and_not_excluded_are_said(caplog):
-    from pyterrier_selfsup.data.queries import query_sources
+    from pyterrier_selfsup.data.queries.source import query_sources
     coll = Collection('classic/adi')
     cut = corpus_sentences(coll, 20, seed=0)
     with caplog.at_level('WARNING'):
@@ -207,8 +208,9 @@ def test_queries_kept_from_a_short_corpus_are_spread_over_its_passages(tiny_gene
     # 2, and the 7 kept cover all 6, where the first 7 written would cover 4
     import json
 
-    from pyterrier_selfsup.data.written_queries import sampled_plan, spread
-    from pyterrier_selfsup.harness.topics import training_topics
+    from pyterrier_selfsup.data.queries.source import QuerySource
+    from pyterrier_selfsup.data.queries.written import sampled_plan, spread
+    from pyterrier_selfsup.harness.methods import source_topics
     from pyterrier_selfsup.models.generator import Generator
     docs = [{'_id': f'd{i}', 'title': '', 'text': '' if i == 3 else f'passage {i} about topic {i}'}
             for i in range(7)]
@@ -218,22 +220,23 @@ def test_queries_kept_from_a_short_corpus_are_spread_over_its_passages(tiny_gene
             and not sampled_plan(coll, 7, 2).spread)
     gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu',
                                     precision='fp32', max_passage_length=32)
-    topics = training_topics(coll, 'sampled', 7, generator=gen, per_passage=1,
-                             run=RunContext(cache_dir=tmp_path / 'cache'))
+    topics = source_topics(coll, QuerySource('sampled', 7, per_passage=1),
+                           generator=gen, run=RunContext(cache_dir=tmp_path / 'cache'))
     assert len(topics) == 7 and topics['source_docno'].nunique() == 6
     assert spread([('a', 1), ('a', 2), ('b', 3), ('c', 4), ('c', 5)], 4) == [
         ('a', 1), ('a', 2), ('b', 3), ('c', 4)]
 
 
 def test_sampled_queries_cover_as_many_passages_as_per_passage_asks(tiny_generator_dir, tmp_path):
-    from pyterrier_selfsup.harness.topics import training_topics
+    from pyterrier_selfsup.data.queries.source import QuerySource
+    from pyterrier_selfsup.harness.methods import source_topics
     from pyterrier_selfsup.models.generator import Generator
     coll = Collection('classic/adi')
     gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu',
                                     precision='fp32', max_passage_length=32)
     run = RunContext(cache_dir=tmp_path)
-    three = training_topics(coll, 'sampled', 12, generator=gen, run=run)
-    one = training_topics(coll, 'sampled', 12, generator=gen, run=run, per_passage=1)
+    three = source_topics(coll, QuerySource('sampled', 12), generator=gen, run=run)
+    one = source_topics(coll, QuerySource('sampled', 12, per_passage=1), generator=gen, run=run)
     assert three['source_docno'].nunique() == 4 and three.groupby('source_docno').size().max() == 3
     assert one['source_docno'].nunique() == len(one) == 12
     # each is written once and kept under its own key
@@ -248,7 +251,8 @@ def test_a_stopped_writing_of_training_queries_resumes_after_its_last_batch(tiny
     as a run never stopped."""
     import pandas as pd
 
-    from pyterrier_selfsup.harness.topics import training_topics
+    from pyterrier_selfsup.data.queries.source import QuerySource
+    from pyterrier_selfsup.harness.methods import source_topics
     from pyterrier_selfsup.models.generator import Generator
     from pyterrier_selfsup.models.writing import QueryWriter
     monkeypatch.setitem(QueryWriter.__init__.__kwdefaults__, 'batch_size', 4)
@@ -257,8 +261,8 @@ def test_a_stopped_writing_of_training_queries_resumes_after_its_last_batch(tiny
                                     precision='fp32', max_passage_length=32)
 
     def topics(cache):
-        return training_topics(coll, 'sampled', 12, generator=gen, per_passage=1,
-                               run=RunContext(cache_dir=tmp_path / cache))
+        return source_topics(coll, QuerySource('sampled', 12, per_passage=1),
+                             generator=gen, run=RunContext(cache_dir=tmp_path / cache))
 
     whole = topics('whole')
     batches, sample = [], QueryWriter._sample

@@ -7,10 +7,11 @@ import pytest
 
 from pyterrier_selfsup import Collection
 from pyterrier_selfsup.context import RunContext
-from pyterrier_selfsup.data.queries import folds, other_folds, query_log
+from pyterrier_selfsup.data.queries.logs import folds, other_folds, query_log
+from pyterrier_selfsup.data.queries.source import QuerySource
 from pyterrier_selfsup.harness import trained
+from pyterrier_selfsup.harness.methods import source_topics
 from pyterrier_selfsup.harness.pipelines import CrossFold, get_pipeline
-from pyterrier_selfsup.harness.topics import training_topics
 
 
 def test_a_query_log_is_read_from_text_tsv_and_jsonl(tmp_path):
@@ -54,7 +55,7 @@ def test_a_malformed_query_log_names_its_line(tmp_path, name, content, message):
         query_log(path)
     # and the pipelines say it the same way, before anything trains
     with pytest.raises(ValueError, match=message):
-        training_topics(Collection('classic/adi'), str(path), 10)
+        source_topics(Collection('classic/adi'), QuerySource(str(path), 10))
 
 
 def test_folds_split_the_topics_evenly_and_the_same_way_every_time():
@@ -81,7 +82,7 @@ def test_a_query_log_file_keys_the_model_by_its_contents(tmp_path):
     (tmp_path / 'a' / 'log.txt').write_text('automatic indexing\n')
     assert trained.model_dir(coll, 'distill', {'queries': str(tmp_path / 'a' / 'log.txt')}) != here
     with pytest.raises(ValueError, match='neither a source .* nor a collection'):
-        training_topics(coll, str(tmp_path / 'missing.txt'), 10)
+        source_topics(coll, QuerySource(str(tmp_path / 'missing.txt'), 10))
 
 
 def test_crossfold_answers_each_query_with_the_model_that_never_saw_its_text(tiny_dir, cache_dir):
@@ -99,7 +100,7 @@ def test_crossfold_answers_each_query_with_the_model_that_never_saw_its_text(tin
                for line in (directory / 'training_log.jsonl').read_text().splitlines()]
         steps = [r for r in log if 'loss' in r]
         assert steps and len(steps) == -(-sum(f != fold for f in assigned.values()) // 32)
-        trained_on = training_topics(coll, 'crossfold', 0, fold=fold)
+        trained_on = source_topics(coll, QuerySource('crossfold', 0, fold=fold))
         assert not set(trained_on['qid']) & {q for q, f in assigned.items() if f == fold}
     topics = coll.topics()
     results = pipeline(topics)
@@ -118,7 +119,7 @@ def test_crossfold_answers_each_query_with_the_model_that_never_saw_its_text(tin
 
 def test_a_query_log_trains_from_the_command_line_and_says_how_to_judge_it(tmp_path, cache_dir,
                                                                            tiny_dir, caplog):
-    from pyterrier_selfsup.data.queries import corpus_sentences
+    from pyterrier_selfsup.data.queries.cut import corpus_sentences
     from tests.test_cli import selfsup
     log = tmp_path / 'log.txt'
     log.write_text('\n'.join(corpus_sentences(Collection('classic/adi'), 80)['query']) + '\n')

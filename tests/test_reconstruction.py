@@ -9,7 +9,7 @@ import torch
 
 from pyterrier_selfsup import Collection, DualEncoder
 from pyterrier_selfsup.context import RunContext
-from pyterrier_selfsup.data.queries import cropped_spans
+from pyterrier_selfsup.data.queries.cut import cropped_spans
 from pyterrier_selfsup.harness.pipelines import trained_dense_retriever
 from pyterrier_selfsup.harness.plots import plot_training_curve
 from pyterrier_selfsup.models.generator import Generator
@@ -395,8 +395,9 @@ def test_an_interrupted_cached_run_resumes_from_its_last_checkpoint(tiny_dir, ti
 
 def test_generated_queries_do_not_depend_on_the_trainers_passage_length(
         tiny_dir, tiny_generator_dir, tmp_path, monkeypatch):
+    from pyterrier_selfsup.data.queries.source import QuerySource
     from pyterrier_selfsup.harness import trained
-    from pyterrier_selfsup.harness.topics import training_topics
+    from pyterrier_selfsup.harness.methods import source_topics
     coll = Collection('classic/adi')
 
     class Trained(Exception):
@@ -416,8 +417,9 @@ def test_generated_queries_do_not_depend_on_the_trainers_passage_length(
         seen.append(raised.value.args[1])
     writer = Generator.from_pretrained(str(tiny_generator_dir['llama']))  # its default settings
     assert seen[0].equals(seen[1])
-    assert seen[0].equals(training_topics(coll, 'generated', 6, generator=writer,
-                                          run=RunContext(cache_dir=tmp_path / 'fresh')))
+    assert seen[0].equals(source_topics(coll, QuerySource('generated', 6),
+                                        generator=writer,
+                                        run=RunContext(cache_dir=tmp_path / 'fresh')))
 
 
 @pytest.mark.parametrize('method,kind', [('rumbart', 'llama'), ('acrobart', 'llama'),

@@ -352,7 +352,7 @@ def test_the_prompt_shows_example_queries_and_passages_with_their_queries(tiny_g
 
 
 def test_example_pairs_are_another_collections_judged_topics():
-    from pyterrier_selfsup.data.sources import example_pairs
+    from pyterrier_selfsup.data.queries.written import example_pairs
     cranfield = Collection('cranfield')
     pairs = example_pairs('cranfield', seed=0)
     assert len(pairs) == 3 and pairs == example_pairs('cranfield', seed=0) != example_pairs(
@@ -371,7 +371,7 @@ def test_a_change_to_the_writers_prompts_raises_the_writer_version():
     import hashlib
     import json
 
-    from pyterrier_selfsup.data.sources import WRITER_VERSION
+    from pyterrier_selfsup.data.queries.source import WRITER_VERSION
     from pyterrier_selfsup.models import prompts
     text = json.dumps([prompts.PASSAGE_QUESTION, prompts.SYSTEM_PROMPT, prompts.INSTRUCTION,
                        prompts.EXAMPLES_INTRO, prompts.PAIR_PASSAGE_CHARS])
@@ -387,7 +387,8 @@ def test_a_doc2query_model_writes_sampled_queries_reading_the_passage_alone(tiny
     stopped write resumes to them."""
     from pyterrier_selfsup import Collection
     from pyterrier_selfsup.context import RunContext
-    from pyterrier_selfsup.harness.topics import training_topics
+    from pyterrier_selfsup.data.queries.source import QuerySource
+    from pyterrier_selfsup.harness.methods import source_topics
     from pyterrier_selfsup.models.doc2query import Doc2QueryWriter
     gen = tiny_generator('t5', max_passage_length=32)
     writer = gen.writer()
@@ -395,10 +396,10 @@ def test_a_doc2query_model_writes_sampled_queries_reading_the_passage_alone(tiny
     with pytest.raises(ValueError, match='reads the passage alone'):
         gen.writer(style='chat')
     coll = Collection('classic/adi')
-    topics = training_topics(coll, 'sampled', 12, generator=gen,
-                             run=RunContext(cache_dir=tmp_path / 'a'))
-    again = training_topics(coll, 'sampled', 12, generator=gen,
-                            run=RunContext(cache_dir=tmp_path / 'b'))
+    topics = source_topics(coll, QuerySource('sampled', 12),
+                           generator=gen, run=RunContext(cache_dir=tmp_path / 'a'))
+    again = source_topics(coll, QuerySource('sampled', 12),
+                          generator=gen, run=RunContext(cache_dir=tmp_path / 'b'))
     assert 0 < len(topics) <= 12 and topics.equals(again)
     docnos = {d['docno'] for d in coll.corpus_iter()}
     assert set(topics['source_docno']) <= docnos

@@ -113,8 +113,8 @@ def heaviest_queries(collection: str, n: int, cache: Path) -> dict:
     import numpy as np
 
     from pyterrier_selfsup import Collection
-    from pyterrier_selfsup.data.queries import Query
-    from pyterrier_selfsup.harness.topics import training_topics
+    from pyterrier_selfsup.data.queries.source import Query, QuerySource
+    from pyterrier_selfsup.harness.methods import source_topics
     from pyterrier_selfsup.models.dual_encoder import DualEncoder
     from pyterrier_selfsup.models.generator import load_generator
     from pyterrier_selfsup.models.reading import truncated_ids
@@ -124,7 +124,7 @@ def heaviest_queries(collection: str, n: int, cache: Path) -> dict:
     from pyterrier_selfsup.training.settings import RumbartSettings
     shipped = RumbartSettings()
     c = Collection(collection)
-    topics = training_topics(c, shipped.queries, shipped.n_queries, seed=shipped.seed)
+    topics = source_topics(c, QuerySource(shipped.queries, shipped.n_queries, seed=shipped.seed))
     queries = [Query(str(qid), text, frozenset()) for qid, text in zip(topics['qid'], topics['query'])]
     encoder = DualEncoder.from_pretrained(MINILM)
     index = flex_index(c, encoder, cache_dir=cache)

@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 
 from pyterrier_selfsup import BM25, Collection
-from pyterrier_selfsup.data.queries import reservoir_sample, text_if_any
+from pyterrier_selfsup.data.queries.cut import reservoir_sample, text_if_any
 from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.harness.methods import teacher_pipeline
 from pyterrier_selfsup.models.generator import load_generator

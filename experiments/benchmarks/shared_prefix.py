@@ -23,9 +23,8 @@ from pathlib import Path
 import torch
 
 from pyterrier_selfsup import Collection
-from pyterrier_selfsup.data.queries import reservoir_sample, text_if_any
-from pyterrier_selfsup.data.sources import example_pairs
-from pyterrier_selfsup.data.written_queries import SAMPLING
+from pyterrier_selfsup.data.queries.cut import reservoir_sample, text_if_any
+from pyterrier_selfsup.data.queries.written import SAMPLING, example_pairs
 from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.models.generator import load_generator
 from pyterrier_selfsup.models.writing import QueryWriter

@@ -45,7 +45,7 @@ import torch
 from query_generation import PER_PASSAGE, SAMPLING, quality, write_table
 
 from pyterrier_selfsup import BM25, Collection
-from pyterrier_selfsup.data.queries import reservoir_sample, text_if_any
+from pyterrier_selfsup.data.queries.cut import reservoir_sample, text_if_any
 from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.harness.methods import teacher_pipeline
 from pyterrier_selfsup.models import writer_cache

@@ -8,8 +8,9 @@ query sets from this machine's cache (the same settings give the same key); writ
     python experiments/probes/copied_examples.py
 """
 from pyterrier_selfsup import Collection
-from pyterrier_selfsup.data.sources import example_texts
-from pyterrier_selfsup.harness.topics import training_topics
+from pyterrier_selfsup.data.queries.source import QuerySource
+from pyterrier_selfsup.data.queries.written import example_texts
+from pyterrier_selfsup.harness.methods import source_topics
 
 SETS = [(generator, examples) for examples in ('cranfield', 'classic/cisi') for generator in ('qwen', 'smollm2')]
 
@@ -22,7 +23,7 @@ def main():
     corpus = Collection('beir/scifact/train')
     for generator, examples in SETS:
         topics = {normal(q) for q in example_texts(examples)}
-        written = training_topics(corpus, 'sampled', 2000, generator=generator, style='chat', examples=examples)
+        written = source_topics(corpus, QuerySource('sampled', 2000, style='chat', examples=examples), generator=generator)
         copied = sum(normal(q) in topics for q in written['query'])
         print(f'{generator} shown {examples}: {len(written)} distinct queries, {copied} of them its topics word for word')
 

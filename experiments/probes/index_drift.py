@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from pyterrier_selfsup.data.collections import Collection
-from pyterrier_selfsup.data.queries import given_topics
+from pyterrier_selfsup.data.queries.logs import given_topics
 from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.harness.pipelines import get_pipeline
 from pyterrier_selfsup.harness.trained import start_model

@@ -17,8 +17,9 @@ from pathlib import Path
 import numpy as np
 
 from pyterrier_selfsup import BM25, Collection
+from pyterrier_selfsup.data.queries.source import QuerySource
 from pyterrier_selfsup.harness import provenance
-from pyterrier_selfsup.harness.topics import training_topics
+from pyterrier_selfsup.harness.methods import source_topics
 from pyterrier_selfsup.models.generator import SMOLLM2, SMOLLM2_GGUF, load_generator
 
 RESULTS = Path(__file__).resolve().parents[1] / 'results'
@@ -40,7 +41,7 @@ def main():
     bm25 = BM25.from_collection(collection)
     rows, frequent = [], {}
     for source in SOURCES:
-        topics = training_topics(collection, source, N, seed=0, generator=generator)
+        topics = source_topics(collection, QuerySource(source, N, seed=0), generator=generator)
         counts = Counter(topics['query'])
         row = {'source': source, 'queries': len(topics), 'distinct': len(counts),
                'mean words': float(topics['query'].str.split().str.len().mean()),

@@ -60,7 +60,7 @@ def main(argv=None):
     from transformers import get_linear_schedule_with_warmup
 
     from pyterrier_selfsup import Collection
-    from pyterrier_selfsup.data.queries import corpus_sentences
+    from pyterrier_selfsup.data.queries.cut import corpus_sentences
 
     out = args.out or default_out(args.collection, args.sentences, args.steps, args.seed)
     if (out / 'modules.json').exists():

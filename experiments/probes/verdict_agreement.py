@@ -32,7 +32,7 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from pyterrier_selfsup import Collection
-from pyterrier_selfsup.data.queries import folds
+from pyterrier_selfsup.data.queries.logs import folds
 from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.harness.experiment import curves_folder, read_training_log
 from pyterrier_selfsup.harness.pipelines import UnknownPipelineError, get_pipeline

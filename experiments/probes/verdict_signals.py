@@ -32,7 +32,7 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from pyterrier_selfsup import Collection
-from pyterrier_selfsup.data.queries import corpus_sentences, document_titles
+from pyterrier_selfsup.data.queries.cut import corpus_sentences, document_titles
 from pyterrier_selfsup.harness import provenance
 from pyterrier_selfsup.harness.experiment import read_training_log
 from pyterrier_selfsup.harness.pipelines import get_pipeline

@@ -40,12 +40,12 @@ import numpy as np
 from pyterrier_selfsup._cache import cache_root
 from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.collections import Collection
-from pyterrier_selfsup.data.written_queries import SampledPlan, sampled_plan
+from pyterrier_selfsup.data.queries.source import QuerySource
+from pyterrier_selfsup.data.queries.written import SampledPlan, sampled_plan
 from pyterrier_selfsup.harness import trained
 from pyterrier_selfsup.harness.experiment import copy_training_curves, run_experiment, write_results
-from pyterrier_selfsup.harness.methods import bm25_and_minilm
+from pyterrier_selfsup.harness.methods import bm25_and_minilm, source_topics
 from pyterrier_selfsup.harness.pipelines import get_pipeline
-from pyterrier_selfsup.harness.topics import distillation_topics
 
 RESULTS = Path(__file__).resolve().parents[1] / 'results'
 SCIFACT = ['beir/scifact/train', 'beir/scifact/test']
@@ -286,7 +286,7 @@ def query_stats(pipelines, collection: str) -> list:
                     else SampledPlan(min(n, corpus.docs_count or n), 1, False))
             written = plan.written
             typed = trained.typed_settings('distill', spec.settings)
-            topics = distillation_topics(corpus, typed, generator=typed.generator)
+            topics = source_topics(corpus, QuerySource.of(typed), generator=typed.generator)
             distinct = len(topics)
             if plan.spread:
                 # more written than asked for, n of the distinct ones kept over all the passages

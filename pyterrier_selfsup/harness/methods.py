@@ -14,8 +14,9 @@ import torch
 from pyterrier_selfsup._distributed import distributed
 from pyterrier_selfsup.context import SILENT, RunContext
 from pyterrier_selfsup.data.collections import Collection
-from pyterrier_selfsup.data.sources import GENERATED, QuerySource
-from pyterrier_selfsup.harness.topics import distillation_topics, source_topics
+from pyterrier_selfsup.data.queries import GENERATED
+from pyterrier_selfsup.data.queries.source import QuerySource
+from pyterrier_selfsup.data.queries.written import ROUND_TRIP_DEPTH
 from pyterrier_selfsup.models.cross_encoder import GPL_CROSS_ENCODER, CrossEncoderScorer
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.models.generator import MAX_PASSAGE_LENGTH, Generator, load_generator
@@ -39,6 +40,27 @@ from pyterrier_selfsup.training.settings import (
 from pyterrier_selfsup.training.teacher_parts import LABELLING_PARTS, mines_only, parse_teacher
 
 Setup = Callable[..., tuple[Trainer, pd.DataFrame]]
+
+
+def source_topics(collection: Collection, source: QuerySource, *,
+                  generator: None | str | Generator = None,
+                  run: RunContext = SILENT) -> pd.DataFrame:
+    """The training queries of ``source`` on ``collection``
+    (:meth:`~pyterrier_selfsup.data.queries.source.QuerySource.topics`), with the models they
+    need: the generator that writes (a :class:`Generator`, or a name for
+    :func:`load_generator`, loaded only for a source that writes; None: the source's own) and
+    BM25 for the round-trip check. ``run``: the cache they and the written queries are kept in.
+
+        topics = source_topics(Collection('classic/adi'), QuerySource('sampled', 200))
+    """
+    if source.written and (generator is None or isinstance(generator, str)):
+        generator = load_generator(generator or source.generator, cache_dir=run.cache_dir)
+
+    def round_trip():
+        return BM25.from_collection(collection, cache_dir=run.cache_dir) % ROUND_TRIP_DEPTH
+
+    return source.topics(collection, generator=generator if source.written else None,
+                         round_trip=round_trip, cache_dir=run.cache_dir)
 
 
 def _distant_supervision(collection: Collection, s: DistantSupervisionSettings, run: RunContext, *,
@@ -171,7 +193,7 @@ def _distillation(collection: Collection, s: DistillationSettings, run: RunConte
     needs_gen = 'gen' in parse_teacher(s.teacher) or s.queries in GENERATED
     gen = (load_generator(s.generator, cache_dir=run.cache_dir, verbose=run.verbose)
            if needs_gen else None)
-    topics = distillation_topics(collection, s, generator=gen, run=run, fold=fold)
+    topics = source_topics(collection, QuerySource.of(s, fold), generator=gen, run=run)
     torch.manual_seed(s.seed)
     encoder = DualEncoder.from_pretrained(s.model_name, **encoder_options(s))
 

@@ -191,12 +191,12 @@ def trained_dense_retriever(collection: Collection, run: RunContext = SILENT, *,
 
 class CrossFold(pt.Transformer):
     """Cross-validation over a collection's topics without labels: each query goes to the
-    retriever of its fold (:func:`~pyterrier_selfsup.data.queries.folds`), a model trained on
+    retriever of its fold (:func:`~pyterrier_selfsup.data.queries.logs.folds`), a model trained on
     the query texts of the other folds, so that no query's own text trained the model that
     answers it. Only the collection's own topics have a fold; another query is refused."""
 
     def __init__(self, collection: Collection, retrievers: list):
-        from pyterrier_selfsup.data.queries import folds
+        from pyterrier_selfsup.data.queries.logs import folds
         self.collection = collection
         self.retrievers = retrievers
         self.fold = folds(collection.topics()['qid'], len(retrievers))

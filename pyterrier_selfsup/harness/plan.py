@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pyterrier_selfsup._cache import cache_root, written_whole
 from pyterrier_selfsup.data.collections import Collection
-from pyterrier_selfsup.data.written_queries import SAMPLING
+from pyterrier_selfsup.data.queries.written import SAMPLING
 from pyterrier_selfsup.harness.provenance import machine
 from pyterrier_selfsup.models.hub import miners_at_hand
 from pyterrier_selfsup.progress import Stage, counted, rate_text

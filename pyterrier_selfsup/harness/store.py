@@ -7,7 +7,8 @@ Each trained model lives in ``<cache>/models/<corpus>.<method>-<key>/`` beside a
 - ``method`` and ``settings``: the method and every setting its weights depend on, as resolved
   (a default that other settings choose, as chosen);
 - ``collection``: the corpus it adapted to, by its id and a digest of its contents;
-- ``queries``: what it trained on (:meth:`~pyterrier_selfsup.data.sources.QuerySource.identity`);
+- ``queries``: what it trained on
+  (:meth:`~pyterrier_selfsup.data.queries.source.QuerySource.identity`);
 - ``starts``: what a start named by a path or another method is (a stored model's key, or a
   local directory's files by name and size), so that another start is another model;
 - ``miners``: where a distillation teacher mines with dense retrievers, which ones did (a
@@ -34,7 +35,8 @@ from pathlib import Path
 from pyterrier_selfsup._cache import cache_key, cache_root, written_whole
 from pyterrier_selfsup.context import SILENT, RunContext
 from pyterrier_selfsup.data.collections import Collection
-from pyterrier_selfsup.data.sources import QuerySource, query_file
+from pyterrier_selfsup.data.queries.logs import query_file
+from pyterrier_selfsup.data.queries.source import QuerySource
 from pyterrier_selfsup.models.hub import miners_at_hand
 from pyterrier_selfsup.models.precision import compute_dtype, resolve_device
 from pyterrier_selfsup.training.settings import SETTINGS, MethodSettings

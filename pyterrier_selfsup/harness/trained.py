@@ -17,7 +17,7 @@ from pyterrier_selfsup._cache import build_once
 from pyterrier_selfsup._distributed import distributed
 from pyterrier_selfsup.context import SILENT, RunContext
 from pyterrier_selfsup.data.collections import Collection
-from pyterrier_selfsup.data.sources import CROSS_FOLDS, CROSSFOLD, GENERATED
+from pyterrier_selfsup.data.queries import CROSS_FOLDS, CROSSFOLD, GENERATED
 from pyterrier_selfsup.harness import plan, store
 from pyterrier_selfsup.harness.methods import METHODS
 from pyterrier_selfsup.harness.plots import plot_training_curve

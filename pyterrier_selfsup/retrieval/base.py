@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pyterrier as pt
 
-from pyterrier_selfsup.data.queries import Query
+from pyterrier_selfsup.data.queries.source import Query
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pyterrier_selfsup.data.queries import Query
+from pyterrier_selfsup.data.queries.source import Query
 from pyterrier_selfsup.models.reading import biased_log_likelihood, checkpointed_layers
 from pyterrier_selfsup.training.reconstruction import RetrieveAndReconstruct
 from pyterrier_selfsup.training.settings import AcrobartSettings

@@ -33,7 +33,8 @@ from pyterrier_selfsup._cache import temporary_build
 from pyterrier_selfsup._distributed import all_or_none
 from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.collections import Collection
-from pyterrier_selfsup.data.queries import MASK, Query, training_queries
+from pyterrier_selfsup.data.queries.cut import MASK
+from pyterrier_selfsup.data.queries.source import Query, training_queries
 from pyterrier_selfsup.models.generator import Generator
 from pyterrier_selfsup.models.reatt import ReAtt
 from pyterrier_selfsup.models.score_cache import score_cache_dir

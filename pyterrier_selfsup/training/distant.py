@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from pyterrier_selfsup.data.queries import Query, training_queries
+from pyterrier_selfsup.data.queries.source import Query, training_queries
 from pyterrier_selfsup.retrieval.base import top_k_excluding
 from pyterrier_selfsup.retrieval.bm25 import BM25
 from pyterrier_selfsup.training.dual_encoder_trainer import DualEncoderTrainer

@@ -25,7 +25,7 @@ import torch
 
 from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.collections import Collection
-from pyterrier_selfsup.data.queries import Query, query_sources, training_queries
+from pyterrier_selfsup.data.queries.source import Query, query_sources, training_queries
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.training.dual_encoder_trainer import DualEncoderTrainer
 from pyterrier_selfsup.training.losses import (

@@ -40,7 +40,7 @@ import torch
 
 from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.collections import Collection
-from pyterrier_selfsup.data.queries import Query, training_queries
+from pyterrier_selfsup.data.queries.source import Query, training_queries
 from pyterrier_selfsup.models.dual_encoder import DualEncoder
 from pyterrier_selfsup.models.generator import Generator
 from pyterrier_selfsup.retrieval.ann import search_stage

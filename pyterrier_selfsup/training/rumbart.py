@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pyterrier_selfsup.data.queries import Query
+from pyterrier_selfsup.data.queries.source import Query
 from pyterrier_selfsup.models.score_cache import score_cache_dir
 from pyterrier_selfsup.training.losses import marginal_nll, reconstruction_kl
 from pyterrier_selfsup.training.reconstruction import RetrieveAndReconstruct

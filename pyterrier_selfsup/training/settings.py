@@ -6,7 +6,7 @@ A field carries its default and its help text; how a class is declared and read 
 from dataclasses import dataclass
 from typing import Any
 
-from pyterrier_selfsup.data.source_names import CUT_FROM_CORPUS, GENERATED, GIVEN_LOG
+from pyterrier_selfsup.data.queries import CUT_FROM_CORPUS, GENERATED, GIVEN_LOG
 from pyterrier_selfsup.models.names import (
     GPL_CROSS_ENCODER,
     GPL_MAX_LENGTH,

@@ -59,7 +59,7 @@ def _specs(names):
 def main(args, run: RunContext) -> int:
     """Runs ``selfsup judge`` with parsed ``args``; returns the exit status."""
     from pyterrier_selfsup.data.collections import Collection
-    from pyterrier_selfsup.data.queries import query_log
+    from pyterrier_selfsup.data.queries.logs import query_log
     from pyterrier_selfsup.harness.judging.campaign import Campaign, CampaignError
     from pyterrier_selfsup.harness.judging.reporting import report
     from pyterrier_selfsup.harness.judging.server import serve

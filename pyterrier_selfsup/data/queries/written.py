@@ -14,9 +14,41 @@ from typing import NamedTuple
 import pandas as pd
 
 from pyterrier_selfsup.data.collections import Collection
-from pyterrier_selfsup.data.queries import _frame, reservoir_sample, text_if_any
+from pyterrier_selfsup.data.queries.cut import _frame, reservoir_sample, text_if_any
+from pyterrier_selfsup.data.queries.logs import given_topics, query_file, query_log
 
 logger = logging.getLogger(__name__)
+
+ROUND_TRIP_DEPTH = 10
+# the (passage, query) pairs a writer is shown with example_pairs=COLLECTION (InPars shows 3)
+EXAMPLE_PAIRS = 3
+
+
+def example_texts(examples: str | None) -> list:
+    """The query texts a writer is shown: none, a file's, or a collection's topics'."""
+    if not examples:
+        return []
+    if query_file(examples):
+        return query_log(examples)['query'].tolist()
+    return given_topics(Collection(examples).topics())['query'].tolist()
+
+
+def example_pairs(name: str | None, n: int = EXAMPLE_PAIRS, seed: int = 0) -> list:
+    """``n`` (passage, query) pairs of the collection ``name`` for a writer to be shown (none
+    for None): topics drawn with ``seed`` among those with a judged relevant passage, each with
+    the text of its first relevant passage by docno. This reads that collection's relevance
+    judgements: name another collection than the one the model adapts to."""
+    if not name:
+        return []
+    coll = Collection(name)
+    qrels = coll.qrels()
+    relevant = (qrels[qrels['label'] > 0].sort_values(['qid', 'docno'])
+                .groupby('qid')['docno'].first())
+    topics = coll.topics()
+    topics = topics[topics['qid'].isin(relevant.index)].sort_values('qid')
+    picked = topics.sample(n=min(n, len(topics)), random_state=seed)
+    texts = coll.texts([relevant[q] for q in picked['qid']])
+    return list(zip(texts, picked['query']))
 
 
 def generated_queries(collection: Collection, generator, n: int, *, seed: int = 0,

@@ -1,28 +1,12 @@
-"""The registry of training-query sources: what each name a pipeline's ``queries`` may take
-means, what a set of queries is, and how each set is made.
-
-A :class:`QuerySource` is one set of training queries: the source's name, how many, the seed,
-and for written queries the writer's settings. Its :meth:`~QuerySource.identity` says what the
-set is without making it (a query log by its texts' digest, written queries by their writer);
-the queries written once and cached are keyed by it, and so are the models trained on them
-(:mod:`pyterrier_selfsup.harness.store`).
-
-The sources:
-
-- cut from the corpus (:data:`CUT_FROM_CORPUS`): ``sentences``, ``spans``, ``masked``
-  sentences and document ``titles``, each with the passage it was cut from;
-- written for a passage by a generator (:data:`GENERATED`): ``generated`` (greedy, one a
-  passage), ``sampled`` (nucleus sampling, several a passage) and ``roundtrip`` (generated,
-  then kept where BM25 ranks the passage in its top :data:`ROUND_TRIP_DEPTH`);
-- a query log: a file of query texts, or the name of a collection whose topic texts are read
-  (never its qrels);
-- ``crossfold``: the evaluated collection's own topic texts outside one of :data:`CROSS_FOLDS`
-  folds (one model a fold).
+"""One set of training queries (:class:`QuerySource`): what it is without making it, and the
+queries themselves, written once and cached where a generator writes them; and the trainers'
+view of any set (:class:`Query`, :func:`training_queries`).
 
     source = QuerySource('sampled', 2000, generator='smollm2')
     source.identity(Collection('classic/adi'))   # what the 2,000 queries are, as a dict
 """
 import hashlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,77 +17,86 @@ import pandas as pd
 from pyterrier_selfsup._cache import build_once, cache_key, cache_root
 from pyterrier_selfsup.data.collections import Collection, UnknownCollectionError
 from pyterrier_selfsup.data.queries import (
-    MASK,
-    corpus_sentences,
-    cropped_spans,
-    document_titles,
-    given_topics,
-    masked_spans,
-    other_folds,
-    query_log,
-)
-from pyterrier_selfsup.data.source_names import (
     CROSS_FOLDS,
     CROSSFOLD,
     CUT_FROM_CORPUS,
     GENERATED,
     QUERY_SOURCES,
 )
-from pyterrier_selfsup.data.written_queries import (
+from pyterrier_selfsup.data.queries.cut import (
+    MASK,
+    corpus_sentences,
+    cropped_spans,
+    document_titles,
+    masked_spans,
+)
+from pyterrier_selfsup.data.queries.logs import (
+    at_most,
+    given_topics,
+    other_folds,
+    query_file,
+    query_log,
+)
+from pyterrier_selfsup.data.queries.written import (
     QUERY_TOKENS,
+    ROUND_TRIP_DEPTH,
     SAMPLING,
+    example_pairs,
+    example_texts,
     generated_queries,
     round_trip_queries,
     sampled_queries,
 )
 
-ROUND_TRIP_DEPTH = 10
-# the (passage, query) pairs a writer is shown with example_pairs=COLLECTION (InPars shows 3)
-EXAMPLE_PAIRS = 3
+logger = logging.getLogger(__name__)
+
 # How a writer's queries are drawn from a seed. Raise it whenever a seed would write other
 # queries (another prompt, another sampling loop): the sets and the models of the earlier
 # version are then not found, and are written and trained again.
 WRITER_VERSION = 2
 
 
-def query_file(queries: Any) -> bool:
-    """Whether a pipeline's ``queries`` names a file (a query log), not a source or a
-    collection."""
-    return isinstance(queries, str) and queries not in QUERY_SOURCES and Path(queries).is_file()
+@dataclass(frozen=True)
+class Query:
+    """A training query as the trainers see it."""
+    qid: str
+    query: str
+    excluded: frozenset[str]  # the passage a corpus query was cut from: a trivial retrieval
+    answer: str | None = None  # what a reader generates (queries=masked: the masked span)
+    source: str | None = None  # the passage it was written for or cut from, if any
 
 
-def at_most(topics: pd.DataFrame, n: int | None, seed: int = 0) -> pd.DataFrame:
-    """A query log's texts, or ``n`` of them drawn with ``seed`` where it has more."""
-    if n is None or n <= 0 or len(topics) <= n:
-        return topics
-    return topics.sample(n=n, random_state=seed).sort_index().reset_index(drop=True)
+def training_queries(topics: pd.DataFrame) -> list[Query]:
+    """The :class:`Query` of each topic: its text, the ``source_docno`` it was cut from (if
+    any) as the passage it must not retrieve, and its ``answer`` (if any); labels unread."""
+    queries = given_topics(topics)
+    sources = topics['source_docno'] if 'source_docno' in topics.columns else [None] * len(topics)
+    answers = topics['answer'] if 'answer' in topics.columns else [None] * len(topics)
+    return [Query(qid, query, frozenset([s]) if isinstance(s, str) else frozenset(),
+                  a if isinstance(a, str) else None, s if isinstance(s, str) else None)
+            for qid, query, s, a in zip(queries['qid'], queries['query'], sources, answers)]
 
 
-def example_texts(examples: str | None) -> list:
-    """The query texts a writer is shown: none, a file's, or a collection's topics'."""
-    if not examples:
-        return []
-    if query_file(examples):
-        return query_log(examples)['query'].tolist()
-    return given_topics(Collection(examples).topics())['query'].tolist()
-
-
-def example_pairs(name: str | None, n: int = EXAMPLE_PAIRS, seed: int = 0) -> list:
-    """``n`` (passage, query) pairs of the collection ``name`` for a writer to be shown (none
-    for None): topics drawn with ``seed`` among those with a judged relevant passage, each with
-    the text of its first relevant passage by docno. This reads that collection's relevance
-    judgements: name another collection than the one the model adapts to."""
-    if not name:
-        return []
-    coll = Collection(name)
-    qrels = coll.qrels()
-    relevant = (qrels[qrels['label'] > 0].sort_values(['qid', 'docno'])
-                .groupby('qid')['docno'].first())
-    topics = coll.topics()
-    topics = topics[topics['qid'].isin(relevant.index)].sort_values('qid')
-    picked = topics.sample(n=min(n, len(topics)), random_state=seed)
-    texts = coll.texts([relevant[q] for q in picked['qid']])
-    return list(zip(texts, picked['query']))
+def query_sources(topics: pd.DataFrame, collection: Collection, *, excluded: bool,
+                  sample: int = 50) -> dict[str, str]:
+    """qid -> the ``source_docno`` of each topic that has one. ``excluded``: whether the trainer
+    keeps each query's source out of its candidates. Where it does not, and most of ``sample``
+    queries stand word for word in their sources (cut from the corpus, not written for it: a
+    trivial match), a warning names the setting that excludes them."""
+    if 'source_docno' not in topics:
+        return {}
+    sources = {q: d for q, d in zip(topics['qid'].astype(str), topics['source_docno'])
+               if isinstance(d, str)}
+    if not excluded and sources:
+        some = topics[topics['source_docno'].notna()].head(sample)
+        texts = collection.texts(some['source_docno'].tolist())
+        cut = sum(query in text for query, text in zip(some['query'], texts))
+        if cut > len(some) / 2:
+            logger.warning('%d of %d training queries stand word for word in the passage they '
+                           'name (source_docno), and these settings let them retrieve it: say '
+                           "queries='sentences' (or spans, masked, titles) to exclude it", cut,
+                           len(some))
+    return sources
 
 
 def _lines_digest(lines) -> str:

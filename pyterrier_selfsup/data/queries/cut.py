@@ -11,7 +11,6 @@ import math
 import random
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import pandas as pd
 
@@ -23,82 +22,6 @@ _SENTENCE_END = re.compile(r'(?<=[.!?])\s+(?=[A-Z0-9"(\[])')
 # lowercased collections (cranfield, ADI) have no capital to open a sentence; their
 # tokenised punctuation stands alone (' . '), which abbreviations ('e.g. ') never do
 _LOWERCASED_END = re.compile(r'(?<=\s[.!?])\s+')
-
-
-def given_topics(topics: pd.DataFrame) -> pd.DataFrame:
-    """Query texts of existing topics; anything else in the frame (labels) is dropped."""
-    if 'query' not in topics.columns:
-        raise ValueError(f'topics need a query column; they have {list(topics.columns)}')
-    return topics[['qid', 'query']].reset_index(drop=True)
-
-
-def query_log(path) -> pd.DataFrame:
-    """The query texts of a query log without judgements: a plain text file (one query a
-    line), or JSON lines, CSV or TSV with ``qid`` and ``query`` fields (optionally gzipped;
-    :func:`~pyterrier_selfsup.data.local.read_queries`). A malformed line is an error that
-    names it."""
-    from pyterrier_selfsup.data.local import read_queries
-    queries = read_queries(path)
-    return pd.DataFrame({'qid': [q.query_id for q in queries], 'query': [q.text for q in queries]})
-
-
-def folds(qids: Iterable[str], n: int = 2, *, seed: int = 0) -> dict:
-    """Each qid's fold in 0..n-1: the sorted qids in a seeded random order, dealt out in turn
-    (folds differ in size by at most one; the same qids give the same folds anywhere)."""
-    qids = sorted(set(map(str, qids)))
-    order = random.Random(seed).sample(qids, len(qids))
-    return {qid: i % n for i, qid in enumerate(order)}
-
-
-def other_folds(topics: pd.DataFrame, fold: int, n: int = 2, *, seed: int = 0) -> pd.DataFrame:
-    """The query texts of ``topics`` outside ``fold`` (:func:`folds`): what the model that
-    answers ``fold``'s queries trains on, in cross-validation over a collection's topics."""
-    topics = given_topics(topics)
-    assigned = folds(topics['qid'], n, seed=seed)
-    return topics[[assigned[str(q)] != fold for q in topics['qid']]].reset_index(drop=True)
-
-
-@dataclass(frozen=True)
-class Query:
-    """A training query as the trainers see it."""
-    qid: str
-    query: str
-    excluded: frozenset[str]  # the passage a corpus query was cut from: a trivial retrieval
-    answer: str | None = None  # what a reader generates (queries=masked: the masked span)
-    source: str | None = None  # the passage it was written for or cut from, if any
-
-
-def training_queries(topics: pd.DataFrame) -> list[Query]:
-    """The :class:`Query` of each topic: its text, the ``source_docno`` it was cut from (if
-    any) as the passage it must not retrieve, and its ``answer`` (if any); labels unread."""
-    queries = given_topics(topics)
-    sources = topics['source_docno'] if 'source_docno' in topics.columns else [None] * len(topics)
-    answers = topics['answer'] if 'answer' in topics.columns else [None] * len(topics)
-    return [Query(qid, query, frozenset([s]) if isinstance(s, str) else frozenset(),
-                  a if isinstance(a, str) else None, s if isinstance(s, str) else None)
-            for qid, query, s, a in zip(queries['qid'], queries['query'], sources, answers)]
-
-
-def query_sources(topics: pd.DataFrame, collection: Collection, *, excluded: bool,
-                  sample: int = 50) -> dict[str, str]:
-    """qid -> the ``source_docno`` of each topic that has one. ``excluded``: whether the trainer
-    keeps each query's source out of its candidates. Where it does not, and most of ``sample``
-    queries stand word for word in their sources (cut from the corpus, not written for it: a
-    trivial match), a warning names the setting that excludes them."""
-    if 'source_docno' not in topics:
-        return {}
-    sources = {q: d for q, d in zip(topics['qid'].astype(str), topics['source_docno'])
-               if isinstance(d, str)}
-    if not excluded and sources:
-        some = topics[topics['source_docno'].notna()].head(sample)
-        texts = collection.texts(some['source_docno'].tolist())
-        cut = sum(query in text for query, text in zip(some['query'], texts))
-        if cut > len(some) / 2:
-            logger.warning('%d of %d training queries stand word for word in the passage they '
-                           'name (source_docno), and these settings let them retrieve it: say '
-                           "queries='sentences' (or spans, masked, titles) to exclude it", cut,
-                           len(some))
-    return sources
 
 
 def sentences(text: str) -> list[str]:
