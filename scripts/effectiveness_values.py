@@ -7,7 +7,7 @@ would check (``$SELFSUP_RECORD_EFFECTIVENESS``, tests/effectiveness.py) instead 
 A run's committed value is this CPU's; its tolerance is twice the larger difference between the
 two kinds (its nDCG@10's or its start's), and at least ``--floor``.
 
-    python scripts/effectiveness_values.py [--floor 0.005]
+    source scripts/bootstrap.sh && python scripts/effectiveness_values.py [--floor 0.005]
 
 writes tests/data/effectiveness.json. The tests run in fp32 on every CPU kind (they set
 ``$SELFSUP_CPU_FLAGS`` as on an AVX2-only CPU), so the two kinds differ only by their kernels.
@@ -43,6 +43,9 @@ def main():
                         help='the least tolerance a run is given (nDCG@10)')
     args = parser.parse_args()
     from pyterrier_selfsup.harness.provenance import code_revision, machine, packages
+    if 'no commit named' in code_revision():
+        sys.exit('the values would name no commit: `source scripts/bootstrap.sh` first, which '
+                 'sets $SELFSUP_CODE_REVISION to the checkout\'s')
     with tempfile.TemporaryDirectory() as tmp:
         measured = {kind: record(kind, Path(tmp) / f'{kind}.jsonl') for kind in KINDS}
     native, avx2 = measured['native'], measured['avx2']
