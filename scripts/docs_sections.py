@@ -20,7 +20,7 @@ The groups behind the table and the first run: `SELFSUP_CACHE=$(mktemp -d) pytho
 experiments/reproduce/label_free.py label_free` (corpus only, run on an empty cache: a first
 run's times) and `python experiments/reproduce/label_free.py label_free_log_scifact
 label_free_log` (a query log); the GPU times come from `bash scripts/gpu/run.sh querylog`
-(experiments/results/gpu/); the pool sizes from `python experiments/probes/pool_sizes.py`; the
+(experiments/results/gpu/); the pool sizes from `python experiments/benchmarks/pool_sizes.py`; the
 reproductions from `python experiments/reproduce/reproduce.py all --expected`.
 """
 import json
@@ -328,7 +328,7 @@ def newest_gpu_indexing():
     return rates, data['header']['machine'], path.relative_to(RESULTS)
 
 
-# -- docs/adapting.md: the passages a user grades (experiments/probes/pool_sizes.py measures) --
+# -- docs/adapting.md: the passages a user grades (experiments/benchmarks/pool_sizes.py measures) --
 
 POOL_SIZES = ('<!-- pool-sizes: begin -->', '<!-- pool-sizes: end -->')
 

@@ -1,7 +1,7 @@
 """A child process's own peak memory: the memory experiments' one way of taking it.
 
     from measured import run_measured     # (with scripts/ on sys.path)
-    run = run_measured([sys.executable, 'experiments/probes/memory_probe.py', '--child', ...])
+    run = run_measured([sys.executable, 'experiments/benchmarks/peak_memory.py', ...])
     run.peak_gib, run.seconds, run.rc
 """
 import subprocess

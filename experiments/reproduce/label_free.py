@@ -51,8 +51,8 @@ RESULTS = Path(__file__).resolve().parents[1] / 'results'
 SCIFACT = ['beir/scifact/train', 'beir/scifact/test']
 FIVE = ['beir/scifact/test', 'cranfield', 'vaswani', 'classic/cisi', 'classic/adi']
 TRAIN = 'distill:queries=beir/scifact/train'
-# the TSDAE-adapted student of experiments/probes/tsdae.py at its defaults (scifact's corpus), built first
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'probes'))
+# the TSDAE-adapted student of experiments/reproduce/tsdae.py at its defaults (scifact's corpus), built first
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tsdae  # noqa: E402
 
 TSDAE = tsdae.default_out('beir/scifact/train', 8000, 1000, 0)
@@ -114,7 +114,7 @@ GROUPS = {
     'query_log_small': (['beir/scifact/train'], ['bm25', 'dual_encoder', 'teacher'] + [
         f'distill:queries=crossfold,n_queries=100{extra}' for extra in ('', ',min_round_steps=20')]),
     # the shipped settings on scifact train, two-fold, with its whole query sample and with 100 texts a fold
-    # (more points for the verdict's agreement with the truth: experiments/probes/verdict_agreement.py)
+    # (more points for the verdict's agreement with the truth: experiments/probes/verdict_agreement.py at 27d427a)
     'query_log_shipped': (['beir/scifact/train'], ['bm25', 'dual_encoder', 'teacher', 'distill:queries=crossfold',
                                                    'distill:queries=crossfold,n_queries=100']),
     # corpus only, at the shipped training settings: 2,000 queries from Qwen2.5-Coder-0.5B through the chat template

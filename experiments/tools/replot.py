@@ -82,7 +82,7 @@ def main(argv=None):
         print(replot(path))
     if not names:
         here = Path(__file__).resolve().parents[1]  # the scripts that draw their own figures
-        sys.path[:0] = [str(here / 'probes'), str(here / 'benchmarks')]
+        sys.path[:0] = [str(here / 'benchmarks')]
         import reatt_heads
         import search_scaling
         import token_index_scaling

@@ -3,7 +3,7 @@
 distill's passage side and rounds once did not follow the queries, and the verdict once chose the
 round (CHANGELOG.md). A results file written at a commit before that names its distill and hybrid
 pipelines without the settings that were then the defaults; the probes that read such a file
-(``experiments/probes/verdict_agreement.py``, ``verdict_signals.py``) name them in full through
+(``experiments/probes/verdict_agreement.py`` and ``verdict_signals.py``, at 27d427a) name them in full through
 :func:`as_written`, so that they find the training logs committed under those names.
 
 This reads the repository's history (``git merge-base``), so it runs in a clone, not from an

@@ -3,7 +3,7 @@
 # (what the device tool brings back), or to experiments/results/gpu elsewhere:
 #   bash scripts/gpu/run.sh          the suite's CUDA tests, the one-device benchmark and one ACROBArT
 #                                    step with the generator's whole batch and 4 queries at a time
-#                                    (experiments/probes/generator_batch.py: GPU memory, and whether equal)
+#                                    (experiments/benchmarks/generator_batch.py: GPU memory, and whether equal)
 #   bash scripts/gpu/run.sh benchmark the benchmarks alone
 #   bash scripts/gpu/run.sh speed    issue 49 first: the encoders side by side with a profile
 #                                    (experiments/benchmarks/encoding_benchmark.py), the one-device benchmark
@@ -73,4 +73,4 @@ fi
 [ "${1:-checks}" = benchmark ] ||
 python3 -m pytest -p no:cacheprovider -m cuda -q -rA tests/test_cuda.py 2>&1 | tee "$out/cuda_tests.txt" | tail -20
 python3 experiments/benchmarks/gpu_benchmark.py --results-dir "$out" 2>&1 | tee "$out/gpu_benchmark.log" | grep -v '^\[INFO\]' | tail -25
-python3 experiments/probes/generator_batch.py --results-dir "$out" 2>&1 | tee "$out/generator_batch.log" | grep -v '^\[INFO\]' | tail -8
+python3 experiments/benchmarks/generator_batch.py --results-dir "$out" 2>&1 | tee "$out/generator_batch.log" | grep -v '^\[INFO\]' | tail -8

@@ -7,8 +7,8 @@ is *the* retrieval head. That head is then reported on every collection beside t
 head of each collection (an oracle, shown to say how far the transferred choice is from
 it, never used for a choice), BM25 and the per-layer best.
 
-    python experiments/probes/reatt_heads.py              # measures
-    python experiments/probes/reatt_heads.py --plot-only  # the PNG again from the CSV
+    python experiments/benchmarks/reatt_heads.py              # measures
+    python experiments/benchmarks/reatt_heads.py --plot-only  # the PNG again from the CSV
 writes experiments/results/reatt_heads.{md,csv,png}.
 """
 import time

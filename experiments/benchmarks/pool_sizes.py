@@ -7,7 +7,7 @@ Thirty of each collection's topic texts, drawn at random (seed 0), are pooled by
 each). `distill` is the shipped corpus-only setting: trained on first use, or read from the cache
 (`$SELFSUP_CACHE`) where it was trained before. No relevance label is read.
 
-    python experiments/probes/pool_sizes.py
+    python experiments/benchmarks/pool_sizes.py
 writes experiments/results/pool_sizes.md and .json, then runs `scripts/docs_sections.py --write`,
 which writes the sentence of docs/adapting.md between its `pool-sizes` markers
 (`tests/test_readme.py` checks that the guide holds it).

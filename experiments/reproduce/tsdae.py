@@ -15,7 +15,7 @@ The loop around it is a plain AdamW loop, warm-up 10%, on corpus sentences of 5 
 kept, saved in the sentence-transformers format, so that any pipeline can start from it
 (`distill:model_name=DIR`, `dual_encoder:model_name=DIR`).
 
-    python experiments/probes/tsdae.py [--collection beir/scifact/train] [--sentences 8000]
+    python experiments/reproduce/tsdae.py [--collection beir/scifact/train] [--sentences 8000]
         [--steps 1000] [--batch-size 8] [--lr 3e-5] [--seed 0] [--out DIR]
 
 Prints the directory it wrote (by default <cache>/tsdae/<corpus>-<sentences>-<steps>-<seed>) and

@@ -11,7 +11,7 @@ On a GPU (scripts/gpu/run.sh) each row also gives the GPU memory torch allocated
 there the two rows need not be equal bit for bit (CUDA may choose other kernels for 4 rows than
 for 16), and the table says whether they are.
 
-    python experiments/probes/generator_batch.py [--results-dir DIR]
+    python experiments/benchmarks/generator_batch.py [--results-dir DIR]
 writes experiments/results/generator_batch.md (or DIR/generator_batch.md).
 """
 import argparse
@@ -81,7 +81,7 @@ def main(argv=None):
     same = {key: len({json.dumps(r[key]) for r in rows.values()}) == 1
             for key in ('loss', 'beta after', 'retriever after (sha1)')}
     lines = ['# ACROBArT\'s generator a few queries at a time', '', *(f'- {k}: {v}' for k, v in header.items()),
-             '- command: python experiments/probes/generator_batch.py', '- one ACROBArT step at its shipped settings '
+             '- command: python experiments/benchmarks/generator_batch.py', '- one ACROBArT step at its shipped settings '
              '(MiniLM, SmolLM2 at precision auto, k 5, 16 queries: ADI\'s first 16 topics), a process each: '
              '`Acrobart.fit` on those 16 (its index built, gradient checkpointing on, one optimiser step)', '',
              '| generator_batch | device | generator dtype | loss | β after | retriever after (sha1) | fit (s) '
