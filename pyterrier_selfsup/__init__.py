@@ -3,14 +3,11 @@
 The layers, each importing only from those before it:
 ``data`` (collections, training queries) → ``models`` (dual encoder, generator, ReAtt)
 → ``retrieval`` (BM25, dense and token indexes) → ``training`` (one loop, the methods)
-→ ``harness`` (named pipelines, experiments, the command line); beneath them all,
-``progress`` (how long stages report: :func:`set_progress`), and under it ``_kernel_caches``
-(bounds on PyTorch's CPU kernel caches, set when the first model is built); ``context`` holds
-:class:`RunContext`, what a run reads besides its settings.
+→ ``harness`` (named pipelines, experiments, the command line); beneath them, ``progress``
+(:func:`set_progress`) and ``_kernel_caches``; ``context`` holds :class:`RunContext`.
 
 Each name below is imported from its module when it is first used, so that ``import
-pyterrier_selfsup`` costs a fraction of a second, and a process that needs one layer (a
-conversion child, a progress probe) does not import the others and their libraries.
+pyterrier_selfsup`` is light and a process that needs one layer does not import the others.
 """
 import importlib
 

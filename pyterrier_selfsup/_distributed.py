@@ -1,11 +1,9 @@
 """This process's place among several under torch.distributed (torchrun), in one place.
 
-Every layer that behaves differently on several processes asks :func:`distributed`: the
-cache (a collective build), the dense index (a sharded refresh), the training loop (its
-share of each batch). :func:`join_process_group` is what a launched process calls first.
-What several processes build together (a refreshed dense or token index) is split in
-chunks (:func:`my_chunks`, :func:`chunk_order`) and meets in one directory
-(:func:`shared_temporary_directory`).
+Every layer that behaves differently on several processes asks :func:`distributed`;
+:func:`join_process_group` is what a launched process calls first. What several processes
+build together is split in chunks (:func:`my_chunks`, :func:`chunk_order`) and meets in one
+directory (:func:`shared_temporary_directory`).
 """
 import atexit
 import datetime
@@ -36,9 +34,9 @@ def distributed() -> tuple[int, int]:
 
 
 def join_process_group() -> int | None:
-    """Under torchrun (``WORLD_SIZE`` > 1): this process joins the group, nccl with a GPU a
-    process where there are GPUs (``LOCAL_RANK``'s), gloo otherwise with the cores split
-    between the node's processes; returns its rank. None in a process of its own."""
+    """Under torchrun (``WORLD_SIZE`` > 1): this process joins the group (nccl with a GPU a
+    process, else gloo with the cores split between the node's processes) and returns its rank.
+    None in a process of its own."""
     if int(os.environ.get('WORLD_SIZE', '1')) <= 1:
         return None
     import torch
@@ -65,16 +63,13 @@ _KEY = 'selfsup/group'
 
 def watch_the_group(rank: int, world_size: int) -> Optional['GroupWatch']:
     """Makes this process stop, within :data:`POLL` seconds (a process on this machine) or
-    :data:`LOST_AFTER` (on another), once another process of the group is lost (killed, out of
-    memory), saying which: otherwise it would wait in its next collective for gloo's or nccl's
-    timeout (30 minutes, then an error that names an address, not a process). On torchrun's
-    SIGTERM (it stops the others when one fails) the same message, then exit, even from inside
-    a collective. Each process writes its machine, pid and start time and a heartbeat into
-    torchrun's agent store, and marks its own end there (a clean one, or a stop of this kind),
-    so that a process that ended on its own (an error it has said itself, or the end of
-    training) is not taken for lost, nor is one stopped by this. The checkpoints on disk are
-    whole (each written aside, then renamed): a relaunch resumes from the last one. Started
-    only under torchrun (``TORCHELASTIC_USE_AGENT_STORE``: a store that outlives any process)."""
+    :data:`LOST_AFTER` (on another), once another process of the group is lost, saying which,
+    rather than wait in its next collective for the backend's timeout. On torchrun's SIGTERM,
+    the same message, then exit, even from inside a collective.
+
+    Each process writes its machine, pid, start time and a heartbeat into torchrun's agent
+    store, and marks its own end there, so that a process that ended on its own is not taken for
+    lost. Started only under torchrun (``TORCHELASTIC_USE_AGENT_STORE``)."""
     if os.environ.get('TORCHELASTIC_USE_AGENT_STORE', '').lower() != 'true' or world_size < 2:
         return None
     try:
@@ -88,8 +83,8 @@ def watch_the_group(rank: int, world_size: int) -> Optional['GroupWatch']:
 
 
 def _this_machine() -> str:
-    """What two processes share only on one machine and in one pid namespace: the host name, the
-    kernel's boot id and the pid namespace (containers on one host may share a host name)."""
+    """What two processes share only on one machine and in one pid namespace: the host name,
+    the kernel's boot id and the pid namespace."""
     parts = [socket.gethostname()]
     try:
         parts.append(Path('/proc/sys/kernel/random/boot_id').read_text().strip())
@@ -100,8 +95,8 @@ def _this_machine() -> str:
 
 
 def _started(pid: int) -> str | None:
-    """Process ``pid``'s start time (clock ticks since boot), None if it is not running (a zombie,
-    ended but not yet reaped, is not); with the pid, one process even where pids are reused."""
+    """Process ``pid``'s start time (clock ticks since boot), None if it is not running (a
+    zombie is not); with the pid, one process even where pids are reused."""
     try:
         with open(f'/proc/{pid}/stat') as stat:
             fields = stat.read().rsplit(')', 1)[1].split()
@@ -129,13 +124,12 @@ class GroupWatch(threading.Thread):
         self.ending = threading.Event()
 
     def begin(self):
-        """From the main thread: the SIGTERM handler, the hooks, then this process's entry in the
+        """From the main thread: the SIGTERM handler, the hooks, this process's entry in the
         store (last: no process is announced that is not watched), then the thread."""
         read, write = os.pipe()
         os.set_blocking(write, False)
-        # (the watcher acts on it: see run)
         signal.signal(signal.SIGTERM, lambda signum, frame: None)
-        # the signal's number written there at once, whatever the main thread does
+        # the signal's number written there at once (the watcher acts on it: see run)
         signal.set_wakeup_fd(write)
         self.signals = read
         atexit.register(self._end)
@@ -225,7 +219,7 @@ class GroupWatch(threading.Thread):
 
     def _end(self):
         """At a clean exit: the end marked, and the watcher stopped before the interpreter tears
-        down what it uses (its store connection)."""
+        down its store connection."""
         self._mark('ended')
         self.ending.set()
         if self.is_alive():
@@ -239,11 +233,9 @@ class GroupWatch(threading.Thread):
 
 
 def all_or_none(step: Callable[[], T]) -> T:
-    """``step()`` on every process of the group, and its result; if it raised on any
-    process, it raises on all: the failing one its own error, the others the first failing
-    process's (a disk that filled under one process's shard reaches every process as the
-    same error), so that no process is left waiting at a barrier for one that failed. The
-    exchange is itself a barrier. Outside torch.distributed: ``step()``."""
+    """``step()`` on every process of the group, and its result; if it raised on any process,
+    it raises on all (the others the first failing process's error), so that no process is left
+    waiting at a barrier. The exchange is itself a barrier. Alone: ``step()``."""
     rank, world_size = distributed()
     if world_size == 1:
         return step()
@@ -281,8 +273,7 @@ def my_chunks(items: Iterable, chunk: int, rank: int, world_size: int) -> Iterat
 
 def chunk_order(sizes: Sequence[int], chunk: int) -> Iterator[tuple[int, int, int]]:
     """(process, start, end) of each chunk of the whole stream, in its order, from the number
-    of items each of the processes got from :func:`my_chunks`: chunk c is the process's
-    (c // N)-th (only the stream's last chunk can be short, so the order is exact)."""
+    of items each process got from :func:`my_chunks`."""
     for c in itertools.count():
         rank, start = c % len(sizes), (c // len(sizes)) * chunk
         if start >= sizes[rank]:
@@ -290,22 +281,19 @@ def chunk_order(sizes: Sequence[int], chunk: int) -> Iterator[tuple[int, int, in
         yield rank, start, min(start + chunk, sizes[rank])
 
 
-# documents a chunk when several processes share a corpus's encoding (chunk c to process c mod N):
-# small enough that a corpus of a few thousand passages splits evenly (scifact's 5,183 in
-# chunks of 4,096 left one process a fifth of the work), large enough to sort by length
+# documents a chunk when several processes share an encoding: small enough to split
+# a small corpus evenly, large enough to sort by length
 SHARD_CHUNK = 256
 
 
 def build_sharded(items: Iterable, shards: list[Path], encode: Callable[[Path, Iterator], None],
                   join: Callable[[list[Path]], None], *, rank: int, world_size: int,
                   chunk: int = SHARD_CHUNK):
-    """One build of ``items`` shared by the ``world_size`` processes of a torch.distributed group,
-    each calling this with its ``rank``: chunk c of ``chunk`` items is rank c mod ``world_size``'s
-    (:func:`my_chunks`); each rank runs ``encode(shards[rank], its items)``, writing its shard
-    (on a filesystem every rank sees), then rank 0 runs ``join(shards)``, putting them back in the
-    stream's order (:func:`chunk_order`), and removes them. A rank that fails (a full disk) fails
-    them all, rather than leaving them at a barrier. The dense index (retrieval/dense.py) and
-    ReAtt's token index (retrieval/token_index.py) are both built through it."""
+    """One build of ``items`` shared by the ``world_size`` processes of a group, each calling
+    this with its ``rank``: each rank runs ``encode(shards[rank], its items)`` (:func:`my_chunks`)
+    into a shard on a filesystem every rank sees, then rank 0 runs ``join(shards)``, putting
+    them back in the stream's order (:func:`chunk_order`), and removes them. A rank that fails
+    fails them all."""
     mine = (item for part in my_chunks(items, chunk, rank, world_size) for item in part)
 
     def joined():
@@ -321,9 +309,8 @@ def build_sharded(items: Iterable, shards: list[Path], encode: Callable[[Path, I
 
 
 def shared_temporary_directory(prefix: str) -> tuple[str, tempfile.TemporaryDirectory | None]:
-    """A temporary directory every process of the group writes into: rank 0 makes it (the
-    others get its path; one node, or TMPDIR on a filesystem the nodes share). Returns its
-    path and, on the process that owns it, the directory (removed with it; None elsewhere)."""
+    """A temporary directory every process of the group writes into, made by rank 0. Returns
+    its path and, on the process that owns it, the directory (None elsewhere)."""
     rank, world_size = distributed()
     tmp = tempfile.TemporaryDirectory(prefix=prefix) if rank == 0 else None
     if world_size == 1:
@@ -338,18 +325,11 @@ def sum_step(params: list, window: list[float], metrics: dict,
              world_size: int) -> tuple[float | None, dict]:
     """One optimiser step's reduction over the processes: each parameter's gradient summed, and
     the recorded ``metrics`` (name -> (value x weight, weight) pairs) gathered. Returns the step's
-    loss (the mean over its batches of their summed shares; None when every batch was skipped,
-    decided alike on every process) and the gathered metrics.
+    loss (None when every batch was skipped, decided alike on every process) and the metrics.
 
-    Deliberately not DDP, nor accelerate's ``backward`` (which wraps it): DDP averages the
-    gradients, where the loop's contract is their sum (each process's loss is its share of the
-    whole batch's, so that one process and several train the same weights: the two-process tests
-    in tests/test_distill.py compare them); it needs every parameter reached on every process or
-    a search for unused ones at each step, where here a parameter no process reached keeps no
-    gradient (AdamW then leaves it alone, as one process would); and its hooks reduce once a
-    backward, where a method's loss may run several backwards a step (ACROBArT's generator, a
-    few queries at a time). One all-reduce a tensor, no buckets, no overlap with backward: speed
-    at many GPUs is for later."""
+    Not DDP: the loop's contract is the gradients' sum (each process's loss is its share of the
+    whole batch's), a parameter no process reached keeps no gradient, and a method's loss may run
+    several backwards a step."""
     import torch
     import torch.distributed as dist
     device = params[0].device  # (nccl reduces on the GPU)
@@ -360,8 +340,7 @@ def sum_step(params: list, window: list[float], metrics: dict,
     dist.all_reduce(batches, op=dist.ReduceOp.MAX)
     if not batches.item():
         return None, metrics
-    # a parameter no process's share reached keeps no gradient (AdamW then leaves it alone,
-    # weight decay included, as one process would); one that some share reached gets the sum
+    # a parameter no process's share reached keeps no gradient (AdamW then leaves it alone)
     reached = torch.tensor([p.grad is not None for p in params],
                            dtype=torch.int32, device=device)
     dist.all_reduce(reached, op=dist.ReduceOp.MAX)

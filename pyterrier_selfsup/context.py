@@ -1,11 +1,9 @@
 """Where a run keeps what it builds and what it shows: one object, passed whole.
 
-A :class:`RunContext` holds what is not a setting of any method, because it never changes the
-model a run trains: the directory of its checkpoints and log, the cache of indexes and scores,
-whether progress is shown, and the figure drawn beside the training log. Trainers take it as
-``run=``, and so do the harness's functions (``run_experiment``, a pipeline's ``build`` and
-``train``), which give it to everything they build. The library's building blocks (an index, a
-generator, a score cache) take the one value they need, ``cache_dir=``.
+A :class:`RunContext` holds what never changes the model a run trains: the directory of its
+checkpoints and log, the cache, whether progress is shown, and the figure drawn beside the
+training log. Trainers and the harness's functions take it as ``run=``; the library's building
+blocks take ``cache_dir=``.
 
     from pyterrier_selfsup import RunContext
     run = RunContext(output_dir='runs/distill', cache_dir='/data/cache')
@@ -16,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-# Every environment variable the package reads: paths and machine knobs only (a setting that
-# changes what is trained is a field of a settings class, never an environment variable).
+# every environment variable the package reads: paths and machine knobs only (a setting that
+# changes what is trained is a field of a settings class)
 ENVIRONMENT = {
     'SELFSUP_CACHE': 'Where indexes, teacher scores, written queries and trained models are cached '
                      '(default ~/.cache/pyterrier-selfsup; --cache-dir and RunContext.cache_dir '
@@ -74,6 +72,5 @@ class RunContext:
         return dataclasses.replace(self, **changes) if changes else self
 
 
-# what the harness's functions run with when they are given no context: the default cache, and
-# no progress shown
+# what the harness's functions run with when given no context: no progress shown
 SILENT = RunContext(verbose=False)

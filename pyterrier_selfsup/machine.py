@@ -1,12 +1,11 @@
 """What this machine's CPU can do, read once from ``/proc/cpuinfo``: the one place the package
-probes the hardware it runs on (precision choices, the OpenVINO backend, results headers).
+probes the hardware it runs on.
 
     cpu_has_native_bf16()   # True on a CPU with AVX512-BF16 or AMX
 
 ``$SELFSUP_CPU_FLAGS`` (flags, space-separated) stands in for the CPU's own flags, so that the
-package chooses as it would on another kind of CPU: with ``SELFSUP_CPU_FLAGS=avx2``, and torch
-and oneDNN held to AVX2 too (``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2``), the suite runs
-as on an AVX2-only AMD EPYC (fp32 where it would choose bf16).
+package chooses as it would on another kind of CPU (with ``SELFSUP_CPU_FLAGS=avx2``: fp32
+where it would choose bf16).
 """
 import os
 import platform
@@ -14,8 +13,7 @@ from functools import cache
 
 FLAGS_ENV = 'SELFSUP_CPU_FLAGS'
 
-# the instruction sets that decide CPU speed here: bf16 is fast with AVX512-BF16/AMX and
-# hundreds of times slower than fp32 with AVX2 only, so a timing means little without them
+# the instruction sets that decide CPU speed here (bf16 is emulated with AVX2 only)
 SPEED_FLAGS = ('avx2', 'avx512f', 'avx512_bf16', 'amx_bf16', 'amx_tile')
 
 
@@ -57,13 +55,11 @@ def speed_flags() -> str:
 
 
 def cpu_has_native_bf16() -> bool:
-    """Whether the CPU has AVX512-BF16 or AMX, where bf16 matrix products run faster than fp32
-    (docs/results.md); without them bf16 is emulated and slower."""
+    """Whether the CPU has AVX512-BF16 or AMX; without them bf16 is emulated."""
     return bool(cpu_flags() & {'avx512_bf16', 'amx_bf16'})
 
 
 def cpu_has_native_int8() -> bool:
-    """Whether the CPU multiplies int8 into 32-bit sums in one instruction (VNNI or AMX).
-    Without them, oneDNN's int8 products add pairs in 16 bits, which can saturate ("Nuances of
-    int8 computations" in its guide), and are slower than fp32 here."""
+    """Whether the CPU multiplies int8 into 32-bit sums in one instruction (VNNI or AMX);
+    without them oneDNN's int8 products can saturate."""
     return bool(cpu_flags() & {'avx512_vnni', 'avx_vnni', 'amx_int8'})

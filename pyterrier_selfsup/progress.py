@@ -1,28 +1,21 @@
 """How long stages say where they are: bars on a terminal, plain lines off one.
 
-Every long stage of the package (encoding passages, writing queries, generator scoring,
-training steps) reports through :func:`progress`. Where that goes is one setting of the
-process, :func:`set_progress` (or the ``SELFSUP_PROGRESS`` environment variable):
+Every long stage of the package reports through :func:`progress`. Where that goes is one
+setting of the process, :func:`set_progress` (or ``SELFSUP_PROGRESS``):
 
-- ``'auto'`` (the default): bars where stderr is a terminal, lines where it is not (the log
-  of a job started with ``nohup ... > log 2>&1 &``);
+- ``'auto'`` (the default): bars where stderr is a terminal, lines where it is not;
 - ``'bars'``: PyTerrier's tqdm bars wherever stderr goes;
-- ``'lines'``: a plain line at most every ``interval`` seconds (30; ``SELFSUP_PROGRESS_SECONDS``)
-  with done/total, the rate, the time spent and the time left, and one when the stage ends
-  (a stage shorter than ``interval`` says nothing). A stage that goes ``interval`` seconds
-  without a line (a long batch) still says one, from a timer thread, so that a log is never
-  silent for longer; a bar is redrawn by the same timer, its elapsed time moving;
+- ``'lines'``: a plain line at most every ``interval`` seconds (``SELFSUP_PROGRESS_SECONDS``)
+  with done/total, the rate, the time spent and the time left, and one when the stage ends;
+  a timer thread says a line where a stage has been silent for ``interval`` seconds;
 - ``'off'``: nothing.
 
 A stage's own ``verbose=False`` silences it whatever the mode. Lines go to the
-``pyterrier_selfsup.progress`` logger where logging is set up to show its INFO records (as
-``selfsup`` sets it up), to stderr otherwise.
+``pyterrier_selfsup.progress`` logger where it shows INFO records, to stderr otherwise.
 
-Each stage that is shown (or would be, in ``'off'`` mode) is also added up by name when it
-ends, :func:`stage_times`; one inside another (a refresh inside training) counts on its own
-and its time is taken off the outer one's. That is what
-``selfsup train`` reports at its end, keeps in the training log and learns its next
-estimates from (:mod:`~pyterrier_selfsup.harness.plan`).
+Each stage is also added up by name when it ends (:func:`stage_times`); one inside another
+counts on its own and its time is taken off the outer one's
+(:mod:`~pyterrier_selfsup.harness.plan` learns its estimates from them).
 """
 import logging
 import os
@@ -39,8 +32,8 @@ INTERVAL = 30.0  # seconds, the default fewest between two lines
 
 
 def _from_environment() -> dict:
-    """The settings ``SELFSUP_PROGRESS`` and ``SELFSUP_PROGRESS_SECONDS`` ask for; one that is
-    not understood is said (a warning) and left at its default, rather than failing the import."""
+    """The settings ``SELFSUP_PROGRESS`` and ``SELFSUP_PROGRESS_SECONDS`` ask for; one not
+    understood is warned of and left at its default."""
     mode, interval = (os.environ.get('SELFSUP_PROGRESS', 'auto'),
                       os.environ.get('SELFSUP_PROGRESS_SECONDS'))
     if mode not in MODES:
@@ -70,8 +63,8 @@ def set_progress(mode: str = 'auto', interval: float | None = None):
 
 
 def progress_mode(stream=None) -> str:
-    """The mode in effect for ``stream`` (default: stderr): ``'bars'``, ``'lines'`` or ``'off'``,
-    ``'auto'`` resolved (bars on a terminal or in a notebook, whose stderr is no terminal)."""
+    """The mode in effect for ``stream`` (default: stderr), ``'auto'`` resolved (bars on a
+    terminal or in a notebook)."""
     mode = _settings['mode']
     if mode == 'auto':
         stream = stream or sys.stderr
@@ -85,9 +78,8 @@ PEAK_STEP = 10 / 1024  # GiB: the least rise of the peak resident memory that a 
 
 @dataclass
 class Stage:
-    """One stage that ended: what it did, how much, in how long; ``peak_gib``: where it raised
-    the process's peak resident memory (by :data:`PEAK_STEP` or more), that peak at its end
-    (None where it did not): which stage set a run's peak."""
+    """One stage that ended: what it did, how much, in how long; ``peak_gib``: the process's
+    peak resident memory at its end where the stage raised it by :data:`PEAK_STEP` or more."""
     desc: str
     done: float
     total: float | None
@@ -113,16 +105,14 @@ def _add(done: Stage):
 
 
 def stage_times(since: dict[str, Stage] | None = None) -> dict[str, Stage]:
-    """What each stage of this process did and took, by name, every run of it added up (an
-    index refreshed ten times: one entry); ``since``: an earlier return of this function,
-    whose part is taken off."""
+    """What each stage of this process did and took, by name, every run of it added up;
+    ``since``: an earlier return of this function, whose part is taken off."""
     out = {}
     for desc, now in _totals.items():
         was = (since or {}).get(desc)
         if was is None:
             out[desc] = now
         elif now.seconds > was.seconds or now.done > was.done:
-            # (raised it again since)
             raised = now.peak_gib if now.peak_gib != was.peak_gib else None
             out[desc] = Stage(desc, now.done - was.done, None, now.unit,
                               now.seconds - was.seconds, raised)
@@ -139,9 +129,7 @@ def rate_text(done: float, seconds: float, unit: str) -> str:
 
 
 def resident_gib() -> float | None:
-    """This process's resident memory now, in GiB (Linux's ``/proc/self/statm``; None elsewhere).
-    Training records it with every step, and says it in its progress lines: memory that grows
-    with the run, not with the work, shows there."""
+    """This process's resident memory now, in GiB (``/proc/self/statm``; None elsewhere)."""
     try:
         with open('/proc/self/statm') as statm:
             return int(statm.read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2 ** 30
@@ -150,10 +138,8 @@ def resident_gib() -> float | None:
 
 
 def peak_resident_gib() -> float | None:
-    """This process's peak resident memory so far, in GiB: Linux's ``VmHWM``
-    (``/proc/self/status``), which starts afresh at ``exec``; None elsewhere. (Not ``ru_maxrss``:
-    Linux carries the peak of the process that started this one into it, so a ``selfsup train``
-    started by a large process would report that one's peak.)"""
+    """This process's peak resident memory so far, in GiB (``VmHWM``; None off Linux). Not
+    ``ru_maxrss``, which carries the peak of the process that started this one."""
     try:
         with open('/proc/self/status') as status:
             kib = next(line.split()[1] for line in status if line.startswith('VmHWM:'))
@@ -174,8 +160,8 @@ def progress(iterable: Iterable | None = None, *, total: float | None = None, de
              initial: float = 0, enabled: bool = True, file=None):
     """``iterable`` reported on as it is consumed (or, without one, an object with tqdm's
     ``update``, ``set_postfix`` and ``close``). ``count``: how many ``unit`` one element is
-    worth (a batch's texts), else 1; ``total`` in those units (default: ``len(iterable)``).
-    ``file``: where the bar or the lines go instead (a stream kept from a subprocess's output)."""
+    worth, else 1; ``total`` in those units (default: ``len(iterable)``); ``file``: where the
+    output goes."""
     if total is None and iterable is not None and hasattr(iterable, '__len__'):
         total = len(iterable) if count is None else None
     if iterable is None:
@@ -187,8 +173,8 @@ def progress(iterable: Iterable | None = None, *, total: float | None = None, de
 
 def _wrapped(iterable: Iterable, count: Callable[[object], float] | None,
              settings: dict) -> Iterator:
-    """``iterable`` with a stage that starts when it is first asked for an element (not before:
-    an iterable never consumed is no stage) and ends when it is exhausted or dropped."""
+    """``iterable`` with a stage that starts at its first element and ends when it is
+    exhausted or dropped."""
     tracker = Progress(**settings)
     try:
         yield from tracker.counting(iterable, count)
@@ -219,7 +205,6 @@ class Progress:
         self.total, self.desc, self.unit, self.file = total, desc, unit, file
         self.done = self.initial = initial
         self.start = self.last_line = time.monotonic()
-        # (a stage not shown records nothing)
         self.peak_at_start = peak_resident_gib() if shown else None
         self.postfix = ''
         self.said = False  # whether a line has been shown
@@ -248,10 +233,8 @@ class Progress:
 
     def counting(self, iterable: Iterable,
                  count: Callable[[object], float] | None = None) -> Iterator:
-        """``iterable``, each element counted as it is taken (``count(element)`` units, else 1),
-        the stage left open: for a stage that goes on after its last element is taken (an index
-        that encodes in chunks, a build that finishes after its input), closed by its caller
-        (``with progress(...) as stage``)."""
+        """``iterable``, each element counted as it is taken, the stage left open for its caller
+        to close (``with progress(...) as stage``)."""
         for item in iterable:
             yield item
             self.update(1 if count is None else count(item))
@@ -271,16 +254,14 @@ class Progress:
         elif self.lines and (self.said or
                              seconds >= _settings['interval']):  # (a short stage: no line)
             rate = self._rate(self.done - self.initial, seconds - self.inner_seconds)
-            # (a resumed stage: what this process did in its time, then where it began)
             self._say(f'{self.desc}: {counted(self.done - self.initial, self.unit)} in '
                       f'{_duration(seconds)}' + (f' ({rate})' if rate else '')
                       + (f', resumed after {_amount(self.initial)}' if self.initial else '')
                       + (f', {self.postfix}' if self.postfix else ''))
         if self in _open:
             _open.remove(self)
-        # A stage that is not shown (an encoder's batches inside an index build) is no stage of
-        # its own; one that is, inside another (a refresh inside training), is, and its time is
-        # taken off the outer one's.
+        # a stage not shown is no stage of its own; one shown inside another is, and its time
+        # is taken off the outer one's
         outer = next((o for o in reversed(_open) if o.shown and o.start <= self.start), None)
         if self.shown:
             peak = peak_resident_gib()
@@ -302,7 +283,6 @@ class Progress:
 
     def _line(self) -> str:
         elapsed = time.monotonic() - self.start
-        # (the rate of its own work: a refresh inside training is not a step)
         own = elapsed - self.inner_seconds
         done = self.done - self.initial
         parts = [f'{_amount(self.done)}/{_amount(self.total)} {plural(self.unit)} '
@@ -322,17 +302,14 @@ class Progress:
         return f'{self.desc}: ' + ', '.join(parts)
 
     def _seconds_a_unit(self, own: float) -> float:
-        """For the time left: the time a unit has taken since the first was done, the stages
-        inside this one included, as they recur (RUMBArt's refresh every 25 steps, which its
-        steps' own rate leaves out), but not what came before the first (its first index and
-        scoring, which do not recur); ``own`` (the stage's own time a unit) until a second one
-        is done."""
+        """For the time left: the time a unit has taken since the first was done, recurring inner
+        stages included; ``own`` until a second one is done."""
         at, done = self.first
         return (time.monotonic() - at) / (self.done - done) if self.done > done else own
 
     def beat(self, now: float):
-        """From the timer thread: a line where ``interval`` seconds passed since the last one
-        (or since the start), or a bar redrawn."""
+        """From the timer thread: a line where ``interval`` seconds passed since the last one, or
+        a bar redrawn."""
         if self.closed:
             return
         if self.bar is not None:
@@ -355,8 +332,8 @@ _sleep = time.sleep  # (the real one: a test may stand a clock of its own in for
 
 
 def _heartbeat():
-    """Starts the timer thread that keeps every shown stage saying where it is (once a
-    process): each second, the innermost stage shown is asked to :meth:`Progress.beat`."""
+    """Starts the timer thread (once a process) that asks the innermost shown stage to
+    :meth:`Progress.beat` each second."""
     with _beating_lock:  # (a forked process inherits the dict, not the thread: keyed by pid)
         if os.getpid() in _beating:
             return

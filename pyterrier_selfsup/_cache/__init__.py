@@ -2,21 +2,17 @@
 
 :func:`build_once` is the one way into the cache, and where disk faults are met:
 
-- a cache directory that cannot be written is reported before anything starts, with the
-  settings that move it (``--cache-dir``, ``$SELFSUP_CACHE``);
-- a build whose size is estimated (``needs``) is refused early when the disk has less
-  free space than that, with both numbers and the path;
-- a write that still fails (disk full, quota, read-only) becomes an error naming what was
-  being built, the file or directory and the cause, and whether the partial build was
-  removed or kept to resume from;
-- the completion marker records the size of every file of the build, and reopening a
-  build compares them (a ``stat`` a file): a truncated or missing file is a damaged build,
-  reported with the path and rebuilt (``on_damage='rebuild'``: indexes, caches, anything
-  derived) or refused with the command that clears it (``'raise'``: trained models,
-  hours of work); never a raw mmap or numpy traceback from the reader.
+- a cache directory that cannot be written is reported before anything starts;
+- a build whose size is estimated (``needs``) is refused early when the disk has less free
+  space than that;
+- a write that still fails becomes an error naming what was being built, the path, the cause,
+  and whether the partial build was removed or kept to resume from;
+- the completion marker records the size of every file, and reopening a build compares them:
+  a damaged build is rebuilt (``on_damage='rebuild'``) or refused with the command that clears
+  it (``'raise'``: trained models).
 
-The package's parts: :mod:`.paths` (where, and under which names), :mod:`.faults` (disk
-faults as errors a user can act on) and :mod:`.builds` (whole or not at all, once).
+The package's parts: :mod:`.paths` (where, and under which names), :mod:`.faults` (disk faults
+as errors a user can act on) and :mod:`.builds` (whole or not at all, once).
 """
 from pyterrier_selfsup._cache.builds import (
                                              ON_DAMAGE,

@@ -38,26 +38,20 @@ def build_once(path: str | Path, build: Callable[[Path], None], *, what: str | N
                resumable: bool = False, collective: bool = False) -> Path:
     """Returns ``path``, first running ``build(staging_dir)`` if no complete build is there.
 
-    A build writes into a staging directory that is renamed to ``path`` only after
-    ``build`` returns, so a build killed half-way never leaves something that looks
-    finished. What such a build left behind (the staging directory, or a ``path``
-    without the completion marker) is reported and rebuilt, never used, unless the
-    build is ``resumable``: then a staging directory left by an interrupted or failed
-    build is kept and handed to ``build`` again, which resumes from what it finds
-    there (a training run from its last checkpoint). A file lock makes concurrent
-    processes wait for one build instead of racing.
+    A build writes into a staging directory renamed to ``path`` only after ``build`` returns, so
+    a build killed half-way never looks finished; what it left behind is reported and rebuilt,
+    unless the build is ``resumable``: then the staging directory is handed to ``build`` again,
+    which resumes from what it finds there. A file lock makes concurrent processes wait for one
+    build.
 
-    ``collective``: under ``torch.distributed`` every process of the group calls this and
-    runs ``build`` together (a data-parallel training run); rank 0 holds the lock, clears
-    leftovers and renames the result, the others follow at barriers.
+    ``collective``: under ``torch.distributed`` every process of the group runs ``build``
+    together; rank 0 holds the lock, clears leftovers and renames the result.
 
-    Faults (see the module docstring): ``what`` names the build in messages (default: the
-    directory's name); ``needs()``, if given, estimates the bytes the build writes (None:
-    unknown), checked against the free space before it starts; ``check(path)`` adds a
-    format's own integrity check of a complete build (a problem's description, or None:
-    builds made before markers recorded sizes have only this); ``on_damage`` is what a
-    damaged build gets: ``'rebuild'`` (removed, with a warning), ``'set aside'`` (kept as
-    ``<path>.damaged`` for a look, then rebuilt) or ``'raise'`` (:class:`DamagedBuild`).
+    ``what`` names the build in messages; ``needs()`` estimates the bytes the build writes,
+    checked against the free space first; ``check(path)`` is a format's own integrity check (a
+    problem's description, or None); ``on_damage``: ``'rebuild'`` (removed, with a warning),
+    ``'set aside'`` (kept as ``<path>.damaged``, then rebuilt) or ``'raise'``
+    (:class:`DamagedBuild`).
     """
     path = Path(path)
     what = what or path.name
@@ -79,10 +73,9 @@ def build_once(path: str | Path, build: Callable[[Path], None], *, what: str | N
 
 def _run_build(path: Path, staging: Path, build: Callable[[Path], None], what: str, resumable: bool,
                finish: bool = True, owner: bool = True):
-    """``build(staging)``, then (``finish``) the marker and the rename; a failure that is a
-    disk fault is raised as :class:`CacheWriteFailed` or :class:`CacheNotWritable`. The
-    ``owner`` (of a collective build: rank 0) removes the staging directory of a failed
-    build that cannot be resumed."""
+    """``build(staging)``, then (``finish``) the marker and the rename, disk faults raised as
+    :class:`CacheError`; the ``owner`` removes the staging directory of a failed build that
+    cannot be resumed."""
     def undo():
         if owner and not resumable:
             shutil.rmtree(staging, ignore_errors=True)
@@ -101,16 +94,16 @@ def _finish(staging: Path, path: Path):
 
 
 def damage(path: Path, check: Callable[[Path], str | None] | None = None) -> str | None:
-    """What is wrong with the complete build at ``path`` (a file missing or of another size
-    than the marker recorded, or ``check``'s finding), or None. Files added after the build
-    (an ANN index beside a FlexIndex) are not the build's, and are not checked."""
+    """What is wrong with the complete build at ``path`` (a file missing or of another size than
+    the marker recorded, or ``check``'s finding), or None; files added after the build are not
+    checked."""
     try:
         text = (path / _COMPLETE).read_text()
     except UnicodeDecodeError:
         return f'its completion marker {path / _COMPLETE} is garbled'
     except OSError as error:
         return f'its completion marker cannot be read ({error.strerror})'
-    if text.strip():  # (an empty marker: a build made before sizes were recorded)
+    if text.strip():
         try:
             sizes = json.loads(text)['files']
         except (ValueError, KeyError, TypeError):
@@ -140,8 +133,8 @@ def size_damage(path: Path, sizes: dict) -> str | None:
 
 
 def _usable(path: Path, what: str, check, on_damage: str) -> bool:
-    """Whether a complete, undamaged build is at ``path``. A damaged one is removed (to be
-    rebuilt, with a warning) or refused, as ``on_damage`` says."""
+    """Whether a complete, undamaged build is at ``path``; a damaged one is handled as
+    ``on_damage`` says."""
     if not is_complete(path):
         return False
     problem = damage(path, check)
@@ -184,11 +177,10 @@ def _check_space(directory: Path, needs, what: str):
 
 @contextmanager
 def written_whole(path: str | Path, what: str, hint: str = MOVE_HINT):
-    """Yields a temporary path beside ``path`` to write; renamed to ``path`` when the block
-    ends, so that a failed write (a full disk) leaves the earlier ``path`` as it was, never
-    half a file. A disk fault becomes a :class:`CacheError` naming ``path`` and ``hint``."""
+    """Yields a temporary path beside ``path`` to write, renamed to ``path`` when the block ends,
+    so that a failed write leaves the earlier ``path`` as it was. A disk fault becomes a
+    :class:`CacheError` naming ``path`` and ``hint``."""
     path = Path(path)
-    # (the suffix kept: it names a format)
     partial = path.with_name(f'.{path.stem}.partial{path.suffix}')
     with disk_faults(what, path, hint=hint, undo=lambda: partial.unlink(missing_ok=True)):
         yield partial
@@ -197,11 +189,9 @@ def written_whole(path: str | Path, what: str, hint: str = MOVE_HINT):
 
 @contextmanager
 def temporary_build(prefix: str, what: str, needed: int | None):
-    """Yields (directory, owner) of a new temporary directory (under torch.distributed: rank
-    0's, shared by the group; :func:`~pyterrier_selfsup._distributed.shared_temporary_directory`)
-    for a trainer's throw-away index: ``needed`` bytes are checked against its free space
-    first, and a write that fails for space inside the block becomes a :class:`CacheError`
-    naming ``what`` and ``$TMPDIR``, with the directory removed."""
+    """Yields (directory, owner) of a new temporary directory (under torch.distributed, rank 0's)
+    for a trainer's throw-away index: ``needed`` bytes are checked against its free space, and a
+    write that fails for space becomes a :class:`CacheError`, the directory removed."""
     directory, tmp = shared_temporary_directory(prefix)
     with disk_faults(what, Path(directory), fate='the temporary index was removed', hint=TMP_HINT,
                      undo=tmp.cleanup if tmp is not None else None):
@@ -212,8 +202,7 @@ def temporary_build(prefix: str, what: str, needed: int | None):
 
 def _clear_leftovers(path: Path, resumable: bool) -> Path:
     """The staging directory of ``path``, with what an earlier build left removed (but a
-    resumable build's staging directory, which is kept to resume from). An engine's log
-    left in it (``*.log``: PISA's) is kept beside, as ``<path>.failed-build.log``."""
+    resumable build's); an engine's ``*.log`` is kept as ``<path>.failed-build.log``."""
     staging = _staging(path)
     if resumable and staging.exists():
         logger.warning('%s is an interrupted build; resuming it', staging)
@@ -235,10 +224,8 @@ def _staging(path: Path) -> Path:
 
 def _build_once_collectively(path: Path, build: Callable[[Path], None], what: str, needs, check,
                              on_damage: str, resumable: bool) -> Path:
-    """:func:`build_once` with every process of the torch.distributed group running ``build``.
-    Rank 0 decides (and meets the faults); its decision, or its error, reaches every rank,
-    and so does any rank's failure during the build, so that no rank is left waiting at a
-    barrier for one that failed."""
+    """:func:`build_once` with every process of the group running ``build``: rank 0 decides,
+    and its decision or any rank's failure reaches every rank."""
     import torch.distributed as dist
     rank = dist.get_rank()
     with ExitStack() as held:  # rank 0's lock, released however the build ends
@@ -260,7 +247,6 @@ def _build_once_collectively(path: Path, build: Callable[[Path], None], what: st
         if isinstance(todo[0], CacheError):
             raise todo[0]
         if todo[0] == 'build':
-            # a rank's failure fails every rank (no one left at a barrier)
             def together(staging: Path):
                 # (a barrier: every rank is done with the staging directory)
                 all_or_none(lambda: build(staging))

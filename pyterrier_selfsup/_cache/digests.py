@@ -1,10 +1,8 @@
 """Digests of files that can change under the same name (a classic collection's directory, a
 user's documents file), so that what is cached from them is keyed by what they hold.
 
-A file is hashed once for each size and modification time it is seen with: the pair is checked
-at each use (a ``stat``), and the digest read back from memory or from a small record in the
-cache (``<cache>/digests/files/``) while the pair has not moved. A file rewritten with the same
-bytes hashes to the same digest, so it finds what was cached from it before.
+A file is hashed once for each size and modification time it is seen with; the digest is read
+back from memory or from a record in ``<cache>/digests/files/`` while the pair has not moved.
 
     file_digest('docs.jsonl')                    # the bytes of the file
     file_digest('adi.tar.gz', member='ADI.ALL')  # the bytes of one member of a tarball
@@ -27,10 +25,9 @@ _SEEN: dict[tuple[str, str | None], tuple[int, int, str]] = {}
 def file_digest(path: str | Path, member: str | None = None,
                 cache_dir: str | Path | None = None) -> str:
     """A digest (sha256, :data:`DIGEST_LENGTH` hex digits) of the bytes of ``path``, or of its
-    tarball ``member`` (a name within the tarball, as ``getmember`` takes it), hashed again only
-    when the file's size or modification time moved since it was last hashed. ``cache_dir``:
-    where the record of it is kept across processes (by default the package's cache); a cache
-    that cannot be written keeps it in memory only."""
+    tarball ``member``, hashed again only when the file's size or modification time moved.
+    ``cache_dir``: where the record is kept across processes (in memory only where it cannot be
+    written)."""
     path = Path(path).resolve()
     stat = path.stat()
     stamp = (stat.st_size, stat.st_mtime_ns)

@@ -1,9 +1,8 @@
 """Disk faults met as errors a user can act on: what was being written, the path, the cause,
 what became of the partial write, and the setting that moves the writes elsewhere.
 
-:func:`disk_faults` is the one translation: every writer of the cache wraps its writes in it;
-a full disk, a quota, a read-only mount or a missing permission leaves it as a
-:class:`CacheError`, any other error as it was."""
+:func:`disk_faults` is the one translation: a full disk, a quota, a read-only mount or a
+missing permission becomes a :class:`CacheError`, any other error stays as it was."""
 import errno
 import os
 import shutil
@@ -53,9 +52,9 @@ def human_bytes(n: float) -> str:
 
 
 def writable(directory: Path, what: str, hint: str = MOVE_HINT, create: bool = True):
-    """Raises :class:`CacheNotWritable` unless a file can be created in ``directory``
-    (created if missing; ``create=False``: probed in its nearest existing ancestor, nothing
-    left behind). A real write, not ``os.access``: root passes that check on a read-only mount."""
+    """Raises :class:`CacheNotWritable` unless a file can be created in ``directory`` (created if
+    missing; ``create=False``: probed in its nearest existing ancestor). A real write: root
+    passes ``os.access`` on a read-only mount."""
     try:
         if create:
             directory.mkdir(parents=True, exist_ok=True)
@@ -81,10 +80,9 @@ def check_space(directory: Path, needed: int | None, what: str, hint: str = MOVE
 
 def write_fault(error: BaseException, what: str, where: Path, kept: bool = False,
                 fate: str | None = None, hint: str = MOVE_HINT) -> CacheError | None:
-    """``error`` as a :class:`CacheError` naming ``what``, the file and the cause, if it is
-    a disk fault (full, quota, read-only, permission); else None. ``fate``: what became of
-    what was written (default: a build's staging directory, removed or ``kept``); ``hint``:
-    the setting that moves the writes elsewhere."""
+    """``error`` as a :class:`CacheError` naming ``what``, the file and the cause, if it is a disk
+    fault; else None. ``fate``: what became of what was written; ``hint``: the setting that
+    moves the writes elsewhere."""
     if isinstance(error, CacheError):
         return None
     target = getattr(error, 'filename', None) or where

@@ -3,10 +3,8 @@ with ir_datasets as ``classic/<name>``.
 
 A collection ``NAME`` is ``NAME.ALL`` (documents), ``NAME.QRY`` (queries) and ``NAME.REL``
 (judgments), as files or inside ``NAME.tar.gz``, in ``$SELFSUP_CLASSIC_DATA``; without it, CISI
-and ADI are downloaded on first use from the University of Glasgow (:data:`CLASSIC_HOME`) into
-the package's cache, each checked against its sha256 (:data:`DOWNLOADS`). ``.T``, ``.W``, ``.A``
-and ``.B`` fields are kept; judgments are ``qid docid ...`` or TREC's ``qid 0 docid rel``;
-queries without a judgment are dropped.
+and ADI are downloaded on first use (:data:`CLASSIC_HOME`) into the package's cache and checked
+against their sha256. Queries without a judgment are dropped.
 
     pyterrier_selfsup.register_classic('/data/glasgow')       # every collection found there
     pt.get_dataset('irds:classic/cisi').get_topics()
@@ -25,8 +23,7 @@ from ir_datasets.indices import Docstore
 
 CLASSIC_DATA_ENV = 'SELFSUP_CLASSIC_DATA'
 BUILTIN = ('cisi', 'adi')
-# Where CISI and ADI are downloaded from (or a mirror at $SELFSUP_CLASSIC_MIRROR), and the sha256
-# of each tarball: the Glasgow tarballs of 1994
+# where CISI and ADI are downloaded from, and the sha256 of each Glasgow tarball of 1994
 CLASSIC_HOME = 'http://ir.dcs.gla.ac.uk/resources/test_collections'
 MIRROR_ENV = 'SELFSUP_CLASSIC_MIRROR'
 DOWNLOADS = {
@@ -113,8 +110,8 @@ _MEMBERS: dict[tuple[str, int, int, str], str | None] = {}
 
 class ClassicSource:
     """The three files of collection ``name`` (``cisi``) under ``directory``, else under
-    ``$SELFSUP_CLASSIC_DATA`` as it is when they are read, else (CISI and ADI) under the
-    cache's ``classic/``, downloaded there on first use (:func:`download`)."""
+    ``$SELFSUP_CLASSIC_DATA``, else (CISI and ADI) under the cache's ``classic/``
+    (:func:`download`)."""
 
     def __init__(self, name: str, directory: str | Path | None = None):
         self.name = name.lower()
@@ -210,11 +207,10 @@ class ClassicSource:
 
 
 def download(name: str, cache_dir: str | Path | None = None) -> Path:
-    """The directory in the cache (``<cache>/classic/``) that holds the tarball of collection
-    ``name`` (``adi``, ``cisi``), downloaded from ``$SELFSUP_CLASSIC_MIRROR`` or else
-    :data:`CLASSIC_HOME` if it is not there yet, and kept only where its sha256 is the one
-    :data:`DOWNLOADS` records. A download that fails, or whose bytes differ, raises
-    FileNotFoundError with the address, what went wrong and how to give the files instead."""
+    """The cache directory (``<cache>/classic/``) that holds the tarball of collection ``name``,
+    downloaded from ``$SELFSUP_CLASSIC_MIRROR`` or :data:`CLASSIC_HOME` if it is not there yet and
+    kept only where its sha256 is :data:`DOWNLOADS`'. A failed download raises FileNotFoundError
+    saying how to give the files instead."""
     import hashlib
     import http.client
     import logging
@@ -244,8 +240,7 @@ def download(name: str, cache_dir: str | Path | None = None) -> Path:
                                 f'{got}, not the {sha256} the package records; they are not '
                                 f'kept. To use them anyway, {instead}')
     directory.mkdir(parents=True, exist_ok=True)
-    # (a file of this process's own, renamed whole: processes that download at once each write
-    # their own, and the tarball is one of them)
+    # (each process's own file, renamed whole: downloads at once do not mix)
     with tempfile.NamedTemporaryFile(dir=directory, prefix=f'.{tarball.name}.', delete=False) as f:
         f.write(data)
     os.replace(f.name, tarball)
@@ -275,9 +270,8 @@ class ClassicDocs(BaseDocs):
         return sum(1 for _ in self.docs_iter())
 
     def contents_digest(self) -> str:
-        """A digest of the documents' file (``NAME.ALL``, or its member of the tarball) in the
-        directory as it is now (:class:`~pyterrier_selfsup.data.collections.Collection`'s
-        ``contents``)."""
+        """A digest of the documents' file (``NAME.ALL``, or its member of the tarball) as it
+        is now."""
         from pyterrier_selfsup._cache.digests import file_digest
         return file_digest(*self._source.located('ALL'))
 

@@ -33,13 +33,9 @@ def names_a_file(name: str) -> bool:
 
 class Collection:
     """A collection that ir_datasets knows (``beir/scifact/test``, ``cranfield``,
-    ``classic/cisi``, ...), optionally written ``irds:beir/scifact/test``, or a corpus of your
-    own: a path to a JSON lines, CSV or TSV file of documents (:meth:`from_files`, which also
-    takes a file of queries).
-
-    Every component sees the same document text: ir_datasets' ``default_text()``,
-    which is title + text for the collections that have titles.
-    """
+    ``classic/cisi``, ...), optionally written ``irds:beir/scifact/test``, or a path to a file of
+    documents of your own (:meth:`from_files`). Every component sees ir_datasets'
+    ``default_text()`` (title + text)."""
 
     def __init__(self, name: str | Path):
         name = given = str(name)
@@ -60,19 +56,14 @@ class Collection:
 
     @classmethod
     def of(cls, collection: Union[str, 'Collection']) -> 'Collection':
-        """The collection ``collection`` names (an ir_datasets id, ``classic/<name>``,
-        ``local/...``), or ``collection`` itself: what every function that takes either
-        works on."""
+        """The collection ``collection`` names, or ``collection`` itself."""
         return cls(collection) if isinstance(collection, str) else collection
 
     @classmethod
     def from_files(cls, docs: str | Path, queries: str | Path | None = None, *,
                    name: str | None = None) -> 'Collection':
-        """A corpus of your own: documents from a JSON lines, CSV or TSV file (``docno``,
-        ``text``, optional ``title``), and optionally queries (``qid``, ``query``; or plain
-        text, one a line); no relevance judgements. Registered with ir_datasets as
-        ``local/<name>-<hash of the contents>-<format>`` (see
-        :mod:`pyterrier_selfsup.data.local`)."""
+        """A corpus of your own: documents from a JSON lines, CSV or TSV file, and optionally
+        queries; no relevance judgements (see :mod:`pyterrier_selfsup.data.local`)."""
         from pyterrier_selfsup.data.local import register_local
         return cls(register_local(docs, queries, name))
 
@@ -85,9 +76,8 @@ class Collection:
 
     def corpus_iter(self, verbose: bool = False, progress_file=None,
                     desc: str | None = None) -> Iterator[dict[str, str]]:
-        """``{'docno', 'text'}`` for every document, streamed. A docno seen before is
-        skipped (the first wins), so that no index holds two entries for one docno.
-        ``verbose``: a progress bar (``desc``), on ``progress_file`` (default: stderr)."""
+        """``{'docno', 'text'}`` for every document, streamed, a repeated docno skipped (the first
+        wins). ``verbose``: a progress bar (``desc``), on ``progress_file``."""
         docs = self.irds.docs_iter()
         docs = progress(docs, total=self.irds.docs_count(), desc=desc or f'{self.name} documents',
                         unit='doc', file=progress_file, enabled=verbose)
@@ -104,8 +94,8 @@ class Collection:
 
     @cached_property
     def corpus_id(self) -> str:
-        """The corpus' name, shared by collections that differ only in their topics
-        (beir/scifact/train and /test): indexes and trained models are keyed by it."""
+        """The corpus' name, shared by collections that differ only in their topics: the key of
+        indexes and trained models."""
         try:
             return self.irds.docs_namespace() or self.name
         except TypeError:  # ir_datasets' cranfield declares docs_namespace without self
@@ -113,19 +103,15 @@ class Collection:
 
     @property
     def contents(self) -> str | None:
-        """A digest of the file the documents are read from, where a file under the same name
-        can hold other documents (a classic collection's directory, re-pointed or rewritten),
-        checked at each use (:func:`~pyterrier_selfsup._cache.digests.file_digest`); None where
-        the id already says what the documents are (ir_datasets checks its downloads against
-        their checksums; a user's own file is registered under a digest of its bytes)."""
+        """A digest of the file the documents are read from, where a file under the same name can
+        hold other documents (a classic collection's directory); None where the id already says what
+        the documents are."""
         digest = getattr(self.irds.docs_handler(), 'contents_digest', None)
         return digest() if digest is not None else None
 
     def cache_settings(self, settings: dict) -> dict:
-        """``settings`` as the caches key what is built from this corpus's documents (its
-        indexes, the queries written from it, the scores of its passages, the models trained
-        on it): with :attr:`contents` where there is a digest to add, so that other documents
-        under the same id are built again.
+        """``settings`` as the caches key what is built from this corpus, with :attr:`contents`
+        where there is a digest to add.
 
             Collection('classic/adi').cache_settings({'k1': 0.9})   # {'k1': 0.9, 'contents': ...}
         """
@@ -137,9 +123,8 @@ class Collection:
         return self.irds.docs_count()
 
     def text_bytes(self, sample: int = 500) -> int | None:
-        """An estimate of the corpus text's size in bytes (UTF-8, title + text): the mean
-        of the first ``sample`` documents times the count; None where the count is unknown.
-        Sizes builds before they start (free-space checks)."""
+        """An estimate of the corpus text's size in bytes from the first ``sample`` documents; None
+        where the count is unknown."""
         if not self.docs_count:
             return None
         sizes = [len(doc['text'].encode()) for doc, _ in zip(self.corpus_iter(), range(sample))]
@@ -180,12 +165,10 @@ class Collection:
 
 
 class TextLoader(pt.Transformer):
-    """Adds ``text``: the document text that the indexes saw, looked up by ``docno``; every
-    other column passes through.
+    """Adds ``text``: the document text that the indexes saw, looked up by ``docno``.
 
-    It declares the frames a re-ranking pipeline hands it, a ranking (as PyTerrier's own
-    ``IRDSTextLoader`` is inspected) or query and document pairs, so that ``pt.inspect`` sees
-    the ``qid`` and ``query`` that what follows it needs. A frame of docnos alone is loaded too.
+    It declares the frames a re-ranking pipeline hands it, so that ``pt.inspect`` sees the
+    ``qid`` and ``query`` that what follows it needs.
 
         Collection('classic/adi').text_loader() >> generator.scorer()
     """

@@ -2,19 +2,16 @@
 registered with ir_datasets so that every component takes it as it takes ``beir/scifact``.
 
 Documents: JSON lines, CSV or TSV (optionally gzipped), one document a record, with its id
-in ``docno`` (or ``doc_id``, ``_id``, ``id``) and its text in ``text`` (or ``body``,
-``contents``), and an optional ``title`` prepended to the text as ir_datasets' BEIR
-collections do; or a TSV with no header, ``docno<TAB>text`` a line (MS MARCO's
-``collection.tsv``). Queries: the same formats with ``qid`` (or ``query_id``, ``_id``, ``id``)
-and ``query`` (or ``text``), a header-less ``qid<TAB>query`` TSV (MS MARCO's ``queries.tsv``),
-or plain text, one query a line (its qid: the line's number). No relevance judgements: the
-point is a corpus that has none.
+in ``docno`` (or ``doc_id``, ``_id``, ``id``), its text in ``text`` (or ``body``,
+``contents``) and an optional ``title`` prepended to the text; or a TSV with no header,
+``docno<TAB>text`` a line (MS MARCO's ``collection.tsv``). Queries: the same formats with
+``qid`` (or ``query_id``, ``_id``, ``id``) and ``query`` (or ``text``), a header-less
+``qid<TAB>query`` TSV, or plain text, one query a line (its qid: the line's number). No
+relevance judgements.
 
-The corpus is ``local/<name>-<hash of the documents file>-<format>`` (``<name>``: the file's name up
-to its first dot), and a dataset with queries adds a hash of the queries file to it: indexes and
-trained models are cached under the corpus, so an edited file gets new ones and an unchanged file,
-under any path, finds its old ones. The documents are held in memory (a dict), which suits the
-corpora a user brings to a laptop (a million short passages: a few GB).
+The corpus is ``local/<name>-<hash of the documents file>-<format>``, and a dataset with
+queries adds a hash of the queries file: an edited file gets new indexes and models, an
+unchanged one, under any path, finds its old ones. The documents are held in memory.
 """
 import csv
 import gzip
@@ -75,11 +72,9 @@ def _format(path: Path) -> str:
 
 def numbered_records(path: str | Path,
                      headerless: tuple[str, ...] = ()) -> Iterator[tuple[int, dict[str, str]]]:
-    """(line number, record) of each record of a JSON lines, CSV or TSV file; a line that is
-    not a JSON object, a CSV/TSV row with more or fewer fields than its header, a CSV quote
-    never closed, or text that is not UTF-8 is an error that names the file and the line.
-    ``headerless``: the fields of a TSV with no header (its first line names none of
-    :data:`KNOWN_FIELDS`), ``('docno', 'text')`` for documents."""
+    """(line number, record) of each record of a JSON lines, CSV or TSV file; a malformed
+    line or text that is not UTF-8 is an error that names the file and the line. ``headerless``:
+    the fields of a TSV with no header (its first line names none of :data:`KNOWN_FIELDS`)."""
     path = Path(path)
     try:
         yield from _records(path, headerless)
@@ -89,8 +84,7 @@ def numbered_records(path: str | Path,
 
 
 def _undecodable_line(path: Path) -> int:
-    """The number of the first line of ``path`` that is not UTF-8 (text is decoded a block at a
-    time, so the line being read when decoding failed may come before it)."""
+    """The number of the first line of ``path`` that is not UTF-8."""
     with _open_bytes(path) as raw:
         for number, line in enumerate(raw, 1):
             try:
@@ -113,24 +107,18 @@ def _records(path: Path, headerless: tuple[str, ...]) -> Iterator[tuple[int, dic
                         raise MalformedFileError(f'{path}, line {number}: not a JSON object '
                                                  f'({error})') from None
         elif kind in ('csv', 'tsv'):
-            # (full-text documents outgrow the default 128 KiB a field)
             csv.field_size_limit(1 << 30)
-            # TSV has no quoting: a field that starts with " is text, not the start of a
-            # quoted field
-            # strict: a CSV quote left open to the end of the file is an error, not one long text
+            # TSV has no quoting; strict: a CSV quote left open to the end of the file is an error
             options = ({'delimiter': '\t', 'quoting': csv.QUOTE_NONE} if kind == 'tsv'
                        else {'strict': True})
             reader = csv.reader(lines, **options)
             header = next(reader, None)
             said = f'its header has {len(header or ())} ({", ".join(header or ())})'
-            # (TSV has no quoting: a tab or a line break inside a text breaks its row, the
-            # commonest cause)
             why = ('; a TSV cannot quote, so a tab or a line break inside a text splits its row: '
                    'write such texts as JSON lines (.jsonl) or CSV') if kind == 'tsv' else ''
             if (kind == 'tsv' and headerless and header is not None and
                     not KNOWN_FIELDS & set(header)):
-                # no header: MS MARCO's collection.tsv (docno<TAB>text) or
-                # queries.tsv (qid<TAB>query)
+                # no header: MS MARCO's collection.tsv or queries.tsv
                 said = (f'a TSV without a header has {len(headerless)} '
                         f'({"<TAB>".join(headerless)} a line)')
                 if len(header) != len(headerless):
@@ -174,7 +162,7 @@ def _field(record: dict[str, str], names, where: str, what: str) -> str:
 def read_docs(path: str | Path) -> Iterator[LocalDoc]:
     """The documents of a JSON lines, CSV or TSV file. A file with no document, or whose
     documents all lack a text, is an error; a repeated document id (the first is kept) and
-    documents with no text are warned of, once a process, with the line of the first."""
+    documents with no text are warned of, once a process."""
     path = Path(path)
     seen: dict[str, int] = {}
     repeated, empty = [], []  # (line, docno)
@@ -213,8 +201,8 @@ _WARNED = set()
 
 def read_queries(path: str | Path) -> list[GenericQuery]:
     """The queries of a JSON lines, CSV or TSV file, or of a plain text file (one a line, its
-    qid the line's number; blank lines skipped). A record without a query id or text, with
-    an empty text, or with a query id seen before is an error naming its line."""
+    qid the line's number). A record without a query id or text, or with a query id seen before,
+    is an error naming its line."""
     path = Path(path)
     if _format(path) in ('txt', 'text'):
         with _open_bytes(path) as raw:
@@ -247,8 +235,7 @@ def read_queries(path: str | Path) -> list[GenericQuery]:
 
 
 def content_hash(path: str | Path) -> str:
-    """A digest of the file's bytes, hashed again only when its size or modification time moved
-    (:func:`~pyterrier_selfsup._cache.digests.file_digest`)."""
+    """A digest of the file's bytes (:func:`~pyterrier_selfsup._cache.digests.file_digest`)."""
     from pyterrier_selfsup._cache.digests import file_digest
     return file_digest(path)
 
@@ -321,7 +308,7 @@ class _DictDocstore(Docstore):
 def register_local(docs: str | Path, queries: str | Path | None = None,
                    name: str | None = None) -> str:
     """Registers the corpus in ``docs`` (and the queries in ``queries``) with ir_datasets;
-    returns its dataset id (the module's docstring says how it is made)."""
+    returns its dataset id (see the module's docstring)."""
     docs = Path(docs).resolve()
     if not docs.is_file():
         raise FileNotFoundError(f'no documents file {docs}')
@@ -334,8 +321,7 @@ def register_local(docs: str | Path, queries: str | Path | None = None,
     namespace = f'local/{stem}-{corpus}-{_format(docs)}'  # (the corpus: shared by any queries file)
     dataset_id = f'{namespace}-{content_hash(queries)[:6]}' if queries is not None else namespace
     if dataset_id in _REGISTERED:
-        # ir_datasets refuses re-registration: the same contents, perhaps at another path (the
-        # first may be gone), so the registered components are re-pointed at these files
+        # ir_datasets refuses re-registration: re-point the registered components at these files
         for part, path in zip(_REGISTERED[dataset_id], (docs, queries)):
             part._path = path
     else:

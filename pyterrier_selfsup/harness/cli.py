@@ -233,13 +233,11 @@ def _quiet_libraries():
     """This package's progress at INFO, everyone else's warnings only; offline mode said once."""
     logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(name)s: %(message)s')
     logging.getLogger('pyterrier_selfsup').setLevel(logging.INFO)
-    # ir_datasets sets its logger to INFO when it first makes it ("Opening ... with direct file
-    # access"): made here first, then quietened
+    # ir_datasets sets its logger to INFO when it first makes it: made here first, then quietened
     import ir_datasets
     ir_datasets.log.easy().logger().setLevel(logging.WARNING)
     if os.environ.get('HF_HUB_OFFLINE', '').lower() in ('1', 'true', 'yes', 'on'):
-        # huggingface_hub warns that the hub cannot be reached at every model load, twice (its own
-        # handler and the root one): offline is a normal way to run this package
+        # huggingface_hub warns at every model load that the hub cannot be reached
         from huggingface_hub.utils import logging as hub_logging
         hub_logging.set_verbosity_error()
         print('selfsup: offline (HF_HUB_OFFLINE=1): models come from the local cache',

@@ -1,10 +1,9 @@
 """The experiment harness: named pipelines over a list of collections, one
 ``pt.Experiment`` per collection, and results files that say what produced them.
 
-Metrics: nDCG@10 (the headline, as in BEIR), R@100, RR@10 and mean response time;
-every pipeline is compared with the first (the baseline) by a paired t-test over
-queries, Holm-corrected across the pipelines. The per-query scores are kept (the
-figure's confidence intervals and win/tie/loss strips read them).
+Metrics: nDCG@10, R@100, RR@10 and mean response time; every pipeline is compared with the
+first (the baseline) by a paired t-test over queries, Holm-corrected. The per-query scores
+are kept for the figure.
 """
 import gzip
 import json
@@ -76,11 +75,10 @@ def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *,
                    name: str = 'experiment', run: RunContext = SILENT,
                    log=print, judgements: tuple[pd.DataFrame, pd.DataFrame] | None = None
                    ) -> ExperimentResult:
-    """Evaluates every pipeline on every collection. Names are checked before any work.
-    ``run``: the cache the pipelines' indexes and models are kept in, and whether their
-    progress is shown; ``log``: where each collection's table is written; ``judgements``:
-    (topics, qrels) to judge by instead of the collection's own (one collection; such as a
-    judging campaign's: :func:`~pyterrier_selfsup.harness.judging.read_judgements`).
+    """Evaluates every pipeline on every collection; names are checked before any work.
+    ``run``: the cache and whether progress is shown; ``log``: where each collection's table is
+    written; ``judgements``: (topics, qrels) to judge one collection by instead of its own
+    (:func:`~pyterrier_selfsup.harness.judging.read_judgements`).
 
         result = run_experiment(['classic/adi'], ['bm25', 'minilm'], run=RunContext(verbose=True))
     """
@@ -111,8 +109,7 @@ def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *,
             systems.append(spec.build(coll, run))
             setup_seconds[spec.name] = time.time() - t0
         topics, qrels = judgements or (coll.topics(), coll.qrels())
-        # each system runs once, timed as pt.Experiment's mrt is (its whole run over the
-        # queries, per query); the aggregate table and the per-query scores come from its run
+        # each system runs once, timed as pt.Experiment's mrt is
         names, runs, mrt = [s.name for s in specs], [], []
         for system in systems:
             t0 = time.time()
@@ -121,7 +118,6 @@ def run_experiment(collections: Sequence[str], pipelines: Sequence[str], *,
         table = pt.Experiment(
             runs, topics, qrels, MEASURES, names=names, baseline=0 if len(specs) > 1 else None,
             test=TEST, correction=CORRECTION if len(specs) > 1 else None, correction_alpha=ALPHA,
-            # (PyTerrier's own bar: none in a log)
             verbose=run.verbose and progress_mode() == 'bars')
         table.insert(1 + len(MEASURES), 'mrt', mrt)
         per_query = (pt.Experiment(runs, topics, qrels, MEASURES, names=names, perquery=True)
@@ -148,9 +144,8 @@ def curves_folder(target: str | Path, pipeline: str, fold: int = 0, folds: int =
 
 def copy_training_curves(pipelines: Sequence[str], collection: str, target: str | Path,
                          run: RunContext = SILENT) -> list[Path]:
-    """Copies the training curve and log of every pipeline that trained a model on
-    ``collection`` into ``target/<pipeline name>/``, so that they can be committed: the log
-    gzipped, as ``training_log.jsonl.gz`` (:func:`read_training_log` reads either form)."""
+    """Copies the training curve and log (gzipped) of every pipeline that trained a model on
+    ``collection`` into ``target/<pipeline name>/``."""
     corpus = Collection(collection)
     copied = []
     for spec in map(get_pipeline, pipelines):
@@ -164,7 +159,7 @@ def copy_training_curves(pipelines: Sequence[str], collection: str, target: str 
             with written_whole(folder / LOG_GZ, what, 'choose another target') as out:
                 with open(source / LOG, 'rb') as log, gzip.GzipFile(out, 'wb', mtime=0) as packed:
                     shutil.copyfileobj(log, packed)
-            (folder / LOG).unlink(missing_ok=True)  # (a copy from before the logs were gzipped)
+            (folder / LOG).unlink(missing_ok=True)  # (a plain copy left by an older run)
             copied.append(folder)
     return copied
 
@@ -173,9 +168,8 @@ LOG, LOG_GZ = 'training_log.jsonl', 'training_log.jsonl.gz'
 
 
 def read_training_log(folder: str | Path) -> list[dict]:
-    """The records of the training log in ``folder``: a model's ``training_log.jsonl``, or the
-    ``training_log.jsonl.gz`` that :func:`copy_training_curves` commits beside a curve; an empty
-    list where there is neither.
+    """The records of the training log in ``folder`` (``training_log.jsonl`` or ``.jsonl.gz``);
+    an empty list where there is neither.
 
         steps = [r for r in read_training_log('runs/ds/final') if 'loss' in r]
     """
@@ -240,9 +234,8 @@ def header_lines(result: ExperimentResult) -> list[str]:
 
 
 def write_results(result: ExperimentResult, results_dir: str | Path) -> list[Path]:
-    """Writes ``<name>.md``, ``<name>.csv`` and ``<name>.png``, each headed by provenance;
-    each file whole or not at all (an earlier file of the name stays as it was when a write
-    fails), a disk fault reported with the file and ``--results-dir``."""
+    """Writes ``<name>.md``, ``<name>.csv`` and ``<name>.png``, each headed by provenance and
+    each whole or not at all."""
     results_dir = Path(results_dir)
     hint = 'choose another directory with --results-dir'
     writable(results_dir, f'the results of {result.name}', hint)

@@ -2,9 +2,8 @@
 queries, and the teachers that distillation names by their parts.
 
 A method's function takes the collection, its settings object, the run context and, for a
-model of a cross-fold pipeline, the fold it answers; RUMBArt and ACROBArT take the path of the
-model they start from as well (:func:`~pyterrier_selfsup.harness.trained.start_model`). The
-trainers themselves know nothing of caches or pipelines.
+cross-fold model, its fold; RUMBArt and ACROBArT take the path of the model they start from as
+well (:func:`~pyterrier_selfsup.harness.trained.start_model`).
 """
 from collections.abc import Callable
 
@@ -46,10 +45,9 @@ def source_topics(collection: Collection, source: QuerySource, *,
                   generator: None | str | Generator = None,
                   run: RunContext = SILENT) -> pd.DataFrame:
     """The training queries of ``source`` on ``collection``
-    (:meth:`~pyterrier_selfsup.data.queries.source.QuerySource.topics`), with the models they
-    need: the generator that writes (a :class:`Generator`, or a name for
-    :func:`load_generator`, loaded only for a source that writes; None: the source's own) and
-    BM25 for the round-trip check. ``run``: the cache they and the written queries are kept in.
+    (:meth:`~pyterrier_selfsup.data.queries.source.QuerySource.topics`), with the generator that
+    writes (a :class:`Generator` or a name, loaded only for a source that writes) and BM25 for the
+    round-trip check, in ``run``'s cache.
 
         topics = source_topics(Collection('classic/adi'), QuerySource('sampled', 200))
     """
@@ -85,8 +83,8 @@ def _retrieve_and_reconstruct(trainer_class) -> Setup:
         torch.manual_seed(s.seed)
         trainer = trainer_class(DualEncoder.from_pretrained(start, **encoder_options(s)),
                                 gen, collection, s, run)
-        # generated queries are written by the generator at its default settings, whatever this
-        # run's passage length, so that every trainer given that source trains on the same queries
+        # generated queries are written at the generator's default passage length, so that every
+        # trainer given that source trains on the same queries
         writer = gen if s.max_passage_length == MAX_PASSAGE_LENGTH else None
         return trainer, source_topics(collection, QuerySource.of(s, fold), generator=writer,
                                       run=run)
@@ -109,17 +107,13 @@ def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: 
                      cross_encoder: str | None = None, mining: str | None = None,
                      raw_labels: bool = False, run: RunContext = SILENT) -> Fusion:
     """The teacher ``spec`` names (:func:`parse_teacher`) over ``collection``, as a PyTerrier
-    retriever: its parts' top ``depth`` fused by weighted per-query z-scores, their indexes in
-    ``run``'s cache. Re-rankers (``gen``, ``ce``, ``fused``) score the fused top
-    ``rerank_depth``; ``ce`` with ``cross_encoder`` (GPL's by default), ``fused`` with BM25 and
-    MiniLM fused 1:1 (the cross-encoder's stand-in where none is at hand). ``miners``: a dense
-    retriever a model of ``mining`` (names joined by +; GPL's two by default), each searching
-    by cosine.
+    retriever: its parts' top ``depth`` fused by weighted per-query z-scores. Re-rankers (``gen``,
+    ``ce``, ``fused``) score the fused top ``rerank_depth``; ``miners``: a dense retriever a model
+    of ``mining`` (names joined by +), each searching by cosine.
 
-    Where the teacher mines with ``miners`` alone (every first stage weighted 0), each miner
-    gives its top ``rerank_depth``, and the re-rankers score every candidate of their union
-    (GPL: the top 50 of each of its two miners); ``raw_labels``: the one re-ranker's own scores
-    label them (Margin-MSE's margins), not their z-scores."""
+    Where the teacher mines alone (every first stage weighted 0), each miner gives its top
+    ``rerank_depth`` and the re-rankers score their union; ``raw_labels``: the one re-ranker's own
+    scores label them, not their z-scores."""
     from pyterrier_selfsup.models.hub import miners_at_hand
     from pyterrier_selfsup.models.names import GPL_MINERS
     from pyterrier_selfsup.models.score_cache import score_cache_dir
@@ -164,8 +158,7 @@ def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: 
 def bm25_and_minilm(collection: Collection, *, depth: int = 100,
                     run: RunContext = SILENT) -> Fusion:
     """BM25 and the zero-shot all-MiniLM-L6-v2 over ``collection``, each one's top ``depth``
-    fused 1:1 by per-query z-scores: what the teacher's ``fused`` part re-ranks with (the
-    cross-encoder's stand-in), and the ``teacher`` pipeline before any training."""
+    fused 1:1: the teacher's ``fused`` part, and the ``teacher`` pipeline before training."""
     shows = run.verbose and distributed()[0] == 0
     return Fusion({'bm25': BM25.from_collection(collection, num_results=depth,
                                                 cache_dir=run.cache_dir, verbose=shows),
@@ -176,10 +169,8 @@ def bm25_and_minilm(collection: Collection, *, depth: int = 100,
 
 
 def rerank_depth(teacher: str, depth: int) -> int:
-    """How many of the fused candidates ``teacher``'s re-rankers score: every one a student
-    learns from (``depth``) where a labelling part (a cross-encoder, or its stand-in) is named
-    or the first stages only mine (every one weighted 0), the top 10 otherwise (the
-    generator's query likelihood, added to the stages' scores)."""
+    """How many of the fused candidates ``teacher``'s re-rankers score: ``depth`` where a
+    labelling part is named or the first stages only mine, else the top 10."""
     labels = any(part in LABELLING_PARTS for part in parse_teacher(teacher))
     return depth if labels or mines_only(teacher) else 10
 

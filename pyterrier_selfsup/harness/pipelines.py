@@ -1,10 +1,8 @@
 """Named pipelines, for the command line and the experiment harness.
 
-A :class:`PipelineSpec` holds a factory and the settings it is called with, so that
-what a results file reports as the settings is exactly what built the pipeline. A
-pipeline that trains a model names its ``method``: the model is trained once per
-corpus and settings, cached and resumed by :mod:`~pyterrier_selfsup.harness.trained`.
-Later components add themselves with :func:`register`.
+A :class:`PipelineSpec` holds a factory and the settings it is called with, so that what a
+results file reports as the settings is what built the pipeline. A pipeline that trains a
+model names its ``method`` (:mod:`~pyterrier_selfsup.harness.trained` trains it once).
 """
 import functools
 from collections.abc import Callable
@@ -58,14 +56,13 @@ class PipelineSpec:
         if self.method is None:
             raise UnknownPipelineError(f'{self.name} trains nothing; pipelines that do: '
                                        f'{", ".join(n for n, s in PIPELINES.items() if s.method)}')
-        # (queries=crossfold: a model a fold, the last one's directory returned; model_dirs
-        # lists them all)
+        # (queries=crossfold: the last fold's directory; model_dirs lists them all)
         return [trained.train(collection, self.method, settings, run)
                 for settings in trained.each_model(self.settings)][-1]
 
     def model_dir(self, collection: Collection, run: RunContext = SILENT) -> Path | None:
-        """Where the trained model lives (checkpoints, training_log.jsonl, training_curve.png);
-        with ``queries=crossfold``, fold 0's (:meth:`model_dirs`: every fold's)."""
+        """Where the trained model lives; with ``queries=crossfold``, fold 0's
+        (:meth:`model_dirs`: every fold's)."""
         return None if self.method is None else self.model_dirs(collection, run)[0]
 
     def model_dirs(self, collection: Collection, run: RunContext = SILENT) -> list:
@@ -84,8 +81,7 @@ class PipelineSpec:
 
 
 PIPELINES: dict[str, PipelineSpec] = {}
-# a training method's name, where its pipeline's name is another (selfsup train ds, and the
-# settings reference's sections, name the method)
+# a training method's name, where its pipeline's name is another
 METHOD_NAMES = {'ds': 'distant_supervision'}
 
 
@@ -96,8 +92,8 @@ def register(spec: PipelineSpec) -> PipelineSpec:
 
 def get_pipeline(spec: str) -> PipelineSpec:
     """A registered pipeline by ``name``, or ``name:key=value,...`` to change its settings
-    (``ds:negatives=bm25,epochs=2``). A training method's setting is typed and checked by its
-    settings class; another setting takes the type of its default."""
+    (``ds:negatives=bm25,epochs=2``), each typed and checked by the method's settings class or
+    by its default."""
     name, _, overrides = spec.partition(':')
     if METHOD_NAMES.get(name, name) not in PIPELINES:
         raise UnknownPipelineError(f'unknown pipeline {name!r}; known: '
@@ -127,15 +123,14 @@ def get_pipeline(spec: str) -> PipelineSpec:
 
 
 def _parse(value: str, default: Any) -> Any:
-    """``value`` as a setting that is not a training method's, typed as its ``default`` is (a
-    number or text where the default is None), as the settings classes type theirs."""
+    """``value`` as a setting that is not a training method's, typed as its ``default`` is."""
     kind = int | float | str if default is None else type(default)
     return parse_value(value, kind | None)
 
 
 def with_prompts(factory: Callable[..., pt.Transformer]) -> Callable[..., pt.Transformer]:
-    """A pipeline factory whose constructor takes ``prompts=``, called with the pipeline's
-    settings ``query_prompt`` and ``passage_prompt`` (typed on a command line one by one)."""
+    """A pipeline factory whose constructor takes ``prompts=``, called with the settings
+    ``query_prompt`` and ``passage_prompt``."""
     @functools.wraps(factory)
     def build(collection: Collection, run: RunContext = SILENT, *,
               query_prompt: str | None = None, passage_prompt: str | None = None,
@@ -146,9 +141,8 @@ def with_prompts(factory: Callable[..., pt.Transformer]) -> Callable[..., pt.Tra
 
 
 def building_block(factory: Callable[..., pt.Transformer]) -> Callable[..., pt.Transformer]:
-    """``factory`` (a library constructor that takes ``cache_dir=`` and ``verbose=``, such as
-    :meth:`BM25.from_collection`) as a pipeline factory, called as
-    ``factory(collection, run, **settings)``."""
+    """``factory`` (a library constructor that takes ``cache_dir=`` and ``verbose=``) as a
+    pipeline factory, ``factory(collection, run, **settings)``."""
     @functools.wraps(factory)
     def build(collection: Collection, run: RunContext = SILENT, **settings) -> pt.Transformer:
         return factory(collection, cache_dir=run.cache_dir, verbose=run.verbose, **settings)
@@ -158,8 +152,8 @@ def building_block(factory: Callable[..., pt.Transformer]) -> Callable[..., pt.T
 def reconstruction_reranker(collection: Collection, run: RunContext = SILENT, *, model_name: str,
                             gguf_file: str | None, depth: int, normalise: str,
                             max_passage_length: int, precision: str) -> pt.Transformer:
-    """BM25's top ``depth`` re-ranked by log p(query | document) under a generator; the
-    generator's scores are cached on disk, so a second run costs nothing."""
+    """BM25's top ``depth`` re-ranked by log p(query | document) under a generator, its
+    scores cached on disk."""
     gen = Generator.from_pretrained(model_name, gguf_file=gguf_file or None,
                                     cache_dir=run.cache_dir,
                                     max_passage_length=max_passage_length,
@@ -172,11 +166,9 @@ def reconstruction_reranker(collection: Collection, run: RunContext = SILENT, *,
 def trained_dense_retriever(collection: Collection, run: RunContext = SILENT, *, method: str,
                             num_results: int = 1000, search: str = 'auto',
                             backend: str = 'auto', **settings) -> pt.Transformer:
-    """The dual encoder that ``method`` trained with ``settings`` (on first use), over its index
-    (``search``: see :class:`DenseRetriever`; ``backend``: what encodes the index and the
-    queries, see :class:`DualEncoder`; neither changes the model). With ``queries=crossfold``:
-    one model a fold of ``collection``'s topics, each trained on the other folds' texts and
-    answering its own fold's queries (:class:`CrossFold`)."""
+    """The dual encoder that ``method`` trained with ``settings`` (on first use), over its
+    index (``search`` and ``backend`` leave the model as it is). With ``queries=crossfold``: one
+    model a fold of ``collection``'s topics (:class:`CrossFold`)."""
     folds = trained.each_model(settings)
     if len(folds) > 1:
         return CrossFold(collection, [trained_dense_retriever(
@@ -191,9 +183,8 @@ def trained_dense_retriever(collection: Collection, run: RunContext = SILENT, *,
 
 class CrossFold(pt.Transformer):
     """Cross-validation over a collection's topics without labels: each query goes to the
-    retriever of its fold (:func:`~pyterrier_selfsup.data.queries.logs.folds`), a model trained on
-    the query texts of the other folds, so that no query's own text trained the model that
-    answers it. Only the collection's own topics have a fold; another query is refused."""
+    retriever of its fold (:func:`~pyterrier_selfsup.data.queries.logs.folds`), trained on the
+    other folds' query texts. A query that is not one of the collection's topics is refused."""
 
     def __init__(self, collection: Collection, retrievers: list):
         from pyterrier_selfsup.data.queries.logs import folds
@@ -300,10 +291,8 @@ def fused_teacher(collection: Collection, run: RunContext = SILENT, *, teacher: 
                   cross_encoder: str | None = None, depth: int = 30, num_results: int = 1000,
                   precision: str = 'fp32', query_prompt: str | None = None,
                   passage_prompt: str | None = None):
-    """The distillation teacher as a retriever, with the zero-shot ``model_name`` as its student
-    (a cross-encoder part scores its top ``depth``, the candidates a student learns from). The
-    student encodes in ``precision``, distill's: the teacher a model starts from, and the
-    index ``minilm`` and ``distill`` read."""
+    """The distillation teacher as a retriever, with the zero-shot ``model_name`` as its
+    student encoding in ``precision``."""
     student = (DenseRetriever.from_dual_encoder(collection, model_name, precision=precision,
                                                 prompts=prompts_of(query_prompt, passage_prompt),
                                                 cache_dir=run.cache_dir, verbose=run.verbose)

@@ -2,12 +2,9 @@
 each stage took, said (and kept in the training log) when it ends.
 
 The stages are those that report their progress (:mod:`pyterrier_selfsup.progress`), by the
-same names: writing queries, the BM25 index, encoding documents, generator scoring, teacher
-rankings, the training steps. Their sizes come from the method's settings and the corpus;
-how long they take, from the rate each stage ran at the last time it ran on this machine
-(``stage-rates.json`` in the cache, a section a machine: CPU, its flags, cores, GPU), which
-every run updates. A stage never run here has no estimate before it starts: its first
-progress line (30 s in) gives its time left from its own rate.
+same names. Their sizes come from the method's settings and the corpus; how long they take,
+from the rate each stage ran at the last time on this machine (``stage-rates.json`` in the
+cache, a section a machine), which every run updates. A stage never run here has no estimate.
 """
 import json
 import logging
@@ -53,10 +50,9 @@ def _steps(n: float, batch: int, epochs: int, accumulation: int = 1) -> int:
 
 def stages(collection: Collection, method: str, s: MethodSettings,
            writes_queries: bool) -> list[Planned]:
-    """The stages of training ``method`` on ``collection`` with the settings object ``s``
-    (``writes_queries``: whether a generator writes the training queries), at most: a stage
-    whose result is in the cache already (queries written, an index built) is skipped when it
-    comes, and ``n_queries`` is an upper bound where the source has fewer."""
+    """The stages of training ``method`` on ``collection`` with the settings ``s``
+    (``writes_queries``: whether a generator writes the training queries), at most: a stage whose
+    result is cached is skipped when it comes."""
     docs = collection.docs_count or 0
     queries = s.n_queries
     out = []
@@ -81,7 +77,6 @@ def stages(collection: Collection, method: str, s: MethodSettings,
         out.append(Planned('BM25 index', docs, 'doc', 'unless built before'))
         if s.passages == 'trained':
             # a passage side that trains: the start index, then one afresh for each later round
-            # whose teacher reads the student (Distillation.on_epoch_start)
             fresh = (s.rounds - 1) * ('student' in parse_teacher(s.teacher))
             out.append(Planned('encoding documents', docs * (1 + fresh), 'doc',
                                "the student's start index (unless built before) "
@@ -110,9 +105,7 @@ def stages(collection: Collection, method: str, s: MethodSettings,
 
 
 def resuming(planned: list[Planned], step: int) -> list[Planned]:
-    """The plan of a run that resumes from its checkpoint at ``step``: the training steps left, not
-    all of them (the other stages stay as planned, at most: a stage whose result is in the
-    cache, or in the checkpoint, takes none)."""
+    """The plan of a run that resumes from its checkpoint at ``step``: the training steps left."""
     if step:
         for p in planned:
             if p.unit == 'step':
@@ -135,12 +128,9 @@ def known_rates(cache_dir=None) -> dict[str, dict]:
 
 
 def run_context(s: MethodSettings, world_size: int = 1) -> dict:
-    """What a stage's rate depends on besides the machine: a training step's on the batch
-    (queries at once, batches a step, passages a query) and on whether both towers train
-    (against the query tower alone), every stage's on the processes and on the models, where
-    they are not the defaults (the encoder or the start, and the generator)."""
+    """What a stage's rate depends on besides the machine: the batch, whether both towers train,
+    the processes, and the models where they are not the defaults."""
     both = getattr(s, 'passages', None) == 'trained' or getattr(s, 'train_passages', False)
-    # (a rate measured with a method's default models is kept without naming them)
     models = [getattr(s, f.name) for f in fields(s)
               if f.name in ('model_name', 'start', 'generator') and getattr(s, f.name) != f.default]
     return {'batch': f"{s.batch_size}x{s.accumulation}", 'k': getattr(s, 'k', None),
@@ -150,8 +140,7 @@ def run_context(s: MethodSettings, world_size: int = 1) -> dict:
 
 def rate_key(desc: str, unit: str, context: dict) -> str:
     """The name a stage's rate is kept under: a training step's names its batch, and every
-    stage the models other than the defaults and the number of processes (a rate measured at
-    batch 8, or with a tiny model, says little of batch 64 or of MiniLM)."""
+    stage the models other than the defaults and the number of processes."""
     models = f"{context['models']}, " if context.get('models') else ''
     if unit == 'step':
         k = f", k {context['k']}" if context.get('k') else ''
@@ -170,9 +159,8 @@ def estimate(planned: list[Planned], rates: dict[str, dict], context: dict) -> l
 
 
 def learn(stages_done: dict[str, Stage], context: dict, cache_dir=None):
-    """Keeps each stage's rate of this run as this machine's, for the next plan (a stage
-    shorter than a second says little about its rate: left out). An index build's rate is its
-    documents over the whole build."""
+    """Keeps each stage's rate of this run as this machine's, for the next plan (a stage shorter
+    than a second is left out)."""
     path = rates_path(cache_dir)
     try:
         every = json.loads(path.read_text())
@@ -221,8 +209,7 @@ def plan_lines(what: str, planned: list[Planned]) -> list[str]:
 
 
 def times_lines(done: dict[str, Stage], total_seconds: float) -> list[str]:
-    """What each stage did and took (and where it raised the process's peak memory, to what),
-    then the whole run's time."""
+    """What each stage did and took (and the peak memory it raised), then the whole run's time."""
     lines = ['stage times:']
     for stage in done.values():
         rate = rate_text(stage.done, stage.seconds, stage.unit)

@@ -1,20 +1,14 @@
 """The experiment figure: what the results table says, readable at a glance.
 
-One panel per collection, one row per pipeline (its label on the axis, so any number of
-names of any length fits: a long one is wrapped), its value a dot joined to the
-baseline's dashed line; the value axis spans the data with a margin, not 0..1, and says
-so; a difference the table's corrected test finds significant is marked (▲ above the
-baseline, ▼ below); each value is written with its difference from the baseline (for
-seeds, their smallest and largest difference too). With
-per-query scores, each dot carries its 95% confidence interval (t-based, over queries)
-and a win/tie/loss strip against the baseline follows; pipelines that differ only in
-``seed`` become one dot, the seeds' mean, with each seed as a ring (and the interval of
-the seeds' per-query mean).
+One panel per collection, one row per pipeline, its value a dot joined to the baseline's
+dashed line; a difference the table's corrected test finds significant is marked (▲ above,
+▼ below), and each value is written with its difference from the baseline. With per-query
+scores, each dot carries its confidence interval over queries and a win/tie/loss strip
+follows; pipelines that differ only in ``seed`` become one dot, the seeds' mean, each seed a
+ring.
 
-Labels are short aliases (:func:`short_labels`): a pipeline's name with only the settings
-that tell it apart from the others in the figure, values cut to their last path part; the
-settings all of them share are written once under the title. The full specs stay in the
-Markdown table and the CSV.
+Labels are short aliases (:func:`short_labels`); the settings all pipelines share are written
+once under the title.
 """
 import re
 import textwrap
@@ -107,9 +101,9 @@ def results_figure(table: pd.DataFrame, *, measure: str = 'nDCG@10', title: str 
                    per_query: pd.DataFrame | None = None, footer: Sequence[str] = (),
                    columns: int = 3):
     """The figure of an experiment's ``table`` (columns ``collection``, ``name``, ``measure``
-    and, for the rows after each collection's first (the baseline), ``<measure> reject``):
-    a panel per collection, ``columns`` panels a row.
-    ``per_query``: columns ``collection``, ``name``, ``qid``, ``measure``."""
+    and, after each collection's baseline row, ``<measure> reject``): a panel per collection,
+    ``columns`` panels a row. ``per_query``: columns ``collection``, ``name``, ``qid``,
+    ``measure``."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -169,7 +163,6 @@ def results_figure(table: pd.DataFrame, *, measure: str = 'nDCG@10', title: str 
         ax.axvline(base_value, color='0.45', ls='--', lw=0.9)
         for yi, m, e, vals, key in zip(y, means, errors, dots, keys):
             colour = '0.45' if key == keys[0] else 'C0'
-            # the difference from the baseline
             ax.plot([base_value, m], [yi, yi], color=colour, lw=2, alpha=0.35)
             ax.errorbar([m], [yi], xerr=[e] if e else None, fmt='o', color=colour, ms=6, capsize=3)
             if vals:
@@ -211,9 +204,8 @@ def results_figure(table: pd.DataFrame, *, measure: str = 'nDCG@10', title: str 
 
 
 def _fit_labels(fig, placed, pad: float = 0.02):
-    """Widen each panel's value axis until its value labels lie inside it. A label's width
-    is fixed in points, so its width in data units grows as the axis widens: the limits
-    are iterated to the fixed point (it exists while every label is narrower than the panel)."""
+    """Widen each panel's value axis until its value labels lie inside it (iterated to a fixed
+    point, since a label's width is fixed in points)."""
     fig.canvas.draw()  # the layout, and the labels' extents in pixels
     renderer = fig.canvas.get_renderer()
     for ax, labels in placed:

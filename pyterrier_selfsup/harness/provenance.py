@@ -44,10 +44,9 @@ def packages() -> str:
 
 
 def code_revision() -> str:
-    """Which code this is: ``$SELFSUP_CODE_REVISION`` where it is set (the repository's
-    ``scripts/bootstrap.sh`` sets it to the checkout's commit, with ``+uncommitted`` where the
-    tree differs from it; ``scripts/gpu/stage.sh`` to the commit a lent GPU machine's copy is
-    of), else the installed package's version. The package never asks git."""
+    """Which code this is: ``$SELFSUP_CODE_REVISION`` where it is set (``scripts/bootstrap.sh``
+    sets it to the checkout's commit), else the installed package's version. The package never
+    asks git."""
     told = os.environ.get('SELFSUP_CODE_REVISION')
     if told:
         return told
@@ -57,8 +56,8 @@ def code_revision() -> str:
         return 'not installed (no commit named)'
 
 
-# Taken when the harness is first imported (not by `import pyterrier_selfsup`): the code this
-# process runs, even if the checkout moves on while a long experiment is under way.
+# taken when the harness is first imported: the code this process runs, even if the
+# checkout moves on during a long experiment
 CODE_AT_IMPORT = code_revision()
 
 
@@ -89,8 +88,7 @@ def header(command: str | None = None) -> dict[str, str]:
 
 
 def load() -> str:
-    """How busy the machine is (a header's: as the run began): timings taken beside another job
-    are slower; on 2 cores, one heavy job alone reads about 2."""
+    """How busy the machine is as the run began (timings taken beside another job are slower)."""
     one, five, _ = os.getloadavg()
     return (f'{one:.1f} (1-minute average), {five:.1f} (5-minute), '
             f'on {len(os.sched_getaffinity(0))} cores')

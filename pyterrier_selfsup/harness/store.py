@@ -4,29 +4,20 @@ Each trained model lives in ``<cache>/models/<corpus>.<method>-<key>/`` beside a
 ``model.json``, that says what it is:
 
 - ``format``: the package's model format (:data:`MODEL_FORMAT`);
-- ``method`` and ``settings``: the method and every setting its weights depend on, as resolved
-  (a default that other settings choose, as chosen);
+- ``method`` and ``settings``: the method and every setting its weights depend on, as resolved;
 - ``collection``: the corpus it adapted to, by its id and a digest of its contents;
 - ``queries``: what it trained on
   (:meth:`~pyterrier_selfsup.data.queries.source.QuerySource.identity`);
-- ``starts``: what a start named by a path or another method is (a stored model's key, or a
-  local directory's files by name and size), so that another start is another model;
-- ``miners``: where a distillation teacher mines with dense retrievers, which ones did (a
-  stand-in named as such, where a miner is not on the machine);
-- ``arithmetic``: the dtype matrix products run in where a setting leaves it to the hardware
-  (bf16 where it is native, fp32 elsewhere: the weights differ between the two);
-- ``run``: how the run was carried out (its checkpoints), which the weights do not depend on,
-  and which settings took a value chosen from the others (``chosen``).
+- ``starts``: what a start named by a path or another method is;
+- ``miners``: which dense retrievers mined a distillation teacher's candidates;
+- ``arithmetic``: the dtype matrix products run in where a setting leaves it to the hardware;
+- ``run``: how the run was carried out, and which settings took a chosen value (``chosen``).
 
-The key is a digest of the record but ``run``. A default that changes, a corpus whose contents
-change, or another set of queries gives another key, and so another model, trained on first use;
-nothing is reinterpreted. :func:`read_settings` reads a record back into the settings object it
-came from.
+The key is a digest of the record but ``run``: any change gives another model, trained on
+first use. :func:`read_settings` reads a record back into its settings object.
 
     path = record_dir(model_record(Collection('classic/adi'), 'distill', DistillationSettings()))
     read_settings(path)   # DistillationSettings(...), equal to the one that trained it
-
-:func:`pyterrier_selfsup.harness.trained.model_dir` finds a pipeline's model from its settings.
 """
 import hashlib
 import json
@@ -42,16 +33,14 @@ from pyterrier_selfsup.models.precision import compute_dtype, resolve_device
 from pyterrier_selfsup.training.settings import SETTINGS, MethodSettings
 from pyterrier_selfsup.training.teacher_parts import parse_teacher
 
-# The layout of a trained model's directory and record. Raise it when a model directory written
-# before could not be read by the package as it is: those models are then trained again.
+# the layout of a trained model's directory and record: raise it when older ones cannot be read
 MODEL_FORMAT = 2
 RECORD = 'model.json'
 
 
 def collection_digest(collection: Collection, run: RunContext = SILENT) -> str:
-    """A digest of ``collection``'s documents (each docno and text, in order), computed once a
-    cache for each contents of its files (``Collection.cache_settings``) and kept in
-    ``<cache>/digests/``."""
+    """A digest of ``collection``'s documents (each docno and text, in order), computed once
+    for each contents of its files and kept in ``<cache>/digests/``."""
     memo = (cache_root(run.cache_dir) / 'digests'
             / cache_key(collection.corpus_id, collection.cache_settings({})))
     if memo.is_file():
@@ -73,7 +62,6 @@ def model_record(collection: Collection, method: str, settings: MethodSettings,
     its directory holds, and whose digest (``run`` left out) names it."""
     every = settings.asdict()
     trains = settings.identity()
-    # (ReAtt's masked sentences read the model's own mask token, which its model_name names)
     mask = {'mask': 'the mask token of model_name'} if method == 'reatt' else {}
     return {'format': MODEL_FORMAT, 'method': method, 'settings': trains,
             'collection': {'id': collection.corpus_id,
@@ -87,9 +75,8 @@ def model_record(collection: Collection, method: str, settings: MethodSettings,
 
 
 def _miners(settings: MethodSettings) -> dict:
-    """``miners``: the dense retrievers that mine a distillation teacher's candidates (its part
-    ``miners``), as they are on this machine: each by name, or the stand-in that mines in its
-    place (another model, so another key)."""
+    """``miners``: the dense retrievers that mine a distillation teacher's candidates, as they
+    are on this machine (a stand-in named as such)."""
     if 'miners' not in parse_teacher(getattr(settings, 'teacher', '') or 'bm25'):
         return {}
     return {'miners': [used if used == asked else f'{used} (in place of {asked})'
@@ -99,8 +86,7 @@ def _miners(settings: MethodSettings) -> dict:
 def _starts(collection: Collection, settings: MethodSettings, fold: int | None,
             run: RunContext) -> dict:
     """What each start named by another method or a local path is: the distant-supervision
-    model's key (``start='ds'``), or a directory's files by name and size (a stored model's
-    record where it has one)."""
+    model's key, or a directory's identity (:func:`_directory_identity`)."""
     out = {}
     if getattr(settings, 'start', None) == 'ds':
         ds = SETTINGS['ds'].of(**settings.start_settings)
@@ -113,8 +99,7 @@ def _starts(collection: Collection, settings: MethodSettings, fold: int | None,
 
 
 def _directory_identity(path: Path) -> str:
-    """A stored model's key (its record's digest), or else a digest of a directory's files by
-    name and size: another model saved there is another start."""
+    """A stored model's key, or else a digest of a directory's files by name and size."""
     for record in (path / RECORD, path.parent / RECORD):
         if record.is_file():
             return model_key(json.loads(record.read_text()))
@@ -125,8 +110,8 @@ def _directory_identity(path: Path) -> str:
 
 
 def model_key(record: dict) -> str:
-    """The directory name of the model ``record`` describes: ``<corpus>.<method>-<digest>``. A
-    query log named by a file is keyed by its texts (in ``queries``), not by where it lies."""
+    """The directory name of the model ``record`` describes: ``<corpus>.<method>-<digest>`` (a
+    query file keyed by its texts, not its path)."""
     identity = {name: value for name, value in record.items() if name != 'run'}
     identity['settings'] = {name: 'a file, keyed by its texts' if query_file(value) else value
                             for name, value in record['settings'].items()}
@@ -134,9 +119,7 @@ def model_key(record: dict) -> str:
 
 
 def record_dir(record: dict, run: RunContext = SILENT) -> Path:
-    """The directory of the model ``record`` describes, in ``run``'s cache (``final/``,
-    ``model.json``, ``training_log.jsonl``, ``training_curve.png``; while it trains,
-    ``<dir>.partial``)."""
+    """The directory of the model ``record`` describes, in ``run``'s cache."""
     return cache_root(run.cache_dir) / 'models' / model_key(record)
 
 
@@ -160,12 +143,10 @@ def read_record(directory: str | Path) -> dict:
 
 
 def read_settings(directory: str | Path) -> MethodSettings:
-    """The settings object that trained the model in ``directory``, read back from its record:
-    equal to the one that trained it."""
+    """The settings object that trained the model in ``directory``, read back from its record."""
     record = read_record(directory)
     run = dict(record['run'])
     chosen = set(run.pop('chosen', []))
-    # (a value chosen from the other settings is left to be chosen again, as it was)
     settings = {name: None if name in chosen else value
                 for name, value in record['settings'].items()}
     return SETTINGS[record['method']].of(**settings, **run)

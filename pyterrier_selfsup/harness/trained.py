@@ -1,11 +1,9 @@
 """Trained once, stored, resumed: the one mechanism behind every pipeline that trains a model.
 
-A trained pipeline names a method (``distill``, ``ds``, ``rumbart``, ``acrobart``, ``reatt``) and
-its settings. :func:`train` keeps the model in the model store
-(:mod:`~pyterrier_selfsup.harness.store`), under a key that says what it is: every setting its
-weights depend on, the corpus and the training queries. It is trained on first use, in a staging
-directory that becomes the model only when training is over; a run that is interrupted resumes
-from its last checkpoint when the model is asked for again. Before training, its plan is logged
+A trained pipeline names a method and its settings. :func:`train` keeps the model in the model
+store (:mod:`~pyterrier_selfsup.harness.store`), under a key that says what it is. It is trained
+on first use in a staging directory that becomes the model only when training is over; an
+interrupted run resumes from its last checkpoint. Before training its plan is logged
 (:mod:`~pyterrier_selfsup.harness.plan`); after, what each stage took.
 """
 import json
@@ -42,8 +40,8 @@ def each_model(settings: dict) -> list:
 
 
 def typed_settings(method: str, settings: dict) -> MethodSettings:
-    """``method``'s settings object for a pipeline's ``settings`` (the search-time settings and
-    a cross-fold model's ``fold`` left out); a setting the method does not have is refused."""
+    """``method``'s settings object for a pipeline's ``settings`` (search-time settings and
+    ``fold`` left out); a setting the method does not have is refused."""
     if method not in METHODS:
         raise ValueError(f'unknown training method {method!r}; known: {", ".join(METHODS)}')
     return SETTINGS[method].of(**{name: value for name, value in settings.items()
@@ -68,8 +66,7 @@ def training_settings(method: str, settings: dict) -> dict:
 def model_dir(collection: Collection, method: str, settings: dict,
               run: RunContext = SILENT) -> Path:
     """Where the model of ``method`` trained with a pipeline's ``settings`` lives in the model
-    store (``final/``, ``model.json``, ``training_log.jsonl``, ``training_curve.png``; while it
-    trains, ``<dir>.partial``)."""
+    store."""
     record = store.model_record(Collection.of(collection), method,
                                 typed_settings(method, settings), _fold(method, settings), run)
     return store.record_dir(record, run)
@@ -77,9 +74,8 @@ def model_dir(collection: Collection, method: str, settings: dict,
 
 def start_model(collection: Collection, settings, run: RunContext = SILENT,
                 fold: int | None = None) -> str:
-    """What a RUMBArt or ACROBArT run starts from: all-MiniLM-L6-v2 (``start='minilm'``),
-    the ds pipeline's model trained on the same queries (``start='ds'``, trained first if
-    it is not yet; with ``queries=crossfold``, on the same fold's), or a path."""
+    """What a RUMBArt or ACROBArT run starts from: all-MiniLM-L6-v2, the ds pipeline's model on
+    the same queries (trained first if it is not yet), or a path."""
     start = settings.start
     if start == 'ds':
         fold_of = {'fold': fold} if fold is not None else {}
@@ -89,12 +85,9 @@ def start_model(collection: Collection, settings, run: RunContext = SILENT,
 
 def train(collection: str | Collection, method: str, settings: dict,
           run: RunContext = SILENT) -> Path:
-    """The ``final/`` directory of ``method``'s model trained on ``collection`` with
-    ``settings`` (the rest at their defaults): trained on first use (resuming an
-    interrupted run), then reused. Before training, its plan (stages, sizes, the time each
-    should take on this machine: :mod:`~pyterrier_selfsup.harness.plan`) is logged; after,
-    what each stage took, logged and appended to the training log. ``run``: where the cache is
-    and whether progress is shown (its ``output_dir`` is set to the model's directory here)."""
+    """The ``final/`` directory of ``method``'s model trained on ``collection`` with ``settings``:
+    trained on first use (resuming an interrupted run), then reused; the plan is logged before,
+    the stage times after. ``run``: the cache and whether progress is shown."""
     fold = _fold(method, settings)
     s = typed_settings(method, settings)
     collection = Collection.of(collection)
@@ -115,9 +108,7 @@ def train(collection: str | Collection, method: str, settings: dict,
                 collection, method, s.replace(n_queries=queries), writing), at),
                 plan.known_rates(run.cache_dir), context)
 
-        # Queries a generator writes are planned before they are written (their count at most:
-        # repeats are dropped); any other source's are counted first, so that the plan says the
-        # steps that will run
+        # written queries are planned before they are written; any other source's are counted
         planned = planned_for(s.n_queries, True) if writes else None
         if said and writes:
             for line in plan.plan_lines(title, planned):
@@ -135,8 +126,7 @@ def train(collection: str | Collection, method: str, settings: dict,
                         planned):
                     logger.info(line)
         fit_resumably(trainer, topics)
-        # the model's record; what each stage took, said, kept in the training log, and learnt
-        # for the next plan
+        # the model's record; the stage times said, logged and learnt for the next plan
         if said:
             store.write_record(staging, record)
             done, seconds = stage_times(before), time.time() - started
@@ -147,8 +137,8 @@ def train(collection: str | Collection, method: str, settings: dict,
                                for r in plan.log_records(planned, done, seconds))
             plan.learn(done, context, run.cache_dir)
 
-    # under torch.distributed (torchrun) every process trains, together; a damaged model is
-    # not retrained on its own (hours of work): the error says how
+    # under torch.distributed every process trains, together; a damaged model is not
+    # retrained on its own: the error says how
     return build_once(store.record_dir(record, run), build, resumable=True, collective=True,
                       what=f'the {method} model trained on {collection.name}',
                       on_damage='raise') / 'final'

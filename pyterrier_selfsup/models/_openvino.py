@@ -1,31 +1,18 @@
 """OpenVINO as the inference engine of a :class:`~pyterrier_selfsup.models.dual_encoder.DualEncoder`
 (``backend='openvino'``): one setting, no change to the model or its training.
 
-Why OpenVINO: measured against torch on the same documents in one process
-(docs/results.md), it encodes faster at the *same* precision, where torch's int8 costs nDCG
-and ONNX Runtime was slower than torch in fp32; with bf16 hardware it uses the AMX/AVX512-BF16
-kernels as well. The library does the work: ``openvino.convert_model`` traces the torch module,
-the CPU plugin compiles it for the machine it runs on (dynamic batch and length), and
-``INFERENCE_PRECISION_HINT`` keeps the precision the encoder resolves to (fp32 stays fp32:
-OpenVINO would otherwise pick bf16 by itself on such CPUs).
+``openvino.convert_model`` traces the torch module, the CPU plugin compiles it for the machine
+(dynamic batch and length), and ``INFERENCE_PRECISION_HINT`` keeps the precision the encoder
+resolves to (fp32 stays fp32).
 
-``backend='openvino-int8'`` (where the CPU multiplies int8 natively: VNNI or AMX) also
-quantises the passage side, which encodes the index and is the cost of encoding, to int8
-by NNCF's post-training quantisation (static: activation ranges measured on the texts
-themselves; ``ModelType.TRANSFORMER``, which keeps the softmax, layer norms and GELU in
-floating point and smooths activation outliers into the weights). It is calibrated,
-label-free, on the first :data:`CALIBRATION_TEXTS` texts the side encodes after its weights
-change: for an index, the corpus's first documents. Queries stay at the encoder's
-precision: they are few and short, and unlike the corpus they are not known in advance.
-It pays where the CPU has VNNI or AMX, and is slower than fp32 on an AVX2 CPU without VNNI,
-where it is not the setting to use (docs/results.md names the files that give the speeds and
-the nDCG); there its int8 products can saturate, and the backend says so when it quantises.
+``backend='openvino-int8'`` also quantises the passage side to int8 by NNCF's post-training
+quantisation (``ModelType.TRANSFORMER``), calibrated, label-free, on the first
+:data:`CALIBRATION_TEXTS` texts the side encodes after its weights change. Queries stay at the
+encoder's precision. It is meant for CPUs with VNNI or AMX; elsewhere the backend warns.
 
-A compiled side is kept per (side, precision) and rebuilt when the weights change (their
-fingerprint, as indexes are keyed), so a trainer that refreshes its index after updating
-the encoder encodes with the weights it has. Conversion takes seconds, and int8 calibration
-somewhat longer, so the fp32 and bf16 sides compiled last are also shared by the process's
-encoders with the same fingerprint (a pipeline built again compiles nothing).
+A compiled side is kept per (side, precision) and rebuilt when the weights' fingerprint
+changes; the fp32 and bf16 sides compiled last are shared by the process's encoders with the
+same fingerprint.
 """
 import importlib.util
 import logging
@@ -52,10 +39,8 @@ _shared: OrderedDict[tuple, object] = OrderedDict()
 
 @contextmanager
 def quiet_tracing():
-    """Tracing the model for OpenVINO without its warnings: the tracer's of the masks' Python
-    branches (which a fixed model takes alike for every shape), and transformers' of the
-    attributes tracing reads (a deprecated property, an unset loss type). They would reach
-    every user's first index build, and none of them concerns the vectors."""
+    """Tracing the model for OpenVINO without its warnings (the tracer's and transformers'),
+    none of which concerns the vectors."""
     from transformers.utils import logging as transformers_logging
     verbosity = transformers_logging.get_verbosity()
     transformers_logging.set_verbosity_error()
@@ -89,9 +74,9 @@ class OpenVinoSides:
 
     def encode(self, encoder, texts: list[str], side: str, batches,
                calibration: Callable[[], list[dict[str, np.ndarray]]]) -> np.ndarray:
-        """``encoder``'s vectors of ``texts`` through its compiled ``side``: ``batches`` as the
-        torch path runs them, (positions, input ids, mask); the side traced outside inference
-        mode and autocast on the first batch, int8 calibrated by ``calibration()``."""
+        """``encoder``'s vectors of ``texts`` through its compiled ``side``, over ``batches`` of
+        (positions, input ids, mask); the side compiled on the first batch, int8 calibrated by
+        ``calibration()``."""
         out = np.empty((len(texts), encoder.model.out_dim), dtype=np.float32)
         compiled = None
         for positions, input_ids, mask in batches:
@@ -163,8 +148,7 @@ def _int8(model, batches: list[dict[str, np.ndarray]]):
 
 
 BACKENDS = ('auto', 'torch', 'openvino', 'openvino-int8')
-# passages: from here on, an index that backend='auto' encodes goes through OpenVINO, where
-# compiling the model pays for itself (docs/results.md)
+# passages from which an index that backend='auto' encodes goes through OpenVINO
 AUTO_OPENVINO_FROM = 1000
 
 
@@ -190,19 +174,16 @@ class Backends:
 
     @property
     def backend(self) -> str:
-        """What encodes passages without gradients, resolved: ``'auto'`` is ``'openvino'`` on
-        a CPU in fp32 where OpenVINO is installed, ``'torch'`` elsewhere. (Under ``'auto'``,
-        queries and an index of fewer than :data:`AUTO_OPENVINO_FROM` passages stay in torch:
-        :meth:`index_backend`.)"""
+        """What encodes passages without gradients, resolved: ``'auto'`` is ``'openvino'`` on a CPU
+        in fp32 where OpenVINO is installed, ``'torch'`` elsewhere (see :meth:`index_backend`)."""
         if self._backend != 'auto':
             return self._backend
         same_vectors = self.device.type == 'cpu' and self.compute_dtype() == torch.float32
         return 'openvino' if same_vectors and openvino_installed() else 'torch'
 
     def index_backend(self, passages: int) -> str:
-        """The backend that encodes an index of ``passages`` passages: as :attr:`backend`, but
-        ``'auto'`` keeps torch below :data:`AUTO_OPENVINO_FROM` passages, where compiling the
-        model takes longer than OpenVINO saves."""
+        """The backend that encodes an index of ``passages`` passages: ``'auto'`` keeps torch below
+        :data:`AUTO_OPENVINO_FROM` passages, where compiling takes longer than it saves."""
         if self._backend == 'auto' and passages < AUTO_OPENVINO_FROM:
             return 'torch'
         return self.backend
@@ -218,9 +199,8 @@ class Backends:
             self._backend = was
 
     def _openvino_sides(self, side: str) -> OpenVinoSides | None:
-        """The compiled sides of the resolved backend for ``side`` (None for torch), made on
-        first use. ``'auto'`` encodes queries in torch: they are few and short, and compiling
-        their side takes seconds that a search run never wins back."""
+        """The compiled sides of the resolved backend for ``side`` (None for torch), made on first
+        use; ``'auto'`` encodes queries in torch."""
         backend = self.backend
         if backend == 'torch' or (self._backend == 'auto' and side == 'query'):
             return None

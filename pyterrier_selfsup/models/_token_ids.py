@@ -3,11 +3,9 @@
 Two savings, each giving the ids a full tokenization gives:
 
 - :func:`tokenize_cut`: a text far longer than the tokens kept is cut at a word's end before it
-  is tokenized (a 10,000-character document kept to 256 tokens need not be read to its end).
-  Where a cut text gives fewer tokens than are kept, the whole text is tokenized after all.
+  is tokenized; where a cut text gives fewer tokens than are kept, the whole text is tokenized.
 - :class:`KeptTokenIds`: the token ids of passages kept between encodings of one corpus, so
-  that a trainer's index refresh does not tokenize the corpus again. On a GPU, tokenization
-  takes most of a refresh (measured: docs/results.md).
+  that a trainer's index refresh does not tokenize the corpus again.
 """
 import hashlib
 import threading
@@ -15,18 +13,15 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-# A text is cut before tokenization where it has more than this many characters for each token
-# kept. English runs about 4.5 characters a word piece; a cut text that falls short of the kept
-# tokens (digits, symbols) is tokenized whole, so this bounds only how often that happens.
+# a text is cut before tokenization where it has more than this many characters a kept
+# token (a cut text that falls short is tokenized whole)
 CHARS_PER_TOKEN = 8
 
 
 def splits_at_spaces(backend) -> bool:
-    """Whether a Rust tokenizer (``tokenizers.Tokenizer``) splits its pre-tokens where a word
-    ends before a space, so that the tokens of a text cut there begin the whole text's tokens.
-    True of BERT's word pieces, byte-level BPE and SentencePiece's split metaspace; false where
-    the pre-tokenizer keeps the text whole, where the normalizer rewrites the space itself, or
-    where an added token holds a space (the tokens could then span the cut)."""
+    """Whether a Rust tokenizer splits its pre-tokens where a word ends before a space, so that
+    the tokens of a text cut there begin the whole text's tokens (false where the pre-tokenizer
+    keeps the text whole, the normalizer rewrites the space, or an added token holds a space)."""
     pre = backend.pre_tokenizer
     if pre is None:
         return False
@@ -53,10 +48,9 @@ def cut_at_word(text: str, limit: int) -> str | None:
 
 def tokenize_cut(encode: Callable[[list[str]], list[list[int]]], texts: Sequence[str],
                  max_length: int) -> list[list[int]]:
-    """``encode(texts)`` (a tokenizer truncating on the right to ``max_length`` ids), where each
-    text longer than ``max_length * CHARS_PER_TOKEN`` characters is cut at a word's end first.
-    A cut text that still gives ``max_length`` ids gives those of the whole text; one that gives
-    fewer is tokenized whole."""
+    """``encode(texts)`` (a tokenizer truncating on the right to ``max_length`` ids), each text
+    longer than ``max_length * CHARS_PER_TOKEN`` characters cut at a word's end first; a cut text
+    that gives fewer than ``max_length`` ids is tokenized whole."""
     limit = max_length * CHARS_PER_TOKEN
     cut = [cut_at_word(t, limit) for t in texts]
     ids = encode([c if c is not None else t for c, t in zip(cut, texts)])
@@ -73,10 +67,8 @@ def digest(text: str) -> bytes:
 
 
 class KeptTokenIds:
-    """Token ids of texts, kept by each text's digest up to ``max_tokens`` ids in all (int32
-    arrays: 4 bytes an id, and about 200 bytes a text besides). Texts past the budget are
-    tokenized every time. A copy of the encoder that holds it (a trainer's snapshot for an
-    asynchronous refresh) shares it; lookups and stores from two threads are safe."""
+    """Token ids of texts, kept by each text's digest up to ``max_tokens`` ids in all; texts past
+    the budget are tokenized every time. Copies of the encoder share it; it is thread-safe."""
 
     def __init__(self, max_tokens: int):
         self.max_tokens = max_tokens

@@ -1,11 +1,9 @@
 """A generator's log-likelihoods of many (target, passage) pairs without gradients, batched.
 
-Pairs are grouped by passage and each passage is encoded once: the encoder's output for seq2seq
-models, the prompt's key/value cache for decoder-only ones
-(:class:`~pyterrier_selfsup.models.kv_cache.PrefixCache`: each chunk of targets reads its
-prefixes a layer at a time); every target paired with it is then scored from it, in chunks
-within :data:`LOGITS_BUDGET`, and only the target positions reach the output layer.
-transformers has no call for scoring many continuations of one prefix.
+Pairs are grouped by passage and each passage is encoded once (the encoder's output for seq2seq
+models, the prompt's key/value cache for decoder-only ones,
+:class:`~pyterrier_selfsup.models.kv_cache.PrefixCache`); its targets are then scored from it in
+chunks within :data:`LOGITS_BUDGET`, only the target positions reaching the output layer.
 """
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
@@ -19,8 +17,8 @@ from pyterrier_selfsup.models.batching import clean_texts, pad
 from pyterrier_selfsup.models.kv_cache import PrefixCache, cache_of, full_attention_layers
 from pyterrier_selfsup.progress import Progress, progress
 
-# bytes of fp32 logits one chunk of targets may produce on a CPU, where the log-softmax over them
-# peaks at a few times this (docs/results.md); on a GPU only the 4 * batch_size bound applies
+# bytes of fp32 logits one chunk of targets may produce on a CPU (the log-softmax peaks at a
+# few times this); on a GPU only the 4 * batch_size bound applies
 LOGITS_BUDGET = 64 * 2 ** 20
 
 
@@ -30,9 +28,8 @@ class BatchedScoring:
     def log_likelihoods(self, targets: Sequence[str], passages: Sequence[str], *,
                         tracker: Progress | None = None) -> np.ndarray:
         """Σ_j log p(target_j | passage, target_<j) for each (target, passage) pair, without
-        gradients; each distinct passage is encoded once (see the module docstring).
-        ``tracker``: the progress of a larger scoring job, which this call's pairs count
-        towards (a score cache filled a chunk at a time), instead of a stage of its own."""
+        gradients, each distinct passage encoded once. ``tracker``: the progress of a larger job,
+        which this call's pairs count towards, instead of a stage of its own."""
         if len(targets) != len(passages):
             raise ValueError(f'{len(targets)} targets but {len(passages)} passages')
         out = np.zeros(len(targets), dtype=np.float64)
@@ -60,8 +57,7 @@ class BatchedScoring:
         with self.inference():
             for batch in batches:
                 rows = [(pair, row) for row, p in enumerate(batch) for pair in pairs_of[p]]
-                # targets are scored in chunks padded to their longest: sorted by length,
-                # a chunk pads little (the target pass is most of the work when passages recur)
+                # targets sorted by length, so that a chunk pads little
                 rows.sort(key=lambda pair_row: len(t_ids[pair_target[pair_row[0]]]))
                 score = self._seq2seq_logp if self.is_seq2seq else self._score_causal
                 scored.extend(score([p_ids[p] for p in batch],
@@ -106,8 +102,8 @@ class BatchedScoring:
 
     @cached_property
     def _prefix_cache_fits(self) -> bool:
-        """Whether targets read their prefixes through a :class:`PrefixCache`: where every
-        layer attends to every position (a sliding-window layer keeps ``DynamicCache``'s kind)."""
+        """Whether targets read their prefixes through a :class:`PrefixCache` (where every layer
+        attends to every position)."""
         return full_attention_layers(self.model.config) is not None
 
     def _target_chunks(self, items: list[tuple[int, list[int]]]) -> Iterator[tuple[int, int]]:
@@ -132,9 +128,7 @@ class BatchedScoring:
 def target_chunks(lengths: list[int], most: int, row_bytes: int,
                   budget: float) -> Iterator[tuple[int, int]]:
     """(start, end) of consecutive chunks of targets of ``lengths`` tokens: at most ``most``
-    targets, and no more fp32 logits (targets x longest target x ``row_bytes``, a vocabulary's
-    4 bytes a token) than ``budget`` bytes (a vocabulary of 49k and 64 targets of 64 tokens
-    would hold four times 49k x 64 x 64 bytes)."""
+    targets, and no more fp32 logits (targets x longest target x ``row_bytes``) than ``budget``."""
     start = 0
     while start < len(lengths):
         end, longest = start + 1, lengths[start]

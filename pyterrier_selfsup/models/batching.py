@@ -12,8 +12,7 @@ import torch
 
 
 def to_device(tensor: torch.Tensor, device) -> torch.Tensor:
-    """``tensor`` on ``device``; to a GPU from pinned memory without waiting for the copy
-    (it is queued on the stream that uses it, so the host can prepare the next batch)."""
+    """``tensor`` on ``device``; to a GPU from pinned memory without waiting for the copy."""
     device = torch.device(device) if device is not None else torch.device('cpu')
     if device.type == 'cuda' and tensor.device.type == 'cpu':
         return tensor.pin_memory().to(device, non_blocking=True)
@@ -30,10 +29,8 @@ def clean_texts(texts: Sequence) -> list[str]:
 def pad(seqs: Sequence[Sequence[int]], value: int, *, left: bool = False, device=None,
         min_width: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """Token id lists as one (b, width) int64 tensor and its attention mask, padded on the right
-    (or the left, for decoder-only models whose sequences must end together, and for tokenizers
-    that pad on the left) to the longest, or to ``min_width`` where that is longer (a slice of a
-    batch padded as the whole batch). Filled in numpy: a tokenizer's ``pad`` builds Python lists
-    and torch's ``pad_sequence`` a tensor a row, each costing more than the copy itself."""
+    (or the left) to the longest, or to ``min_width`` where that is longer. Filled in numpy,
+    which costs less than a tokenizer's ``pad`` or torch's ``pad_sequence``."""
     lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
     width = max(1, min_width, int(lengths.max(initial=0)))
     ids = np.full((len(seqs), width), value, dtype=np.int64)
@@ -70,9 +67,7 @@ TOKENIZE_SLICE = 1024
 def tokenized_in_slices(tokenize: Callable[[list[str]], list[list[int]]], texts: list[str],
                         order: np.ndarray) -> Iterator[tuple[np.ndarray, list[list[int]]]]:
     """``texts`` in ``order``, cut into slices of :data:`TOKENIZE_SLICE`, each with its token
-    ids. One thread tokenizes the slices in turn while the caller consumes the slices before
-    them, so that tokenization overlaps the device's work; a fast tokenizer spreads each
-    slice over every core itself (unless ``TOKENIZERS_PARALLELISM=false``).
+    ids, tokenized on one thread while the caller consumes the slices before them.
 
     Yields (positions in ``texts``, their token ids), slice by slice, in order."""
     slices = [order[s:s + TOKENIZE_SLICE] for s in range(0, len(order), TOKENIZE_SLICE)]

@@ -1,7 +1,6 @@
 """A cross-encoder as a re-ranker: sentence-transformers' ``CrossEncoder`` scoring (query,
-passage) pairs, as a PyTerrier transformer. GPL labels its training pairs with one
-(``cross-encoder/ms-marco-MiniLM-L-6-v2``); here it is a part of distillation's teacher
-(``teacher=bm25+student+ce``), scoring the fused candidates.
+passage) pairs, as a PyTerrier transformer; a part of distillation's teacher
+(``teacher=bm25+student+ce``).
 
     bm25 % 30 >> collection.text_loader() >> CrossEncoderScorer(GPL_CROSS_ENCODER)
 """

@@ -1,8 +1,6 @@
-"""Queries written by a seq2seq doc2query model: the passage in, a query out, no prompt. GPL's
-writer (Wang et al., 2022) is one, ``BeIR/query-gen-msmarco-t5-base-v1``, as are the
-``doc2query/msmarco-t5-base-v1`` family. transformers' ``generate`` samples them, a few
-queries a passage in one call (``num_return_sequences``), each batch seeded from the writer's
-random stream so that a stopped write resumes to the same queries.
+"""Queries written by a seq2seq doc2query model: the passage in, a query out, no prompt (GPL's
+``BeIR/query-gen-msmarco-t5-base-v1``, the ``doc2query/msmarco-t5-base-v1`` family). Each batch
+is seeded from the writer's random stream, so that a stopped write resumes to the same queries.
 
     writer = load_generator('BeIR/query-gen-msmarco-t5-base-v1').writer()
     writer.write(['Scurvy is caused by a lack of vitamin C.'], n=3, do_sample=True, top_p=0.95)
@@ -20,16 +18,14 @@ from pyterrier_selfsup.progress import progress
 
 
 class Doc2QueryWriter:
-    """Queries for passages from a seq2seq ``generator``
-    (:class:`~pyterrier_selfsup.models.generator.Generator`), read as doc2query models are
-    trained: the passage alone (cut to the generator's ``max_passage_length`` tokens).
+    """Queries for passages from a seq2seq ``generator``, read as doc2query models are trained:
+    the passage alone.
 
     Args:
-        style: ``plain`` only: a doc2query model has no prompt to choose.
-        examples, pairs: none: a doc2query model is shown the passage alone.
+        style: ``plain`` only.
+        examples, pairs: none.
         batch_size: passages a ``generate`` call (each written ``n`` times).
-        seed: unused (the draws come from the ``generator`` that :meth:`write` is given); taken
-            so that a writer is made alike for every kind of model.
+        seed: unused (the draws come from the ``generator`` :meth:`write` is given).
     """
 
     def __init__(self, generator, *, style: str = 'plain', examples: Sequence[str] = (),
@@ -52,10 +48,9 @@ class Doc2QueryWriter:
               temperature: float = 1.0, top_p: float = 1.0, top_k: int | None = None,
               max_new_tokens: int = 32, generator: torch.Generator | None = None,
               checkpoint: Path | None = None) -> list[list[str]]:
-        """``n`` queries for each passage (greedy: ``n`` copies of one), each the first line of
-        its generation, stripped. Sampling draws, a batch at a time, from a seed drawn from
-        ``generator`` (a ``torch.Generator``; default: torch's global stream). ``top_k`` None:
-        the model's generation config's. ``checkpoint``: as
+        """``n`` queries for each passage (greedy: ``n`` copies of one), each the first line of its
+        generation. Sampling draws, a batch at a time, from a seed drawn from ``generator``;
+        ``top_k`` None: the model's. ``checkpoint``: as
         :meth:`~pyterrier_selfsup.models.writing.QueryWriter.write`'s."""
         ids = self.generator.passage_ids(passages)
         order = np.argsort([-len(x) for x in ids], kind='stable')  # (little padding a batch)

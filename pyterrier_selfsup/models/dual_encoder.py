@@ -1,17 +1,11 @@
 """The thesis' dense dual encoder (§4.2.1), trainable, as a pyterrier-dr ``BiEncoder``.
 
-Its model is a sentence-transformers model (:class:`DualEncoderModel`): one shared Hugging Face
-encoder (or, after untying, a query tower and a separate passage tower, as RAG fine-tunes its
-retriever); its pooled output (``cls``, as in the thesis, or ``mean``, as sentence-transformers
-models are trained) goes through separate linear projections ``W_Q`` and ``W_P`` to dimension
-``d`` (or none); the score is the dot product, and p(z|x) is the softmax of score / temperature
-over the candidates. What it saves ``SentenceTransformer(dir)`` loads.
-
-What the library lacks the package adds: its fast encoding path (token ids from the Rust
-tokenizer, kept between a trainer's index refreshes, in length-sorted batches within a token
-budget), devices and precisions, OpenVINO, and passage offsets. Because it is a ``BiEncoder``,
-pyterrier-dr gives it ``FlexIndex`` indexing, FAISS retrievers and ``.scorer()`` re-ranking;
-:meth:`DualEncoder.encode` keeps gradients for training.
+Its model (:class:`DualEncoderModel`) is a sentence-transformers model: one shared encoder (or,
+after untying, a query tower and a passage tower), ``cls`` or ``mean`` pooling, and separate
+projections ``W_Q`` and ``W_P`` to dimension ``d`` (or none); the score is the dot product, and
+p(z|x) the softmax of score / temperature over the candidates. What it saves
+``SentenceTransformer(dir)`` loads. The package adds fast encoding, devices and precisions,
+OpenVINO, and passage offsets; :meth:`DualEncoder.encode` keeps gradients for training.
 """
 import json
 import logging
@@ -64,19 +58,14 @@ class DualEncoder(SideTokenizer, Backends, BiEncoder, TrainableModel):
                  batch_size: int | None = None, device: str | None = None,
                  precision: str = 'auto', backend: str = 'torch', verbose: bool = False):
         """``precision``: ``'fp32'``, ``'bf16'``, ``'fp16'`` (autocast), or ``'auto'``: bf16 where
-        the hardware multiplies bf16 natively (CUDA, or a CPU with AVX512-BF16/AMX; fp16 on
-        older GPUs), fp32 elsewhere.
+        the hardware multiplies bf16 natively, fp32 elsewhere.
 
-        ``backend``: what encodes without gradients (indexing, queries at search time):
-        ``'torch'``; ``'openvino'`` on a CPU (the same model compiled by OpenVINO, at the same
-        precision); ``'openvino-int8'``, its passage side quantised to int8 (its vectors differ);
-        or ``'auto'``: OpenVINO for large indexes where the model runs on a CPU in fp32 and
-        OpenVINO is installed, torch elsewhere (:mod:`~pyterrier_selfsup.models._openvino`).
-        Training always runs in torch.
+        ``backend``: what encodes without gradients: ``'torch'``; ``'openvino'`` on a CPU;
+        ``'openvino-int8'``, its passage side quantised to int8; or ``'auto'``
+        (:mod:`~pyterrier_selfsup.models._openvino`). Training always runs in torch.
 
-        ``batch_size``: texts a batch when they are ``max_length`` tokens long; shorter texts
-        run more to a batch, within the same number of tokens. None: 32 on a CPU, 256 on a
-        GPU, where small batches leave the device waiting for the host."""
+        ``batch_size``: texts a batch when they are ``max_length`` tokens long (shorter texts run
+        more to a batch, within the same tokens); None: :data:`INFERENCE_BATCH` for the device."""
         device = resolve_device(device)
         batch_size = batch_size or INFERENCE_BATCH.get(device.type, INFERENCE_BATCH['cpu'])
         super().__init__(batch_size=batch_size, text_field='text', verbose=verbose)
@@ -88,18 +77,14 @@ class DualEncoder(SideTokenizer, Backends, BiEncoder, TrainableModel):
         self.max_length = max_length
         self.query_max_length = query_max_length or max_length
         self.temperature = temperature
-        # what each side's texts begin with (a sentence-transformers model's query and document
-        # prompts: e5's 'query: ' and 'passage: ', bge's query instruction)
+        # what each side's texts begin with (e5's 'query: ' and 'passage: ')
         self.prompts = dict(NO_PROMPTS, **(prompts or {}))
         self.precision = precision
-        # learned offsets of passage vectors (a query-tower-only training's moving passage side):
-        # applied where the index is built, never by encode_docs (see models/offsets.py)
+        # learned passage-vector offsets, applied where the index is built (models/offsets.py)
         self.passage_offsets: PassageOffsets | None = None
-        # (SideTokenizer's) by max_length: the Rust tokenizer, and whether a long text may be cut;
-        # and the passages' kept token ids (see keep_passage_token_ids)
+        # (SideTokenizer's) the Rust tokenizers by max_length, and the passages' kept token ids
         self._rust_tokenizers: dict[int, tuple[Tokenizer, bool]] = {}
         self._kept_ids = None
-        # the stage that counts the passages encoded, batch by batch (see counting_into)
         self._counted_into = None
 
     # -- construction and persistence -------------------------------------------------
@@ -113,24 +98,18 @@ class DualEncoder(SideTokenizer, Backends, BiEncoder, TrainableModel):
         """Loads a model by hub name or path; arguments left as None come from the model:
 
         - a directory from :meth:`save_pretrained`: everything as saved;
-        - a sentence-transformers model: its modules (pooling, normalisation), each side's max
-          length and each side's prompt, so that its ``encode_query`` and ``encode_document``
-          are reproduced; no projection unless ``dim`` is given;
+        - a sentence-transformers model: its modules, each side's max length and prompt (its
+          ``encode_query`` and ``encode_document`` reproduced), no projection unless ``dim``;
         - any other encoder: ``cls`` pooling and no normalisation (the thesis).
 
-        ``prompts``: what each side's texts begin with, ``{'query': ..., 'passage': ...}`` (or
-        ``'document'``, as in sentence-transformers). A side given wins; a side left out takes
-        the model's own prompt. Where the model declares none on either side, the prompts its
-        family's model card prescribes apply, and a log line says so
-        (:func:`~pyterrier_selfsup.models.dual_encoder_model.model_card_prompts`: e5's
-        ``query: `` and ``passage: ``, bge-*-en-v1.5's query instruction).
+        ``prompts``: what each side's texts begin with, ``{'query': ..., 'passage': ...}``; a side
+        left out takes the model's own, or where it declares none its model card's
+        (:func:`~pyterrier_selfsup.models.dual_encoder_model.model_card_prompts`).
 
             DualEncoder.from_pretrained('intfloat/e5-small-v2').prompts   # 'query: ', 'passage: '
             DualEncoder.from_pretrained(MINILM, prompts={'query': 'query: '})
 
-        ``temperature`` defaults to 0.05 for normalised embeddings (cosines need sharpening
-        to make a useful softmax; sentence-transformers' in-batch loss uses the same) and
-        1 for raw dot products (the thesis).
+        ``temperature`` defaults to 0.05 for normalised embeddings and 1 for raw dot products.
         """
         saved = read_saved_config(name_or_path, DUAL_ENCODER_CONFIG_FILE)
         if saved is not None:
@@ -174,11 +153,9 @@ class DualEncoder(SideTokenizer, Backends, BiEncoder, TrainableModel):
                 'tied': self.model.tied, 'prompts': self.prompts}
 
     def save_pretrained(self, path: str | Path) -> Path:
-        """Writes the model as sentence-transformers saves it, with each side's prompt and max
-        length, and beside it the name, the temperature and any passage offsets;
-        :meth:`from_pretrained` reads them back, and ``SentenceTransformer(path)`` gives the
-        same vectors, but for the passage offsets (:mod:`~pyterrier_selfsup.models.offsets`),
-        which it has no counterpart for.
+        """Writes the model as sentence-transformers saves it, and beside it the name, the
+        temperature and any passage offsets; :meth:`from_pretrained` reads them back, and
+        ``SentenceTransformer(path)`` gives the same vectors but for the offsets.
 
             encoder.save_pretrained('out')
             SentenceTransformer('out').encode_query(['scurvy'])   # encoder.encode_queries'
@@ -201,15 +178,12 @@ class DualEncoder(SideTokenizer, Backends, BiEncoder, TrainableModel):
         return path
 
     def fingerprint(self) -> str:
-        """A digest of the weights and settings: two encoders with equal fingerprints
-        produce equal vectors (used to key cached indexes)."""
+        """A digest of the weights and settings: equal fingerprints, equal vectors."""
         return weights_fingerprint(self.config(), self.model)
 
     def passage_fingerprint(self) -> str:
-        """A digest of what passage vectors depend on (keys indexes): the passages' route
-        through the model and their settings. Equal for a tied encoder and an untied one whose
-        passage tower is a frozen copy of it, so training only the query tower keeps the
-        start's index."""
+        """A digest of what passage vectors depend on (the key of indexes). Equal for a tied
+        encoder and an untied one whose passage tower is a frozen copy of it."""
         config = {key: value for key, value in self.config().items()
                   if key not in ('query_max_length', 'tied')}
         config['prompts'] = self.prompts['passage']
@@ -247,12 +221,8 @@ class DualEncoder(SideTokenizer, Backends, BiEncoder, TrainableModel):
         return self._encode_fast(texts, 'passage', batch_size or self.batch_size)
 
     def _encode_fast(self, texts: Iterable[str], side: str, batch_size: int) -> np.ndarray:
-        """Inference, as :meth:`_batches` cuts it: inference mode, and each linear layer held
-        in the compute dtype while it runs (:func:`linears_held_in`: what autocast would
-        compute, without casting the weights at every forward). The vectors stay on the
-        device until the last batch and come back in one copy. Memory: the token ids of
-        ``texts`` and the output; callers stream large corpora in chunks (see
-        :func:`pyterrier_selfsup.retrieval.dense.flex_index`)."""
+        """Inference over :meth:`_batches`, each linear layer held in the compute dtype while it
+        runs (:func:`linears_held_in`); the vectors come back from the device in one copy."""
         texts = clean_texts(list(texts))
         if not texts:
             return np.empty((0, self.model.out_dim), dtype=np.float32)
@@ -279,8 +249,7 @@ class DualEncoder(SideTokenizer, Backends, BiEncoder, TrainableModel):
     @contextmanager
     def counting_into(self, stage):
         """Within the block, each batch of passages encoded is counted into ``stage`` (a
-        :class:`~pyterrier_selfsup.progress.Progress`) as it is done: an index's progress,
-        where pyterrier-dr hands the encoder thousands of passages at a time."""
+        :class:`~pyterrier_selfsup.progress.Progress`) as it is done."""
         was, self._counted_into = self._counted_into, stage
         try:
             yield

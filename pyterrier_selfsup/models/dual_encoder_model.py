@@ -2,17 +2,12 @@
 library's modules, so that ``SentenceTransformer(dir)`` loads what the package saves:
 
 - tied, without projections: ``[Transformer, Pooling, Normalize]``;
-- tied, with the thesis' ``W_Q`` and ``W_P``: ``[Transformer, Pooling,
-  Router(query=[Dense], document=[Dense]), Normalize]``, each ``Dense`` without bias or
-  activation;
-- untied (a query tower and a passage tower of its own, as RAG fine-tunes its retriever):
-  ``[Router(query=[Transformer, Pooling, Dense], document=[Transformer, Pooling, Dense]),
-  Normalize]``.
+- tied, with ``W_Q`` and ``W_P``: ``[Transformer, Pooling, Router(query=[Dense],
+  document=[Dense]), Normalize]``, each ``Dense`` without bias or activation;
+- untied: ``[Router(query=[Transformer, Pooling, Dense], document=[Transformer, Pooling,
+  Dense]), Normalize]``.
 
-``Normalize`` is there where the model normalises, and a ``Dense`` where it projects. The
-library does loading, pooling, each side's prompt and length, and saving; the package adds
-the forward pass of one side on token ids (:meth:`DualEncoderModel.embed`), untying, and the
-prompts a model card prescribes to a model that declares none.
+``Normalize`` is there where the model normalises, and a ``Dense`` where it projects.
 
     model = DualEncoderModel.start(MINILM, dim=128)
     model.embed(input_ids, attention_mask, 'query')   # (batch, 128), with gradients
@@ -56,11 +51,10 @@ class DualEncoderModel(SentenceTransformer):
     @classmethod
     def start(cls, name_or_path: str, *, pooling: str | None = None, dim: int | None = None,
               normalize: bool | None = None, device: str = 'cpu') -> 'DualEncoderModel':
-        """The model to start from: a sentence-transformers model with its own modules (its
-        pooling and normalisation unless ``pooling`` or ``normalize`` is given), or any other
-        Hugging Face encoder with ``cls`` pooling and no normalisation (the thesis); with
-        projections to ``dim`` dimensions where it is given, both the same (semi-)orthogonal
-        map, so that the start model ranks as its pooled encoder does."""
+        """The model to start from: a sentence-transformers model with its own modules (unless
+        ``pooling`` or ``normalize`` is given), or any other encoder with ``cls`` pooling and no
+        normalisation; with projections to ``dim`` where it is given, both the same orthogonal map,
+        so that the start model ranks as its pooled encoder does."""
         if pooling is not None and pooling not in POOLING_MODES:
             raise ValueError(f'pooling must be one of {tuple(POOLING_MODES)}, not {pooling!r}')
         if is_sentence_transformer(name_or_path):
@@ -155,15 +149,13 @@ class DualEncoderModel(SentenceTransformer):
 
     def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
               side: str) -> torch.Tensor:
-        """The vectors of one side's batch of token ids (with gradients unless the caller
-        says otherwise): the library's forward pass, routed to ``side``."""
+        """The vectors of one side's batch of token ids, routed to ``side``."""
         features = {'input_ids': input_ids, 'attention_mask': attention_mask}
         return self(features, task=TASKS[side])['sentence_embedding']
 
     def untie(self) -> 'DualEncoderModel':
-        """Gives passages their own copy of the encoder (and the pooling after it): the
-        Transformer (and its parameters, wherever an optimiser holds them) goes on encoding
-        queries only, and the projections stay each side's."""
+        """Gives passages their own copy of the encoder and pooling; the Transformer goes on
+        encoding queries only, and the projections stay each side's."""
         if not self.tied:
             return self
         cut = next(i for i, m in enumerate(self) if isinstance(m, Pooling)) + 1
@@ -181,8 +173,8 @@ class DualEncoderModel(SentenceTransformer):
         return self
 
     def freeze_passage_tower(self) -> 'DualEncoderModel':
-        """Unties the encoder and freezes the passages' copy (RAG): from here on only queries
-        are encoded with gradients, and passage vectors stay those of the model as it is now."""
+        """Unties the encoder and freezes the passages' copy (RAG): only queries are encoded with
+        gradients from here on."""
         self.untie()
         for p in self.passage_parameters():
             p.requires_grad_(False)
@@ -195,15 +187,15 @@ class DualEncoderModel(SentenceTransformer):
         return list(self[0].sub_modules['document'].parameters())
 
     def passage_state(self) -> dict[str, torch.Tensor]:
-        """The weights passage vectors depend on, by their place in the passages' route: equal
-        for a tied model and an untied one whose passage tower is a frozen copy of it."""
+        """The weights passage vectors depend on, by their place in the passages' route (equal for
+        a tied model and an untied one whose passage tower is a frozen copy of it)."""
         return {f'{i}.{name}': value for i, module in enumerate(self.route('passage'))
                 for name, value in module.state_dict().items()}
 
 
 def _runnable(library: SentenceTransformer, name) -> list[torch.nn.Module]:
-    """``library``'s modules where the package runs them: a Transformer first, its pooling
-    next, and the prompt's tokens pooled with the rest."""
+    """``library``'s modules where the package runs them (a Transformer, then its pooling, the
+    prompt's tokens pooled); else :class:`UnreproducibleModel`."""
     modules = list(library)
     kinds = ', '.join(type(m).__name__ for m in modules)
     if (len(modules) < 2 or not isinstance(modules[0], Transformer)
@@ -228,11 +220,9 @@ def is_sentence_transformer(name_or_path: str) -> bool:
 
 def library_prompts(model: SentenceTransformer) -> dict[str, str]:
     """The prompt each side's texts begin with, as sentence-transformers' ``encode_query`` and
-    ``encode_document`` choose them: ``query`` for queries; the first of ``document``,
-    ``passage`` and ``corpus`` for passages; else the default prompt; else none."""
+    ``encode_document`` choose them."""
     prompts, name = dict(model.prompts), model.default_prompt_name
     default = (prompts.get(name) if name else None) or ''
-    # (a name present with an empty prompt is chosen, and the side reads no prompt: as there)
     passage = next((prompts[n] or '' for n in DOCUMENT_PROMPTS if n in prompts), default)
     return {'query': (prompts['query'] or '') if 'query' in prompts else default,
             'passage': passage}
@@ -247,8 +237,7 @@ def side_lengths(model: DualEncoderModel) -> tuple[int | None, int | None]:
 
 def model_card_prompts(name: str) -> dict[str, str] | None:
     """The prompts the model card of ``name``'s family prescribes
-    (:data:`~pyterrier_selfsup.models.names.MODEL_CARD_PROMPTS`), by hub name; None for a name
-    of no such family, a local path among them.
+    (:data:`~pyterrier_selfsup.models.names.MODEL_CARD_PROMPTS`), by hub name; None otherwise.
 
         model_card_prompts('intfloat/e5-small-v2')   # {'query': 'query: ', 'passage': 'passage: '}
     """
@@ -264,10 +253,9 @@ def model_card_prompts(name: str) -> dict[str, str] | None:
 def resolve_prompts(name: str, declared: dict[str, str] | None,
                     given: dict[str, str] | None = None, *, saved: bool = False
                     ) -> dict[str, str]:
-    """Each side's prompt for the model ``name``: a side in ``given`` (the user's) wins; the
-    others are ``declared`` (the model's own). A model of the package's own (``saved``) keeps
-    what it was trained with. Any other that declares no prompt on either side takes its
-    family's model card's (:func:`model_card_prompts`), and a log line says so.
+    """Each side's prompt for the model ``name``: a side in ``given`` wins; the others are
+    ``declared`` (the model's own). A model the package saved keeps its own; any other that
+    declares none takes its model card's (:func:`model_card_prompts`), and a log line says so.
 
         resolve_prompts('intfloat/e5-small-v2', None)   # {'query': 'query: ', ...}
     """

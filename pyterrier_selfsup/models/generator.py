@@ -1,11 +1,10 @@
 """The teacher: a generator's log-likelihood of a text given a passage, log p_θ(x | z).
 
-One interface over seq2seq models (``AutoModelForSeq2SeqLM``: BART as in the thesis, T5)
-and decoder-only models (``AutoModelForCausalLM``: here SmolLM2-135M-Instruct, prompted
-with :data:`~pyterrier_selfsup.models.prompts.PASSAGE_QUESTION`, the target following).
-:meth:`Generator.log_likelihoods` scores many pairs without gradients, each passage encoded
-once (:mod:`~pyterrier_selfsup.models.batched_scoring`); :meth:`Generator.log_likelihood` is
-the differentiable version, for training.
+One interface over seq2seq models (BART as in the thesis, T5) and decoder-only models
+(SmolLM2-135M-Instruct, prompted with :data:`~pyterrier_selfsup.models.prompts.PASSAGE_QUESTION`,
+the target following). :meth:`Generator.log_likelihoods` scores many pairs without gradients
+(:mod:`~pyterrier_selfsup.models.batched_scoring`); :meth:`Generator.log_likelihood` is the
+differentiable version, for training.
 
     gen = Generator.from_pretrained(SMOLLM2, gguf_file=SMOLLM2_GGUF)
     gen.log_likelihoods(['what causes scurvy'], ['Scurvy is caused by a lack of vitamin C.'])
@@ -55,16 +54,13 @@ class Generator(BatchedScoring, TorchModel):
     """log p(target | passage) under a Hugging Face generator, and text generation.
 
     Args:
-        prompt: how a passage is shown to the model; ``{passage}`` is replaced by the
-            passage (truncated to ``max_passage_length`` tokens). Decoder-only models read
-            the target right after it, seq2seq models decode it from the encoded prompt.
+        prompt: how a passage is shown to the model; ``{passage}`` is replaced by the passage
+            (truncated to ``max_passage_length`` tokens).
         max_target_length: targets are truncated to this many tokens.
-        batch_size: passages encoded per forward; each passage's targets are scored in
-            batches of up to ``4 * batch_size`` (on a CPU, fewer where their logits would pass
-            ``LOGITS_BUDGET``).
-        trainable: if False (the default) the weights are frozen (no gradients, eval mode) and,
-            where ``precision`` resolves to bf16 or fp16, the matrices are held in that dtype
-            (:func:`matrices_in_compute_dtype`: the same outputs, in less memory).
+        batch_size: passages encoded per forward; each passage's targets are scored in batches
+            of up to ``4 * batch_size`` (on a CPU, within ``LOGITS_BUDGET``).
+        trainable: if False (the default) the weights are frozen and, where ``precision``
+            resolves to bf16 or fp16, the matrices are held in that dtype.
         precision: ``auto`` (bf16 where the hardware has it), ``fp32``, ``bf16``, ``fp16``.
     """
 
@@ -90,7 +86,6 @@ class Generator(BatchedScoring, TorchModel):
         self.trainable = trainable
         self.model.requires_grad_(trainable)
         self.model.eval()
-        # the dtype a frozen model's matrices were converted to
         self._held_in: torch.dtype | None = None
         dtype = self.compute_dtype()
         if not trainable and matrices_in_compute_dtype(self.model, dtype):
@@ -99,8 +94,8 @@ class Generator(BatchedScoring, TorchModel):
     @classmethod
     def from_pretrained(cls, name_or_path: str, *, gguf_file: str | None = None,
                         cache_dir: str | Path | None = None, **kwargs) -> 'Generator':
-        """Any seq2seq or causal LM by hub name or path. A GGUF checkpoint is de-quantised
-        once into ``<cache>/generators/`` (about 30 s for SmolLM2) and loaded from there."""
+        """Any seq2seq or causal LM by hub name or path. A GGUF checkpoint is de-quantised once
+        into ``<cache>/generators/`` and loaded from there."""
         path = name_or_path
         if gguf_file is not None:
             path = str(dequantised(name_or_path, gguf_file, cache_dir))
@@ -116,9 +111,8 @@ class Generator(BatchedScoring, TorchModel):
                 'max_target_length': self.max_target_length}
 
     def fingerprint(self) -> str:
-        """A digest of the settings and weights: equal fingerprints give equal scores
-        (keys the teacher-score caches). The weights as held: a frozen generator's matrices in
-        bf16 where it computes in bf16, so its scores are keyed apart from an fp32 one's."""
+        """A digest of the settings and the weights as held: equal fingerprints give equal
+        scores (the key of the teacher-score caches)."""
         return weights_fingerprint(self.config(), self.model)
 
     def save_pretrained(self, path: str | Path) -> Path:
@@ -133,16 +127,15 @@ class Generator(BatchedScoring, TorchModel):
     # -- tokenisation -----------------------------------------------------------------
 
     def passage_ids(self, passages: Sequence[str]) -> list[list[int]]:
-        """Token ids of the prompt around each passage, the passage cut at
-        ``max_passage_length`` tokens (cut in the text, so the prompt is tokenised whole)."""
+        """Token ids of the prompt around each passage, the passage cut at ``max_passage_length``
+        tokens."""
         cut = cut_to_tokens(self.tokenizer, passages, self.max_passage_length)
         if not cut:
             return []
         prompts = [self.prompt.replace('{passage}', p) for p in cut]
         if self.is_seq2seq:
             return self.tokenizer(prompts)['input_ids']
-        # decoder-only: the target follows, so no end-of-sequence token; a BOS if the model
-        # wants one
+        # decoder-only: the target follows, so no end-of-sequence token
         ids = self.tokenizer(prompts, add_special_tokens=False)['input_ids']
         return [self.bos_ids + x for x in ids]
 
@@ -168,20 +161,17 @@ class Generator(BatchedScoring, TorchModel):
 
     @cached_property
     def cache_argument(self) -> str:
-        """The name under which the model's forward takes a key/value cache
-        (:func:`~pyterrier_selfsup.models.kv_cache.cache_argument`, read once: the scoring and
-        writing loops pass a cache every forward)."""
+        """The name under which the model's forward takes a key/value cache, read once."""
         return cache_argument(self.model)
 
     def decode_logp(self, encoded: torch.Tensor, encoder_mask: torch.Tensor,
                     t_ids: list[list[int]], *, min_target_width: int = 1) -> torch.Tensor:
-        """Σ log p(target) per row, decoded from given encoder outputs (seq2seq); the targets
-        padded to the longest, or to ``min_target_width`` where that is longer."""
+        """Σ log p(target) per row, decoded from given encoder outputs (seq2seq); targets padded
+        to the longest, or to ``min_target_width``."""
         labels, t_mask = pad(t_ids, self.tokenizer.pad_token_id, device=self.device,
                              min_width=min_target_width)
         decoder_input = self.model.prepare_decoder_input_ids_from_labels(
             labels=labels.masked_fill(t_mask == 0, -100))
-        # (also where a caller has none: a frozen model's matrices are in its dtype)
         with self.autocast():
             logits = self.model(encoder_outputs=BaseModelOutput(last_hidden_state=encoded),
                                 attention_mask=encoder_mask, decoder_input_ids=decoder_input,
@@ -189,8 +179,8 @@ class Generator(BatchedScoring, TorchModel):
         return gather_logp(logits, labels, t_mask)
 
     def log_likelihood(self, targets: Sequence[str], passages: Sequence[str]) -> torch.Tensor:
-        """Σ_j log p(target_j | passage, target_<j) per pair as a tensor that carries
-        gradients (to the weights if ``trainable``); one batch, one sequence per pair."""
+        """Σ_j log p(target_j | passage, target_<j) per pair, with gradients (to the weights if
+        ``trainable``); one batch."""
         if len(targets) != len(passages):
             raise ValueError(f'{len(targets)} targets but {len(passages)} passages')
         p_ids, t_ids = self.passage_ids(passages), self.target_ids(targets)
@@ -206,17 +196,14 @@ class Generator(BatchedScoring, TorchModel):
 
     def sequence_logp(self, seqs: list[list[int]], t_ids: list[list[int]], *, min_length: int = 1,
                       min_target_width: int = 1) -> torch.Tensor:
-        """Σ log p(target) per row of a decoder-only model, each sequence ending with its
-        target: left-padded so that all targets end at the last position, and only the last
-        ``target width + 1`` positions reach the output layer, the target width the longest
-        target's. ``min_length``, ``min_target_width``: at least this long a padded sequence
-        and target width (rows of a batch computed a few at a time, shaped as the whole batch
-        shapes them)."""
+        """Σ log p(target) per row of a decoder-only model, each sequence ending with its target:
+        left-padded, and only the last ``target width + 1`` positions reach the output layer.
+        ``min_length``, ``min_target_width``: at least this long a padded sequence and target width
+        (rows of a batch computed a few at a time, shaped as the whole batch)."""
         ids, mask = pad(seqs, self.tokenizer.pad_token_id, left=True, device=self.device,
                         min_width=min_length)
         width = max(1, min_target_width, max(len(t) for t in t_ids))
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        # (also where a caller has none: a frozen model's matrices are in its dtype)
         with self.autocast():
             logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                                 use_cache=False, logits_to_keep=width + 1).logits[:, :-1]
@@ -227,16 +214,14 @@ class Generator(BatchedScoring, TorchModel):
     # -- generation -------------------------------------------------------------------
 
     def generate(self, passages: Sequence[str], *, max_new_tokens: int = 32, **kwargs) -> list[str]:
-        """Text generated from each passage's prompt by transformers' ``generate`` (greedy
-        unless ``kwargs`` say otherwise, e.g. ``do_sample=True, top_p=0.92``); decoder-only
-        output stops at the first line (:func:`~pyterrier_selfsup.models.writing.generated`)."""
+        """Text generated from each passage's prompt by ``generate`` (greedy unless ``kwargs`` say
+        otherwise); decoder-only output stops at the first line."""
         return generated(self, passages, max_new_tokens=max_new_tokens, **kwargs)
 
     def writer(self, **kwargs) -> QueryWriter | Doc2QueryWriter:
-        """A writer of queries for passages with this generator: a decoder-only model's
-        :class:`~pyterrier_selfsup.models.writing.QueryWriter` (one prefill a passage shared by
-        its samples), or a seq2seq doc2query model's
-        :class:`~pyterrier_selfsup.models.doc2query.Doc2QueryWriter` (the passage alone)."""
+        """A writer of queries with this generator: a decoder-only model's
+        :class:`~pyterrier_selfsup.models.writing.QueryWriter`, or a seq2seq doc2query model's
+        :class:`~pyterrier_selfsup.models.doc2query.Doc2QueryWriter`."""
         return (Doc2QueryWriter if self.is_seq2seq else QueryWriter)(self, **kwargs)
 
     def scorer(self, normalise: str = 'mean', text_field: str = 'text',

@@ -17,10 +17,8 @@ from pyterrier_selfsup._cache import CacheFull, build_once, cache_key, cache_roo
 
 def dequantised(repo: str, gguf_file: str, cache_dir=None) -> Path:
     """A GGUF checkpoint converted once to a Hugging Face directory (fp32 safetensors), in a
-    process of its own: reading the GGUF and dequantising it holds about twice the model's fp32
-    weights at once, which the allocator would keep in this process for the rest of a long job
-    (measured: docs/results.md); a child gives it back when it exits, at the
-    cost of starting a process once."""
+    process of its own: dequantising holds about twice the model's weights at once, memory a
+    child gives back when it exits."""
     path = cache_root(cache_dir) / 'generators' / cache_key(f'{repo}.{gguf_file}',
                                                             {'format': 'hf-fp32'})
     what = f'the fp32 conversion of {repo}/{gguf_file}'
@@ -69,11 +67,8 @@ def _child(repo: str, gguf_file: str, staging: str, what: str):
 
 
 def convert_gguf(repo: str, gguf_file: str, staging: Path, what: str):
-    """``repo``'s ``gguf_file`` dequantised into ``staging`` as a Hugging Face directory (fp32
-    safetensors and the tokenizer's files); :func:`dequantised` runs it in a child process.
-
-    The file's metadata is parsed once (:func:`_gguf_parsed_once`), and the space the fp32
-    weights need is counted from the loaded model."""
+    """``repo``'s ``gguf_file`` dequantised into ``staging`` as a Hugging Face directory;
+    :func:`dequantised` runs it in a child process."""
     with _gguf_parsed_once():
         tokenizer = AutoTokenizer.from_pretrained(repo, gguf_file=gguf_file)
         config = AutoConfig.from_pretrained(repo, gguf_file=gguf_file)
@@ -83,8 +78,7 @@ def convert_gguf(repo: str, gguf_file: str, staging: Path, what: str):
     check_space(staging.parent,
                 4 * sum(p.numel() for p in loaded.state_dict().values()) + (16 << 20), what)
     tokenizer.save_pretrained(staging)
-    # transformers refuses to save a model loaded from GGUF; its weights are already
-    # plain tensors, so they go into a fresh model of the same configuration
+    # transformers refuses to save a model loaded from GGUF: a fresh model takes its weights
     config = loaded.config
     for attr in ('quantization_config', '_pre_quantization_dtype'):
         if hasattr(config, attr):
@@ -97,12 +91,8 @@ def convert_gguf(repo: str, gguf_file: str, staging: Path, what: str):
 @contextmanager
 def _gguf_parsed_once():
     """Within the block, one ``gguf.GGUFReader`` a file and one tensor-name table an
-    architecture. transformers reads a GGUF file afresh for its tokenizer, its configuration
-    and its weights (each read parses the whole vocabulary), and builds gguf's tensor-name table
-    again for each of the model's modules; both objects are only read, so the first one built
-    serves every later call. This patches the ``gguf`` module on purpose, and only in the
-    conversion's own process (:func:`dequantised`): neither library offers a way to pass a
-    parsed file along."""
+    architecture: transformers would parse the file again for its tokenizer, configuration and
+    weights. This patches the ``gguf`` module, only in the conversion's own process."""
     import gguf
     saved = gguf.GGUFReader, gguf.get_tensor_name_map
     gguf.GGUFReader = lru_cache(maxsize=None)(saved[0])

@@ -1,6 +1,5 @@
 """The Hugging Face hub as this package meets it: a model's saved settings read from a directory
-or the hub's cache, and the hub's and transformers' notices that say nothing a user can act on
-when the package runs offline (installed once, when the package is imported).
+or the hub's cache, and filters for the notices that say nothing a user can act on offline.
 """
 import json
 import logging
@@ -24,9 +23,8 @@ def read_saved_config(name_or_path: str | Path, filename: str) -> dict | None:
 
 def on_this_machine(name_or_path: str | Path) -> bool:
     """Whether the model ``name_or_path`` can be loaded here: a local directory, a hub model in
-    the local cache, or any hub name where the hub may be reached (not ``HF_HUB_OFFLINE``). A
-    cached model is one with a ``config.json`` or, for a sentence-transformers model whose
-    towers are a ``Router`` (an untied dual encoder), a ``modules.json``."""
+    the local cache (its ``config.json`` or ``modules.json``), or any hub name where the hub may
+    be reached."""
     if Path(name_or_path).is_dir():
         return True
     from huggingface_hub import constants, try_to_load_from_cache
@@ -39,18 +37,16 @@ def on_this_machine(name_or_path: str | Path) -> bool:
 
 
 def miners_at_hand(names: str) -> list:
-    """The dense retrievers of a distillation teacher's ``miners`` part (its setting ``miners``:
-    names joined by +), each one at hand or all-MiniLM-L6-v2 in its place (:func:`at_hand`):
-    ``[(used, asked for), ...]``."""
+    """The dense retrievers of a distillation teacher's ``miners`` setting (names joined by +),
+    each at hand or all-MiniLM-L6-v2 in its place: ``[(used, asked for), ...]``."""
     from pyterrier_selfsup.models.names import MINILM
     return at_hand([n.strip() for n in names.split('+') if n.strip()], MINILM,
                    "the teacher's mining")
 
 
 def at_hand(names, stand_in: str, what: str) -> list:
-    """Each of the models ``names``, or ``stand_in`` where one is not on this machine
-    (:func:`on_this_machine`), each once: ``[(used, asked for), ...]``. A stand-in is said in a
-    warning, with ``what`` the models are for.
+    """Each of the models ``names``, or ``stand_in`` where one is not on this machine, each once:
+    ``[(used, asked for), ...]``; a stand-in is warned of, with ``what`` the models are for.
 
         at_hand(['sentence-transformers/msmarco-MiniLM-L-6-v3'], MINILM, 'mining')
     """
@@ -72,10 +68,7 @@ def at_hand(names, stand_in: str, what: str) -> list:
 
 class OfflineHubFilter(logging.Filter):
     """Drops huggingface_hub's warning that it could not reach the Hub *because offline mode is
-    on* (``HF_HUB_OFFLINE=1``): offline is a normal way to run this package, and the warning came
-    once a model load. Any other warning of the Hub's, and this one for a real connection failure,
-    passes. The package installs it on the Hub's logger when it is imported
-    (:func:`quiet_offline_hub`); the command line also says offline once, in a line of its own."""
+    on*: running offline is normal here. Any other warning passes."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
@@ -88,11 +81,8 @@ HUB_LOGGER = 'huggingface_hub.hf_api'
 
 
 class EncoderCacheFilter(logging.Filter):
-    """Drops transformers' "`use_cache=True` is incompatible with gradient checkpointing" for the
-    encoders this package trains with checkpointing on
-    (:meth:`TrainableModel.gradient_checkpointing`): an encoder's config may say ``use_cache``
-    (BERT's does, for its use as a decoder), but no encoder here keeps a cache, so there is
-    nothing for a user to act on."""
+    """Drops transformers' "`use_cache=True` is incompatible with gradient checkpointing" for
+    the encoders this package trains: no encoder here keeps a cache."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not record.getMessage().startswith('`use_cache=True` is incompatible with gradient '

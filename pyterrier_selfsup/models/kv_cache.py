@@ -10,9 +10,8 @@ from transformers.cache_utils import Cache, DynamicLayer
 
 
 def full_attention_layers(config) -> int | None:
-    """A decoder-only model's number of layers if every one attends to every position (no
-    sliding window, no other kind), else None: where the package's own key/value caches
-    (the query writer's, the scorer's prefixes) stand in for transformers' per-kind layers."""
+    """A decoder-only model's number of layers if every one attends to every position, else
+    None: where the package's own key/value caches stand in for transformers' per-kind layers."""
     from transformers.cache_utils import get_layer_types_and_kwargs
     if getattr(config, 'is_encoder_decoder', False):
         return None
@@ -22,26 +21,21 @@ def full_attention_layers(config) -> int | None:
 
 
 def cache_argument(model: torch.nn.Module) -> str:
-    """The name under which ``model``'s forward takes a key/value cache: ``cache`` since
-    transformers 5.24 (``past_key_values`` warns there, and goes in 5.40), before it
-    ``past_key_values``."""
+    """The name under which ``model``'s forward takes a key/value cache: ``cache`` in newer
+    transformers, ``past_key_values`` in older ones."""
     return ('cache' if 'cache' in inspect.signature(model.forward).parameters
             else 'past_key_values')
 
 
 def cache_of(output) -> Cache:
-    """A forward's key/value cache: ``cache`` since transformers 5.24 (``past_key_values``
-    warns there), ``past_key_values`` before."""
+    """A forward's key/value cache (``cache``, or ``past_key_values`` in older transformers)."""
     return output['cache'] if 'cache' in output else output.past_key_values
 
 
 class PrefixLayer(DynamicLayer):
     """One layer's keys and values of the prefixes, read by a chunk of targets: at the layer's
     turn, each target's prefix is selected (``rows``) and joined to the target's own keys and
-    values, and not stored. A ``DynamicCache`` built from the selected prefixes held every
-    layer's copies for the whole forward, twice while it was built (its ``update``
-    concatenates onto an empty tensor), where this holds one layer's; attention reads the same
-    tensors either way (docs/results.md: the same scores, less memory)."""
+    values, and not stored, so that only one layer's copies are held at a time."""
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, rows: torch.Tensor):
         super().__init__()

@@ -1,19 +1,13 @@
 """A passage side that moves at the cost of a query step: a learned offset per passage vector.
 
-A dual encoder trained with its passage tower frozen (RAG; ``Distillation``'s default) keeps
-the start encoder's passage vectors v₀. :class:`PassageOffsets` gives each passage the
-trainer touches a free vector δ, and the passage's vector becomes v₀ + δ (normalised again
-where the encoder normalises, so that scores stay cosines). No passage encoder runs in the
-backward pass: a step costs what a query-tower step costs, plus a gather of the batch's rows.
+A dual encoder trained with its passage tower frozen keeps the start encoder's passage vectors
+v₀. :class:`PassageOffsets` gives each passage the trainer touches a free vector δ, and its
+vector becomes v₀ + δ (normalised again where the encoder normalises). No passage encoder runs
+in the backward pass.
 
-Offsets are stored beside the model (``passage_offsets.pt``: the docnos and their δ) and
-applied when the index is built (:func:`pyterrier_selfsup.retrieval.dense.flex_index`), so
-search stays a plain dense search of a FlexIndex. A passage without an offset (never a
-candidate in training, or added to the corpus later) keeps the start encoder's vector.
-
-Only the rows that training touched are held: their number is bounded by the training
-queries times the candidates a query (not by the corpus), so a corpus of millions costs
-what its training queries reach.
+Offsets are stored beside the model (``passage_offsets.pt``) and applied when the index is
+built (:func:`pyterrier_selfsup.retrieval.dense.flex_index`); a passage without one keeps the
+start encoder's vector. Only the rows training touched are held.
 """
 import hashlib
 from collections.abc import Iterable, Sequence
@@ -58,15 +52,15 @@ class PassageOffsets:
                 i = self.row[docno] = len(self.docnos)
                 self.docnos.append(docno)
             out.append(i)
-        if len(self.docnos) > len(self._delta):  # capacity doubles: amortised O(1) a new row
+        if len(self.docnos) > len(self._delta):  # capacity doubles
             grown = torch.zeros(max(len(self.docnos), 2 * len(self._delta)), self.dim)
             grown[:len(self._delta)] = self._delta
             self._delta = grown
         return torch.tensor(out, dtype=torch.long)
 
     def grow_like(self, other: torch.Tensor) -> torch.Tensor:
-        """``other`` (a per-row state of the same capacity as δ once was) padded with zero
-        rows to δ's capacity now (the optimiser's moments follow δ's growth)."""
+        """``other`` (a per-row state) padded with zero rows to δ's capacity now (the optimiser's
+        moments follow δ's growth)."""
         if len(other) >= len(self._delta):
             return other
         grown = torch.zeros(len(self._delta), *other.shape[1:], dtype=other.dtype)
@@ -79,8 +73,7 @@ class PassageOffsets:
         return torch.nn.functional.normalize(out, dim=-1) if self.normalize else out
 
     def apply(self, docnos: Sequence[str], vectors: np.ndarray) -> np.ndarray:
-        """Index vectors (``docnos`` in index order) with each passage's offset applied; a
-        passage without one keeps its vector as it is."""
+        """Index vectors (``docnos`` in index order) with each passage's offset applied."""
         vectors = np.array(vectors, dtype=np.float32, copy=True)
         where = [(i, self.row[d]) for i, d in enumerate(docnos) if d in self.row]
         if where:
@@ -90,7 +83,7 @@ class PassageOffsets:
         return vectors
 
     def fingerprint(self) -> str:
-        """A digest of the offsets: keys the index they are applied to."""
+        """A digest of the offsets: the key of the index they are applied to."""
         digest = hashlib.sha256()
         digest.update(repr((self.dim, self.normalize)).encode())
         digest.update('\n'.join(self.docnos).encode())
@@ -119,13 +112,8 @@ class PassageOffsets:
         return f'PassageOffsets({len(self)} passages, dim={self.dim}, normalize={self.normalize})'
 
 
-# Trained by lazy Adam over the rows a step touched: a trainer asks OffsetAdam.adjusted for the
-# moved vectors of a batch's candidates (δ a leaf that collects the batch's gradient), adds the
-# L2 pull it returns to its loss, and calls OffsetAdam.step after each optimiser step. Written
-# here rather than taken from torch's SparseAdam, which needs a parameter of fixed size: these
-# rows grow with the candidates training meets. Under torch.distributed each process holds the
-# same batch's candidates, so each pending gradient has one shape everywhere and is summed over
-# the processes before the update, as the loop sums the model's gradients.
+# trained by lazy Adam over the rows a step touched (not torch's SparseAdam: these rows
+# grow); under torch.distributed the pending gradients are summed over the processes
 OFFSETS_STATE_FILE = 'passage_offsets_state.pt'
 
 
@@ -144,8 +132,8 @@ class OffsetAdam:
 
     def adjusted(self, docnos: list[str],
                  vectors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(v₀ + δ for ``docnos``, normalised where the encoder normalises; the L2 pull
-        ``weight`` · mean over these rows of ‖δ‖²), both with gradients to δ."""
+        """(v₀ + δ for ``docnos``; the L2 pull ``weight`` · mean over these rows of ‖δ‖²), both with
+        gradients to δ."""
         rows = self.offsets.rows(docnos)
         delta = self.offsets.delta[rows].clone().to(vectors.device).requires_grad_(True)
         self._pending.append((rows, delta))

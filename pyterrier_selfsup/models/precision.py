@@ -28,9 +28,8 @@ def compute_dtype(precision: str, device: torch.device) -> torch.dtype:
 
 
 def resolve_device(device: str | None) -> torch.device:
-    """``device``, or CUDA where torch sees a GPU, else the CPU. Every model wrapper resolves its
-    device first, so this is where the CPU kernel caches are bounded
-    (:mod:`~pyterrier_selfsup._kernel_caches`), before the package's first model runs."""
+    """``device``, or CUDA where torch sees a GPU, else the CPU; bounds the CPU kernel caches
+    first (:mod:`~pyterrier_selfsup._kernel_caches`)."""
     bound_kernel_caches()
     return torch.device(device or ('cuda' if torch.cuda.is_available() else 'cpu'))
 
@@ -38,10 +37,9 @@ def resolve_device(device: str | None) -> torch.device:
 class TorchModel:
     """Device and precision of a wrapper, and the contexts its forward passes run in.
 
-    Subclasses set ``self.device`` (:func:`resolve_device`) and ``self.precision`` and
-    list their modules in :meth:`torch_modules`. A frozen model whose matrices were converted
-    to its compute dtype (:func:`matrices_in_compute_dtype`) sets ``_held_in`` to that dtype,
-    and refuses a precision that resolves to another."""
+    Subclasses set ``self.device`` and ``self.precision`` and list their modules in
+    :meth:`torch_modules`. A frozen model whose matrices were converted to its compute dtype sets
+    ``_held_in`` to that dtype, and refuses a precision that resolves to another."""
     device: torch.device
     _held_in: torch.dtype | None = None
 
@@ -86,13 +84,9 @@ class TorchModel:
 @contextmanager
 def linears_held_in(modules: Sequence[torch.nn.Module], dtype: torch.dtype) -> Iterator[None]:
     """Holds every ``nn.Linear`` weight and bias of ``modules`` in ``dtype`` for the duration
-    and restores the originals after. Under inference mode, autocast keeps no cast cache, so
-    it would cast each weight again at every forward; a linear layer's weight and bias cast
-    once give the same products, as autocast casts them to the same dtype. BERT's pooler,
-    which an encoder computes and a dual encoder never reads, is switched off too.
-
-    Costs a copy of the linear weights in ``dtype`` while it lasts. Not for a model that is
-    training at the same time on another thread."""
+    and restores the originals after: under inference mode autocast would cast them again at
+    every forward, and a cast made once gives the same products. BERT's pooler, which a dual
+    encoder never reads, is switched off too. Not for a model training on another thread."""
     saved_params, saved_poolers, cast = [], [], {}
     for module in modules:
         for m in module.modules():
@@ -120,19 +114,12 @@ def linears_held_in(modules: Sequence[torch.nn.Module], dtype: torch.dtype) -> I
 
 def matrices_in_compute_dtype(model: torch.nn.Module, dtype: torch.dtype) -> int:
     """A frozen model's matrices kept in the dtype its products run in: each ``nn.Linear``
-    whose weight no other kind of module shares (a tied output layer stays with its
-    embedding) is converted to ``dtype``; embeddings and norms stay as loaded. Under autocast
-    a Linear's weight is cast to ``dtype`` at every forward (autocast keeps no cast of a frozen
-    weight), and the conversion here is that same cast, done once: the same products, bit
-    for bit, without an fp32 copy held beside them. Every forward must then run under the
-    generator's autocast, as all of this package's do.
+    whose weight no other kind of module shares is converted to ``dtype``, the cast autocast
+    would make at every forward, done once (the same products, bit for bit). Every forward must
+    then run under the generator's autocast.
 
-    The tensors left as loaded are copied into memory of their own: transformers maps a
-    safetensors checkpoint into memory and the weights are views of that mapping, whose pages,
-    once read, stay resident as long as any weight holds it (the converted matrices' fp32 pages
-    with them). The output is the same bit for bit, in less memory
-    (measured: docs/results.md).
-    Returns the number of weights converted (0 for fp32: nothing is done)."""
+    The tensors left as loaded are copied into memory of their own, so that the safetensors
+    mapping they viewed is released. Returns the number of weights converted (0 for fp32)."""
     if dtype == torch.float32:
         return 0
     others = {id(p) for m in model.modules() if not isinstance(m, torch.nn.Linear)
@@ -143,7 +130,6 @@ def matrices_in_compute_dtype(model: torch.nn.Module, dtype: torch.dtype) -> int
                 module.weight.dtype != dtype):
             converted += sum(p.numel() for p in module.parameters(recurse=False))
             module.to(dtype)
-    # (each once: both skip a tied tensor's repeats)
     for tensor in [*model.parameters(), *model.buffers()]:
         if tensor.dtype != dtype:
             tensor.data = tensor.data.clone()
@@ -153,20 +139,11 @@ def matrices_in_compute_dtype(model: torch.nn.Module, dtype: torch.dtype) -> int
 @contextmanager
 def casts_kept(model: torch.nn.Module):
     """Within one autocast region, each weight is cast to the lower precision once, not at every
-    use. Autocast keeps its casts only of leaf tensors that require grad (`cached_cast` in
-    torch's autocast_mode.cpp), and under inference mode none at all (torch 2.13: every weight,
-    frozen or not, is cast again at every forward; a test counts the casts), so a frozen model's
-    weights were cast at every forward: for SmolLM2, 135M weights read and written at each of
-    the ~30 one-token steps of a batch. So for the region its floating-point
-    weights are marked as requiring grad, and it runs under ``no_grad`` (inference mode off: no
-    graph is recorded either way); the same casts, so the same numbers. Enter it inside the
-    autocast region (``Generator.inference``) whose end clears the cache; every weight marked
-    is unmarked, whatever ends the region.
-
-    A workaround for torch's autocast weight cache, which holds casts of leaf tensors that
-    require grad only, and none in inference mode (pytorch/pytorch#113685 and #165068): while
-    torch keeps no cast of a frozen weight, this is the one place that marks weights to get
-    one."""
+    use: autocast keeps casts only of leaf tensors that require grad, and none under inference
+    mode (pytorch/pytorch#113685 and #165068). So for the region the floating-point weights are
+    marked as requiring grad and it runs under ``no_grad``; the same casts, so the same numbers.
+    Enter it inside the autocast region (``Generator.inference``); every weight marked is
+    unmarked, whatever ends the region."""
     marked = []
     try:
         for p in model.parameters():

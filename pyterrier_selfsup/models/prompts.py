@@ -1,10 +1,8 @@
 """Every prompt the generators read, in one place, and what is done to a passage before it is
 shown and to a generation after it is written.
 
-The scorer (:class:`~pyterrier_selfsup.models.generator.Generator`) reads a query after
-:data:`PASSAGE_QUESTION` (decoder-only models) or decodes it from the passage alone (seq2seq
-models, :data:`SEQ2SEQ_PROMPT`). The query writer
-(:class:`~pyterrier_selfsup.models.writing.QueryWriter`) completes the same prompt
+The scorer reads a query after :data:`PASSAGE_QUESTION` (decoder-only models) or decodes it
+from the passage alone (seq2seq). The query writer completes the same prompt
 (``style='plain'``), or reads :data:`SYSTEM_PROMPT` and :data:`INSTRUCTION` through the
 tokenizer's chat template (``style='chat'``).
 
@@ -46,11 +44,9 @@ def first_line(text: str) -> str:
 def writer_prompt(tokenizer, passage: str, *, style: str, examples: Sequence[str] = (),
                   pairs: Sequence[tuple[str, str]] = ()) -> str:
     """The text a writer continues for ``passage`` (already cut): with ``style='plain'``,
-    :data:`PASSAGE_QUESTION`, after each example pair completed by its query (InPars' few-shot
-    prompt); with ``style='chat'``, the tokenizer's chat template over :data:`SYSTEM_PROMPT`,
-    each example pair as a turn (the instruction and its passage, then its query as the reply)
-    and the instruction with ``passage``. ``examples``: query texts shown first as the style
-    to write in."""
+    :data:`PASSAGE_QUESTION` after each example pair completed by its query (InPars); with
+    ``style='chat'``, the chat template over :data:`SYSTEM_PROMPT`, each example pair as a turn,
+    and the instruction with ``passage``. ``examples``: query texts shown first."""
     shown = ''
     if examples:
         shown = EXAMPLES_INTRO + '\n' + ''.join(f'- {e}\n' for e in examples) + '\n'

@@ -1,17 +1,15 @@
 """k passages read together by a generator: the attention machinery that ACROBArT and
 ReAtt's cross-document adjustment share.
 
-- :func:`concatenated_encoding` / :func:`concatenated_prompts`: the k passages of a query
-  as one input (FiD's concatenated encoder outputs for seq2seq models; one prompt holding
-  all k for decoder-only ones), with ``owner``: the passage each position belongs to.
+- :func:`concatenated_encoding` / :func:`concatenated_prompts`: the k passages of a query as
+  one input, with ``owner``: the passage each position belongs to.
 - :func:`biased_log_likelihood` (ACROBArT, thesis §4.3.2): log p(target | z_1..z_k) with a
   differentiable bias added to the attention logits towards each passage's tokens.
-- :func:`checkpointed_layers`: the generator's layers recomputed in the backward pass, the
-  bias of their forward pass with them (ACROBArT's memory).
+- :func:`checkpointed_layers`: the generator's layers recomputed in the backward pass, with
+  the bias of their forward pass.
 
-The bias goes in through transformers' attention interface: :func:`enable_attention_bias`
-registers (once) an attention function that is the model's own eager attention plus the
-bias of the forward pass under way.
+The bias goes in through an attention function registered with transformers
+(:func:`enable_attention_bias`): the model's own eager attention plus the bias.
 """
 import sys
 from contextlib import contextmanager, nullcontext
@@ -24,8 +22,7 @@ import torch.utils.checkpoint
 from pyterrier_selfsup.models.batching import pad
 from pyterrier_selfsup.models.generator import Generator
 
-# The additive attention bias of the forward pass under way: (b, 1, rows, columns), rows
-# and columns aligned with the end of the attended sequences.
+# the additive attention bias of the forward pass under way: (b, 1, rows, columns)
 _BIAS: ContextVar[torch.Tensor | None] = ContextVar('selfsup_attention_bias', default=None)
 BIASED = 'selfsup_biased'
 
@@ -43,9 +40,8 @@ def _biased_attention(module, query, key, value, attention_mask, **kwargs):
         elif attention_mask.dtype == torch.bool:
             attention_mask = torch.zeros_like(attention_mask, dtype=query.dtype).masked_fill(
                 ~attention_mask, torch.finfo(query.dtype).min)
-        # Masked logits must stay finite in the dtype the softmax runs in (fp32 for
-        # Llama even in fp64): a padding row masked with -inf everywhere gives NaN, and
-        # NaN values at padding positions leak into real rows through 0 * NaN.
+        # masked logits stay finite in the softmax's dtype: a row all -inf gives NaN, which
+        # leaks into real rows through 0 * NaN
         floor = max(torch.finfo(query.dtype).min, torch.finfo(torch.float32).min) / 2
         attention_mask = attention_mask.to(query.dtype).clamp(min=floor)
         attention_mask = (attention_mask[..., -q_len:, -kv_len:]
@@ -59,7 +55,7 @@ def enable_attention_bias(generator: Generator):
     self-attention of a decoder-only one."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, eager_mask
-    # registered here rather than at import: importing this package changes nothing in transformers
+    # (registered here, not at import)
     AttentionInterface.register(BIASED, _biased_attention)
     AttentionMaskInterface.register(BIASED, eager_mask)
     model = generator.model
@@ -83,17 +79,12 @@ def attention_bias(bias: torch.Tensor):
 
 
 def checkpointed_layers(generator: Generator, on: bool):
-    """Gradient checkpointing of ``generator``'s layers (each transformers
-    ``GradientCheckpointingLayer``: a decoder's or an encoder's block) on or off: with
-    gradients, a layer keeps its inputs and recomputes its activations in the backward pass.
+    """Gradient checkpointing of ``generator``'s layers (each ``GradientCheckpointingLayer``)
+    on or off.
 
-    Not transformers' own (``gradient_checkpointing_enable``), deliberately: that one acts in
-    training mode only (a frozen generator is in eval mode; training mode would turn dropout
-    on in BART or T5) and recomputes outside the :func:`attention_bias` of the forward pass,
-    which is a context variable, so a recomputed layer would attend without the bias and the
-    gradient towards the retriever would be lost. Here the bias is set again for the recompute
-    (``torch.utils.checkpoint``'s ``context_fn``); the RNG state and autocast are kept as
-    ``torch.utils.checkpoint`` keeps them. The same gradients, for a second forward pass."""
+    Not transformers' own, which acts in training mode only and recomputes outside the
+    :func:`attention_bias` context, losing the gradient towards the retriever; here the bias is
+    set again for the recompute (``torch.utils.checkpoint``'s ``context_fn``)."""
     from transformers.modeling_layers import GradientCheckpointingLayer
     for module in generator.model.modules():
         if not isinstance(module, GradientCheckpointingLayer):
@@ -126,15 +117,12 @@ def biased_log_likelihood(generator: Generator, targets: list[str], passages: li
     """log p_θ(target | z_1..z_k) with ``weights[i, j]`` (β·p_η(z_j|x_i), differentiable)
     added to the attention logits from the target's positions towards z_j's tokens.
 
-    Seq2seq: each passage encoded on its own, the encoder outputs concatenated (thesis
-    Eq. 4.10), the bias on the decoder's cross-attention. Decoder-only: the passages
-    one after another inside the prompt, the bias on the self-attention of the rows
-    that follow the passages (the prompt's tail and the target).
+    Seq2seq: each passage encoded on its own, the encoder outputs concatenated (thesis Eq.
+    4.10), the bias on the decoder's cross-attention. Decoder-only: the passages one after
+    another inside the prompt, the bias on the self-attention of the rows after them.
 
-    ``rows``: only these rows of the batch (``weights`` holds theirs alone), padded as the
-    whole batch pads them, so that each row's value is the one the whole batch gives it, for
-    a fraction of the activations (:class:`~pyterrier_selfsup.training.reconstruction.Acrobart`'s
-    ``generator_batch``)."""
+    ``rows``: only these rows of the batch (``weights`` holds theirs alone), padded as the whole
+    batch pads them, so that each row's value is the one the whole batch gives it."""
     enable_attention_bias(generator)
     t_ids = generator.target_ids(targets)
     target_width = max(1, max(len(t) for t in t_ids))
@@ -147,8 +135,6 @@ def biased_log_likelihood(generator: Generator, targets: list[str], passages: li
             lengths = lengths.reshape(len(passages), -1)
             shape = dict(min_passage_width=int(lengths.max()), min_width=int(lengths.sum(1).max()))
             passages, t_ids = passages[rows], t_ids[rows]
-        # (the encoder under autocast too, as everywhere else: a frozen generator's matrices are in
-        # its dtype)
         with generator.autocast():
             enc, enc_mask, owner = concatenated_encoding(generator, passages, **shape)
         bias = _owner_bias(weights, owner)[:, None, None, :].expand(len(t_ids), 1, target_width,
@@ -167,10 +153,9 @@ def biased_log_likelihood(generator: Generator, targets: list[str], passages: li
 
 def concatenated_encoding(generator: Generator, passages: list[list[str]], *,
                           min_passage_width: int = 1, min_width: int = 1):
-    """Seq2seq: each row's passages encoded one by one and their encoder outputs
-    concatenated (FiD; thesis Eq. 4.10): (outputs (b, width, d), mask (b, width), owner
-    (b, width): the passage each position belongs to, -1 for padding). ``min_passage_width``,
-    ``min_width``: at least this long a padded passage and row (rows of a larger batch)."""
+    """Seq2seq: each row's passages encoded one by one and their outputs concatenated (FiD):
+    (outputs (b, width, d), mask (b, width), owner (b, width), -1 for padding).
+    ``min_passage_width``, ``min_width``: at least this long a padded passage and row."""
     device = generator.device
     b, k = len(passages), len(passages[0])
     p_ids = generator.passage_ids([p for row in passages for p in row])
@@ -194,11 +179,9 @@ def concatenated_encoding(generator: Generator, passages: list[list[str]], *,
 
 
 def concatenated_prompts(generator: Generator, passages: list[list[str]], t_ids: list[list[int]]):
-    """Decoder-only: one sequence per row, [head][z_1][sep][z_2]...[z_k][tail][target]
-    (the prompt's head and tail around all k passages): (sequences, owner (b, length):
-    the passage each position belongs to, -1 elsewhere, and after (b, length): the
-    positions after the passages, the prompt's tail and the target), the tensors
-    left-padded as :meth:`Generator.sequence_logp` pads the sequences."""
+    """Decoder-only: one sequence per row, [head][z_1][sep][z_2]...[z_k][tail][target]:
+    (sequences, owner (b, length), -1 off the passages, and after (b, length): the positions
+    after the passages), left-padded as :meth:`Generator.sequence_logp` pads them."""
     device = generator.device
     tok = generator.tokenizer
     head, tail = generator.prompt.split('{passage}', 1)

@@ -9,11 +9,8 @@ A = Q_q K_dᵀ (times the layer's own scaling: 1/√e for BERT, 1 for T5), score
     r(q, d)   = Σ_h softmax(w / τ)_h · r_h(q, d)
 
 with w learnable and τ low, so that training ends up selecting one *retrieval head*.
-
-Backbones: BERT-family encoders (all-MiniLM-L6-v2 here: 6 layers, 12 heads of 32
-dimensions) and the T5 encoder (ReAtt's own choice; pre-norm, so layer B+1's attention
-reads its layer norm of the B-th layer's output). Every real token counts, special tokens
-included ([CLS]/[SEP] for BERT, </s> for T5), as ColBERT keeps its markers.
+Backbones: BERT-family encoders and the T5 encoder (pre-norm: layer B+1's attention reads its
+layer norm of the B-th layer's output).
 
     reatt = ReAtt.from_pretrained('sentence-transformers/all-MiniLM-L6-v2', retrieval_layer=3,
                                   head=...)
@@ -85,9 +82,8 @@ def retrieval_attention(model: torch.nn.Module, layer: int) -> _Attention:
 
 
 def first_layers(model: torch.nn.Module, n: int) -> torch.nn.Module:
-    """A view of ``model`` that runs its embeddings and only its first ``n`` layers,
-    sharing its parameters (a T5 stack's final layer norm is left out: it belongs to
-    the last layer's output). Its ``last_hidden_state`` is the bi-encoder's output."""
+    """A view of ``model`` that runs its embeddings and only its first ``n`` layers, sharing
+    its parameters (without a T5 stack's final layer norm)."""
     stack, name = _stack(model)
     view_stack = copy.copy(stack)
     view_stack._modules = dict(stack._modules)  # nn.Module keeps submodules in this dict
@@ -116,7 +112,6 @@ class ReAttModel(torch.nn.Module):
         self.retrieval_layer = retrieval_layer
         self.head_temperature = head_temperature
         self.attention = retrieval_attention(encoder, retrieval_layer)
-        # w: uniform to start
         self.head_logits = torch.nn.Parameter(torch.zeros(self.attention.heads))
         # a list: not a registered submodule
         self._bi_encoder = [first_layers(encoder, retrieval_layer)]
@@ -152,8 +147,8 @@ class ReAttModel(torch.nn.Module):
 
     def head_scores(self, q: torch.Tensor, q_mask: torch.Tensor, k: torch.Tensor,
                     k_mask: torch.Tensor, chunk: int = 64) -> torch.Tensor:
-        """r_h(q_i, d_j) for every query i and document j, (n_q, n_d, H); documents in
-        chunks of ``chunk`` to bound memory (n_q · chunk · H · L_q · L_d logits at once)."""
+        """r_h(q_i, d_j) for every query i and document j, (n_q, n_d, H); documents in chunks
+        of ``chunk`` to bound memory."""
         out = []
         q_mask = q_mask.to(q.dtype)
         n_tokens = q_mask.sum(1).clamp(min=1)  # (n_q,)
@@ -162,7 +157,6 @@ class ReAttModel(torch.nn.Module):
             logits = torch.einsum('ihqe,jhde->ijhqd', q, kc) * self.attention.scaling
             logits = logits.masked_fill(~mc.bool()[None, :, None, None, :],
                                         torch.finfo(logits.dtype).min)
-            # (n_q, c, H, L_q): each query token's best document token
             best = logits.max(dim=-1).values
             r = (best * q_mask[:, None, None, :]).sum(-1) / n_tokens[:, None, None]
             # a document with no token to score (nothing left after truncation) cannot be retrieved
@@ -179,12 +173,11 @@ class ReAttModel(torch.nn.Module):
 
 
 class ReAtt(TrainableModel):
-    """A ReAtt retriever over any BERT-family or T5 encoder: tokenisation, encoding of
-    query and document tokens, scoring, a re-ranker (:meth:`scorer`), save and load.
+    """A ReAtt retriever over any BERT-family or T5 encoder: tokenisation, encoding, scoring,
+    a re-ranker (:meth:`scorer`), save and load.
 
-    ``retrieval_layer`` is B: the layer whose attention retrieves, counted from 0, so that
-    the B layers before it are the bi-encoder (ReAtt takes half the encoder's depth; the
-    released checkpoints' ``retrieval_layer`` counts the same way). ``head_temperature`` is τ."""
+    ``retrieval_layer`` is B, counted from 0, so that the B layers before it are the bi-encoder;
+    ``head_temperature`` is τ."""
 
     def __init__(self, model: ReAttModel, tokenizer, *, name: str = 'reatt', max_length: int = 256,
                  query_max_length: int = 64, special_tokens: bool = True, batch_size: int = 32,
@@ -204,11 +197,9 @@ class ReAtt(TrainableModel):
     def from_pretrained(cls, name_or_path: str, *, retrieval_layer: int | None = None,
                         head_temperature: float | None = None, head: int | None = None,
                         max_length: int | None = None, **kwargs) -> 'ReAtt':
-        """A hub name or path: any encoder (a T5 checkpoint gives its encoder), or a
-        directory written by :meth:`save_pretrained` (its settings and head weights).
-        ``retrieval_layer`` defaults to the checkpoint's own (a ReAtt checkpoint's config has
-        ``retrieval_layer`` and ``retrieval_head``), else to half the depth; ``head`` puts
-        P_head on one head (from a head analysis, or the checkpoint's), else heads start uniform."""
+        """A hub name or path: any encoder (a T5 checkpoint gives its encoder), or a directory
+        written by :meth:`save_pretrained`. ``retrieval_layer`` defaults to the checkpoint's own,
+        else half the depth; ``head`` puts P_head on one head, else heads start uniform."""
         saved = read_saved_config(name_or_path, REATT_CONFIG_FILE) or {}
         config = AutoConfig.from_pretrained(name_or_path)
         if getattr(config, 'is_encoder_decoder', False):  # a seq2seq checkpoint: its encoder only
@@ -285,14 +276,12 @@ class ReAtt(TrainableModel):
         with self.autocast():
             vectors = self.model.project(self.model.states(batch['input_ids'],
                                                            batch['attention_mask']), side)
-        # autocast's: scores are summed in fp32
         if vectors.dtype in (torch.float16, torch.bfloat16):
             vectors = vectors.float()
         return vectors, batch['score_mask']
 
     def token_vectors(self, texts: Sequence[str], side: str) -> list[torch.Tensor]:
-        """Inference: each text's layer-B+1 query or key vectors, (L, H, e) without padding;
-        texts batched by length so that a batch pads little."""
+        """Inference: each text's layer-B+1 query or key vectors, (L, H, e) without padding."""
         texts = list(texts)
         order = np.argsort([-len(t) if isinstance(t, str) else 0 for t in texts], kind='stable')
         out: list[torch.Tensor | None] = [None] * len(texts)
@@ -310,8 +299,8 @@ class ReAtt(TrainableModel):
 
     def score_texts(self, queries: Sequence[str], docs: Sequence[str], *,
                     per_head: bool = False) -> np.ndarray:
-        """r(q_i, d_i) for aligned pairs (``per_head``: r_h for every head, (n, H)), in
-        inference mode; each distinct query and document is encoded once."""
+        """r(q_i, d_i) for aligned pairs (``per_head``: r_h for every head, (n, H)); each
+        distinct query and document is encoded once."""
         uq, qi = np.unique(np.asarray(clean_texts(list(queries)), dtype=object),
                            return_inverse=True)
         ud, di = np.unique(np.asarray(clean_texts(list(docs)), dtype=object), return_inverse=True)
@@ -359,8 +348,7 @@ class ReAttScorer(pt.Transformer):
 
 
 def mix_heads(per_head: np.ndarray, weights: torch.Tensor) -> np.ndarray:
-    """Σ_h weights_h · r_h per row of ``per_head`` (n, H); -inf where every head is -inf
-    (a document with no token), not the NaN of 0 · -inf."""
+    """Σ_h weights_h · r_h per row of ``per_head`` (n, H); -inf where every head is -inf."""
     empty = np.isneginf(per_head).all(axis=1)
     out = np.where(empty[:, None], 0.0, per_head) @ weights.detach().float().cpu().numpy()
     return np.where(empty, -np.inf, out).astype(np.float32)
@@ -368,8 +356,7 @@ def mix_heads(per_head: np.ndarray, weights: torch.Tensor) -> np.ndarray:
 
 def pad_tokens(pieces: list[torch.Tensor]):
     """Per-text token vectors (L_i, H, e) as one padded batch (b, H, L, e) and its mask (b, L)."""
-    # an empty (0, H, e) piece of width 1 appended and dropped: empty texts still get one
-    # (masked) position
+    # an empty filler piece appended and dropped: empty texts still get one masked position
     filler = pieces[0].new_zeros((1,) + tuple(pieces[0].shape[1:]))
     vectors = pad_sequence(list(pieces) + [filler], batch_first=True)[:-1].permute(0, 2, 1, 3)
     mask = pad_sequence([torch.ones(len(p), dtype=torch.long, device=p.device) for p in pieces]

@@ -2,19 +2,15 @@
 
 One T5 both retrieves and reads:
 
-- its encoder's first B layers encode query and document independently (the bi-encoder),
-  and layer B+1's attention from query tokens to document tokens is the retrieval score
+- its encoder's first B layers encode query and document independently, and layer B+1's
+  attention from query to document tokens is the retrieval score
   (:class:`~pyterrier_selfsup.models.reatt.ReAtt` over the same weights);
-- from layer B+1 on, the encoder reads query and document jointly ([q; d], full
-  attention): the cross-encoder;
-- the decoder reads the K (query, document) encodings together (fusion-in-decoder) and
-  generates the target; its last layer's cross-attention from the first decoder
-  position, softmaxed over all tokens, summed per document and averaged over heads, is
-  the target attention P_target.
+- from layer B+1 on, the encoder reads query and document jointly: the cross-encoder;
+- the decoder reads the K (query, document) encodings together (fusion-in-decoder), and its
+  last layer's cross-attention from the first position, summed per document, is P_target.
 
 The configuration is the released checkpoints' (``neulab/reatt-large-nq``): the T5 config
-carries ``retrieval_layer`` (B, counted from 0) and ``retrieval_head``, so a user with the
-hub loads them with :meth:`ReAttT5.from_pretrained`. Here it is tested with a tiny random T5.
+carries ``retrieval_layer`` (B, from 0) and ``retrieval_head``.
 """
 import json
 from collections.abc import Sequence
@@ -79,8 +75,8 @@ class ReAttT5(TrainableModel):
         return out
 
     def save_pretrained(self, path: str | Path) -> Path:
-        """A T5 checkpoint whose config names ``retrieval_layer`` and ``retrieval_head`` (the
-        released checkpoints' fields), with the head weights and settings beside it."""
+        """A T5 checkpoint whose config names ``retrieval_layer`` and ``retrieval_head``, with the
+        head weights and settings beside it."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.model.config.retrieval_layer = self.retrieval_layer
@@ -109,9 +105,8 @@ class ReAttT5(TrainableModel):
 
     def encode_pairs(self, queries: Sequence[str],
                      docs: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The encoder over each [query; document] pair, its first B layers on each side
-        alone (the bi-encoder) and the rest over the pair: (output (n, L, d), mask (n, L),
-        the bi-encoder's output (n, L, d), the query first)."""
+        """The encoder over each [query; document] pair, its first B layers on each side alone:
+        (output (n, L, d), mask (n, L), the bi-encoder's output (n, L, d), the query first)."""
         q = self.retriever.tokenize(queries, 'query')
         d = self.retriever.tokenize(docs, 'passage')
         h_q = self.retriever.model.states(q['input_ids'], q['attention_mask'])
@@ -128,8 +123,7 @@ class ReAttT5(TrainableModel):
             mask[i, :a + b] = 1
         joint, stack = hidden, self.model.encoder
         blocks = stack.block
-        # T5 computes its relative position bias in the first layer and shares it; the
-        # masked positions get the dtype's minimum, as the stack itself adds them
+        # T5 computes its relative position bias in the first layer and shares it
         first = blocks[0].layer[0].SelfAttention
         bias = first.compute_bias(width, width, device=self.device).to(joint.dtype)
         bias = bias + (1 - mask[:, None, None, :].to(joint.dtype)) * torch.finfo(joint.dtype).min
@@ -141,8 +135,7 @@ class ReAttT5(TrainableModel):
     def read(self, queries: Sequence[str], docs: Sequence[Sequence[str]], targets: Sequence[str],
              ) -> tuple[torch.Tensor, torch.Tensor]:
         """Fusion-in-decoder over each query's k documents: (Σ log p(target) per query, with
-        gradients; P_target (b, k), the first decoder position's last-layer cross-attention
-        summed per (query, document) pair and averaged over heads, without gradients)."""
+        gradients; P_target (b, k), without gradients)."""
         b, k = len(queries), len(docs[0])
         encoded, mask, _ = self.encode_pairs([q for q in queries for _ in range(k)],
                                              [d for row in docs for d in row])

@@ -22,16 +22,11 @@ class ReconstructionScorer(pt.Transformer):
     """Re-ranks by log p(query | document) under a
     :class:`~pyterrier_selfsup.models.generator.Generator`.
 
-    ``normalise``: ``mean`` (per query token) or ``sum``. Within one query every
-    candidate is scored on the same target tokens, so both rank the candidates of a
-    query identically; the choice matters only when scores are compared across queries
-    or fused with other scores.
+    ``normalise``: ``mean`` (per query token) or ``sum``; both rank a query's candidates alike.
 
-    ``cache``: a directory for a pyterrier-caching ``Sqlite3ScorerCache`` of the summed
-    log-likelihoods, keyed by (query text, docno); pairs found there are not scored
-    again. It must belong to one corpus and one generator (see :func:`score_cache_dir`).
-    Several processes may share it (SQLite serialises their commits): :meth:`fill`
-    splits a large scoring job between the processes of a torch.distributed group.
+    ``cache``: a directory for a ``Sqlite3ScorerCache`` of the summed log-likelihoods, keyed by
+    (query text, docno), for one corpus and one generator (:func:`score_cache_dir`). Several
+    processes may share it; :meth:`fill` splits a scoring job between the processes of a group.
     """
 
     CHUNK = 512  # passages per cache commit
@@ -50,10 +45,9 @@ class ReconstructionScorer(pt.Transformer):
                                                                  busy_seconds=self.BUSY_SECONDS)
 
     def fill(self, pairs: pd.DataFrame):
-        """Scores every (query, docno) pair of ``pairs`` (with its text) into the cache. Under
-        torch.distributed, each process of the group scores the pairs of its share of the
-        passages (passage i to process i mod N: no pair is scored twice, and each passage's
-        prompt is still encoded once), and every process returns when the cache holds them all."""
+        """Scores every (query, docno) pair of ``pairs`` into the cache; under torch.distributed
+        each process scores its share of the passages, and every process returns when the cache
+        holds them all."""
         if self.cache is None:
             raise ValueError('fill needs a scorer with a cache')
         rank, world_size = distributed()
@@ -72,16 +66,11 @@ class ReconstructionScorer(pt.Transformer):
         if not len(out):
             return out.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
         if self.cache is not None:
-            # one row per (query, docno): the same query text under two qids would
-            # otherwise be scored and inserted into the cache twice
+            # one row per (query, docno), so that a query text under two qids is scored once
             pairs = out.drop_duplicates(['query', 'docno'])
-            # By passage, so that each passage's queries are scored together (its prompt
-            # encoded once) and the cache commits after every CHUNK passages: a long
-            # scoring run that is interrupted keeps what it did. Its progress is one stage,
-            # of the pairs the cache does not hold, not one a chunk.
+            # by passage (its prompt encoded once), committed every CHUNK passages so that an
+            # interrupted run keeps what it did; one progress stage for the pairs not cached
             passages = pairs['docno'].unique()
-            # (counted only where shown: a training step's look-up of what its fill scored
-            # counts nothing)
             missing = len(pairs) - cached_count(self.cache, pairs) if self.generator.verbose else 0
             self._missing.tracker = progress(total=missing, desc='generator scoring', unit='pair',
                                              enabled=self.generator.verbose and missing > 0)
@@ -110,8 +99,7 @@ class ReconstructionScorer(pt.Transformer):
             try:
                 return self.cache(pairs)
             except sqlite3.IntegrityError:
-                # another process inserted some of these pairs after this one looked them up
-                # (two processes scoring the same pair): look up again, now they are there
+                # another process inserted some of these pairs meanwhile: look up again
                 self.cache.db.rollback()
                 return self.cache(pairs)
 

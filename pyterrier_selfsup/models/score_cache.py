@@ -18,10 +18,8 @@ SCORE_DB = 'db.sqlite3'  # (pyterrier-caching's Sqlite3ScorerCache: this file an
 
 
 def score_cache_damage(path: Path) -> str | None:
-    """What is wrong with the score cache at ``path`` (a SQLite database), or None: its
-    metadata, the file's header and length (a whole number of pages), and SQLite's own
-    ``quick_check`` of every page (linear in the cache's size: about a second for a
-    million scores)."""
+    """What is wrong with the score cache at ``path``, or None: its metadata, the file's header
+    and length, and SQLite's own ``quick_check`` of every page."""
     if not path.exists():
         return None
     try:
@@ -46,11 +44,10 @@ def score_cache_damage(path: Path) -> str | None:
 
 
 def _copy_readable_scores(source: Path, db) -> int:
-    """Copies every row of the damaged cache ``source`` that SQLite can still read into the
-    cache ``db`` (in ranges of rowids, halving a range that fails down to single rows, so
-    that only the rows on damaged pages are lost); the number of rows in ``db``. The
-    damaged file is read through its own connection: attached to ``db``, its damage made
-    ``db``'s commit fail."""
+    """Copies every row of the damaged cache ``source`` that SQLite can still read into ``db``
+    (ranges of rowids halved down to single rows where a read fails); the number of rows in
+    ``db``. The damaged file is read through its own connection, so its damage cannot fail
+    ``db``'s commit."""
     rows = []
     try:
         damaged = sqlite3.connect(source)
@@ -81,10 +78,8 @@ def _copy_readable_scores(source: Path, db) -> int:
 
 
 def cached_count(cache, pairs: pd.DataFrame) -> int:
-    """How many (query, docno) pairs of ``pairs`` the score cache ``cache`` holds: what a call
-    will not score, so that its progress counts the rest. (Read from the table as
-    pyterrier-caching's ``Sqlite3ScorerCache`` keeps it, ``[group]`` the query and ``key`` the
-    docno, a query at a time, as its own look-up reads it.)"""
+    """How many (query, docno) pairs of ``pairs`` the score cache ``cache`` holds, read from the
+    table as ``Sqlite3ScorerCache`` keeps it (``[group]`` the query, ``key`` the docno)."""
     held = 0
     for query, docnos in pairs.groupby('query', sort=False)['docno']:
         docnos = docnos.unique().tolist()
@@ -98,10 +93,9 @@ def cached_count(cache, pairs: pd.DataFrame) -> int:
 
 
 def score_cache_dir(corpus, generator, cache_dir=None) -> Path:
-    """Where the summed log-likelihoods of ``generator`` on the documents of ``corpus`` are
-    cached: keyed by the generator's fingerprint (weights and settings). ``corpus``: a
-    :class:`~pyterrier_selfsup.data.collections.Collection`, whose documents' contents key it
-    too where they can change under the same id (``Collection.cache_settings``), or a corpus id.
+    """Where the summed log-likelihoods of ``generator`` on ``corpus`` (a
+    :class:`~pyterrier_selfsup.data.collections.Collection` or a corpus id) are cached, keyed by
+    the generator's fingerprint and the documents' contents.
 
         score_cache_dir(Collection('classic/adi'), generator)
     """
@@ -113,11 +107,9 @@ def score_cache_dir(corpus, generator, cache_dir=None) -> Path:
 
 
 def open_score_cache(path: Path, scorer: pt.Transformer, busy_seconds: int = 600):
-    """The score cache at ``path`` (created if missing), whose misses ``scorer`` fills (it adds
-    ``loglik``), keyed by (query, docno). A damaged cache is set aside as ``<path>.damaged``
-    and its readable rows copied into a new one, with a warning. Created under a lock:
-    processes started together would otherwise race to create it. A commit waits up to
-    ``busy_seconds`` for another process's."""
+    """The score cache at ``path`` (created, under a lock, if missing), whose misses ``scorer``
+    fills, keyed by (query, docno). A damaged cache is set aside as ``<path>.damaged`` and its
+    readable rows copied into a new one. A commit waits up to ``busy_seconds`` for another's."""
     from pyterrier_caching import Sqlite3ScorerCache
     writable(path.parent, f'the score cache {path.name}')
     with locked(path.with_name(path.name + '.lock')):

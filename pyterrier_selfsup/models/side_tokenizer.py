@@ -1,6 +1,5 @@
 """How a dual encoder's two sides read their texts: each side's prompt and max length, and the
-token ids of a batch from the fast tokenizer's Rust code, cut before tokenizing where a text is
-far longer than the ids kept, and kept between encodings of one corpus where asked
+token ids of a batch from the fast tokenizer's Rust code
 (:mod:`~pyterrier_selfsup.models._token_ids`).
 
 A class that mixes :class:`SideTokenizer` in sets ``tokenizer``, ``prompts`` (``query`` and
@@ -20,8 +19,7 @@ from pyterrier_selfsup.models.batching import (
     tokenized_in_slices,
 )
 
-# token ids a trainer keeps between refreshes of its index: 256 MB of ids, and about 200 bytes
-# a passage besides (MS MARCO's 8.8M passages need about 600M ids)
+# token ids a trainer keeps between refreshes of its index
 KEPT_TOKENS = 2 ** 26
 
 
@@ -40,8 +38,7 @@ class SideTokenizer:
         return [prompt + t for t in texts] if prompt else texts
 
     def tokenize(self, texts: list[str], side: str, padding: bool | str = True):
-        """The tokenizer's batch of ``texts`` as ``side`` reads them (its prompt, its max
-        length)."""
+        """The tokenizer's batch of ``texts`` as ``side`` reads them."""
         return self._tokenized(self.prompted(texts, side), side, padding)
 
     def _tokenized(self, texts: list[str], side: str, padding: bool | str = True):
@@ -50,14 +47,10 @@ class SideTokenizer:
                               return_tensors='pt' if padding else None)
 
     def token_ids(self, texts: list[str], side: str) -> list[Sequence[int]]:
-        """The ids :meth:`tokenize` gives ``texts`` (truncated, unpadded), from the fast
-        tokenizer's Rust code directly where there is one: Hugging Face's wrapper around it
-        builds Python lists of masks and type ids that inference never reads, which costs as
-        much as the tokenization itself on a many-core machine. The Rust tokenizer is a copy
-        of the wrapper's, so that its truncation setting is its own. A text far longer than
-        the ids kept is cut at a word's end before tokenization (:func:`tokenize_cut`, the
-        same ids), and passages' ids are kept between calls where
-        :meth:`keep_passage_token_ids` says so."""
+        """The ids :meth:`tokenize` gives ``texts`` (truncated, unpadded), from the fast tokenizer's
+        Rust code directly where there is one (the wrapper builds masks inference never reads). A
+        text far longer than the ids kept is cut at a word's end first (:func:`tokenize_cut`, the
+        same ids), and passages' ids are kept where :meth:`keep_passage_token_ids` says so."""
         texts = self.prompted(texts, side)
         # (read once: another thread may let the kept ids go meanwhile)
         kept = self._kept_ids if side == 'passage' else None
@@ -83,19 +76,15 @@ class SideTokenizer:
         return tokenize_cut(ids, texts, max_length) if cuts else ids(texts)
 
     def keep_passage_token_ids(self, max_tokens: int | None = KEPT_TOKENS):
-        """Keeps the token ids of the passages it encodes, up to ``max_tokens`` ids in all
-        (4 bytes each), so that encoding the same corpus again (a trainer's index refresh)
-        skips their tokenization; None lets them go. Copies of the encoder share them."""
+        """Keeps the token ids of the passages it encodes, up to ``max_tokens`` ids, so that
+        encoding the same corpus again skips their tokenization; None lets them go."""
         self._kept_ids = KeptTokenIds(max_tokens) if max_tokens else None
 
     def _batches(self, texts: list[str], side: str, batch_size: int):
-        """(positions in ``texts``, input ids, attention mask) for each inference batch.
-
-        Texts go longest first by characters, in slices tokenized on a thread while the device
-        encodes the slice before (:func:`tokenized_in_slices`). Each slice is sorted by its
-        token counts and cut into batches of at most ``batch_size`` times the side's
-        ``max_length`` padded tokens (:func:`budget_batches`), so that short texts (queries)
-        run many to a batch and each batch pads only to its own longest text."""
+        """(positions in ``texts``, input ids, attention mask) for each inference batch: texts
+        longest first, in slices tokenized on a thread (:func:`tokenized_in_slices`), each slice cut
+        into batches of at most ``batch_size`` times the side's ``max_length`` padded tokens
+        (:func:`budget_batches`)."""
         budget = batch_size * self.side_max_length(side)
         order = np.argsort([-len(t) for t in texts], kind='stable')
         left = self.tokenizer.padding_side == 'left'

@@ -1,7 +1,5 @@
 """What the training loop needs of a model: :class:`TrainableModel`, the contract every trainer
-trains through (a dual encoder, ReAtt, a generator's attention model), never asking which model
-it is. A wrapper subclasses it and lists its modules in ``torch_modules``; the loop reads its
-parameters, switches its train mode and its gradient checkpointing, and saves and reloads it.
+trains through. A wrapper subclasses it and lists its modules in ``torch_modules``.
 """
 from pathlib import Path
 
@@ -28,16 +26,14 @@ class TrainableModel(TorchModel):
             m.train(on)
 
     def gradient_checkpointing(self, on: bool = True):
-        """Transformers' gradient checkpointing on (or off) in every pretrained transformer of
-        the model: a layer's activations are recomputed in the backward pass rather than kept
-        from the forward one (the RNG state kept: the same gradients, a second forward pass
-        of each layer). In training mode only; a model without such layers is left alone."""
+        """Transformers' gradient checkpointing on (or off) in every pretrained transformer of the
+        model (the same gradients, a second forward pass of each layer); in training mode only."""
         from transformers import PreTrainedModel
         for module in self.torch_modules():
             for m in module.modules():
                 if not isinstance(m, PreTrainedModel) or not m.supports_gradient_checkpointing:
                     continue
-                # (transformers 5.2x renamed it activation checkpointing; the old names warn)
+                # (newer transformers call it activation checkpointing)
                 if hasattr(m, 'activation_checkpointing_enable'):
                     active, enable, disable = (m.is_activation_checkpointing,
                                                m.activation_checkpointing_enable,
@@ -55,6 +51,6 @@ class TrainableModel(TorchModel):
         raise NotImplementedError
 
     def load_weights(self, path: str | Path):
-        """Loads the weights that :meth:`save_pretrained` wrote at ``path`` into this model,
-        in place (a trainer resuming from a checkpoint)."""
+        """Loads the weights that :meth:`save_pretrained` wrote at ``path`` into this model, in
+        place."""
         raise NotImplementedError

@@ -1,11 +1,10 @@
 """The query writer's key/value cache and attention: each prompt's keys and values held once and
 read by all of its samples (:class:`WriterCache`, :func:`shared_prompt_attention`), a prefix
-that every prompt begins with held once a call (:class:`SharedPrefix`), and the prompts'
-prefill attention computed a chunk of positions at a time (:func:`chunked_prefill_attention`).
+that every prompt begins with held once a call (:class:`SharedPrefix`), and the prefill's
+attention computed a chunk of positions at a time (:func:`chunked_prefill_attention`).
 
-The attention functions are registered with transformers' public ``AttentionInterface`` and
-selected with ``set_attn_implementation`` for the forwards that read a :class:`WriterCache`
-(:func:`writer_attention`), the model's own attention restored after.
+The attention functions are registered with transformers' ``AttentionInterface`` and selected
+for the forwards that read a :class:`WriterCache` (:func:`writer_attention`).
 """
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -16,11 +15,8 @@ from typing import Optional
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
-# new tokens' room a sample's keys and values are given at a time. Room for the longest query
-# (32 tokens) was 0.7 GB for SmolLM2's 64 passages x 10 samples on ADI (640 x 33 positions x 30
-# layers x 1,152 bytes), while a sample whose query has ended leaves the batch, so most of that
-# room went unused; the buffer grows by copying the rows still writing
-# (docs/results.md: the same queries, in less memory)
+# new tokens' room a sample's keys and values are given at a time: a sample whose query has
+# ended leaves the batch, so the buffer grows by copying the rows still writing
 NEW_TOKENS_RESERVED = 8
 
 
@@ -33,18 +29,14 @@ class SharedPrefix:
 
 
 class WriterLayer(DynamicLayer):
-    """One layer's keys and values in two parts: the prompts' (one row a prompt, from the
-    prefill: never copied to the samples) and the new tokens' (one row a sample, in a buffer
-    with room for ``reserve`` positions, written in place: ``DynamicLayer`` concatenates, so
-    every step copied the whole cache). Keys are held as the rotary embedding leaves them (fp32
-    under bf16 autocast: attention's scores are computed from them in fp32), values in their
-    projection's dtype. :func:`shared_prompt_attention` reads both parts; ``update`` returns
-    the part it wrote to (the prompts' at the prefill, the new tokens' after it)."""
+    """One layer's keys and values in two parts: the prompts' (one row a prompt, never copied
+    to the samples) and the new tokens' (one row a sample, in a buffer with room for ``reserve``
+    positions, written in place rather than concatenated). ``update`` returns the part it wrote
+    to (the prompts' at the prefill, the new tokens' after it)."""
 
     def __init__(self, reserve: int, prefix: tuple[torch.Tensor, torch.Tensor] | None = None):
         super().__init__()
         self.reserve = reserve
-        # the keys and values every prompt begins with, (1, heads, length, dim): prefilled once
         self.prefix = prefix
         self.prompt_keys = None  # (prompts, heads, dim, prompt length): transposed
         self.prompt_values = None  # (prompts, heads, prompt length, dim)
@@ -69,7 +61,6 @@ class WriterLayer(DynamicLayer):
             self.keys, self.values = key_states, value_states
             return key_states, value_states
         step = key_states.shape[-2]
-        # (room: the reserve, then more)
         if self._keys is None or self.new + step > self._keys.shape[-2]:
             size = self.new + step + self.reserve
             keys = key_states.new_empty((*key_states.shape[:2], size, key_states.shape[-1]))
@@ -115,14 +106,13 @@ class WriterLayer(DynamicLayer):
 
 
 class WriterCache(DynamicCache):
-    """The writer's key/value cache: a :class:`WriterLayer` a layer, for models whose layers all
-    attend to every position (others keep ``DynamicCache``, which knows their layer kinds).
+    """The writer's key/value cache: a :class:`WriterLayer` a layer, for models whose layers
+    all attend to every position.
 
-    After the prefill, :meth:`fork` makes ``n`` samples of each prompt without copying it:
-    sample ``i`` of prompt ``p`` is slot ``p * n + i``; ``slots`` lists the slots of the
-    samples still writing, in the order of the batch's rows. :meth:`batch_select_indices`
-    drops finished samples (their new tokens), and the prompts none of whose samples is
-    still writing once they are a quarter of those held (each drop copies the prompts kept)."""
+    After the prefill, :meth:`fork` makes ``n`` samples of each prompt without copying it: sample
+    ``i`` of prompt ``p`` is slot ``p * n + i``; ``slots`` lists the slots of the samples still
+    writing. :meth:`batch_select_indices` drops finished samples, and the prompts none of whose
+    samples is still writing once they are a quarter of those held."""
 
     def __init__(self, layers: int, reserve: int, prefix: Optional['SharedPrefix'] = None):
         prefixes = prefix.layers if prefix is not None else [None] * layers
@@ -132,9 +122,8 @@ class WriterCache(DynamicCache):
 
     @classmethod
     def empty_like(cls, part: 'WriterCache', prompts: int, width: int) -> 'WriterCache':
-        """A cache with room for ``prompts`` prompts of up to ``width`` positions, zeros (the
-        padding on the right of a shorter part), the dtypes and layout of ``part``'s; filled by
-        :meth:`place`."""
+        """A zeroed cache with room for ``prompts`` prompts of up to ``width`` positions, laid
+        out as ``part``'s; filled by :meth:`place`."""
         empty = cls(len(part.layers), part.layers[0].reserve)
         for layer, given in zip(empty.layers, part.layers):
             keys, values = given.prompt_keys, given.prompt_values
@@ -145,9 +134,8 @@ class WriterCache(DynamicCache):
         return empty
 
     def place(self, part: 'WriterCache', start: int) -> None:
-        """``part``'s prompts (prefilled on their own) as prompts ``start``, ``start + 1``, ...,
-        each padded on the right to this cache's width (what :meth:`fork` then reads with the
-        masks so padded)."""
+        """``part``'s prompts as prompts ``start``, ``start + 1``, ..., each padded on the right to
+        this cache's width."""
         for layer, given in zip(self.layers, part.layers):
             rows, length = given.prompt_keys.shape[0], given.prompt_keys.shape[-1]
             layer.prompt_keys[start:start + rows, ..., :length] = given.prompt_keys
@@ -180,18 +168,16 @@ class WriterCache(DynamicCache):
                                   'samples: fork')
 
     def attend(self, layer: WriterLayer, query: torch.Tensor, scale: float) -> torch.Tensor:
-        """One new token's attention (``query``: (samples, heads, 1, dim)) over its prompt and
-        the tokens its sample wrote: each prompt's keys and values read once for all its samples
-        (cascade attention: the two parts' softmaxes merged by their log-sum-exps). Scores and
-        softmax in fp32, weights times values in the values' dtype; returns
+        """One new token's attention (``query``: (samples, heads, 1, dim)) over its prompt and the
+        tokens its sample wrote, each prompt's keys and values read once for all its samples
+        (cascade attention: the two parts' softmaxes merged by their log-sum-exps); returns
         (samples, 1, heads, dim)."""
         rows, heads, _, dim = query.shape
         prompts, kv_heads = layer.prompt_keys.shape[:2]
         group, n = heads // kv_heads, self.samples
         # (query head h reads key/value head h // group)
         q = query.reshape(rows, kv_heads, group, dim).to(layer.prompt_keys.dtype)
-        # the prompt part: the samples of a prompt as one block of queries (slots of finished
-        # samples: zeros)
+        # the prompt part: the samples of a prompt as one block of queries
         slots = q.new_zeros((prompts * n, kv_heads, group, dim)).index_copy_(0, self.slots, q)
         slots = (slots.view(prompts, n, kv_heads, group, dim).transpose(1, 2)
                  .reshape(prompts, kv_heads, n * group, dim))
@@ -219,8 +205,7 @@ class WriterCache(DynamicCache):
         return (out / total).to(layer.prompt_values.dtype).reshape(rows, 1, heads, dim)
 
 
-# The writer's cache during a decoding step (read by the attention function, which transformers
-# calls with the layer's new keys and values only).
+# the writer's cache during a decoding step (read by the attention function)
 _WRITING: ContextVar[WriterCache | None] = ContextVar('selfsup_writer_cache', default=None)
 SHARED_PROMPT = 'selfsup_shared_prompt'
 CHUNKED_PREFILL = 'selfsup_chunked_prefill'
@@ -228,9 +213,8 @@ PREFILL_CHUNK = 32  # prompt positions a call of the prefill's attention attends
 
 
 def shared_prompt_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
-    """The attention of a decoding step over a :class:`WriterCache` (registered with
-    transformers' attention interface as :data:`SHARED_PROMPT`, for the steps after the prefill
-    only: it makes no mask of its own, the cache holds where its prompts are padded)."""
+    """The attention of a decoding step over a :class:`WriterCache` (registered as
+    :data:`SHARED_PROMPT`; the cache holds where its prompts are padded, so it makes no mask)."""
     cache = _WRITING.get()
     if cache is None or query.shape[-2] != 1:
         raise RuntimeError(f'{SHARED_PROMPT} attention runs one new token a row over a WriterCache')
@@ -241,13 +225,8 @@ def shared_prompt_attention(module, query, key, value, attention_mask, scaling=N
 
 def chunked_prefill_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
     """The prompts' causal attention (registered as :data:`CHUNKED_PREFILL`), computed by SDPA
-    for :data:`PREFILL_CHUNK` query positions at a time over the keys up to the chunk's end.
-    The same attention as one call, with the same mask; on a CPU, SDPA's flash kernel computes
-    each block of the square a mask leaves in, so one call costs about the whole square, and
-    chunks skip most of the part above the diagonal (``writer_backends.md``: the prefill with
-    its attention in one call a layer, and in chunks). Queries and keys are cast once to the
-    values' dtype (what autocast gives SDPA), and the key/value heads are read by their groups
-    of query heads without copies."""
+    for :data:`PREFILL_CHUNK` query positions at a time over the keys up to the chunk's end: the
+    same attention as one call, but on a CPU it skips most of the masked part above the diagonal."""
     length = query.shape[-2]
     # (a GPU's kernels skip masked blocks; a prefill into a cache already written is not this one)
     if query.device.type != 'cpu' or key.shape[-2] != length or length <= PREFILL_CHUNK:
@@ -282,8 +261,7 @@ def _register_attention() -> None:
 @contextmanager
 def writer_attention(model: torch.nn.Module, cache, prefill: bool):
     """Within it, ``model``'s attention is the writer's if ``cache`` is a :class:`WriterCache`:
-    :func:`chunked_prefill_attention` for the prefill, :func:`shared_prompt_attention` reading
-    ``cache`` for a decoding step (registered with transformers here, not at import)."""
+    :func:`chunked_prefill_attention` for the prefill, :func:`shared_prompt_attention` after."""
     if not isinstance(cache, WriterCache):
         yield
         return

@@ -1,7 +1,5 @@
 """The query writer's checkpoint: after each batch, the queries written so far and the state of
-the random stream they are drawn from, so that a stopped write resumes where it stopped and
-returns what one uninterrupted write returns
-(:meth:`~pyterrier_selfsup.models.writing.QueryWriter.write`).
+their random stream, so that a stopped write resumes to what one uninterrupted write returns.
 """
 import hashlib
 import json
@@ -30,9 +28,9 @@ def checkpoint_key(ids: list[list[int]], n: int, config: dict, model: str,
 
 def resume(path: Path, key: str, out: list[list[str] | None],
             generator: torch.Generator | None) -> int:
-    """The passages (in writing order) that the checkpoint at ``path`` holds queries for,
-    their queries put into ``out`` and ``generator`` put back in its state; 0 where there is
-    no checkpoint, or one of another write (reported)."""
+    """The passages (in writing order) that the checkpoint at ``path`` holds queries for, put into
+    ``out``, with ``generator`` put back in its state; 0 where there is no checkpoint, or one of
+    another write (reported)."""
     if not path.exists():
         return 0
     try:

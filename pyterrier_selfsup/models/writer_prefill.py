@@ -16,9 +16,8 @@ from pyterrier_selfsup.models.writer_cache import (
     writer_attention,
 )
 
-# tokens every prompt begins with (the system prompt, the instruction, example pairs) from which
-# they are prefilled once a call, not once a passage; shorter heads are prefilled with each
-# passage, and their query sets keep their cache keys (docs/results.md: shared_prefix.md)
+# tokens every prompt begins with from which they are prefilled once a call; shorter heads
+# are prefilled with each passage
 MIN_SHARED_PREFIX = 128
 
 
@@ -27,8 +26,8 @@ class Prefilling:
     ``tokenizer``, ``prefill_tokens``, ``head_ids`` and ``_shared_layers``."""
 
     def shared_prefix(self, prompts: list[list[int]]) -> Optional['SharedPrefix']:
-        """The keys and values of the longest head (within :attr:`head_ids`) that all
-        ``prompts`` begin with, each keeping one token of its own; None where it is shorter than
+        """The keys and values of the longest head (within :attr:`head_ids`) that all ``prompts``
+        begin with, each keeping one token of its own; None where it is shorter than
         :data:`MIN_SHARED_PREFIX`."""
         head = self.head_ids
         length = min(len(head), min(len(p) for p in prompts) - 1)
@@ -44,16 +43,13 @@ class Prefilling:
                 prefix: Optional['SharedPrefix'] = None):
         """The prompts' forward passes (left-padded): their key/value cache, with room for
         ``max_new_tokens`` more, the next token's logits (fp32) and the attention mask. Into a
-        :class:`WriterCache`, in forwards of at most ``prefill_tokens`` tokens (padding
-        included; prompts given longest first), each copied into one as it is prefilled; into a
-        ``DynamicCache``, in one. With a ``prefix`` (that all ``prompts`` begin with), only what
-        follows it is run, attending to its keys and values (the mask: the prefix's positions,
-        then each prompt's rest, left-padded)."""
+        :class:`WriterCache` in forwards of at most ``prefill_tokens`` tokens, each part copied
+        in as it is prefilled; into a ``DynamicCache`` in one. With a ``prefix``, only what
+        follows it is run."""
         layers = self._shared_layers()
         if not layers:
             return self._prefill(prompts, None)
-        # each part's keys and values are copied into the joined cache as soon as it is prefilled
-        # (not held until the end and concatenated: that held the batch's prompts twice)
+        # each part copied into the joined cache as soon as it is prefilled (not held twice)
         skip = prefix.length if prefix is not None else 0
         width = max(len(p) for p in prompts)
         joined, logits, masks, start = None, [], [], 0

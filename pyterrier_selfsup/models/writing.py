@@ -1,14 +1,9 @@
 """Writing training queries with a decoder-only generator (:class:`QueryWriter`).
 
-What it does that ``model.generate(num_return_sequences=n)`` does not: each prompt is prefilled
-once and its keys and values are read by all of its ``n`` samples (:class:`WriterCache`,
-cascade attention); the head every prompt begins with (system prompt, instruction, example
-pairs) is prefilled once a call (:class:`SharedPrefix`); prefills run in forwards of
-``prefill_tokens`` tokens; a sample stops at the end of its first line and leaves the batch;
-and an instruct model reads the tokenizer's chat template (``style='chat'``) or a completion
-prompt (``style='plain'``), either with example queries or example pairs. It samples as
-``generate`` does (``temperature``, ``top_k``, ``top_p``), or greedily; a test checks both
-against the unshared path.
+Unlike ``model.generate(num_return_sequences=n)``, each prompt is prefilled once and read by
+its ``n`` samples (:class:`WriterCache`); the head every prompt begins with is prefilled once a
+call (:class:`SharedPrefix`); prefills run in forwards of ``prefill_tokens`` tokens; and a
+sample stops at the end of its first line. It samples as ``generate`` does, or greedily.
 """
 import logging
 from collections.abc import Sequence
@@ -56,28 +51,21 @@ class QueryWriter(Prefilling):
 
     Args:
         style: ``chat`` (the tokenizer's chat template, :data:`SYSTEM_PROMPT` and
-            :data:`INSTRUCTION`; models without a template fall back to ``plain``) or
-            ``plain`` (:data:`~pyterrier_selfsup.models.prompts.PASSAGE_QUESTION`, completed as
-            text).
-        examples: query texts shown in every prompt as the style to write in (a query log's;
-            at most ``max_examples`` of them, chosen once by ``seed``).
+            :data:`INSTRUCTION`; ``plain`` where the model has no template) or ``plain``
+            (:data:`~pyterrier_selfsup.models.prompts.PASSAGE_QUESTION`, completed as text).
+        examples: query texts shown in every prompt as the style to write in (at most
+            ``max_examples``, chosen once by ``seed``).
         pairs: (passage, query) examples shown before the passage, each passage cut to
-            :data:`PAIR_PASSAGE_CHARS` characters: with ``chat``, as earlier turns (the
-            instruction and the passage, then the query as the model's reply); with ``plain``,
-            as that prompt completed by the query (InPars' few-shot prompt).
+            :data:`PAIR_PASSAGE_CHARS` characters (earlier turns with ``chat``, completed
+            prompts with ``plain``).
         max_passage_length: tokens of a passage shown (cut in the text).
-        batch_size: passages written together (each sampled ``n`` times). The queries'
-            distribution does not depend on it; their draws from the random stream do.
-        prefill_tokens: tokens (padding included) a prefill forward runs at most: the prompts of
-            a batch are prefilled in parts of this size, longest first, each copied into the
-            batch's cache.
-        preallocated_cache: write into a :class:`WriterCache` (each prompt held once for its
-            samples) for models whose layers all attend to every position; False:
-            transformers' ``DynamicCache``. In fp32 the same queries; under bf16 autocast
-            they differ in rounding, so the draws differ.
-        share_prefix: with the writer's cache, prefill the tokens that every prompt begins with
-            once a call (where there are at least :data:`MIN_SHARED_PREFIX` of them), and each
-            prompt from its passage on. In fp32 the same queries (a test compares them).
+        batch_size: passages written together (each sampled ``n`` times); it changes the
+            queries' draws, not their distribution.
+        prefill_tokens: tokens (padding included) a prefill forward runs at most.
+        preallocated_cache: write into a :class:`WriterCache` for models whose layers all
+            attend to every position; False: transformers' ``DynamicCache``.
+        share_prefix: with the writer's cache, prefill the tokens every prompt begins with
+            once a call (where there are at least :data:`MIN_SHARED_PREFIX` of them).
 
     Example::
 
@@ -110,9 +98,8 @@ class QueryWriter(Prefilling):
         self.share_prefix = share_prefix
 
     def config(self) -> dict:
-        """What the queries depend on besides the model (keys cached queries): their
-        distribution (the prompt's every part), and what their draws depend on (the batch; the
-        cache and the shared prefix, whose arithmetic rounds differently under bf16)."""
+        """What the queries depend on besides the model (the key of cached queries): the
+        prompt's every part, and what their draws depend on (batch, cache, shared prefix)."""
         shared = bool(self._shared_layers())
         return {'style': self.style, 'examples': self.examples,
                 'max_passage_length': self.max_passage_length,
@@ -149,9 +136,8 @@ class QueryWriter(Prefilling):
 
     @cached_property
     def head_ids(self) -> list[int]:
-        """The token ids of the prompt before its passage. Every prompt begins with them, but
-        perhaps the last, which the passage's first word can merge with (:meth:`write` shares
-        the prefix that all of its prompts have in common with these)."""
+        """The token ids of the prompt before its passage (the last may merge with the
+        passage's first word)."""
         marker = '\x00passage\x00'
         head = self.prompt(marker).split(marker)[0]
         ids = self.tokenizer(head, add_special_tokens=False)['input_ids']
@@ -170,22 +156,20 @@ class QueryWriter(Prefilling):
               generator: torch.Generator | None = None,
               checkpoint: Path | None = None) -> list[list[str]]:
         """``n`` queries for each passage (greedy: ``n`` copies of one), the first line of each
-        generation, stripped. ``shared=False``: each sample prefilled on its own (the
-        reference the shared path is tested against). Sampling draws from ``generator``
-        (a ``torch.Generator``; default: torch's global one); ``top_k`` None: the model's
-        generation config's (what ``generate`` would apply), 0: none.
+        generation, stripped. ``shared=False``: each sample prefilled on its own. Sampling draws
+        from ``generator`` (default: torch's global one); ``top_k`` None: the model's generation
+        config's, 0: none.
 
-        ``checkpoint``: a file that holds, after each batch, the queries written so far and
-        the state of ``generator`` (which sampling then needs). A call with the same file,
-        passages and settings resumes after the last batch it holds and returns what one
-        uninterrupted call returns; the file is left for the caller to remove.
+        ``checkpoint``: a file that holds, after each batch, the queries written so far and the
+        state of ``generator``; a call with the same file, passages and settings resumes from it
+        and returns what one uninterrupted call returns. The caller removes the file.
 
         Example::
 
             writer.write(passages, 3, do_sample=True, checkpoint=Path('writing.pt'),
                          generator=torch.Generator().manual_seed(0))
         """
-        if top_k is None:  # the model's, else what generate falls back on (transformers' 50)
+        if top_k is None:  # the model's, else generate's fallback
             top_k = getattr(self.generator.model.generation_config, 'top_k', None)
             top_k = GENERATE_TOP_K if top_k is None else top_k
         ids = self.prompt_ids(passages)
@@ -222,8 +206,8 @@ class QueryWriter(Prefilling):
                 top_p: float, top_k: int, max_new_tokens: int,
                 generator: torch.Generator | None,
                 prefix: Optional['SharedPrefix'] = None) -> list[list[int]]:
-        """The new tokens of ``n`` continuations of each prompt (rows: prompt-major), each up
-        to and with the token that ended it."""
+        """The new tokens of ``n`` continuations of each prompt (prompt-major), each ending
+        with the token that ended it."""
         model, device = self.generator.model, self.generator.device
         cache, logits, mask = self.prefill(prompts, max_new_tokens, prefix)
         own_cache = isinstance(cache, WriterCache)
@@ -235,7 +219,6 @@ class QueryWriter(Prefilling):
         rows = mask.shape[0]
         written: list[list[int]] = [[] for _ in range(rows)]
         alive = torch.arange(rows, device=device)  # the rows still writing, in the cache's order
-        # has a row written any text yet
         started = torch.zeros(rows, dtype=torch.bool, device=device)
         kinds = self.token_kinds.to(device)
         for step in range(max_new_tokens):
@@ -246,7 +229,7 @@ class QueryWriter(Prefilling):
             ended = (kind & 1).bool() | ((kind & 2).bool() & started)
             started |= (kind & 4).bool()
             for row, t in zip(alive.tolist(), token.tolist()):
-                written[row].append(t)  # (decoded without special tokens, cut at the first line)
+                written[row].append(t)
             keep = ~ended
             if step == max_new_tokens - 1 or not keep.any():
                 break
@@ -265,9 +248,8 @@ class QueryWriter(Prefilling):
         return written
 
 def _draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One index a row, drawn where ``generator`` lives (a seeded CPU generator draws the
-    same tokens whether the model runs on the CPU or a GPU; torch refuses a CPU generator
-    for a CUDA tensor)."""
+    """One index a row, drawn on ``generator``'s device (so a seeded CPU generator draws the
+    same tokens for a model on a GPU)."""
     if generator is None or generator.device == probs.device:
         return torch.multinomial(probs, 1, generator=generator)
     return torch.multinomial(probs.to(generator.device), 1, generator=generator).to(probs.device)
@@ -299,9 +281,8 @@ def generated(generator, passages: Sequence[str], *, max_new_tokens: int = 32,
 
 
 def token_kinds(tokenizer, model) -> torch.Tensor:
-    """A code per entry of ``model``'s vocabulary: 1 ends the sequence (end of text or of the
-    assistant's turn), 2 holds a line break, 4 holds text that is not white space (bits,
-    combined). The writer stops a sample at the first 1, or at a 2 after some text."""
+    """A code per vocabulary entry, as bits: 1 ends the sequence, 2 holds a line break, 4
+    holds text that is not white space."""
     vocab = len(tokenizer)
     size = max(vocab, model.config.vocab_size)
     kinds = torch.zeros(size, dtype=torch.uint8)
@@ -320,8 +301,8 @@ def token_kinds(tokenizer, model) -> torch.Tensor:
 
 def next_tokens(logits: torch.Tensor, do_sample: bool, temperature: float, top_p: float,
           generator: torch.Generator | None, top_k: int = 0) -> torch.Tensor:
-    """The next token of each row: greedy, or drawn as ``generate`` draws (temperature,
-    then the top k, then the nucleus of their renormalised distribution)."""
+    """The next token of each row: greedy, or drawn as ``generate`` draws (temperature, top
+    k, then nucleus)."""
     if not do_sample:
         return logits.argmax(-1)
     # (x / 1 is x: no copy of the rows' logits)
@@ -333,9 +314,7 @@ def next_tokens(logits: torch.Tensor, do_sample: bool, temperature: float, top_p
         probs = torch.softmax(scaled, dim=-1)
         if top_p >= 1.0:
             return _draw(probs, generator).squeeze(1)
-        # Rather than sorting the whole vocabulary at every step, the top NUCLEUS_CANDIDATES are
-        # sorted, and the whole only for a row whose nucleus is not inside them (the same set
-        # either way); the draw is among the candidates
+        # sorting only the top NUCLEUS_CANDIDATES (the whole row where its nucleus is wider)
         top_probs, top_idx = probs.topk(min(NUCLEUS_CANDIDATES, probs.shape[-1]), dim=-1)
         if bool((top_probs.sum(-1) < top_p).any()):
             top_probs, top_idx = probs.sort(dim=-1, descending=True)

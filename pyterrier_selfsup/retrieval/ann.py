@@ -22,8 +22,7 @@ ADD_CHUNK = 4096
 
 
 SEARCHES = ('auto', 'exact', 'ivf', 'hnsw')
-# search='auto' is exact below this many passages and IVF from it on; and the IVF and HNSW
-# settings: measured, not assumed (docs/results.md)
+# search='auto' is exact below this many passages and IVF from it on
 APPROXIMATE_FROM = 1_000_000
 IVF_PROBE_SHARE = 1 / 16  # n_probe = this share of the n_list ≈ √N posting lists FlexIndex builds
 HNSW_NEIGHBOURS = 32  # and FAISS's ef_construction 40, as FlexIndex builds it
@@ -85,14 +84,13 @@ def _cuda() -> bool:
 
 
 def prebuild_ann(index: FlexIndex, search: str) -> Path:
-    """The IVF or HNSW structure that FlexIndex's FAISS retrievers read, built here if it is
-    not yet, in the file FlexIndex would build it in and with its settings.
+    """The IVF or HNSW structure that FlexIndex's FAISS retrievers read, built here if it is not
+    yet, in FlexIndex's file and with its settings.
 
-    Deliberately not left to FlexIndex: it writes the file in place (a crash or a second
-    process sees half a file) and moves the IVF quantiser to CUDA whenever torch sees a GPU,
-    which fails with faiss-cpu. Here it is built on the CPU, under a lock, into a temporary
-    file renamed into place. The HNSW file keeps its copy of the vectors: FlexIndex writes
-    the graph alone, which FAISS 1.15 refuses to read back (storage ntotal 0 != ntotal)."""
+    Not left to FlexIndex, which writes the file in place and moves the IVF quantiser to CUDA
+    (failing with faiss-cpu): here it is built on the CPU, under a lock, into a temporary file
+    renamed into place. The HNSW file keeps its copy of the vectors, which FAISS needs to read
+    it back."""
     import faiss
 
     from pyterrier_selfsup._cache import locked

@@ -15,11 +15,9 @@ logger = logging.getLogger(__name__)
 class Retriever(pt.Transformer):
     """A query frame (``qid``, ``query``) in, a result frame out.
 
-    A frame without a ``query`` column is refused with an error that names it; an
-    empty frame gives an empty result frame, without touching any model or index. A
-    query with no text (None, NaN, blank) retrieves nothing, from every retriever here,
-    and a warning names it. Subclasses implement :meth:`retrieve` for non-empty,
-    validated topics that all have text.
+    A frame without a ``query`` column is refused; an empty frame gives an empty result frame;
+    a query with no text retrieves nothing, with a warning. Subclasses implement
+    :meth:`retrieve` for non-empty, validated topics that all have text.
     """
 
     def transform(self, topics: pd.DataFrame) -> pd.DataFrame:
@@ -59,14 +57,12 @@ def top_k_excluding(retriever: pt.Transformer, queries: Sequence[Query], k: int,
 def ranked_excluding(retriever: pt.Transformer, queries: Sequence[Query], k: int, *,
                      query_vectors: np.ndarray | None = None,
                      exclude: bool = True) -> dict[str, tuple[list[str], np.ndarray]]:
-    """Each query's top ``k`` docnos by ``retriever``, skipping its ``excluded`` passages
-    (the passage a corpus query was cut from: REALM's trivial retrieval), qid -> docnos.
+    """Each query's top ``k`` (docnos, scores) by ``retriever``, skipping its ``excluded``
+    passages (REALM's trivial retrieval): qid -> (docnos, scores).
 
     ``retriever`` is any of this package's retrievers, or a FlexIndex retriever with
-    ``query_vectors`` (one row per query) given: the trainers search with vectors they
-    have already encoded. ``retriever % (k + the most exclusions)`` is compiled, so that an
-    engine that can (PISA, FlexIndex, the dense and token retrievers here) stops at that depth.
-    qid -> (docnos, their scores); ``exclude=False``: nothing skipped."""
+    ``query_vectors`` given (one row per query). ``retriever % (k + the most exclusions)`` is
+    compiled, so that an engine stops at that depth. ``exclude=False``: nothing skipped."""
     queries = list(queries)
     if not queries:
         return {}

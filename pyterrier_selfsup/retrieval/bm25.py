@@ -1,7 +1,6 @@
 """BM25 first stage: a PISA index of a collection, built once and reused from disk.
 
-PISA rather than Terrier's Java BM25 because PISA ships its engine inside the wheel,
-while Terrier fetches its jars from Maven at start-up, which offline machines cannot.
+PISA ships its engine inside the wheel, where Terrier fetches its jars from Maven at start-up.
 """
 import contextlib
 import os
@@ -31,14 +30,13 @@ def pisa_safe(query: str) -> str:
 def pisa_index(collection: str | Collection, *, stemmer: str = 'porter2',
                stops: str = 'terrier', k1: float = 0.9, b: float = 0.4,
                cache_dir: str | Path | None = None, verbose: bool = False) -> PisaIndex:
-    """The PISA index of ``collection``'s documents (title + text), built on first use.
+    """The PISA index of ``collection``'s documents (title + text), built on first use under
+    ``<cache>/pisa/<collection>-<hash of the settings>`` (``k1`` and ``b`` included: PISA
+    precomputes score bounds for them).
 
-    The index lives under ``<cache>/pisa/<collection>-<hash of the settings>``; ``k1`` and
-    ``b`` are part of the build because PISA precomputes score bounds for them.
-
-    The build is refused early when the disk has less free space than about three times
-    the corpus text (:data:`SPACE_PER_TEXT_BYTE`), and PISA's own output goes to a log in
-    the build's directory, whose path is printed first (see :func:`_engine_output_logged`).
+    The build is refused early below :data:`SPACE_PER_TEXT_BYTE` times the corpus text of free
+    space, and PISA's own output goes to a log in the build's directory
+    (:func:`_engine_output_logged`).
     """
     collection = Collection.of(collection)
     settings = {'stemmer': stemmer, 'stops': stops, 'k1': k1, 'b': b, 'text': 'default_text'}
@@ -47,16 +45,14 @@ def pisa_index(collection: str | Collection, *, stemmer: str = 'porter2',
     what = f'the BM25 index of {collection.name}'
 
     def build(staging: Path):
-        # the engine's own log (a line per percent) is held back even when verbose: the
-        # documents' progress bar says how far the build is
+        # the engine's own log is held back even when verbose: the progress bar says how far
         with _engine_output_logged(staging / ENGINE_LOG, what) as terminal, \
                 progress(total=collection.docs_count, desc='BM25 index', unit='doc',
                          enabled=verbose, file=terminal) as stage:
-            # (the stage ends with PISA's whole build)
             index = PisaIndex(str(staging), text_field='text', stemmer=stemmer, stops=stops)
             index.index(stage.counting(collection.corpus_iter()))
-            # Opening a retriever writes PISA's score-bound file for (k1, b) into the
-            # index directory: do it here, so that a finished index is never written to.
+            # opening a retriever writes PISA's score-bound file: here, so a finished index is never
+            # written to
             index.bm25(k1=k1, b=b)
 
     def needs():
@@ -66,19 +62,16 @@ def pisa_index(collection: str | Collection, *, stemmer: str = 'porter2',
     return PisaIndex(str(build_once(path, build, what=what, needs=needs, check=_pisa_damage)))
 
 
-# PISA's index is 1.5-1.8x the corpus text (cranfield, vaswani, scifact), and its batch
-# files during the build more: a build is refused below three times the text.
+# PISA's index and its build's batch files take up to three times the corpus text
 SPACE_PER_TEXT_BYTE = 3.0
 ENGINE_LOG = 'pisa-build.log'
-# room reserved in the log before the engine starts, so that even on a full disk its last
-# words (the exception that aborts it) can be written
+# room reserved in the log, so that even on a full disk the engine's last words are written
 LOG_RESERVE = 64 << 10
 _PISA_FILES = ('fwd.documents', 'inv.docs', 'inv.freqs', 'inv.sizes', 'pt_meta.json')
 
 
 def _pisa_damage(path: Path) -> str | None:
-    """The files a complete PISA index must have, non-empty (for indexes built before the
-    completion marker recorded sizes); a size mismatch is found by the marker itself."""
+    """The files a complete PISA index must have, non-empty."""
     for name in _PISA_FILES:
         if not (path / name).is_file() or not (path / name).stat().st_size:
             return f'{name} is missing or empty'
@@ -87,18 +80,15 @@ def _pisa_damage(path: Path) -> str | None:
 
 @contextlib.contextmanager
 def _engine_output_logged(log: Path, what: str):
-    """Sends what PISA's C++ code prints (a progress line per percent, file paths) to
-    ``log``, whose path is printed before the engine starts, and shows the log's end if the
-    build fails in Python. An exception inside the engine (a write on a full disk) ends the
-    process in C++ (SIGABRT) before any handler here runs: the log is what is left, and
-    the next run keeps it beside the index as ``<index>.failed-build.log``.
-    (pyterrier_pisa.log_level() is broken in 0.4.9.)"""
+    """Sends what PISA's C++ code prints to ``log``, whose path is printed first, and shows the
+    log's end if the build fails in Python. An exception inside the engine ends the process in
+    C++ before any handler here runs: the next run keeps the log beside the index as
+    ``<index>.failed-build.log``. (pyterrier_pisa's ``log_level()`` does not silence it.)"""
     sys.stdout.flush()
     sys.stderr.flush()
     log.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     with disk_faults(what, log, undo=lambda: os.close(fd)):
-        # written from offset 0: the reserve is overwritten, not appended to
         os.posix_fallocate(fd, 0, LOG_RESERVE)
     print(f'{what}: building; the engine writes to {log}', file=sys.stderr, flush=True)
     saved = {out: os.dup(out) for out in (1, 2)}
@@ -126,11 +116,8 @@ def read_engine_log(log: Path) -> str:
 
 
 class BM25(Retriever):
-    """BM25 over a :class:`~pyterrier_pisa.PisaIndex`.
-
-    Query text is made safe for PISA's parser (see :func:`pisa_safe`); the results carry
-    the original query text. ``bm25 % k`` asks the engine for only ``k`` results.
-    """
+    """BM25 over a :class:`~pyterrier_pisa.PisaIndex`; query text is made safe for PISA's parser
+    (:func:`pisa_safe`) and the results carry the original. ``bm25 % k`` asks for ``k`` results."""
 
     def __init__(self, index: PisaIndex, *, k1: float = 0.9, b: float = 0.4,
                  num_results: int = 1000):

@@ -1,11 +1,7 @@
 """Zero-shot dense retrieval with a sentence-transformers model, through pyterrier-dr.
 
-all-MiniLM-L6-v2 is the starting point that the trainers adapt to a corpus. Its
-sentence-transformers configuration does what its model card asks: mean pooling and
-L2 normalisation, so a dot product is a cosine. Documents are encoded once into a
-:class:`~pyterrier_dr.FlexIndex` and searched exactly, or, on corpora too large for that
-(``search='auto'`` from a million passages on), through FAISS IVF: FlexIndex's
-own retrievers, over a structure built once (:mod:`~pyterrier_selfsup.retrieval.ann`), on the CPU.
+Documents are encoded once into a :class:`~pyterrier_dr.FlexIndex` and searched exactly, or
+on large corpora through FAISS IVF (:mod:`~pyterrier_selfsup.retrieval.ann`), on the CPU.
 """
 import logging
 import shutil
@@ -56,13 +52,11 @@ def flex_index(collection: str | Collection, encoder: BiEncoder, *,
                cache_dir: str | Path | None = None, verbose: bool = False,
                offsets: bool = True) -> FlexIndex:
     """``collection``'s documents (title + text) encoded by ``encoder``, built on first use
-    under ``<cache>/flex/<collection>.<model>-<hash>``, the hash covering the model's
-    identity (a :class:`DualEncoder`'s passage side, a sentence-transformers model's name).
+    under ``<cache>/flex/<collection>.<model>-<hash>``, the hash covering the model's identity.
 
     A :class:`DualEncoder` with learned passage offsets (:mod:`~pyterrier_selfsup.models.offsets`)
-    gets an index of its own, derived from the index of its passage tower with each
-    passage's offset applied (keyed by the offsets too; no passage is encoded again);
-    ``offsets=False``: the passage tower's index as it is."""
+    gets its own index, derived from its passage tower's with each offset applied (no passage is
+    encoded again); ``offsets=False``: the passage tower's index as it is."""
     collection = Collection.of(collection)
     moved = getattr(encoder, 'passage_offsets', None) if offsets else None
     if moved is not None and len(moved):
@@ -93,9 +87,8 @@ def flex_index(collection: str | Collection, encoder: BiEncoder, *,
 
 def index_key(collection: Collection, encoder: BiEncoder, backend: str | None = None) -> str:
     """The directory name of ``collection``'s index as ``encoder`` encodes it through
-    ``backend`` (a :class:`DualEncoder`'s; None for any other encoder): one key for the same
-    vectors. OpenVINO in fp32 gives torch's vectors to float rounding, so the two share an
-    index; its bf16 and int8 give other vectors, and are keyed apart."""
+    ``backend``: one key for the same vectors (OpenVINO in fp32 shares torch's index; its bf16
+    and int8 are keyed apart)."""
     if isinstance(encoder, DualEncoder):
         settings = {'weights': encoder.passage_fingerprint(), 'dtype': str(encoder.compute_dtype())}
         if backend not in (None, 'torch') and not (
@@ -114,8 +107,8 @@ def model_name(encoder: BiEncoder) -> str:
 
 
 def flex_size(collection: Collection, encoder: BiEncoder) -> int | None:
-    """About the bytes of ``collection``'s FlexIndex: the vectors (float32) and the docnos
-    (npids: about the docnos' text); None where the corpus's size is unknown."""
+    """About the bytes of ``collection``'s FlexIndex (vectors and docnos); None where the
+    corpus's size is unknown."""
     return collection.docs_count and collection.docs_count * (4 * vector_size(encoder) + 32)
 
 
@@ -128,9 +121,8 @@ def vector_size(encoder: BiEncoder) -> int:
 
 
 def flex_damage(path: Path) -> str | None:
-    """A FlexIndex's vectors against its metadata (``doc_count`` x ``vec_size`` float32):
-    what a truncated ``vecs.f4`` would otherwise meet as numpy's 'mmap length is greater
-    than file size' when the index is first searched."""
+    """A FlexIndex's vectors checked against its metadata, so that a truncated ``vecs.f4`` is
+    found before the index is searched."""
     import json
     try:
         meta = json.loads((path / 'pt_meta.json').read_text())
@@ -152,14 +144,13 @@ def encode_into(path: str | Path, collection: Collection, encoder: BiEncoder, *,
     """A new FlexIndex at ``path`` of ``collection``'s documents, encoded by ``encoder`` in one
     process (:func:`encode_sharded`: by several)."""
     index = FlexIndex(str(path), verbose=False)
-    # (the stage ends when the last chunk is encoded, not when the last document is taken)
     with progress(total=collection.docs_count, desc='encoding documents', unit='doc',
                   enabled=verbose) as stage:
         docs = collection.corpus_iter()
         if isinstance(encoder, DualEncoder):  # each batch counted as it is encoded
             with encoder.counting_into(stage):
                 (encoder.doc_encoder(verbose=False) >> index).index(docs, batch_size=chunk)
-        else:  # (sentence-transformers' batches are its own: each chunk counted as it is taken)
+        else:  # (sentence-transformers batches itself: each chunk counted as it is taken)
             (encoder.doc_encoder(verbose=False) >> index).index(stage.counting(docs),
                                                                 batch_size=chunk)
     return index
@@ -167,16 +158,11 @@ def encode_into(path: str | Path, collection: Collection, encoder: BiEncoder, *,
 
 def encode_sharded(path: str | Path, collection: Collection, encoder: BiEncoder, *, rank: int,
                    world_size: int, verbose: bool = False, chunk: int = SHARD_CHUNK) -> FlexIndex:
-    """:func:`encode_into` with the encoding split over ``world_size`` processes, each
-    calling this with its ``rank`` (torch.distributed must be initialised: it provides the
-    barriers). The corpus is cut into chunks of ``chunk`` documents and chunk c goes to rank
-    c mod ``world_size`` (:func:`~pyterrier_selfsup._distributed.my_chunks`); each encodes its
-    chunks as :func:`encode_into` with the same ``chunk`` would (same batches: the same
-    vectors) into shard files beside ``path`` (a filesystem every rank sees), then rank 0
-    interleaves them back into corpus order in one FlexIndex at ``path``. Every rank
-    returns it. A shared filesystem is the only transport: no vector crosses the network.
-
-    Data-parallel trainers refresh their index through it (:func:`fresh_index`)."""
+    """:func:`encode_into` split over ``world_size`` processes, each calling this with its
+    ``rank`` (torch.distributed must be initialised). Chunk c of ``chunk`` documents goes to
+    rank c mod ``world_size``; each rank writes its vectors to shard files beside ``path`` (a
+    filesystem every rank sees), and rank 0 interleaves them into one FlexIndex at ``path``,
+    which every rank returns. No vector crosses the network."""
     path = Path(path)
     root = path.with_name(path.name + '.shards')
     doc_encoder = encoder.doc_encoder(verbose=False)
@@ -222,9 +208,8 @@ def _interleaved(shards: list[Path], chunk: int):
 
 class DenseRetriever(Retriever):
     """Dot-product search of a FlexIndex with a bi-encoder's query vectors: exact, or
-    approximate (``search``: ``'ivf'``, ``'hnsw'``, or ``'auto'``: IVF for corpora of at least
-    :data:`APPROXIMATE_FROM` passages, exact below). The search it resolved to is
-    ``search_method``, so that PyTerrier's ``retriever.search('a query')`` stays a call.
+    approximate (``search``: ``'ivf'``, ``'hnsw'``, or ``'auto'``: IVF from
+    :data:`APPROXIMATE_FROM` passages on). The search it resolved to is ``search_method``.
 
         DenseRetriever.from_collection('classic/adi').search('information retrieval')
     """
@@ -246,15 +231,10 @@ class DenseRetriever(Retriever):
                         cache_dir: str | Path | None = None,
                         verbose: bool = False) -> 'DenseRetriever':
         """The sentence-transformers model ``model_name`` zero-shot over ``collection``, in
-        fp32: the package's :class:`DualEncoder` reading the model's own configuration (its
-        vectors are sentence-transformers' within float rounding), through OpenVINO on a CPU
-        where it is installed (``backend='auto'``; ``'torch'`` to choose torch). A model that
-        the DualEncoder cannot reproduce is encoded by sentence-transformers, through
-        pyterrier-dr, as is a plain Hugging Face encoder (sentence-transformers' mean pooling).
-        ``prompts``: each side's prompt, as :meth:`DualEncoder.from_pretrained` takes them (by
-        default the model's own, else its model card's); ``normalize=True``: vectors
-        L2-normalised, so that the search is by cosine whatever the model does (None: as the
-        model does).
+        fp32, encoded by the package's :class:`DualEncoder` (through OpenVINO on a CPU where it is
+        installed, ``backend='auto'``), or by sentence-transformers where the DualEncoder cannot
+        reproduce the model. ``prompts``: each side's prompt (default: the model's own);
+        ``normalize=True``: vectors L2-normalised (None: as the model does).
 
             DenseRetriever.from_collection('beir/scifact/test', 'intfloat/e5-small-v2')
         """
@@ -288,8 +268,7 @@ class DenseRetriever(Retriever):
                           cache_dir: str | Path | None = None,
                           verbose: bool = False) -> 'DenseRetriever':
         """The project's own :class:`DualEncoder` loaded from ``model_name``, over ``collection``
-        (``precision`` and ``backend``: how it encodes, see :class:`DualEncoder`; ``prompts``
-        and ``normalize``: as :meth:`DualEncoder.from_pretrained` takes them)."""
+        (the other arguments as :class:`DualEncoder` takes them)."""
         encoder = DualEncoder.from_pretrained(model_name, dim=dim, precision=precision,
                                               backend=backend, prompts=prompts,
                                               normalize=normalize)
@@ -300,10 +279,8 @@ class DenseRetriever(Retriever):
         return self._pipeline(topics)
 
     def scorer(self) -> 'StoredVectorScorer':
-        """A re-ranker of the results it is given (``bm25 % 100 >> minilm.scorer()``) by their
-        vectors stored in the index: each query is encoded once and no passage at all, where
-        ``text_loader() >> encoder.scorer()`` encodes every candidate's text again (the same
-        scores, at the cost of encoding k passages a query)."""
+        """A re-ranker of the results it is given (``bm25 % 100 >> minilm.scorer()``) by the
+        vectors stored in the index: each query is encoded once and no passage at all."""
         return StoredVectorScorer(self.encoder, self.index)
 
     def fuse_rank_cutoff(self, k: int) -> Optional['DenseRetriever']:
@@ -323,8 +300,7 @@ class DenseRetriever(Retriever):
 
 class StoredVectorScorer(pt.Transformer):
     """Re-ranks results (``qid``, ``query``, ``docno``) by the dot product of the query's
-    vector with each document's vector stored in ``index``: pyterrier-dr's FlexIndex scorer
-    behind ``encoder``'s query encoder, made inspectable (pt.Experiment validates it)."""
+    vector with each document's vector stored in ``index``."""
 
     def __init__(self, encoder: BiEncoder, index: FlexIndex):
         self.encoder, self.index = encoder, index
@@ -334,8 +310,7 @@ class StoredVectorScorer(pt.Transformer):
         pt.validate.result_frame(results, extra_columns=['query'])
         if not len(results):  # (pyterrier-dr's scorer fails on an empty frame)
             return results.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
-        # a first stage's own docids (Terrier's) are not the index's: FlexIndex would read them
-        # as its own
+        # a first stage's own docids (Terrier's) are not the index's
         return (self._pipeline(results.drop(columns='docid', errors='ignore'))
                 .drop(columns='query_vec'))
 
@@ -350,11 +325,9 @@ class StoredVectorScorer(pt.Transformer):
 def dense_retriever(collection: Collection, encoder: BiEncoder, *, fresh: bool = False,
                     search: str = 'auto', cache_dir=None, verbose: bool = False) -> DenseRetriever:
     """Search of ``collection`` with ``encoder`` as it is now: over its cached index, or
-    (``fresh``) over one encoded into a temporary directory that lives as long as the
-    retriever (a trainer's refreshed index: an approximate one is built with it). An
-    encoder with passage offsets that change as it trains is searched over its cached index
-    with the offsets as they are now applied, in a temporary directory (one cached index
-    a training round would fill the cache)."""
+    (``fresh``) over one encoded into a temporary directory that lives as long as the retriever.
+    An encoder with passage offsets is searched over its cached index with its current offsets
+    applied, in a temporary directory."""
     moved = getattr(encoder, 'passage_offsets', None)
     if not fresh and moved is not None and len(moved):
         base = flex_index(collection, encoder, cache_dir=cache_dir, offsets=False, verbose=verbose)
@@ -382,10 +355,8 @@ def fresh_index(collection: Collection, encoder: BiEncoder, *,
     """``collection`` encoded by ``encoder`` as it is now into a temporary directory, and
     that directory (the index lives as long as the caller keeps it; None: nothing to keep).
 
-    Under torch.distributed (a data-parallel trainer's refresh) every process of the group
-    calls this and encodes its share (:func:`encode_sharded`) into rank 0's temporary
-    directory (:func:`~pyterrier_selfsup._distributed.shared_temporary_directory`). Rank 0
-    owns the directory; the others' memory maps of the vectors outlive its removal."""
+    Under torch.distributed every process of the group calls this and encodes its share
+    (:func:`encode_sharded`) into rank 0's temporary directory, which rank 0 owns."""
     rank, world_size = distributed()
     # sharded: the shards and the index they are merged into are on disk together
     needed = (flex_size(collection, encoder) or 0) * min(world_size, 2)

@@ -1,29 +1,20 @@
 """Several rankings of a query made one by normalised scores: the teacher of the
 distillation trainer, and a hybrid retriever in its own right.
 
-Each first stage (BM25, a dense retriever, ...) returns its top ``depth`` for a query; its
-scores are turned into per-query z-scores over that list; a document one stage did not
-return takes that stage's lowest z for the query; the fused score is the weighted sum of
-the z-scores, over the union of the lists. Re-rankers (a generator's query likelihood)
-are optional: each scores only the fused top ``rerank_depth``, where it can still change
-the ranking, and joins the sum the same way (z over those documents, the rest at its
-lowest). First stages weighted 0 only mine: where every stage's weight is 0 (GPL's labelling,
-``0*student+ce``), their unweighted sum chooses the documents the re-rankers score, each
-query's own passage joins them where the query frame names it (``source_docno``: the passage a
-query was written for), and the re-rankers alone score them: the result holds those documents
-only (scored by the one re-ranker's own scores with ``raw_labels``: GPL's labels are
-differences of its cross-encoder's raw scores). Fusing BM25 and all-MiniLM-L6-v2 1:1 this way is
-above both of them on all five collections here (docs/results.md).
+Each first stage returns its top ``depth`` for a query, its scores turned into per-query
+z-scores over that list; a document a stage did not return takes that stage's lowest z; the
+fused score is the weighted sum of the z-scores over the union of the lists. Optional
+re-rankers score only the fused top ``rerank_depth`` and join the sum the same way. Where
+every first stage is weighted 0 (GPL's ``0*student+ce``), the stages only choose the
+candidates (with each query's own ``source_docno``) and the re-rankers alone score them.
 
     teacher = Fusion({'bm25': bm25, 'dense': minilm})                 # 1:1
     hybrid = Fusion({'bm25': bm25, 'dense': minilm}, weights={'dense': 2})
     with_gen = Fusion({'bm25': bm25, 'dense': minilm},
                       rerankers={'gen': collection.text_loader() >> gen.scorer(cache=...)})
 
-Why not PyTerrier's ``bm25 + dense``: its CombSUM adds raw scores (BM25's ~10-40 against
-cosines below 1) over the documents both return; fusion needs per-query normalisation
-and the documents only one of them found. ``pt.fusion``'s reciprocal-rank fusion drops
-the scores' margins, which the teacher's distribution is made of.
+Not PyTerrier's ``bm25 + dense`` (CombSUM of raw scores over the documents both return) nor
+``pt.fusion``'s reciprocal-rank fusion, which drops the margins the teacher is made of.
 """
 from typing import Optional
 
@@ -42,9 +33,8 @@ def zscores(results: pd.DataFrame, column: str = 'score') -> pd.Series:
 
 
 def fuse(runs: dict[str, pd.DataFrame], weights: dict[str, float]) -> pd.DataFrame:
-    """The union of ``runs`` (name -> result frame with ``qid``, ``docno``, ``score``) with
-    a ``z_<name>`` column for each run (its per-query z-score, or its lowest z for the query
-    where it did not return the document) and ``score`` = Σ weights[name] · z_<name>."""
+    """The union of ``runs`` (name -> result frame) with a ``z_<name>`` column for each run and
+    ``score`` = Σ weights[name] · z_<name>."""
     merged = None
     for name, run in runs.items():
         part = run[['qid', 'docno']].assign(**{f'z_{name}': zscores(run).to_numpy()})
@@ -57,7 +47,7 @@ def fuse(runs: dict[str, pd.DataFrame], weights: dict[str, float]) -> pd.DataFra
 
 def _lowest_where_missing(frame: pd.DataFrame, column: str):
     """Fills ``column`` where a component did not score a document with its lowest value for
-    the query (0 where it scored none of the query's documents), in place."""
+    the query (0 where it scored none), in place."""
     lowest = frame.groupby('qid', sort=False)[column].transform('min')
     frame[column] = frame[column].fillna(lowest).fillna(0.0)
 
@@ -75,13 +65,11 @@ class Fusion(Retriever):
         stages: name -> first-stage retriever (a query frame in, a result frame out).
         weights: name -> weight (1 for a stage or re-ranker not named).
         depth: how many of each stage's results enter the fusion.
-        rerankers: name -> a re-ranker of a result frame (e.g. ``text_loader() >> gen.scorer()``),
-            run on the fused top ``rerank_depth`` only and added like a stage (where every
-            stage is weighted 0, on the top of the stages' unweighted sum).
+        rerankers: name -> a re-ranker of a result frame, run on the fused top ``rerank_depth``
+            only and added like a stage.
         num_results: how many fused results come back per query.
         raw_labels: where the stages only mine and one re-ranker scores, its own scores are the
-            result's (GPL's Margin-MSE labels are differences of a cross-encoder's raw scores),
-            not their z-scores.
+            result's, not their z-scores (GPL's Margin-MSE labels).
     The result has ``score``, ``rank`` and each component's ``z_<name>``.
     """
 
@@ -118,7 +106,6 @@ class Fusion(Retriever):
         if self.rerankers:
             fused = self._rerank(topics, fused)
         fused = fused.merge(stage_topics, on='qid', how='left')
-        # (ranked in the order _by_score sorts: ties by docno, as add_ranks keeps the row order)
         fused = pt.model.add_ranks(_by_score(fused))
         return fused[fused['rank'] < self.num_results].reset_index(drop=True)
 
@@ -148,8 +135,7 @@ class Fusion(Retriever):
             _lowest_where_missing(fused, f'z_{name}')
             fused['score'] = fused['score'] + self.weights.get(name, 1.0) * fused[f'z_{name}']
         if self.raw_labels and self.mines_only and len(self.rerankers) == 1:
-            # one labeller: its own scores, as GPL's Margin-MSE labels are differences of the
-            # cross-encoder's raw scores (z-scores would rescale each query's margins)
+            # one labeller: its own scores (z-scores would rescale each query's margins)
             name = next(iter(self.rerankers))
             fused['score'] = self.weights.get(name, 1.0) * fused[f'raw_{name}']
         return fused.drop(columns=[f'raw_{name}' for name in self.rerankers])
@@ -168,10 +154,8 @@ class Fusion(Retriever):
 
 
 class FusedScores(pt.Transformer):
-    """A fusion's scores as a re-ranker: each (query, document) row of a result frame gets the
-    ``fusion``'s score for it, or the fusion's lowest for the query where the fusion did not
-    return the document. It stands in for a cross-encoder that scores another retriever's
-    candidates (``teacher=0*student+fused``).
+    """A fusion's scores as a re-ranker: each (query, document) row gets the ``fusion``'s
+    score for it, or its lowest for the query (``teacher=0*student+fused``).
 
         fused = FusedScores(Fusion({'bm25': bm25, 'minilm': minilm}))
         (student % 30) >> fused   # the student's top 30, scored by BM25 and MiniLM fused

@@ -1,30 +1,19 @@
 """A token-level index for ReAtt retrieval (ReAtt §2.2 "End-to-end Retrieval with
 Attention"; ColBERT's two-stage search).
 
-The retrieval head's key vector of every document token is stored (fp16, documents one
-after another, with offsets), and the same vectors go into a FAISS IVF index. A query:
+The retrieval head's key vector of every document token is stored (fp16, with offsets), and
+the same vectors go into a FAISS IVF index. A query:
 
-1. each query token's vector (layer B+1, the retrieval head) fetches its top K' document
-   tokens from the IVF index (``nprobe`` of its lists searched);
+1. each query token's vector fetches its top K' document tokens from the IVF index;
 2. the documents those tokens belong to are the candidates;
 3. optionally (``rescore=R``), the candidates are ranked by an approximate r from the
-   retrieved tokens alone, as XTR and PLAID do: for each query token, the max over the
-   document's retrieved tokens, or, where none of its tokens was retrieved, the lowest
-   score that query token retrieved (an upper bound on what the missing tokens score,
-   XTR's missing-similarity imputation); only the top R go on;
+   retrieved tokens alone (XTR's missing-similarity imputation: a query token that retrieved
+   none of a document's tokens contributes its lowest retrieved score); only the top R go on;
 4. each remaining candidate is scored exactly, r(q, d) = mean over query tokens of the max
    over its tokens, from the stored keys.
 
-On a small corpus K' large enough for a high recall makes most documents candidates, and
-step 4 alone would cost as much as scoring every document: step 3 is what makes the
-search fast (measured: docs/results.md).
-
-With K' and ``nprobe`` large enough to reach every token, this is exhaustive exact
-scoring; :meth:`ReAttIndex.exhaustive` is that reference, computed directly.
-
-The index serves the model's retrieval head (the argmax of its head weights): ReAtt's
-low head temperature makes the mixture select one head, and test-time retrieval uses
-only that one, as the paper does.
+:meth:`ReAttIndex.exhaustive` scores every document exactly, the reference this approximates.
+The index serves the model's retrieval head only, as the paper does at test time.
 """
 import json
 import time
@@ -112,9 +101,7 @@ class ReAttIndex(pt.Artifact):
 
     @staticmethod
     def damage(path: Path) -> str | None:
-        """The files against the recorded counts (keys: tokens x dim fp16; offsets:
-        documents + 1 ending at tokens; the IVF file where an nlist was built); a problem's
-        description, or None."""
+        """The files checked against the recorded counts; a problem's description, or None."""
         try:
             meta = json.loads((path / META_FILE).read_text())
             offsets = np.load(path / TOKEN_OFFSETS_FILE, mmap_mode='r')
@@ -155,9 +142,8 @@ class ReAttIndex(pt.Artifact):
               nlist: int | None = None, train_sample: int = 256, seed: int = 0, ivf: bool = True,
               verbose: bool = False) -> 'ReAttIndex':
         """Encodes ``docs`` (``{'docno', 'text'}``) with ``reatt`` and writes the index at
-        ``path``. ``nlist``: IVF lists (default :func:`default_nlist`); the coarse
-        quantiser is trained on ``train_sample`` tokens per list at most. ``ivf=False``:
-        keys only, for exhaustive search (a trainer's throw-away index)."""
+        ``path``. ``nlist``: IVF lists (default :func:`default_nlist`), trained on ``train_sample``
+        tokens a list at most; ``ivf=False``: keys only, for exhaustive search."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         head = reatt.model.retrieval_head
@@ -194,11 +180,9 @@ class ReAttIndex(pt.Artifact):
     @classmethod
     def build_sharded(cls, path: str | Path, reatt, docs: Iterable[dict[str, str]], *,
                       rank: int, world_size: int, chunk: int = SHARD_CHUNK) -> 'ReAttIndex':
-        """:meth:`build` (keys only, ``ivf=False``) with the encoding split over the
-        ``world_size`` processes of a torch.distributed group, each calling this with its
-        ``rank``: chunk c of ``chunk`` documents is encoded by rank c mod ``world_size``
-        into a shard beside ``path`` (a filesystem every rank sees), then rank 0 joins the
-        shards in corpus order. Every rank returns the index."""
+        """:meth:`build` (keys only) with the encoding split over the ``world_size`` processes of a
+        torch.distributed group (:func:`~pyterrier_selfsup._distributed.build_sharded`). Every rank
+        returns the index."""
         path = Path(path)
         build_sharded(docs, [path.with_name(f'{path.name}.rank-{r}') for r in range(world_size)],
                       lambda shard, mine: cls.build(shard, reatt, mine, ivf=False),
@@ -221,8 +205,7 @@ class ReAttIndex(pt.Artifact):
                 for v in reatt.token_vectors(queries, 'query')]
 
     def exact_scores(self, q: np.ndarray, docs: np.ndarray) -> np.ndarray:
-        """r(q, d) for the documents at positions ``docs`` (sorted ascending), from the stored
-        keys."""
+        """r(q, d) for the documents at positions ``docs`` (sorted), from the stored keys."""
         if len(q) == 0:
             return np.zeros(len(docs), dtype=np.float32)
         starts, ends = self.offsets[docs], self.offsets[docs + 1]
@@ -239,16 +222,13 @@ class ReAttIndex(pt.Artifact):
         out = np.full(len(docs), -np.inf, dtype=np.float32)
         nonempty = ends > starts
         if nonempty.any():
-            # reduceat over each document's run of columns: the max over its tokens
             best = np.maximum.reduceat(scores, bounds[nonempty], axis=1)
             out[nonempty] = best.mean(axis=0)
         return out
 
     def approximate_scores(self, token_scores: np.ndarray, tokens: np.ndarray):
-        """(candidate positions, approximate r) from each query token's retrieved
-        ``tokens`` and their ``token_scores`` (both (L_q, K'), FAISS' -1 for none): per
-        query token the max over the candidate's retrieved tokens, or that query token's
-        lowest retrieved score where it retrieved none of the candidate's."""
+        """(candidate positions, approximate r) from each query token's retrieved ``tokens`` and
+        their ``token_scores`` (both (L_q, K'), FAISS' -1 for none)."""
         found = tokens >= 0
         owner = np.searchsorted(self.offsets, np.where(found, tokens, 0), side='right') - 1
         docs, column = np.unique(owner[found], return_inverse=True)
@@ -262,9 +242,8 @@ class ReAttIndex(pt.Artifact):
 
     def search(self, q: np.ndarray, num_results: int, candidate_tokens: int | None, nprobe: int,
                rescore: int | None = None):
-        """(document positions, scores) of one query's top ``num_results``; exhaustive
-        when ``candidate_tokens`` is None; ``rescore``: only the top ``rescore``
-        candidates by :meth:`approximate_scores` are scored exactly (all when None)."""
+        """(document positions, scores) of one query's top ``num_results``; exhaustive when
+        ``candidate_tokens`` is None; ``rescore``: only that many candidates scored exactly."""
         if candidate_tokens is None or len(q) == 0:
             docs = np.arange(len(self))
         else:
@@ -282,10 +261,9 @@ class ReAttIndex(pt.Artifact):
     def retriever(self, reatt, *, num_results: int = 1000, candidate_tokens: int | None = 128,
                   nprobe: int = 32, rescore: int | None = None,
                   verbose: bool = False) -> 'ReAttRetriever':
-        """Two-stage retrieval: each query token's ``candidate_tokens`` (K') nearest
-        document tokens (``nprobe`` IVF lists searched) give the candidates, scored exactly
-        (only the ``rescore`` best by their approximate score when given: at most that many
-        results); ``candidate_tokens=None``: every document scored exactly (:meth:`exhaustive`)."""
+        """Two-stage retrieval: each query token's ``candidate_tokens`` (K') nearest document
+        tokens (``nprobe`` IVF lists searched) give the candidates, scored exactly (only the
+        ``rescore`` best when given); ``candidate_tokens=None``: :meth:`exhaustive`."""
         self.check(reatt)
         return ReAttRetriever(self, reatt, num_results=num_results,
                               candidate_tokens=candidate_tokens, nprobe=nprobe,
@@ -303,8 +281,7 @@ class ReAttIndex(pt.Artifact):
 
 class ReAttRetriever(Retriever):
     """Searches a :class:`ReAttIndex` with a ReAtt model's query vectors (see
-    :meth:`ReAttIndex.retriever`); ``verbose``: its queries reported on as a stage ('ReAtt
-    search': a trainer's thousands of queries against every document take minutes)."""
+    :meth:`ReAttIndex.retriever`); ``verbose``: its queries reported on as a stage."""
 
     def __init__(self, index: ReAttIndex, reatt, *, num_results: int = 1000,
                  candidate_tokens: int | None = 128, nprobe: int = 32,
@@ -349,8 +326,7 @@ class ReAttRetriever(Retriever):
 def reatt_index(collection, reatt, *, nlist: int | None = None, cache_dir=None,
                 verbose: bool = False) -> ReAttIndex:
     """``collection``'s token index for ``reatt``, built on first use under
-    ``<cache>/reatt/<corpus>.<model>-<hash>`` (the hash covering the model's weights and
-    settings, its retrieval head, and ``nlist``)."""
+    ``<cache>/reatt/<corpus>.<model>-<hash>``."""
     collection = Collection.of(collection)
     settings = {'model': reatt.fingerprint(), 'head': reatt.model.retrieval_head, 'nlist': nlist}
     name = f'{collection.corpus_id}.{reatt.name.rstrip("/").rsplit("/", 1)[-1]}'
@@ -364,9 +340,8 @@ def reatt_index(collection, reatt, *, nlist: int | None = None, cache_dir=None,
 
 
 def token_index_size(collection: Collection, reatt, ivf: bool = True) -> int | None:
-    """About the bytes of ``collection``'s token index: fp16 keys and (``ivf``) the IVF's
-    fp32 copy of them, at the model's token limit at most; None where the corpus's size is
-    unknown."""
+    """About the bytes of ``collection``'s token index (fp16 keys and the IVF's fp32 copy);
+    None where the corpus's size is unknown."""
     text = collection.text_bytes()
     tokens = text and collection.docs_count * min(
         reatt.max_length, text / collection.docs_count / 4)  # (~4 B a token)

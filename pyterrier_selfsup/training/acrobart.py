@@ -25,8 +25,7 @@ GENERATOR_BATCH = 4
 
 class _Computed(torch.autograd.Function):
     """A loss whose gradient towards ``inputs`` was computed already: its value, and in the
-    backward pass that gradient times the one that reaches the loss (ACROBArT's generator
-    taken a few queries at a time)."""
+    backward pass that gradient times the one that reaches the loss."""
 
     @staticmethod
     def forward(ctx, inputs, value, gradient):
@@ -40,19 +39,15 @@ class _Computed(torch.autograd.Function):
 
 
 class Acrobart(RetrieveAndReconstruct):
-    """ACROBArT: the k passages go to the generator together, the retrieval scores bias
-    its attention (thesis §4.3.2). β is trainable (initial value ``beta``); the
-    reconstruction loss reaches the retriever through the bias.
+    """ACROBArT: the k passages go to the generator together, the retrieval scores bias its
+    attention (thesis §4.3.2). β is trainable (initial value ``beta``); the reconstruction loss
+    reaches the retriever through the bias.
 
     ``generator_batch``: the batch's queries go through the generator this many at a time, each
-    group's backward pass run at once, so a step holds the generator's activations of that many
-    queries × k passages, not of the whole batch (None: the whole batch at once). Not a setting:
-    each row is padded as the whole batch pads it, and the loss and the gradients are those of the
-    whole batch's pass, bit for bit on a CPU where ``accumulation`` is 1 (shipped) or a power of 2
-    (tests/test_reconstruction.py; docs/results.md). Otherwise equal up to
-    rounding: 1/accumulation meets the gradient after the generator's backward pass rather than
-    before, and on a GPU, kernels chosen by shape may sum in another order. A generator that trains
-    (``trainable``) takes the whole batch at once."""
+    group's backward pass run at once, so that a step holds the activations of that many queries
+    (None: the whole batch). Each row is padded as the whole batch pads it, so the loss and
+    gradients are the whole batch's (on a CPU bit for bit where ``accumulation`` is a power of 2,
+    else up to rounding). A generator that trains takes the whole batch at once."""
     description = 'ACROBArT'
 
     Settings = AcrobartSettings
@@ -91,8 +86,7 @@ class Acrobart(RetrieveAndReconstruct):
         self.record('beta', self.beta.item())  # the value this step uses, before its update
         weights = self.beta * torch.softmax(logits, dim=-1)
         queries = [q.query for q in mine]
-        # (a generator that trains takes the whole batch: its own gradients must come from the
-        # step's backward)
+        # (a generator that trains takes the whole batch, for the step's backward)
         chunk = len(mine) if self.generator.trainable else self.generator_batch or len(mine)
         if chunk >= len(mine):  # this process's share of the batch's mean
             return (-biased_log_likelihood(self.generator, queries, texts, weights).sum()

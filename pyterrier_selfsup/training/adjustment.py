@@ -1,23 +1,18 @@
 """ReAtt's cross-document adjustment (Jiang et al., 2022, §3), trained without labels.
 
 For each training query q, K *close* documents: BM25's top K in the first iteration, the
-current ReAtt model's own top K (exact search over a freshly encoded token index) in
-every later one (§3.1, iterative close-document sub-sampling). The close documents of
-the other queries in the batch are q's *random* documents (in-batch). Over all of them,
+current model's own exact top K in every later one (§3.1). The close documents of the other
+queries in the batch are q's *random* documents. Over all of them,
 
     P_retrieval(q) = softmax_d r(q, d)
     P_target(q)    = the generator's judgement of q's close documents, 0 for the random ones
     loss           = α · KL(P_target ‖ P_retrieval)   (+ the generation loss of a
                      single model that reads as well as retrieves)
 
-P_target comes from the generator reconstructing q from each close document:
-softmax_d(log p_gen(q | d) / T) over q's close documents (any generator; a frozen
-generator's scores are cached on disk, as RUMBArt's are). A single-model ReAtt T5 (no
-separate generator) is its own teacher: its reader's attention to each close document while
-it generates the query's answer, read at every step.
-
-Queries come from any source of :mod:`~pyterrier_selfsup.data.queries`; a
-query cut from the corpus never has its own passage among its close documents.
+P_target is softmax_d(log p_gen(q | d) / T) over q's close documents (a frozen generator's
+scores cached on disk); a single-model ReAtt T5 is its own teacher, through its reader's
+attention to each close document. A query cut from the corpus never has its own passage
+among its close documents.
 """
 import logging
 import time
@@ -48,17 +43,16 @@ logger = logging.getLogger(__name__)
 
 
 def mask_token(reatt: ReAtt) -> str:
-    """What a masked training query (``queries=masked``) hides its span with: the
-    student's own mask token where its tokenizer has one (BERT's ``[MASK]``, one token),
-    T5's first sentinel otherwise (which a BERT tokenizer would cut into seven pieces)."""
+    """What a masked training query hides its span with: the student's own mask token where
+    its tokenizer has one, else T5's first sentinel."""
     return getattr(reatt.tokenizer, 'mask_token', None) or MASK
 
 
 def adjustment_loss(retrieval_logits: torch.Tensor, target: torch.Tensor,
                     per_row: bool = False) -> torch.Tensor:
-    """Mean over queries of KL(target ‖ softmax(retrieval_logits)), rows over all the
-    batch's documents; ``target`` rows sum to one and are 0 off each query's close
-    documents (their terms vanish: 0 · log 0 = 0). ``per_row``: each query's KL."""
+    """Mean over queries of KL(target ‖ softmax(retrieval_logits)), rows over all the batch's
+    documents; ``target`` rows sum to one and are 0 off each query's close documents.
+    ``per_row``: each query's KL."""
     rows = F.kl_div(torch.log_softmax(retrieval_logits, dim=-1), target, reduction='none').sum(-1)
     return rows if per_row else rows.mean()
 
@@ -67,8 +61,7 @@ def adjustment_loss(retrieval_logits: torch.Tensor, target: torch.Tensor,
 
 class _Target:
     """P_target over a batch's documents (and a loss of its own per query, for a reader that
-    trains). :meth:`prepare` runs once per iteration, when the close documents change (on
-    every process of a data-parallel run, each preparing its share)."""
+    trains). :meth:`prepare` runs once per iteration, when the close documents change."""
 
     def prepare(self, trainer: 'CrossDocumentAdjustment', examples: list[Query]):
         pass
@@ -90,8 +83,8 @@ def _place(batch: list[Query], docnos: list[str], close: dict[str, list[str]],
 
 
 class LikelihoodTarget(_Target):
-    """softmax over q's close documents of log p_gen(q | d) / T; a frozen generator's
-    scores go through its on-disk cache, so every pair is scored once per corpus."""
+    """softmax over q's close documents of log p_gen(q | d) / T, through the generator's
+    on-disk score cache."""
 
     def __init__(self, generator: Generator, temperature: float, cache_dir=None,
                  corpus=''):
@@ -111,9 +104,9 @@ class LikelihoodTarget(_Target):
 
 
 class ReaderTarget(_Target):
-    """A single-model ReAtt T5 teaches itself (ReAtt proper): its reader generates each
-    query's answer from the close documents read together (fused); the generation loss
-    trains the reader, and its attention to each document (detached) is P_target."""
+    """A single-model ReAtt T5 teaches itself: the generation loss of each query's answer from
+    its close documents read together trains the reader, and its attention to each document
+    (detached) is P_target."""
 
     def __init__(self, reader):
         self.reader = reader
@@ -140,21 +133,16 @@ class ReaderTarget(_Target):
 
 class CrossDocumentAdjustment(Trainer):
     """Trains a ReAtt retriever by cross-document adjustment: a
-    :class:`~pyterrier_selfsup.models.reatt.ReAtt` (its first B layers, its layer-B+1 query/key
-    projections and the head weights w) taught by a separate frozen ``generator``, or, with
-    ``generator=None``, a single-model :class:`~pyterrier_selfsup.models.reatt_t5.ReAttT5` that
-    teaches itself (ReAtt proper: P_target is its own decoder's attention, and its generation loss
-    trains the reader; queries need an ``answer``: ``queries=masked``).
+    :class:`~pyterrier_selfsup.models.reatt.ReAtt` taught by a separate frozen ``generator``, or,
+    with ``generator=None``, a single-model :class:`~pyterrier_selfsup.models.reatt_t5.ReAttT5`
+    that teaches itself (its queries need an ``answer``: ``queries=masked``).
 
     Args:
         model: the ReAtt retriever to train, or a single-model ReAttT5.
-        generator: the teacher of a separate retriever (frozen: its scores are cached);
-            None for a single model.
+        generator: the teacher of a separate retriever (frozen); None for a single model.
         collection: the corpus, or its name.
         settings: :class:`~pyterrier_selfsup.training.settings.CrossDocumentAdjustmentSettings`
-            (None: the defaults): k close documents a query, the KL term's weight ``alpha``, the
-            target, and the iterations (``epochs``; each after the first re-retrieves the close
-            documents with the model as it is then, ReAtt §3.1).
+            (None: the defaults).
         run, **changes: as for :class:`~pyterrier_selfsup.training.Trainer`.
     """
     Settings = CrossDocumentAdjustmentSettings
@@ -163,8 +151,8 @@ class CrossDocumentAdjustment(Trainer):
     data_parallel = True
 
     def gradient_checkpointing_by_default(self) -> bool:
-        """Off: a step's gradient passes only the layers below the retrieval head (one, for
-        MiniLM's shipped head), where checkpointing saves no memory and costs time."""
+        """Off: a step's gradient passes only the layers below the retrieval head, where
+        checkpointing saves little memory."""
         return False
 
     def __init__(self, model, generator: Generator | None, collection: str | Collection,
@@ -172,7 +160,6 @@ class CrossDocumentAdjustment(Trainer):
                  run: RunContext | None = None, **changes):
         super().__init__(model, collection, settings, run, **changes)
         self.close: dict[str, list[str]] = {}  # qid -> its close documents this iteration
-        # a single model (ReAttT5) that reads as well
         reads = callable(getattr(model, 'read', None))
         if reads != (generator is None):
             raise ValueError('a single model that reads (ReAttT5) teaches itself: generator=None; '
@@ -206,7 +193,7 @@ class CrossDocumentAdjustment(Trainer):
 
     def on_epoch_start(self, examples: list[Query], epoch: int, resumed: bool):
         t0 = time.time()
-        # BM25's, which reads a masked query without its mask (not a word: it would match 'mask')
+        # BM25's, which reads a masked query without its mask
         if epoch == 0:
             mask = mask_token(self.reatt)
             bm25 = BM25.from_collection(self.collection, cache_dir=self.cache_dir,
@@ -217,7 +204,6 @@ class CrossDocumentAdjustment(Trainer):
         else:  # the model as it is now: its own exact top k over a fresh token index
             retriever, queries = self.retriever(fresh=True), examples
             source = 'model'
-        # (each process retrieves for its share of the queries; the processes share the result)
         self.close = self.gather(top_k_excluding(retriever, self.local_batch(queries),
                                                  self.settings.k))
         self.teacher.prepare(self, examples)
@@ -226,10 +212,8 @@ class CrossDocumentAdjustment(Trainer):
                          'retrieval seconds': time.time() - t0})
 
     def _fresh_index(self) -> ReAttIndex:
-        """The corpus' token index under the model as it is now (keys only, for exhaustive
-        search), in a temporary directory that lives as long as the index; under
-        torch.distributed, encoded in shards into rank 0's (one node, as a dense refresh)."""
-        # sharded: the shards and the index they are joined into are on disk together
+        """The corpus' token index under the model as it is now (keys only), in a temporary
+        directory that lives as long as the index; under torch.distributed, encoded in shards."""
         needed = ((token_index_size(self.collection, self.reatt, ivf=False) or 0)
                   * min(self.world_size, 2))
         with temporary_build('selfsup-token-index-',
@@ -263,11 +247,9 @@ class CrossDocumentAdjustment(Trainer):
 
     def loss(self, batch: list[Query], rng: np.random.Generator) -> torch.Tensor:
         batch = [q for q in batch if self.close.get(q.qid)]
-        # this process's share of the queries (Trainer.local_rows), against every document
         mine = self.local_batch(batch)
         if not mine:
             return torch.zeros((), requires_grad=True)
-        # close ∪ in-batch random
         docnos = list(dict.fromkeys(d for q in batch for d in self.close[q.qid]))
         q_vectors, q_mask = self.reatt.encode([q.query for q in mine], 'query')
         k_vectors, k_mask = self.reatt.encode(self.collection.texts(docnos), 'passage')
@@ -278,7 +260,6 @@ class CrossDocumentAdjustment(Trainer):
         if own_loss is not None:
             rows = own_loss + rows
         loss = rows.sum() / len(batch)  # this process's share of the batch's mean
-        # how much of P_retrieval the close documents hold (in-batch random: the rest)
         with torch.no_grad():
             p = torch.softmax(logits, dim=-1)
             self.record('close mass', float((p * (target > 0)).sum(-1).mean()), len(mine))

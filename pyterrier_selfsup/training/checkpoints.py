@@ -1,14 +1,10 @@
 """Checkpoints of a :class:`~pyterrier_selfsup.training.loop.Trainer`, whole or not at all, and
-the exact resume from the last one: the model (its ``save_pretrained``), what the method saves
-beside it, the optimiser, the scheduler, the random states and the training log.
+the exact resume from the last one: the model, what the method saves beside it, the
+optimiser, the scheduler, the random states and the training log.
 
-Deliberately not accelerate's ``save_accelerator_state``/``load_accelerator_state``: its loader
-catches any error while it restores the random states and goes on (it logs "Could not load
-random states" at info level), so a resumed run could draw other batches and dropout masks than
-one never stopped, without a word. Here a checkpoint whose state does not load is an error, and a
-checkpoint is written into place whole (its files' sizes recorded last, and checked when it is
-read back). ``tests/test_faults.py`` shows both: accelerate's loader goes on past a random state
-that does not load, and :func:`restore_checkpoint` refuses it.
+Not accelerate's ``load_accelerator_state``, which goes on past random states that do not
+load: here such a checkpoint is an error, and a checkpoint is written into place whole (its
+files' sizes recorded last, and checked when it is read back).
 
     trainer.fit(topics, resume_from=resume_point(trainer.output_dir))
 """
@@ -31,8 +27,7 @@ CHECKPOINT_MANIFEST = 'checkpoint.json'  # every file's size, written last
 
 
 def checkpoints(output_dir: str | Path) -> list[Path]:
-    """The whole step checkpoints a :class:`Trainer` wrote under ``output_dir``, oldest first
-    (the last one is what ``fit(resume_from=...)`` continues from)."""
+    """The whole step checkpoints under ``output_dir``, oldest first."""
     found = [p for p in Path(output_dir).glob('checkpoint-*')
              if p.name.split('-', 1)[1].isdigit() and (p / TRAINER_STATE_FILE).is_file()]
     return sorted(found, key=checkpoint_step)
@@ -44,15 +39,14 @@ def checkpoint_step(path: str | Path) -> int:
 
 
 def resume_point(output_dir: str | Path) -> Path | None:
-    """The checkpoint :func:`fit_resumably` goes on from: the last whole one whose files are not
-    damaged (None: it starts over)."""
+    """The last whole, undamaged checkpoint (None: start over)."""
     return next((c for c in reversed(checkpoints(output_dir))
                  if checkpoint_damage(c) is None), None)
 
 
 def checkpoint_damage(path: Path) -> str | None:
     """A checkpoint's files against the sizes recorded when it was written, or None where they
-    are whole (a checkpoint without its manifest was stopped before its end)."""
+    are whole."""
     try:
         sizes = json.loads((path / CHECKPOINT_MANIFEST).read_text())['files']
     except FileNotFoundError:
@@ -63,13 +57,11 @@ def checkpoint_damage(path: Path) -> str | None:
 
 
 def fit_resumably(trainer, topics: pd.DataFrame):
-    """``trainer.fit(topics)``, continuing from the last checkpoint in ``trainer.output_dir``
-    if an interrupted run left one there; then :func:`keep_final_only`. (Exact where the
-    trainer's checkpoints are: see its ``resume_from``.)"""
+    """``trainer.fit(topics)``, continuing from the last undamaged checkpoint in
+    ``trainer.output_dir``; then :func:`keep_final_only`."""
     done = checkpoints(trainer.output_dir)
     while done and (problem := checkpoint_damage(done[-1])) is not None:
-        # a damaged checkpoint (a file truncated or lost since) is set aside, and training
-        # resumes from the one before, or from the start: either way to the same weights
+        # a damaged checkpoint is set aside, and training resumes from the one before
         aside = done[-1].with_name(done[-1].name + '.damaged')
         logger.warning('checkpoint %s is damaged (%s); %s; resuming from %s', done[-1], problem,
                        f'setting it aside as {aside}', done[-2] if len(done) > 1 else 'the start')
@@ -86,18 +78,16 @@ def fit_resumably(trainer, topics: pd.DataFrame):
 
 
 def keep_final_only(output_dir: str | Path):
-    """Removes what only a resumed run needs once training is over: the step checkpoints
-    and the final model's optimiser state (twice the model's size; the log is kept in
-    ``training_log.jsonl``). For the cached pipelines, whose models are finished products."""
+    """Removes what only a resumed run needs once training is over: the step checkpoints and
+    the final model's optimiser state."""
     for checkpoint in checkpoints(output_dir):
         shutil.rmtree(checkpoint)
     (Path(output_dir) / 'final' / TRAINER_STATE_FILE).unlink(missing_ok=True)
 
 
 def write_checkpoint(trainer, optimizer, scheduler, final: bool = False):
-    """Writes ``trainer``'s checkpoint at its step (``final``: its ``final/`` model) into its
-    output directory, whole or not at all, and removes the step checkpoints its run context
-    does not keep."""
+    """Writes ``trainer``'s checkpoint at its step (``final``: its ``final/`` model), whole or
+    not at all, and removes the step checkpoints its run context does not keep."""
     path = trainer.output_dir / ('final' if final else f'checkpoint-{trainer.state["step"]}')
 
     def fate() -> str:  # (asked only when the write failed)
@@ -110,13 +100,11 @@ def write_checkpoint(trainer, optimizer, scheduler, final: bool = False):
                      undo=lambda: shutil.rmtree(path, ignore_errors=True)):
         trainer.model.save_pretrained(path)
         trainer.save_extra(path)
-        # renamed into place, then the manifest of every file's size, written last: a checkpoint
-        # with its manifest is whole
+        # the manifest of every file's size, written last: a checkpoint with it is whole
         torch.save({'state': trainer.state, 'optimizer': optimizer.state_dict(),
                     'scheduler': scheduler.state_dict(), 'log': trainer.log,
                     'torch_rng': torch.get_rng_state(), 'python_rng': random.getstate(),
-                    # (dropout on a GPU draws from the CUDA generators: without them, a resumed
-                    # run there drew other masks than one never stopped)
+                    # (dropout on a GPU draws from the CUDA generators)
                     **({'cuda_rng': torch.cuda.get_rng_state_all()}
                        if torch.cuda.is_initialized() else {})},
                    path / (TRAINER_STATE_FILE + '.tmp'))
@@ -132,8 +120,7 @@ def write_checkpoint(trainer, optimizer, scheduler, final: bool = False):
 
 def restore_checkpoint(trainer, path: Path, optimizer, scheduler) -> dict:
     """Puts ``trainer``, ``optimizer``, ``scheduler`` and the random states back as the
-    checkpoint at ``path`` holds them, and returns the loop's state; a state that does not load
-    is an error."""
+    checkpoint at ``path`` holds them, and returns the loop's state."""
     saved = torch.load(path / TRAINER_STATE_FILE, map_location='cpu', weights_only=False)
     trainer.model.load_weights(path)
     trainer.load_extra(path)

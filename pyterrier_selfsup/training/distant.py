@@ -1,11 +1,9 @@
 """Distantly supervised training of a :class:`DualEncoder` (thesis §4.2.3, §6.1).
 
 Labels are never read: each training query's positive is BM25's top-1 passage (not the
-passage the query was cut from, when it came from the corpus). The loss is -log softmax
-of the positive among the batch's passages: the other queries' positives (in-batch
-negatives) and, optionally, one extra hard negative per query, shared by the whole
-batch as in thesis Table 6.1 (random, from BM25's ranks 2..n, or the current
-retriever's top non-positive, recomputed each epoch).
+passage the query was cut from). The loss is -log softmax of the positive among the batch's
+passages: the other queries' positives and, optionally, one extra hard negative per query
+(random, from BM25's ranks 2..n, or the current retriever's top non-positive).
 
     trainer = DistantSupervision(DualEncoder.from_pretrained(MINILM), 'beir/scifact/test',
                                  output_dir='runs/ds')
@@ -29,8 +27,7 @@ from pyterrier_selfsup.training.settings import DistantSupervisionSettings
 
 logger = logging.getLogger(__name__)
 
-# how deep BM25 ranks each training query: its top 1 is the positive, ranks 2 to 31 the pool of
-# the bm25 negatives
+# how deep BM25 ranks each training query: its positive, then the bm25 negatives' pool
 BM25_DEPTH = 30
 
 
@@ -39,14 +36,10 @@ def in_batch_loss(queries: torch.Tensor, passages: torch.Tensor, temperature: fl
                   batch_size: int | None = None) -> torch.Tensor:
     """Mean over queries i of -log softmax_j(q_i . p_j / temperature) at j = i.
 
-    ``passages`` holds the b positives first (row i of ``queries`` belongs with row i),
-    then any extra negatives. ``excluded[i, j]`` removes passage j from query i's
-    softmax: another copy of its own positive, or the passage it was cut from. Under data
-    parallelism ``queries`` are the batch's ``rows`` only (their positives at those
-    columns), and the loss is their sum over the whole ``batch_size``.
-
-    sentence-transformers' ``MultipleNegativesRankingLoss`` (dot product, scale 1 / temperature)
-    with the ``excluded`` mask and other processes' rows added: without them the two are equal.
+    ``passages`` holds the b positives first, then any extra negatives; ``excluded[i, j]``
+    removes passage j from query i's softmax. Under data parallelism ``queries`` are the batch's
+    ``rows`` only, and the loss is their sum over the whole ``batch_size``.
+    (sentence-transformers' ``MultipleNegativesRankingLoss`` with the mask added.)
     """
     rows = list(range(len(queries))) if rows is None else rows
     scores = queries @ passages.T / temperature
@@ -63,8 +56,7 @@ class DistantSupervision(DualEncoderTrainer):
         encoder: the dual encoder to train.
         collection: the corpus, or its name.
         settings: :class:`~pyterrier_selfsup.training.settings.DistantSupervisionSettings`
-            (None: the defaults): the negatives, BM25's depth, the batch (its in-batch
-            negatives), epochs and learning rate.
+            (None: the defaults).
         run, **changes: as for :class:`~pyterrier_selfsup.training.Trainer`.
 
     Example::
@@ -88,9 +80,8 @@ class DistantSupervision(DualEncoderTrainer):
     # -- data -------------------------------------------------------------------------
 
     def examples(self, topics: pd.DataFrame) -> list[Query]:
-        """The queries that BM25 finds something for; BM25's top-1 (skipping the passage a
-        query was cut from) is each one's positive, the rest of its top :data:`BM25_DEPTH` + 1
-        the pool of its ``bm25`` negatives."""
+        """The queries BM25 finds something for; BM25's top-1 is each one's positive, the rest of
+        its top :data:`BM25_DEPTH` + 1 the pool of its ``bm25`` negatives."""
         queries = training_queries(topics)
         bm25 = BM25.from_collection(self.collection, num_results=BM25_DEPTH + 1,
                                     cache_dir=self.cache_dir, verbose=self.shows)
@@ -113,7 +104,6 @@ class DistantSupervision(DualEncoderTrainer):
                                  for i, q in enumerate(batch)], device=self.encoder.device)
         if int((~excluded).sum(1).max()) < 2:  # no query has a negative: nothing to learn
             return None
-        # this process's share of the batch's queries (Trainer.local_rows), against every passage
         local = list(self.local_rows(len(batch)))
         queries = self.encoder.encode([batch[i].query for i in local], 'query')
         passages = self.encoder.encode(self.collection.texts(docnos), 'passage')

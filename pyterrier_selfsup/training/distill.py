@@ -3,9 +3,8 @@
 The teacher is a PyTerrier retriever, or a function of the student's retriever that returns one
 (rebuilt every round, so that the improved student re-enters its own teacher). Its top ``depth``
 candidates for a query, through softmax(score / ``teacher_temperature``), are the distribution
-the student learns (:mod:`~pyterrier_selfsup.training.losses`). The passage side is a strategy
-of :mod:`~pyterrier_selfsup.training.passages`. Whether it helped is for judged queries to say
-(:mod:`~pyterrier_selfsup.harness.judging` makes them).
+the student learns (:mod:`~pyterrier_selfsup.training.losses`); the passage side is a strategy
+of :mod:`~pyterrier_selfsup.training.passages`.
 
     bm25 = BM25.from_collection(adi, num_results=100)
     trainer = Distillation(DualEncoder.from_pretrained(MINILM), adi,
@@ -100,29 +99,29 @@ class Distillation(DualEncoderTrainer):
 
     def rank(self, teacher: pt.Transformer, queries: list[Query], *,
              depth: int | None = None) -> Ranked:
-        """The teacher's top ``depth`` for each query (:meth:`ranked`). Default: the setting;
-        one more with ``negatives`` (the query's own passage); a mining teacher's every label."""
+        """The teacher's top ``depth`` for each query (:meth:`ranked`); by default the setting, one
+        more with ``negatives``, or a mining teacher's every label."""
         default = max(self.settings.depth + (self.settings.negatives is not None),
                       teacher.rerank_depth + 1 if getattr(teacher, 'mines_only', False) else 0)
         return self.ranked(teacher, queries, depth or default, desc='teacher rankings')
 
     def round_teacher(self, student: pt.Transformer | None = None) -> pt.Transformer:
         """The teacher of a round: the fixed one, or the teacher of ``student`` (default: the
-        student as it is now, over the index it started with)."""
+        student as it is now)."""
         if self.fixed_teacher:
             return self.teacher
         return self.teacher(student if student is not None else self.student(fresh=False))
 
     def student(self, fresh: bool | None = None) -> pt.Transformer:
-        """The student's retriever as it is now (``fresh``: over a newly encoded index; by
-        default, where the passage tower trains)."""
+        """The student's retriever as it is now (``fresh``: over a newly encoded index; by default
+        where the passage tower trains)."""
         student = self.retriever(fresh=self.passages.moves if fresh is None else fresh)
         self.train_mode(True)
         return student
 
     def examples(self, topics: pd.DataFrame) -> list[Query]:
-        """The training queries (with a warning where queries cut from the corpus could
-        retrieve their own passage: :func:`~pyterrier_selfsup.data.queries.query_sources`)."""
+        """The training queries (with a warning where cut queries could retrieve their own
+        passage)."""
         query_sources(topics, self.collection, excluded=self.settings.excludes_sources)
         queries = training_queries(topics)
         if not self.settings.excludes_sources:
@@ -169,9 +168,8 @@ class Distillation(DualEncoderTrainer):
                                 own_only=s.loss == 'margin_mse' or not s.in_batch)
         if int((~table.shut).sum(1).max()) < 2:  # one candidate a query and no other in the batch
             return None
-        # Under data parallelism (Trainer.local_rows) this process computes its share of the rows,
-        # each against every candidate of the global batch, divided by the global batch's count,
-        # so that the processes' gradients sum to one process's gradient of the whole batch.
+        # under data parallelism this process computes its share of the rows, divided by the
+        # global batch's count, so that the processes' gradients sum to the whole batch's
         counted = len(batch) if s.loss == 'kl' else int((table.own.sum(1) >= 2).sum())
         local = list(self.local_rows(len(batch)))
         if not local:  # (fewer queries with targets than processes)

@@ -1,12 +1,9 @@
 """What a training method defines, and the hooks the training loop calls it at.
 
-:class:`~pyterrier_selfsup.training.loop.Trainer` runs the loop; a method subclasses it and
-fills in what this class leaves open: what an example is (:meth:`TrainerHooks.examples`), what a
-batch's loss is (:meth:`TrainerHooks.loss`), how the model retrieves
-(:meth:`TrainerHooks.retriever`), and what to do at an epoch's start, after a step or at the
-end. Under ``torch.distributed`` a method that supports data parallelism computes the rows
-:meth:`TrainerHooks.local_rows` gives it and merges what it split with
-:meth:`TrainerHooks.gather`.
+A method subclasses :class:`~pyterrier_selfsup.training.loop.Trainer` and fills in what an
+example is (:meth:`TrainerHooks.examples`), what a batch's loss is (:meth:`TrainerHooks.loss`),
+how the model retrieves (:meth:`TrainerHooks.retriever`), and what to do at an epoch's start,
+after a step or at the end.
 """
 import logging
 from collections.abc import Iterable
@@ -27,9 +24,8 @@ RANKING_CHUNK = 1024  # queries a retriever ranks a call in TrainerHooks.ranked
 
 class TrainerHooks:
     """The method's side of a :class:`~pyterrier_selfsup.training.loop.Trainer`: its settings'
-    readings, the hooks the loop calls, and the helpers a method's hooks use. The loop sets
-    ``model``, ``collection``, ``settings``, ``run``, ``log``, ``state``, ``process_rank`` and
-    ``world_size``."""
+    readings, the hooks the loop calls, and helpers; the loop sets ``model``, ``collection``,
+    ``settings``, ``run``, ``log``, ``state``, ``process_rank`` and ``world_size``."""
 
     @property
     def output_dir(self) -> Path | None:
@@ -49,25 +45,22 @@ class TrainerHooks:
 
     @property
     def uses_gradient_checkpointing(self) -> bool:
-        """Whether this run recomputes activations in the backward pass (the setting
-        ``gradient_checkpointing``, or the method's default)."""
+        """Whether this run recomputes activations in the backward pass."""
         chosen = self.settings.gradient_checkpointing
         return self.gradient_checkpointing_by_default() if chosen is None else chosen
 
     def gradient_checkpointing_by_default(self) -> bool:
-        """Gradient checkpointing's default: on (a method whose steps encode little with
-        gradients says otherwise)."""
+        """Gradient checkpointing's default: on."""
         return True
 
     @property
     def shows(self) -> bool:
-        """Whether this process shows the progress of what the method builds (one process speaks
-        for the group)."""
+        """Whether this process shows progress (one process speaks for the group)."""
         return self.run.verbose and self.process_rank == 0
 
     def record(self, name: str, value: float, weight: float = 1.0):
-        """A quantity a loss wants logged besides itself, averaged over the step's batches
-        (and processes) with ``weight``: a mean over a batch's rows weighs as many rows."""
+        """A quantity a loss wants logged, averaged over the step's batches and processes with
+        ``weight``."""
         self._metrics.setdefault(name, []).append((float(value) * weight, float(weight)))
 
     # -- what a method defines --------------------------------------------------------
@@ -76,13 +69,12 @@ class TrainerHooks:
         raise NotImplementedError
 
     def loss(self, batch: list, rng: np.random.Generator) -> torch.Tensor | None:
-        """The batch's loss, or None for a batch the method cannot learn from (no negative
-        in it): the loop then takes no step on it and counts it as ``skipped batches``."""
+        """The batch's loss, or None for a batch the method cannot learn from (counted as
+        ``skipped batches``)."""
         raise NotImplementedError
 
     def retriever(self, fresh: bool = False) -> pt.Transformer:
-        """Retrieval over the collection with the model as it is now; ``fresh``: over an
-        index that is built for this call only (validation during training)."""
+        """Retrieval with the model as it is now; ``fresh``: over an index built for this call."""
         raise NotImplementedError
 
     def parameters(self) -> Iterable[torch.nn.Parameter]:
@@ -98,8 +90,7 @@ class TrainerHooks:
         return [batch[i] for i in self.local_rows(len(batch))]
 
     def gather(self, part: dict) -> dict:
-        """Every process's ``part`` merged (in rank order) on every process; ``part`` itself in
-        one process. For work a method splits over the processes (the teacher's rankings)."""
+        """Every process's ``part`` merged (in rank order) on every process."""
         if self.world_size == 1:
             return part
         import torch.distributed as dist
@@ -110,8 +101,7 @@ class TrainerHooks:
     def ranked(self, retriever: pt.Transformer, queries: list, depth: int, *,
                desc: str = 'rankings') -> dict[str, tuple[list[str], np.ndarray]]:
         """``retriever``'s top ``depth`` (docnos, scores) for each query, less its excluded
-        passages, ranked :data:`RANKING_CHUNK` queries a call (bounded memory on any query set);
-        on several processes each ranks its share and every process gets them all."""
+        passages, :data:`RANKING_CHUNK` queries a call (on several processes, each its share)."""
         mine = self.local_batch(queries)
         ranked = {}
         chunks = progress(range(0, len(mine), RANKING_CHUNK), total=len(mine), desc=desc,
@@ -126,19 +116,17 @@ class TrainerHooks:
         """Before the first batch of ``epoch`` (``resumed``: or of what is left of it)."""
 
     def on_fit_end(self):
-        """After the last step, before the final checkpoint (a method that holds part of the
-        model outside its weights, such as a trainable generator's mode, sets it back here)."""
+        """After the last step, before the final checkpoint."""
 
     def on_optimizer_step(self):
-        """Right after each optimiser step, gradients still in place: for what the method
-        updates outside the optimiser (learned passage offsets)."""
+        """Right after each optimiser step, gradients still in place."""
 
     def on_step_end(self, examples: list):
         """After each optimiser step (``self.state['step']`` is the step just taken)."""
 
     def stop(self, reason: str):
-        """Ends training after the current step (or before the epoch's first batch, when
-        called from :meth:`on_epoch_start`) by a rule of the method's own; logged."""
+        """Ends training after the current step (or before the epoch's first batch, from
+        :meth:`on_epoch_start`); logged."""
         self._stop_reason = reason
         self.log.append({'step': self.state.get('step', 0), 'stopped': reason})
         logger.info('training stops: %s', reason)

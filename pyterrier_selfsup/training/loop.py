@@ -4,27 +4,19 @@ A :class:`Trainer` owns what depends neither on the method nor on the model: Ada
 linear warm-up and decay, gradient accumulation, checkpoints with exact resume (model,
 optimiser, scheduler, RNG), the training log (JSON lines) and its curve (PNG).
 
-The model is any :class:`~pyterrier_selfsup.models.trainable.TrainableModel` (a dual encoder,
-a ReAtt retriever, a single-model ReAtt T5): the loop reaches it only through its
-parameters, train mode, ``save_pretrained`` and ``load_weights``. A method (a subclass)
-says what an example is (:meth:`Trainer.examples`), what a batch's loss is
-(:meth:`Trainer.loss`), how the model retrieves (:meth:`Trainer.retriever`), and what to
-do at the start of an epoch or after a step (hard negatives, index refreshes).
+The model is any :class:`~pyterrier_selfsup.models.trainable.TrainableModel`, reached only
+through its parameters, train mode, ``save_pretrained`` and ``load_weights``. A method (a
+subclass) says what an example is (:meth:`Trainer.examples`), what a batch's loss is
+(:meth:`Trainer.loss`), how the model retrieves (:meth:`Trainer.retriever`), and what to do
+at the start of an epoch or after a step. Not Hugging Face's ``Trainer``: the methods change
+the data between steps and resume exactly from those points.
 
-Why not Hugging Face's ``Trainer`` (as Tevatron does): the methods here change the data
-between steps (a refreshed index re-retrieves every query's candidates, an iteration
-re-retrieves its close documents) and resume exactly from those points; the loop that
-allows it is the 100 lines of :meth:`Trainer.fit`.
-
-Data parallelism (under ``torch.distributed``, e.g. ``torchrun``): every process walks
-the same global batches; a method that supports it (``data_parallel = True``) computes
-the loss rows :meth:`Trainer.local_rows` gives it, scaled so that the processes'
-gradients *sum* to one process's gradient of the whole batch; the loop sums them
-(all-reduce) before each optimiser step (a process with no row of a batch contributes
-nothing to it), averages what the methods :meth:`Trainer.record`, and only rank 0 writes
-checkpoints and logs.
-Global batch, learning-rate schedule and result do not depend on the number of processes
-beyond floating-point noise, except through dropout, whose masks differ with the split.
+Data parallelism (under ``torch.distributed``): every process walks the same global batches;
+a method that supports it (``data_parallel = True``) computes the rows
+:meth:`Trainer.local_rows` gives it, scaled so that the processes' gradients *sum* to one
+process's gradient of the whole batch; the loop sums them before each optimiser step, and
+only rank 0 writes checkpoints and logs. The result does not depend on the number of
+processes beyond floating-point noise and dropout.
 """
 import logging
 import math
@@ -92,8 +84,7 @@ class Trainer(TrainerHooks, pt.Estimator):
     curve, curve_label = 'loss', 'loss'
     # a key of the log whose records are drawn as vertical lines (index refreshes, iterations)
     marker = None
-    # whether the method's loss computes only this process's rows (local_rows) under
-    # torch.distributed; the others refuse to run on several processes
+    # whether the method's loss computes only this process's rows (local_rows)
     data_parallel = False
     process_rank, world_size = 0, 1  # this process's place under torch.distributed (set by fit)
 
@@ -124,9 +115,9 @@ class Trainer(TrainerHooks, pt.Estimator):
 
     def fit(self, tr_topics: pd.DataFrame, tr_qrels=None, va_topics=None, va_qrels=None, *,
             resume_from: str | Path | None = None) -> 'Trainer':
-        """Trains on the query texts of ``tr_topics`` (qrels are never read). With
-        ``va_topics`` and ``va_qrels``, nDCG@10 on them is logged after each epoch.
-        ``resume_from``: a checkpoint directory of an earlier run with the same settings."""
+        """Trains on the query texts of ``tr_topics`` (qrels are never read); with ``va_topics``
+        and ``va_qrels``, nDCG@10 on them is logged after each epoch. ``resume_from``: a checkpoint
+        directory of an earlier run with the same settings."""
         run = self._start(tr_topics, resume_from)
         try:
             for epoch in range(self.state['epoch'], self.settings.epochs):
@@ -139,7 +130,6 @@ class Trainer(TrainerHooks, pt.Estimator):
                 if self.state['step'] >= run.total_steps:
                     break
         except BaseException:
-            # (interrupted: the progress ends, and the model is left as a model, not in training)
             run.progress.close()
             self.model.gradient_checkpointing(False)
             raise
@@ -176,10 +166,8 @@ class Trainer(TrainerHooks, pt.Estimator):
                     resumed=resume_from is not None)
 
     def _epoch(self, run: '_Run', epoch: int) -> bool:
-        """The rest of ``epoch``'s batches; whether training goes on after it (no stop, no
-        last step taken)."""
+        """The rest of ``epoch``'s batches; whether training goes on after it."""
         batches = self.batches(len(run.examples), epoch)
-        # a run resumed at an epoch's end has none of it left
         if self.state['batch'] < len(batches):
             self.on_epoch_start(run.examples, epoch, run.resumed)
         run.resumed = False
@@ -207,8 +195,8 @@ class Trainer(TrainerHooks, pt.Estimator):
         run.micro += 1
 
     def _step(self, run: '_Run', epoch: int, b: int, epoch_end: bool) -> bool:
-        """The optimiser step of the batches accumulated, its log record, the method's hook and
-        a checkpoint when one is due; whether the epoch ends here (the last step, or a stop)."""
+        """The optimiser step of the batches accumulated, its log record, the method's hook and a
+        checkpoint when one is due; whether the epoch ends here."""
         run.micro = 0
         if self.world_size > 1:  # the ranks' gradients and loss shares sum to the batch's
             step_loss, self._metrics = sum_step(run.params, run.window, self._metrics,
@@ -232,8 +220,7 @@ class Trainer(TrainerHooks, pt.Estimator):
                          **({'skipped batches': run.skipped} if run.skipped else {})})
         self._metrics = {}
         run.skipped = 0
-        # (the postfix first: a line the update says carries this step's loss and memory, not
-        # the last's)
+        # (the postfix first: the line the update says carries this step's loss)
         run.progress.set_postfix(
             loss=f'{np.mean([r["loss"] for r in self.log[-20:] if "loss" in r]):.4f}',
             **({'memory': f'{resident:.2f} GiB'} if resident is not None else {}))
@@ -242,8 +229,7 @@ class Trainer(TrainerHooks, pt.Estimator):
         if self.state['step'] < run.total_steps:
             self.on_step_end(run.examples)
         every = self.settings.checkpoint_interval
-        # (at an epoch's end unless all of its last step's batches were skipped: then no
-        # checkpoint marks the epoch's end, and a resumed run repeats the epoch's tail)
+        # (no checkpoint where all of an epoch's last step's batches were skipped)
         if epoch_end if every == 'epoch' else every and self.state['step'] % every == 0:
             self._checkpoint(run.optimizer, run.scheduler)
         return self.state['step'] >= run.total_steps or self._stop_reason is not None
@@ -260,9 +246,8 @@ class Trainer(TrainerHooks, pt.Estimator):
                 write_log(self)
 
     def batches(self, n: int, epoch: int) -> list[np.ndarray]:
-        """The epoch's batches of example indices: a seeded permutation cut every
-        ``batch_size``; a last batch of a single example joins the one before it (one
-        query alone has no in-batch negative to learn from)."""
+        """The epoch's batches of example indices: a seeded permutation cut every ``batch_size``;
+        a last batch of one example joins the one before it (it has no in-batch negative)."""
         order = np.random.default_rng([self.seed, epoch]).permutation(n)
         batches = [order[i:i + self.batch_size] for i in range(0, n, self.batch_size)]
         if len(batches) > 1 and len(batches[-1]) == 1:

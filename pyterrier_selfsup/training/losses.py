@@ -17,12 +17,10 @@ import torch
 
 def listwise_kl(student_logits: torch.Tensor, teacher_probs: torch.Tensor, excluded: torch.Tensor,
                 *, per_row: bool = False) -> torch.Tensor:
-    """Mean over queries of KL(teacher ‖ softmax(student_logits)), each row's softmax over
-    its entries not ``excluded``; ``teacher_probs`` rows sum to 1 and are 0 where excluded.
-    ``per_row``: each query's KL instead of their mean.
-
-    sentence-transformers' ``DistillKLDivLoss`` at temperature 1, with the ``excluded`` mask
-    added (a batch's rows rank different candidates): without it the two are equal."""
+    """Mean over queries of KL(teacher ‖ softmax(student_logits)), each row's softmax over its
+    entries not ``excluded``; ``teacher_probs`` rows sum to 1 and are 0 where excluded.
+    ``per_row``: each query's KL. (sentence-transformers' ``DistillKLDivLoss`` at temperature 1,
+    with the ``excluded`` mask added.)"""
     log_q = (torch.log_softmax(student_logits.masked_fill(excluded, float('-inf')), dim=-1)
              .masked_fill(excluded, 0.0))
     rows = (torch.xlogy(teacher_probs, teacher_probs) - teacher_probs * log_q).sum(-1)
@@ -31,12 +29,10 @@ def listwise_kl(student_logits: torch.Tensor, teacher_probs: torch.Tensor, exclu
 
 def margin_mse(student_scores: torch.Tensor, teacher_scores: torch.Tensor, valid: torch.Tensor, *,
                per_row: bool = False) -> torch.Tensor:
-    """Margin-MSE (Hofstätter et al.; GPL) over every ordered pair (i, j), i ≠ j, of each
-    row's ``valid`` entries: mean of ((s_i - s_j) - (t_i - t_j))², averaged per row, then
-    over rows that have a pair. ``per_row``: each row's mean (0 for a row without a pair).
-
-    sentence-transformers' ``MarginMSELoss`` compares a positive with each negative; this adds
-    every other pair and the ``valid`` mask: on GPL's triples (one negative) the two are equal."""
+    """Margin-MSE (Hofstätter et al.; GPL) over every ordered pair (i, j), i ≠ j, of each row's
+    ``valid`` entries: mean of ((s_i - s_j) - (t_i - t_j))², per row, then over rows that have a
+    pair. ``per_row``: each row's mean (0 without a pair). On GPL's triples it equals
+    sentence-transformers' ``MarginMSELoss``."""
     d = student_scores - teacher_scores
     diff = d.unsqueeze(2) - d.unsqueeze(1)
     pairs = (valid.unsqueeze(2) & valid.unsqueeze(1)
@@ -49,9 +45,8 @@ def margin_mse(student_scores: torch.Tensor, teacher_scores: torch.Tensor, valid
 def triple(ranked: tuple[list[str], np.ndarray], source: str | None, negatives: int,
            rng: np.random.Generator) -> tuple[list[str], np.ndarray]:
     """GPL's training example from a query's ``ranked`` candidates (docnos, the teacher's
-    scores): its positive (``source``, the passage it was written for, where the teacher scored
-    it; else the teacher's top candidate) and ``negatives`` others drawn at random, with their
-    scores.
+    scores): its positive (``source`` where the teacher scored it, else the teacher's top) and
+    ``negatives`` others drawn at random, with their scores.
 
         triple((['a', 'b', 'c'], np.array([3., 2., 1.])), 'b', 1, rng)   # (['b', 'a'], [2., 3.]) or
                                                                           # (['b', 'c'], [2., 1.])
@@ -90,9 +85,8 @@ def candidate_table(rankings: Sequence[tuple[list[str], np.ndarray]],
                     excluded: Sequence[frozenset[str]],
                     temperature: float, *, own_only: bool) -> CandidateTable:
     """The table of ``rankings`` (each row's teacher docnos and scores), the scores divided by
-    ``temperature``; ``excluded``: each row's passages that its student may not rank;
-    ``own_only``: each row's student distribution spans its own candidates only (Margin-MSE,
-    or KL without in-batch negatives)."""
+    ``temperature``; ``excluded``: each row's passages its student may not rank; ``own_only``:
+    each row's student distribution spans its own candidates only."""
     docnos = list(dict.fromkeys(d for ranked, _ in rankings for d in ranked))
     column = {d: j for j, d in enumerate(docnos)}
     own = torch.zeros(len(rankings), len(docnos), dtype=torch.bool)
@@ -108,9 +102,7 @@ def candidate_table(rankings: Sequence[tuple[list[str], np.ndarray]],
 def distillation_loss(student: torch.Tensor, teacher: torch.Tensor, own: torch.Tensor,
                       shut: torch.Tensor, loss: str, counted: int) -> torch.Tensor:
     """The sum over rows of ``loss`` (``kl`` or ``margin_mse``) between the student's scores and
-    the teacher's, divided by ``counted`` (the global batch's rows that count). KL's target is
-    the softmax of the teacher's scores over each row's ``own`` columns, its student softmax
-    over the columns not ``shut``; Margin-MSE compares each row's own candidates only."""
+    the teacher's, divided by ``counted`` (the global batch's rows that count)."""
     if loss == 'margin_mse':  # each row's own candidates, gathered to (b, depth)
         width = int(own.sum(1).max())
         columns = torch.argsort((~own).to(torch.int8), dim=1, stable=True)[:, :width]
@@ -122,8 +114,7 @@ def distillation_loss(student: torch.Tensor, teacher: torch.Tensor, own: torch.T
 
 
 def top1_agreement(student: torch.Tensor, teacher: torch.Tensor, own: torch.Tensor) -> float:
-    """The share of rows whose top own candidate is the same for the student and the teacher
-    (a label-free diagnostic of how far the student has come)."""
+    """The share of rows whose top own candidate is the same for the student and the teacher."""
     with torch.no_grad():
         hidden = float('-inf')
         return (student.detach().masked_fill(~own, hidden).argmax(1)
@@ -131,8 +122,8 @@ def top1_agreement(student: torch.Tensor, teacher: torch.Tensor, own: torch.Tens
 
 
 def top_overlap(a: dict[str, list[str]], b: dict[str, list[str]], k: int = 10) -> float:
-    """Mean over the queries of ``a`` that have results of |top k in a ∩ top k in b| divided
-    by the shorter of the two top lists (b's missing queries: 0)."""
+    """Mean over the queries of ``a`` that have results of |top k in a ∩ top k in b| divided by
+    the shorter of the two top lists."""
     shares = [len(set(docnos[:k]) & set(b.get(qid, [])[:k]))
               / max(1, min(k, len(docnos), len(b.get(qid, [])[:k])))
               for qid, docnos in a.items() if docnos]
@@ -151,16 +142,13 @@ def marginal_nll(retriever_logits: torch.Tensor, teacher_logp: torch.Tensor,
 def reconstruction_kl(retriever_logits: torch.Tensor, teacher_logp: torch.Tensor,
                       per_row: bool = False) -> torch.Tensor:
     """Mean over queries of KL(q ‖ p_η), where q = softmax(teacher_logp) is the generator's
-    reconstruction distribution over the candidates (a uniform prior, no gradient into the
-    teacher) and p_η = softmax(retriever_logits) the retriever's: ART's loss (Sachan et al.,
-    "Questions Are All You Need to Train a Dense Passage Retriever"). Unlike
-    :func:`marginal_nll`, its target does not carry the retriever's own prior.
-    ``per_row``: each query's term instead of their mean.
+    reconstruction distribution (no gradient into the teacher) and p_η = softmax(retriever_logits):
+    ART's loss (Sachan et al.). Unlike :func:`marginal_nll`, its target does not carry the
+    retriever's own prior. ``per_row``: each query's term.
 
         reconstruction_kl(torch.zeros(1, 3), torch.zeros(1, 3))   # tensor(0.): the same
     """
-    # (distillation's listwise_kl computes the same divergence; it is not called here because
-    # its float rounding differs, and the committed rumbart_target runs were made with this one)
+    # (listwise_kl computes the same divergence, rounded differently: kept apart)
     target = torch.log_softmax(teacher_logp.detach(), dim=-1)
     rows = (target.exp() * (target - torch.log_softmax(retriever_logits, dim=-1))).sum(dim=-1)
     return rows if per_row else rows.mean()

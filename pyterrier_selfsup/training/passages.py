@@ -1,16 +1,13 @@
 """The passage side of a distilled dual encoder: how its passage vectors are made while it trains.
 
-Distillation trains the query tower always; its ``passages`` setting chooses one of these
-strategies for the other side:
+Distillation always trains the query tower; its ``passages`` setting chooses the other side:
 
-- :class:`FrozenPassages` (``frozen``): the start encoder's passage vectors, read from its index
-  (RAG): a step encodes only the batch's queries, and the index never goes stale.
+- :class:`FrozenPassages` (``frozen``): the start encoder's passage vectors, read from its
+  index (RAG).
 - :class:`OffsetPassages` (``offsets``): those vectors, each moved by a learned offset δ
-  (normalise(v₀ + δ)), trained by lazy Adam and pulled towards 0 by an L2 term
-  (:mod:`~pyterrier_selfsup.models.offsets`). The offsets are saved with the model and applied
-  where its index is built; a passage that training never met keeps the start vector.
-- :class:`TrainedPassages` (``trained``): the passage tower trains with the query tower; its
-  candidates are encoded with gradients at every step, and each round searches a fresh index.
+  (:mod:`~pyterrier_selfsup.models.offsets`), pulled towards 0 by an L2 term.
+- :class:`TrainedPassages` (``trained``): the passage tower trains too, and each round searches
+  a fresh index.
 
 Example::
 
@@ -45,8 +42,8 @@ class PassageSide:
         return loss
 
     def no_rows_loss(self, trainer, docnos: list[str]) -> torch.Tensor:
-        """The loss of a process that has none of a batch's rows under data parallelism: zero, with
-        this side's share of its term where every process adds one."""
+        """The loss of a process that has none of a batch's rows: zero, with this side's share of
+        its term."""
         return torch.zeros((), requires_grad=True)
 
     def after_optimizer_step(self, world_size: int):

@@ -1,25 +1,19 @@
 """Retrieve-and-reconstruct training (thesis §4.3): a generator teaches the retriever.
 
-For each training query x, the k passages z_1..z_k that a MIPS index built with the
-passage encoder returns (the index is stale between refreshes, REALM's trick) are
-re-scored with the current encoder: p_η(z|x) = softmax over the k of q·p / temperature.
+For each training query x, the k passages z_1..z_k that a stale MIPS index returns (REALM's
+trick) are re-scored with the current encoder: p_η(z|x) = softmax over the k of
+q·p / temperature.
 
 - :class:`~pyterrier_selfsup.training.rumbart.Rumbart` (Algorithms 1-2) marginalises over
-  them, loss = -log Σ_k p_η(z_k|x) p_θ(x|z_k), computed in log space (logsumexp). With a
-  frozen generator p_θ(x|z) of a pair never changes: it is computed once, kept in an
-  on-disk score cache, and reused across steps, refreshes and runs.
+  them, loss = -log Σ_k p_η(z_k|x) p_θ(x|z_k), in log space; a frozen generator's p_θ(x|z)
+  is kept in an on-disk score cache.
 - :class:`~pyterrier_selfsup.training.acrobart.Acrobart` (Algorithm 3) gives the generator
   all k passages at once and adds β·p_η(z_j|x) (β trainable) to the attention logits from the
-  target's positions towards passage j's tokens (decoder cross-attention for seq2seq
-  generators, self-attention for decoder-only ones); loss = -log p_θ(x | z_1..z_k, p_η).
+  target's positions towards passage j's tokens; loss = -log p_θ(x | z_1..z_k, p_η).
 
-This module holds what they share: :class:`RetrieveAndReconstruct`, the stale index, its
-refreshes and the candidates it retrieves.
-
-From REALM: queries cut from the corpus never retrieve the passage they came from. From RAG
-(Lewis et al., 2020, §2.4): ``train_passages=False`` unties the encoder and freezes the
-passage tower, so that only queries are encoded with gradients (a step costs a fraction
-of the full one) and the index never goes stale (a refresh only re-retrieves).
+This module holds what they share (:class:`RetrieveAndReconstruct`). Queries cut from the
+corpus never retrieve the passage they came from (REALM); ``train_passages=False`` freezes
+the passage tower, so that only queries are encoded with gradients (RAG).
 
     trainer = Rumbart(DualEncoder.from_pretrained(MINILM),
                       Generator.from_pretrained(SMOLLM2, gguf_file=...),
@@ -61,29 +55,18 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
         generator: the generator whose reconstruction of each query teaches it.
         collection: the corpus, or its name.
         settings: :class:`~pyterrier_selfsup.training.settings.RumbartSettings` or
-            :class:`~pyterrier_selfsup.training.settings.AcrobartSettings` (None: the
-            defaults): k, the refresh interval, whether the passage tower trains, and the
-            loop's settings.
+            :class:`~pyterrier_selfsup.training.settings.AcrobartSettings` (None: the defaults).
         run, **changes: as for :class:`~pyterrier_selfsup.training.Trainer`.
 
-    Each refresh rebuilds the index from the current passage encoder (REALM, thesis Alg. 2) and
-    logs its time as ``refresh seconds``. With ``train_passages=False`` passages get their own
-    frozen copy of the start encoder and only the query tower trains (RAG): candidates are
-    scored against the index's own vectors, and a refresh re-retrieves without re-encoding.
-    Resuming from a checkpoint rebuilds the index from the checkpoint's encoder (a refresh at
-    the resume step), so a resumed run matches one never stopped exactly only when the
-    checkpoint falls on a refresh. Under ``torchrun`` each process computes the loss of its
-    share of each batch's queries, a refresh is encoded in shards
-    (:func:`~pyterrier_selfsup.retrieval.dense.fresh_index`), and RUMBArt's teacher scores its
-    share of the passages into the shared cache.
+    Each refresh rebuilds the index from the current passage encoder and logs its time as
+    ``refresh seconds``; with ``train_passages=False`` a refresh only re-retrieves. Resuming
+    rebuilds the index from the checkpoint's encoder, so a resumed run matches one never stopped
+    only when the checkpoint falls on a refresh. Under ``torchrun`` each process computes the
+    loss of its share of each batch's queries, and a refresh is encoded in shards.
 
-    With ``refresh='async'`` (one process only) training does not wait for a refresh: a thread
-    encodes a copy of the weights of the refresh step, and the new index is swapped in after the
-    first step that finds it ready (and at the latest at the next refresh step, which waits for
-    it). The log records each swap's ``staleness``, the steps between the copy and the swap.
-    Which step that is depends on how fast the machine runs, so such a run is not reproducible
-    step for step, and a resumed run does not match one never stopped; the synchronous default
-    is, and does.
+    With ``refresh='async'`` (one process only) a thread encodes a copy of the weights while
+    training goes on, and the new index is swapped in after the first step that finds it ready;
+    the log records each swap's ``staleness``. Such a run depends on timing.
     """
     Settings = ReconstructionSettings
     marker = 'refresh seconds'
@@ -95,7 +78,6 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
                  run: RunContext | None = None, **changes):
         super().__init__(encoder, collection, settings, run, **changes)
         self.generator = generator
-        # the stale index: a FlexIndex of the passage encoder as it was at the last refresh
         self._index = None
         self._index_dir: tempfile.TemporaryDirectory | None = None
         # refresh='async': the step of the weights being encoded, and the build's future
@@ -103,7 +85,6 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
         self._builder: ThreadPoolExecutor | None = None
 
     def on_fit_start(self):
-        # RAG: passages keep a frozen copy of the start encoder
         if not self.settings.train_passages:
             self.encoder.model.freeze_passage_tower()
         if self.settings.refresh == 'async' and self.world_size > 1:
@@ -165,8 +146,8 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
                 self.refresh(examples)
 
     def _start_build(self):
-        """``refresh='async'``: a copy of the encoder as it is now, encoded into a fresh index
-        on a thread of its own (on a GPU, on a CUDA stream of its own) while training goes on."""
+        """``refresh='async'``: a copy of the encoder as it is now, encoded into a fresh index on
+        a thread of its own (on a GPU, a CUDA stream of its own)."""
         snapshot = copy.deepcopy(self.encoder)
         snapshot.model.eval()
         for parameter in snapshot.model.parameters():
@@ -186,9 +167,8 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
         self._building = (self.state['step'], self._builder.submit(build))
 
     def _swap(self, examples: list[Query], wait: bool):
-        """``refresh='async'``: the index being built, swapped in if it is ready (or once it
-        is, with ``wait``); logs its build time and its staleness, the optimiser steps taken
-        between the copy of the weights it encodes and the swap."""
+        """``refresh='async'``: the index being built, swapped in if it is ready (or once it is,
+        with ``wait``); logs its build time and its staleness."""
         if self._building is None or not (wait or self._building[1].done()):
             return
         (snapshot_step, future), self._building = self._building, None
@@ -207,15 +187,13 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
             old.cleanup()
 
     def refresh(self, examples: list[Query], initial: bool = False):
-        """Rebuilds the MIPS index from the current passage encoder. The start encoder's
-        index is the cached FlexIndex (built once per passage side); a frozen passage
-        tower's index never changes, so a refresh then only re-retrieves."""
+        """Rebuilds the MIPS index from the current passage encoder (at the start, the cached
+        FlexIndex; with a frozen passage tower, only a re-retrieval)."""
         t0 = time.time()
         if initial:
             self._index = flex_index(self.collection, self.encoder, cache_dir=self.cache_dir,
                                      verbose=self.shows)
         elif self.settings.train_passages:
-            # (sharded on several processes)
             self._replace_index(*fresh_index(self.collection, self.encoder, verbose=self.shows))
         self.train_mode(True)
         self.log.append({'step': self.state.get('step', 0), 'refresh seconds': time.time() - t0})
@@ -234,14 +212,11 @@ class RetrieveAndReconstruct(DualEncoderTrainer):
 
     def candidates(self,
                    batch: list[Query]) -> tuple[list[list[str]], list[list[str]], torch.Tensor]:
-        """(docnos, texts, retriever logits (b, k)) for a batch, the logits with gradients:
-        current query encoder, stale index, candidates re-encoded by the current encoder."""
+        """(docnos, texts, retriever logits (b, k)) for a batch, the logits with gradients."""
         queries = self.encoder.encode([q.query for q in batch], 'query')
         docnos = self.retrieve(queries.detach().float().cpu().numpy(), batch)
         width = min(len(d) for d in docnos)
-        # (a corpus smaller than k + the passages a query excludes: rows are cut to the
-        # shortest, under data parallelism the shortest of this process's share, so that
-        # there, and only there, several processes can differ from one)
+        # (a corpus smaller than k + the excluded passages: rows cut to the shortest)
         docnos = [d[:width] for d in docnos]
         texts = self.texts(docnos)
         if self.settings.train_passages:

@@ -24,16 +24,13 @@ logger = logging.getLogger(__name__)
 class Rumbart(RetrieveAndReconstruct):
     """RUMBArt: marginalisation over the k retrieved passages (thesis §4.3.1).
 
-    A frozen generator's log p_θ(x|z) goes through an on-disk cache keyed by the
-    generator's fingerprint and the corpus: after each refresh the pairs of all training
-    queries are scored in one pass (passages shared across queries are encoded once),
-    and a batch only looks them up. A trainable generator is scored with gradients.
-    ``teacher_temperature`` divides log p_θ before marginalising (1: the thesis). With
-    ``target='art'`` the loss is ART's KL divergence (:func:`reconstruction_kl`) instead of the
-    thesis' marginal likelihood (:func:`marginal_nll`)."""
+    A frozen generator's log p_θ(x|z) goes through an on-disk cache: after each refresh the pairs
+    of all training queries are scored in one pass, and a batch only looks them up; a trainable
+    generator is scored with gradients. ``teacher_temperature`` divides log p_θ before
+    marginalising. With ``target='art'`` the loss is ART's KL divergence (:func:`reconstruction_kl`)
+    instead of the thesis' marginal likelihood (:func:`marginal_nll`)."""
     description = 'RUMBArt'
-    # its loss moves with the teacher's log p(x|z) of the batch: the curve plots its excess
-    # over the batch's lower bound instead
+    # its loss moves with the teacher's log p(x|z): the curve plots its excess over the bound
     curve, curve_label = 'excess loss', 'loss above its lower bound'
 
     Settings = RumbartSettings
@@ -41,8 +38,7 @@ class Rumbart(RetrieveAndReconstruct):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._teacher = None
-        # the teacher's scores of the pairs of the last fill and of the steps since, by (query,
-        # passage): a step looks its pairs up here, not in the score cache's database
+        # the teacher's scores since the last fill, by (query, passage), for the steps' look-ups
         self._scores: dict[tuple[str, str], float] = {}
         if not self.generator.trainable:
             self._teacher = self.generator.scorer(normalise='sum', cache=score_cache_dir(
@@ -62,9 +58,7 @@ class Rumbart(RetrieveAndReconstruct):
                                  self.retrieve(vectors[start:start + 1024], part)))
         retrieved = self.gather(retrieved)
         docnos = [retrieved[q.qid] for q in examples]
-        # one call for all pairs: the scorer goes by passage (each passage's prompt encoded
-        # once for all its queries), commits to the cache as it goes, and splits the
-        # passages between the processes of a data-parallel run
+        # one call for all pairs: the scorer goes by passage and commits as it goes
         pairs = self._pairs(examples, docnos, self.texts(docnos))
         self._teacher.fill(pairs)
         self._scores = {}
@@ -72,8 +66,7 @@ class Rumbart(RetrieveAndReconstruct):
         self.log.append({'step': self.state.get('step', 0), 'teacher seconds': time.time() - t0})
 
     def _remember(self, pairs: pd.DataFrame):
-        """The teacher's scores of ``pairs``, through the score cache (which scores those it
-        does not hold), kept in memory for the steps' look-ups."""
+        """The teacher's scores of ``pairs``, through the score cache, kept in memory."""
         scored = self._teacher(pairs)
         self._scores.update(zip(zip(scored['query'], scored['docno']), scored['score']))
 
@@ -90,9 +83,7 @@ class Rumbart(RetrieveAndReconstruct):
         if self._teacher is not None:
             keys = [(q.query, d) for q, row in zip(batch, docnos) for d in row]
             if any(key not in self._scores for key in keys):
-                # candidates the query encoder found since the last fill: the batch's pairs go
-                # through the score cache, which scores those it lacks (in the batches it
-                # would have scored them in before this look-up existed)
+                # candidates found since the last fill go through the score cache
                 self._remember(self._pairs(batch, docnos, texts))
             values = torch.tensor(np.array([self._scores[key] for key in keys], dtype=np.float32))
         else:
@@ -106,9 +97,8 @@ class Rumbart(RetrieveAndReconstruct):
         teacher = self.teacher_logp(mine, docnos, texts) / self.settings.teacher_temperature
         art = self.settings.target == 'art'
         rows = (reconstruction_kl if art else marginal_nll)(logits, teacher, per_row=True)
-        # the marginal loss cannot go below -mean(max_z log p(x|z)) (all of p(z|x) on the
-        # teacher's best), the KL not below 0: the excess is what the retriever can still gain,
-        # comparable across batches
+        # the marginal loss cannot go below -mean(max_z log p(x|z)), the KL not below 0: the
+        # excess is what the retriever can still gain
         floor = 0.0 if art else teacher.max(dim=1).values
         self.record('excess loss', (rows.detach() + floor).mean().item(), len(mine))
         return rows.sum() / len(batch)  # this process's share of the batch's mean

@@ -1,28 +1,17 @@
 """How a method's settings are declared and read: the :func:`setting` field, the
 :class:`MethodSettings` base class and the typing of values typed on a command line.
 
-A field carries its default and its help text. A trainer takes its settings object whole
-(``Distillation(encoder, collection, teacher, DistillationSettings(rounds=3))``), and the
-command line, ``selfsup list``, the settings reference (``docs/settings.md``) and the record of a
-trained model all read names, defaults and help from the same fields. Where one setting depends
-on another, the dependency is a documented property of the class (for example
-:attr:`~pyterrier_selfsup.training.settings.DistillationSettings.excludes_sources`), never a
-rewrite made elsewhere.
-
-Changing a setting gives a new object::
+A field carries its default and its help text. A trainer takes its settings object whole, and
+the command line, the settings reference and a trained model's record read names, defaults
+and help from the same fields.
 
     settings = DistillationSettings(rounds=3)
     settings.replace(lr=2e-5)         # a copy with lr changed; unknown names are refused
     DistillationSettings.parse('lr', '2e-5')   # a value typed from the command line
 
-Each field says whether the weights depend on it (its ``trains`` metadata). Those that do are a
-trained model's identity (:meth:`MethodSettings.identity`): a model trained with any other value
-is another model. Those that do not (how often checkpoints are saved) are recorded beside it.
-
-A field whose default depends on other settings is declared with the default None and takes its
-value when the object is made (:meth:`MethodSettings.chosen_defaults`). The object, the model's
-record and the logs hold the value chosen, so a model trained with the default is the model
-trained with that value named.
+The fields the weights depend on (``trains``) are a trained model's identity
+(:meth:`MethodSettings.identity`). A field whose default depends on other settings is declared
+None and takes its value when the object is made (:meth:`MethodSettings.chosen_defaults`).
 """
 import dataclasses
 import types
@@ -30,7 +19,6 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-# The groups a settings reference lists fields under, in this order.
 GROUPS = ('queries', 'model', 'teacher', 'method', 'training', 'checkpoints')
 
 # a hint's union, as typing writes it (Optional[int]) and as Python does (int | None)
@@ -39,10 +27,9 @@ UNIONS = (Union, types.UnionType)
 
 def setting(default: Any, help: str, *, group: str = 'method', trains: bool = True,
             choices: tuple | None = None):
-    """A settings field: its default, its help text (one sentence or two), the group the
-    settings reference lists it under (:data:`GROUPS`), whether the trained weights depend on it
-    (``trains``; False for how a run is carried out, such as its checkpoints) and, for a field
-    that takes one of a few values, those values."""
+    """A settings field: its default, its help text, the group the settings reference lists it
+    under (:data:`GROUPS`), whether the trained weights depend on it (``trains``) and, where it
+    takes one of a few values, those values."""
     if group not in GROUPS:
         raise ValueError(f'group must be one of {", ".join(GROUPS)}, not {group!r}')
     return field(default=default,
@@ -87,9 +74,8 @@ class MethodSettings:
         self.validate()
 
     def chosen_defaults(self) -> dict[str, Any]:
-        """The fields whose default depends on other settings (declared with the default None),
-        each with the value it takes here where it is left at None. None in the base class; a
-        subclass documents its rule."""
+        """The fields whose default depends on other settings, each with the value it takes here
+        where it is left at None; a subclass documents its rule."""
         return {}
 
     def validate(self):
@@ -106,16 +92,15 @@ class MethodSettings:
 
     @property
     def checkpoint_interval(self) -> int | str | None:
-        """When this run saves checkpoints: every this many steps, ``'epoch'`` (at each epoch's
-        end) or None (the final model only). A method with a rule of its own says so."""
+        """When this run saves checkpoints: every this many steps, ``'epoch'``, or None (the final
+        model only)."""
         return getattr(self, 'checkpoint_every', None)
 
     # -- reading the fields ---------------------------------------------------------
 
     @classmethod
     def fields(cls) -> list[dataclasses.Field]:
-        """The fields, grouped as :data:`GROUPS` orders them (in declaration order within a
-        group)."""
+        """The fields, grouped as :data:`GROUPS` orders them."""
         declared = dataclasses.fields(cls)
         return sorted(declared, key=lambda f: GROUPS.index(f.metadata['group']))
 
@@ -133,8 +118,7 @@ class MethodSettings:
         return [f.name for f in cls.fields()]
 
     def asdict(self) -> dict:
-        """Every setting with its value, in :meth:`fields` order: what a model's record holds,
-        and what :meth:`of` reads back into an equal object.
+        """Every setting with its value, in :meth:`fields` order, as :meth:`of` reads it back.
 
             DistillationSettings.of(**DistillationSettings(rounds=3).asdict())
         """
@@ -146,16 +130,14 @@ class MethodSettings:
         return self._chosen
 
     def identity(self) -> dict:
-        """The settings the trained weights depend on (every field but those of how the run is
-        carried out, such as its checkpoints): a trained model's identity."""
+        """The settings the trained weights depend on: a trained model's identity."""
         return {f.name: getattr(self, f.name) for f in self.fields() if f.metadata['trains']}
 
     # -- changing them --------------------------------------------------------------
 
     @classmethod
     def check_names(cls, changes: dict[str, Any]) -> dict[str, Any]:
-        """``changes``, where every name is a setting of the class; an unknown name is refused,
-        with the names it does know."""
+        """``changes``, where every name is a setting of the class; an unknown name is refused."""
         unknown = [name for name in changes if name not in cls.names()]
         if unknown:
             raise ValueError(f'{cls.__name__} has no setting {unknown[0]!r}; its settings: '
@@ -168,9 +150,8 @@ class MethodSettings:
         return cls(**cls.check_names(changes))
 
     def replace(self, **changes) -> 'MethodSettings':
-        """A copy with ``changes``, validated again. A field that took its value from
-        :meth:`chosen_defaults` chooses it again, from the changed settings (which
-        ``dataclasses.replace`` would not do: use this)."""
+        """A copy with ``changes``, validated again; a field :meth:`chosen_defaults` chose is
+        chosen again from the changed settings (which ``dataclasses.replace`` would not do)."""
         if not changes:
             return self
         changes = self.check_names(changes)
@@ -179,8 +160,7 @@ class MethodSettings:
 
     @classmethod
     def parse(cls, name: str, text: str) -> Any:
-        """``text`` (as typed on the command line) as a value of setting ``name``, by its type:
-        ``none`` for None, ``true``/``false`` for a flag, a number, or the text itself."""
+        """``text`` (as typed on the command line) as a value of setting ``name``, by its type."""
         hints = typing.get_type_hints(cls)
         if name not in cls.names():
             raise ValueError(f'{cls.__name__} has no setting {name!r}; its settings: '

@@ -58,8 +58,7 @@ def prompt_setting(side: str):
 
 def prompts_of(query_prompt: str | None, passage_prompt: str | None) -> dict[str, str]:
     """The flat prompt settings, by side, those left at None left out: what
-    ``DualEncoder.from_pretrained(..., prompts=)`` takes (empty: the model's own prompts, else
-    its model card's)."""
+    ``DualEncoder.from_pretrained(..., prompts=)`` takes."""
     return {side: str(text) for side, text in (('query', query_prompt),
                                                 ('passage', passage_prompt)) if text is not None}
 
@@ -196,8 +195,7 @@ class AcrobartSettings(ReconstructionSettings):
                                'generator\'s attention logits (trained).')
 
 
-# all-MiniLM-L6-v2's zero-shot retrieval head: the (layer from 0, head, special tokens) whose r_h
-# re-ranks BM25's top 100 best on beir/scifact/train (docs/results.md)
+# all-MiniLM-L6-v2's zero-shot retrieval head: (layer from 0, head, special tokens)
 REATT_HEAD = dict(retrieval_layer=1, head=1, special_tokens=False)
 
 
@@ -333,10 +331,8 @@ class DistillationSettings(MethodSettings):
         return self.rounds
 
     def chosen_defaults(self) -> dict[str, Any]:
-        """``passages`` and ``rounds`` left at None follow the queries. With queries from the
-        corpus (written for a passage or cut from one): one round, the passage side frozen.
-        With a query log (a file, a collection's topic texts, crossfold): five rounds with
-        passage offsets (docs/results.md says what chose each)."""
+        """``passages`` and ``rounds`` left at None follow the queries: one round with the
+        passage side frozen for queries from the corpus, five with offsets for a query log."""
         corpus_only = self.queries in CUT_FROM_CORPUS + GENERATED
         return {'passages': 'frozen' if corpus_only else 'offsets',
                 'rounds': 1 if corpus_only else 5}
@@ -353,12 +349,9 @@ class DistillationSettings(MethodSettings):
 
     def given(self, rows: int, with_sources: int) -> 'DistillationSettings':
         """These settings for training queries given to ``Distillation.fit`` directly: ``rows``
-        queries, ``with_sources`` of them naming the passage they came from
-        (``source_docno``). Queries that name none are a query log, whatever ``queries`` says,
-        and the defaults that follow the queries follow it (five rounds with passage offsets,
-        unless named). Queries that all name one are the corpus-only source ``queries`` names
-        (``sampled`` by default: written for their passage; ``sentences`` for queries cut from
-        it, which may not retrieve it). A frame with some of each is refused.
+        queries, ``with_sources`` of them naming the passage they came from (``source_docno``).
+        Queries that name none are a query log, whatever ``queries`` says; queries that all name one
+        are the corpus-only source ``queries`` names. A frame with some of each is refused.
 
             DistillationSettings().given(35, 0).rounds   # 5: a query log
         """
@@ -376,9 +369,8 @@ class DistillationSettings(MethodSettings):
 
     @property
     def excludes_sources(self) -> bool:
-        """Whether a query's ``source_docno`` is a passage it may not retrieve: yes for queries cut
-        from a passage (a trivial match, as REALM prohibits), no for queries written for one (a
-        genuine answer) or for a query log."""
+        """Whether a query's ``source_docno`` is a passage it may not retrieve: yes for
+        queries cut from a passage (a trivial match), no for queries written for one or a log."""
         return self.queries in CUT_FROM_CORPUS
 
 

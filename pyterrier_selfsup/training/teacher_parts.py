@@ -7,9 +7,8 @@
 
 def parse_teacher(spec: str) -> dict[str, float]:
     """A teacher named by its parts and their weights: ``bm25+student`` (1:1),
-    ``2*bm25+student``, ``bm25+student+gen``, ``bm25+student+ce``, ``0*miners+ce`` (first
-    stages weighted 0 only choose the candidates the re-rankers score: GPL's). The parts are
-    :data:`TEACHER_PARTS`."""
+    ``2*bm25+student``, ``bm25+student+gen``, ``0*miners+ce`` (first stages weighted 0 only
+    choose the candidates the re-rankers score). The parts are :data:`TEACHER_PARTS`."""
     weights = {}
     for term in spec.split('+'):
         weight, _, part = term.strip().rpartition('*')
@@ -20,11 +19,9 @@ def parse_teacher(spec: str) -> dict[str, float]:
     return weights
 
 
-# bm25: BM25; student: the student as it is at each round;
-# miners: the dense retrievers the setting miners names, each a stage of its own;
-# gen: the generator's query likelihood on the fused top ``rerank_depth`` (its scores cached);
-# ce: a cross-encoder's scores (the setting cross_encoder) on the fused candidates;
-# fused: BM25 and MiniLM fused, as a re-ranker of the candidates (the cross-encoder's stand-in)
+# bm25; student: as it is at each round; miners: the setting miners' dense retrievers;
+# gen: the generator's query likelihood on the fused top rerank_depth; ce: a cross-encoder;
+# fused: BM25 and MiniLM fused, as a re-ranker (the cross-encoder's stand-in)
 TEACHER_PARTS = ('bm25', 'student', 'miners', 'gen', 'ce', 'fused')
 # the parts that score every candidate a student learns from (the others re-rank the top 10)
 LABELLING_PARTS = ('ce', 'fused')

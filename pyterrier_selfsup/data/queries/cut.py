@@ -1,10 +1,8 @@
 """Training queries without a query log, for every trainer in this package.
 
-Each source returns a topics frame (``qid``, ``query``); the corpus-derived ones add
-``source_docno``, the passage a query was cut from, which trainers must not retrieve
-as its answer (REALM prohibits such trivial retrievals). Sampling is deterministic
-under ``seed`` and streams the corpus once (reservoir sampling), so it works on
-corpora that do not fit in memory.
+Each source returns a topics frame (``qid``, ``query``) with ``source_docno``, the passage a
+query was cut from, which trainers must not retrieve as its answer (REALM). Sampling is
+deterministic under ``seed`` and streams the corpus once (reservoir sampling).
 """
 import logging
 import math
@@ -31,11 +29,9 @@ def sentences(text: str) -> list[str]:
 
 def corpus_sentences(collection: Collection, n: int, *, seed: int = 0, min_words: int = 5,
                      max_words: int = 40) -> pd.DataFrame:
-    """``n`` sentences, one from each of ``n`` documents drawn uniformly at random; a
-    document's sentence is drawn among those of ``min_words``..``max_words`` words. A
-    corpus with fewer such documents than ``n`` gives several sentences of a document
-    (drawn at random among those not yet taken), and a warning if even all its sentences
-    are fewer than ``n``."""
+    """``n`` sentences, one from each of ``n`` documents drawn uniformly at random, among those of
+    ``min_words``..``max_words`` words. A smaller corpus gives several sentences of a document, and
+    a warning if it has fewer than ``n`` in all."""
     rng = random.Random(seed)
 
     def fitting(doc):
@@ -53,11 +49,8 @@ def corpus_sentences(collection: Collection, n: int, *, seed: int = 0, min_words
 
 def document_titles(collection: Collection, n: int, *, seed: int = 0,
                     min_words: int = 3) -> pd.DataFrame:
-    """``n`` document titles as queries (titles as pseudo-queries: the corpus's own short
-    statements of what a document is about), one from each of ``n`` documents drawn uniformly
-    at random among those whose title has ``min_words`` words or more; a title repeated word
-    for word (case and spacing aside) is taken once. The source is the document, whose text
-    holds the title (trainers exclude it from the title's candidates). A collection without
+    """``n`` distinct document titles of ``min_words`` words or more as queries, one from each of
+    ``n`` documents drawn uniformly at random; the source is the document. A collection without
     such titles raises ``ValueError``; one with fewer than ``n`` gives them all."""
     rng = random.Random(seed)
     seen_docs, seen_titles = set(), set()
@@ -112,11 +105,10 @@ _WORD = re.compile(r"[\w][\w'\-/.]*[\w]|\w")
 
 
 def salient_span(sentence: str, rng: random.Random) -> tuple[int, int] | None:
-    """(start, end) of a span of ``sentence`` worth reconstructing, or None: a heuristic
-    stand-in for the named entities and dates of salient span masking (REALM, ReAtt §3.3),
-    as no NER model is at hand. In order of preference, one drawn at random among: words
-    with a digit (numbers, p53, IL-6), capitalised words that do not open the sentence
-    (names, acronyms), words of at least 8 letters (rare words more than function words)."""
+    """(start, end) of a span of ``sentence`` worth reconstructing, or None: a heuristic stand-in
+    for salient span masking (REALM, ReAtt §3.3). In order of preference, one drawn at random
+    among: words with a digit, capitalised words that do not open the sentence, words of at
+    least 8 letters."""
     words = [(m.start(), m.end(), m.group()) for m in _WORD.finditer(sentence)]
     classes = [
         [w for w in words if any(c.isdigit() for c in w[2])],
@@ -174,8 +166,8 @@ def reservoir_sample(docs: Iterable[dict], n: int, rng: random.Random,
 
 def _top_up(collection: Collection, pairs: list[tuple[str, str]], n: int, rng: random.Random, more,
             what: str) -> list[tuple[str, str]]:
-    """``pairs`` (one per document) topped up to ``n`` with further distinct picks of the same
-    documents, drawn at random from ``more(doc, n)``; a warning says when the corpus has fewer."""
+    """``pairs`` topped up to ``n`` with further distinct picks of the same documents, drawn at
+    random from ``more(doc, n)``; a warning says when the corpus has fewer."""
     taken = set(pairs)
     pool = sorted({(doc['docno'], text) for doc in collection.corpus_iter()
                    for text in more(doc, n) if text is not None} - taken)

@@ -22,18 +22,16 @@ def given_topics(topics: pd.DataFrame) -> pd.DataFrame:
 
 
 def query_log(path) -> pd.DataFrame:
-    """The query texts of a query log without judgements: a plain text file (one query a
-    line), or JSON lines, CSV or TSV with ``qid`` and ``query`` fields (optionally gzipped;
-    :func:`~pyterrier_selfsup.data.local.read_queries`). A malformed line is an error that
-    names it."""
+    """The query texts of a query log without judgements: a plain text file (one query a line),
+    or JSON lines, CSV or TSV with ``qid`` and ``query`` fields
+    (:func:`~pyterrier_selfsup.data.local.read_queries`)."""
     from pyterrier_selfsup.data.local import read_queries
     queries = read_queries(path)
     return pd.DataFrame({'qid': [q.query_id for q in queries], 'query': [q.text for q in queries]})
 
 
 def folds(qids: Iterable[str], n: int = 2, *, seed: int = 0) -> dict:
-    """Each qid's fold in 0..n-1: the sorted qids in a seeded random order, dealt out in turn
-    (folds differ in size by at most one; the same qids give the same folds anywhere)."""
+    """Each qid's fold in 0..n-1: the sorted qids in a seeded random order, dealt out in turn."""
     qids = sorted(set(map(str, qids)))
     order = random.Random(seed).sample(qids, len(qids))
     return {qid: i % n for i, qid in enumerate(order)}
@@ -41,7 +39,7 @@ def folds(qids: Iterable[str], n: int = 2, *, seed: int = 0) -> dict:
 
 def other_folds(topics: pd.DataFrame, fold: int, n: int = 2, *, seed: int = 0) -> pd.DataFrame:
     """The query texts of ``topics`` outside ``fold`` (:func:`folds`): what the model that
-    answers ``fold``'s queries trains on, in cross-validation over a collection's topics."""
+    answers ``fold``'s queries trains on."""
     topics = given_topics(topics)
     assigned = folds(topics['qid'], n, seed=seed)
     return topics[[assigned[str(q)] != fold for q in topics['qid']]].reset_index(drop=True)

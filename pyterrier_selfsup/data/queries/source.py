@@ -50,9 +50,8 @@ from pyterrier_selfsup.data.queries.written import (
 
 logger = logging.getLogger(__name__)
 
-# How a writer's queries are drawn from a seed. Raise it whenever a seed would write other
-# queries (another prompt, another sampling loop): the sets and the models of the earlier
-# version are then not found, and are written and trained again.
+# how a writer's queries are drawn from a seed: raise it whenever a seed would write other
+# queries, so that the earlier sets and models are not found
 WRITER_VERSION = 2
 
 
@@ -79,10 +78,9 @@ def training_queries(topics: pd.DataFrame) -> list[Query]:
 
 def query_sources(topics: pd.DataFrame, collection: Collection, *, excluded: bool,
                   sample: int = 50) -> dict[str, str]:
-    """qid -> the ``source_docno`` of each topic that has one. ``excluded``: whether the trainer
-    keeps each query's source out of its candidates. Where it does not, and most of ``sample``
-    queries stand word for word in their sources (cut from the corpus, not written for it: a
-    trivial match), a warning names the setting that excludes them."""
+    """qid -> the ``source_docno`` of each topic that has one. ``excluded``: whether the
+    trainer keeps each query's source out of its candidates; where it does not and most of
+    ``sample`` queries stand word for word in their sources, a warning says how to exclude them."""
     if 'source_docno' not in topics:
         return {}
     sources = {q: d for q, d in zip(topics['qid'].astype(str), topics['source_docno'])
@@ -180,9 +178,9 @@ class QuerySource:
                 f'file of query texts, nor a collection: {error}') from None
 
     def identity(self, collection: Collection) -> dict:
-        """What this set of queries is, without making it: keys the written queries and the
-        models trained on any set. A query log is named by its texts' digest, wherever it lies;
-        written queries by their generator's name and their writer's settings."""
+        """What this set of queries is, without making it: the key of the written queries and of
+        the models trained on any set (a query log by its texts' digest, written queries by their
+        generator and writer's settings)."""
         out = {'source': self.queries, 'n': self.n_queries, 'seed': self.seed}
         if self.cut:
             if self.queries == 'masked':
@@ -196,7 +194,6 @@ class QuerySource:
                     'examples': (_lines_digest(texts)
                                  if (texts := example_texts(self.examples)) else None),
                     'pairs': self.pairs}
-                # (named where they are not the defaults: the defaults' queries keep their key)
                 if self.top_k is not None:
                     out['writer']['top_k'] = self.top_k
                 if self.tokens != QUERY_TOKENS:
@@ -217,16 +214,13 @@ class QuerySource:
                cache_dir: None | str | Path = None) -> pd.DataFrame:
         """The training queries (``qid``, ``query``; ``source_docno`` where they have one).
 
-        Queries cut from the corpus and query logs are read as they are asked for. Written
-        queries are written once under ``<cache>/queries/``, keyed by :meth:`identity`, the
-        generator's fingerprint and the writer's own settings, resumably (a stopped run resumes
-        after the last batch it wrote).
+        Written queries are written once under ``<cache>/queries/``, keyed by :meth:`identity` and
+        the generator's fingerprint, resumably; the others are read as they are asked for.
 
         Args:
-            generator: the :class:`~pyterrier_selfsup.models.generator.Generator` that writes
-                (written sources).
-            round_trip: makes the retriever whose top :data:`ROUND_TRIP_DEPTH` keeps a
-                ``roundtrip`` query (BM25 in the pipelines); called only when it writes.
+            generator: the :class:`~pyterrier_selfsup.models.generator.Generator` that writes.
+            round_trip: makes the retriever whose top :data:`ROUND_TRIP_DEPTH` keeps a ``roundtrip``
+                query; called only when it writes.
             cache_dir: the cache the written queries are kept in.
         """
         q, n, seed = self.queries, self.n_queries, self.seed
@@ -252,7 +246,6 @@ class QuerySource:
                                                              collection.cache_settings(key))
 
         def write(staging: Path):
-            # (resumable: sampled queries are written with a checkpoint in the staging directory)
             staging.mkdir(parents=True, exist_ok=True)
             checkpoint = staging / 'writing.pt'
             if q == 'generated':
@@ -280,9 +273,8 @@ def _read_topics(path: Path) -> pd.DataFrame:
 
 
 def _topics_damage(path: Path) -> str | None:
-    """A written-queries file that does not parse, or lacks a query column (garbled where its
-    size still matches): damaged, and rebuilt whole (sampled queries come from one random
-    stream, so a part rebuilt alone would not be the same queries)."""
+    """A written-queries file that does not parse or lacks a query column: damaged, and rebuilt
+    whole (one random stream wrote it)."""
     try:
         topics = _read_topics(path)
     except (OSError, ValueError) as error:

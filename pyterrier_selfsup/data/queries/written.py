@@ -34,10 +34,9 @@ def example_texts(examples: str | None) -> list:
 
 
 def example_pairs(name: str | None, n: int = EXAMPLE_PAIRS, seed: int = 0) -> list:
-    """``n`` (passage, query) pairs of the collection ``name`` for a writer to be shown (none
-    for None): topics drawn with ``seed`` among those with a judged relevant passage, each with
-    the text of its first relevant passage by docno. This reads that collection's relevance
-    judgements: name another collection than the one the model adapts to."""
+    """``n`` (passage, query) pairs of the collection ``name`` for a writer to be shown: topics
+    drawn with ``seed`` among those with a judged relevant passage, each with its first
+    relevant passage's text. This reads ``name``'s relevance judgements."""
     if not name:
         return []
     coll = Collection(name)
@@ -53,11 +52,8 @@ def example_pairs(name: str | None, n: int = EXAMPLE_PAIRS, seed: int = 0) -> li
 
 def generated_queries(collection: Collection, generator, n: int, *, seed: int = 0,
                       max_new_tokens: int = 32, **generate_kwargs) -> pd.DataFrame:
-    """One query written by ``generator`` (a :class:`~pyterrier_selfsup.models.generator.Generator`,
-    through its prompt) for each of ``n`` documents drawn uniformly at random (the thesis'
-    conclusion: the generator as a source of synthetic queries). Greedy unless
-    ``generate_kwargs`` say otherwise (``do_sample=True, top_p=0.92``); empty generations
-    are dropped."""
+    """One query written by ``generator`` for each of ``n`` documents drawn uniformly at
+    random; greedy unless ``generate_kwargs`` say otherwise. Empty generations are dropped."""
     rng = random.Random(seed)
     docs = reservoir_sample(collection.corpus_iter(), n, rng, text_if_any)
     texts = generator.generate([text for _, text in docs], max_new_tokens=max_new_tokens,
@@ -69,8 +65,7 @@ def generated_queries(collection: Collection, generator, n: int, *, seed: int = 
 MAX_PER_PASSAGE = 10
 
 
-# how the writer samples by default (``queries=sampled`` and :func:`sampled_queries`): nucleus
-# sampling, several queries a passage (GPL: 3)
+# how the writer samples by default: nucleus sampling, several queries a passage
 SAMPLING = dict(per_passage=3, temperature=1.0, top_p=0.95)
 QUERY_TOKENS = 32  # the most tokens a written query takes, by default
 
@@ -85,23 +80,14 @@ def sampled_queries(collection: Collection, generator, n: int, *,
                     pairs: Sequence[tuple[str, str]] = (),
                     checkpoint: Path | None = None, writer=None) -> pd.DataFrame:
     """About ``n`` queries written by ``generator`` with nucleus sampling, ``per_passage`` for
-    each of ⌈n / per_passage⌉ passages drawn uniformly at random (GPL writes 3 a passage);
-    empty ones and repeats (case and spacing ignored, over the whole set) are dropped, so
-    the frame says how many distinct queries the generator could write. On a corpus with
-    fewer passages than that, each passage gets proportionally more, up to :data:`MAX_PER_PASSAGE`,
-    and the ``n`` kept are spread over the passages (:func:`spread`).
+    each of ⌈n / per_passage⌉ passages drawn uniformly at random; empty ones and repeats are
+    dropped. On a corpus with fewer passages, each gets more, up to :data:`MAX_PER_PASSAGE`, and
+    the ``n`` kept are spread over the passages (:func:`spread`).
 
-    ``top_k``: the tokens sampled from (None: the model's generation config's); ``max_new_tokens``:
-    the most a query takes.
-
-    Written by a :class:`~pyterrier_selfsup.models.writing.QueryWriter`: one prefill a passage
-    shared by its samples, each stopped at the end of its first line; ``style``: the prompt
-    (``plain`` completion, or the instruct model's ``chat`` template), ``examples``: query texts
-    shown as the style to write in (a query log's), ``pairs``: (passage, query) examples shown
-    before the passage (another collection's judged pairs), ``checkpoint``: a file that keeps
-    the queries written so far, from which a call that was stopped resumes
-    (:meth:`~pyterrier_selfsup.models.writing.QueryWriter.write`). ``writer``: a writer already
-    made (then ``style``, ``examples`` and ``pairs`` are its own)."""
+    ``top_k``: the tokens sampled from (None: the model's generation config's);
+    ``max_new_tokens``: the most a query takes. ``style``, ``examples``, ``pairs`` and
+    ``checkpoint`` are the :class:`~pyterrier_selfsup.models.writing.QueryWriter`'s; ``writer``: a
+    writer already made (then ``style``, ``examples`` and ``pairs`` are its own)."""
     import torch  # the generator's sampling is seeded through torch
 
     rng = random.Random(seed)
@@ -132,8 +118,7 @@ def sampled_queries(collection: Collection, generator, n: int, *,
 
 class SampledPlan(NamedTuple):
     """How many queries :func:`sampled_queries` writes: ``each`` for each of ``passages``
-    passages, and whether it keeps ``n`` of them ``spread`` over the passages (it wrote more
-    than asked a passage, and more than ``n`` in all)."""
+    passages, and whether it keeps ``n`` of them ``spread`` over the passages."""
     passages: int
     each: int
     spread: bool
@@ -152,9 +137,7 @@ def _queries_each(n: int, per_passage: int, passages: int) -> int:
 
 def sampled_plan(collection: Collection, n: int, per_passage: int) -> SampledPlan:
     """What :func:`sampled_queries` writes on ``collection`` for ``n`` queries, ``per_passage``
-    a passage, without writing them. The passages with text are counted only where the corpus
-    holds fewer than twice the ``n / per_passage`` passages asked for (a larger one would need
-    over half of its documents empty to fall short).
+    a passage, without writing them.
 
         sampled_plan(Collection('cranfield'), 1400, 1)   # 1,398 passages, 2 each, spread
     """
@@ -169,8 +152,7 @@ def sampled_plan(collection: Collection, n: int, per_passage: int) -> SampledPla
 
 def spread(pairs: list[tuple[str, str]], n: int) -> list[tuple[str, str]]:
     """``n`` of the (docno, query) ``pairs``, in their order, spread over their passages: each
-    passage's first query, then each one's second, and so on, until ``n`` are taken (not the
-    first ``n``, which would leave the last passages without a query).
+    passage's first query, then each one's second, and so on.
 
         spread([('a', 'q1'), ('a', 'q2'), ('b', 'q3'), ('b', 'q4')], 2)   # a's q1, b's q3
     """
@@ -186,13 +168,10 @@ def spread(pairs: list[tuple[str, str]], n: int) -> list[tuple[str, str]]:
 def round_trip_queries(collection: Collection, generator, n: int, retriever, *, depth: int = 10,
                        seed: int = 0, max_tries: int = 10, max_new_tokens: int = 32,
                        **generate_kwargs) -> pd.DataFrame:
-    """Up to ``n`` generated queries that pass a round-trip check: ``retriever`` (BM25 in
-    the pipelines) ranks the passage a query was written for in its top ``depth``, and no
-    earlier kept query has the same text (Promptagator's round-trip filtering, with a
-    lexical retriever). A small generator falls back on generic questions that fit any
-    passage ("What is the purpose of the study?"); those fail the check. Passages are
-    drawn at random, ``n`` a round, until ``n`` queries are kept or ``max_tries * n``
-    passages have been tried."""
+    """Up to ``n`` generated queries that pass a round-trip check: ``retriever`` ranks the
+    passage a query was written for in its top ``depth``, and no earlier kept query has the same
+    text (Promptagator's round-trip filtering). Passages are drawn at random, ``n`` a round,
+    until ``n`` queries are kept or ``max_tries * n`` passages have been tried."""
     rng = random.Random(seed)
     docs = reservoir_sample(collection.corpus_iter(), max_tries * n, rng, text_if_any)
     rng.shuffle(docs)  # rounds of n from a uniform order (a reservoir's slots keep corpus order)
