@@ -170,7 +170,7 @@ def test_your_own_corpus_without_queries_from_a_csv(run_example, tmp_path):
     adi = Collection(ADI)
     pd.DataFrame(list(adi.corpus_iter())).head(40).to_csv(tmp_path / 'docs.csv', index=False)
     ran = run_example('your_own_corpus.py', tmp_path / 'docs.csv', '--settings',
-                      'n_queries=12,rounds=1', '--output',
+                      'n_queries=6,rounds=1', '--output',
                       tmp_path / 'csv')
     assert ran['corpus'].docs_count == 40 and ran['distill'].settings['queries'] == 'sampled'
     assert (tmp_path / 'csv' / 'modules.json').is_file() and len(ran['runs']['adapted']) > 0

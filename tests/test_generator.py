@@ -269,15 +269,15 @@ def test_smollm2_reranks_adi(cache_dir):
     coll = Collection('classic/adi')
     gen = Generator.from_pretrained(SMOLLM2, gguf_file=SMOLLM2_GGUF, cache_dir=cache_dir,
                                     device='cpu', precision='fp32')
-    topics = coll.topics().head(3)
+    topics = coll.topics().head(2)
     pipe = (BM25.from_collection(coll, num_results=10, cache_dir=cache_dir) >> coll.text_loader()
             >> gen.scorer())
     out = pipe(topics)
-    assert out.groupby('qid').size().tolist() == [10] * 3
+    assert out.groupby('qid').size().tolist() == [10] * 2
     top = out[out['rank'] == 0].set_index('qid')
     # pinned from a run of this code (fp32): the generator's first choice and its score per query
-    assert top['docno'].to_dict() == {'1': '69', '2': '69', '3': '21'}
-    np.testing.assert_allclose(top['score'].to_numpy(), [-4.0709, -4.3629, -3.7469], atol=2e-3)
+    assert top['docno'].to_dict() == {'1': '69', '2': '69'}
+    np.testing.assert_allclose(top['score'].to_numpy(), [-4.0709, -4.3629], atol=2e-3)
     assert out['score'].between(-15, 0).all()
 
 

@@ -1,5 +1,5 @@
 """examples/walkthrough.ipynb, executed here by nbclient as Jupyter would run it, with the
-small setting it reads from the environment (8 queries; the shipped single round), so that it
+small setting it reads from the environment (4 queries; the shipped single round), so that it
 cannot rot; and the copy in the repository must hold the outputs of a complete run."""
 import json
 from pathlib import Path
@@ -28,7 +28,7 @@ def test_the_walkthrough_runs(cache_dir, tmp_path, monkeypatch, classic_from_the
     downloaded on first use (here from a server on 127.0.0.1 that serves the local copy)."""
     monkeypatch.syspath_prepend(str(NOTEBOOK.parents[1] / 'scripts'))
     from execute_notebook import execute
-    for name, value in {'WALKTHROUGH_QUERIES': '8', 'SELFSUP_CACHE': str(cache_dir),
+    for name, value in {'WALKTHROUGH_QUERIES': '4', 'SELFSUP_CACHE': str(cache_dir),
                         'WALKTHROUGH_OUTPUT': str(tmp_path / 'run')}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv('WALKTHROUGH_ROUNDS', raising=False)  # (the shipped rounds)
@@ -36,7 +36,7 @@ def test_the_walkthrough_runs(cache_dir, tmp_path, monkeypatch, classic_from_the
     text = ''.join(o.get('text', '') for cell in notebook.cells if cell.cell_type == 'code'
                    for o in cell.outputs)
     assert 'classic/adi: 82 documents; 35 test queries, 170 judgements' in text
-    assert '8 queries from' in text and 'with QUERIES=8 rounds=1' in text
+    assert '4 queries from' in text and 'with QUERIES=4 rounds=1' in text
     assert (tmp_path / 'run' / 'comparison.png').stat().st_size > 10_000
     assert (tmp_path / 'run' / 'final').is_dir()
     log = [json.loads(line)
