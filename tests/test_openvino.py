@@ -68,18 +68,18 @@ def test_openvino_fp32_matches_torch_in_vectors_and_ranking(sample, torch_fp32):
                     'its quality bound is held there (elsewhere it warns: the test below)')
 def test_openvino_int8_ranks_as_fp32_does(sample, torch_fp32, monkeypatch):
     """int8 passages (NNCF, calibrated on the first texts encoded) are close to fp32's but not
-    equal to them, and rank 128 scifact passages for 40 queries nearly as fp32 does, where the
+    equal to them, and rank 64 scifact passages for 40 queries nearly as fp32 does, where the
     CPU multiplies int8 natively (VNNI or AMX). The issue's bound, nDCG@10 within .005 of fp32
     on the whole of scifact, is measured in encoder_int8_quality.md (docs/results.md), not
     here: on a sample small enough for the suite, one near-tie
-    moves nDCG@10 by that much. Calibrated on 64 texts, a quarter of what the package takes,
+    moves nDCG@10 by that much. Calibrated on 32 texts, an eighth of what the package takes,
     for the suite's time."""
     pytest.importorskip('nncf')
     from pyterrier_selfsup.models import dual_encoder
-    monkeypatch.setattr(dual_encoder, 'CALIBRATION_TEXTS', 64)
+    monkeypatch.setattr(dual_encoder, 'CALIBRATION_TEXTS', 32)
     topics, docs = sample
     ours, _ = torch_fp32
-    texts = [d['text'] for d in docs[:128]]
+    texts = [d['text'] for d in docs[:64]]
     exact = ours.encode_docs(texts)
     fast = DualEncoder.from_pretrained(MINILM, precision='fp32', backend='openvino-int8')
     quantised = fast.encode_docs(texts)
@@ -92,7 +92,7 @@ def test_openvino_int8_ranks_as_fp32_does(sample, torch_fp32, monkeypatch):
     def top10(vectors):
         return np.argsort(-(asked @ vectors.T), axis=1, kind='stable')[:, :10]
     shared = [len(set(a) & set(b)) / 10 for a, b in zip(top10(exact), top10(quantised))]
-    assert np.mean(shared) >= 0.9, shared  # (two unrelated top 10s of 128 share about 0.08)
+    assert np.mean(shared) >= 0.9, shared  # (two unrelated top 10s of 64 share about 0.16)
 
 
 @pytest.mark.parametrize('native', [True, False])
