@@ -107,7 +107,9 @@ class OpenVinoSides:
                 with torch.no_grad(), quiet_tracing():
                     converted = ov.convert_model(
                         _Side(encoder.model, side), example_input=dict(sample),
-                        input=[(name, ov.PartialShape([-1, -1]), ov.Type.i64) for name in sample])
+                        input=[(name, ov.PartialShape([-1, -1]), ov.Type.i64) for name in sample],
+                        # (a copy: a shared side must not follow its first encoder's training)
+                        share_weights=False)
             finally:
                 encoder.model.train(was_training)
             if quantised:
