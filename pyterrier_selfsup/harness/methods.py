@@ -107,13 +107,17 @@ def teacher_pipeline(collection: Collection, spec: str, *, student=None, depth: 
                      cross_encoder: str | None = None, mining: str | None = None,
                      raw_labels: bool = False, run: RunContext = SILENT) -> Fusion:
     """The teacher ``spec`` names (:func:`parse_teacher`) over ``collection``, as a PyTerrier
-    retriever: its parts' top ``depth`` fused by weighted per-query z-scores. Re-rankers (``gen``,
-    ``ce``, ``fused``) score the fused top ``rerank_depth``; ``miners``: a dense retriever a model
-    of ``mining`` (names joined by +), each searching by cosine.
+    retriever: its parts' top ``depth`` fused by weighted per-query z-scores, their indexes in
+    ``run``'s cache. Re-rankers (``gen``, ``ce``, ``fused``) score the fused top
+    ``rerank_depth``; ``ce`` with ``cross_encoder`` (GPL's by default), ``fused`` with BM25 and
+    MiniLM fused 1:1 (the cross-encoder's stand-in where none is at hand). ``miners``: a dense
+    retriever a model of ``mining`` (names joined by +; GPL's two by default), each searching
+    by cosine.
 
-    Where the teacher mines alone (every first stage weighted 0), each miner gives its top
-    ``rerank_depth`` and the re-rankers score their union; ``raw_labels``: the one re-ranker's own
-    scores label them, not their z-scores."""
+    Where the teacher mines with ``miners`` alone (every first stage weighted 0), each miner
+    gives its top ``rerank_depth``, and the re-rankers score every candidate of their union
+    (GPL: the top 50 of each of its two miners); ``raw_labels``: the one re-ranker's own scores
+    label them (Margin-MSE's margins), not their z-scores."""
     from pyterrier_selfsup.models.hub import miners_at_hand
     from pyterrier_selfsup.models.names import GPL_MINERS
     from pyterrier_selfsup.models.score_cache import score_cache_dir

@@ -102,7 +102,9 @@ def candidate_table(rankings: Sequence[tuple[list[str], np.ndarray]],
 def distillation_loss(student: torch.Tensor, teacher: torch.Tensor, own: torch.Tensor,
                       shut: torch.Tensor, loss: str, counted: int) -> torch.Tensor:
     """The sum over rows of ``loss`` (``kl`` or ``margin_mse``) between the student's scores and
-    the teacher's, divided by ``counted`` (the global batch's rows that count)."""
+    the teacher's, divided by ``counted`` (the global batch's rows that count). KL's target is
+    the softmax of the teacher's scores over each row's ``own`` columns, its student softmax
+    over the columns not ``shut``; Margin-MSE compares each row's own candidates only."""
     if loss == 'margin_mse':  # each row's own candidates, gathered to (b, depth)
         width = int(own.sum(1).max())
         columns = torch.argsort((~own).to(torch.int8), dim=1, stable=True)[:, :width]
