@@ -54,7 +54,7 @@ PAIRS_CISI = 'distill:query_style=chat,example_pairs=classic/cisi'
 # with SmolLM2 writing distill's queries (its sampling, not BEIR's), all-MiniLM-L6-v2 mining in
 # the miners' place (they are not on these machines) and BM25 + MiniLM fused in the cross-encoder's place
 GPL_NOW = 'gpl:generator=smollm2,top_k=none,query_tokens=32,teacher=0*miners+fused'
-# Each group as it ran, at today's settings (the groups of earlier commits: below GROUPS).
+# Each group as it ran, at today's settings (the groups of earlier commits: after query_stats).
 GROUPS = {
     'label_free': (FIVE, ['bm25', 'minilm', 'teacher', 'distill', 'hybrid']),
     'label_free_seeds': (['beir/scifact/test'], ['bm25', 'dual_encoder', 'distill', 'distill:seed=1', 'distill:seed=2']),

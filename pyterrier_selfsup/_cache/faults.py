@@ -81,8 +81,9 @@ def check_space(directory: Path, needed: int | None, what: str, hint: str = MOVE
 def write_fault(error: BaseException, what: str, where: Path, kept: bool = False,
                 fate: str | None = None, hint: str = MOVE_HINT) -> CacheError | None:
     """``error`` as a :class:`CacheError` naming ``what``, the file and the cause, if it is a disk
-    fault; else None. ``fate``: what became of what was written; ``hint``: the setting that
-    moves the writes elsewhere."""
+    fault; else None. ``fate``: what became of what was written (by default: removed, or, with
+    ``kept``, kept for the next run to resume from); ``hint``: the setting that moves the writes
+    elsewhere."""
     if isinstance(error, CacheError):
         return None
     target = getattr(error, 'filename', None) or where

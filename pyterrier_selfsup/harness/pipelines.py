@@ -292,7 +292,9 @@ def fused_teacher(collection: Collection, run: RunContext = SILENT, *, teacher: 
                   precision: str = 'fp32', query_prompt: str | None = None,
                   passage_prompt: str | None = None):
     """The distillation teacher as a retriever, with the zero-shot ``model_name`` as its
-    student encoding in ``precision``."""
+    student encoding in ``precision`` (distill's, so that it reads the index ``minilm`` and
+    ``distill`` read). A cross-encoder part scores the fused top ``depth``, the candidates a
+    student learns from."""
     student = (DenseRetriever.from_dual_encoder(collection, model_name, precision=precision,
                                                 prompts=prompts_of(query_prompt, passage_prompt),
                                                 cache_dir=run.cache_dir, verbose=run.verbose)

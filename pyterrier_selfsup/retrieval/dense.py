@@ -268,7 +268,9 @@ class DenseRetriever(Retriever):
                           cache_dir: str | Path | None = None,
                           verbose: bool = False) -> 'DenseRetriever':
         """The project's own :class:`DualEncoder` loaded from ``model_name``, over ``collection``
-        (the other arguments as :class:`DualEncoder` takes them)."""
+        (``dim``, ``precision``, ``backend``, ``prompts`` and ``normalize`` as
+        :meth:`DualEncoder.from_pretrained` takes them, the rest as :meth:`from_collection`
+        does)."""
         encoder = DualEncoder.from_pretrained(model_name, dim=dim, precision=precision,
                                               backend=backend, prompts=prompts,
                                               normalize=normalize)

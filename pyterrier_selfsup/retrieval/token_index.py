@@ -340,8 +340,8 @@ def reatt_index(collection, reatt, *, nlist: int | None = None, cache_dir=None,
 
 
 def token_index_size(collection: Collection, reatt, ivf: bool = True) -> int | None:
-    """About the bytes of ``collection``'s token index (fp16 keys and the IVF's fp32 copy);
-    None where the corpus's size is unknown."""
+    """About the bytes of ``collection``'s token index: fp16 keys, and with ``ivf`` the IVF's
+    fp32 copy of them; None where the corpus's size is unknown."""
     text = collection.text_bytes()
     tokens = text and collection.docs_count * min(
         reatt.max_length, text / collection.docs_count / 4)  # (~4 B a token)
