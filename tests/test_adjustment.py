@@ -7,11 +7,12 @@ import torch
 
 from pyterrier_selfsup import Collection, RunContext
 from pyterrier_selfsup.data.queries.cut import cropped_spans
-from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment, adjustment_loss
+from pyterrier_selfsup.training.adjustment import CrossDocumentAdjustment
+from pyterrier_selfsup.training.losses import listwise_kl
 from tests.helpers import DOCS, QUERIES, central_difference, stopped_at_step
 
 
-def test_adjustment_loss_is_the_kl_divergence_with_zero_target_terms_left_out():
+def test_the_adjustment_loss_is_the_kl_divergence_with_zero_target_terms_left_out():
     logits = torch.tensor([[1.0, 0.5, -2.0, 3.0], [0.0, 2.0, 1.0, -1.0]], dtype=torch.float64)
     target = torch.tensor([[0.7, 0.3, 0.0, 0.0], [0.0, 0.0, 0.4, 0.6]], dtype=torch.float64)
     expected = []
@@ -19,8 +20,8 @@ def test_adjustment_loss_is_the_kl_divergence_with_zero_target_terms_left_out():
         z = sum(math.exp(v) for v in row_l)
         expected.append(sum(t * (math.log(t) - (logit - math.log(z)))
                             for logit, t in zip(row_l, row_t) if t > 0))
-    assert adjustment_loss(logits, target).item() == pytest.approx(np.mean(expected), rel=1e-12)
-    assert (adjustment_loss(torch.log(target + 1e-300), target).item()
+    assert listwise_kl(logits, target).item() == pytest.approx(np.mean(expected), rel=1e-12)
+    assert (listwise_kl(torch.log(target + 1e-300), target).item()
             == pytest.approx(0.0, abs=1e-9))
 
 
@@ -33,7 +34,7 @@ def test_kl_gradient_reaches_the_bi_encoder_and_head_weights_and_matches_finite_
     def loss():
         q, qm = r.encode(QUERIES, 'query')
         k, km = r.encode(DOCS, 'passage')
-        return adjustment_loss(r.model.scores(q, qm, k, km), target)
+        return listwise_kl(r.model.scores(q, qm, k, km), target)
 
     r.model.zero_grad()
     value = loss()

@@ -66,7 +66,8 @@ def search_stage(index: FlexIndex, search: str, num_results: int) -> pt.Transfor
     search = resolve_search(search, index)
     if search == 'exact':
         # the vectors go to the GPU once (FlexIndex keeps them there), then matrix products
-        if _cuda():
+        import torch
+        if torch.cuda.is_available():
             return index.torch_retriever(num_results=num_results, device='cuda',
                                          drop_query_vec=True)
         return index.np_retriever(num_results=num_results, drop_query_vec=True)
@@ -76,11 +77,6 @@ def search_stage(index: FlexIndex, search: str, num_results: int) -> pt.Transfor
                                          drop_query_vec=True)
     return index.faiss_hnsw_retriever(HNSW_NEIGHBOURS, num_results=num_results,
                                       ef_search=HNSW_EF_SEARCH, drop_query_vec=True)
-
-
-def _cuda() -> bool:
-    import torch
-    return torch.cuda.is_available()
 
 
 def prebuild_ann(index: FlexIndex, search: str) -> Path:

@@ -55,18 +55,18 @@ def top_k_excluding(retriever: pt.Transformer, queries: Sequence[Query], k: int,
 
 
 def ranked_excluding(retriever: pt.Transformer, queries: Sequence[Query], k: int, *,
-                     query_vectors: np.ndarray | None = None,
-                     exclude: bool = True) -> dict[str, tuple[list[str], np.ndarray]]:
+                     query_vectors: np.ndarray | None = None
+                     ) -> dict[str, tuple[list[str], np.ndarray]]:
     """Each query's top ``k`` (docnos, scores) by ``retriever``, skipping its ``excluded``
     passages (REALM's trivial retrieval): qid -> (docnos, scores).
 
     ``retriever`` is any of this package's retrievers, or a FlexIndex retriever with
     ``query_vectors`` given (one row per query). ``retriever % (k + the most exclusions)`` is
-    compiled, so that an engine stops at that depth. ``exclude=False``: nothing skipped."""
+    compiled, so that an engine stops at that depth."""
     queries = list(queries)
     if not queries:
         return {}
-    extra = max(len(q.excluded) for q in queries) if exclude else 0
+    extra = max(len(q.excluded) for q in queries)
     topics = pd.DataFrame({'qid': [q.qid for q in queries], 'query': [q.query for q in queries]})
     if any(getattr(q, 'source', None) for q in queries):  # (a labelling teacher scores it too)
         topics['source_docno'] = [getattr(q, 'source', None) for q in queries]
@@ -79,6 +79,6 @@ def ranked_excluding(retriever: pt.Transformer, queries: Sequence[Query], k: int
     out = {}
     for q in queries:
         docnos, scores = ranked.get(q.qid, ([], np.zeros(0)))
-        keep = [i for i, d in enumerate(docnos) if not (exclude and d in q.excluded)][:k]
+        keep = [i for i, d in enumerate(docnos) if d not in q.excluded][:k]
         out[q.qid] = ([docnos[i] for i in keep], scores[keep])
     return out

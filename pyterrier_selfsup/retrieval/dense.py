@@ -6,6 +6,7 @@ on large corpora through FAISS IVF (:mod:`~pyterrier_selfsup.retrieval.ann`), on
 import logging
 import shutil
 import tempfile
+from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
 from typing import Optional
@@ -63,24 +64,20 @@ def flex_index(collection: str | Collection, encoder: BiEncoder, *,
         base = flex_index(collection, encoder, cache_dir=cache_dir, verbose=verbose, offsets=False)
         path = Path(base.index_path).with_name(f'{Path(base.index_path).name}'
                                                f'.offsets-{moved.fingerprint()}')
-        build_moved = partial(offset_index, base=base, offsets=moved, chunk=INDEX_CHUNK)
-        return FlexIndex(str(build_once(path, build_moved,
-                                        what=f'the index of {collection.name} with passage offsets',
-                                        needs=lambda: flex_size(collection, encoder),
-                                        check=flex_damage)), verbose=False)
-    backend = (encoder.index_backend(collection.docs_count or 0)
-               if isinstance(encoder, DualEncoder) else None)
-    path = cache_root(cache_dir) / 'flex' / index_key(collection, encoder, backend)
+        build = partial(offset_index, base=base, offsets=moved, chunk=INDEX_CHUNK)
+        what = f'the index of {collection.name} with passage offsets'
+    else:
+        backend = (encoder.index_backend(collection.docs_count or 0)
+                   if isinstance(encoder, DualEncoder) else None)
+        path = cache_root(cache_dir) / 'flex' / index_key(collection, encoder, backend)
+        what = f'the {model_name(encoder)} index of {collection.name}'
 
-    def build(staging: Path):
-        if backend is None:
-            encode_into(staging, collection, encoder, verbose=verbose)
-            return
-        with encoder.encoding_with(backend):  # (one backend for the whole corpus)
-            encode_into(staging, collection, encoder, verbose=verbose)
+        def build(staging: Path):
+            # (one backend for the whole corpus)
+            with encoder.encoding_with(backend) if backend is not None else nullcontext():
+                encode_into(staging, collection, encoder, verbose=verbose)
 
-    return FlexIndex(str(build_once(path, build,
-                                    what=f'the {model_name(encoder)} index of {collection.name}',
+    return FlexIndex(str(build_once(path, build, what=what,
                                     needs=lambda: flex_size(collection, encoder),
                                     check=flex_damage)), verbose=False)
 
@@ -331,7 +328,9 @@ def dense_retriever(collection: Collection, encoder: BiEncoder, *, fresh: bool =
     An encoder with passage offsets is searched over its cached index with its current offsets
     applied, in a temporary directory."""
     moved = getattr(encoder, 'passage_offsets', None)
-    if not fresh and moved is not None and len(moved):
+    if fresh:
+        index, tmp = fresh_index(collection, encoder, verbose=verbose)
+    elif moved is not None and len(moved):
         base = flex_index(collection, encoder, cache_dir=cache_dir, offsets=False, verbose=verbose)
         with temporary_build('selfsup-index-',
                              f'the index of {collection.name} with passage offsets',
@@ -339,14 +338,10 @@ def dense_retriever(collection: Collection, encoder: BiEncoder, *, fresh: bool =
             # (under torch.distributed the directory is rank 0's: it writes, every rank reads)
             all_or_none(lambda: (offset_index(f'{directory}/index.flex', base, moved, INDEX_CHUNK)
                                  if distributed()[0] == 0 else None))
-            retriever = DenseRetriever(encoder, FlexIndex(f'{directory}/index.flex', verbose=False),
-                                       search=search)
-        retriever._tmp = tmp
-        return retriever
-    if not fresh:
+            index = FlexIndex(f'{directory}/index.flex', verbose=False)
+    else:
         return DenseRetriever(encoder, flex_index(collection, encoder, cache_dir=cache_dir,
                                                   verbose=verbose), search=search)
-    index, tmp = fresh_index(collection, encoder, verbose=verbose)
     retriever = DenseRetriever(encoder, index, search=search)
     retriever._tmp = tmp  # removed with the retriever
     return retriever

@@ -22,7 +22,6 @@ import numpy as np
 import pandas as pd
 import pyterrier as pt
 import torch
-import torch.nn.functional as F
 
 from pyterrier_selfsup._cache import temporary_build
 from pyterrier_selfsup._distributed import all_or_none
@@ -37,6 +36,7 @@ from pyterrier_selfsup.retrieval.base import top_k_excluding
 from pyterrier_selfsup.retrieval.bm25 import BM25
 from pyterrier_selfsup.retrieval.token_index import ReAttIndex, reatt_index, token_index_size
 from pyterrier_selfsup.training.loop import Trainer
+from pyterrier_selfsup.training.losses import listwise_kl
 from pyterrier_selfsup.training.settings import CrossDocumentAdjustmentSettings
 
 logger = logging.getLogger(__name__)
@@ -46,15 +46,6 @@ def mask_token(reatt: ReAtt) -> str:
     """What a masked training query hides its span with: the student's own mask token where
     its tokenizer has one, else T5's first sentinel."""
     return getattr(reatt.tokenizer, 'mask_token', None) or MASK
-
-
-def adjustment_loss(retrieval_logits: torch.Tensor, target: torch.Tensor,
-                    per_row: bool = False) -> torch.Tensor:
-    """Mean over queries of KL(target ‖ softmax(retrieval_logits)), rows over all the batch's
-    documents; ``target`` rows sum to one and are 0 off each query's close documents.
-    ``per_row``: each query's KL."""
-    rows = F.kl_div(torch.log_softmax(retrieval_logits, dim=-1), target, reduction='none').sum(-1)
-    return rows if per_row else rows.mean()
 
 
 # -- where P_target comes from ------------------------------------------------------------
@@ -256,7 +247,7 @@ class CrossDocumentAdjustment(Trainer):
         logits = self.reatt.model.scores(q_vectors, q_mask, k_vectors, k_mask)  # (b, documents)
         own_loss, target = self.teacher(self, mine, docnos)
         target = target.to(logits.device)
-        rows = self.settings.alpha * adjustment_loss(logits, target, per_row=True)
+        rows = self.settings.alpha * listwise_kl(logits, target, per_row=True)
         if own_loss is not None:
             rows = own_loss + rows
         loss = rows.sum() / len(batch)  # this process's share of the batch's mean

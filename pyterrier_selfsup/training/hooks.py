@@ -5,7 +5,6 @@ example is (:meth:`TrainerHooks.examples`), what a batch's loss is (:meth:`Train
 how the model retrieves (:meth:`TrainerHooks.retriever`), and what to do at an epoch's start,
 after a step or at the end.
 """
-import logging
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -16,8 +15,6 @@ import torch
 
 from pyterrier_selfsup.progress import progress
 from pyterrier_selfsup.retrieval.base import ranked_excluding
-
-logger = logging.getLogger(__name__)
 
 RANKING_CHUNK = 1024  # queries a retriever ranks a call in TrainerHooks.ranked
 
@@ -34,14 +31,6 @@ class TrainerHooks:
     @property
     def cache_dir(self):
         return self.run.cache_dir
-
-    @property
-    def seed(self) -> int:
-        return self.settings.seed
-
-    @property
-    def batch_size(self) -> int:
-        return self.settings.batch_size
 
     @property
     def uses_gradient_checkpointing(self) -> bool:
@@ -123,13 +112,6 @@ class TrainerHooks:
 
     def on_step_end(self, examples: list):
         """After each optimiser step (``self.state['step']`` is the step just taken)."""
-
-    def stop(self, reason: str):
-        """Ends training after the current step (or before the epoch's first batch, from
-        :meth:`on_epoch_start`); logged."""
-        self._stop_reason = reason
-        self.log.append({'step': self.state.get('step', 0), 'stopped': reason})
-        logger.info('training stops: %s', reason)
 
     def on_fit_start(self):
         """Before the optimiser is made (a method that freezes part of the model does it here)."""

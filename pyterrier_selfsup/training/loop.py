@@ -102,7 +102,6 @@ class Trainer(TrainerHooks, pt.Estimator):
         self.run = (run or RunContext()).replace(**in_run)
         self.log: list[dict] = []
         self.state: dict = {}
-        self._stop_reason: str | None = None
         self._metrics: dict[str, list[tuple[float, float]]] = {}  # name -> (value · weight, weight)
 
     # -- the PyTerrier face -----------------------------------------------------------
@@ -121,8 +120,7 @@ class Trainer(TrainerHooks, pt.Estimator):
         run = self._start(tr_topics, resume_from)
         try:
             for epoch in range(self.state['epoch'], self.settings.epochs):
-                if not self._epoch(run, epoch):
-                    break
+                self._epoch(run, epoch)
                 self.state.update(epoch=epoch + 1, batch=0)
                 if va_topics is not None and va_qrels is not None:
                     self.log.append({'step': self.state['step'], 'epoch': epoch,
@@ -161,32 +159,28 @@ class Trainer(TrainerHooks, pt.Estimator):
         self.train_mode(True)
         steps = progress(total=total_steps, initial=self.state['step'], desc=self.description,
                          unit='step', enabled=self.shows)
-        self._stop_reason = None
         return _Run(examples, params, optimizer, scheduler, total_steps, steps,
                     resumed=resume_from is not None)
 
-    def _epoch(self, run: '_Run', epoch: int) -> bool:
-        """The rest of ``epoch``'s batches; whether training goes on after it."""
+    def _epoch(self, run: '_Run', epoch: int):
+        """The rest of ``epoch``'s batches."""
         batches = self.batches(len(run.examples), epoch)
         if self.state['batch'] < len(batches):
             self.on_epoch_start(run.examples, epoch, run.resumed)
         run.resumed = False
-        if self._stop_reason is not None:
-            return False
         for b in range(self.state['batch'], len(batches)):
             self._accumulate(run, [run.examples[i] for i in batches[b]], epoch, b)
             if run.micro < self.settings.accumulation and b < len(batches) - 1:
                 continue
             if self._step(run, epoch, b, epoch_end=b == len(batches) - 1):
                 break
-        return self._stop_reason is None
 
     def _accumulate(self, run: '_Run', batch: list, epoch: int, b: int):
         """One batch's gradients, added to the step's (or none: a batch the method skips)."""
         if self.world_size > 1 and not self.local_rows(len(batch)):
             loss = None  # (more processes than the batch has rows: none is this one's)
         else:
-            loss = self.loss(batch, np.random.default_rng([self.seed, epoch, b]))
+            loss = self.loss(batch, np.random.default_rng([self.settings.seed, epoch, b]))
         if loss is not None:
             (loss / self.settings.accumulation).backward()
             run.window.append(loss.item())
@@ -232,7 +226,7 @@ class Trainer(TrainerHooks, pt.Estimator):
         # (no checkpoint where all of an epoch's last step's batches were skipped)
         if epoch_end if every == 'epoch' else every and self.state['step'] % every == 0:
             self._checkpoint(run.optimizer, run.scheduler)
-        return self.state['step'] >= run.total_steps or self._stop_reason is not None
+        return self.state['step'] >= run.total_steps
 
     def _end(self, run: '_Run'):
         """The method's last word, then the final checkpoint and the training log."""
@@ -248,8 +242,9 @@ class Trainer(TrainerHooks, pt.Estimator):
     def batches(self, n: int, epoch: int) -> list[np.ndarray]:
         """The epoch's batches of example indices: a seeded permutation cut every ``batch_size``;
         a last batch of one example joins the one before it (it has no in-batch negative)."""
-        order = np.random.default_rng([self.seed, epoch]).permutation(n)
-        batches = [order[i:i + self.batch_size] for i in range(0, n, self.batch_size)]
+        order = np.random.default_rng([self.settings.seed, epoch]).permutation(n)
+        size = self.settings.batch_size
+        batches = [order[i:i + size] for i in range(0, n, size)]
         if len(batches) > 1 and len(batches[-1]) == 1:
             batches[-2:] = [np.concatenate(batches[-2:])]
         return batches
@@ -271,13 +266,11 @@ class Trainer(TrainerHooks, pt.Estimator):
     def _checkpoint(self, optimizer, scheduler, final: bool = False):
         if self.output_dir is None:
             return
-        if self.world_size > 1:  # rank 0 writes; the others wait until the checkpoint is whole
+        if self.process_rank == 0:
+            write_checkpoint(self, optimizer, scheduler, final)
+        if self.world_size > 1:  # (the others wait until the checkpoint is whole)
             import torch.distributed as dist
-            if self.process_rank == 0:
-                write_checkpoint(self, optimizer, scheduler, final)
             dist.barrier()
-            return
-        write_checkpoint(self, optimizer, scheduler, final)
 
     def title(self) -> str:
         return f'{self.description} on {self.collection.corpus_id}'

@@ -13,17 +13,21 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 
-def listwise_kl(student_logits: torch.Tensor, teacher_probs: torch.Tensor, excluded: torch.Tensor,
-                *, per_row: bool = False) -> torch.Tensor:
+def listwise_kl(student_logits: torch.Tensor, teacher_probs: torch.Tensor,
+                excluded: torch.Tensor | None = None, *, per_row: bool = False) -> torch.Tensor:
     """Mean over queries of KL(teacher ‖ softmax(student_logits)), each row's softmax over its
-    entries not ``excluded``; ``teacher_probs`` rows sum to 1 and are 0 where excluded.
-    ``per_row``: each query's KL. (sentence-transformers' ``DistillKLDivLoss`` at temperature 1,
-    with the ``excluded`` mask added.)"""
-    log_q = (torch.log_softmax(student_logits.masked_fill(excluded, float('-inf')), dim=-1)
-             .masked_fill(excluded, 0.0))
-    rows = (torch.xlogy(teacher_probs, teacher_probs) - teacher_probs * log_q).sum(-1)
+    entries not ``excluded`` (default: none is); ``teacher_probs`` rows sum to 1 and are 0 where
+    excluded. ``per_row``: each query's KL. (sentence-transformers' ``DistillKLDivLoss`` at
+    temperature 1, with the ``excluded`` mask added.)"""
+    if excluded is None:
+        log_q = torch.log_softmax(student_logits, dim=-1)
+    else:
+        log_q = (torch.log_softmax(student_logits.masked_fill(excluded, float('-inf')), dim=-1)
+                 .masked_fill(excluded, 0.0))
+    rows = F.kl_div(log_q, teacher_probs, reduction='none').sum(-1)
     return rows if per_row else rows.mean()
 
 
@@ -150,7 +154,7 @@ def reconstruction_kl(retriever_logits: torch.Tensor, teacher_logp: torch.Tensor
 
         reconstruction_kl(torch.zeros(1, 3), torch.zeros(1, 3))   # tensor(0.): the same
     """
-    # (listwise_kl computes the same divergence, rounded differently: kept apart)
-    target = torch.log_softmax(teacher_logp.detach(), dim=-1)
-    rows = (target.exp() * (target - torch.log_softmax(retriever_logits, dim=-1))).sum(dim=-1)
+    rows = F.kl_div(torch.log_softmax(retriever_logits, dim=-1),
+                    torch.log_softmax(teacher_logp.detach(), dim=-1), reduction='none',
+                    log_target=True).sum(-1)
     return rows if per_row else rows.mean()

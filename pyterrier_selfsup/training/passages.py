@@ -26,7 +26,6 @@ from pyterrier_selfsup.retrieval.dense import flex_index
 
 class PassageSide:
     """A strategy for the passage side; the subclasses say how vectors are made."""
-    name = ''
     moves = False  # whether the passage tower trains, so that its index goes stale
 
     def start(self, trainer):
@@ -55,14 +54,8 @@ class PassageSide:
     def load(self, path: Path, encoder):
         """Restores what :meth:`save` wrote (the encoder's own weights are loaded already)."""
 
-    def snapshot(self, encoder) -> PassageOffsets | None:
-        """A copy of what this side learnt outside the encoder's weights (for a kept round)."""
-        return None
-
 
 class FrozenPassages(PassageSide):
-    name = 'frozen'
-
     def __init__(self):
         self.index = None
 
@@ -82,8 +75,6 @@ class FrozenPassages(PassageSide):
 
 
 class OffsetPassages(FrozenPassages):
-    name = 'offsets'
-
     def __init__(self, weight: float, lr: float):
         super().__init__()
         self.weight, self.lr = weight, lr
@@ -118,13 +109,8 @@ class OffsetPassages(FrozenPassages):
         if not self.adam.load(path):
             raise ValueError(f'{path} has no state of the passage offsets to resume from')
 
-    def snapshot(self, encoder) -> PassageOffsets | None:
-        o = encoder.passage_offsets
-        return PassageOffsets(o.dim, o.normalize, o.docnos, o.delta)
-
 
 class TrainedPassages(PassageSide):
-    name = 'trained'
     moves = True
 
     def vectors(self, trainer, docnos):

@@ -14,6 +14,7 @@ import torch
 
 from pyterrier_selfsup.data.queries.source import Query
 from pyterrier_selfsup.models.score_cache import score_cache_dir
+from pyterrier_selfsup.training.hooks import RANKING_CHUNK
 from pyterrier_selfsup.training.losses import marginal_nll, reconstruction_kl
 from pyterrier_selfsup.training.reconstruction import RetrieveAndReconstruct
 from pyterrier_selfsup.training.settings import RumbartSettings
@@ -52,10 +53,10 @@ class Rumbart(RetrieveAndReconstruct):
         vectors = self.encoder.encode_queries([q.query for q in mine])
         self.train_mode(True)
         retrieved = {}
-        for start in range(0, len(mine), 1024):
-            part = mine[start:start + 1024]
+        for start in range(0, len(mine), RANKING_CHUNK):
+            part = mine[start:start + RANKING_CHUNK]
             retrieved.update(zip([q.qid for q in part],
-                                 self.retrieve(vectors[start:start + 1024], part)))
+                                 self.retrieve(vectors[start:start + len(part)], part)))
         retrieved = self.gather(retrieved)
         docnos = [retrieved[q.qid] for q in examples]
         # one call for all pairs: the scorer goes by passage and commits as it goes

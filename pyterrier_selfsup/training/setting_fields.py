@@ -105,10 +105,6 @@ class MethodSettings:
         return sorted(declared, key=lambda f: GROUPS.index(f.metadata['group']))
 
     @classmethod
-    def help(cls, name: str) -> str:
-        return {f.name: f for f in dataclasses.fields(cls)}[name].metadata['help']
-
-    @classmethod
     def defaults(cls) -> dict:
         """Every setting at its default, in :meth:`fields` order."""
         return {f.name: f.default for f in cls.fields()}
@@ -161,11 +157,8 @@ class MethodSettings:
     @classmethod
     def parse(cls, name: str, text: str) -> Any:
         """``text`` (as typed on the command line) as a value of setting ``name``, by its type."""
-        hints = typing.get_type_hints(cls)
-        if name not in cls.names():
-            raise ValueError(f'{cls.__name__} has no setting {name!r}; its settings: '
-                             f'{", ".join(cls.names())}')
-        return parse_value(text, hints[name])
+        cls.check_names({name: text})
+        return parse_value(text, typing.get_type_hints(cls)[name])
 
 
 def parse_value(text: str, kind) -> Any:

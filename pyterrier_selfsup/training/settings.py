@@ -22,7 +22,7 @@ from pyterrier_selfsup.training.setting_fields import GROUPS, MethodSettings, pa
 __all__ = ['GROUPS', 'MethodSettings', 'parse_value', 'setting', 'TrainingSettings',
            'DistantSupervisionSettings', 'ReconstructionSettings', 'RumbartSettings',
            'AcrobartSettings', 'CrossDocumentAdjustmentSettings', 'DistillationSettings',
-           'GPL', 'SETTINGS', 'encoder_options', 'given_prompts', 'prompts_of']
+           'GPL', 'SETTINGS', 'encoder_options', 'prompts_of']
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ PROMPT_HELP = ('What each {side} text begins with, for the encoder that starts t
 
 def prompt_setting(side: str):
     """The ``query_prompt`` or ``passage_prompt`` field of a method that starts from an encoder
-    (:func:`given_prompts` reads them)."""
+    (:func:`encoder_options` reads them)."""
     bge = '; bge-*-en-v1.5: its query instruction' if side == 'query' else ''
     return setting(None, PROMPT_HELP.format(side=side, e5=f'{side}: ', bge=bge), group='model')
 
@@ -63,19 +63,14 @@ def prompts_of(query_prompt: str | None, passage_prompt: str | None) -> dict[str
                                                 ('passage', passage_prompt)) if text is not None}
 
 
-def given_prompts(settings: MethodSettings) -> dict[str, str]:
-    """The prompts ``settings`` give (``query_prompt``, ``passage_prompt``: :func:`prompts_of`)."""
-    return prompts_of(getattr(settings, 'query_prompt', None),
-                      getattr(settings, 'passage_prompt', None))
-
-
 def encoder_options(settings: MethodSettings) -> dict[str, Any]:
     """What ``DualEncoder.from_pretrained`` takes from a method's settings: its prompts and,
     where the method has them, its precision, normalisation and length.
 
         DualEncoder.from_pretrained(s.model_name, **encoder_options(s))
     """
-    options = {'prompts': given_prompts(settings)}
+    options = {'prompts': prompts_of(getattr(settings, 'query_prompt', None),
+                                     getattr(settings, 'passage_prompt', None))}
     for name in ('precision', 'normalize'):
         if hasattr(settings, name):
             options[name] = getattr(settings, name)
@@ -152,8 +147,6 @@ class ReconstructionSettings(MethodSettings):
               'copy of the start encoder (RAG).')
     epochs: int = setting(1, 'Passes over the training queries.', group='training')
     batch_size: int = setting(16, 'Queries a batch.', group='training')
-    accumulation: int = setting(1, 'Batches whose gradients are summed into one optimiser step.',
-                                group='training')
     lr: float = setting(2e-5, 'AdamW\'s peak learning rate.', group='training')
     checkpoint_every: int | str | None = setting(
         None, 'Steps between saved checkpoints. None: at each refresh (where a resumed run matches '
