@@ -27,7 +27,7 @@ setup(
     python_requires='>=3.10',
     install_requires=[
         'torch>=2.6,<3',  # pad_sequence(padding_side=...)
-        'transformers>=5.23',  # the attention and mask interfaces ACROBArT plugs into
+        'transformers>=5.24',  # the attention interfaces ACROBArT plugs into; forward(cache=)
         # Router: an untied dual encoder exported as a query and a document route
         'sentence-transformers>=5.0',
         'pyterrier>=1.0',

@@ -14,7 +14,7 @@ import torch
 from transformers import DynamicCache
 
 from pyterrier_selfsup.models.batching import clean_texts, pad
-from pyterrier_selfsup.models.kv_cache import PrefixCache, cache_of, full_attention_layers
+from pyterrier_selfsup.models.kv_cache import PrefixCache, full_attention_layers
 from pyterrier_selfsup.progress import Progress, progress
 
 # bytes of fp32 logits one chunk of targets may produce on a CPU (the log-softmax peaks at a
@@ -78,7 +78,7 @@ class BatchedScoring:
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                          logits_to_keep=1)
         first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
-        cache = cache_of(out)
+        cache = out.cache
         lengths = mask.sum(-1)
         for start, end in self._target_chunks(items):
             part = items[start:end]
@@ -96,7 +96,7 @@ class BatchedScoring:
                                                               t_mask[:, :-1]], 1),
                                     position_ids=lengths.index_select(0, idx)[:, None]
                                     + torch.arange(targets.shape[1] - 1, device=self.device),
-                                    use_cache=False, **{self.cache_argument: expanded}).logits
+                                    use_cache=False, cache=expanded).logits
                 values = values + gather_logp(logits, targets[:, 1:], t_mask[:, 1:])
             yield [rows[start + i][0] for i in range(len(part))], values
 

@@ -30,9 +30,6 @@ from pyterrier_selfsup.models.batched_scoring import BatchedScoring, gather_logp
 from pyterrier_selfsup.models.batching import clean_texts, pad
 from pyterrier_selfsup.models.doc2query import Doc2QueryWriter
 from pyterrier_selfsup.models.gguf_conversion import dequantised
-from pyterrier_selfsup.models.kv_cache import (
-    cache_argument,
-)
 from pyterrier_selfsup.models.names import (  # noqa: F401
     GENERATORS,
     MAX_PASSAGE_LENGTH,
@@ -158,11 +155,6 @@ class Generator(BatchedScoring, TorchModel):
 
     def target_lengths(self, targets: Sequence[str]) -> np.ndarray:
         return np.array([len(t) for t in self.target_ids(targets)])
-
-    @cached_property
-    def cache_argument(self) -> str:
-        """The name under which the model's forward takes a key/value cache, read once."""
-        return cache_argument(self.model)
 
     def decode_logp(self, encoded: torch.Tensor, encoder_mask: torch.Tensor,
                     t_ids: list[list[int]], *, min_target_width: int = 1) -> torch.Tensor:

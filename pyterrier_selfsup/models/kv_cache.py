@@ -1,9 +1,7 @@
 """Key/value caches the package reads its own way, on transformers' public cache classes: a
-chunk of targets reading their prompts' prefixes (:class:`PrefixCache`), which layers a model's
-caches may be replaced in, and the name a model's forward takes its cache by.
+chunk of targets reading their prompts' prefixes (:class:`PrefixCache`), and which layers a
+model's caches may be replaced in.
 """
-import inspect
-
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
@@ -18,18 +16,6 @@ def full_attention_layers(config) -> int | None:
     text = config.get_text_config(decoder=True)
     kinds, _ = get_layer_types_and_kwargs(text)
     return text.num_hidden_layers if all(kind == 'full_attention' for kind in kinds) else None
-
-
-def cache_argument(model: torch.nn.Module) -> str:
-    """The name under which ``model``'s forward takes a key/value cache: ``cache`` in newer
-    transformers, ``past_key_values`` in older ones."""
-    return ('cache' if 'cache' in inspect.signature(model.forward).parameters
-            else 'past_key_values')
-
-
-def cache_of(output) -> Cache:
-    """A forward's key/value cache (``cache``, or ``past_key_values`` in older transformers)."""
-    return output['cache'] if 'cache' in output else output.past_key_values
 
 
 class PrefixLayer(DynamicLayer):

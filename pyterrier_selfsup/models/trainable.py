@@ -33,19 +33,10 @@ class TrainableModel(TorchModel):
             for m in module.modules():
                 if not isinstance(m, PreTrainedModel) or not m.supports_gradient_checkpointing:
                     continue
-                # (newer transformers call it activation checkpointing)
-                if hasattr(m, 'activation_checkpointing_enable'):
-                    active, enable, disable = (m.is_activation_checkpointing,
-                                               m.activation_checkpointing_enable,
-                                               m.activation_checkpointing_disable)
-                else:
-                    active, enable, disable = (m.is_gradient_checkpointing,
-                                               m.gradient_checkpointing_enable,
-                                               m.gradient_checkpointing_disable)
-                if on and not active:
-                    enable({'use_reentrant': False})
-                elif not on and active:
-                    disable()
+                if on and not m.is_activation_checkpointing:
+                    m.activation_checkpointing_enable({'use_reentrant': False})
+                elif not on and m.is_activation_checkpointing:
+                    m.activation_checkpointing_disable()
 
     def save_pretrained(self, path: str | Path) -> Path:
         raise NotImplementedError

@@ -8,7 +8,6 @@ from typing import Optional
 import torch
 
 from pyterrier_selfsup.models.batching import pad
-from pyterrier_selfsup.models.kv_cache import cache_of
 from pyterrier_selfsup.models.writer_cache import (
     NEW_TOKENS_RESERVED,
     SharedPrefix,
@@ -77,10 +76,9 @@ class Prefilling:
         if skip:  # (the prefix's positions come first, then each prompt's rest, left-padded)
             mask = torch.cat([torch.ones_like(mask[:, :1]).expand(-1, skip), mask], dim=1)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, skip:]
-        given = {} if cache is None else {self.generator.cache_argument: cache}
         # (the output layer on the last position only: the next token's)
         with self.generator.autocast(), writer_attention(self.generator.model, cache, prefill=True):
             output = self.generator.model(input_ids=input_ids, attention_mask=mask,
                                           position_ids=positions, use_cache=True,
-                                          logits_to_keep=1, **given)
-        return cache_of(output), output.logits[:, -1].float(), mask
+                                          logits_to_keep=1, cache=cache)
+        return output.cache, output.logits[:, -1].float(), mask

@@ -16,7 +16,7 @@ import torch
 
 from pyterrier_selfsup.models._token_ids import cut_at_word
 from pyterrier_selfsup.models.batching import pad
-from pyterrier_selfsup.models.kv_cache import cache_of, full_attention_layers
+from pyterrier_selfsup.models.kv_cache import full_attention_layers
 from pyterrier_selfsup.models.precision import casts_kept
 from pyterrier_selfsup.models.prompts import (
     EXAMPLES_INTRO,
@@ -243,8 +243,8 @@ class QueryWriter(Prefilling):
             with self.generator.autocast(), writer_attention(model, cache, prefill=False):
                 output = model(input_ids=token[:, None], attention_mask=None if own_cache else mask,
                                position_ids=mask.sum(-1, keepdim=True) - 1, use_cache=True,
-                               **{self.generator.cache_argument: cache})
-            cache, logits = cache_of(output), output.logits[:, -1].float()
+                               cache=cache)
+            cache, logits = output.cache, output.logits[:, -1].float()
         return written
 
 def _draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
