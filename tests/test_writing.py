@@ -405,22 +405,22 @@ def test_a_doc2query_model_writes_sampled_queries_reading_the_passage_alone(tiny
     assert set(topics['source_docno']) <= docnos
     # three samples a passage, drawn per batch from the writer's stream: a write stopped after
     # its first batch resumes to what one never stopped writes
-    from pyterrier_selfsup.models import doc2query
+    from pyterrier_selfsup.models import writer_checkpoint
     passages = coll.texts(sorted(docnos)[:5])
     writer.batch_size = 2
     whole = writer.write(passages, 3, do_sample=True, top_p=0.9,
                          generator=torch.Generator().manual_seed(1))
     assert all(len(q) == 3 for q in whole)
-    checkpoint, save = tmp_path / 'writing.pt', doc2query.save_checkpoint
+    checkpoint, save = tmp_path / 'writing.pt', writer_checkpoint.save_checkpoint
 
     def stopped(*args, **kwargs):
         save(*args, **kwargs)
         raise KeyboardInterrupt
-    monkeypatch.setattr(doc2query, 'save_checkpoint', stopped)
+    monkeypatch.setattr(writer_checkpoint, 'save_checkpoint', stopped)
     with pytest.raises(KeyboardInterrupt):
         writer.write(passages, 3, do_sample=True, top_p=0.9,
                      generator=torch.Generator().manual_seed(1), checkpoint=checkpoint)
-    monkeypatch.setattr(doc2query, 'save_checkpoint', save)
+    monkeypatch.setattr(writer_checkpoint, 'save_checkpoint', save)
     assert writer.write(passages, 3, do_sample=True, top_p=0.9,
                         generator=torch.Generator().manual_seed(1),
                         checkpoint=checkpoint) == whole

@@ -8,13 +8,11 @@ is seeded from the writer's random stream, so that a stopped write resumes to th
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from pyterrier_selfsup.models.batching import pad
 from pyterrier_selfsup.models.prompts import first_line
-from pyterrier_selfsup.models.writer_checkpoint import resume_write, save_checkpoint
-from pyterrier_selfsup.progress import progress
+from pyterrier_selfsup.models.writer_checkpoint import written_batches
 
 
 class Doc2QueryWriter:
@@ -53,22 +51,14 @@ class Doc2QueryWriter:
         ``top_k`` None: the model's. ``checkpoint``: as
         :meth:`~pyterrier_selfsup.models.writing.QueryWriter.write`'s."""
         ids = self.generator.passage_ids(passages)
-        order = np.argsort([-len(x) for x in ids], kind='stable')  # (little padding a batch)
         out: list[list[str] | None] = [None] * len(ids)
-        begin, key = resume_write(checkpoint, out, ids, n, self.config(),
-                                  self.generator.fingerprint(), generator, do_sample=do_sample,
-                                  temperature=temperature, top_p=top_p, top_k=top_k,
-                                  max_new_tokens=max_new_tokens)
         sampling = dict(do_sample=True, temperature=temperature, top_p=top_p,
                         **({'top_k': top_k} if top_k is not None else {})) if do_sample else {}
         pad_id = self.generator.tokenizer.pad_token_id
-        batches = progress(range(begin, len(order), self.batch_size), total=len(order),
-                           desc='writing queries', unit='passage', initial=begin,
-                           count=lambda start: len(order[start:start + self.batch_size]),
-                           enabled=self.generator.verbose and len(order) > self.batch_size)
         with self.generator.inference():
-            for start in batches:
-                idx = order[start:start + self.batch_size]
+            for idx in written_batches(self, ids, out, n, checkpoint, generator,
+                                       do_sample=do_sample, temperature=temperature, top_p=top_p,
+                                       top_k=top_k, max_new_tokens=max_new_tokens):
                 input_ids, mask = pad([ids[i] for i in idx], pad_id, device=self.generator.device)
                 seed = int(torch.randint(2 ** 31, (1,), generator=generator))
                 with torch.random.fork_rng():  # (generate draws from the global streams)
@@ -82,6 +72,4 @@ class Doc2QueryWriter:
                 for j, i in enumerate(idx):
                     written = [first_line(t) for t in texts[j * each:(j + 1) * each]]
                     out[i] = written if do_sample else written * n
-                if checkpoint is not None:
-                    save_checkpoint(Path(checkpoint), key, start + len(idx), out, generator)
         return out

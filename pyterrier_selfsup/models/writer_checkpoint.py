@@ -1,14 +1,17 @@
-"""The query writer's checkpoint: after each batch, the queries written so far and the state of
-their random stream, so that a stopped write resumes to what one uninterrupted write returns.
+"""The query writers' batches and checkpoint: after each batch, the queries written so far and
+the state of their random stream, so that a stopped write resumes to what one uninterrupted
+write returns (:func:`written_batches`).
 """
 import hashlib
 import json
 import logging
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from pyterrier_selfsup._cache import written_whole
+from pyterrier_selfsup.progress import progress
 
 logger = logging.getLogger(__name__)
 
@@ -72,3 +75,23 @@ def resume_write(checkpoint: Path | None, out: list[list[str] | None], ids: list
                          '(generator=torch.Generator().manual_seed(...))')
     key = checkpoint_key(ids, n, config, model, generator, do_sample=do_sample, **settings)
     return resume(Path(checkpoint), key, out, generator), key
+
+
+def written_batches(writer, ids: list[list[int]], out: list[list[str] | None], n: int,
+                    checkpoint: Path | None, generator: torch.Generator | None, **settings):
+    """The batches of passages (indices into ``ids``, the longest first: little padding a
+    batch) that a write of ``writer`` has still to write, resumed from ``checkpoint``
+    (:func:`resume_write`, with ``settings``), which is saved after the caller has filled ``out``
+    for each batch."""
+    order = np.argsort([-len(x) for x in ids], kind='stable')
+    begin, key = resume_write(checkpoint, out, ids, n, writer.config(),
+                              writer.generator.fingerprint(), generator, **settings)
+    size = writer.batch_size
+    for start in progress(range(begin, len(order), size), total=len(order),
+                          desc='writing queries', unit='passage', initial=begin,
+                          count=lambda start: len(order[start:start + size]),
+                          enabled=writer.generator.verbose and len(order) > size):
+        idx = order[start:start + size]
+        yield idx
+        if checkpoint is not None:
+            save_checkpoint(Path(checkpoint), key, start + len(idx), out, generator)

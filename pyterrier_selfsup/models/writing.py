@@ -34,7 +34,7 @@ from pyterrier_selfsup.models.writer_cache import (
     WriterCache,
     writer_attention,
 )
-from pyterrier_selfsup.models.writer_checkpoint import resume_write, save_checkpoint
+from pyterrier_selfsup.models.writer_checkpoint import written_batches
 from pyterrier_selfsup.models.writer_prefill import MIN_SHARED_PREFIX, Prefilling
 from pyterrier_selfsup.progress import progress
 
@@ -173,21 +173,12 @@ class QueryWriter(Prefilling):
             top_k = getattr(self.generator.model.generation_config, 'top_k', None)
             top_k = GENERATE_TOP_K if top_k is None else top_k
         ids = self.prompt_ids(passages)
-        # by length: little padding in a batch
-        order = np.argsort([-len(x) for x in ids], kind='stable')
         out: list[list[str] | None] = [None] * len(ids)
-        begin, key = resume_write(checkpoint, out, ids, n, self.config(),
-                                  self.generator.fingerprint(), generator, do_sample=do_sample,
-                                  temperature=temperature, top_p=top_p, top_k=top_k,
-                                  max_new_tokens=max_new_tokens, shared=shared)
-        batches = progress(range(begin, len(order), self.batch_size), total=len(order),
-                           desc='writing queries', unit='passage', initial=begin,
-                           count=lambda start: len(order[start:start + self.batch_size]),
-                           enabled=self.generator.verbose and len(order) > self.batch_size)
         with self.generator.inference(), casts_kept(self.generator.model):
             prefix = self.shared_prefix(ids) if shared and self._prefix_shared() else None
-            for start in batches:
-                idx = order[start:start + self.batch_size]
+            for idx in written_batches(self, ids, out, n, checkpoint, generator,
+                                       do_sample=do_sample, temperature=temperature, top_p=top_p,
+                                       top_k=top_k, max_new_tokens=max_new_tokens, shared=shared):
                 prompts = [ids[i] for i in idx]
                 if not shared:
                     prompts = [p for p in prompts for _ in range(n)]
@@ -198,8 +189,6 @@ class QueryWriter(Prefilling):
                 texts = self.tokenizer.batch_decode(tokens, skip_special_tokens=True)
                 for j, i in enumerate(idx):
                     out[i] = [first_line(t) for t in texts[j * n:(j + 1) * n]]
-                if checkpoint is not None:
-                    save_checkpoint(Path(checkpoint), key, start + len(idx), out, generator)
         return out
 
     def _sample(self, prompts: list[list[int]], n: int, *, do_sample: bool, temperature: float,
