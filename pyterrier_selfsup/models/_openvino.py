@@ -84,7 +84,7 @@ class OpenVinoSides:
                 compiled = self.get(encoder, side,
                                     {'input_ids': input_ids[:2], 'attention_mask': mask[:2]},
                                     calibration=calibration)
-            out[positions] = self.run(compiled, input_ids, mask)
+            out[positions] = compiled(self.inputs(input_ids, mask))[0]
         return out
 
     def get(self, encoder, side: str, sample: dict[str, torch.Tensor],
@@ -135,10 +135,6 @@ class OpenVinoSides:
     def inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, np.ndarray]:
         return {'input_ids': input_ids.numpy().astype(np.int64),
                 'attention_mask': attention_mask.numpy().astype(np.int64)}
-
-    @classmethod
-    def run(cls, compiled, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> np.ndarray:
-        return compiled(cls.inputs(input_ids, attention_mask))[0]
 
 
 def _int8(model, batches: list[dict[str, np.ndarray]]):

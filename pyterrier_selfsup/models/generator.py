@@ -39,8 +39,14 @@ from pyterrier_selfsup.models.names import (  # noqa: F401
     SMOLLM2_GGUF,
 )
 from pyterrier_selfsup.models.precision import TorchModel, matrices_in_compute_dtype, resolve_device
-from pyterrier_selfsup.models.prompts import PASSAGE_QUESTION, SEQ2SEQ_PROMPT, cut_to_tokens
-from pyterrier_selfsup.models.writing import QueryWriter, generated
+from pyterrier_selfsup.models.prompts import (
+    PASSAGE_QUESTION,
+    SEQ2SEQ_PROMPT,
+    cut_to_tokens,
+    first_line,
+)
+from pyterrier_selfsup.models.writing import QueryWriter
+from pyterrier_selfsup.progress import progress
 
 if TYPE_CHECKING:
     from pyterrier_selfsup.models.reranker import ReconstructionScorer
@@ -181,10 +187,7 @@ class Generator(BatchedScoring, TorchModel):
                 pairs = list(range(len(t_ids)))
                 chunks = self._seq2seq_logp(p_ids, list(zip(pairs, t_ids)), list(zip(pairs, pairs)))
                 return torch.cat([values for _, values in chunks])
-            return self._causal_logp(p_ids, t_ids)
-
-    def _causal_logp(self, p_ids: list[list[int]], t_ids: list[list[int]]) -> torch.Tensor:
-        return self.sequence_logp([p + t for p, t in zip(p_ids, t_ids)], t_ids)
+            return self.sequence_logp([p + t for p, t in zip(p_ids, t_ids)], t_ids)
 
     def sequence_logp(self, seqs: list[list[int]], t_ids: list[list[int]], *, min_length: int = 1,
                       min_target_width: int = 1) -> torch.Tensor:
@@ -207,8 +210,25 @@ class Generator(BatchedScoring, TorchModel):
 
     def generate(self, passages: Sequence[str], *, max_new_tokens: int = 32, **kwargs) -> list[str]:
         """Text generated from each passage's prompt by ``generate`` (greedy unless ``kwargs`` say
-        otherwise); decoder-only output stops at the first line."""
-        return generated(self, passages, max_new_tokens=max_new_tokens, **kwargs)
+        otherwise, e.g. ``do_sample=True, top_p=0.92``); decoder-only output stops at the first
+        line."""
+        p_ids, out, pad_id = self.passage_ids(passages), [], self.tokenizer.pad_token_id
+        batches = progress(range(0, len(p_ids), self.batch_size), total=len(p_ids),
+                           desc='generating', unit='passage',
+                           count=lambda start: len(p_ids[start:start + self.batch_size]),
+                           enabled=self.verbose and len(p_ids) > self.batch_size)
+        with self.inference():
+            for start in batches:
+                ids, mask = pad(p_ids[start:start + self.batch_size], pad_id,
+                                left=not self.is_seq2seq, device=self.device)
+                tokens = self.model.generate(input_ids=ids, attention_mask=mask,
+                                             max_new_tokens=max_new_tokens, pad_token_id=pad_id,
+                                             **kwargs)
+                if not self.is_seq2seq:
+                    tokens = tokens[:, ids.shape[1]:]
+                out.extend(first_line(t) for t in
+                           self.tokenizer.batch_decode(tokens, skip_special_tokens=True))
+        return out
 
     def writer(self, **kwargs) -> QueryWriter | Doc2QueryWriter:
         """A writer of queries with this generator: a decoder-only model's

@@ -13,13 +13,8 @@ class TrainableModel(TorchModel):
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         """Each parameter that trains, once (modules may share weights)."""
-        seen, out = set(), []
-        for module in self.torch_modules():
-            for p in module.parameters():
-                if p.requires_grad and id(p) not in seen:
-                    seen.add(id(p))
-                    out.append(p)
-        return out
+        return list({id(p): p for module in self.torch_modules() for p in module.parameters()
+                     if p.requires_grad}.values())
 
     def train_mode(self, on: bool = True):
         for m in self.torch_modules():

@@ -163,10 +163,6 @@ class WriterCache(DynamicCache):
             self.slots = (torch.searchsorted(live, self.slots // self.samples) * self.samples
                           + self.slots % self.samples)
 
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        raise NotImplementedError('the query writer\'s cache shares a prompt across its '
-                                  'samples: fork')
-
     def attend(self, layer: WriterLayer, query: torch.Tensor, scale: float) -> torch.Tensor:
         """One new token's attention (``query``: (samples, heads, 1, dim)) over its prompt and the
         tokens its sample wrote, each prompt's keys and values read once for all its samples

@@ -15,7 +15,6 @@ import numpy as np
 import torch
 
 from pyterrier_selfsup.models._token_ids import cut_at_word
-from pyterrier_selfsup.models.batching import pad
 from pyterrier_selfsup.models.kv_cache import full_attention_layers
 from pyterrier_selfsup.models.precision import casts_kept
 from pyterrier_selfsup.models.prompts import (
@@ -36,7 +35,6 @@ from pyterrier_selfsup.models.writer_cache import (
 )
 from pyterrier_selfsup.models.writer_checkpoint import written_batches
 from pyterrier_selfsup.models.writer_prefill import MIN_SHARED_PREFIX, Prefilling
-from pyterrier_selfsup.progress import progress
 
 logger = logging.getLogger(__name__)
 
@@ -236,37 +234,13 @@ class QueryWriter(Prefilling):
             cache, logits = output.cache, output.logits[:, -1].float()
         return written
 
+
 def _draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One index a row, drawn on ``generator``'s device (so a seeded CPU generator draws the
     same tokens for a model on a GPU)."""
     if generator is None or generator.device == probs.device:
         return torch.multinomial(probs, 1, generator=generator)
     return torch.multinomial(probs.to(generator.device), 1, generator=generator).to(probs.device)
-
-
-def generated(generator, passages: Sequence[str], *, max_new_tokens: int = 32,
-              **kwargs) -> list[str]:
-    """Text generated from each passage's prompt (greedy unless ``kwargs`` say otherwise,
-    e.g. ``do_sample=True, top_p=0.92``); decoder-only output stops at the first line."""
-    p_ids = generator.passage_ids(passages)
-    out = []
-    pad_id = generator.tokenizer.pad_token_id
-    batches = progress(range(0, len(p_ids), generator.batch_size), total=len(p_ids),
-                       desc='generating', unit='passage',
-                       count=lambda start: len(p_ids[start:start + generator.batch_size]),
-                       enabled=generator.verbose and len(p_ids) > generator.batch_size)
-    with generator.inference():
-        for start in batches:
-            ids, mask = pad(p_ids[start:start + generator.batch_size], pad_id,
-                            left=not generator.is_seq2seq, device=generator.device)
-            generated = generator.model.generate(input_ids=ids, attention_mask=mask,
-                                            max_new_tokens=max_new_tokens,
-                                            pad_token_id=pad_id, **kwargs)
-            if not generator.is_seq2seq:
-                generated = generated[:, ids.shape[1]:]
-            texts = generator.tokenizer.batch_decode(generated, skip_special_tokens=True)
-            out.extend(first_line(t) for t in texts)
-    return out
 
 
 def token_kinds(tokenizer, model) -> torch.Tensor:
