@@ -209,15 +209,13 @@ def test_queries_kept_from_a_short_corpus_are_spread_over_its_passages(tiny_gene
     import json
 
     from pyterrier_selfsup.data.queries.source import QuerySource
-    from pyterrier_selfsup.data.queries.written import sampled_plan, spread
+    from pyterrier_selfsup.data.queries.written import spread
     from pyterrier_selfsup.harness.methods import source_topics
     from pyterrier_selfsup.models.generator import Generator
     docs = [{'_id': f'd{i}', 'title': '', 'text': '' if i == 3 else f'passage {i} about topic {i}'}
             for i in range(7)]
     (tmp_path / 'docs.jsonl').write_text(''.join(json.dumps(d) + '\n' for d in docs))
     coll = Collection.from_files(tmp_path / 'docs.jsonl')
-    assert (sampled_plan(coll, 7, 1).spread and not sampled_plan(coll, 6, 1).spread
-            and not sampled_plan(coll, 7, 2).spread)
     gen = Generator.from_pretrained(str(tiny_generator_dir['llama']), device='cpu',
                                     precision='fp32', max_passage_length=32)
     topics = source_topics(coll, QuerySource('sampled', 7, per_passage=1),

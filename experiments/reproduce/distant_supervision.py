@@ -17,8 +17,10 @@ Training curves and logs are copied to experiments/results/ds_curves/.
 import sys
 from pathlib import Path
 
+from curves import copy_training_curves  # (beside this script)
+
 from pyterrier_selfsup.context import RunContext
-from pyterrier_selfsup.harness.experiment import copy_training_curves, run_experiment, write_results
+from pyterrier_selfsup.harness.experiment import run_experiment, write_results
 
 RESULTS = Path(__file__).resolve().parents[1] / 'results'
 COLLECTIONS = ['beir/scifact/train', 'beir/scifact/test']

@@ -22,19 +22,22 @@ index built, every query written, every model trained); the README's first-run r
     SELFSUP_CACHE=$(mktemp -d) python experiments/reproduce/label_free.py label_free
 """
 import json
+import math
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
+from curves import copy_training_curves  # (beside this script)
 
 from pyterrier_selfsup._cache import cache_root
 from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.collections import Collection
 from pyterrier_selfsup.data.queries.source import QuerySource
-from pyterrier_selfsup.data.queries.written import SampledPlan, sampled_plan
+from pyterrier_selfsup.data.queries.written import _queries_each, text_if_any
 from pyterrier_selfsup.harness import trained
-from pyterrier_selfsup.harness.experiment import copy_training_curves, run_experiment, write_results
+from pyterrier_selfsup.harness.experiment import run_experiment, write_results
 from pyterrier_selfsup.harness.methods import bm25_and_minilm, source_topics
 from pyterrier_selfsup.harness.pipelines import get_pipeline
 
@@ -125,6 +128,33 @@ GROUPS = {
        for name, collection in (('adi', 'classic/adi'), ('cranfield', 'cranfield'), ('cisi', 'classic/cisi'),
                                 ('scifact', 'beir/scifact/train'), ('vaswani', 'vaswani'))},
 }
+
+
+class SampledPlan(NamedTuple):
+    """How many queries :func:`sampled_queries` writes: ``each`` for each of ``passages``
+    passages, and whether it keeps ``n`` of them ``spread`` over the passages."""
+    passages: int
+    each: int
+    spread: bool
+
+    @property
+    def written(self) -> int:
+        return self.passages * self.each
+
+
+def sampled_plan(collection: Collection, n: int, per_passage: int) -> SampledPlan:
+    """What :func:`sampled_queries` writes on ``collection`` for ``n`` queries, ``per_passage``
+    a passage, without writing them.
+
+        sampled_plan(Collection('cranfield'), 1400, 1)   # 1,398 passages, 2 each, spread
+    """
+    wanted = math.ceil(n / per_passage)
+    passages = wanted
+    if collection.docs_count is None or collection.docs_count < 2 * wanted:
+        passages = min(wanted, sum(text_if_any(doc) is not None
+                                   for doc in collection.corpus_iter()))
+    each = _queries_each(n, per_passage, passages) if passages else per_passage
+    return SampledPlan(passages, each, each > per_passage and passages * each > n)
 
 
 def source_in_top(corpus: Collection, topics, k: int = 10) -> float:

@@ -24,9 +24,11 @@ Groups, each one results file (written as soon as the group finishes):
 import sys
 from pathlib import Path
 
+from curves import copy_training_curves  # (beside this script)
+
 from pyterrier_selfsup.context import RunContext
 from pyterrier_selfsup.data.collections import Collection
-from pyterrier_selfsup.harness.experiment import copy_training_curves, run_experiment, write_results
+from pyterrier_selfsup.harness.experiment import run_experiment, write_results
 
 RESULTS = Path(__file__).resolve().parents[1] / 'results'
 FIVE = ['beir/scifact/test', 'cranfield', 'vaswani', 'classic/cisi', 'classic/adi']

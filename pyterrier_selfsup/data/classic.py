@@ -19,7 +19,8 @@ from typing import NamedTuple
 import ir_datasets
 from ir_datasets.datasets.base import Dataset
 from ir_datasets.formats import BaseDocs, BaseQrels, BaseQueries, GenericQuery, TrecQrel
-from ir_datasets.indices import Docstore
+
+from pyterrier_selfsup.data.local import DictDocstore
 
 CLASSIC_DATA_ENV = 'SELFSUP_CLASSIC_DATA'
 BUILTIN = ('cisi', 'adi')
@@ -159,18 +160,11 @@ class ClassicSource:
         raise self._missing_error(directory, self._missing(directory))
 
     def lines(self, part: str) -> list[str]:
-        directory = self.resolve()
-        path = self._file(directory, part)
-        if path is not None:
+        path, member = self.located(part)
+        if member is None:
             return path.read_text(encoding='utf8', errors='replace').splitlines()
-        tarball = self._tarball(directory)
-        if tarball is not None:
-            with tarfile.open(tarball) as tar:
-                member = self._members(tar).get(f'{self.name.upper()}.{part}')
-                if member is not None:
-                    return (tar.extractfile(member).read().decode('utf8', errors='replace')
-                            .splitlines())
-        raise self._missing_error(directory, self._missing(directory))
+        with tarfile.open(path) as tar:
+            return tar.extractfile(member).read().decode('utf8', errors='replace').splitlines()
 
     def _missing(self, directory: Path) -> list[str]:
         in_tarball = set()
@@ -251,7 +245,7 @@ class ClassicDocs(BaseDocs):
     def __init__(self, source: ClassicSource):
         self._source = source
         # (the digest of the documents it was read from, store)
-        self._store: tuple[str, _MemoryDocstore] | None = None
+        self._store: tuple[str, DictDocstore] | None = None
 
     def docs_iter(self):
         return parse_docs(self._source.lines('ALL'))
@@ -263,7 +257,9 @@ class ClassicDocs(BaseDocs):
         # trainers look texts up every batch: parse once per directory, not per call
         contents = self.contents_digest()
         if self._store is None or self._store[0] != contents:
-            self._store = (contents, _MemoryDocstore(self.docs_iter()))
+            # (these collections have at most a few thousand documents: a dict is the store)
+            self._store = (contents, DictDocstore(self.docs_iter(), ClassicDoc,
+                                                  key=lambda doc_id: normalise_id(str(doc_id))))
         return self._store[1]
 
     def docs_count(self):
@@ -318,23 +314,6 @@ class ClassicQrels(BaseQrels):
 
     def qrels_defs(self):
         return {1: 'relevant', 0: 'judged not relevant'}
-
-
-class _MemoryDocstore(Docstore):
-    """These collections have at most a few thousand documents: a dict is the right store."""
-
-    def __init__(self, docs: Iterable[ClassicDoc]):
-        super().__init__(ClassicDoc)
-        self._docs = {d.doc_id: d for d in docs}
-
-    def get_many(self, doc_ids, field=None):
-        # keyed by the ids as asked for, which may carry leading zeros
-        found = {doc_id: self._docs.get(normalise_id(str(doc_id))) for doc_id in doc_ids}
-        return {k: (d if field is None else getattr(d, field)) for k, d in found.items()
-                if d is not None}
-
-    def get_many_iter(self, doc_ids):
-        return iter(self.get_many(doc_ids).values())
 
 
 _SOURCES: dict[str, ClassicSource] = {}

@@ -243,7 +243,7 @@ def content_hash(path: str | Path) -> str:
 class LocalDocs(BaseDocs):
     def __init__(self, path: Path, namespace: str):
         self._path, self._namespace = path, namespace
-        self._store: _DictDocstore | None = None
+        self._store: DictDocstore | None = None
 
     def docs_iter(self):
         return read_docs(self._path)
@@ -253,7 +253,7 @@ class LocalDocs(BaseDocs):
 
     def docs_store(self, field='doc_id'):
         if self._store is None:
-            self._store = _DictDocstore(self.docs_iter())
+            self._store = DictDocstore(self.docs_iter(), LocalDoc)
         return self._store
 
     def docs_count(self):
@@ -286,20 +286,24 @@ class LocalQueries(BaseQueries):
         return None
 
 
-class _DictDocstore(Docstore):
-    def __init__(self, docs):
-        super().__init__(LocalDoc)
-        self._docs: dict[str, LocalDoc] = {}
+class DictDocstore(Docstore):
+    """A corpus held in memory, by id (the first of a repeated id wins, as in corpus_iter);
+    ``key``: the id under which an id asked for is held."""
+
+    def __init__(self, docs, doc_cls, key=str):
+        super().__init__(doc_cls)
+        self._docs, self._key = {}, key
         for doc in docs:
-            # (the first of a repeated id wins, as in corpus_iter)
             self._docs.setdefault(doc.doc_id, doc)
 
     def __len__(self):
         return len(self._docs)
 
     def get_many(self, doc_ids, field=None):
-        found = {d: self._docs[d] for d in doc_ids if d in self._docs}
-        return found if field is None else {k: getattr(d, field) for k, d in found.items()}
+        # keyed by the ids as asked for
+        found = {doc_id: self._docs.get(self._key(doc_id)) for doc_id in doc_ids}
+        return {k: (d if field is None else getattr(d, field)) for k, d in found.items()
+                if d is not None}
 
     def get_many_iter(self, doc_ids):
         return iter(self.get_many(doc_ids).values())

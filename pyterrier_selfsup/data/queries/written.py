@@ -9,7 +9,6 @@ import math
 import random
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple
 
 import pandas as pd
 
@@ -116,38 +115,11 @@ def sampled_queries(collection: Collection, generator, n: int, *,
     return _frame('gen', kept[:n])
 
 
-class SampledPlan(NamedTuple):
-    """How many queries :func:`sampled_queries` writes: ``each`` for each of ``passages``
-    passages, and whether it keeps ``n`` of them ``spread`` over the passages."""
-    passages: int
-    each: int
-    spread: bool
-
-    @property
-    def written(self) -> int:
-        return self.passages * self.each
-
-
 def _queries_each(n: int, per_passage: int, passages: int) -> int:
     """Queries written for each of ``passages`` when ``n`` are asked, ``per_passage`` a passage:
     more where the corpus holds fewer passages than ``n / per_passage``, up to
     :data:`MAX_PER_PASSAGE`."""
     return min(max(per_passage, math.ceil(n / passages)), max(per_passage, MAX_PER_PASSAGE))
-
-
-def sampled_plan(collection: Collection, n: int, per_passage: int) -> SampledPlan:
-    """What :func:`sampled_queries` writes on ``collection`` for ``n`` queries, ``per_passage``
-    a passage, without writing them.
-
-        sampled_plan(Collection('cranfield'), 1400, 1)   # 1,398 passages, 2 each, spread
-    """
-    wanted = math.ceil(n / per_passage)
-    passages = wanted
-    if collection.docs_count is None or collection.docs_count < 2 * wanted:
-        passages = min(wanted, sum(text_if_any(doc) is not None
-                                   for doc in collection.corpus_iter()))
-    each = _queries_each(n, per_passage, passages) if passages else per_passage
-    return SampledPlan(passages, each, each > per_passage and passages * each > n)
 
 
 def spread(pairs: list[tuple[str, str]], n: int) -> list[tuple[str, str]]:
