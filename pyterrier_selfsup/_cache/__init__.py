@@ -15,36 +15,27 @@ The package's parts: :mod:`.paths` (where, and under which names), :mod:`.faults
 as errors a user can act on) and :mod:`.builds` (whole or not at all, once).
 """
 from pyterrier_selfsup._cache.builds import (
-                                             ON_DAMAGE,
-                                             aside_path,
-                                             build_once,
-                                             damage,
-                                             file_sizes,
-                                             is_complete,
-                                             locked,
-                                             set_aside,
-                                             size_damage,
-                                             temporary_build,
-                                             written_whole,
+    build_once,
+    file_sizes,
+    locked,
+    set_aside,
+    size_damage,
+    temporary_build,
+    written_whole,
 )
 from pyterrier_selfsup._cache.faults import (
-                                             MOVE_HINT,
-                                             TMP_HINT,
-                                             CacheError,
-                                             CacheFull,
-                                             CacheNotWritable,
-                                             CacheWriteFailed,
-                                             DamagedBuild,
-                                             check_space,
-                                             disk_faults,
-                                             human_bytes,
-                                             writable,
-                                             write_fault,
+    CacheError,
+    CacheFull,
+    CacheNotWritable,
+    CacheWriteFailed,
+    DamagedBuild,
+    check_space,
+    disk_faults,
+    writable,
 )
-from pyterrier_selfsup._cache.paths import CACHE_ENV, cache_key, cache_root, weights_fingerprint
+from pyterrier_selfsup._cache.paths import cache_key, cache_root, weights_fingerprint
 
-__all__ = ['ON_DAMAGE', 'aside_path', 'build_once', 'damage', 'file_sizes', 'is_complete', 'locked',
-           'set_aside', 'size_damage', 'temporary_build', 'written_whole', 'MOVE_HINT', 'TMP_HINT',
-           'CacheError', 'CacheFull', 'CacheNotWritable', 'CacheWriteFailed', 'DamagedBuild',
-           'check_space', 'disk_faults', 'human_bytes', 'writable', 'write_fault', 'CACHE_ENV',
-           'cache_key', 'cache_root', 'weights_fingerprint']
+__all__ = ['build_once', 'file_sizes', 'locked', 'set_aside', 'size_damage', 'temporary_build',
+           'written_whole', 'CacheError', 'CacheFull', 'CacheNotWritable', 'CacheWriteFailed',
+           'DamagedBuild', 'check_space', 'disk_faults', 'writable', 'cache_key', 'cache_root',
+           'weights_fingerprint']
