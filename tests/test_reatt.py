@@ -86,14 +86,15 @@ def test_head_weights_mix_the_heads_and_save_and_load(tiny_reatt, tmp_path):
     np.testing.assert_allclose(again.score_texts([QUERIES[0]] * 4, DOCS), mixed, rtol=1e-6)
 
 
-def test_scorer_reranks_with_per_head_columns(tiny_reatt):
+def test_scorer_reranks_by_the_mixed_heads(tiny_reatt):
     r = tiny_reatt()
     frame = pd.DataFrame({'qid': ['1'] * 4 + ['2'] * 4,
                           'query': [QUERIES[0]] * 4 + [QUERIES[1]] * 4,
                           'docno': [f'd{i}' for i in range(4)] * 2, 'text': DOCS * 2})
-    out = r.scorer(per_head=True)(frame)
-    assert set(out.columns) >= {'score', 'rank', 'head_0', 'head_1'} and len(out) == 8
-    np.testing.assert_allclose(out['score'], out[['head_0', 'head_1']].mean(axis=1), rtol=1e-5)
+    out = r.scorer()(frame)
+    assert set(out.columns) >= {'score', 'rank'} and len(out) == 8
+    heads = r.score_texts(frame['query'].tolist(), frame['text'].tolist(), per_head=True)
+    np.testing.assert_allclose(out['score'], heads.mean(axis=1), rtol=1e-5)
     assert out.groupby('qid')['rank'].apply(sorted).tolist() == [[0, 1, 2, 3]] * 2
     assert r.scorer()(frame.head(0)).empty
 

@@ -26,6 +26,8 @@ from ir_datasets.datasets.base import Dataset
 from ir_datasets.formats import BaseDocs, BaseQueries, GenericQuery
 from ir_datasets.indices import Docstore
 
+from pyterrier_selfsup._cache.digests import file_digest
+
 DOCNO_FIELDS = ('docno', 'doc_id', '_id', 'id')
 TEXT_FIELDS = ('text', 'body', 'contents')
 QID_FIELDS = ('qid', 'query_id', '_id', 'id')
@@ -234,12 +236,6 @@ def read_queries(path: str | Path) -> list[GenericQuery]:
     return queries
 
 
-def content_hash(path: str | Path) -> str:
-    """A digest of the file's bytes (:func:`~pyterrier_selfsup._cache.digests.file_digest`)."""
-    from pyterrier_selfsup._cache.digests import file_digest
-    return file_digest(path)
-
-
 class LocalDocs(BaseDocs):
     def __init__(self, path: Path, namespace: str):
         self._path, self._namespace = path, namespace
@@ -320,10 +316,10 @@ def register_local(docs: str | Path, queries: str | Path | None = None,
     if queries is not None and not queries.is_file():
         raise FileNotFoundError(f'no queries file {queries}')
     stem = name or docs.name.split('.')[0]
-    corpus = content_hash(docs)
+    corpus = file_digest(docs)
     # the format is part of the corpus's identity: the same bytes read as CSV and as TSV differ
     namespace = f'local/{stem}-{corpus}-{_format(docs)}'  # (the corpus: shared by any queries file)
-    dataset_id = f'{namespace}-{content_hash(queries)[:6]}' if queries is not None else namespace
+    dataset_id = f'{namespace}-{file_digest(queries)[:6]}' if queries is not None else namespace
     if dataset_id in _REGISTERED:
         # ir_datasets refuses re-registration: re-point the registered components at these files
         for part, path in zip(_REGISTERED[dataset_id], (docs, queries)):

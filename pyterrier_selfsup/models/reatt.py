@@ -316,10 +316,9 @@ class ReAtt(TrainableModel):
 
     # -- PyTerrier --------------------------------------------------------------------
 
-    def scorer(self, *, text_field: str = 'text', per_head: bool = False) -> pt.Transformer:
-        """A re-ranker: scores each (query, text) row by r(q, d) (``per_head``: adds one
-        column ``head_<h>`` of r_h for every head as well)."""
-        return ReAttScorer(self, text_field=text_field, per_head=per_head)
+    def scorer(self, *, text_field: str = 'text') -> pt.Transformer:
+        """A re-ranker: scores each (query, text) row by r(q, d)."""
+        return ReAttScorer(self, text_field=text_field)
 
     def __repr__(self):
         return (f'ReAtt({self.name!r}, retrieval_layer={self.model.retrieval_layer}, '
@@ -327,10 +326,9 @@ class ReAtt(TrainableModel):
 
 
 class ReAttScorer(pt.Transformer):
-    def __init__(self, reatt: ReAtt, *, text_field: str = 'text', per_head: bool = False):
+    def __init__(self, reatt: ReAtt, *, text_field: str = 'text'):
         self.reatt = reatt
         self.text_field = text_field
-        self.per_head = per_head
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         pt.validate.columns(inp, includes=['qid', 'query', self.text_field])
@@ -338,12 +336,7 @@ class ReAttScorer(pt.Transformer):
         if not len(out):
             out['score'] = pd.Series(dtype=float)
             return pt.model.add_ranks(out)
-        heads = self.reatt.score_texts(out['query'].tolist(), out[self.text_field].tolist(),
-                                       per_head=True)
-        out['score'] = mix_heads(heads, self.reatt.model.head_weights)
-        if self.per_head:
-            for h in range(heads.shape[1]):
-                out[f'head_{h}'] = heads[:, h]
+        out['score'] = self.reatt.score_texts(out['query'].tolist(), out[self.text_field].tolist())
         return pt.model.add_ranks(out)
 
 
