@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
-from curves import copy_training_curves  # (beside this script)
 
 from pyterrier_selfsup._cache import cache_root
 from pyterrier_selfsup.context import RunContext
@@ -48,6 +47,7 @@ TRAIN = 'distill:queries=beir/scifact/train'
 # the TSDAE-adapted student of experiments/reproduce/tsdae.py at its defaults (scifact's corpus), built first
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tsdae  # noqa: E402
+from curves import copy_training_curves  # noqa: E402
 
 TSDAE = tsdae.default_out('beir/scifact/train', 8000, 1000, 0)
 # SmolLM2's chat prompt shown 3 (passage, query) pairs of another collection than the one adapted to
@@ -182,7 +182,6 @@ def query_stats(pipelines, collection: str) -> list:
         trained_rounds = len({r['epoch'] for r in log if 'loss' in r})  # a round that stopped training took no step
         steps = [r for r in log if 'loss' in r]
         seconds = steps[-1]['time'] - steps[0]['time'] if len(steps) > 1 else 0.0
-        stopped = next((r['stopped'] for r in log if 'stopped' in r), 'no')
         line = (f'{spec.name}{f" (fold {fold})" if len(spec.model_dirs(corpus)) > 1 else ""} on {corpus.corpus_id}: '
                 f'{trained_rounds} round(s), {len(steps)} steps, {seconds:.0f} s of steps')
         settings = trained.training_settings('distill', spec.settings)
@@ -211,7 +210,7 @@ def query_stats(pipelines, collection: str) -> list:
         said = next((r for r in log if 'verdict' in r), None)
         if said:
             line += f'; verdict: {said["verdict"]}'
-        lines.append(line + f'; early stop: {stopped}')
+        lines.append(line)
     return lines
 
 

@@ -26,8 +26,6 @@ from ir_datasets.datasets.base import Dataset
 from ir_datasets.formats import BaseDocs, BaseQueries, GenericQuery
 from ir_datasets.indices import Docstore
 
-from pyterrier_selfsup._cache.digests import file_digest
-
 DOCNO_FIELDS = ('docno', 'doc_id', '_id', 'id')
 TEXT_FIELDS = ('text', 'body', 'contents')
 QID_FIELDS = ('qid', 'query_id', '_id', 'id')
@@ -315,6 +313,7 @@ def register_local(docs: str | Path, queries: str | Path | None = None,
     queries = Path(queries).resolve() if queries is not None else None
     if queries is not None and not queries.is_file():
         raise FileNotFoundError(f'no queries file {queries}')
+    from pyterrier_selfsup._cache.digests import file_digest
     stem = name or docs.name.split('.')[0]
     corpus = file_digest(docs)
     # the format is part of the corpus's identity: the same bytes read as CSV and as TSV differ

@@ -87,11 +87,14 @@ def written_batches(writer, ids: list[list[int]], out: list[list[str] | None], n
     begin, key = resume_write(checkpoint, out, ids, n, writer.config(),
                               writer.generator.fingerprint(), generator, **settings)
     size = writer.batch_size
-    for start in progress(range(begin, len(order), size), total=len(order),
-                          desc='writing queries', unit='passage', initial=begin,
-                          count=lambda start: len(order[start:start + size]),
-                          enabled=writer.generator.verbose and len(order) > size):
-        idx = order[start:start + size]
-        yield idx
-        if checkpoint is not None:
-            save_checkpoint(Path(checkpoint), key, start + len(idx), out, generator)
+
+    def batches():  # (resumed above, at the call: a bad checkpoint is refused before any work)
+        for start in progress(range(begin, len(order), size), total=len(order),
+                              desc='writing queries', unit='passage', initial=begin,
+                              count=lambda start: len(order[start:start + size]),
+                              enabled=writer.generator.verbose and len(order) > size):
+            idx = order[start:start + size]
+            yield idx
+            if checkpoint is not None:
+                save_checkpoint(Path(checkpoint), key, start + len(idx), out, generator)
+    return batches()

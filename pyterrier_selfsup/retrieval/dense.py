@@ -330,6 +330,7 @@ def dense_retriever(collection: Collection, encoder: BiEncoder, *, fresh: bool =
     moved = getattr(encoder, 'passage_offsets', None)
     if fresh:
         index, tmp = fresh_index(collection, encoder, verbose=verbose)
+        retriever = DenseRetriever(encoder, index, search=search)
     elif moved is not None and len(moved):
         base = flex_index(collection, encoder, cache_dir=cache_dir, offsets=False, verbose=verbose)
         with temporary_build('selfsup-index-',
@@ -338,11 +339,11 @@ def dense_retriever(collection: Collection, encoder: BiEncoder, *, fresh: bool =
             # (under torch.distributed the directory is rank 0's: it writes, every rank reads)
             all_or_none(lambda: (offset_index(f'{directory}/index.flex', base, moved, INDEX_CHUNK)
                                  if distributed()[0] == 0 else None))
-            index = FlexIndex(f'{directory}/index.flex', verbose=False)
+            retriever = DenseRetriever(encoder, FlexIndex(f'{directory}/index.flex', verbose=False),
+                                       search=search)
     else:
         return DenseRetriever(encoder, flex_index(collection, encoder, cache_dir=cache_dir,
                                                   verbose=verbose), search=search)
-    retriever = DenseRetriever(encoder, index, search=search)
     retriever._tmp = tmp  # removed with the retriever
     return retriever
 

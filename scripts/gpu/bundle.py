@@ -7,7 +7,7 @@ cut into parts ``.gpu/1``, ``.gpu/2``, ..., each named in one call's ``carry`` a
 ``scripts/gpu/stage.sh`` into /tmp/selfsup once the last has come, which stays while the
 machine is warm (30 s after a call, so the calls follow each other). The tar holds:
 
-- cp312 wheels of the dependencies the image lacks (transformers >= 5.23 among them; not
+- cp312 wheels of the dependencies the image lacks (transformers >= 5.24 among them; not
   faiss, whose GPU build is hundreds of MB and is for CUDA 12: exact search runs on the GPU
   through torch instead), scifact's and cranfield's ir_datasets files and the classic
   collections;
